@@ -1,0 +1,107 @@
+# cudalab build: discovers every cuda/<prog>/ that holds <prog>.cu and builds, for each,
+#   build/lib/lib<prog>.so   the extern "C" entry points in <prog>.cu (loaded by harness/library.py)
+#   build/bin/<prog>         main.cu + <prog>.cu (run by harness/runner.py)
+#   build/bin/<prog>_cpu     <prog>_cpu.c with gcc, where the program has a CPU twin
+#   build/ptxas/<prog>.txt   ptxas -v resource usage (registers, shared memory, spills) per kernel
+# Adding a program needs no edit here. A program may add cuda/<prog>/build.mk, which can set
+# <prog>_NVCCFLAGS and <prog>_LDLIBS (matmul uses it to link cuBLAS when it is found).
+#
+#   make [-j] [ARCH=90] [NVCC=/path/to/nvcc]      `invoke build` is the usual way in.
+
+NVCC ?= nvcc
+CC   ?= gcc
+# $(CC) defaults to `cc` in make; keep gcc unless the user chose another.
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+
+# ARCH: the visible GPU's compute capability (nvidia-smi says "9.0"), else 90. `make ARCH=80` overrides.
+ifndef ARCH
+ARCH := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d '.[:space:]')
+endif
+override ARCH := $(patsubst sm_%,%,$(patsubst compute_%,%,$(strip $(ARCH))))
+ifeq ($(ARCH),)
+override ARCH := 90
+endif
+# SASS for ARCH plus PTX for the same, so a newer GPU can still JIT the code.
+GENCODE := -gencode arch=compute_$(ARCH),code=[sm_$(ARCH),compute_$(ARCH)]
+
+# cuBLAS, for the matmul baseline: found when both its header and its library are next to nvcc.
+# nvcc --dryrun prints TOP=<its install root>, which sees through wrapper scripts.
+ifndef CUDA_HOME
+CUDA_HOME := $(realpath $(patsubst TOP=%,%,$(shell $(NVCC) --dryrun -c -x cu /dev/null -o /dev/null 2>&1 | grep -o 'TOP=[^ ]*' | head -n1)))
+endif
+CUBLAS_FOUND := $(if $(and $(wildcard $(CUDA_HOME)/include/cublas_v2.h),$(wildcard $(CUDA_HOME)/lib*/libcublas.so $(CUDA_HOME)/targets/*/lib/libcublas.so)),1,)
+CUBLAS_LIBDIR := $(firstword $(dir $(wildcard $(CUDA_HOME)/lib64/libcublas.so $(CUDA_HOME)/lib/libcublas.so $(CUDA_HOME)/targets/*/lib/libcublas.so)))
+
+# -O3 -lineinfo always (lineinfo lets ncu and compute-sanitizer point at source lines).
+# Host-compiler warnings are errors. -Xptxas -v goes to a log per object, kept as build/ptxas/.
+NVCCFLAGS := -O3 -lineinfo -std=c++17 $(GENCODE) -Icuda/common \
+             -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Xptxas -v $(EXTRA_NVCCFLAGS)
+CFLAGS    := -O2 -std=c11 -Wall -Wextra -Werror
+LDFLAGS   :=
+
+PROGRAMS := $(sort $(foreach d,$(wildcard cuda/*/),$(if $(wildcard $(d)$(notdir $(patsubst %/,%,$(d))).cu),$(notdir $(patsubst %/,%,$(d))))))
+-include $(wildcard $(foreach p,$(PROGRAMS),cuda/$(p)/build.mk))
+
+COMMON_OBJ := build/obj/common/cudalab.o
+
+# The flags are part of every object's inputs: a change of ARCH or flags rewrites this stamp,
+# which rebuilds everything; an unchanged build leaves it alone, so make has nothing to do.
+FLAGS_STAMP := build/.flags
+FLAGS_TEXT  := $(NVCC) $(NVCCFLAGS) $(foreach p,$(PROGRAMS),$($(p)_NVCCFLAGS) $($(p)_LDLIBS)) | $(CC) $(CFLAGS)
+$(shell mkdir -p build; test "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_TEXT)' || printf '%s\n' '$(FLAGS_TEXT)' > $(FLAGS_STAMP))
+
+# Compile one .cu; ptxas -v's report goes to <obj>.log. Diagnostics other than ptxas's report are
+# shown, and on failure the whole log is shown so harness/build.py can parse nvcc's file:line lines.
+define NVCC_COMPILE
+	@mkdir -p $(@D)
+	@echo "  NVCC    $<"
+	@$(NVCC) $(NVCCFLAGS) $(PROG_NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@ 2> $(@:.o=.log) \
+	  || { cat $(@:.o=.log) >&2; rm -f $@; exit 1; }
+	@grep -vE '^ptxas info|^ +[0-9]+ bytes stack frame' $(@:.o=.log) >&2 || true
+endef
+
+.PHONY: all clean list arch
+all: $(foreach p,$(PROGRAMS),build/lib/lib$(p).so build/bin/$(p) build/ptxas/$(p).txt \
+       $(if $(wildcard cuda/$(p)/$(p)_cpu.c),build/bin/$(p)_cpu))
+
+build/obj/common/%.o: cuda/common/%.cu $(FLAGS_STAMP)
+	$(NVCC_COMPILE)
+
+define PROGRAM_RULES
+build/obj/$(1)/%.o: PROG_NVCCFLAGS := $$($(1)_NVCCFLAGS)
+build/obj/$(1)/%.o: cuda/$(1)/%.cu $(FLAGS_STAMP)
+	$$(NVCC_COMPILE)
+
+build/lib/lib$(1).so: build/obj/$(1)/$(1).o $(COMMON_OBJ)
+	@mkdir -p $$(@D)
+	@echo "  LINK    $$@"
+	@$(NVCC) $(GENCODE) -shared -o $$@ $$^ $(LDFLAGS) $$($(1)_LDLIBS)
+
+build/bin/$(1): build/obj/$(1)/main.o build/obj/$(1)/$(1).o $(COMMON_OBJ)
+	@mkdir -p $$(@D)
+	@echo "  LINK    $$@"
+	@$(NVCC) $(GENCODE) -o $$@ $$^ $(LDFLAGS) $$($(1)_LDLIBS)
+
+build/ptxas/$(1).txt: build/obj/$(1)/main.o build/obj/$(1)/$(1).o
+	@mkdir -p $$(@D)
+	@cat $$(^:.o=.log) > $$@
+
+build/bin/$(1)_cpu: cuda/$(1)/$(1)_cpu.c $(FLAGS_STAMP)
+	@mkdir -p $$(@D) build/obj/$(1)
+	@echo "  CC      $$<"
+	@$(CC) $(CFLAGS) -MMD -MP -MF build/obj/$(1)/$(1)_cpu.d -o $$@ $$< -lm
+endef
+$(foreach p,$(PROGRAMS),$(eval $(call PROGRAM_RULES,$(p))))
+
+list:
+	@echo $(PROGRAMS)
+
+arch:
+	@echo $(ARCH)
+
+clean:
+	rm -rf build/obj build/lib build/bin build/ptxas $(FLAGS_STAMP)
+
+-include $(shell find build/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,56 @@
+// cudalab's one error macro, one cdiv and one printf-FIFO helper.
+// Every program includes this file; nothing here is copied elsewhere.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <cuda_runtime.h>
+
+// CUDALAB_CHECK(call, on_error) is the single mechanism: evaluate the call once, and on failure
+// report file:line, the call's text and the CUDA error name and message, then run `on_error`.
+// The two spellings below pick `on_error` for executables and for library entry points.
+#define CUDALAB_CHECK(call, on_error)                                                          \
+    do {                                                                                      \
+        cudaError_t cudalab_err_ = (call);                                                    \
+        if (cudalab_err_ != cudaSuccess) {                                                    \
+            fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call,          \
+                    cudaGetErrorName(cudalab_err_), cudaGetErrorString(cudalab_err_));        \
+            on_error;                                                                         \
+        }                                                                                     \
+    } while (0)
+
+// Executables: a CUDA failure ends the process with status 1 (status 2 is kept for bad argv).
+#define CUDA_CHECK(call) CUDALAB_CHECK(call, exit(1))
+// Library entry points (extern "C" int f(...)): hand the code back to Python, which raises CudaError.
+// The message still goes to stderr so a C caller sees where it failed.
+#define CUDA_TRY(call) CUDALAB_CHECK(call, return (int)cudalab_err_)
+
+// A launch reports configuration errors only through cudaGetLastError(); check after every launch.
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+#define CUDA_TRY_LAUNCH() CUDA_TRY(cudaGetLastError())
+
+// Ceiling division: the number of blocks (or tiles) needed to cover n items, b at a time.
+// Grids are sized with this everywhere so that sizes that don't divide evenly are still covered.
+__host__ __device__ constexpr inline long long cdiv(long long n, long long b) { return (n + b - 1) / b; }
+
+// Device printf writes into a FIFO (1 MiB by default) that is only drained at synchronisation
+// points; lines that don't fit are silently dropped. Programs that print a trace size the FIFO
+// for the lines they will print before their first launch. `bytes_per_line` should be an upper
+// bound; the helper doubles it because each printf record also stores its format pointer and
+// arguments, not just the rendered text.
+static inline cudaError_t cudalab_reserve_printf(long long lines, long long bytes_per_line) {
+    size_t need = (size_t)(lines * bytes_per_line * 2) + ((size_t)1 << 20);
+    size_t have = 0;
+    cudaError_t err = cudaDeviceGetLimit(&have, cudaLimitPrintfFifoSize);
+    if (err != cudaSuccess) return err;
+    if (need <= have) return cudaSuccess;
+    return cudaDeviceSetLimit(cudaLimitPrintfFifoSize, need);
+}
+
+// Argument checks in executables: a bad argv is the user's mistake, not a crash. Status 2.
+#define CUDALAB_USAGE_ERROR(...)                                                              \
+    do {                                                                                      \
+        fprintf(stderr, "error: " __VA_ARGS__);                                               \
+        fputc('\n', stderr);                                                                  \
+        exit(2);                                                                              \
+    } while (0)

@@ -1,0 +1,223 @@
+"""Benchmarks: every program's bench cases, timed by harness.timing, each reported as a ratio to a
+ceiling measured in the same run (DESIGN.md, Benchmarks).
+
+A program module offers `bench_cases(quick: bool) -> list[BenchCase]`. A case's `setup()` allocates
+and fills device buffers and returns a Prepared whose `launch(stream)` enqueues one run of the
+kernel through the device-pointer entry point. Ceilings are looked up by name; programs may add
+their own with `register_ceiling` (matmul adds cuBLAS SGEMM, attention adds torch SDPA).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import build as _build
+from . import timing
+
+UNIT_SCALE = {"GB/s": 1e9, "TFLOP/s": 1e12, "Giter/s": 1e9, "Ginst/s": 1e9}
+RESULTS_DIR = _build.ROOT / "bench" / "results"
+BUILD_BENCH = _build.BUILD / "bench"
+
+
+@dataclass
+class Prepared:
+    launch: Callable[[object], None]
+    close: Callable[[], None] = lambda: None
+    work: float | None = None  # overrides BenchCase.amount when only the run knows it (Mandelbrot)
+
+
+@dataclass
+class BenchCase:
+    program: str
+    variant: str
+    size: str
+    setup: Callable[[], Prepared]
+    unit: str  # GB/s, TFLOP/s or Giter/s
+    amount: float  # bytes (read + written), FLOPs or iterations per launch, in the unit's base
+    ceiling: str  # a key of ceilings()
+    target: float | None = None  # the ratio the issue that set it asks for
+    quick: bool = False  # part of `invoke bench --quick`
+    bytes: float = 0.0  # for the roofline
+    flops: float = 0.0
+    ceiling_divisor: float = 1.0  # e.g. instructions per iteration for an instruction ceiling
+    note: str = ""
+    reps: int = 20
+
+
+@dataclass
+class Ceiling:
+    name: str
+    value: float  # in `unit`
+    unit: str
+    detail: str = ""
+    timing: timing.Timing | None = field(default=None, repr=False)
+
+
+_EXTRA_CEILINGS: dict[str, Callable[[bool], Ceiling | None]] = {}
+
+
+def register_ceiling(name: str, fn: Callable[[bool], Ceiling | None]) -> None:
+    _EXTRA_CEILINGS[name] = fn
+
+
+def measure_memcpy(quick: bool = False) -> Ceiling:
+    """cudaMemcpy device-to-device bandwidth, counting bytes read plus bytes written."""
+    from . import cudart
+
+    nbytes = (256 if quick else 1024) << 20
+    src, dst = cudart.DeviceBuffer(nbytes), cudart.DeviceBuffer(nbytes)
+    try:
+        src.fill_bytes(0x5A)
+        t = timing.time_launch(lambda s: cudart.memcpy_dtod(dst.ptr, src.ptr, nbytes, s), reps=20 if quick else 50)
+    finally:
+        src.close()
+        dst.close()
+    return Ceiling("memcpy", t.rate(2 * nbytes) / 1e9, "GB/s", f"cudaMemcpy DtoD of {nbytes >> 20} MiB", t)
+
+
+def device_peaks() -> dict:
+    """device_info's derived peaks for device 0 (fp32_tflops, fp32_inst_per_s, ...)."""
+    from .programs import device_info
+
+    return device_info.query(0)
+
+
+def measure_fp32(quick: bool = False) -> Ceiling:
+    d = device_peaks()
+    return Ceiling("fp32", d["fp32_tflops"], "TFLOP/s", "SMs x FP32 lanes x 2 x clock (device_info)")
+
+
+def measure_fp32_inst(quick: bool = False) -> Ceiling:
+    d = device_peaks()
+    return Ceiling("fp32_inst", d["fp32_inst_per_s"] / 1e9, "Ginst/s", "SMs x FP32 lanes x clock (device_info)")
+
+
+def ceilings() -> dict[str, Callable[[bool], Ceiling | None]]:
+    base = {"memcpy": measure_memcpy, "fp32": measure_fp32, "fp32_inst": measure_fp32_inst}
+    return {**base, **_EXTRA_CEILINGS}
+
+
+def program_modules(names: list[str] | None = None) -> dict:
+    out = {}
+    for prog in names or _build.programs():
+        try:
+            mod = importlib.import_module(f"harness.programs.{prog}")
+        except ModuleNotFoundError:
+            continue
+        if hasattr(mod, "bench_cases"):
+            out[prog] = mod
+    return out
+
+
+def collect(names: list[str] | None = None, quick: bool = False) -> list[BenchCase]:
+    cases = []
+    for mod in program_modules(names).values():
+        cases += [c for c in mod.bench_cases(quick) if c.quick or not quick]
+    return cases
+
+
+def row(case: BenchCase, t: timing.Timing, work: float, ceil: Ceiling | None) -> dict:
+    """One result row: the figure in the case's unit and its ratio to the ceiling (same run)."""
+    value = t.rate(work) / UNIT_SCALE[case.unit]
+    cval = None
+    if ceil is not None:
+        cval = ceil.value / case.ceiling_divisor
+    ratio = value / cval if cval else np.nan
+    return {
+        "program": case.program, "variant": case.variant, "size": case.size,
+        "median_ms": t.median_ms, "p25_ms": t.p25_ms, "p75_ms": t.p75_ms, "iqr_ms": t.iqr_ms,
+        "value": value, "unit": case.unit,
+        "ceiling": case.ceiling, "ceiling_value": cval if cval is not None else np.nan,
+        "ratio": ratio, "target": case.target if case.target is not None else np.nan,
+        "meets_target": (bool(ratio >= case.target) if case.target is not None and np.isfinite(ratio) else None),
+        "bytes": case.bytes, "flops": case.flops, "note": case.note,
+    }
+
+
+def run(names: list[str] | None = None, quick: bool = False, on_progress: Callable[[str], None] | None = None,
+        on_total: Callable[[int], None] | None = None) -> tuple[pd.DataFrame, dict[str, Ceiling]]:
+    """Measure the needed ceilings, then every case. Returns (table, ceilings)."""
+    cases = collect(names, quick)
+    needed = sorted({c.ceiling for c in cases})
+    available = ceilings()
+    if on_total:
+        on_total(len(needed) + len(cases))
+    measured: dict[str, Ceiling] = {}
+    for name in needed:
+        if on_progress:
+            on_progress(f"ceiling {name}")
+        fn = available.get(name)
+        c = fn(quick) if fn else None
+        if c is not None:
+            measured[name] = c
+    rows = []
+    for case in cases:
+        if on_progress:
+            on_progress(f"{case.program} {case.variant} {case.size}")
+        prep = case.setup()
+        try:
+            t = timing.time_launch(prep.launch, reps=case.reps if not quick else max(timing.MIN_REPS, case.reps // 2))
+        finally:
+            prep.close()
+        work = prep.work if prep.work is not None else case.amount
+        rows.append(row(case, t, work, measured.get(case.ceiling)))
+    df = pd.DataFrame(rows)
+    for c in measured.values():
+        df.attrs[f"ceiling_{c.name}"] = c.value
+    return df, measured
+
+
+def metadata() -> dict:
+    from . import cudart, toolchain
+
+    s = cudart.summary()
+    return {"device": s.name, "driver": s.driver, "runtime": s.runtime,
+            "nvcc": toolchain.find("nvcc").version or "unknown",
+            "date": _dt.datetime.now().isoformat(timespec="seconds")}
+
+
+def gpu_slug(name: str) -> str:
+    s = re.sub(r"^nvidia\s+", "", name.strip(), flags=re.I)
+    return re.sub(r"[^a-z0-9]+", "-", s.lower()).strip("-") or "unknown-gpu"
+
+
+def with_metadata(df: pd.DataFrame, meta: dict) -> pd.DataFrame:
+    out = df.copy()
+    for k, v in meta.items():
+        out[k] = v
+    return out
+
+
+def write_csv(df: pd.DataFrame, meta: dict, ceilings_: dict[str, Ceiling], dest: Path | None = None) -> Path:
+    BUILD_BENCH.mkdir(parents=True, exist_ok=True)
+    stamp = meta["date"].replace(":", "").replace("-", "")
+    dest = dest or BUILD_BENCH / f"bench-{gpu_slug(meta['device'])}-{stamp}.csv"
+    table = with_metadata(df, meta)
+    ceil_rows = pd.DataFrame([{"program": "ceiling", "variant": c.name, "size": c.detail, "value": c.value,
+                               "unit": c.unit, "median_ms": c.timing.median_ms if c.timing else np.nan,
+                               "iqr_ms": c.timing.iqr_ms if c.timing else np.nan} for c in ceilings_.values()])
+    pd.concat([table, with_metadata(ceil_rows, meta)], ignore_index=True).to_csv(dest, index=False)
+    return dest
+
+
+def read_csv(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(cases, ceilings) from a bench CSV written by write_csv."""
+    df = pd.read_csv(path)
+    return df[df["program"] != "ceiling"].reset_index(drop=True), df[df["program"] == "ceiling"].reset_index(drop=True)
+
+
+def save(path: Path, device: str) -> Path:
+    """Copy a bench CSV to bench/results/<gpu-slug>/ where reference runs are committed."""
+    dest_dir = RESULTS_DIR / gpu_slug(device)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / Path(path).name
+    dest.write_bytes(Path(path).read_bytes())
+    return dest

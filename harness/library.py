@@ -1,0 +1,210 @@
+"""Load build/lib/lib<prog>.so with cuda/<prog>/<prog>.h as its cffi cdef, and call into it.
+
+Calls go through `Library.<function>(...)`. Each argument is checked against the C prototype
+before the call: numpy arrays for pointer parameters (dtype from the pointee type, C-contiguous;
+a non-const pointer also needs a writeable array), integers and floats for scalars, and device
+pointers (cffi `void *` or harness.cudart.DeviceBuffer) where the code passes device memory.
+An `int` return value is a cudaError_t: non-zero raises CudaError (NoGPUError for 100 and 35).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+import cffi
+import numpy as np
+
+from . import build as _build
+from .errors import CudalabError, raise_for_code
+
+COMMON_HEADER = _build.CUDA_DIR / "common" / "cudalab.h"
+
+# C pointee type -> numpy dtype. Only these cross the boundary as arrays.
+_DTYPES = {
+    "float": np.float32,
+    "double": np.float64,
+    "int": np.int32,
+    "int32_t": np.int32,
+    "unsigned int": np.uint32,
+    "uint32_t": np.uint32,
+    "long long": np.int64,
+    "int64_t": np.int64,
+    "unsigned long long": np.uint64,
+    "uint64_t": np.uint64,
+    "unsigned char": np.uint8,
+    "uint8_t": np.uint8,
+    "signed char": np.int8,
+    "int8_t": np.int8,
+    "short": np.int16,
+    "int16_t": np.int16,
+    "unsigned short": np.uint16,
+    "uint16_t": np.uint16,
+}
+
+
+class LibraryNotBuilt(CudalabError, FileNotFoundError):
+    pass
+
+
+def header_to_cdef(text: str) -> str:
+    """Turn a plain C header into something cffi's cdef accepts: drop preprocessor lines and the
+    `extern "C" {` ... `}` wrapper that sits inside `#ifdef __cplusplus` blocks."""
+    out, skip_depth, depth = [], None, 0
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("#"):
+            d = s[1:].strip()
+            if d.startswith(("if", "ifdef", "ifndef")):
+                depth += 1
+                if skip_depth is None and re.match(r"ifdef\s+__cplusplus|if\s+defined\(__cplusplus\)", d):
+                    skip_depth = depth
+            elif d.startswith("endif"):
+                if skip_depth == depth:
+                    skip_depth = None
+                depth -= 1
+            continue
+        if skip_depth is not None:
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
+def _pointee(ctype) -> str | None:
+    if ctype.kind != "pointer":
+        return None
+    item = ctype.item
+    return item.cname if item.kind in ("primitive",) else None
+
+
+def as_pointer(ffi: cffi.FFI, ctype, value, argname: str):
+    """Marshal one argument for a pointer parameter; raise TypeError/ValueError before any call."""
+    from .cudart import DeviceBuffer  # local: cudart needs libcudart only when used
+
+    if isinstance(value, DeviceBuffer):
+        return ffi.cast(ctype, value.ptr)
+    if isinstance(value, ffi.CData):
+        return ffi.cast(ctype, value)
+    if isinstance(value, np.ndarray):
+        cname = _pointee(ctype)
+        want = _DTYPES.get(cname) if cname else None
+        if want is None:
+            raise TypeError(f"{argname}: parameter type {ctype.cname} does not take a numpy array")
+        if value.dtype != np.dtype(want):
+            raise TypeError(f"{argname}: expected a {np.dtype(want).name} array for {ctype.cname}, got {value.dtype}")
+        if not value.flags.c_contiguous:
+            raise ValueError(f"{argname}: the array must be C-contiguous (use np.ascontiguousarray)")
+        if not value.flags.writeable and "const" not in ctype.cname:
+            raise ValueError(f"{argname}: the array is read-only but the parameter is written ({ctype.cname})")
+        return ffi.cast(ctype, ffi.from_buffer(value, require_writable=False))
+    if value is None:
+        return ffi.NULL
+    raise TypeError(f"{argname}: expected a numpy array or a device pointer for {ctype.cname}, "
+                    f"got {type(value).__name__}")
+
+
+def marshal(ffi: cffi.FFI, func, fname: str, args: tuple) -> list:
+    ftype = ffi.typeof(func)
+    params = ftype.args
+    if len(args) != len(params):
+        raise TypeError(f"{fname}() takes {len(params)} arguments, got {len(args)}")
+    out = []
+    for i, (p, v) in enumerate(zip(params, args)):
+        name = f"{fname}() argument {i + 1}"
+        if p.kind == "pointer":
+            out.append(as_pointer(ffi, p, v, name))
+        elif p.kind == "primitive":
+            if p.cname in ("float", "double"):
+                if not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, bool):
+                    raise TypeError(f"{name}: expected a number for {p.cname}, got {type(v).__name__}")
+                out.append(float(v))
+            else:
+                if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+                    raise TypeError(f"{name}: expected an integer for {p.cname}, got {type(v).__name__}")
+                out.append(int(v))
+        else:
+            out.append(v)
+    return out
+
+
+class Library:
+    """A loaded lib<prog>.so. Attribute access returns a checked wrapper of each entry point."""
+
+    def __init__(self, name: str, path: Path, cdef: str):
+        self.name = name
+        self.path = Path(path)
+        self.ffi = cffi.FFI()
+        self.ffi.cdef(cdef)
+        self.ffi.cdef(header_to_cdef(COMMON_HEADER.read_text()))
+        self.lib = self.ffi.dlopen(str(self.path))
+        self._wrapped: dict[str, object] = {}
+
+    def error_name(self, code: int) -> str:
+        return self.ffi.string(self.lib.cudalab_error_name(code)).decode()
+
+    def error_string(self, code: int) -> str:
+        return self.ffi.string(self.lib.cudalab_error_string(code)).decode()
+
+    def raw(self, fname: str):
+        """The bare cffi function, for the few callers that marshal themselves."""
+        return getattr(self.lib, fname)
+
+    def __getattr__(self, fname: str):
+        if fname.startswith("_"):
+            raise AttributeError(fname)
+        w = self._wrapped.get(fname)
+        if w is not None:
+            return w
+        try:
+            func = getattr(self.lib, fname)
+        except AttributeError:
+            raise AttributeError(f"lib{self.name}.so has no entry point {fname!r}") from None
+        ftype = self.ffi.typeof(func)
+        returns_code = ftype.result.cname == "int"
+
+        def call(*args):
+            code = func(*marshal(self.ffi, func, fname, args))
+            if returns_code and code != 0:
+                # A failed launch leaves a non-sticky error behind; clear it so the next call is clean.
+                self.lib.cudalab_clear_error()
+                raise_for_code(code, self.error_name(code), self.error_string(code), f"{self.name}.{fname}")
+            return code
+
+        call.__name__ = fname
+        call.__doc__ = f"{ftype.result.cname} {fname}({', '.join(a.cname for a in ftype.args)})"
+        self._wrapped[fname] = call
+        return call
+
+
+@functools.lru_cache(maxsize=None)
+def load(prog: str) -> Library:
+    """Load lib<prog>.so once per process. A missing library says to run `invoke build`."""
+    header = _build.CUDA_DIR / prog / f"{prog}.h"
+    if not header.exists():
+        raise LibraryNotBuilt(f"no program {prog!r}: {header} does not exist")
+    path = _build.lib_path(prog)
+    if not path.exists():
+        raise LibraryNotBuilt(f"{path} is missing: run `invoke build` first")
+    return Library(prog, path, header_to_cdef(header.read_text()))
+
+
+def check_array(a, name: str, dtype, ndim: int | None = None, shape: tuple | None = None,
+                contiguous: str = "require") -> np.ndarray:
+    """Validate one array argument of a program's public function before any launch.
+
+    contiguous="require" raises ValueError for a non-contiguous array; "copy" makes it contiguous.
+    """
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array, got {type(a).__name__}")
+    if a.dtype != np.dtype(dtype):
+        raise TypeError(f"{name} must be {np.dtype(dtype).name}, got {a.dtype}")
+    if ndim is not None and a.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {a.shape}")
+    if shape is not None and tuple(a.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {a.shape}")
+    if not a.flags.c_contiguous:
+        if contiguous == "copy":
+            return np.ascontiguousarray(a)
+        raise ValueError(f"{name} must be C-contiguous (got strides {a.strides}); use np.ascontiguousarray")
+    return a

@@ -1,0 +1,36 @@
+"""device_info: deviceQuery in the Stringer course (sections 1.4-1.6), plus derived peaks."""
+
+from __future__ import annotations
+
+from .. import library, parse, runner
+
+
+def parse_output(text: str) -> dict:
+    """`device_info key=value` lines -> dict (numbers converted)."""
+    d = parse.tagged_dict(text, "device_info")
+    if "name" not in d:
+        raise ValueError("no `device_info name=...` line in the output")
+    return d
+
+
+def run(device: int = 0) -> dict:
+    """Run build/bin/device_info and parse what it prints."""
+    return parse_output(runner.run("device_info", device).stdout)
+
+
+FIELDS = ("cc_major", "cc_minor", "sm_count", "clock_khz", "mem_clock_khz", "bus_width_bits", "l2_bytes",
+          "global_mem_bytes", "smem_per_block", "smem_per_block_optin", "smem_per_sm", "regs_per_block",
+          "regs_per_sm", "max_threads_per_block", "max_threads_per_sm", "max_blocks_per_sm", "warp_size",
+          "fp32_lanes_per_sm", "fp32_tflops", "fp32_inst_per_s", "mem_bandwidth_gbs")
+
+
+def query(device: int = 0) -> dict:
+    """The same facts through libdevice_info.so, without a subprocess."""
+    lib = library.load("device_info")
+    out = lib.ffi.new("cudalab_device_info *")
+    lib.device_info_query(device, out)
+    d = {"name": lib.ffi.string(out.name).decode(errors="replace")}
+    for f in FIELDS:
+        d[f] = getattr(out, f)
+    d["compute_capability"] = f"{d['cc_major']}.{d['cc_minor']}"
+    return d
