@@ -1,0 +1,97 @@
+"""`invoke doctor`: one line per item, OK or missing, and the fix for each missing item."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from . import toolchain
+
+
+@dataclass
+class Check:
+    item: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    optional: bool = False  # missing optional items warn; missing required ones fail
+
+
+PACKAGES = ["invoke", "pytest", "numpy", "pandas", "seaborn", "cffi", "PIL", "rich"]
+
+
+def check_tools() -> list[Check]:
+    out = []
+    nvcc = toolchain.find("nvcc")
+    out.append(Check("nvcc", nvcc.found, f"{nvcc.path} ({nvcc.version}, via {nvcc.how})" if nvcc.found else "not found",
+                     "install the CUDA toolkit, set CUDA_HOME, or `pip install -e '.[toolkit]'`"))
+    gcc = toolchain.find("gcc")
+    out.append(Check("gcc", gcc.found, f"{gcc.path} ({gcc.version})" if gcc.found else "not found",
+                     "install gcc (e.g. `apt install build-essential`)"))
+    cublas = toolchain.have_cublas()
+    out.append(Check("cuBLAS", cublas, f"found under {toolchain.cuda_home()}" if cublas else "not found beside nvcc",
+                     "install the CUDA toolkit's cuBLAS (libcublas-dev): the matmul baseline and its tests are skipped",
+                     optional=True))
+    for name, fix in [
+        ("ncu", "install Nsight Compute (part of the CUDA toolkit) or set $NCU"),
+        ("nsys", "install Nsight Systems or set $NSYS"),
+        ("compute-sanitizer", "install the CUDA toolkit's compute-sanitizer or set $COMPUTE_SANITIZER"),
+    ]:
+        t = toolchain.find(name)
+        detail = f"{t.path} ({t.version}, via {t.how})" if t.found else "not found"
+        ok = t.found and not t.note
+        if t.note:
+            detail += f"; {t.note}"
+            fix = ("put libdw.so.1 on LD_LIBRARY_PATH (Debian: `apt install libdw1`; or unpack libdw1 and "
+                   "libelf1 .debs and export LD_LIBRARY_PATH to their lib folder)")
+        out.append(Check(name, ok, detail, fix, optional=True))
+    out.append(Check("nvprof", False, "removed in CUDA 13, and never supported compute capability >= 7.5",
+                     "use `invoke profile <prog> --tool nsys` (or `nsys nvprof`)", optional=True))
+    return out
+
+
+def check_gpu() -> list[Check]:
+    from . import cudart
+
+    try:
+        lib = cudart.lib()
+    except Exception as e:
+        return [Check("libcudart", False, str(e), "install the CUDA runtime (comes with the toolkit)")]
+    del lib
+    out = []
+    drv = cudart.driver_version()
+    rt = cudart.runtime_version()
+    out.append(Check("driver", drv >= rt and drv > 0,
+                     f"CUDA driver {cudart.version_string(drv)}, runtime {cudart.version_string(rt)}",
+                     "install an NVIDIA driver at least as new as the CUDA runtime (none is loaded here)"
+                     if drv == 0 else "update the NVIDIA driver", optional=True))
+    ok, why = cudart.gpu_available()
+    if ok:
+        s = cudart.summary()
+        out.append(Check("GPU", True, f"{s.name}, compute capability {s.cc}, {s.sm_count} SMs, {s.memory_gib:.0f} GiB"))
+    else:
+        out.append(Check("GPU", False, why, "GPU tests and benchmarks need a CUDA device; everything else works",
+                         optional=True))
+    return out
+
+
+def check_packages() -> list[Check]:
+    out = []
+    for name in PACKAGES:
+        try:
+            m = importlib.import_module(name)
+            out.append(Check(f"python:{name}", True, getattr(m, "__version__", "installed")))
+        except ImportError:
+            out.append(Check(f"python:{name}", False, "not importable", "pip install -e '.[dev]'"))
+    for name in ["hypothesis", "ruff", "IPython"]:
+        try:
+            m = importlib.import_module(name)
+            out.append(Check(f"python:{name}", True, getattr(m, "__version__", "installed"), optional=True))
+        except ImportError:
+            out.append(Check(f"python:{name}", False, "not importable (optional)", "pip install -e '.[dev]'",
+                             optional=True))
+    return out
+
+
+def check_all() -> list[Check]:
+    return check_tools() + check_gpu() + check_packages()

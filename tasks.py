@@ -1,0 +1,246 @@
+"""cudalab's tasks: the user's whole interface. `invoke --list` is the map of the project;
+`invoke --help <task>` shows each task's options.
+
+    invoke build test          build every program, then run the tests
+    invoke run hello -- all    run one program's executable
+    invoke doctor              what is installed, what is missing, and how to fix it
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from invoke import Exit, task
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _program_module(prog: str):
+    from harness import build as hb
+
+    if prog not in hb.programs():
+        raise Exit(f"unknown program {prog!r}; programs: {', '.join(hb.programs())}")
+    try:
+        return importlib.import_module(f"harness.programs.{prog}")
+    except ModuleNotFoundError:
+        return None
+
+
+def _call_with_accepted(fn, **opts):
+    """Call fn with the options its signature names (tasks share one set of flags)."""
+    sig = inspect.signature(fn)
+    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        return fn(**{k: v for k, v in opts.items() if v is not None})
+    return fn(**{k: v for k, v in opts.items() if k in sig.parameters and v is not None})
+
+
+def _table(df, title: str | None = None):
+    from rich.table import Table
+
+    t = Table(title=title)
+    for c in df.columns:
+        t.add_column(str(c), justify="right" if str(df[c].dtype) != "object" else "left")
+    for _, r in df.iterrows():
+        t.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in r.tolist()])
+    return t
+
+
+@task(help={"jobs": "parallel compile jobs (default: all cores)",
+            "arch": "compute capability to build for, e.g. 90 (default: the visible GPU's, else 90)",
+            "programs": "comma-separated programs to build (default: all)"})
+def build(c, jobs=0, arch="", programs=""):
+    """Compile every cuda/<prog>/ with nvcc (incremental; a no-change build does nothing)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from harness import build as hb
+    from harness.errors import BuildError
+
+    targets = []
+    for p in [s for s in programs.split(",") if s]:
+        if p not in hb.programs():
+            raise Exit(f"unknown program {p!r}; programs: {', '.join(hb.programs())}")
+        targets += hb.targets(p)
+    con = _console()
+    try:
+        total = hb.count_steps(targets or None, arch=arch or None)
+    except BuildError as e:
+        raise Exit(str(e)) from None
+    if total == 0:
+        con.print("build: everything is up to date")
+        return
+    with Progress(TextColumn("[bold]build"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                  console=con, transient=False) as prog:
+        t = prog.add_task("", total=total)
+
+        def step(kind, target):
+            prog.update(t, advance=1, description=f"{kind} {target}")
+
+        try:
+            res = hb.build(targets or None, jobs=jobs or None, arch=arch or None, on_step=step)
+        except BuildError as e:
+            prog.stop()
+            raise Exit(f"build failed:\n{e}") from None
+        prog.update(t, completed=total, description="done")
+    con.print(f"build: {len(res.steps)} step(s) done; outputs in build/bin and build/lib")
+
+
+@task(help={"marker": "pytest -m expression, e.g. gpu or 'not gpu'",
+            "keyword": "pytest -k expression",
+            "args": "extra pytest arguments, quoted"})
+def test(c, marker="", keyword="", args=""):
+    """Run the tests with pytest (gpu-marked tests skip, with the reason, without a GPU)."""
+    cmd = [sys.executable, "-m", "pytest"]
+    if marker:
+        cmd += ["-m", marker]
+    if keyword:
+        cmd += ["-k", keyword]
+    cmd += shlex.split(args)
+    r = c.run(" ".join(shlex.quote(x) for x in cmd), echo=True, warn=True, pty=False)
+    if r.exited == 5:
+        raise Exit("pytest collected no tests: check the -m/-k filters", code=5)
+    if r.exited != 0:
+        raise Exit(f"tests failed (pytest status {r.exited})", code=r.exited)
+
+
+@task(help={"variant": "kernel variant, where the program has several",
+            "image": "input image (grayscale)", "out": "output path (grayscale)"})
+def run(c, prog, variant=None, image=None, out=None):
+    """Run one program: `invoke run hello -- all`, `invoke run grayscale --image in.png --out g.png`."""
+    from harness import runner
+    from harness.errors import CudalabError
+
+    args = shlex.split(c.remainder or "")  # what followed a standalone `--`
+    mod = _program_module(prog)
+    try:
+        if mod is not None and hasattr(mod, "cli"):
+            status = mod.cli(args, variant=variant, image=image, out=out)
+            if status:
+                raise Exit(code=int(status))
+            return
+        if variant is not None:
+            args = ["--variant", variant] + args
+        res = runner.run(prog, *args, check=False, timeout=600)
+    except (CudalabError, FileNotFoundError, ValueError, TypeError) as e:
+        raise Exit(f"{prog}: {e}") from None
+    sys.stdout.write(res.stdout)
+    sys.stderr.write(res.stderr)
+    if res.returncode != 0:
+        raise Exit(f"{prog} exited with status {res.returncode}", code=res.returncode)
+
+
+@task
+def doctor(c):
+    """One line per item -- nvcc, gcc, driver, GPU, profilers, Python packages -- OK or missing, with a fix."""
+    from harness import doctor as hd
+
+    con = _console()
+    rows = hd.check_all()
+    for r in rows:
+        mark = "[green]OK     [/]" if r.ok else ("[yellow]WARN   [/]" if r.optional else "[red]MISSING[/]")
+        fix = "" if r.ok else f"  -> {r.fix}"
+        con.print(f"{mark} {r.item:<20} {r.detail}{fix}")
+    if any(not r.ok and not r.optional for r in rows):
+        raise Exit("doctor: something required is missing (see the fixes above)", code=1)
+
+
+@task
+def clean(c):
+    """Remove build outputs (build/)."""
+    import shutil
+
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
+    print("removed build/")
+
+
+@task(help={"n": "number of elements"})
+def compare(c, prog, n=100000):
+    """Time a program's CPU twin against its CUDA executable and its kernel (e.g. `compare square`)."""
+    from harness.errors import CudalabError
+
+    mod = _program_module(prog)
+    if mod is None or not hasattr(mod, "compare"):
+        raise Exit(f"{prog} has no CPU-vs-GPU comparison")
+    try:
+        df, explanation = mod.compare(n=n)
+    except (CudalabError, FileNotFoundError, ValueError) as e:
+        raise Exit(f"compare {prog}: {e}") from None
+    con = _console()
+    con.print(_table(df, f"{prog}: CPU vs GPU, n={n}"))
+    con.print(explanation)
+
+
+@task(help={"n": "elements (gridstride)", "blocks": "blocks (gridstride)", "threads": "threads per block",
+            "simulate": "draw from the Python simulator instead of the GPU", "width": "image width",
+            "height": "image height", "iters": "max iterations (mandelbrot)",
+            "region": "'x0 x1 y0 y1' (mandelbrot)", "variant": "kernel variant",
+            "outdir": "where the PNGs go (default build/plots)"})
+def viz(c, what, n=None, blocks=None, threads=None, simulate=False, width=None, height=None, iters=None,
+        region=None, variant=None, outdir="build/plots"):
+    """Draw a program's pictures: `viz gridstride --n 500 --blocks 8 --threads 32`, `viz mandelbrot`."""
+    from harness.errors import CudalabError
+
+    try:
+        mod = importlib.import_module(f"harness.programs.{what}")
+        draw = importlib.import_module(f"analysis.{what}")
+    except ModuleNotFoundError:
+        raise Exit(f"nothing to draw for {what!r}") from None
+    opts = dict(n=n and int(n), blocks=blocks and int(blocks), threads=threads and int(threads),
+                simulate=simulate or None, width=width and int(width), height=height and int(height),
+                iters=iters and int(iters), region=region, variant=variant)
+    try:
+        data = _call_with_accepted(mod.viz_data, **opts)
+        paths = draw.plot(data, Path(outdir))
+    except (CudalabError, FileNotFoundError, ValueError) as e:
+        raise Exit(f"viz {what}: {e}") from None
+    for p in paths:
+        print(p)
+
+
+@task(help={"programs": "comma-separated programs (default: all with bench cases)",
+            "quick": "small sizes, a fast look (under a minute)",
+            "save": "copy the CSV to bench/results/<gpu>/ (the committed reference runs)"})
+def bench(c, programs="", quick=False, save=False):
+    """Time every program's bench cases against ceilings measured in the same run."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from harness import bench as hbench
+    from harness.errors import CudalabError
+
+    names = [p for p in programs.split(",") if p] or None
+    con = _console()
+    with Progress(TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                  console=con) as prog:
+        t = prog.add_task("", total=None)
+
+        def on_total(n):
+            prog.update(t, total=n)
+
+        def on_progress(desc):
+            prog.update(t, advance=0 if prog.tasks[0].description == "" else 1, description=desc)
+
+        try:
+            df, ceil = hbench.run(names, quick=quick, on_progress=on_progress, on_total=on_total)
+        except CudalabError as e:
+            raise Exit(f"bench: {e}") from None
+        prog.update(t, completed=prog.tasks[0].total or 0)
+    meta = hbench.metadata()
+    path = hbench.write_csv(df, meta, ceil)
+    cols = ["program", "variant", "size", "median_ms", "iqr_ms", "value", "unit", "ceiling", "ratio", "target"]
+    con.print(_table(df[cols], f"bench on {meta['device']}"))
+    for cl in ceil.values():
+        con.print(f"ceiling {cl.name}: {cl.value:.4g} {cl.unit} ({cl.detail})")
+    con.print(f"wrote {path}")
+    if save:
+        con.print(f"saved {hbench.save(path, meta['device'])}")
