@@ -49,8 +49,12 @@ COMMON_OBJ := build/obj/common/cudalab.o
 # The flags are part of every object's inputs: a change of ARCH or flags rewrites this stamp,
 # which rebuilds everything; an unchanged build leaves it alone, so make has nothing to do.
 FLAGS_STAMP := build/.flags
-FLAGS_TEXT  := $(NVCC) $(NVCCFLAGS) $(foreach p,$(PROGRAMS),$($(p)_NVCCFLAGS) $($(p)_LDLIBS)) | $(CC) $(CFLAGS)
-$(shell mkdir -p build; test "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_TEXT)' || printf '%s\n' '$(FLAGS_TEXT)' > $(FLAGS_STAMP))
+FLAGS_TEXT  := $(NVCCFLAGS) | $(CFLAGS)
+# write_stamp(file, text): rewrite file only when its text differs, so its mtime marks real changes.
+write_stamp = $(shell mkdir -p $(dir $(1)); test "$$(cat $(1) 2>/dev/null)" = '$(2)' || printf '%s\n' '$(2)' > $(1))
+$(call write_stamp,$(FLAGS_STAMP),$(FLAGS_TEXT))
+# Each program's own flags (from its build.mk) get a stamp of their own: changing them rebuilds that program only.
+$(foreach p,$(PROGRAMS),$(call write_stamp,build/obj/$(p)/.flags,$($(p)_NVCCFLAGS) | $($(p)_LDLIBS)))
 
 # Compile one .cu; ptxas -v's report goes to <obj>.log. Diagnostics other than ptxas's report are
 # shown, and on failure the whole log is shown so harness/build.py can parse nvcc's file:line lines.
@@ -71,18 +75,18 @@ build/obj/common/%.o: cuda/common/%.cu $(FLAGS_STAMP)
 
 define PROGRAM_RULES
 build/obj/$(1)/%.o: PROG_NVCCFLAGS := $$($(1)_NVCCFLAGS)
-build/obj/$(1)/%.o: cuda/$(1)/%.cu $(FLAGS_STAMP)
+build/obj/$(1)/%.o: cuda/$(1)/%.cu $(FLAGS_STAMP) build/obj/$(1)/.flags
 	$$(NVCC_COMPILE)
 
-build/lib/lib$(1).so: build/obj/$(1)/$(1).o $(COMMON_OBJ)
+build/lib/lib$(1).so: build/obj/$(1)/$(1).o $(COMMON_OBJ) build/obj/$(1)/.flags
 	@mkdir -p $$(@D)
 	@echo "  LINK    $$@"
-	@$(NVCC) $(GENCODE) -shared -o $$@ $$^ $(LDFLAGS) $$($(1)_LDLIBS)
+	@$(NVCC) $(GENCODE) -shared -o $$@ $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS)
 
-build/bin/$(1): build/obj/$(1)/main.o build/obj/$(1)/$(1).o $(COMMON_OBJ)
+build/bin/$(1): build/obj/$(1)/main.o build/obj/$(1)/$(1).o $(COMMON_OBJ) build/obj/$(1)/.flags
 	@mkdir -p $$(@D)
 	@echo "  LINK    $$@"
-	@$(NVCC) $(GENCODE) -o $$@ $$^ $(LDFLAGS) $$($(1)_LDLIBS)
+	@$(NVCC) $(GENCODE) -o $$@ $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS)
 
 build/ptxas/$(1).txt: build/obj/$(1)/main.o build/obj/$(1)/$(1).o
 	@mkdir -p $$(@D)

@@ -83,11 +83,11 @@ def parse_diagnostics(text: str) -> list[Diagnostic]:
 
 
 def make_command(targets_: list[str] | None = None, jobs: int | None = None, arch: str | None = None,
-                 dry_run: bool = False) -> list[str]:
+                 dry_run: bool = False, root: Path | None = None) -> list[str]:
     nvcc = toolchain.find("nvcc")
     if not nvcc.found:
         raise BuildError("nvcc not found: put it on PATH, set CUDA_HOME, or `pip install -e '.[toolkit]'`")
-    cmd = ["make", "-C", str(ROOT), f"-j{jobs or os.cpu_count() or 2}", "--no-print-directory",
+    cmd = ["make", "-C", str(root or ROOT), f"-j{jobs or os.cpu_count() or 2}", "--no-print-directory",
            f"NVCC={nvcc.path}"]
     home = toolchain.cuda_home()
     if home:
@@ -99,13 +99,18 @@ def make_command(targets_: list[str] | None = None, jobs: int | None = None, arc
     return cmd + list(targets_ or [])
 
 
-_STEP = re.compile(r"^\s*(?:echo\s+[\"']?)?\s*(NVCC|LINK|CC)\s+(\S+)")
+_STEP = re.compile(r"^\s*(?:echo\s+[\"']?)?\s*(NVCC|LINK|CC)\s+([^\s\"']+)")
+
+
+def pending_steps(targets_: list[str] | None = None, arch: str | None = None, root: Path | None = None) -> list[str]:
+    """The compile/link steps make would run now, as 'KIND target' (empty when up to date)."""
+    out = subprocess.run(make_command(targets_, arch=arch, dry_run=True, root=root), capture_output=True, text=True)
+    return [f"{m.group(1)} {m.group(2)}" for line in out.stdout.splitlines() if (m := _STEP.match(line))]
 
 
 def count_steps(targets_: list[str] | None = None, arch: str | None = None) -> int:
     """How many compile/link steps make would run now (0 when everything is up to date)."""
-    out = subprocess.run(make_command(targets_, arch=arch, dry_run=True), capture_output=True, text=True)
-    return sum(1 for line in out.stdout.splitlines() if _STEP.match(line))
+    return len(pending_steps(targets_, arch))
 
 
 @dataclass
@@ -115,10 +120,10 @@ class BuildResult:
 
 
 def build(targets_: list[str] | None = None, jobs: int | None = None, arch: str | None = None,
-          on_step: Callable[[str, str], None] | None = None) -> BuildResult:
+          on_step: Callable[[str, str], None] | None = None, root: Path | None = None) -> BuildResult:
     """Run make; call `on_step(kind, target)` as each step starts. Raise BuildError on failure
     with the compilers' file:line diagnostics rather than make's whole output."""
-    cmd = make_command(targets_, jobs, arch)
+    cmd = make_command(targets_, jobs, arch, root=root)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     steps, lines = [], []
     assert proc.stdout is not None

@@ -10,6 +10,9 @@ def parse_output(text: str) -> dict:
     d = parse.tagged_dict(text, "device_info")
     if "name" not in d:
         raise ValueError("no `device_info name=...` line in the output")
+    cc = d.get("compute_capability")
+    if isinstance(cc, float):  # "9.0" was read as a number; keep it the text it is
+        d["compute_capability"] = f"{cc:.1f}"
     return d
 
 

@@ -1,0 +1,160 @@
+"""The loader: cdef from the header, argument checks before any call, codes to exceptions."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import GPU_OK
+from harness import build, cudart, library
+from harness.errors import CudaError, NoGPUError
+
+# A plain-C stand-in for a program library, so the marshalling is exercised by real calls on any
+# machine: it scales an array, and fails with a chosen code.
+FAKE_C = r"""
+#include <string.h>
+int fake_scale(float *out, const float *in, int n, float s) {
+    for (int i = 0; i < n; ++i) out[i] = in[i] * s;
+    return 0;
+}
+int fake_fail(int code) { return code; }
+const char *cudalab_error_name(int c) { return c == 1 ? "cudaErrorInvalidValue" : "cudaErrorNoDevice"; }
+const char *cudalab_error_string(int c) { return c == 1 ? "invalid argument" : "no CUDA-capable device is detected"; }
+int cudalab_clear_error(void) { return 0; }
+"""
+FAKE_H = """/* fake program */
+#ifndef FAKE_H
+#define FAKE_H
+#ifdef __cplusplus
+extern "C" {
+#endif
+int fake_scale(float *out, const float *in, int n, float s);
+int fake_fail(int code);
+#ifdef __cplusplus
+}
+#endif
+#endif
+"""
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fake")
+    (d / "fake.c").write_text(FAKE_C)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(d / "libfake.so"), str(d / "fake.c")], check=True)
+    return library.Library("fake", d / "libfake.so", library.header_to_cdef(FAKE_H))
+
+
+def test_header_to_cdef_drops_preprocessor_and_extern_c():
+    cdef = library.header_to_cdef(FAKE_H)
+    assert "#" not in cdef and "extern" not in cdef
+    assert "int fake_scale(float *out, const float *in, int n, float s);" in cdef
+
+
+def test_arrays_pass_through(fake, rng):
+    x = rng.standard_normal(37).astype(np.float32)
+    out = np.full_like(x, np.nan)
+    fake.fake_scale(out, x, x.size, 2.5)
+    np.testing.assert_array_equal(out, x * np.float32(2.5))
+
+
+def test_wrong_dtype_is_rejected_before_the_call(fake):
+    out = np.full(4, np.nan, dtype=np.float32)
+    with pytest.raises(TypeError, match="float32"):
+        fake.fake_scale(out, np.ones(4, dtype=np.float64), 4, 1.0)
+    assert np.isnan(out).all(), "nothing may run when an argument is rejected"
+
+
+def test_non_contiguous_is_rejected(fake):
+    x = np.ones(8, dtype=np.float32)[::2]
+    with pytest.raises(ValueError, match="contiguous"):
+        fake.fake_scale(np.empty(4, np.float32), x, 4, 1.0)
+
+
+def test_read_only_output_is_rejected(fake):
+    out = np.empty(4, np.float32)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        fake.fake_scale(out, np.ones(4, np.float32), 4, 1.0)
+
+
+def test_scalar_types_are_checked(fake):
+    a = np.ones(4, np.float32)
+    with pytest.raises(TypeError, match="integer"):
+        fake.fake_scale(a, a, 4.0, 1.0)
+    with pytest.raises(TypeError, match="takes 4 arguments"):
+        fake.fake_scale(a, a, 4)
+    with pytest.raises(TypeError, match="numpy array"):
+        fake.fake_scale([1.0], a, 1, 1.0)
+
+
+def test_nonzero_codes_raise_typed_errors(fake):
+    with pytest.raises(CudaError) as ei:
+        fake.fake_fail(1)
+    assert (ei.value.code, ei.value.name) == (1, "cudaErrorInvalidValue")
+    assert not isinstance(ei.value, NoGPUError)
+    with pytest.raises(NoGPUError, match="no CUDA device"):
+        fake.fake_fail(100)
+
+
+def test_check_array_shapes():
+    a = np.ones((3, 4), np.float32)
+    assert library.check_array(a, "a", np.float32, ndim=2) is a
+    with pytest.raises(ValueError, match=r"shape \(4, 3\)"):
+        library.check_array(a, "a", np.float32, shape=(4, 3))
+    with pytest.raises(ValueError, match="2-D"):
+        library.check_array(a.ravel(), "a", np.float32, ndim=2)
+    with pytest.raises(TypeError, match="float32"):
+        library.check_array(a.astype(np.float64), "a", np.float32)
+    t = library.check_array(a.T, "a", np.float32, contiguous="copy")
+    assert t.flags.c_contiguous and np.array_equal(t, a.T)
+
+
+def test_missing_library_says_to_build(monkeypatch, tmp_path):
+    monkeypatch.setattr(build, "lib_path", lambda prog: tmp_path / f"lib{prog}.so")
+    library.load.cache_clear()
+    try:
+        with pytest.raises(FileNotFoundError, match="invoke build"):
+            library.load("hello")
+    finally:
+        library.load.cache_clear()
+    with pytest.raises(FileNotFoundError, match="no program"):
+        library.load("no_such_program")
+
+
+@pytest.mark.skipif(GPU_OK, reason="checks the no-GPU path; this machine has a GPU")
+def test_call_without_gpu_raises_no_gpu_error():
+    build.build(build.targets("hello"))
+    lib = library.load("hello")
+    with pytest.raises(NoGPUError) as ei:
+        lib.hello_gpu()
+    assert ei.value.code in (35, 100)
+    assert "driver" in str(ei.value) or "device" in str(ei.value)
+
+
+@pytest.mark.skipif(GPU_OK, reason="checks the no-GPU path; this machine has a GPU")
+def test_cudart_without_gpu_raises_no_gpu_error():
+    with pytest.raises(NoGPUError):
+        cudart.device_count()
+
+
+@pytest.mark.gpu
+def test_bad_launch_through_library_is_a_cuda_error():
+    build.build(build.targets("hello"))
+    lib = library.load("hello")
+    too_many = cudart.attribute("max_threads_per_block") * 2
+    with pytest.raises(CudaError) as ei:
+        lib.hello_loop(1, too_many)
+    assert ei.value.name == "cudaErrorInvalidConfiguration"
+    lib.hello_gpu()  # the error was not sticky: the next call works
+
+
+@pytest.mark.gpu
+def test_device_buffers_round_trip(rng):
+    x = rng.standard_normal(1001).astype(np.float32)
+    with cudart.DeviceBuffer.from_array(x) as buf:
+        out = np.full_like(x, np.nan)
+        buf.to_host(out)
+    np.testing.assert_array_equal(out, x)
