@@ -33,13 +33,14 @@
 // Grids are sized with this everywhere so that sizes that don't divide evenly are still covered.
 __host__ __device__ constexpr inline long long cdiv(long long n, long long b) { return (n + b - 1) / b; }
 
-// Device printf writes into a FIFO (1 MiB by default) that is only drained at synchronisation
-// points; lines that don't fit are silently dropped. Programs that print a trace size the FIFO
-// for the lines they will print before their first launch. `bytes_per_line` should be an upper
-// bound; the helper doubles it because each printf record also stores its format pointer and
-// arguments, not just the rendered text.
+// Device printf writes records (format pointer, arguments, metadata -- not rendered text) into a
+// FIFO (1 MiB by default) that is drained only at synchronisation points; records that don't fit
+// are lost. Programs that print a trace size the FIFO before their first launch. On an H200 a
+// 3-int record took about 256 bytes of FIFO (65536 lines lost 12288 of them in 13.6 MB), so the
+// helper reserves 8x the rendered line bound per line, plus slack: the trace must never be partial.
 static inline cudaError_t cudalab_reserve_printf(long long lines, long long bytes_per_line) {
-    size_t need = (size_t)(lines * bytes_per_line * 2) + ((size_t)1 << 20);
+    if (bytes_per_line < 64) bytes_per_line = 64;
+    size_t need = (size_t)(lines * bytes_per_line * 8) + ((size_t)8 << 20);
     size_t have = 0;
     cudaError_t err = cudaDeviceGetLimit(&have, cudaLimitPrintfFifoSize);
     if (err != cudaSuccess) return err;
