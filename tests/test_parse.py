@@ -42,7 +42,23 @@ def test_hello_all_fixture():
     assert pd.isna(df[df.kernel == "cpu"]["block"]).all()
 
 
+def test_hello_check_accepts_the_fixture_and_catches_a_missing_line():
+    import pytest
+
+    from harness.errors import TraceError
+
+    text = (FIX / "hello_all_h200.txt").read_text()
+    hello.check(hello.frame(text), "all")
+    lines = text.splitlines()
+    drop = next(i for i, line in enumerate(lines) if "kernel=kernelD block=3 thread=7" in line)
+    with pytest.raises(TraceError, match="kernelD printed 99 of 100"):
+        hello.check(hello.frame("\n".join(lines[:drop] + lines[drop + 1:])), "all")
+    with pytest.raises(TraceError, match="duplicated"):
+        hello.check(hello.frame("\n".join(lines + [lines[drop]])), "all")
+
+
 def test_hello_loop_fixture_covers_every_index_once():
+    hello.check(hello.frame((FIX / "hello_loop_4_32_h200.txt").read_text()), "loop", 4, 32)
     df = hello.frame((FIX / "hello_loop_4_32_h200.txt").read_text())
     assert len(df) == 128
     assert sorted(df["global"].astype(int)) == list(range(128))

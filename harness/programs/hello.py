@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .. import parse, runner
+from ..errors import TraceError
 
 COLUMNS = ["kernel", "block", "thread", "global"]
 
@@ -20,11 +21,47 @@ def frame(text: str) -> pd.DataFrame:
     return df
 
 
+def expected(what: str, blocks: int = 2, threads: int = 5) -> dict[str, set[tuple[int, int]]]:
+    """kernel -> the (block, thread) pairs `hello <what>` must print (empty for cpu-only modes)."""
+    out: dict[str, set[tuple[int, int]]] = {}
+    if what in ("gpu", "all"):
+        out["helloGPU"] = {(0, 0)}
+    if what in ("ints", "all"):
+        out["printInts"] = {(0, 0)}
+    if what in ("shapes", "all"):
+        out.update({k: expected_shape(b, t) for k, (b, t) in SHAPES.items()})
+    if what in ("loop", "all"):
+        out["loop"] = expected_shape(blocks, threads)
+    return out
+
+
+def check(df: pd.DataFrame, what: str, blocks: int = 2, threads: int = 5) -> pd.DataFrame:
+    """Raise TraceError unless every (block, thread) the launches imply printed exactly once."""
+    for kernel, want in expected(what, blocks, threads).items():
+        rows = df[df["kernel"] == kernel]
+        got = [(int(b), int(t)) for b, t in zip(rows["block"], rows["thread"])]
+        if kernel == "printInts":  # one thread prints ten lines
+            got = sorted(set(got)) if len(got) == 10 else got
+        missing = sorted(want - set(got))
+        dup = sorted({p for p in got if got.count(p) > 1}) if len(got) != len(set(got)) else []
+        if missing or dup or len(got) != len(want):
+            raise TraceError(f"hello {what}: kernel {kernel} printed {len(got)} of {len(want)} lines "
+                             f"({len(missing)} missing, {len(dup)} duplicated)", missing, dup)
+    return df
+
+
 def run(what: str = "all", *args, timeout: float = 60) -> pd.DataFrame:
-    """Run build/bin/hello <what> [args] and parse its lines."""
-    return frame(runner.run("hello", what, *args, timeout=timeout).stdout)
+    """Run build/bin/hello <what> [args], parse its lines, and check that none is missing."""
+    df = frame(runner.run("hello", what, *args, timeout=timeout).stdout)
+    blocks, threads = (int(args[0]), int(args[1])) if what == "loop" and len(args) == 2 else (2, 5)
+    return check(df, what, blocks, threads)
 
 
 def expected_shape(blocks: int, threads: int) -> set[tuple[int, int]]:
     """The (block, thread) pairs a <<<blocks, threads>>> launch must print."""
     return {(b, t) for b in range(blocks) for t in range(threads)}
+
+
+def profile_args(variant: str | None = None) -> list[str]:
+    """argv for `invoke profile hello` and `invoke sanitize`: every kernel of the program once."""
+    return ["all"]
