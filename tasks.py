@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -244,3 +243,163 @@ def bench(c, programs="", quick=False, save=False):
     con.print(f"wrote {path}")
     if save:
         con.print(f"saved {hbench.save(path, meta['device'])}")
+
+
+# --- orchestration: profile, sanitize, plot, report, demo (issue 6) --------------------------------
+
+def _kernel_table(df, title: str):
+    """The kernel table the way nsys's cuda_gpu_kern_sum lists it (times in ns)."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    multi = "variant" in df and df["variant"].nunique() > 1
+    extra = [c for c in df.columns if c not in {"variant", "kernel", "time_pct", "total_ns", "instances", "avg_ns",
+                                                  "med_ns", "min_ns", "max_ns", "tool", "program"}]
+    if multi:
+        t.add_column("Variant")
+    for h in ["Time (%)", "Total Time (ns)", "Instances", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)"] + extra:
+        t.add_column(h, justify="right")
+    t.add_column("Name", overflow="fold")
+    for _, r in df.iterrows():
+        cells = [str(r["variant"])] if multi else []
+        cells += [f"{r['time_pct']:.1f}"] + [f"{r[c]:,.0f}" if r[c] == r[c] else "" for c in
+                                             ("total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns")]
+        cells += [f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c]) for c in extra]
+        t.add_row(*cells, str(r["kernel"]))
+    return t
+
+
+@task(help={"tool": "auto (first tool that gives a report), nsys, ncu, or nvprof (explains why not)",
+            "variant": "kernel variant, or `all` for one run per variant (default: the program's choice)",
+            "metrics": "ncu: comma-separated metrics instead of the default short list",
+            "clock_control": "ncu: lock the clocks to base (default: measure the card as it is)"})
+def profile(c, prog, tool="auto", variant=None, metrics=None, clock_control=False):
+    """Profile a program's kernels: `invoke profile square --tool nsys`, `invoke profile matmul --tool ncu -- 256 256 256`.
+
+    Prints a table of kernels with their share of GPU time; CSVs go to build/profiles/<prog>/,
+    with a bar chart of the shares (kernel_shares.png)."""
+    from analysis import profile as aprof
+    from harness import profile as hp
+    from harness.errors import CudalabError
+
+    args = shlex.split(c.remainder or "")
+    con = _console()
+    try:
+        res = hp.profile(prog, tool=tool, variant=variant, args=args or None, metrics=metrics,
+                         clock_control=clock_control)
+    except hp.NvprofUnavailable as e:
+        raise Exit(str(e), code=1) from None
+    except (CudalabError, FileNotFoundError, ValueError) as e:
+        raise Exit(f"profile {prog}: {e}") from None
+    for f in res.failures:
+        con.print(f"[yellow]{f.tool}[/]: {f.reason}")
+    if res.note:
+        con.print(res.note)
+    con.print(_kernel_table(res.kernels, f"{prog}: GPU kernels ({res.tool})"))
+    outdir = hp.PROFILES / prog
+    paths = aprof.plot(res.kernels, outdir, title=f"{prog}: kernel time shares ({res.tool})")
+    con.print(f"CSVs and reports in {outdir.relative_to(ROOT)}; chart {paths[0].relative_to(ROOT)}")
+
+
+@task(help={"programs": "comma-separated programs (default: all)",
+            "tool": "memcheck, racecheck, initcheck, synccheck, or all (default)",
+            "jobs": "sanitizer runs in parallel (default 4)"})
+def sanitize(c, programs="", tool="all", jobs=0):
+    """compute-sanitizer over every program at small sizes, every variant: `invoke sanitize -p square`.
+
+    Arguments after `--` replace each program's own runs (`-- --oob` plants square's bug).
+    Exits non-zero when any run is not clean."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from harness import sanitize as hs
+    from harness.errors import CudalabError
+
+    names = [p for p in programs.replace(" ", ",").split(",") if p] or None
+    args = shlex.split(c.remainder or "") or None
+    con = _console()
+    try:
+        tools = hs.tools_for(tool)
+        hs.find_sanitizer()
+        with Progress(TextColumn("[bold]sanitize"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("{task.description}"), console=con) as bar:
+            t = bar.add_task("", total=None)
+            outcomes = hs.sanitize(names, tools, args=args, jobs=jobs or None,
+                                   on_total=lambda n: bar.update(t, total=n),
+                                   on_done=lambda o: bar.update(t, advance=1,
+                                                                description=f"{o.program} {o.label} {o.tool}"))
+    except (CudalabError, FileNotFoundError, ValueError) as e:
+        raise Exit(f"sanitize: {e}") from None
+    table = hs.summary(outcomes).reset_index()
+    con.print(_table(table, "compute-sanitizer: program x tool"))
+    bad = [o for o in outcomes if not o.clean]
+    for o in bad:
+        con.print(f"[red]{o.program} {o.label} {o.tool}[/]: {o.status} {o.detail} (log {o.log})")
+    if bad:
+        raise Exit(f"sanitize: {len(bad)} run(s) not clean", code=1)
+    con.print(f"sanitize: all {len(outcomes)} run(s) clean")
+
+
+@task(help={"csv": "bench: the CSV to draw (default: the newest build/bench/*.csv)",
+            "prog": "profile: the program whose build/profiles/<prog>/kernels.csv to draw",
+            "outdir": "where the PNGs go (default build/plots)"})
+def plot(c, what, csv=None, prog=None, outdir="build/plots"):
+    """Draw from saved results: `invoke plot bench` (ratio bars + roofline), `invoke plot profile --prog square`."""
+    if what == "bench":
+        from analysis import bench as abench
+
+        path = Path(csv) if csv else abench.latest_csv()
+        if path is None or not path.exists():
+            raise Exit("plot bench: no bench CSV (run `invoke bench` first, or give --csv)")
+        for p in abench.plot(path, Path(outdir)):
+            print(p)
+    elif what == "profile":
+        from analysis import profile as aprof
+        from harness import profile as hp
+
+        if not prog:
+            raise Exit("plot profile: name the program with --prog")
+        try:
+            df = hp.load_kernels(prog)
+        except FileNotFoundError as e:
+            raise Exit(str(e)) from None
+        tool = df["tool"].iloc[0] if "tool" in df and len(df) else ""
+        for p in aprof.plot(df, hp.PROFILES / prog, title=f"{prog}: kernel time shares ({tool})"):
+            print(p)
+    else:
+        raise Exit(f"plot: nothing called {what!r}; choose bench or profile")
+
+
+@task(help={"outdir": "where index.md and index.html go (default build/report)"})
+def report(c, outdir="build/report"):
+    """Write build/report/index.md and a self-contained index.html from whatever build/ holds."""
+    from analysis import report as arep
+    from harness import demo as hdemo
+
+    facts = hdemo.collect_facts()
+    md, html = arep.write(Path(outdir), facts=facts)
+    print(md)
+    print(html)
+
+
+@task(help={"bench": "run the quick bench (default on; --no-bench skips it)",
+            "profile": "profile square and transformer_block (default on)"})
+def demo(c, bench=True, profile=True):
+    """The first thing to run: build, run every program once, draw every picture, quick bench, report.
+
+    Without a GPU it still builds, draws the simulated grid-stride figures and the recorded traces,
+    writes the report, and says which steps need a GPU (exit 0)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from harness import demo as hdemo
+
+    con = _console()
+    with Progress(TextColumn("[bold]demo"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                  console=con) as bar:
+        t = bar.add_task("", total=None)
+        result = hdemo.run(bench=bench, profile=profile, on_total=lambda n: bar.update(t, total=n),
+                           on_step=lambda s: bar.update(t, advance=1, description=s))
+    con.print(_table(result.table(), "demo: what happened"))
+    for line in result.closing_lines():
+        con.print(line)
+    if result.failed:
+        raise Exit(f"demo: {len(result.failed)} step(s) failed", code=1)

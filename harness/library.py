@@ -177,7 +177,7 @@ class Library:
         return call
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load(prog: str) -> Library:
     """Load lib<prog>.so once per process. A missing library says to run `invoke build`."""
     header = _build.CUDA_DIR / prog / f"{prog}.h"

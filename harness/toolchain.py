@@ -65,7 +65,7 @@ def cuda_home() -> Path | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _nvcc_top(nvcc: str) -> Path:
     """nvcc's own idea of its install root: `nvcc --dryrun` prints `TOP=<bin>/..`. This sees
     through wrapper scripts such as a /usr/local/bin/nvcc that execs the real one."""
@@ -141,7 +141,7 @@ def _version(path: str, name: str) -> str | None:
     return m.group(m.lastindex or 1)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def find(name: str) -> Tool:
     """Locate one tool; `Tool.path` is None when it is nowhere to be found."""
     for path, how in _candidates(name):
