@@ -1,0 +1,401 @@
+"""grayscale: planar RGB to grey (GPU MODE lecture 3; the grayscale part of the CUDA set-up tutorial).
+
+Layout. The input is planar uint8 CHW with 3 channels: for n = h*w pixels, pixel i reads
+`x[i]` (R), `x[i+n]` (G) and `x[i+2n]` (B), as in the lectures. The output is h x w uint8.
+
+The formula and its rounding (the same in every CUDA variant, the C reference in main.cu, the
+numpy `reference` and the Python twins):
+
+    y    = (0.2989*R + 0.5870*G) + 0.1140*B     float32; each product and each sum rounded to the
+                                                nearest float32, in this order, never fused
+    grey = trunc(y)                             the lectures' cast to unsigned char (y >= 0)
+
+Why pinned: the lectures let nvcc fuse the expression into FMAs. A fused multiply-add rounds once
+instead of twice, and where y lands within an ulp of an integer that moves the truncated byte by one.
+The CUDA code uses __fmul_rn/__fadd_rn, which are never contracted, so the GPU bytes equal numpy's
+float32 bytes exactly and the tests ask for equality (no +-1 allowance is needed anywhere).
+A consequence of truncation with coefficients summing to 0.9999: white (255, 255, 255) gives 254.
+`reference_f64` (the same formula in float64) differs from the float32 result by at most one level,
+on the pixels where float32 rounding crosses an integer; `rounding_report` counts them.
+
+Variants: 01_1d (256 threads a block, cdiv(n, 256) blocks), 02_2d (16x16 blocks over (w, h)),
+03_vectorized (16 pixels a thread, 16-byte loads and stores, byte path for misaligned planes and the tail).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .. import library, parse, runner
+from ..sim import blk_kernel, blk_kernel2d, dim3, run_kernel
+
+VARIANTS = ("01_1d", "02_2d", "03_vectorized")
+DEFAULT_VARIANT = "03_vectorized"
+CR, CG, CB = np.float32(0.2989), np.float32(0.5870), np.float32(0.1140)
+
+TEST_H, TEST_W = 1066, 1600  # the lectures' puppy image
+PLOTS = Path(__file__).resolve().parents[2] / "build" / "plots"
+DEFAULT_OUT = PLOTS / "grayscale.png"
+
+
+# --- validation and the reference ---------------------------------------------------------------
+
+def check_variant(variant: str) -> str:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown grayscale variant {variant!r}; valid: {', '.join(VARIANTS)}")
+    return variant
+
+
+def check_planar(x, name: str = "x") -> np.ndarray:
+    """A (3, H, W) uint8 array; a non-contiguous one is copied to C order."""
+    x = library.check_array(x, name, np.uint8, ndim=3, contiguous="copy")
+    if x.shape[0] != 3:
+        raise ValueError(f"{name} must be planar RGB of shape (3, H, W), got {x.shape}"
+                         + (" (looks like H, W, 3: use planar(x))" if x.shape[-1] == 3 else ""))
+    if x.shape[1] * x.shape[2] > 2**31 - 1:
+        raise ValueError(f"{name}: {x.shape[1]}x{x.shape[2]} is more than 2^31-1 pixels")
+    return x
+
+
+def planar(hwc: np.ndarray) -> np.ndarray:
+    """(H, W, 3) interleaved RGB, as Pillow gives it, to contiguous planar (3, H, W)."""
+    hwc = library.check_array(hwc, "image", np.uint8, ndim=3, contiguous="copy")
+    if hwc.shape[2] != 3:
+        raise ValueError(f"image must be (H, W, 3) RGB, got {hwc.shape}")
+    return np.ascontiguousarray(hwc.transpose(2, 0, 1))
+
+
+def reference(x: np.ndarray) -> np.ndarray:
+    """The defined result: float32 arithmetic rounded at every step, then truncation."""
+    x = check_planar(x)
+    r, g, b = (x[c].astype(np.float32) for c in range(3))
+    y = (CR * r + CG * g) + CB * b  # numpy rounds each float32 operation; it never fuses
+    return y.astype(np.uint8)  # y in [0, 254.98]: the cast truncates, like the lectures' (unsigned char)
+
+
+def reference_f64(x: np.ndarray) -> np.ndarray:
+    """The same coefficients in float64, truncated: what the formula means without float32 rounding."""
+    x = check_planar(x)
+    r, g, b = (x[c].astype(np.float64) for c in range(3))
+    return np.floor(0.2989 * r + 0.5870 * g + 0.1140 * b).astype(np.uint8)
+
+
+def rounding_report(x: np.ndarray) -> dict:
+    """How many pixels float32 rounding moves by one level against float64 (never more than one)."""
+    a, b = reference(x).astype(np.int16), reference_f64(x).astype(np.int16)
+    d = a - b
+    return {"pixels": int(d.size), "differ": int(np.count_nonzero(d)), "max_abs": int(np.abs(d).max(initial=0))}
+
+
+def check(out: np.ndarray, ref: np.ndarray) -> tuple[bool, int]:
+    """The checker: exact equality. Returns (ok, number of mismatching pixels)."""
+    if out.shape != ref.shape:
+        return False, int(ref.size)
+    bad = int(np.count_nonzero(out != ref))
+    return bad == 0, bad
+
+
+# --- the GPU ------------------------------------------------------------------------------------
+
+def _lib():
+    return library.load("grayscale")
+
+
+def _cstr(lib, s: str):
+    return lib.ffi.new("char[]", s.encode())
+
+
+def rgb2grey(x: np.ndarray, variant: str = DEFAULT_VARIANT, align_planes: bool = True) -> np.ndarray:
+    """Grey image (H, W) uint8 of planar x (3, H, W) uint8 on the GPU (host arrays in and out).
+
+    A non-contiguous x is copied to C order first. align_planes=False keeps the planes packed on the
+    device (G at byte n, B at 2n), which for n % 16 != 0 sends 03_vectorized down its byte path.
+    """
+    check_variant(variant)
+    x = check_planar(x)
+    _, h, w = x.shape
+    out = np.empty((h, w), dtype=np.uint8)
+    if out.size == 0:
+        return out
+    lib = _lib()
+    lib.grayscale_host(_cstr(lib, variant), h, w, x, out, int(bool(align_planes)))
+    return out
+
+
+def rgb2grey_device(variant: str, h: int, w: int, plane_stride: int, x_ptr, out_ptr, stream=None) -> None:
+    """Device pointers (DeviceBuffer or cffi pointers), enqueued on `stream` without a sync: for timing."""
+    check_variant(variant)
+    if h < 0 or w < 0 or plane_stride < h * w:
+        raise ValueError(f"need h, w >= 0 and plane_stride >= h*w, got h={h} w={w} plane_stride={plane_stride}")
+    lib = _lib()
+    lib.grayscale_device(_cstr(lib, variant), h, w, plane_stride, x_ptr, out_ptr, stream)
+
+
+def aligned_stride(h: int, w: int) -> int:
+    """The device plane pitch rgb2grey uses: h*w rounded up to 16 bytes."""
+    return -(-h * w // 16) * 16
+
+
+# --- Python twins (lecture 3) -------------------------------------------------------------------
+# The arithmetic on np.float32 scalars rounds each step to float32, exactly as the CUDA code does.
+
+def _grey(r, g, b) -> int:
+    return int((CR * np.float32(r) + CG * np.float32(g)) + CB * np.float32(b))
+
+
+def rgb2grey_py(x: np.ndarray) -> np.ndarray:
+    """The lecture's pixel loop over the flattened planes."""
+    c, h, w = x.shape
+    n = h * w
+    x = x.flatten()
+    res = np.empty(n, dtype=np.uint8)
+    for i in range(n):
+        res[i] = _grey(x[i], x[i + n], x[i + 2 * n])
+    return res.reshape(h, w)
+
+
+def rgb2grey_k(i, x, out, n):
+    """Kernel for run_kernel: one "thread" per pixel i."""
+    out[i] = _grey(x[i], x[i + n], x[i + 2 * n])
+
+
+def rgb2grey_pyk(x: np.ndarray) -> np.ndarray:
+    c, h, w = x.shape
+    n = h * w
+    x = x.flatten()
+    res = np.empty(n, dtype=np.uint8)
+    run_kernel(rgb2grey_k, h * w, x, res, n)
+    return res.reshape(h, w)
+
+
+def rgb2grey_bk(blockidx, threadidx, blockdim, x, out, n):
+    """Kernel for blk_kernel: 01_1d's index, with its guard for the last, partial block."""
+    i = blockidx * blockdim + threadidx
+    if i < n:
+        out[i] = _grey(x[i], x[i + n], x[i + 2 * n])
+
+
+def rgb2grey_pybk(x: np.ndarray, threads: int = 256) -> np.ndarray:
+    c, h, w = x.shape
+    n = h * w
+    x = x.flatten()
+    res = np.full(n, 0xAB, dtype=np.uint8)
+    blocks = int(math.ceil(h * w / threads))
+    blk_kernel(rgb2grey_bk, blocks, threads, x, res, n)
+    return res.reshape(h, w)
+
+
+def rgb2grey_bk2d(blockidx: dim3, threadidx: dim3, blockdim: dim3, x, out, h, w):
+    """Kernel for blk_kernel2d: 02_2d's (column, row) mapping with guards on both edges."""
+    c = blockidx.x * blockdim.x + threadidx.x
+    r = blockidx.y * blockdim.y + threadidx.y
+    if c < w and r < h:
+        i = r * w + c
+        n = h * w
+        out[i] = _grey(x[i], x[i + n], x[i + 2 * n])
+
+
+def rgb2grey_pybk2d(x: np.ndarray, tw: int = 16) -> np.ndarray:
+    c, h, w = x.shape
+    x = x.flatten()
+    res = np.full(h * w, 0xAB, dtype=np.uint8)
+    blocks = dim3(math.ceil(w / tw), math.ceil(h / tw))
+    blk_kernel2d(rgb2grey_bk2d, blocks, dim3(tw, tw), x, res, h, w)
+    return res.reshape(h, w)
+
+
+# --- images -------------------------------------------------------------------------------------
+
+# Where the test image's shapes sit, and the colour of each: (row, col) of a point inside it.
+TEST_SHAPES = {
+    "red_disc": ((290, 330), (255, 0, 0)),
+    "green_square": ((290, 800), (0, 255, 0)),
+    "blue_triangle": ((330, 1270), (0, 0, 255)),
+    "white_bar": ((600, 800), (255, 255, 255)),
+    "black_bar": ((700, 800), (0, 0, 0)),
+    "yellow_disc": ((900, 330), (255, 255, 0)),
+    "cyan_disc": ((900, 800), (0, 255, 255)),
+    "magenta_disc": ((900, 1270), (255, 0, 255)),
+}
+
+
+def test_image(h: int = TEST_H, w: int = TEST_W) -> np.ndarray:
+    """The project's own test picture, (h, w, 3) uint8 RGB (default 1066 x 1600, the puppy's size).
+
+    Background: R rises left to right, G rises top to bottom, B falls along the diagonal. On it,
+    pure primaries in distinct shapes -- a red disc, a green square, a blue triangle -- then a white
+    and a black bar, and yellow, cyan and magenta discs. In grey the red disc is 76, the green square
+    149 and the blue triangle 29; a swapped channel order moves those levels and the gradients'
+    directions, which is easy to see. Deterministic, made with numpy only (no downloads, no fonts).
+    Shapes are placed for the default size and scale with h and w.
+    """
+    if h < 1 or w < 1:
+        raise ValueError(f"test image size must be positive, got {h}x{w}")
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    fy, fx = yy / max(h - 1, 1), xx / max(w - 1, 1)
+    img = np.empty((h, w, 3), dtype=np.uint8)
+    img[..., 0] = np.round(255 * fx)
+    img[..., 1] = np.round(255 * fy)
+    img[..., 2] = np.round(255 * (1 - (fx + fy) / 2))
+    sy, sx = h / TEST_H, w / TEST_W
+    s = min(sy, sx)
+
+    def paint(mask, rgb):
+        img[mask] = rgb
+
+    def disc(cy, cx, r):
+        return (yy - cy * sy) ** 2 + (xx - cx * sx) ** 2 <= (r * s) ** 2
+
+    paint(disc(290, 330, 170), TEST_SHAPES["red_disc"][1])
+    paint((np.abs(yy - 290 * sy) <= 160 * s) & (np.abs(xx - 800 * sx) <= 160 * s), TEST_SHAPES["green_square"][1])
+    # Triangle with its apex up: inside when below the apex row-line and within the widening sides.
+    top, base, cx = 120 * sy, 460 * sy, 1270 * sx
+    half = (yy - top) / max(base - top, 1) * 190 * s
+    paint((yy >= top) & (yy <= base) & (np.abs(xx - cx) <= half), TEST_SHAPES["blue_triangle"][1])
+    paint((np.abs(yy - 600 * sy) <= 35 * s) & (np.abs(xx - 800 * sx) <= 650 * s), TEST_SHAPES["white_bar"][1])
+    paint((np.abs(yy - 700 * sy) <= 35 * s) & (np.abs(xx - 800 * sx) <= 650 * s), TEST_SHAPES["black_bar"][1])
+    for name, cx0 in (("yellow_disc", 330), ("cyan_disc", 800), ("magenta_disc", 1270)):
+        paint(disc(900, cx0, 110), TEST_SHAPES[name][1])
+    return img
+
+
+def load_image(path) -> tuple[np.ndarray, str]:
+    """Read an image file with Pillow as (H, W, 3) uint8 RGB, converting other modes.
+
+    Returns (pixels, note): the note says what was converted ("" for a plain RGB file).
+    RGB is taken as is; RGBA and LA drop their alpha; palette (P) images are expanded; grey (L)
+    is replicated into R, G and B; other 8-bit modes (1, CMYK, YCbCr, ...) go through Pillow's
+    convert("RGB"). A missing file raises FileNotFoundError, an unreadable one ValueError.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"image file not found: {p}")
+    if not p.is_file():
+        raise ValueError(f"not a file: {p}")
+    try:
+        with Image.open(p) as im:
+            im.load()
+            mode = im.mode
+            if mode in ("I", "I;16", "I;16B", "I;16L", "F"):
+                raise ValueError(f"{p}: {mode} images (16/32-bit) are not supported; save it as 8-bit RGB or L")
+            notes = {
+                "RGB": "",
+                "RGBA": "RGBA image: alpha channel dropped",
+                "LA": "LA (grey + alpha) image: alpha dropped, grey copied to R, G and B",
+                "L": "L (grey) image: grey copied to R, G and B",
+                "P": "palette (P) image: expanded to RGB through its palette",
+            }
+            note = notes.get(mode, f"{mode} image: converted to RGB by Pillow")
+            if mode == "P" and "transparency" in im.info:
+                note += " (transparency dropped)"
+                im = im.convert("RGBA")
+            rgb = im.convert("RGB") if im.mode != "RGB" else im
+            arr = np.asarray(rgb, dtype=np.uint8).copy()
+    except UnidentifiedImageError as e:
+        raise ValueError(f"cannot read {p} as an image: {e}") from None
+    except OSError as e:
+        raise ValueError(f"cannot read {p}: {e}") from None
+    return arr, note
+
+
+def save_image(grey: np.ndarray, path) -> Path:
+    from PIL import Image
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        Image.fromarray(grey, mode="L").save(p)
+    except (ValueError, KeyError) as e:
+        raise ValueError(f"cannot write {p}: {e} (use a .png or .jpg name)") from None
+    return p
+
+
+def cli(args: list[str], variant: str | None = None, image: str | None = None, out: str | None = None) -> int:
+    """`invoke run grayscale [--image in.png] [--out out.png] [--variant V]`.
+
+    Without --image the generated test picture is used (and written beside the output as
+    *_input.png so the two can be compared). Prints what was converted, then a result line;
+    returns 0 when the GPU's bytes equal the reference, 1 otherwise.
+    """
+    if args:
+        raise ValueError(f"grayscale takes --image/--out/--variant, not extra arguments: {' '.join(args)}")
+    variant = check_variant(variant or DEFAULT_VARIANT)
+    out_path = Path(out) if out else DEFAULT_OUT
+    if image is None:
+        hwc = test_image()
+        src = out_path.with_name(out_path.stem + "_input.png")
+        src.parent.mkdir(parents=True, exist_ok=True)
+        from PIL import Image
+
+        Image.fromarray(hwc, mode="RGB").save(src)
+        print(f"no --image given: using the generated {TEST_H}x{TEST_W} test picture (saved as {src})")
+    else:
+        hwc, note = load_image(image)
+        if note:
+            print(f"{image}: {note}")
+    x = planar(hwc)
+    grey = rgb2grey(x, variant)
+    ok, bad = check(grey, reference(x))
+    saved = save_image(grey, out_path)
+    print(f"result program=grayscale variant={variant} h={grey.shape[0]} w={grey.shape[1]} "
+          f"mismatches={bad} check={'pass' if ok else 'fail'} out={saved}")
+    return 0 if ok else 1
+
+
+# --- the executable -----------------------------------------------------------------------------
+
+def parse_output(text: str):
+    """build/bin/grayscale's `result program=grayscale ...` lines as a DataFrame (numbers converted)."""
+    df = parse.tagged(text, "result")
+    if df.empty:
+        raise ValueError("no `result program=grayscale ...` line in the output")
+    return df
+
+
+def run(*args, timeout: float = 300):
+    """Run build/bin/grayscale with args (e.g. "--variant", "all", ...) and parse its result lines.
+    A failed check is exit status 1 and raises ProgramError."""
+    return parse_output(runner.run("grayscale", *[str(a) for a in args], timeout=timeout).stdout)
+
+
+# --- benchmarks ---------------------------------------------------------------------------------
+
+def bench_cases(quick: bool = False):
+    """16384 x 16384 for every variant against the cudaMemcpy D2D ceiling, 4 bytes a pixel
+    (3 read, 1 written). The issue's target, 0.90 of memcpy, is for 03_vectorized."""
+    from .. import bench, cudart
+
+    h = w = 4096 if quick else 16384
+    n = h * w
+    stride = aligned_stride(h, w)
+
+    def make_setup(variant):
+        def setup():
+            x = cudart.DeviceBuffer(3 * stride)
+            o = cudart.DeviceBuffer(n)
+            try:
+                rng = np.random.default_rng(0)
+                for p in range(3):  # random bytes, plane by plane to bound host memory
+                    plane = rng.integers(0, 256, size=n, dtype=np.uint8)
+                    cudart.memcpy_htod(cudart.ffi.cast("char *", x.ptr) + p * stride, plane)
+            except BaseException:
+                x.close()
+                o.close()
+                raise
+
+            def close():
+                x.close()
+                o.close()
+
+            return bench.Prepared(lambda s: rgb2grey_device(variant, h, w, stride, x.ptr, o.ptr, s), close)
+        return setup
+
+    return [bench.BenchCase("grayscale", v, f"{h}x{w}", make_setup(v), "GB/s", 4.0 * n, "memcpy",
+                            target=0.90 if v == "03_vectorized" else None, quick=True, bytes=4.0 * n,
+                            note="4 bytes/pixel (3 read + 1 written)")
+            for v in VARIANTS]

@@ -1,0 +1,337 @@
+"""matmul: the twins, the checker, argument validation, and every variant on the GPU against float64 numpy."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import poison
+from harness import library, runner
+from harness.programs import matmul as mm
+
+LIMITS = {"max_threads_per_block": 1024, "smem_per_block": 48 * 1024}  # an H100's, for CPU-only checks
+
+# (m, k, n): 1x1x1, primes, 2^k +- 1, non-multiples of 16 and 32, tall and skinny, wide and short.
+SHAPES = [(1, 1, 1), (2, 3, 5), (7, 13, 11), (16, 16, 16), (17, 31, 33), (31, 17, 63), (32, 32, 32), (33, 65, 47),
+          (97, 101, 103), (127, 129, 255), (1000, 3, 2), (2, 1000, 3), (3, 5, 1000), (1, 257, 1), (513, 1, 257)]
+# (variant, tile): 02 at both compiled widths, 03 at widths that divide nothing in SHAPES too.
+CONFIGS = [("01_naive", 16), ("02_tiled", 16), ("02_tiled", 32), ("03_tiled_dynamic", 16),
+           ("03_tiled_dynamic", 32), ("03_tiled_dynamic", 8), ("03_tiled_dynamic", 7), ("03_tiled_dynamic", 1)]
+CONFIG_IDS = [f"{v}-t{t}" for v, t in CONFIGS]
+
+
+def rand(rng, *shape):
+    return rng.standard_normal(shape, dtype=np.float32)
+
+
+def cublas_available() -> tuple[bool, str]:
+    try:
+        return (True, "") if mm.have_cublas() else (False, "libmatmul.so was built without cuBLAS "
+                                                          "(not found beside nvcc; see `invoke doctor`)")
+    except Exception as e:  # library not built
+        return False, f"cannot load libmatmul.so: {e}"
+
+
+# --- twins, reference, checker (CPU) --------------------------------------------------------------
+
+@pytest.mark.parametrize("mkn", [(1, 1, 1), (5, 7, 3), (17, 13, 19), (4, 9, 16)])
+def test_matmul_bk_twin(mkn, rng):
+    m, k, n = mkn
+    a, b = rand(rng, m, k), rand(rng, k, n)
+    ok, e = mm.check(mm.matmul_2d(a, b), mm.reference(a, b))
+    assert ok, e
+
+
+@pytest.mark.parametrize("tw", [1, 3, 4, 8])
+@pytest.mark.parametrize("mkn", [(1, 1, 1), (5, 7, 3), (9, 10, 11)])
+def test_tiled_twin_shares_tiles(mkn, tw, rng):
+    m, k, n = mkn
+    a, b = rand(rng, m, k), rand(rng, k, n)
+    ok, e = mm.check(mm.matmul_tiled_sim(a, b, tw), mm.reference(a, b))
+    assert ok, e
+
+
+def test_tiled_twin_needs_its_barrier():
+    # Without the first barrier, thread (0, 0) reads tile cells other threads have not loaded yet.
+    rng = np.random.default_rng(3)
+    a, b = rand(rng, 8, 8), rand(rng, 8, 8)
+    out = mm.matmul_tiled_sim(a, b, 4, sync=False)
+    assert not mm.check(out, mm.reference(a, b))[0]
+    assert np.isnan(out).any()
+
+
+def test_reference_is_float64(rng):
+    a, b = rand(rng, 4, 5), rand(rng, 5, 3)
+    ref = mm.reference(a, b)
+    assert ref.dtype == np.float64
+    np.testing.assert_allclose(ref, a.astype(np.float64) @ b.astype(np.float64), rtol=0, atol=0)
+
+
+def test_checker_fails_on_wrong_answers(rng):
+    a, b = rand(rng, 64, 64), rand(rng, 64, 64)
+    ref = mm.reference(a, b)
+    assert mm.check((a @ b).astype(np.float32), ref)[0]
+    assert not mm.check(a @ b.T, ref)[0]  # a transposed B
+    nan = (a @ b).copy()
+    nan[5, 7] = np.nan  # one unwritten (poisoned) element
+    assert not mm.check(nan, ref)[0]
+    off = (a @ b).copy()
+    off[0, 0] += 1e-2 * np.linalg.norm(ref)  # a single wrong element is enough
+    assert not mm.check(off, ref)[0]
+    assert not mm.check(ref[:, :-1], ref)[0]
+
+
+def test_lecture_shapes():
+    assert mm.LECTURE_SHAPES == {"mnist_5": (5, 784, 10), "mnist_50000": (50000, 784, 10),
+                                 "lecture5": (5120, 256, 5120)}
+
+
+# --- arguments (CPU, before any launch) ------------------------------------------------------------
+
+def test_shape_mismatch_names_both_shapes():
+    a, b = np.ones((3, 4), np.float32), np.ones((5, 6), np.float32)
+    with pytest.raises(ValueError, match=r"\(3, 4\).*\(5, 6\)"):
+        mm.matmul(a, b)
+    with pytest.raises(ValueError, match=r"\(2, 3, 4\).*\(2, 6, 5\)"):
+        mm.matmul_batched(np.ones((2, 3, 4), np.float32), np.ones((2, 6, 5), np.float32), trans_b=True)
+    with pytest.raises(ValueError, match="batch"):
+        mm.matmul_batched(np.ones((2, 3, 4), np.float32), np.ones((3, 4, 5), np.float32))
+
+
+def test_dtype_ndim_contiguity():
+    a = np.ones((4, 4), np.float32)
+    with pytest.raises(TypeError, match="float32"):
+        mm.matmul(a.astype(np.float64), a)
+    with pytest.raises(TypeError, match="float32"):
+        mm.matmul(a, a.astype(np.int32))
+    with pytest.raises(ValueError, match="2-D"):
+        mm.matmul(np.ones(4, np.float32), a)
+    with pytest.raises(ValueError, match="contiguous"):
+        mm.matmul(a, np.ones((8, 4), np.float32)[::2])
+    with pytest.raises(ValueError, match="contiguous"):
+        mm.matmul(np.asfortranarray(np.ones((4, 3), np.float32)), np.ones((3, 4), np.float32))
+    with pytest.raises(TypeError, match="numpy array"):
+        mm.matmul([[1.0]], a)
+
+
+def test_unknown_variant_lists_valid_ones():
+    a = np.ones((2, 2), np.float32)
+    with pytest.raises(ValueError, match="01_naive, 02_tiled, 03_tiled_dynamic, cublas"):
+        mm.matmul(a, a, variant="04_magic")
+    with pytest.raises(ValueError, match="valid"):
+        mm.matmul_device("nope", 16, 1, 1, 1, None, None, None)
+
+
+def test_tile_checks():
+    with pytest.raises(ValueError, match="16, 32"):
+        mm.check_tile("02_tiled", 8, limits=LIMITS)
+    with pytest.raises(ValueError, match="positive"):
+        mm.check_tile("03_tiled_dynamic", 0, limits=LIMITS)
+    with pytest.raises(ValueError, match="1089 threads per block.*1024"):
+        mm.check_tile("03_tiled_dynamic", 33, limits=LIMITS)
+    with pytest.raises(ValueError, match="8192 bytes of shared memory.*4096"):
+        mm.check_tile("03_tiled_dynamic", 32, limits={"max_threads_per_block": 1024, "smem_per_block": 4096})
+    mm.check_tile("03_tiled_dynamic", 7, limits=LIMITS)
+    mm.check_tile("02_tiled", 32, limits=LIMITS)
+    mm.check_tile("01_naive", 12345, limits=LIMITS)  # the naive kernel ignores the tile
+
+
+def test_smem_bytes():
+    assert mm.smem_bytes("03_tiled_dynamic", 16) == 2 * 16 * 16 * 4
+    assert mm.smem_bytes("03_tiled_dynamic", 32, trans_b=True) == (32 * 32 + 32 * 33) * 4
+    assert mm.smem_bytes("01_naive", 16) == 0
+
+
+def test_empty_output_needs_no_gpu():
+    for a_shape, b_shape in (((0, 5), (5, 3)), ((4, 5), (5, 0)), ((0, 0), (0, 0))):
+        out = mm.matmul(np.ones(a_shape, np.float32), np.ones(b_shape, np.float32))
+        assert out.shape == (a_shape[0], b_shape[1]) and out.dtype == np.float32
+
+
+def test_header_exports():
+    lib = library.load("matmul")
+    for name in ("matmul_have_cublas", "matmul_check", "matmul_host", "matmul_host_batched", "matmul_device"):
+        assert callable(lib.raw(name))
+
+
+def test_cublas_absent_is_a_clear_error():
+    ok, _ = cublas_available()
+    if ok:
+        pytest.skip("cuBLAS is built in here; this checks the message when it is not")
+    with pytest.raises(ValueError, match="without cuBLAS"):
+        mm.check_tile("cublas", 0)
+
+
+# --- executable, fixtures and bench cases (CPU) -----------------------------------------------------
+
+def test_executable_rejects_bad_argv():
+    for args in (["0", "5", "5"], ["5", "5"], ["--variant", "nope", "4", "4", "4"], ["-3", "4", "4"],
+                 ["4", "4", "x"], ["--tile", "0", "4", "4", "4"]):
+        res = runner.run("matmul", *args, check=False)
+        assert res.returncode == 2, args
+        assert "error:" in res.stderr
+
+
+def test_parse_recorded_output():
+    text = (Path(__file__).parent / "fixtures" / "matmul_h200.txt").read_text()
+    df = mm.parse_output(text)
+    assert {"01_naive", "02_tiled", "03_tiled_dynamic"} <= set(df["variant"])
+    assert (df["check"] == "pass").all()
+    assert (df["relerr"] <= mm.TOL).all() and (df["tflops"] > 0).all()
+    with pytest.raises(ValueError):
+        mm.parse_output("")
+
+
+def test_bench_cases_describe_the_goals():
+    cases = {c.variant: c for c in mm.bench_cases(quick=False)}
+    assert cases["01_naive"].ceiling == "cublas" and cases["01_naive"].size == "4096^3"
+    assert cases["01_naive"].amount == 2.0 * 4096**3
+    for t in (16, 32):
+        c = cases[f"02_tiled-t{t}-vs-naive"]
+        assert c.ceiling == "matmul_01_naive" and c.target == 1.5
+    from harness import bench
+
+    assert {"cublas", "matmul_01_naive"} <= set(bench.ceilings())
+
+
+# --- the GPU ------------------------------------------------------------------------------------------
+
+@functools.cache
+def operands(seed: int, m: int, k: int, n: int):
+    rng = np.random.default_rng(seed)
+    a, b = rand(rng, m, k), rand(rng, k, n)
+    return a, b, mm.reference(a, b)
+
+
+def assert_close(out, ref, what):
+    ok, e = mm.check(out, ref)
+    assert ok, f"{what}: ||out-ref||/||ref|| = {e:.3e} > {mm.TOL}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("mkn", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gpu_variants(config, mkn, seed):
+    variant, tile = config
+    a, b, ref = operands(seed, *mkn)
+    assert_close(mm.matmul(a, b, variant, tile), ref, f"{variant} t{tile} {mkn}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", CONFIGS[:6], ids=CONFIG_IDS[:6])
+@pytest.mark.parametrize("name", list(mm.LECTURE_SHAPES))
+def test_gpu_lecture_shapes(config, name):
+    variant, tile = config
+    m, k, n = mm.LECTURE_SHAPES[name]
+    a, b, ref = operands(0, m, k, n)
+    assert_close(mm.matmul(a, b, variant, tile), ref, f"{variant} t{tile} {name}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", CONFIGS, ids=CONFIG_IDS)
+def test_gpu_device_form_poisoned(config, rng):
+    """Device pointers with C poisoned (NaN) and a NaN guard band after it: every element written, none past."""
+    from harness import cudart
+
+    variant, tile = config
+    m, k, n = 37, 45, 53
+    a, b = rand(rng, m, k), rand(rng, k, n)
+    out = poison((m * n + 256,), np.float32)
+    with cudart.DeviceBuffer.from_array(a) as da, cudart.DeviceBuffer.from_array(b) as db, \
+            cudart.DeviceBuffer.from_array(out) as dc:
+        mm.matmul_device(variant, tile, m, n, k, da.ptr, db.ptr, dc.ptr)
+        cudart.synchronize()
+        dc.to_host(out)
+    assert_close(out[:m * n].reshape(m, n), mm.reference(a, b), f"{variant} t{tile}")
+    assert np.isnan(out[m * n:]).all(), "wrote past the end of C"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", CONFIGS[:6], ids=CONFIG_IDS[:6])
+def test_gpu_k_zero_gives_zeros(config):
+    variant, tile = config
+    out = mm.matmul(np.ones((19, 0), np.float32), np.ones((0, 23), np.float32), variant, tile)
+    assert out.shape == (19, 23)
+    np.testing.assert_array_equal(out, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("trans_b", [False, True], ids=["B", "Bt"])
+def test_gpu_batched_alpha_transposed(config, trans_b, rng):
+    """The shared header's general form, as attention uses it: batched, scaled, B or B^T."""
+    variant, tile = config
+    batch, m, k, n = 5, 33, 19, 41
+    a = rand(rng, batch, m, k)
+    b = rand(rng, batch, n, k) if trans_b else rand(rng, batch, k, n)
+    alpha = 0.125
+    out = mm.matmul_batched(a, b, variant, tile, trans_b=trans_b, alpha=alpha)
+    bb = np.swapaxes(b, 1, 2) if trans_b else b
+    ref = alpha * np.einsum("zmk,zkn->zmn", a.astype(np.float64), bb.astype(np.float64))
+    assert_close(out, ref, f"{variant} t{tile} trans_b={trans_b}")
+
+
+@pytest.mark.gpu
+def test_gpu_large_case():
+    a, b, ref = operands(7, 1025, 1537, 769)
+    for variant, tile in CONFIGS[:6]:
+        assert_close(mm.matmul(a, b, variant, tile), ref, f"{variant} t{tile} large")
+
+
+@pytest.mark.gpu
+def test_gpu_checker_catches_transposed_b():
+    # A kernel that read B transposed would produce a @ b.T: run exactly that through the GPU and
+    # show the checker refuses it.
+    a, b, ref = operands(4, 64, 64, 64)
+    wrong = mm.matmul(a, np.ascontiguousarray(b.T))
+    assert not mm.check(wrong, ref)[0]
+
+
+@pytest.mark.gpu
+def test_gpu_tile_device_limits():
+    from harness import cudart
+
+    max_threads = cudart.attribute("max_threads_per_block")
+    too_big = int(np.sqrt(max_threads)) + 1
+    a = np.ones((4, 4), np.float32)
+    with pytest.raises(ValueError, match="threads per block"):
+        mm.matmul(a, a, "03_tiled_dynamic", too_big)
+    # The C side refuses it too, with cudaErrorInvalidConfiguration, if Python's check is bypassed.
+    lib = library.load("matmul")
+    assert lib.raw("matmul_check")(lib.ffi.new("char[]", b"03_tiled_dynamic"), too_big, 0) == 9
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mkn", [(1, 1, 1), (17, 31, 33), (127, 129, 255), (5, 784, 10)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_gpu_cublas(mkn, rng):
+    ok, why = cublas_available()
+    if not ok:
+        pytest.skip(why)
+    m, k, n = mkn
+    a, b = rand(rng, m, k), rand(rng, k, n)
+    assert_close(mm.matmul(a, b, "cublas"), mm.reference(a, b), f"cublas {mkn}")
+
+
+@pytest.mark.gpu
+def test_gpu_cublas_batched_transposed_and_k_zero(rng):
+    ok, why = cublas_available()
+    if not ok:
+        pytest.skip(why)
+    a, b = rand(rng, 3, 20, 30), rand(rng, 3, 40, 30)
+    out = mm.matmul_batched(a, b, "cublas", trans_b=True, alpha=0.5)
+    ref = 0.5 * np.einsum("zmk,znk->zmn", a.astype(np.float64), b.astype(np.float64))
+    assert_close(out, ref, "cublas batched trans_b")
+    z = mm.matmul(np.ones((6, 0), np.float32), np.ones((0, 7), np.float32), "cublas")
+    np.testing.assert_array_equal(z, 0)
+
+
+@pytest.mark.gpu
+def test_gpu_executable_checks_itself():
+    df = mm.run("--variant", "all", "--tile", "32", "129", "257", "65")
+    assert {"01_naive", "02_tiled", "03_tiled_dynamic"} <= set(df["variant"])
+    assert (df["check"] == "pass").all()
