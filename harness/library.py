@@ -78,12 +78,31 @@ def _pointee(ctype) -> str | None:
     return item.cname if item.kind in ("primitive",) else None
 
 
-def as_pointer(ffi: cffi.FFI, ctype, value, argname: str):
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+_DECL = re.compile(r"([A-Za-z_]\w*)\s*\(([^()]*)\)\s*;")
+
+
+def const_params(cdef: str) -> dict[str, list[bool]]:
+    """For each declared function, whether each pointer parameter points to const data.
+    cffi forgets `const` in its types, so read-only arrays are allowed only where the header says."""
+    out = {}
+    for m in _DECL.finditer(_COMMENT.sub(" ", cdef)):
+        params = [p.strip() for p in m.group(2).split(",")] if m.group(2).strip() not in ("", "void") else []
+        out[m.group(1)] = [("const" in p.split("*")[0]) if "*" in p else False for p in params]
+    return out
+
+
+def as_pointer(ffi: cffi.FFI, ctype, value, argname: str, const: bool = False):
     """Marshal one argument for a pointer parameter; raise TypeError/ValueError before any call."""
     from .cudart import DeviceBuffer  # local: cudart needs libcudart only when used
 
     if isinstance(value, DeviceBuffer):
         return ffi.cast(ctype, value.ptr)
+    if isinstance(value, str):
+        # A `const char *` parameter (a variant name, say) takes a Python string.
+        if ctype.item.cname != "char" or not const:
+            raise TypeError(f"{argname}: a string needs a `const char *` parameter, not {ctype.cname}")
+        return ffi.new("char[]", value.encode())
     if isinstance(value, ffi.CData):
         return ffi.cast(ctype, value)
     if isinstance(value, np.ndarray):
@@ -95,7 +114,7 @@ def as_pointer(ffi: cffi.FFI, ctype, value, argname: str):
             raise TypeError(f"{argname}: expected a {np.dtype(want).name} array for {ctype.cname}, got {value.dtype}")
         if not value.flags.c_contiguous:
             raise ValueError(f"{argname}: the array must be C-contiguous (use np.ascontiguousarray)")
-        if not value.flags.writeable and "const" not in ctype.cname:
+        if not value.flags.writeable and not const:
             raise ValueError(f"{argname}: the array is read-only but the parameter is written ({ctype.cname})")
         return ffi.cast(ctype, ffi.from_buffer(value, require_writable=False))
     if value is None:
@@ -104,7 +123,7 @@ def as_pointer(ffi: cffi.FFI, ctype, value, argname: str):
                     f"got {type(value).__name__}")
 
 
-def marshal(ffi: cffi.FFI, func, fname: str, args: tuple) -> list:
+def marshal(ffi: cffi.FFI, func, fname: str, args: tuple, consts: list[bool] | None = None) -> list:
     ftype = ffi.typeof(func)
     params = ftype.args
     if len(args) != len(params):
@@ -113,7 +132,7 @@ def marshal(ffi: cffi.FFI, func, fname: str, args: tuple) -> list:
     for i, (p, v) in enumerate(zip(params, args)):
         name = f"{fname}() argument {i + 1}"
         if p.kind == "pointer":
-            out.append(as_pointer(ffi, p, v, name))
+            out.append(as_pointer(ffi, p, v, name, bool(consts and i < len(consts) and consts[i])))
         elif p.kind == "primitive":
             if p.cname in ("float", "double"):
                 if not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, bool):
@@ -137,6 +156,7 @@ class Library:
         self.ffi = cffi.FFI()
         self.ffi.cdef(cdef)
         self.ffi.cdef(header_to_cdef(COMMON_HEADER.read_text()))
+        self._consts = const_params(cdef)
         self.lib = self.ffi.dlopen(str(self.path))
         self._wrapped: dict[str, object] = {}
 
@@ -164,7 +184,7 @@ class Library:
         returns_code = ftype.result.cname == "int"
 
         def call(*args):
-            code = func(*marshal(self.ffi, func, fname, args))
+            code = func(*marshal(self.ffi, func, fname, args, self._consts.get(fname)))
             if returns_code and code != 0:
                 # A failed launch leaves a non-sticky error behind; clear it so the next call is clean.
                 self.lib.cudalab_clear_error()

@@ -20,6 +20,7 @@ int fake_scale(float *out, const float *in, int n, float s) {
     return 0;
 }
 int fake_fail(int code) { return code; }
+int fake_strlen(const char *s, int *out) { *out = (int)strlen(s); return 0; }
 const char *cudalab_error_name(int c) { return c == 1 ? "cudaErrorInvalidValue" : "cudaErrorNoDevice"; }
 const char *cudalab_error_string(int c) { return c == 1 ? "invalid argument" : "no CUDA-capable device is detected"; }
 int cudalab_clear_error(void) { return 0; }
@@ -32,6 +33,7 @@ extern "C" {
 #endif
 int fake_scale(float *out, const float *in, int n, float s);
 int fake_fail(int code);
+int fake_strlen(const char *s, int *out);
 #ifdef __cplusplus
 }
 #endif
@@ -73,11 +75,20 @@ def test_non_contiguous_is_rejected(fake):
         fake.fake_scale(np.empty(4, np.float32), x, 4, 1.0)
 
 
-def test_read_only_output_is_rejected(fake):
+def test_read_only_output_is_rejected_but_const_input_is_fine(fake):
     out = np.empty(4, np.float32)
     out.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
         fake.fake_scale(out, np.ones(4, np.float32), 4, 1.0)
+    x = np.arange(4, dtype=np.float32)
+    x.flags.writeable = False
+    res = np.full(4, np.nan, np.float32)
+    fake.fake_scale(res, x, 4, 2.0)
+    np.testing.assert_array_equal(res, 2 * x)
+
+
+def test_const_params_from_header():
+    assert library.const_params(library.header_to_cdef(FAKE_H))["fake_scale"] == [False, True, False, False]
 
 
 def test_scalar_types_are_checked(fake):
@@ -88,6 +99,14 @@ def test_scalar_types_are_checked(fake):
         fake.fake_scale(a, a, 4)
     with pytest.raises(TypeError, match="numpy array"):
         fake.fake_scale([1.0], a, 1, 1.0)
+
+
+def test_strings_pass_as_const_char(fake):
+    out = np.zeros(1, np.int32)
+    fake.fake_strlen("02_tiled", out)
+    assert out[0] == 8
+    with pytest.raises(TypeError, match="const char"):
+        fake.fake_scale("oops", np.ones(1, np.float32), 1, 1.0)
 
 
 def test_nonzero_codes_raise_typed_errors(fake):

@@ -1,0 +1,56 @@
+"""The Mandelbrot picture of the Stringer course (section 3.1).
+
+    plot(data, outdir) -> [mandelbrot.png]
+
+`data` is what harness.programs.mandelbrot.viz_data returns: a dict with "counts" (H x W uint32
+escape counts), "region" (x0, x1, y0, y1), "max_iters" and "variant". imshow with the 'hot' colour
+map, the region as the extent and a colour bar, as in the course. Row 0 of the counts is y0, so
+the image is drawn with origin="lower" (the course's default region is symmetric about the real
+axis, which hides the difference; any other region does not). Nothing here launches anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def _unpack(data) -> tuple[np.ndarray, tuple, int, str]:
+    counts = np.asarray(data["counts"])
+    if counts.ndim != 2:
+        raise ValueError(f"counts must be 2-D (height x width), got shape {counts.shape}")
+    region = tuple(float(v) for v in data["region"])
+    if len(region) != 4:
+        raise ValueError(f"region must be (x0, x1, y0, y1), got {region}")
+    max_iters = int(data.get("max_iters", counts.max() if counts.size else 0))
+    return counts, region, max_iters, str(data.get("variant", ""))
+
+
+def figure(data):
+    """The matplotlib Figure (and its image artist), for callers that want to look inside."""
+    counts, (x0, x1, y0, y1), max_iters, variant = _unpack(data)
+    h, w = counts.shape
+    fig, ax = plt.subplots(figsize=(7.5, 6.2 * max(0.35, min(2.5, (y1 - y0) / (x1 - x0)))))
+    im = ax.imshow(counts, cmap="hot", extent=(x0, x1, y0, y1), origin="lower", interpolation="nearest",
+                   aspect="auto" if abs((y1 - y0) / (x1 - x0) - h / w) > 0.05 else "equal")
+    fig.colorbar(im, ax=ax, label="iterations before |z| > 2")
+    ax.set_xlabel("Re(c)")
+    ax.set_ylabel("Im(c)")
+    ax.set_title(f"Mandelbrot set, {w}x{h}, max_iters={max_iters}" + (f" ({variant})" if variant else ""))
+    fig.tight_layout()
+    return fig, im
+
+
+def plot(data, outdir) -> list[Path]:
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    fig, _ = figure(data)
+    path = outdir / "mandelbrot.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]

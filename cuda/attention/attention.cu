@@ -1,0 +1,47 @@
+// attention: the library entry points around attention_kernels.cuh.
+#include "attention.h"
+#include "attention_kernels.cuh"
+
+static const char *const kVariants[] = {"01_naive", "02_flash"};
+static const int kNumVariants = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
+
+extern "C" int attention_variant_count(void) { return kNumVariants; }
+extern "C" const char *attention_variant_name(int i) { return (i >= 0 && i < kNumVariants) ? kVariants[i] : nullptr; }
+
+extern "C" long long attention_workspace_bytes(const char *variant, int B, int H, int S, int D) {
+    const int id = attn_variant_id(variant);
+    if (attn_check_args(id, B, H, S, D) != cudaSuccess) return -1;
+    return attn_workspace_bytes(id, B, H, S, D);
+}
+
+extern "C" int attention_forward_device(const char *variant, int B, int H, int S, int D, int causal, float scale,
+                                        const float *q, const float *k, const float *v, float *o, float *workspace,
+                                        void *stream) {
+    CUDA_TRY(attention_launch(variant, B, H, S, D, causal, scale, q, k, v, o, workspace, (cudaStream_t)stream));
+    return 0;
+}
+
+extern "C" int attention_forward(const char *variant, int B, int H, int S, int D, int causal, float scale,
+                                 const float *q, const float *k, const float *v, float *o) {
+    const int id = attn_variant_id(variant);
+    CUDA_TRY(attn_check_args(id, B, H, S, D));
+    if (q == nullptr || k == nullptr || v == nullptr || o == nullptr) return (int)cudaErrorInvalidValue;
+    const size_t bytes = (size_t)B * H * S * D * sizeof(float);
+    const size_t ws_bytes = (size_t)attn_workspace_bytes(id, B, H, S, D);
+    float *d[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};  // q, k, v, o, workspace
+    auto run = [&]() -> int {
+        for (int i = 0; i < 4; ++i) CUDA_TRY(cudaMalloc(&d[i], bytes));
+        if (ws_bytes) CUDA_TRY(cudaMalloc(&d[4], ws_bytes));
+        CUDA_TRY(cudaMemcpy(d[0], q, bytes, cudaMemcpyHostToDevice));
+        CUDA_TRY(cudaMemcpy(d[1], k, bytes, cudaMemcpyHostToDevice));
+        CUDA_TRY(cudaMemcpy(d[2], v, bytes, cudaMemcpyHostToDevice));
+        CUDA_TRY(attention_launch(variant, B, H, S, D, causal, scale, d[0], d[1], d[2], d[3], d[4], nullptr));
+        CUDA_TRY(cudaMemcpy(o, d[3], bytes, cudaMemcpyDeviceToHost));
+        return 0;
+    };
+    int err = run();
+    // Free whatever was allocated, also after a failure; report the first error.
+    for (float *p : d)
+        if (p) CUDALAB_CHECK(cudaFree(p), if (err == 0) err = (int)cudalab_err_);
+    return err;
+}

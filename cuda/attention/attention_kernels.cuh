@@ -1,0 +1,384 @@
+// attention kernels, shared by every program that needs attention (attention itself and
+// transformer_block). Include as "../attention/attention_kernels.cuh".
+//
+// Q, K, V and O are float32, B×H×S×D row-major: batch·head index bh owns the S×D slab at bh·S·D.
+//   O = softmax(scale · Q·Kᵀ, row-wise; with `causal`, key j > query i is masked) · V
+//
+// Variants, in the order a learner meets them:
+//   01_naive  three kernels: S = scale·Q·Kᵀ (matmul_kernels.cuh), attn_naive_softmax (row-wise,
+//             stable), O = P·V (matmul_kernels.cuh). The BH×S×S score matrix lives in a workspace.
+//   02_flash  one kernel, attn_flash_fwd<D>: a block owns 64 query rows; it walks the keys in tiles
+//             of 64, keeps a running max and sum per row (online softmax) and never writes a score.
+//             D must be 32, 64 or 128.
+// A test-only variant, "flash_skip_last_tile", runs 02_flash without its last key tile: a wrong
+// answer that the checkers must reject.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "check.cuh"
+#include "../matmul/matmul_kernels.cuh"
+
+// The matmul variant and tile width the naive attention uses for its two products.
+#define ATTN_NAIVE_MATMUL "02_tiled"
+#define ATTN_NAIVE_MATMUL_TILE 32
+
+enum attn_variant_id_t { ATTN_01_NAIVE = 1, ATTN_02_FLASH = 2, ATTN_FLASH_SKIP_LAST_TILE = 99 };
+
+static inline int attn_variant_id(const char *variant) {
+    if (variant == nullptr) return 0;
+    if (strcmp(variant, "01_naive") == 0) return ATTN_01_NAIVE;
+    if (strcmp(variant, "02_flash") == 0) return ATTN_02_FLASH;
+    if (strcmp(variant, "flash_skip_last_tile") == 0) return ATTN_FLASH_SKIP_LAST_TILE;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 01_naive: the softmax between the two matmuls.
+// One warp per row of the score matrix. Pass 1 keeps a running (max, sum of exp) per lane and
+// merges the 32 lanes; pass 2 rewrites the row as probabilities, zero where the mask applies.
+// Subtracting the row max keeps exp() from overflowing whatever the scores are.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ void attn_merge(float &m, float &l, float m2, float l2) {
+    const float mn = fmaxf(m, m2);
+    // -inf on both sides (a lane that saw no valid column) must not produce exp(-inf + inf) = NaN.
+    const float a = (m == -INFINITY) ? 0.0f : expf(m - mn);
+    const float b = (m2 == -INFINITY) ? 0.0f : expf(m2 - mn);
+    l = l * a + l2 * b;
+    m = mn;
+}
+
+__global__ void __launch_bounds__(256) attn_naive_softmax(float *__restrict__ P, long long rows, int S, int causal) {
+    const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows) return;  // whole warps leave together: the grid is rounded up to 8 rows a block
+    float *p = P + row * S;
+    const int i = (int)(row % S);           // the query index of this row
+    const int valid = causal ? i + 1 : S;   // columns j < valid take part
+    float m = -INFINITY, l = 0.0f;
+    for (int j = lane; j < valid; j += 32) {
+        const float s = p[j];
+        if (s > m) {
+            l = l * expf(m - s) + 1.0f;
+            m = s;
+        } else {
+            l += expf(s - m);
+        }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, off);
+        const float l2 = __shfl_xor_sync(0xffffffffu, l, off);
+        attn_merge(m, l, m2, l2);
+    }
+    const float inv = 1.0f / l;
+    for (int j = lane; j < S; j += 32) p[j] = (j < valid) ? expf(p[j] - m) * inv : 0.0f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 02_flash
+// Block: 128 threads, 64 query rows. Threads form 8 groups of 16 lanes (half-warps); group g owns
+// rows 8g..8g+7 of the block. For a 64-key tile, lane lg of the group computes the scores of its
+// 8 rows against keys lg, lg+16, lg+32, lg+48 (an 8×4 register tile), and for the output it owns
+// columns lg*4..lg*4+3 of every 64-column chunk of D (D/16 columns: a float2 for D = 32).
+// Row statistics are shared by the 16 lanes of a group through xor-shuffles (offsets < 16 stay
+// inside the half-warp).
+// Shared memory (floats): Qs, the query tile transposed and pre-scaled, [D][64+4]; one tile
+// buffer for K and then V, [64][D+4]; Ps, the probabilities of the tile, [64][64+4] (+4).
+// Padding: K rows of D+4 floats put the 8 lanes of a quarter-warp reading rows lg..lg+7 into 8
+// different bank quads; Ps rows of group pairs are offset by 4 floats for the same reason.
+// ---------------------------------------------------------------------------------------------
+#define FA_BR 64
+#define FA_BC 64
+#define FA_NT 128
+#define FA_TM 8
+
+template <int D>
+struct FlashLayout {
+    static constexpr int QS_LD = FA_BR + 4;
+    static constexpr int KV_LD = D + 4;
+    static constexpr int PS_LD = FA_BC + 4;
+    static constexpr int QS_SIZE = D * QS_LD;
+    static constexpr int KV_SIZE = FA_BC * KV_LD;
+    static constexpr int PS_SIZE = FA_BR * PS_LD + 4;
+    static constexpr size_t BYTES = (size_t)(QS_SIZE + KV_SIZE + PS_SIZE) * sizeof(float);
+    static constexpr int OC = D / 16;  // output columns per thread
+};
+
+__device__ __forceinline__ float f4_get(const float4 &v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// Ps offset of (row, col): rows of odd 8-row groups shifted by one bank quad.
+__device__ __forceinline__ int ps_index(int row, int col) { return row * (FA_BC + 4) + ((row >> 3) & 1) * 4 + col; }
+
+// Copy rows [r0, r0+64) of a S×D slab into a [64][ld] shared tile; rows past S become zeros
+// (they are masked out of the softmax, and a zero V row adds nothing).
+template <int D>
+__device__ __forceinline__ void flash_load_rows(float *dst, int ld, const float *__restrict__ src, int r0, int S) {
+    constexpr int C4 = D / 4;
+    for (int idx = threadIdx.x; idx < FA_BC * C4; idx += FA_NT) {
+        const int r = idx / C4, c4 = idx % C4;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (r0 + r < S) v = __ldg(reinterpret_cast<const float4 *>(src + (size_t)(r0 + r) * D) + c4);
+        *reinterpret_cast<float4 *>(dst + r * ld + c4 * 4) = v;
+    }
+}
+
+template <int D>
+__global__ void __launch_bounds__(FA_NT)
+    attn_flash_fwd(const float *__restrict__ Q, const float *__restrict__ K, const float *__restrict__ V,
+                   float *__restrict__ O, int S, float scale_log2e, int causal, int skip_last) {
+    using L = FlashLayout<D>;
+    constexpr int OC = L::OC;
+    extern __shared__ float4 attn_smem4[];
+    float *Qs = reinterpret_cast<float *>(attn_smem4);
+    float *KVs = Qs + L::QS_SIZE;
+    float *Ps = KVs + L::KV_SIZE;
+
+    const size_t slab = (size_t)blockIdx.y * S * D;
+    Q += slab;
+    K += slab;
+    V += slab;
+    O += slab;
+    const int q0 = blockIdx.x * FA_BR;
+    const int tid = threadIdx.x;
+    const int lg = tid % 16;            // lane in the 16-lane group
+    const int r0 = (tid / 16) * FA_TM;  // the group's first row in the block
+
+    // Q tile, transposed so that a thread's 8 rows at one d are two float4s, and multiplied by
+    // scale·log2(e) once here: scores then come out in base-2 units and exp2 replaces exp.
+    {
+        constexpr int C4 = D / 4;
+        for (int idx = tid; idx < FA_BR * C4; idx += FA_NT) {
+            const int r = idx / C4, c4 = idx % C4;
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (q0 + r < S) v = __ldg(reinterpret_cast<const float4 *>(Q + (size_t)(q0 + r) * D) + c4);
+            Qs[(c4 * 4 + 0) * L::QS_LD + r] = v.x * scale_log2e;
+            Qs[(c4 * 4 + 1) * L::QS_LD + r] = v.y * scale_log2e;
+            Qs[(c4 * 4 + 2) * L::QS_LD + r] = v.z * scale_log2e;
+            Qs[(c4 * 4 + 3) * L::QS_LD + r] = v.w * scale_log2e;
+        }
+    }
+
+    float o[FA_TM][OC];
+    float m[FA_TM], l[FA_TM];
+#pragma unroll
+    for (int r = 0; r < FA_TM; ++r) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < OC; ++c) o[r][c] = 0.0f;
+    }
+
+    // Keys past the block's last row can't be seen by any of its rows under the causal mask.
+    const int kv_end = causal ? min(S, q0 + FA_BR) : S;
+    const int n_tiles = (int)cdiv(kv_end, FA_BC) - skip_last;
+
+    for (int t = 0; t < n_tiles; ++t) {
+        const int k0 = t * FA_BC;
+        // The previous tile's P·V still reads KVs and Ps (and, at t = 0, Qs is being written):
+        // everyone must be past it before K overwrites the buffer.
+        __syncthreads();
+        flash_load_rows<D>(KVs, L::KV_LD, K, k0, S);
+        // Scores read every row of the K tile and every column of Qs, loaded by other threads.
+        __syncthreads();
+
+        // s = Q_tile · K_tileᵀ for this thread's 8 rows × 4 keys.
+        float s[FA_TM][4];
+#pragma unroll
+        for (int r = 0; r < FA_TM; ++r)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) s[r][c] = 0.0f;
+#pragma unroll 2
+        for (int k = 0; k < D; k += 4) {
+            float4 kv[4];
+#pragma unroll
+            for (int c = 0; c < 4; ++c) kv[c] = *reinterpret_cast<const float4 *>(KVs + (lg + 16 * c) * L::KV_LD + k);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float4 qa = *reinterpret_cast<const float4 *>(Qs + (k + i) * L::QS_LD + r0);
+                const float4 qb = *reinterpret_cast<const float4 *>(Qs + (k + i) * L::QS_LD + r0 + 4);
+                const float q[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+                for (int r = 0; r < FA_TM; ++r)
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) s[r][c] = fmaf(q[r], f4_get(kv[c], i), s[r][c]);
+            }
+        }
+
+        // Mask keys past S (the ragged last tile) and, under the causal mask, keys after the query.
+        // Only tiles that straddle S or the diagonal need it.
+        if (k0 + FA_BC > S || (causal && k0 + FA_BC - 1 > q0)) {
+#pragma unroll
+            for (int r = 0; r < FA_TM; ++r) {
+                const int i = q0 + r0 + r;
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const int j = k0 + lg + 16 * c;
+                    if (j >= S || (causal && j > i)) s[r][c] = -INFINITY;
+                }
+            }
+        }
+
+        // Online softmax. With m the running max of a row and l the running sum of exp2(s - m)
+        // over the keys seen so far, and O the running sum of exp2(s - m)·v:
+        //   m' = max(m, max of this tile);  alpha = exp2(m - m')
+        //   l' = alpha·l + Σ exp2(s - m');  O' = alpha·O + Σ exp2(s - m')·v
+        // Every old term exp2(s - m) becomes exp2(s - m') after the multiplication by alpha, so
+        // O'/l' is the softmax over all keys so far, and no exponent is ever positive (no overflow).
+        // The first tile always holds key 0, which no mask removes, so m' is finite from then on;
+        // alpha = exp2(-inf - m') = 0 on the first tile wipes the zero-initialised O and l anyway.
+#pragma unroll
+        for (int r = 0; r < FA_TM; ++r) {
+            float mt = fmaxf(fmaxf(s[r][0], s[r][1]), fmaxf(s[r][2], s[r][3]));
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
+            const float m_new = fmaxf(m[r], mt);
+            const float alpha = exp2f(m[r] - m_new);
+            float rs = 0.0f;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const float p = exp2f(s[r][c] - m_new);
+                rs += p;
+                Ps[ps_index(r0 + r, lg + 16 * c)] = p;
+            }
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1) rs += __shfl_xor_sync(0xffffffffu, rs, off);
+            l[r] = l[r] * alpha + rs;
+            m[r] = m_new;
+#pragma unroll
+            for (int c = 0; c < OC; ++c) o[r][c] *= alpha;
+        }
+        // All threads must be done reading K before V replaces it, and P·V reads whole rows of Ps
+        // written by the other 15 lanes of the group.
+        __syncthreads();
+        flash_load_rows<D>(KVs, L::KV_LD, V, k0, S);
+        // The V tile comes from every thread's loads.
+        __syncthreads();
+
+        // O += P · V for this thread's 8 rows × D/16 columns.
+#pragma unroll 2
+        for (int j = 0; j < FA_BC; j += 4) {
+            float4 p[FA_TM];
+#pragma unroll
+            for (int r = 0; r < FA_TM; ++r) p[r] = *reinterpret_cast<const float4 *>(Ps + ps_index(r0 + r, j));
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float *vrow = KVs + (j + i) * L::KV_LD;
+                float v[OC];
+                if constexpr (OC >= 4) {
+#pragma unroll
+                    for (int ch = 0; ch < OC / 4; ++ch) {
+                        const float4 t4 = *reinterpret_cast<const float4 *>(vrow + ch * 64 + lg * 4);
+                        v[ch * 4 + 0] = t4.x;
+                        v[ch * 4 + 1] = t4.y;
+                        v[ch * 4 + 2] = t4.z;
+                        v[ch * 4 + 3] = t4.w;
+                    }
+                } else {
+                    const float2 t2 = *reinterpret_cast<const float2 *>(vrow + lg * 2);
+                    v[0] = t2.x;
+                    v[1] = t2.y;
+                }
+#pragma unroll
+                for (int r = 0; r < FA_TM; ++r) {
+                    const float pr = f4_get(p[r], i);
+#pragma unroll
+                    for (int c = 0; c < OC; ++c) o[r][c] = fmaf(pr, v[c], o[r][c]);
+                }
+            }
+        }
+    }
+
+    // O / l, rows past S dropped. A row with l = 0 only happens when tiles were skipped on purpose.
+#pragma unroll
+    for (int r = 0; r < FA_TM; ++r) {
+        const int i = q0 + r0 + r;
+        if (i >= S) continue;
+        const float inv = 1.0f / l[r];
+        float *orow = O + (size_t)i * D;
+        if constexpr (OC >= 4) {
+#pragma unroll
+            for (int ch = 0; ch < OC / 4; ++ch)
+                *reinterpret_cast<float4 *>(orow + ch * 64 + lg * 4) =
+                    make_float4(o[r][ch * 4] * inv, o[r][ch * 4 + 1] * inv, o[r][ch * 4 + 2] * inv,
+                                o[r][ch * 4 + 3] * inv);
+        } else {
+            *reinterpret_cast<float2 *>(orow + lg * 2) = make_float2(o[r][0] * inv, o[r][1] * inv);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host helpers (static inline, cudaError_t, never exit)
+// ---------------------------------------------------------------------------------------------
+
+// Workspace bytes a variant needs (the naive score matrix), or -1 for invalid arguments.
+static inline long long attn_workspace_bytes(int id, int B, int H, int S, int D) {
+    if (id == 0 || B <= 0 || H <= 0 || S <= 0 || D <= 0) return -1;
+    if (id == ATTN_01_NAIVE) return (long long)B * H * S * S * (long long)sizeof(float);
+    return 0;
+}
+
+static inline cudaError_t attn_check_args(int id, int B, int H, int S, int D) {
+    if (id == 0) return cudaErrorInvalidValue;
+    if (B <= 0 || H <= 0 || S <= 0 || D <= 0) return cudaErrorInvalidValue;
+    if ((long long)B * H > 65535) return cudaErrorInvalidValue;  // grid y (flash) / z (matmul) limit
+    if (S > 46340 * 2) return cudaErrorInvalidValue;              // keeps row indexes in int
+    if (id != ATTN_01_NAIVE && D != 32 && D != 64 && D != 128) return cudaErrorInvalidValue;
+    return cudaSuccess;
+}
+
+template <int D>
+static inline cudaError_t attn_flash_launch(int BH, int S, const float *q, const float *k, const float *v, float *o,
+                                            float scale, int causal, int skip_last, cudaStream_t stream) {
+    const size_t smem = FlashLayout<D>::BYTES;
+    // More than 48 KiB of dynamic shared memory needs an explicit opt-in, once per kernel.
+    static bool opted_in = false;
+    if (!opted_in) {
+        const cudaError_t e =
+            cudaFuncSetAttribute(attn_flash_fwd<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+        opted_in = true;
+    }
+    const dim3 grid((unsigned)cdiv(S, FA_BR), (unsigned)BH);
+    attn_flash_fwd<D><<<grid, FA_NT, smem, stream>>>(q, k, v, o, S, scale * 1.4426950408889634f, causal, skip_last);
+    return cudaGetLastError();
+}
+
+// Enqueue O = attention(Q, K, V) on `stream`. Device pointers, 16-byte aligned for flash.
+// `workspace` must hold attn_workspace_bytes() bytes for 01_naive (may be NULL otherwise).
+static inline cudaError_t attention_launch(const char *variant, int B, int H, int S, int D, int causal, float scale,
+                                           const float *q, const float *k, const float *v, float *o,
+                                           float *workspace, cudaStream_t stream) {
+    const int id = attn_variant_id(variant);
+    cudaError_t err = attn_check_args(id, B, H, S, D);
+    if (err != cudaSuccess) return err;
+    if (q == nullptr || k == nullptr || v == nullptr || o == nullptr) return cudaErrorInvalidValue;
+    const int BH = B * H;
+    const long long sd = (long long)S * D, ss = (long long)S * S;
+    if (id == ATTN_01_NAIVE) {
+        if (workspace == nullptr) return cudaErrorInvalidValue;
+        err = matmul_launch(ATTN_NAIVE_MATMUL, ATTN_NAIVE_MATMUL_TILE, true, S, S, D, q, k, workspace, scale, BH, sd,
+                            sd, ss, stream);
+        if (err != cudaSuccess) return err;
+        const long long rows = (long long)BH * S;
+        attn_naive_softmax<<<(unsigned)cdiv(rows, 8), 256, 0, stream>>>(workspace, rows, S, causal);
+        err = cudaGetLastError();
+        if (err != cudaSuccess) return err;
+        return matmul_launch(ATTN_NAIVE_MATMUL, ATTN_NAIVE_MATMUL_TILE, false, S, D, S, workspace, v, o, 1.0f, BH, ss,
+                             sd, sd, stream);
+    }
+    if ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v) |
+         reinterpret_cast<uintptr_t>(o)) % 16 != 0)
+        return cudaErrorMisalignedAddress;
+    const int skip = id == ATTN_FLASH_SKIP_LAST_TILE ? 1 : 0;
+    switch (D) {
+        case 32: return attn_flash_launch<32>(BH, S, q, k, v, o, scale, causal, skip, stream);
+        case 64: return attn_flash_launch<64>(BH, S, q, k, v, o, scale, causal, skip, stream);
+        default: return attn_flash_launch<128>(BH, S, q, k, v, o, scale, causal, skip, stream);
+    }
+}

@@ -1,0 +1,184 @@
+// build/bin/transformer_block: the course's SimpleTransformer forward on random weights (fixed
+// seed), timed, with sampled output rows checked against a double-precision CPU implementation.
+//   transformer_block [--variant 01_naive|02_flash|naive|flash] [--batch B] [--seq S]... [--embed E]
+//                     [--heads H] [--causal] [--seed N] [--reps N]
+// Defaults are the course's: B=32, E=256, and S=100 then S=1000 (one result line each; --seq may be
+// given several times). H=4 heads of D=64 (flash needs D in {32, 64, 128}, the course's one head
+// of 256 does not fit it). Weights: nn.Linear's initialisation, uniform(-1/sqrt(E), 1/sqrt(E));
+// LayerNorm gamma = 1 + 0.1u, beta = 0.1u; x uniform(-1, 1); u from a splitmix64 stream.
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "transformer_block.h"
+#include "check.cuh"
+
+static void usage() {
+    CUDALAB_USAGE_ERROR(
+        "usage: transformer_block [--variant 01_naive|02_flash|naive|flash] [--batch B] [--seq S]... [--embed E] "
+        "[--heads H] [--causal] [--seed N] [--reps N]");
+}
+
+static int parse_positive(const char *s, const char *what) {
+    char *end = nullptr;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0') CUDALAB_USAGE_ERROR("%s must be an integer, got '%s'", what, s);
+    if (v <= 0 || v > 0x7fffffff) CUDALAB_USAGE_ERROR("%s must be a positive integer, got %s", what, s);
+    return (int)v;
+}
+
+static uint64_t g_state = 0;
+static float uniform() {  // splitmix64 -> [-1, 1)
+    uint64_t z = (g_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)((z >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0);
+}
+
+// out rows (b, s) for s in `rows`, double precision, straight from the definition.
+static void cpu_rows(int b, const std::vector<int> &rows, int S, int E, int H, int causal, const float *x,
+                     const float *w, const float *bias, const float *gamma, const float *beta, std::vector<double> &out) {
+    const int D = E / H;
+    const float *xb = x + (size_t)b * S * E;
+    auto proj = [&](int which, int s, std::vector<double> &dst) {  // dst[E] = x[s]·Wᵀ + b
+        for (int o = 0; o < E; ++o) {
+            double acc = bias[which * E + o];
+            const float *wr = w + ((size_t)which * E + o) * E;
+            for (int i = 0; i < E; ++i) acc += (double)xb[(size_t)s * E + i] * wr[i];
+            dst[o] = acc;
+        }
+    };
+    std::vector<std::vector<double>> K(S, std::vector<double>(E)), V(S, std::vector<double>(E));
+    for (int s = 0; s < S; ++s) {
+        proj(1, s, K[s]);
+        proj(2, s, V[s]);
+    }
+    out.assign(rows.size() * E, 0.0);
+    std::vector<double> q(E), y(E), sc(S);
+    for (size_t ri = 0; ri < rows.size(); ++ri) {
+        const int s = rows[ri];
+        proj(0, s, q);
+        for (int h = 0; h < H; ++h) {
+            const int valid = causal ? s + 1 : S;
+            double mx = -INFINITY;
+            for (int j = 0; j < valid; ++j) {
+                double acc = 0;
+                for (int d = 0; d < D; ++d) acc += q[h * D + d] * K[j][h * D + d];
+                sc[j] = acc / sqrt((double)D);
+                mx = fmax(mx, sc[j]);
+            }
+            double sum = 0;
+            for (int j = 0; j < valid; ++j) sum += (sc[j] = exp(sc[j] - mx));
+            for (int d = 0; d < D; ++d) {
+                double acc = 0;
+                for (int j = 0; j < valid; ++j) acc += sc[j] * V[j][h * D + d];
+                y[h * D + d] = acc / sum + xb[(size_t)s * E + h * D + d];
+            }
+        }
+        double mean = 0, var = 0;
+        for (int e = 0; e < E; ++e) mean += y[e];
+        mean /= E;
+        for (int e = 0; e < E; ++e) var += (y[e] - mean) * (y[e] - mean);
+        var /= E;
+        for (int e = 0; e < E; ++e) out[ri * E + e] = (y[e] - mean) / sqrt(var + 1e-5) * gamma[e] + beta[e];
+    }
+}
+
+int main(int argc, char **argv) {
+    const char *variant = "02_flash";
+    int B = 32, E = 256, H = 4, causal = 0, reps = 5;
+    long seed = 0;
+    std::vector<int> seqs;
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i];
+        if (strcmp(a, "--variant") == 0 && i + 1 < argc) variant = argv[++i];
+        else if (strcmp(a, "--batch") == 0 && i + 1 < argc) B = parse_positive(argv[++i], "--batch");
+        else if (strcmp(a, "--seq") == 0 && i + 1 < argc) seqs.push_back(parse_positive(argv[++i], "--seq"));
+        else if (strcmp(a, "--embed") == 0 && i + 1 < argc) E = parse_positive(argv[++i], "--embed");
+        else if (strcmp(a, "--heads") == 0 && i + 1 < argc) H = parse_positive(argv[++i], "--heads");
+        else if (strcmp(a, "--causal") == 0) causal = 1;
+        else if (strcmp(a, "--seed") == 0 && i + 1 < argc) seed = parse_positive(argv[++i], "--seed");
+        else if (strcmp(a, "--reps") == 0 && i + 1 < argc) reps = parse_positive(argv[++i], "--reps");
+        else usage();
+    }
+    if (strcmp(variant, "naive") == 0) variant = "01_naive";
+    if (strcmp(variant, "flash") == 0) variant = "02_flash";
+    if (strcmp(variant, "01_naive") != 0 && strcmp(variant, "02_flash") != 0)
+        CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: 01_naive, 02_flash, or naive, flash)", variant);
+    if (E % H != 0) CUDALAB_USAGE_ERROR("--embed %d is not a multiple of --heads %d", E, H);
+    if (strcmp(variant, "02_flash") == 0 && E / H != 32 && E / H != 64 && E / H != 128)
+        CUDALAB_USAGE_ERROR("02_flash needs a head size E/H in {32, 64, 128}, got %d", E / H);
+    if (seqs.empty()) seqs = {100, 1000};
+
+    // Weights first, from the seed alone, so that every S sees the same layer.
+    g_state = (uint64_t)seed;
+    const float wscale = 1.0f / sqrtf((float)E);
+    std::vector<float> w((size_t)3 * E * E), bias(3 * E), gamma(E), beta(E);
+    for (auto &t : w) t = uniform() * wscale;
+    for (auto &t : bias) t = uniform() * wscale;
+    for (auto &t : gamma) t = 1.0f + 0.1f * uniform();
+    for (auto &t : beta) t = 0.1f * uniform();
+    bool all_pass = true;
+    for (int S : seqs) {
+        const long long ws = transformer_block_workspace_bytes(variant, B, S, E, H);
+        if (ws < 0) CUDALAB_USAGE_ERROR("invalid sizes B=%d S=%d E=%d H=%d", B, S, E, H);
+        const size_t n = (size_t)B * S * E;
+        std::vector<float> x(n), out(n);
+        for (auto &t : x) t = uniform();
+        float *dx, *dw, *db, *dg, *dbeta, *dout, *dws;
+        CUDA_CHECK(cudaMalloc(&dx, n * 4));
+        CUDA_CHECK(cudaMalloc(&dw, w.size() * 4));
+        CUDA_CHECK(cudaMalloc(&db, bias.size() * 4));
+        CUDA_CHECK(cudaMalloc(&dg, E * 4));
+        CUDA_CHECK(cudaMalloc(&dbeta, E * 4));
+        CUDA_CHECK(cudaMalloc(&dout, n * 4));
+        CUDA_CHECK(cudaMalloc(&dws, (size_t)ws));
+        CUDA_CHECK(cudaMemcpy(dx, x.data(), n * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(dw, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(db, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(dg, gamma.data(), E * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(dbeta, beta.data(), E * 4, cudaMemcpyHostToDevice));
+        cudaEvent_t start, stop;
+        CUDA_CHECK(cudaEventCreate(&start));
+        CUDA_CHECK(cudaEventCreate(&stop));
+        float best = 0;
+        for (int r = 0; r <= reps; ++r) {  // r = 0 is an untimed warm-up
+            CUDA_CHECK(cudaEventRecord(start));
+            CUDA_CHECK((cudaError_t)transformer_block_forward_device(variant, B, S, E, H, causal, dx, dw, db, dg, dbeta,
+                                                                     dout, dws, nullptr));
+            CUDA_CHECK(cudaEventRecord(stop));
+            CUDA_CHECK(cudaEventSynchronize(stop));
+            float ms = 0;
+            CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+            if (r == 1 || (r > 1 && ms < best)) best = ms;
+        }
+        CUDA_CHECK(cudaMemcpy(out.data(), dout, n * 4, cudaMemcpyDeviceToHost));
+        // Rows 0, S/2 and S-1 of the first and last batch element against the CPU.
+        const std::vector<int> rows = {0, S / 2, S - 1};
+        double num = 0, den = 0;
+        for (int b : {0, B - 1}) {
+            std::vector<double> ref;
+            cpu_rows(b, rows, S, E, H, causal, x.data(), w.data(), bias.data(), gamma.data(), beta.data(), ref);
+            for (size_t ri = 0; ri < rows.size(); ++ri)
+                for (int e = 0; e < E; ++e) {
+                    const double got = out[((size_t)b * S + rows[ri]) * E + e], want = ref[ri * E + e];
+                    num += (got - want) * (got - want);
+                    den += want * want;
+                }
+        }
+        const double rel = sqrt(num) / sqrt(den);
+        const bool pass = rel <= 1e-4;
+        all_pass = all_pass && pass;
+        printf("result program=transformer_block variant=%s batch=%d seq=%d embed=%d heads=%d causal=%d ms=%.4f "
+               "rel_err=%.3e check=%s\n",
+               variant, B, S, E, H, causal, best, rel, pass ? "pass" : "fail");
+        fflush(stdout);
+        CUDA_CHECK(cudaEventDestroy(start));
+        CUDA_CHECK(cudaEventDestroy(stop));
+        for (float *p : {dx, dw, db, dg, dbeta, dout, dws}) CUDA_CHECK(cudaFree(p));
+    }
+    return all_pass ? 0 : 1;
+}

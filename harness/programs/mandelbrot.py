@@ -1,0 +1,430 @@
+"""mandelbrot: the Stringer course's Mandelbrot image (section 3.1), in CUDA C.
+
+Pixel (row, col) of a width x height image maps to
+    c = (x0 + (x1 - x0) * col / width,  y0 + (y1 - y0) * row / height)
+and holds the number of steps z = z^2 + c actually computed from z = 0 while |z|^2 <= 4, at most
+max_iters: a count in 1..max_iters. Row 0 is y0 (the bottom of the region when drawn).
+
+Variants: "01_naive" (the course's kernel; float32 or float64; every operation IEEE-rounded, so
+`reference` reproduces it exactly) and "02_fast" (float32; fused multiply-adds and an escape test
+once per FAST_UNROLL steps; `reference_fast` reproduces it exactly).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .. import build as _build
+from .. import library, sim, toolchain
+
+VARIANTS = ("01_naive", "02_fast")
+DTYPES = {np.dtype(np.float32): 32, np.dtype(np.float64): 64}
+DEFAULT_REGION = (-2.0, 1.0, -1.5, 1.5)
+MAX_EDGE = 65535 * 8  # the grid's y limit (65535 blocks of 8 rows); also keeps indexes exact in float32
+FAST_UNROLL = 16  # cuda/mandelbrot/mandelbrot.cu FAST_UNROLL; the library reports it too
+FAST_PIXELS = 1  # pixels per 02_fast thread stepped together in its main loop (2 was tried: slower)
+BLOCK = (16, 16)  # 01_naive's block, as in the course
+
+# Instructions per iteration in the SASS loops (sm_90, nvcc 13.0; NOTES-mandelbrot.md shows them).
+# "fp32" counts FADD/FMUL/FFMA, the work the fp32_inst ceiling is made of; "total" counts every
+# instruction of the loop. `sass_counts()` recounts them from the built library when cuobjdump is
+# there; the tests check these numbers against it.
+SASS_COUNTS = {
+    ("01_naive", "float32"): {"fp32": 8.0, "total": 13.0},
+    ("02_fast", "float32"): {"fp32": 66 / FAST_UNROLL, "total": 73 / FAST_UNROLL},
+}
+
+
+# --- validation -------------------------------------------------------------------------------
+
+def parse_region(region) -> tuple[float, float, float, float]:
+    """(x0, x1, y0, y1) from a 4-sequence or a string "x0 x1 y0 y1" (commas allowed); None -> default.
+
+    Raises ValueError for anything else, for non-finite numbers and for an empty region."""
+    if region is None:
+        return DEFAULT_REGION
+    if isinstance(region, str):
+        parts = [p for p in re.split(r"[\s,]+", region.strip()) if p]
+        try:
+            vals = tuple(float(p) for p in parts)
+        except ValueError:
+            raise ValueError(f"region must be four numbers 'x0 x1 y0 y1', got {region!r}") from None
+    else:
+        try:
+            vals = tuple(float(v) for v in region)
+        except (TypeError, ValueError):
+            raise ValueError(f"region must be four numbers (x0, x1, y0, y1), got {region!r}") from None
+    if len(vals) != 4:
+        raise ValueError(f"region must have 4 numbers (x0, x1, y0, y1), got {len(vals)}: {region!r}")
+    if not all(math.isfinite(v) for v in vals):
+        raise ValueError(f"region must be finite, got {vals}")
+    x0, x1, y0, y1 = vals
+    if not (x1 > x0 and y1 > y0):
+        raise ValueError(f"empty region {vals}: need x0 < x1 and y0 < y1")
+    return vals
+
+
+def _check_size(v, name: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(v).__name__}")
+    if v <= 0:
+        raise ValueError(f"{name} must be positive, got {v}")
+    return int(v)
+
+
+def validate(width, height, max_iters, region=None, dtype=np.float32, variant="01_naive"):
+    """Check every argument before anything is launched; returns the normalised values."""
+    width = _check_size(width, "width")
+    height = _check_size(height, "height")
+    max_iters = _check_size(max_iters, "max_iters")
+    if width > MAX_EDGE or height > MAX_EDGE:
+        raise ValueError(f"width and height must be at most {MAX_EDGE}, got {width}x{height}")
+    reg = parse_region(region)
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be float32 or float64, got {dtype!r}") from None
+    if dt not in DTYPES:
+        raise TypeError(f"dtype must be float32 or float64, got {dt}")
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; valid variants: {', '.join(VARIANTS)}")
+    if variant == "02_fast" and dt != np.float32:
+        raise ValueError("02_fast is float32 only; use 01_naive for float64")
+    return width, height, max_iters, reg, dt, variant
+
+
+# --- the GPU ----------------------------------------------------------------------------------
+
+def _cstr(lib, s: str):
+    """A C string for a `const char *` parameter (the marshaller takes cffi data, not str)."""
+    return lib.ffi.new("char[]", s.encode())
+
+
+def mandelbrot(width: int, height: int, max_iters: int, region=DEFAULT_REGION, dtype=np.float32,
+               variant: str = "01_naive", out: np.ndarray | None = None) -> np.ndarray:
+    """The height x width uint32 array of escape counts, computed on the GPU (written into `out`
+    when given: a C-contiguous uint32 array of that shape)."""
+    width, height, max_iters, reg, dt, variant = validate(width, height, max_iters, region, dtype, variant)
+    if out is None:
+        out = np.empty((height, width), dtype=np.uint32)
+    else:
+        out = library.check_array(out, "out", np.uint32, shape=(height, width))
+    lib = library.load("mandelbrot")
+    lib.mandelbrot_render(_cstr(lib, variant), DTYPES[dt], width, height, max_iters, *reg, out)
+    return out
+
+
+def render_device(d_out, width: int, height: int, max_iters: int, region=DEFAULT_REGION, dtype=np.float32,
+                  variant: str = "01_naive", stream=None) -> None:
+    """Enqueue one render into device memory `d_out` (DeviceBuffer of height*width*4 bytes) on `stream`."""
+    width, height, max_iters, reg, dt, variant = validate(width, height, max_iters, region, dtype, variant)
+    if getattr(d_out, "nbytes", None) is not None and d_out.nbytes < width * height * 4:
+        raise ValueError(f"d_out holds {d_out.nbytes} bytes, the image needs {width * height * 4}")
+    lib = library.load("mandelbrot")
+    lib.mandelbrot_render_device(_cstr(lib, variant), DTYPES[dt], width, height, max_iters, *reg, d_out, stream)
+
+
+# --- numpy reference --------------------------------------------------------------------------
+
+def coordinates(width: int, height: int, region, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(cr[width], ci[height]) in `dtype`, rounded exactly as the kernels round them:
+    ((x1 - x0) * col) / width + x0, every operation in `dtype`."""
+    dt = np.dtype(dtype).type
+    x0, x1, y0, y1 = (dt(v) for v in parse_region(region))
+    cr = (dt(x1 - x0) * np.arange(width, dtype=dt)) / dt(width) + x0
+    ci = (dt(y1 - y0) * np.arange(height, dtype=dt)) / dt(height) + y0
+    return cr.astype(dt), ci.astype(dt)
+
+
+def reference(width: int, height: int, max_iters: int, region=DEFAULT_REGION, dtype=np.float64) -> np.ndarray:
+    """The counts in numpy with 01_naive's arithmetic: each of xx = x*x, yy = y*y, xx + yy,
+    xy = x*y, (xy + xy) + ci, (xx - yy) + cr rounded to `dtype` on its own (numpy never fuses).
+    Vectorised over the pixels still iterating."""
+    width, height, max_iters, reg, dt, _ = validate(width, height, max_iters, region, dtype)
+    cr1, ci1 = coordinates(width, height, reg, dt)
+    cr = np.broadcast_to(cr1[None, :], (height, width)).ravel()
+    ci = np.broadcast_to(ci1[:, None], (height, width)).ravel()
+    counts = np.zeros(width * height, dtype=np.uint32)
+    idx = np.arange(width * height)
+    x = np.zeros(idx.size, dtype=dt)
+    y = np.zeros(idx.size, dtype=dt)
+    four = dt.type(4)
+    for _ in range(max_iters):
+        xx, yy = x * x, y * y
+        keep = (xx + yy) <= four
+        if not keep.all():
+            idx, x, y, xx, yy, cr, ci = (a[keep] for a in (idx, x, y, xx, yy, cr, ci))
+        if idx.size == 0:
+            break
+        xy = x * y
+        y = (xy + xy) + ci
+        x = (xx - yy) + cr
+        counts[idx] += 1
+    return counts.reshape(height, width)
+
+
+def fma32(a, b, c) -> np.ndarray:
+    """float32 fused multiply-add, a*b + c with one rounding, exactly as the GPU's FFMA.
+
+    a*b of two float32 is exact in float64 (48 significant bits); the sum is then rounded to odd
+    in float64 (TwoSum gives its error; an inexact sum with an even last bit moves one ulp towards
+    the exact value), and rounding that to float32 is correctly rounded: rounding to odd with at
+    least two extra bits makes the second rounding innocent (Boldo & Melquiond)."""
+    a = np.asarray(a, dtype=np.float32)
+    b = np.asarray(b, dtype=np.float32)
+    c = np.asarray(c, dtype=np.float32)
+    p = a.astype(np.float64) * b.astype(np.float64)
+    c64 = c.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = p + c64
+        bb = s - p
+        err = (p - (s - bb)) + (c64 - bb)
+        fix = np.isfinite(s) & np.isfinite(err) & (err != 0) & ((s.view(np.int64) & 1) == 0)
+        if np.any(fix):
+            s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+        return s.astype(np.float32)
+
+
+def _fast_inside(x, y) -> np.ndarray:
+    with np.errstate(invalid="ignore", over="ignore"):
+        return fma32(x, x, y * y) <= np.float32(4)
+
+
+def _fast_step(x, y, cr, ci):
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = fma32(-y, y, cr)
+        return fma32(x, x, t), fma32(x + x, y, ci)
+
+
+def reference_fast(width: int, height: int, max_iters: int, region=DEFAULT_REGION,
+                   unroll: int = FAST_UNROLL) -> np.ndarray:
+    """The counts with 02_fast's arithmetic and control flow, in numpy (float32):
+    step: t = fma(-y, y, cr); y' = fma(x + x, y, ci); x' = fma(x, x, t);  test: fma(x, x, y*y) <= 4.
+    Blocks of `unroll` steps are tested at their end; a block that ends outside is replayed from its
+    start one step at a time. Same result as the kernel, bit for bit."""
+    width, height, max_iters, reg, _, _ = validate(width, height, max_iters, region, np.float32, "02_fast")
+    cr1, ci1 = coordinates(width, height, reg, np.float32)
+    cr = np.broadcast_to(cr1[None, :], (height, width)).ravel().copy()
+    ci = np.broadcast_to(ci1[:, None], (height, width)).ravel().copy()
+    npx = width * height
+    counts = np.zeros(npx, dtype=np.int64)
+    x = np.zeros(npx, dtype=np.float32)
+    y = np.zeros(npx, dtype=np.float32)
+    # Block mode, all pixels still in it share n.
+    blk = np.arange(npx)
+    n = 0
+    while n <= max_iters - unroll and blk.size:
+        bx, by = x[blk], y[blk]
+        sx, sy = bx, by
+        for _ in range(unroll):
+            bx, by = _fast_step(bx, by, cr[blk], ci[blk])
+        ok = _fast_inside(bx, by)
+        x[blk] = np.where(ok, bx, sx)
+        y[blk] = np.where(ok, by, sy)
+        counts[blk] = np.where(ok, n + unroll, n)
+        blk = blk[ok]
+        n += unroll
+    # Single steps for every pixel, from where block mode left it.
+    act = np.arange(npx)
+    while act.size:
+        go = (counts[act] < max_iters) & _fast_inside(x[act], y[act])
+        act = act[go]
+        if not act.size:
+            break
+        x[act], y[act] = _fast_step(x[act], y[act], cr[act], ci[act])
+        counts[act] += 1
+    return counts.astype(np.uint32).reshape(height, width)
+
+
+def mismatches(out: np.ndarray, ref: np.ndarray) -> int:
+    """The checker: how many pixels differ (every pixel when the shapes differ)."""
+    out, ref = np.asarray(out), np.asarray(ref)
+    if out.shape != ref.shape:
+        return max(out.size, ref.size)
+    return int(np.count_nonzero(out != ref))
+
+
+def agreement(a: np.ndarray, b: np.ndarray) -> float:
+    """Fraction of pixels with the same count."""
+    if a.shape != b.shape:
+        raise ValueError(f"shapes differ: {a.shape} vs {b.shape}")
+    return float(np.mean(a == b)) if a.size else 1.0
+
+
+# --- Python twin (GPU MODE lecture 3 style) ----------------------------------------------------
+
+def mandelbrot_bk(blockidx, threadidx, blockdim, out, width, height, max_iters, x0, span_x, y0, span_y):
+    """01_naive, one thread: numpy scalars of the kernel's dtype round each operation like the GPU."""
+    col = blockidx.x * blockdim.x + threadidx.x
+    row = blockidx.y * blockdim.y + threadidx.y
+    if col >= width or row >= height:
+        return
+    dt = type(x0)
+    cr = (span_x * dt(col)) / dt(width) + x0
+    ci = (span_y * dt(row)) / dt(height) + y0
+    x = y = dt(0)
+    n = 0
+    while n < max_iters:
+        xx, yy = x * x, y * y
+        if xx + yy > dt(4):
+            break
+        xy = x * y
+        y = (xy + xy) + ci
+        x = (xx - yy) + cr
+        n += 1
+    out[row * width + col] = n
+
+
+def twin(width: int, height: int, max_iters: int, region=DEFAULT_REGION, dtype=np.float32) -> np.ndarray:
+    """Run mandelbrot_bk over a 16x16-block grid with harness.sim.blk_kernel2d (tiny images only)."""
+    width, height, max_iters, reg, dt, _ = validate(width, height, max_iters, region, dtype)
+    t = dt.type
+    x0, x1, y0, y1 = (t(v) for v in reg)
+    out = np.zeros(width * height, dtype=np.uint32)
+    blocks = sim.dim3(-(-width // BLOCK[0]), -(-height // BLOCK[1]))
+    sim.blk_kernel2d(mandelbrot_bk, blocks, sim.dim3(*BLOCK), out, width, height, max_iters, x0, t(x1 - x0), y0,
+                     t(y1 - y0))
+    return out.reshape(height, width)
+
+
+# --- SASS instruction counts ------------------------------------------------------------------
+
+FP32_OPS = ("FADD", "FMUL", "FFMA")
+_SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+
+
+@dataclass(frozen=True)
+class SassLoop:
+    start: int
+    end: int
+    opcodes: tuple
+
+    @property
+    def total(self) -> int:
+        return len(self.opcodes)
+
+    @property
+    def fp32(self) -> int:
+        return sum(1 for op in self.opcodes if op.split(".")[0] in FP32_OPS)
+
+
+def find_cuobjdump() -> str | None:
+    p = shutil.which("cuobjdump")
+    if p:
+        return p
+    home = toolchain.cuda_home()
+    if home and (Path(home) / "bin" / "cuobjdump").is_file():
+        return str(Path(home) / "bin" / "cuobjdump")
+    return None
+
+
+def sass_functions(text: str) -> dict[str, list[tuple[int, str, str]]]:
+    """cuobjdump -sass text -> {mangled name: [(address, opcode, operands)]}."""
+    funcs: dict[str, list] = {}
+    cur = None
+    for line in text.splitlines():
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            cur = funcs.setdefault(m.group(1), [])
+            continue
+        m = _SASS_LINE.search(line)
+        if m and cur is not None:
+            cur.append((int(m.group(1), 16), m.group(3), m.group(4).strip()))
+    return funcs
+
+
+def sass_loops(instrs: list[tuple[int, str, str]]) -> list[SassLoop]:
+    """Every backward branch (BRA to a lower address) as a loop from its target to the branch."""
+    loops = []
+    for addr, op, args in instrs:
+        if op.split(".")[0] != "BRA":
+            continue
+        m = re.search(r"0x([0-9a-f]+)\s*$", args)
+        if not m:
+            continue
+        target = int(m.group(1), 16)
+        if target < addr:
+            body = tuple(o for a, o, _ in instrs if target <= a <= addr)
+            loops.append(SassLoop(target, addr, body))
+    return loops
+
+
+def sass_counts(lib_path: Path | None = None) -> dict[tuple[str, str], dict]:
+    """Instructions per iteration of each float32 variant's hot loop, counted in the built library's
+    SASS: the largest loop of the kernel, divided by the pixel-steps it makes (FAST_UNROLL steps of
+    FAST_PIXELS pixels for 02_fast)."""
+    tool = find_cuobjdump()
+    if tool is None:
+        raise FileNotFoundError("cuobjdump not found (PATH or $CUDA_HOME/bin)")
+    path = lib_path or _build.lib_path("mandelbrot")
+    text = subprocess.run([tool, "-sass", str(path)], capture_output=True, text=True, check=True).stdout
+    funcs = sass_functions(text)
+    names = {("01_naive", "float32"): "_Z19mandelbrot_01_naiveIfEvPjiiiT_S1_S1_S1_",
+             ("02_fast", "float32"): "_Z18mandelbrot_02_fastPjiiiffff"}
+    out = {}
+    for key, fname in names.items():
+        if fname not in funcs:
+            raise ValueError(f"{fname} not in the SASS of {path}")
+        loop = max(sass_loops(funcs[fname]), key=lambda lp: lp.total)
+        steps = FAST_UNROLL * FAST_PIXELS if key[0] == "02_fast" else 1
+        out[key] = {"fp32": loop.fp32 / steps, "total": loop.total / steps, "loop": loop}
+    return out
+
+
+def instructions_per_iteration(variant: str, kind: str = "fp32") -> float:
+    """From the built library's SASS when cuobjdump is available, else the recorded SASS_COUNTS."""
+    try:
+        return sass_counts()[(variant, "float32")][kind]
+    except (FileNotFoundError, subprocess.CalledProcessError, ValueError):
+        return SASS_COUNTS[(variant, "float32")][kind]
+
+
+# --- viz (invoke viz mandelbrot) --------------------------------------------------------------
+
+def viz_data(width: int = 1024, height: int = 1024, iters: int = 256, region=None, variant: str = "01_naive"):
+    """The image for analysis.mandelbrot.plot: counts plus the region they cover."""
+    reg = parse_region(region)
+    img = mandelbrot(width, height, iters, reg, np.float32, variant)
+    return {"counts": img, "region": reg, "max_iters": iters, "variant": variant}
+
+
+# --- bench ------------------------------------------------------------------------------------
+
+def _bench_case(variant: str, edge: int, iters: int, quick: bool):
+    from .. import bench, cudart
+
+    def setup():
+        buf = cudart.DeviceBuffer(edge * edge * 4)
+        render_device(buf, edge, edge, iters, DEFAULT_REGION, np.float32, variant)
+        host = np.empty((edge, edge), dtype=np.uint32)
+        buf.to_host(host)
+        work = float(host.sum(dtype=np.uint64))
+
+        def launch(stream):
+            render_device(buf, edge, edge, iters, DEFAULT_REGION, np.float32, variant, stream)
+
+        return bench.Prepared(launch=launch, close=buf.close, work=work)
+
+    fp32 = instructions_per_iteration(variant, "fp32")
+    total = instructions_per_iteration(variant, "total")
+    return bench.BenchCase(
+        program="mandelbrot", variant=variant, size=f"{edge}x{edge}x{iters}", setup=setup, unit="Giter/s",
+        amount=0.0, ceiling="fp32_inst", ceiling_divisor=fp32,
+        target=0.6 if variant == "02_fast" and edge == 8192 else None, quick=quick,  # the issue's size
+        note=f"float32; ceiling = fp32_inst / {fp32:g} FP32 instructions per iteration "
+             f"({total:g} SASS instructions in all)")
+
+
+def bench_cases(quick: bool = False):
+    cases = []
+    for v in VARIANTS:
+        cases.append(_bench_case(v, 2048, 1000, quick=True))
+        cases.append(_bench_case(v, 8192, 1000, quick=False))
+    return cases

@@ -1,0 +1,160 @@
+"""transformer_block: the Stringer course's SimpleTransformer (section 4) in CUDA C.
+
+    Q, K, V = x·Wqᵀ + bq, x·Wkᵀ + bk, x·Wvᵀ + bv        (three nn.Linear(E, E))
+    A       = multi-head attention, H heads of D = E/H, scale 1/sqrt(D), naive or flash
+    out     = LayerNorm(A + x)·gamma + beta             (eps 1e-5, biased variance)
+
+x is B x S x E float32. The course's defaults are B=32, E=256 and S=100 or 1000; this program
+uses H=4 heads of D=64 by default, because the flash kernel takes D in {32, 64, 128} and the
+course's single head of 256 does not fit it (H=1 works with 01_naive).
+The executable build/bin/transformer_block makes its own weights from a seed and checks sampled
+rows against a double-precision CPU implementation; this module checks whole outputs against
+`reference` (numpy, float64).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import library, parse, runner
+from . import attention as _attention
+
+LN_EPS = 1e-5
+DEFAULTS = {"batch": 32, "embed": 256, "heads": 4, "seqs": (100, 1000)}
+
+
+@dataclass
+class Params:
+    w_qkv: np.ndarray  # 3E x E: Wq; Wk; Wv (each out x in, as nn.Linear.weight)
+    b_qkv: np.ndarray  # 3E
+    gamma: np.ndarray  # E
+    beta: np.ndarray  # E
+
+    @property
+    def embed(self) -> int:
+        return self.gamma.shape[0]
+
+
+def make_params(embed: int, seed: int = 0) -> Params:
+    """nn.Linear-style weights, uniform(-1/sqrt(E), 1/sqrt(E)); gamma = 1 + 0.1u, beta = 0.1u."""
+    rng = np.random.default_rng(seed)
+    s = 1.0 / math.sqrt(embed)
+    return Params(
+        w_qkv=rng.uniform(-s, s, (3 * embed, embed)).astype(np.float32),
+        b_qkv=rng.uniform(-s, s, 3 * embed).astype(np.float32),
+        gamma=(1 + 0.1 * rng.uniform(-1, 1, embed)).astype(np.float32),
+        beta=(0.1 * rng.uniform(-1, 1, embed)).astype(np.float32),
+    )
+
+
+def validate(x, params: Params, heads: int, variant: str):
+    variant = _attention.canonical_variant(variant, allow_test=False)
+    x = library.check_array(x, "x", np.float32, ndim=3)
+    B, S, E = x.shape
+    if min(x.shape) <= 0:
+        raise ValueError(f"x must have positive B, S, E, got {x.shape}")
+    if isinstance(heads, bool) or not isinstance(heads, (int, np.integer)) or heads <= 0:
+        raise ValueError(f"heads must be a positive integer, got {heads!r}")
+    if E % heads:
+        raise ValueError(f"E={E} is not a multiple of heads={heads}")
+    if variant == "02_flash" and E // heads not in _attention.FLASH_D:
+        raise ValueError(f"02_flash needs a head size E/heads in {_attention.FLASH_D}, got {E // heads}")
+    w = library.check_array(params.w_qkv, "w_qkv", np.float32, shape=(3 * E, E))
+    b = library.check_array(params.b_qkv, "b_qkv", np.float32, shape=(3 * E,))
+    g = library.check_array(params.gamma, "gamma", np.float32, shape=(E,))
+    be = library.check_array(params.beta, "beta", np.float32, shape=(E,))
+    return x, Params(w, b, g, be), int(heads), variant
+
+
+def forward(x: np.ndarray, params: Params, heads: int = 4, variant: str = "02_flash",
+            causal: bool = False) -> np.ndarray:
+    """The block on the GPU (host-pointer entry point); returns B x S x E float32."""
+    x, p, heads, variant = validate(x, params, heads, variant)
+    B, S, E = x.shape
+    out = np.empty_like(x)
+    lib = library.load("transformer_block")
+    lib.transformer_block_forward(lib.ffi.new("char[]", variant.encode()), B, S, E, heads, int(bool(causal)), x,
+                                  p.w_qkv, p.b_qkv, p.gamma, p.beta, out)
+    return out
+
+
+def reference(x, params: Params, heads: int = 4, causal: bool = False) -> np.ndarray:
+    """numpy float64, vectorised: the definition above."""
+    x64 = np.asarray(x, dtype=np.float64)
+    B, S, E = x64.shape
+    D = E // heads
+    w = params.w_qkv.astype(np.float64)
+    b = params.b_qkv.astype(np.float64)
+    qkv = x64 @ w.T + b  # B x S x 3E
+
+    def heads_of(t):  # B x S x E -> B x H x S x D
+        return t.reshape(B, S, heads, D).transpose(0, 2, 1, 3)
+
+    q, k, v = (heads_of(qkv[..., i * E:(i + 1) * E]) for i in range(3))
+    a = _attention.reference(q, k, v, causal=causal, scale=1.0 / math.sqrt(D))
+    y = a.transpose(0, 2, 1, 3).reshape(B, S, E) + x64
+    mean = y.mean(axis=-1, keepdims=True)
+    var = ((y - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (y - mean) / np.sqrt(var + LN_EPS) * params.gamma.astype(np.float64) + params.beta.astype(np.float64)
+
+
+def loop_reference(x, params: Params, heads: int = 4, causal: bool = False) -> np.ndarray:
+    """The same block as plain Python loops over every index (tiny sizes only): the check on
+    `reference`'s reshapes and transposes."""
+    x = np.asarray(x, dtype=np.float64)
+    B, S, E = x.shape
+    D = E // heads
+    w, bias = params.w_qkv.astype(np.float64), params.b_qkv.astype(np.float64)
+    out = np.zeros((B, S, E))
+    for b in range(B):
+        proj = [[[bias[which * E + o] + sum(x[b, s, i] * w[which * E + o, i] for i in range(E)) for o in range(E)]
+                 for s in range(S)] for which in range(3)]
+        q, k, v = proj
+        for s in range(S):
+            y = [0.0] * E
+            for h in range(heads):
+                keys = range(s + 1) if causal else range(S)
+                scores = [sum(q[s][h * D + d] * k[j][h * D + d] for d in range(D)) / math.sqrt(D) for j in keys]
+                mx = max(scores)
+                e = [math.exp(t - mx) for t in scores]
+                tot = sum(e)
+                for d in range(D):
+                    y[h * D + d] = sum(e[n] * v[j][h * D + d] for n, j in enumerate(keys)) / tot
+            y = [y[i] + x[b, s, i] for i in range(E)]
+            mean = sum(y) / E
+            var = sum((t - mean) ** 2 for t in y) / E
+            for i in range(E):
+                out[b, s, i] = (y[i] - mean) / math.sqrt(var + LN_EPS) * params.gamma[i] + params.beta[i]
+    return out
+
+
+# --- the executable ---------------------------------------------------------------------------
+
+def parse_output(text: str):
+    """`result program=transformer_block ...` lines as a DataFrame."""
+    df = parse.tagged(text, "result")
+    if df.empty or "program" not in df:
+        raise ValueError("no `result program=transformer_block` line in the output")
+    return df[df["program"] == "transformer_block"].reset_index(drop=True)
+
+
+def run(variant: str = "02_flash", batch: int | None = None, seqs=(), embed: int | None = None,
+        heads: int | None = None, causal: bool = False, seed: int = 0, reps: int = 5, timeout: float = 600):
+    """Run build/bin/transformer_block and parse its result lines (one per sequence length)."""
+    args = ["--variant", _attention.canonical_variant(variant, allow_test=False), "--reps", str(reps)]
+    if seed:
+        args += ["--seed", str(seed)]
+    if batch is not None:
+        args += ["--batch", str(batch)]
+    if embed is not None:
+        args += ["--embed", str(embed)]
+    if heads is not None:
+        args += ["--heads", str(heads)]
+    for s in seqs:
+        args += ["--seq", str(s)]
+    if causal:
+        args.append("--causal")
+    return parse_output(runner.run("transformer_block", *args, timeout=timeout).stdout)

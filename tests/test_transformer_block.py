@@ -1,0 +1,127 @@
+"""transformer_block: the numpy reference against direct loops (CPU), the parser on recorded
+output, validation; the CUDA block against the reference (GPU). Tolerance 1e-4 relative, as for
+attention (whose error dominates: the projections are float32 sums of E=256 terms, ~1e-6, and
+LayerNorm divides by a standard deviation of order 1, which doesn't amplify it)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import poison
+from harness import build
+from harness.programs import attention as att
+from harness.programs import transformer_block as tb
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("heads", [1, 2, 4])
+def test_reference_matches_loops(heads, causal, rng):
+    p = tb.make_params(8, seed=int(rng.integers(1000)))
+    x = rng.uniform(-1, 1, (2, 5, 8)).astype(np.float32)
+    np.testing.assert_allclose(tb.reference(x, p, heads, causal), tb.loop_reference(x, p, heads, causal),
+                               rtol=1e-10, atol=1e-10)
+
+
+def test_reference_output_is_normalised(rng):
+    p = tb.make_params(16, 0)
+    p.gamma[:] = 1
+    p.beta[:] = 0
+    y = tb.reference(rng.uniform(-1, 1, (3, 7, 16)).astype(np.float32), p, 4)
+    np.testing.assert_allclose(y.mean(-1), 0, atol=1e-12)
+    np.testing.assert_allclose(y.var(-1), 1, rtol=1e-3)  # var/(var + eps)
+
+
+def test_validation():
+    p = tb.make_params(64, 0)
+    x = np.zeros((2, 3, 64), np.float32)
+    with pytest.raises(TypeError):
+        tb.forward(x.astype(np.float64), p)
+    with pytest.raises(ValueError):
+        tb.forward(x, p, heads=3)  # 64 % 3
+    with pytest.raises(ValueError, match="head size"):
+        tb.forward(x, p, heads=8, variant="02_flash")  # D = 8
+    with pytest.raises(ValueError):
+        tb.forward(x, tb.make_params(32, 0))  # weights of another E
+    with pytest.raises(ValueError, match="unknown variant"):
+        tb.forward(x, p, variant="flash_skip_last_tile")
+    with pytest.raises(ValueError):
+        tb.forward(np.zeros((2, 3), np.float32), p)
+
+
+def test_parse_recorded_output():
+    path = FIXTURES / "transformer_block_gpu.txt"
+    if not path.exists():
+        pytest.skip(f"{path.name} not recorded yet")
+    text = path.read_text()
+    assert "device=" in text.splitlines()[0]  # the fixture names the GPU it came from
+    df = tb.parse_output(text)
+    assert len(df) >= 2 and set(df["seq"]) >= {100, 1000}
+    assert (df["check"] == "pass").all() and (df["ms"] > 0).all()
+    assert set(df["variant"]) <= {"01_naive", "02_flash"}
+
+
+def test_parse_rejects_other_text():
+    with pytest.raises(ValueError):
+        tb.parse_output("hello kernel=x\n")
+
+
+def _exe():
+    path = build.bin_path("transformer_block")
+    if not path.exists():
+        pytest.skip(f"{path} not built (run `invoke build`)")
+    return path
+
+
+@pytest.mark.parametrize("argv", [["--batch", "0"], ["--variant", "x"], ["--embed", "100", "--heads", "3"],
+                                  ["--variant", "flash", "--heads", "1"], ["--seq"], ["extra"]])
+def test_executable_rejects_bad_argv(argv):
+    p = subprocess.run([str(_exe()), *argv], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+
+
+# --- GPU ----------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", att.VARIANTS)
+@pytest.mark.parametrize("B, S, E, H", [(2, 1, 64, 2), (2, 7, 64, 1), (3, 100, 256, 4), (1, 333, 256, 2),
+                                        (2, 1000, 256, 4)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_block_matches_reference(variant, B, S, E, H, causal):
+    if variant == "02_flash" and E // H not in att.FLASH_D:
+        pytest.skip("flash needs D in {32, 64, 128}")
+    rng = np.random.default_rng(S + E)
+    p = tb.make_params(E, seed=S)
+    x = rng.uniform(-1, 1, (B, S, E)).astype(np.float32)
+    out = tb.forward(x, p, H, variant, causal)
+    ref = tb.reference(x, p, H, causal)
+    assert att.rel_error(out, ref) <= 1e-4
+
+
+@pytest.mark.gpu
+def test_output_fully_written():
+    # The host entry point copies into the caller's array: poison it first and look for leftovers.
+    p = tb.make_params(128, 1)
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 65, 128)).astype(np.float32)
+    out = poison(x.shape, np.float32)
+    from harness import library
+
+    lib = library.load("transformer_block")
+    lib.transformer_block_forward(lib.ffi.new("char[]", b"02_flash"), 2, 65, 128, 2, 0, x, p.w_qkv, p.b_qkv,
+                                  p.gamma, p.beta, out)
+    assert np.isfinite(out).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["naive", "flash"])
+def test_executable_defaults_check_themselves(variant):
+    p = subprocess.run([str(_exe()), "--variant", variant, "--batch", "4", "--reps", "1"], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    df = tb.parse_output(p.stdout)
+    assert list(df["seq"]) == [100, 1000] and (df["check"] == "pass").all()
