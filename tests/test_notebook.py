@@ -1,0 +1,271 @@
+"""harness.notebook: the %%cuda and %%cuda_lib cell magics, and the example notebook.
+
+IPython is optional (the `notebook` extra): the magic tests skip without it. Without a GPU they
+run host-only programs and compile-only paths; with a GPU, the course's hello-GPU program, a
+%%cuda_lib kernel, and the example notebook from top to bottom.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import inline, toolchain
+from harness.errors import BuildError, ProgramError
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = ROOT / "notebooks" / "grayscale_inline.ipynb"
+
+# The Stringer course's first program (section 2.3): hello from the CPU, then from the GPU.
+HELLO_GPU = r"""#include <cstdio>
+
+__global__ void helloGPU() {
+    printf("Hello World from the GPU!\n");
+}
+
+int main() {
+    printf("Hello World from the CPU!\n");
+    helloGPU<<<1, 1>>>();
+    cudaDeviceSynchronize();
+    return 0;
+}
+"""
+
+HOST_ONLY = r"""#include <cstdio>
+int main(int argc, char **argv) {
+    printf("argc=%d", argc);
+    for (int i = 1; i < argc; ++i) printf(" [%s]", argv[i]);
+    printf("\n");
+    fprintf(stderr, "to stderr\n");
+    return 0;
+}
+"""
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path_factory, monkeypatch):
+    folder = tmp_path_factory.getbasetemp() / "inline-cache"
+    monkeypatch.setenv("CUDALAB_CACHE", str(folder))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def ip(tmp_path_factory):
+    pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    # IPython keeps its history under IPYTHONDIR; keep the tests' out of the user's ~/.ipython.
+    os.environ.setdefault("IPYTHONDIR", str(tmp_path_factory.mktemp("ipython")))
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "harness.notebook")
+    return shell
+
+
+def test_importing_harness_never_imports_ipython():
+    code = ("import sys, harness, harness.inline, harness.library, harness.cudart; "
+            "print('IPython' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+def test_magics_are_registered(ip):
+    cell = ip.magics_manager.magics["cell"]
+    assert "cuda" in cell and "cuda_lib" in cell
+
+
+def test_cuda_compile_only_and_cache(ip, capsys):
+    src = HOST_ONLY + "// compile-only\n"
+    ip.run_cell_magic("cuda", "--compile-only", src)
+    first = capsys.readouterr().out
+    assert "compiled in" in first and "sm_" in first
+    ip.run_cell_magic("cuda", "--compile-only", src)
+    assert "from the cache, nothing compiled" in capsys.readouterr().out
+
+
+def test_cuda_compile_error_shows_cell_lines(ip, capsys):
+    cell = "#include <cstdio>\nint main() {\n    return not_declared;\n}\n"
+    with pytest.raises(BuildError) as ei:
+        ip.run_cell_magic("cuda", "", cell)
+    errors = [d for d in ei.value.diagnostics if d.severity == "error"]
+    # Jupyter counts the %%cuda line as line 1, so the body's line 3 is the cell's line 4.
+    assert [(d.file, d.line) for d in errors] == [("cell", 4)]
+    assert "4 |     return not_declared;" in str(ei.value)
+    # Through run_cell, IPython shows nvcc's messages and not a Python traceback.
+    res = ip.run_cell("%%cuda\n" + cell)
+    shown = capsys.readouterr()
+    assert not res.success
+    text = shown.out + shown.err
+    assert 'cell:4: error: identifier "not_declared" is undefined' in text
+    assert "Traceback" not in text
+
+
+def test_cuda_runs_a_program_with_args_and_timeit(ip, capsys):
+    ip.run_cell_magic("cuda", '--args "one two" --timeit 3', HOST_ONLY)
+    shown = capsys.readouterr()
+    assert shown.out.splitlines()[0] == "argc=3 [one] [two]"
+    assert shown.out.count("argc=") == 1  # the output of the first run only
+    assert "to stderr" in shown.err
+    assert "timeit: 3 runs" in shown.out and "median" in shown.out
+    ip.run_cell_magic("cuda", '--args "-n 5 --flag"', HOST_ONLY)  # values that start with a dash
+    assert "argc=4 [-n] [5] [--flag]" in capsys.readouterr().out
+
+
+def test_cuda_failing_program_fails_the_cell(ip, capsys):
+    with pytest.raises(ProgramError) as ei:
+        ip.run_cell_magic("cuda", "", '#include <cstdio>\nint main() { fprintf(stderr, "bad input\\n"); return 3; }\n')
+    assert ei.value.returncode == 3
+    assert "bad input" in capsys.readouterr().err
+
+
+def test_cuda_usage_errors(ip):
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match="unrecognized"):
+        ip.run_cell_magic("cuda", "--no-such-option", HOST_ONLY)
+    with pytest.raises(UsageError, match="invalid choice"):
+        ip.run_cell_magic("cuda", "--profile gprof", HOST_ONLY)
+    with pytest.raises(UsageError, match="nsys"):  # nvprof: why not, and what to use instead
+        ip.run_cell_magic("cuda", "--profile nvprof", HOST_ONLY)
+    with pytest.raises(UsageError, match="identifier"):
+        ip.run_cell_magic("cuda_lib", "not-a-name", 'extern "C" int f(void) { return 0; }')
+
+
+def test_profile_without_the_profile_module_says_so(ip, capsys, monkeypatch):
+    import harness
+
+    monkeypatch.setitem(sys.modules, "harness.profile", None)  # as if the module were absent
+    monkeypatch.delattr(harness, "profile", raising=False)
+    ip.run_cell_magic("cuda", "--profile nsys", HOST_ONLY)
+    shown = capsys.readouterr()
+    assert "harness.profile" in shown.err and "not in this checkout" in shown.err
+    assert "argc=1" in shown.out  # and the program still ran
+
+
+def test_profile_without_a_report_runs_plainly(ip, capsys):
+    """A program with no kernels gives no profile (or there is no nsys): the cell says why and runs."""
+    pytest.importorskip("harness.profile")
+    ip.run_cell_magic("cuda", "--profile nsys", HOST_ONLY)
+    shown = capsys.readouterr()
+    assert "--profile nsys: no report:" in shown.err
+    assert "argc=1" in shown.out
+
+
+def test_cuda_lib_binds_a_module(ip, capsys):
+    ip.run_cell_magic("cuda_lib", "hostlib", 'extern "C" double hyp(double a, double b) { return a * a + b * b; }\n')
+    assert "hyp" in capsys.readouterr().out
+    mod = ip.user_ns["hostlib"]
+    assert isinstance(mod, inline.InlineModule)
+    assert mod.hyp(3, 4) == 25.0
+    with pytest.raises(inline.UnsupportedSignature) as ei:
+        ip.run_cell_magic("cuda_lib", "bad", '\nextern "C" int r(float &x) { return 0; }\n')
+    assert "line 3" in str(ei.value)  # a cell line number: the magic line is line 1
+
+
+def test_example_notebook_is_committed_clean():
+    nb = json.loads(NOTEBOOK.read_text())
+    assert nb["nbformat"] == 4
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert code and all(c["outputs"] == [] and c["execution_count"] is None for c in code)
+    sources = ["".join(c["source"]) for c in code]
+    assert sources[0].startswith("%load_ext harness.notebook")
+    assert any(s.startswith("%%cuda_lib ") for s in sources)
+
+
+# --- on the GPU ---------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_cuda_runs_hello_gpu(ip, capsys):
+    ip.run_cell_magic("cuda", "", HELLO_GPU)
+    out = capsys.readouterr().out
+    assert "Hello World from the GPU!" in out.splitlines()
+    assert "Hello World from the CPU!" in out.splitlines()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tool", ["nsys", "ncu"])
+def test_cuda_profile_prints_the_kernel_table(ip, capsys, tool):
+    pytest.importorskip("harness.profile")
+    if not toolchain.find(tool).found:
+        pytest.skip(f"{tool} is not installed here")
+    ip.run_cell_magic("cuda", f"--profile {tool}", HELLO_GPU)
+    shown = capsys.readouterr()
+    assert f"{tool} kernel table of cell" in shown.out, shown.err
+    assert "helloGPU" in shown.out
+
+
+@pytest.mark.gpu
+def test_cuda_lib_exposes_a_working_kernel(ip, capsys, rng):
+    cell = r"""#include "check.cuh"
+__global__ void add_k(const float *a, const float *b, float *c, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = a[i] + b[i];
+}
+extern "C" int add(const float *a, const float *b, float *c, int n) {
+    float *d = nullptr;
+    size_t bytes = (size_t)n * sizeof(float);
+    CUDA_TRY(cudaMalloc(&d, 3 * bytes));
+    CUDA_TRY(cudaMemcpy(d, a, bytes, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMemcpy(d + n, b, bytes, cudaMemcpyHostToDevice));
+    add_k<<<cdiv(n, 256), 256>>>(d, d + n, d + 2 * n, n);
+    CUDA_TRY_LAUNCH();
+    CUDA_TRY(cudaMemcpy(c, d + 2 * n, bytes, cudaMemcpyDeviceToHost));
+    CUDA_TRY(cudaFree(d));
+    return 0;
+}
+extern "C" int add_launch(const cudalab_launch *L, const float *a, const float *b, float *c, int n) {
+    add_k CUDALAB_LAUNCH(L)(a, b, c, n);
+    return (int)cudaGetLastError();
+}
+"""
+    ip.run_cell_magic("cuda_lib", "vec", cell)
+    vec = ip.user_ns["vec"]
+    for n in (1, 257, 100_003):
+        a = rng.standard_normal(n).astype(np.float32)
+        b = rng.standard_normal(n).astype(np.float32)
+        c = np.full(n, np.nan, np.float32)
+        vec.add(a, b, c, n)
+        np.testing.assert_array_equal(c, a + b)  # one float32 add: exact
+        cd = inline.to_device(c)
+        cd.fill_bytes(0xAB)
+        vec.add_launch(inline.to_device(a), inline.to_device(b), cd, n, grid=inline.cdiv(n, 128), block=128)
+        np.testing.assert_array_equal(cd.to_host(), a + b)
+
+
+@pytest.mark.gpu
+def test_example_notebook_runs_top_to_bottom(tmp_path, capsys):
+    """Under nbclient where it is installed; otherwise each code cell runs in an IPython shell, in order."""
+    nb = json.loads(NOTEBOOK.read_text())
+    try:
+        import nbclient
+        import nbformat
+    except ImportError:
+        nbclient = None
+    if nbclient is not None:
+        book = nbformat.reads(NOTEBOOK.read_text(), as_version=4)
+        nbclient.NotebookClient(book, timeout=600, kernel_name="python3",
+                                resources={"metadata": {"path": str(ROOT)}}).execute()
+        outputs = "".join(o.get("text", "") for c in book.cells if c.cell_type == "code" for o in c.outputs)
+        print("notebook ran under nbclient")
+    else:
+        pytest.importorskip("IPython")
+        from IPython.core.interactiveshell import InteractiveShell
+
+        os.environ.setdefault("MPLBACKEND", "Agg")
+        shell = InteractiveShell.instance()
+        for c in nb["cells"]:
+            if c["cell_type"] == "code":
+                res = shell.run_cell("".join(c["source"]))
+                assert res.success, f"cell failed: {res.error_in_exec or res.error_before_exec}"
+        outputs = capsys.readouterr().out
+        print("notebook cells ran as a script in an IPython shell (nbclient is not installed)")
+    assert "same bytes as the host-pointer form: True" in outputs
+    assert "Hello World from the GPU!" in outputs
