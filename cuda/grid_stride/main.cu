@@ -1,0 +1,71 @@
+// build/bin/grid_stride: the course's grid-stride loop (sections 2.13-2.15).
+//
+//   grid_stride [N [BLOCKS THREADS]]        defaults: N=500, 8 blocks x 32 threads (the course's)
+//
+// a[i] = i on the host, then a[i] *= i on the GPU, one printed line per element:
+//   Thread %d (Block %d, Thread in Block %d) processing element %d. Old value: %d, New value: %d
+// then `All elements were squared? TRUE|FALSE` and
+//   result program=grid_stride n=N blocks=B threads=T check=pass|fail
+// Exit status: 0 when every element was squared, 1 when not (or on a CUDA error), 2 for bad argv.
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+
+#include "grid_stride.h"
+#include "check.cuh"
+
+static const char *kUsage = "usage: grid_stride [N [BLOCKS THREADS]]";
+
+static long long parse_int(const char *s, const char *what) {
+    char *end = nullptr;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != '\0' || errno == ERANGE)
+        CUDALAB_USAGE_ERROR("%s must be an integer, got '%s'\n%s", what, s, kUsage);
+    return v;
+}
+
+int main(int argc, char **argv) {
+    long long n = 500, blocks = 8, threads = 32;
+    if (argc != 1 && argc != 2 && argc != 4) CUDALAB_USAGE_ERROR("%s", kUsage);
+    if (argc >= 2) n = parse_int(argv[1], "N");
+    if (argc == 4) {
+        blocks = parse_int(argv[2], "BLOCKS");
+        threads = parse_int(argv[3], "THREADS");
+    }
+    if (n <= 0) CUDALAB_USAGE_ERROR("N must be a positive number of elements, got %lld", n);
+    if (n > GRID_STRIDE_MAX_N)
+        CUDALAB_USAGE_ERROR("N=%lld: at most %d elements, since each one prints a line of trace", n, GRID_STRIDE_MAX_N);
+    if (blocks <= 0) CUDALAB_USAGE_ERROR("BLOCKS must be a positive number of blocks, got %lld", blocks);
+    if (threads <= 0) CUDALAB_USAGE_ERROR("THREADS must be a positive number of threads per block, got %lld", threads);
+
+    int max_threads = 0, max_grid = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&max_threads, cudaDevAttrMaxThreadsPerBlock, 0));
+    CUDA_CHECK(cudaDeviceGetAttribute(&max_grid, cudaDevAttrMaxGridDimX, 0));
+    if (threads > max_threads)
+        CUDALAB_USAGE_ERROR("THREADS=%lld is more threads per block than this device allows (%d)", threads,
+                            max_threads);
+    if (blocks > max_grid) CUDALAB_USAGE_ERROR("BLOCKS=%lld exceeds the device's grid limit (%d)", blocks, max_grid);
+    if (blocks * threads > INT_MAX)
+        CUDALAB_USAGE_ERROR("BLOCKS x THREADS = %lld threads: the kernel's int thread index allows at most %d",
+                            blocks * threads, INT_MAX);
+
+    int *a = nullptr;
+    CUDA_CHECK(cudaMallocManaged(&a, (size_t)n * sizeof(int)));
+    for (long long i = 0; i < n; ++i) a[i] = (int)i;
+
+    // Host output written so far must leave before the device's lines, which are printed at sync.
+    fflush(stdout);
+    CUDA_CHECK((cudaError_t)grid_stride_square_dev(a, (int)n, (int)blocks, (int)threads, nullptr));
+    CUDA_CHECK(cudaDeviceSynchronize());
+
+    bool ok = true;
+    for (long long i = 0; i < n; ++i)
+        if (a[i] != (int)(unsigned)(((unsigned long long)i * (unsigned long long)i) & 0xffffffffULL)) ok = false;
+    CUDA_CHECK(cudaFree(a));
+
+    printf("All elements were squared? %s\n", ok ? "TRUE" : "FALSE");
+    printf("result program=grid_stride n=%lld blocks=%lld threads=%lld check=%s\n", n, blocks, threads,
+           ok ? "pass" : "fail");
+    return ok ? 0 : 1;
+}

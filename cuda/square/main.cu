@@ -1,0 +1,122 @@
+// build/bin/square: the course's managed-memory solution (section 2.10).
+//
+//   square [N [THREADS]] [--print K] [--skip-every K] [--oob]
+//
+// Fills a[i] = i + 1 on the host (1..N, like square_cpu), squares it on the GPU with one thread per
+// element, synchronises, and checks every element on the host. Ends with
+//   result program=square variant=managed_int32 n=N threads=T blocks=B kernel_ms=... mismatches=M check=pass|fail
+// and exits 0 only when the check passed (2 for bad arguments, 1 for a CUDA error or a failed check).
+//
+// Test-only flags (they exist so that the checks around this program can be shown to work):
+//   --skip-every K  the kernel leaves every K-th element unsquared: the host check must fail (exit 1).
+//   --oob           the kernel's guard lets one thread write one element past the end of the
+//                   allocation: a planted bug for compute-sanitizer memcheck, which must report it.
+//                   Without the sanitizer the stray write usually lands in the page the allocation
+//                   was rounded up to and the check still passes; when N*4 bytes is a whole number
+//                   of pages it may instead fault. Never use it outside that test.
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "square.h"
+#include "check.cuh"
+
+extern "C" int square_int32_test_dev(int *d_a, long long n, int threads, int skip_every, int oob, void *stream);
+
+static const char *kUsage = "usage: square [N [THREADS]] [--print K] [--skip-every K] [--oob]";
+
+static long long parse_int(const char *s, const char *what) {
+    char *end = nullptr;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != '\0' || errno == ERANGE)
+        CUDALAB_USAGE_ERROR("%s must be an integer, got '%s'\n%s", what, s, kUsage);
+    return v;
+}
+
+// What the kernel must have produced from a[i] = i + 1, computed independently of it (64-bit
+// product reduced modulo 2^32, i.e. numpy int32's wrap-around).
+static int expected(long long i) {
+    long long v = i + 1;
+    return (int)(unsigned)((unsigned long long)(v * v) & 0xffffffffULL);
+}
+
+int main(int argc, char **argv) {
+    long long n = 100000, threads = 256, print_rows = 0, skip_every = 0;
+    bool oob = false;
+    int positional = 0;
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i];
+        if (strcmp(a, "--print") == 0 || strcmp(a, "--skip-every") == 0) {
+            if (i + 1 >= argc) CUDALAB_USAGE_ERROR("%s needs a value\n%s", a, kUsage);
+            long long v = parse_int(argv[++i], a);
+            if (v <= 0) CUDALAB_USAGE_ERROR("%s must be positive, got %lld", a, v);
+            (strcmp(a, "--print") == 0 ? print_rows : skip_every) = v;
+        } else if (strcmp(a, "--oob") == 0) {
+            oob = true;
+        } else if (a[0] == '-' && a[1] == '-') {
+            CUDALAB_USAGE_ERROR("unknown option %s\n%s", a, kUsage);
+        } else if (positional == 0) {
+            n = parse_int(a, "N");
+            ++positional;
+        } else if (positional == 1) {
+            threads = parse_int(a, "THREADS");
+            ++positional;
+        } else {
+            CUDALAB_USAGE_ERROR("too many arguments\n%s", kUsage);
+        }
+    }
+    if (n <= 0) CUDALAB_USAGE_ERROR("N must be a positive number of elements, got %lld", n);
+    if (n > INT_MAX) CUDALAB_USAGE_ERROR("N must be at most %d (the values 1..N are int), got %lld", INT_MAX, n);
+    if (threads <= 0) CUDALAB_USAGE_ERROR("THREADS must be a positive number of threads per block, got %lld", threads);
+    if (skip_every > INT_MAX) CUDALAB_USAGE_ERROR("--skip-every must be at most %d", INT_MAX);
+
+    int max_threads = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&max_threads, cudaDevAttrMaxThreadsPerBlock, 0));
+    if (threads > max_threads)
+        CUDALAB_USAGE_ERROR("THREADS=%lld is more threads per block than this device allows (%d)", threads,
+                            max_threads);
+
+    // Managed memory: one pointer valid on the host and the device; pages migrate on first touch.
+    // Exactly n ints, the amount this run needs.
+    int *a = nullptr;
+    CUDA_CHECK(cudaMallocManaged(&a, (size_t)n * sizeof(int)));
+    for (long long i = 0; i < n; ++i) a[i] = (int)(i + 1);
+
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    CUDA_CHECK(cudaEventRecord(start));
+    CUDA_CHECK((cudaError_t)square_int32_test_dev(a, n, (int)threads, (int)skip_every, oob ? 1 : 0, nullptr));
+    CUDA_CHECK(cudaEventRecord(stop));
+    // The host may not read managed memory the kernel is still writing: wait for it.
+    CUDA_CHECK(cudaDeviceSynchronize());
+    float kernel_ms = 0.f;
+    CUDA_CHECK(cudaEventElapsedTime(&kernel_ms, start, stop));
+
+    long long mismatches = 0, first_bad = -1;
+    for (long long i = 0; i < n; ++i) {
+        if (a[i] != expected(i)) {
+            if (first_bad < 0) first_bad = i;
+            ++mismatches;
+        }
+    }
+    if (print_rows > 0) {
+        printf("%12s -> %12s\n", "Original", "Squared");
+        for (long long i = 0; i < n && i < print_rows; ++i) printf("%12lld -> %12d\n", i + 1, a[i]);
+    }
+    if (first_bad >= 0)
+        fprintf(stderr, "check failed: %lld element(s) wrong, first at index %lld: got %d, expected %d\n", mismatches,
+                first_bad, a[first_bad], expected(first_bad));
+
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    CUDA_CHECK(cudaFree(a));
+
+    const char *test_only = oob ? " test_only=oob" : (skip_every ? " test_only=skip_every" : "");
+    printf("result program=square variant=managed_int32 n=%lld threads=%lld blocks=%lld kernel_ms=%.4f mismatches=%lld%s "
+           "check=%s\n",
+           n, threads, cdiv(n, threads), kernel_ms, mismatches, test_only, mismatches == 0 ? "pass" : "fail");
+    return mismatches == 0 ? 0 : 1;
+}
