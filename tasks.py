@@ -20,6 +20,55 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 
+_VARIADIC_TASKS = {"sanitize"}
+
+
+def _program_names() -> set[str]:
+    from harness import build as hb
+
+    return set(hb.programs())
+
+
+def _accept_long_single_letter_flags() -> None:
+    """invoke spells a one-letter parameter only as a short flag (-n). The documented commands say
+    `--n 500`, so map `--n` (and `--n=500`) to `-n` before invoke parses the task arguments.
+    Everything after a standalone `--` belongs to the program and is left alone."""
+    import invoke.parser
+
+    if getattr(invoke.parser.Parser.parse_argv, "_cudalab", False):
+        return
+    original = invoke.parser.Parser.parse_argv
+
+    def parse_argv(self, argv):
+        out, passthrough, programs_at = [], False, None  # programs_at: where a --programs value goes
+        for a in argv:
+            if passthrough or a == "--":
+                passthrough = True
+                out.append(a)
+                continue
+            if programs_at is not None and not a.startswith("-") and a in _program_names():
+                # `invoke sanitize square matmul`: invoke has no optional variadic positionals, so
+                # bare program names right after such a task become its --programs list.
+                if programs_at == -1:
+                    out += ["--programs", a]
+                    programs_at = len(out) - 1
+                else:
+                    out[programs_at] += "," + a
+                continue
+            if len(a) >= 3 and a.startswith("--") and (len(a) == 3 or a[3] == "=") and a[2].isalpha():
+                out += [a[1:3]] + ([a[4:]] if len(a) > 3 else [])
+            else:
+                out.append(a)
+            programs_at = -1 if a in _VARIADIC_TASKS else None
+        return original(self, out)
+
+    parse_argv._cudalab = True
+    invoke.parser.Parser.parse_argv = parse_argv
+
+
+_accept_long_single_letter_flags()
+
+
 def _console():
     from rich.console import Console
 
@@ -46,11 +95,12 @@ def _call_with_accepted(fn, **opts):
 
 
 def _table(df, title: str | None = None):
+    import pandas as pd
     from rich.table import Table
 
     t = Table(title=title)
     for c in df.columns:
-        t.add_column(str(c), justify="right" if str(df[c].dtype) != "object" else "left")
+        t.add_column(str(c), justify="right" if pd.api.types.is_numeric_dtype(df[c]) else "left")
     for _, r in df.iterrows():
         t.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in r.tolist()])
     return t
@@ -100,7 +150,8 @@ def build(c, jobs=0, arch="", programs=""):
             "args": "extra pytest arguments, quoted"})
 def test(c, marker="", keyword="", args=""):
     """Run the tests with pytest (gpu-marked tests skip, with the reason, without a GPU)."""
-    cmd = [sys.executable, "-m", "pytest"]
+    # The junit file feeds the test summary of `invoke report`.
+    cmd = [sys.executable, "-m", "pytest", f"--junitxml={ROOT / 'build' / 'test-results' / 'junit.xml'}"]
     if marker:
         cmd += ["-m", marker]
     if keyword:
@@ -247,26 +298,42 @@ def bench(c, programs="", quick=False, save=False):
 
 # --- orchestration: profile, sanitize, plot, report, demo (issue 6) --------------------------------
 
-def _kernel_table(df, title: str):
-    """The kernel table the way nsys's cuda_gpu_kern_sum lists it (times in ns)."""
+def _kernel_tables(df, title: str, width: int):
+    """The kernel table the way nsys's cuda_gpu_kern_sum lists it (times in ns), and for ncu a
+    second table of its metrics per kernel, so that neither is squeezed on a narrow terminal."""
     from rich.table import Table
 
-    t = Table(title=title)
+    from analysis.profile import short_name
+
     multi = "variant" in df and df["variant"].nunique() > 1
-    extra = [c for c in df.columns if c not in {"variant", "kernel", "time_pct", "total_ns", "instances", "avg_ns",
-                                                  "med_ns", "min_ns", "max_ns", "tool", "program"}]
+    times = ["total_ns", "instances", "avg_ns"] + (["min_ns", "max_ns"] if width >= 110 else [])
+    heads = {"total_ns": "Total (ns)", "instances": "Inst", "avg_ns": "Avg (ns)", "min_ns": "Min (ns)",
+             "max_ns": "Max (ns)", "dram_bytes": "DRAM (B)", "achieved_occupancy_pct": "Occupancy (%)",
+             "sm_throughput_pct": "SM (%)", "memory_throughput_pct": "Memory (%)"}
+    metrics = [c for c in df.columns if c not in {"variant", "kernel", "time_pct", "total_ns", "instances", "avg_ns",
+                                                    "med_ns", "min_ns", "max_ns", "tool", "program"}]
+    t = Table(title=title)
     if multi:
         t.add_column("Variant")
-    for h in ["Time (%)", "Total Time (ns)", "Instances", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)"] + extra:
-        t.add_column(h, justify="right")
-    t.add_column("Name", overflow="fold")
+    t.add_column("Time (%)", justify="right")
+    for c in times:
+        t.add_column(heads[c], justify="right")
+    t.add_column("Name", min_width=20)
+    m = Table(title="ncu metrics (mean over each kernel's launches)") if metrics else None
+    if m is not None:
+        if multi:
+            m.add_column("Variant")
+        for c in metrics:
+            m.add_column(heads.get(c, c), justify="right")
+        m.add_column("Name", min_width=20)
     for _, r in df.iterrows():
-        cells = [str(r["variant"])] if multi else []
-        cells += [f"{r['time_pct']:.1f}"] + [f"{r[c]:,.0f}" if r[c] == r[c] else "" for c in
-                                             ("total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns")]
-        cells += [f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c]) for c in extra]
-        t.add_row(*cells, str(r["kernel"]))
-    return t
+        lead = [str(r["variant"])] if multi else []
+        name = short_name(r["kernel"], 60)
+        t.add_row(*lead, f"{r['time_pct']:.1f}", *[f"{r[c]:,.0f}" if r[c] == r[c] else "" for c in times], name)
+        if m is not None:
+            m.add_row(*lead, *[(f"{r[c]:,.0f}" if abs(r[c]) >= 1000 else f"{r[c]:.3g}") if isinstance(r[c], float)
+                               else str(r[c]) for c in metrics], name)
+    return [t] + ([m] if m is not None else [])
 
 
 @task(help={"tool": "auto (first tool that gives a report), nsys, ncu, or nvprof (explains why not)",
@@ -284,6 +351,10 @@ def profile(c, prog, tool="auto", variant=None, metrics=None, clock_control=Fals
 
     args = shlex.split(c.remainder or "")
     con = _console()
+    if not con.is_terminal:  # a log or a pipe: room for the whole table rather than rich's 80 columns
+        from rich.console import Console
+
+        con = Console(highlight=False, width=140)
     try:
         res = hp.profile(prog, tool=tool, variant=variant, args=args or None, metrics=metrics,
                          clock_control=clock_control)
@@ -295,7 +366,8 @@ def profile(c, prog, tool="auto", variant=None, metrics=None, clock_control=Fals
         con.print(f"[yellow]{f.tool}[/]: {f.reason}")
     if res.note:
         con.print(res.note)
-    con.print(_kernel_table(res.kernels, f"{prog}: GPU kernels ({res.tool})"))
+    for table in _kernel_tables(res.kernels, f"{prog}: GPU kernels ({res.tool})", con.width):
+        con.print(table)
     outdir = hp.PROFILES / prog
     paths = aprof.plot(res.kernels, outdir, title=f"{prog}: kernel time shares ({res.tool})")
     con.print(f"CSVs and reports in {outdir.relative_to(ROOT)}; chart {paths[0].relative_to(ROOT)}")
@@ -329,6 +401,8 @@ def sanitize(c, programs="", tool="all", jobs=0):
                                                                 description=f"{o.program} {o.label} {o.tool}"))
     except (CudalabError, FileNotFoundError, ValueError) as e:
         raise Exit(f"sanitize: {e}") from None
+    if not args:  # a planted-bug run is not the project's state: keep it out of the report
+        hs.write_summary(outcomes)
     table = hs.summary(outcomes).reset_index()
     con.print(_table(table, "compute-sanitizer: program x tool"))
     bad = [o for o in outcomes if not o.clean]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from . import toolchain
+from . import profile, toolchain
 
 
 @dataclass
@@ -39,12 +39,20 @@ def check_tools() -> list[Check]:
     ]:
         t = toolchain.find(name)
         detail = f"{t.path} ({t.version}, via {t.how})" if t.found else "not found"
+        if name == "nsys" and t.note and profile.find_libdw() is not None:
+            t = toolchain.Tool(t.name, t.path, t.version, t.how)  # invoke profile puts this libdw on the path
+            detail += f"; libdw.so.1 from {profile.find_libdw()}"
         ok = t.found and not t.note
         if t.note:
             detail += f"; {t.note}"
             fix = ("put libdw.so.1 on LD_LIBRARY_PATH (Debian: `apt install libdw1`; or unpack libdw1 and "
                    "libelf1 .debs and export LD_LIBRARY_PATH to their lib folder)")
         out.append(Check(name, ok, detail, fix, optional=True))
+    access, why = profile.counter_access()
+    out.append(Check("GPU counters (ncu)", bool(access), why,
+                     "run as root, or set the driver option NVreg_RestrictProfilingToAdminUsers=0 (`options nvidia "
+                     "NVreg_RestrictProfilingToAdminUsers=0` in /etc/modprobe.d/, then reload the driver)",
+                     optional=True))
     out.append(Check("nvprof", False, "removed in CUDA 13, and never supported compute capability >= 7.5",
                      "use `invoke profile <prog> --tool nsys` (or `nsys nvprof`)", optional=True))
     return out

@@ -38,3 +38,26 @@ def test_doctor_reports_each_item():
     for item in ("nvcc", "gcc", "driver", "GPU", "ncu", "nsys", "compute-sanitizer", "python:numpy"):
         assert item in r.stdout, item
     assert "nvprof" in r.stdout and "nsys" in r.stdout
+
+
+def test_single_letter_options_take_the_long_spelling(tmp_path):
+    # The documented command is `invoke viz gridstride --n 500 ...`; invoke alone only knows `-n`.
+    r = inv("viz", "gridstride", "--n", "40", "--blocks", "2", "--threads", "4", "--simulate",
+            "--outdir", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "stride: 8 = blocks x threads" in r.stdout
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == [
+        "gridstride_n40_b2_t4_sim_heatmap.png", "gridstride_n40_b2_t4_sim_scatter.png",
+        "gridstride_n40_b2_t4_sim_strip.png"]
+    r = inv("viz", "gridstride", "--n=30", "--simulate", "--outdir", str(tmp_path))
+    assert r.returncode == 0 and (tmp_path / "gridstride_n30_b8_t32_sim_strip.png").exists()
+
+
+def test_sanitize_takes_program_names_as_words():
+    # Bare program names after `sanitize` become its --programs list; the bogus tool is then the
+    # only complaint (it is checked before anything runs).
+    r = inv("sanitize", "square", "grid_stride", "--tool", "bogus")
+    assert r.returncode != 0
+    assert "unknown sanitizer tool" in r.stderr and "No idea" not in r.stderr
+    r = inv("sanitize", "no_such_program")
+    assert r.returncode != 0 and "No idea what 'no_such_program' is" in r.stderr

@@ -294,3 +294,8 @@ def bench_cases(quick: bool = False):
         for variant in VARIANTS:
             cases.append(_bench_case(variant, D, BENCH_S, quick=True))
     return cases
+
+
+# --- hooks for `invoke profile` and `invoke sanitize` (small, ragged sizes; see harness/profile.py) ---
+def profile_args(variant: str | None = None) -> list[str]:
+    return ["--variant", variant or VARIANTS[-1], "--reps", "1", "2", "2", "67", "64"]

@@ -399,3 +399,8 @@ def bench_cases(quick: bool = False):
                             target=0.90 if v == "03_vectorized" else None, quick=True, bytes=4.0 * n,
                             note="4 bytes/pixel (3 read + 1 written)")
             for v in VARIANTS]
+
+
+# --- hooks for `invoke profile` and `invoke sanitize` (small, ragged sizes; see harness/profile.py) ---
+def profile_args(variant: str | None = None) -> list[str]:
+    return ["--variant", variant or VARIANTS[-1], "--reps", "1", "67", "93"]

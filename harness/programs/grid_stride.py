@@ -215,3 +215,9 @@ def viz_data(n: int = DEFAULT_N, blocks: int = DEFAULT_BLOCKS, threads: int = DE
     except Exception:  # the name is only a label on the figures
         device = None
     return GridStrideData(df, n, blocks, threads, simulated=False, device=device)
+
+
+# --- hooks for `invoke profile` and `invoke sanitize` (small sizes; see harness/profile.py) ---
+def profile_args(variant: str | None = None) -> list[str]:
+    """argv for build/bin/grid_stride: N=100 over 3 blocks of 32, so threads take several elements."""
+    return ["100", "3", "32"]

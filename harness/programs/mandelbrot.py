@@ -428,3 +428,8 @@ def bench_cases(quick: bool = False):
         cases.append(_bench_case(v, 2048, 1000, quick=True))
         cases.append(_bench_case(v, 8192, 1000, quick=False))
     return cases
+
+
+# --- hooks for `invoke profile` and `invoke sanitize` (small, ragged sizes; see harness/profile.py) ---
+def profile_args(variant: str | None = None) -> list[str]:
+    return ["--variant", variant or VARIANTS[-1], "--reps", "1", "97", "61", "64"]

@@ -372,3 +372,8 @@ def speedups(df) -> dict:
         return {}
     b = float(base.iloc[0])
     return {v: float(x) / b for v, x in zip(rows["variant"], rows["value"])}
+
+
+# --- hooks for `invoke profile` and `invoke sanitize` (small, ragged sizes; see harness/profile.py) ---
+def profile_args(variant: str | None = None) -> list[str]:
+    return ["--variant", variant or "02_tiled", "--reps", "1", "65", "33", "47"]

@@ -158,3 +158,20 @@ def run(variant: str = "02_flash", batch: int | None = None, seqs=(), embed: int
     if causal:
         args.append("--causal")
     return parse_output(runner.run("transformer_block", *args, timeout=timeout).stdout)
+
+
+# --- hooks for `invoke profile` and `invoke sanitize` (see harness/profile.py) ---
+VARIANTS = ("01_naive", "02_flash")
+# Profiled as separate runs and drawn side by side: naive against flash is the course's point.
+PROFILE_VARIANTS = VARIANTS
+
+
+def profile_args(variant: str | None = None) -> list[str]:
+    """The course's B=32, E=256 at S=1000."""
+    return ["--variant", variant or "02_flash", "--seq", "1000", "--reps", "1"]
+
+
+def sanitize_args() -> dict[str, list[str]]:
+    """Small and ragged: the sanitizers slow kernels down a hundredfold."""
+    return {v: ["--variant", v, "--batch", "2", "--seq", "33", "--embed", "128", "--heads", "2", "--reps", "1"]
+            for v in VARIANTS}

@@ -1,0 +1,185 @@
+"""Bench results as pictures: bars of ratio-to-ceiling per family (with each target as a line), and
+a roofline (arithmetic intensity against achieved FLOP/s, under the memory and compute roofs that
+were measured in the same run).
+
+Input: a CSV written by harness.bench.write_csv (cases, then `program=ceiling` rows), or the
+DataFrames themselves: `plot((cases, ceilings), outdir)`. Nothing here launches anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH_DIR = ROOT / "build" / "bench"
+
+
+def latest_csv(folder: Path | None = None) -> Path | None:
+    """The newest bench CSV in build/bench/ (None when there is none)."""
+    folder = Path(folder or BENCH_DIR)
+    files = sorted(folder.glob("*.csv"), key=lambda p: p.stat().st_mtime)
+    return files[-1] if files else None
+
+
+def load(data) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(cases, ceilings) from a CSV path, a (cases, ceilings) pair, or one DataFrame that may hold
+    `program=ceiling` rows."""
+    if isinstance(data, (str, Path)):
+        data = pd.read_csv(data)
+    if isinstance(data, tuple):
+        cases, ceil = data
+        ceil = _ceiling_frame(ceil)
+    else:
+        is_ceil = data["program"] == "ceiling"
+        cases, ceil = data[~is_ceil], data[is_ceil]
+    return cases.reset_index(drop=True), ceil.reset_index(drop=True)
+
+
+def _ceiling_frame(ceil) -> pd.DataFrame:
+    """Ceilings as rows of (variant=name, value, unit), from a DataFrame or harness.bench's dict."""
+    if isinstance(ceil, dict):
+        return pd.DataFrame([{"program": "ceiling", "variant": c.name, "value": c.value, "unit": c.unit,
+                              "size": c.detail} for c in ceil.values()])
+    if ceil is None:
+        return pd.DataFrame(columns=["program", "variant", "value", "unit", "size"])
+    return ceil
+
+
+# --- ratio bars ------------------------------------------------------------------------------------
+
+def ratio_table(cases: pd.DataFrame) -> pd.DataFrame:
+    """family (the program), label (variant, size), ratio, target: the numbers behind the bars."""
+    df = cases.copy()
+    df["family"] = df["program"]
+    df["label"] = df["variant"].astype(str) + np.where(df["size"].astype(str) != "", " " + df["size"].astype(str), "")
+    cols = ["family", "label", "variant", "size", "ratio", "target", "value", "unit", "ceiling"]
+    return df[[c for c in cols if c in df.columns]].reset_index(drop=True)
+
+
+def ratio_figure(cases: pd.DataFrame, title: str = "") -> plt.Figure:
+    """One panel per family; bars coloured by whether they meet their target (green), miss it
+    (red) or have none (blue); each target a dashed line; grey line at 1.0, the ceiling itself."""
+    data = ratio_table(cases)
+    families = list(dict.fromkeys(data["family"])) or ["(no cases)"]
+    sizes = [max(int((data["family"] == f).sum()), 1) for f in families]
+    sns.set_theme(style="whitegrid")
+    fig, axes = plt.subplots(len(families), 1, figsize=(10, 1.0 * len(families) + 0.38 * sum(sizes) + 0.6),
+                             squeeze=False, gridspec_kw={"height_ratios": [s + 1.2 for s in sizes]})
+    finite = data["ratio"][np.isfinite(data["ratio"])] if len(data) else pd.Series(dtype=float)
+    top = max(1.1, float(finite.max()) * 1.1) if len(finite) else 1.1
+    blue, green, red = sns.color_palette()[0], sns.color_palette()[2], sns.color_palette()[3]
+    for ax, fam in zip(axes[:, 0], families, strict=False):
+        d = data[data["family"] == fam]
+        colors = [blue if pd.isna(t) or not np.isfinite(r) else (green if r >= t else red)
+                  for r, t in zip(d["ratio"], d["target"], strict=False)]
+        ax.barh(range(len(d)), d["ratio"].fillna(0.0), color=colors, height=0.7)
+        ax.set_yticks(range(len(d)), d["label"])
+        ax.invert_yaxis()
+        for i, r in enumerate(d.itertuples()):
+            if np.isfinite(r.ratio):
+                ax.text(r.ratio + 0.01 * top, i, f"{r.ratio:.2f}  ({r.value:.4g} {r.unit})", va="center", fontsize=8)
+        for tgt in sorted({float(t) for t in d["target"] if pd.notna(t)}):
+            ax.axvline(tgt, color="crimson", ls="--", lw=1.2)
+            ax.text(tgt, 1.0, f"target {tgt:.2f}", color="crimson", fontsize=8, ha="center", va="bottom",
+                    transform=ax.get_xaxis_transform())
+        ax.axvline(1.0, color="grey", lw=0.8)
+        ax.set_xlim(0, top * 1.3)
+        ceil = ", ".join(sorted({str(c) for c in d["ceiling"]})) if "ceiling" in d else ""
+        ax.set_title(f"{fam}: ratio to {ceil}", loc="left", fontsize=10, pad=12)
+        ax.set_ylabel("")
+    axes[-1, 0].set_xlabel("ratio to the ceiling measured in the same run")
+    fig.suptitle(title or "bench: ratio to ceiling")
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
+    return fig
+
+
+# --- roofline --------------------------------------------------------------------------------------
+
+def roofline_table(cases: pd.DataFrame) -> pd.DataFrame:
+    """Cases with both bytes and FLOPs counted: intensity (FLOP/byte) and achieved GFLOP/s."""
+    df = cases.copy()
+    for c in ("bytes", "flops", "median_ms"):
+        df[c] = pd.to_numeric(df.get(c), errors="coerce")
+    ok = (df["bytes"] > 0) & (df["flops"] > 0) & (df["median_ms"] > 0)
+    d = df[ok].copy()
+    d["intensity"] = d["flops"] / d["bytes"]
+    d["gflops"] = d["flops"] / (d["median_ms"] * 1e-3) / 1e9
+    d["label"] = d["program"].astype(str) + " " + d["variant"].astype(str) + " " + d["size"].astype(str)
+    return d[["program", "variant", "size", "label", "intensity", "gflops"]].reset_index(drop=True)
+
+
+def roofs(ceilings: pd.DataFrame, programs=()) -> dict[str, list[tuple[str, float]]]:
+    """{"memory": [(name, GB/s)], "compute": [(name, GFLOP/s)]} from the run's ceiling rows.
+    A ceiling named after one of the run's own programs (matmul_01_naive, a baseline kernel) is a
+    reference for ratios, not a roof, and is left out."""
+    out: dict[str, list[tuple[str, float]]] = {"memory": [], "compute": []}
+    for r in ceilings.itertuples():
+        v = float(r.value)
+        if not np.isfinite(v) or v <= 0 or any(str(r.variant).startswith(f"{p}_") for p in programs):
+            continue
+        if r.unit == "GB/s":
+            out["memory"].append((str(r.variant), v))
+        elif r.unit == "TFLOP/s":
+            out["compute"].append((str(r.variant), v * 1e3))
+    return out
+
+
+def roofline_figure(cases: pd.DataFrame, ceilings: pd.DataFrame, title: str = "") -> plt.Figure:
+    pts = roofline_table(cases)
+    rf = roofs(ceilings, set(cases["program"]) if len(cases) else ())
+    sns.set_theme(style="whitegrid")
+    fig, ax = plt.subplots(figsize=(9, 6))
+    xs = pts["intensity"].tolist() + [0.05, 200.0]
+    x = np.logspace(np.log10(max(min(xs) / 3, 1e-3)), np.log10(max(xs) * 3), 200)
+    peak = max((v for _, v in rf["compute"]), default=None)
+    for name, bw in rf["memory"]:
+        y = bw * x if peak is None else np.minimum(bw * x, peak)
+        ax.plot(x, y, color="black", lw=1.5, label=f"memory roof: {name} {bw:.0f} GB/s")
+    for i, (name, gf) in enumerate(sorted(rf["compute"], key=lambda t: -t[1])):
+        what = "compute roof" if i == 0 else "reached by"  # the highest is the roof; the others are libraries
+        ax.plot(x, np.full_like(x, gf), color="black" if i == 0 else "grey", ls="-" if i == 0 else ":", lw=1.5,
+                label=f"{what}: {name} {gf / 1e3:.1f} TFLOP/s")
+    if len(pts):
+        sns.scatterplot(data=pts, x="intensity", y="gflops", hue="program", style="program", s=70, ax=ax)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of DRAM traffic counted)")
+    ax.set_ylabel("achieved GFLOP/s")
+    missing = sorted(set(cases["program"]) - set(pts["program"])) if len(cases) else []
+    notes = []
+    if not rf["memory"]:
+        notes.append("no memory ceiling in this run")
+    if not rf["compute"]:
+        notes.append("no FLOP ceiling in this run")
+    if missing:
+        notes.append("not on the roofline (no FLOPs or bytes counted): " + ", ".join(missing))
+    if notes:
+        ax.text(0.01, 0.01, "; ".join(notes), transform=ax.transAxes, fontsize=8, va="bottom")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(title or "roofline (roofs measured in the same run)")
+    fig.tight_layout()
+    return fig
+
+
+def plot(data, outdir: Path, prefix: str = "bench") -> list[Path]:
+    """Write <prefix>_ratios.png and <prefix>_roofline.png into outdir; returns their paths."""
+    cases, ceil = load(data)
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    device = str(cases["device"].iloc[0]) if "device" in cases and len(cases) else ""
+    paths = []
+    for name, fig in ((f"{prefix}_ratios.png", ratio_figure(cases, f"bench: ratio to ceiling ({device})" if device else "")),
+                      (f"{prefix}_roofline.png", roofline_figure(cases, ceil, f"roofline ({device})" if device else ""))):
+        p = outdir / name
+        fig.savefig(p, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        paths.append(p)
+    return paths

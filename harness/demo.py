@@ -1,0 +1,395 @@
+"""`invoke demo`: the newcomer's tour, as steps that each pass, fail or are skipped with the reason.
+
+    build everything -> run every program once (small sizes, every variant) and check it ->
+    draw every picture -> quick bench -> profile square and transformer_block -> write the report
+
+Without a GPU the build, the simulated grid-stride figures, the pictures drawn from recorded traces
+(tests/fixtures) and the report still run; every step that needs a device is listed as skipped,
+and the demo ends by saying so (status 0). The tasks layer only shows progress and the table.
+
+Hooks read from harness/programs/<prog>.py (all optional; see harness/profile.py and
+harness/sanitize.py for profile_args / sanitize_args / VARIANTS):
+    viz_data(...)            with analysis/<name>.py's plot(data, outdir): a picture; called with
+                             simulate=True when there is no GPU and viz_data accepts it
+    recorded_viz_data()      the same picture from a trace recorded on a GPU (tests/fixtures)
+    cli(args, image=, out=)  an image program (grayscale): run on its test picture, writing
+                             build/plots/<prog>.png
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from . import build as _build
+from . import toolchain
+from .errors import CudalabError
+
+PLOTS = _build.BUILD / "plots"
+REPORT = _build.BUILD / "report"
+FIXTURES = _build.ROOT / "tests" / "fixtures"
+PROFILED = ("square", "transformer_block")  # the issue's two: a first kernel, and naive against flash
+NOT_PICTURES = {"profile", "bench", "report", "__init__"}
+
+
+@dataclass
+class Step:
+    name: str
+    status: str = "passed"  # passed | failed | skipped
+    detail: str = ""
+    needs_gpu: bool = False
+    outputs: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class DemoResult:
+    steps: list[Step]
+    gpu: bool
+    gpu_why: str = ""
+    report: str = ""
+
+    @property
+    def failed(self) -> list[Step]:
+        return [s for s in self.steps if s.status == "failed"]
+
+    @property
+    def skipped_for_gpu(self) -> list[Step]:
+        return [s for s in self.steps if s.status == "skipped" and s.needs_gpu]
+
+    def table(self) -> pd.DataFrame:
+        return pd.DataFrame([{"step": s.name, "status": s.status, "detail": s.detail} for s in self.steps],
+                            columns=["step", "status", "detail"])
+
+    def closing_lines(self) -> list[str]:
+        n = {k: sum(1 for s in self.steps if s.status == k) for k in ("passed", "failed", "skipped")}
+        lines = [f"demo: {n['passed']} passed, {n['failed']} failed, {n['skipped']} skipped"]
+        if not self.gpu:
+            names = ", ".join(s.name for s in self.skipped_for_gpu) or "none"
+            lines.append(f"No GPU here ({self.gpu_why.split(' -- ')[0]}). These steps need a GPU and were "
+                         f"skipped: {names}. Run `invoke demo` on a machine with an NVIDIA GPU to do them.")
+        if self.failed:
+            lines.append("failed: " + "; ".join(f"{s.name}: {s.detail}" for s in self.failed))
+        if self.report:
+            lines.append(f"report: {self.report}")
+        return lines
+
+    def to_json(self) -> dict:
+        return {"gpu": self.gpu, "gpu_why": self.gpu_why, "steps": [asdict(s) for s in self.steps]}
+
+
+# --- facts for the report --------------------------------------------------------------------------
+
+def gpu_state() -> tuple[bool, str]:
+    from . import cudart
+
+    try:
+        return cudart.gpu_available()
+    except Exception as e:  # libcudart itself missing
+        return False, str(e)
+
+
+def collect_facts() -> dict:
+    """The device summary and the toolchain, for the report (no kernel is launched)."""
+    facts: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "tools": {}}
+    for name, t in toolchain.tools().items():
+        facts["tools"][name] = f"{t.version or '?'} ({t.path})" if t.found else "not found"
+    ok, why = gpu_state()
+    facts["gpu"] = ok
+    if not ok:
+        facts["gpu_why"] = why
+        return facts
+    from . import cudart
+
+    s = cudart.summary()
+    facts["device"] = {"name": s.name, "compute capability": s.cc, "SMs": s.sm_count, "driver": s.driver,
+                       "runtime": s.runtime, "memory (GiB)": round(s.memory_gib, 1)}
+    try:
+        from .programs import device_info
+
+        d = device_info.query(0)
+        facts["device"].update({"L2 (MiB)": round(d["l2_bytes"] / 2**20, 1), "FP32 peak (TFLOP/s)": d["fp32_tflops"],
+                                "DRAM peak (GB/s)": d["mem_bandwidth_gbs"]})
+    except Exception as e:  # the library may not be built yet
+        facts["device"]["peaks"] = f"not available ({e})"
+    return facts
+
+
+# --- the steps -------------------------------------------------------------------------------------
+
+def picture_names() -> list[str]:
+    """Names with both analysis/<name>.py (plot) and harness.programs.<name>.viz_data."""
+    out = []
+    for p in sorted((_build.ROOT / "analysis").glob("*.py")):
+        if p.stem in NOT_PICTURES:
+            continue
+        try:
+            mod = importlib.import_module(f"harness.programs.{p.stem}")
+        except ModuleNotFoundError:
+            continue
+        if hasattr(mod, "viz_data"):
+            out.append(p.stem)
+    return out
+
+
+def image_programs() -> list[str]:
+    """Programs whose cli takes an input image and an output path (grayscale)."""
+    out = []
+    for prog in _build.programs():
+        mod = _module(prog)
+        if mod is not None and hasattr(mod, "cli"):
+            params = inspect.signature(mod.cli).parameters
+            if "image" in params and "out" in params:
+                out.append(prog)
+    return out
+
+
+def _module(prog: str):
+    from .profile import program_module
+
+    try:
+        return program_module(prog)
+    except Exception:
+        return None
+
+
+def step_build(on_step: Callable[[str, str], None] | None = None) -> tuple[Step, list[str]]:
+    """Build everything; when the whole build fails, build program by program so that one broken
+    program does not hide the others. Returns the step and the programs that built."""
+    from .errors import BuildError
+
+    progs = _build.programs()
+    try:
+        _build.build(on_step=on_step)
+        return Step("build", "passed", f"{len(progs)} programs"), progs
+    except BuildError:
+        pass
+    ok, bad = [], []
+    for p in progs:
+        try:
+            _build.build(_build.targets(p))
+            ok.append(p)
+        except BuildError as e:
+            bad.append(f"{p} ({str(e).splitlines()[0]})")
+    return Step("build", "failed", "did not build: " + "; ".join(bad)), ok
+
+
+def step_run(prog: str) -> Step:
+    """Every sanitizer case of the program (small sizes, every variant), without the sanitizer:
+    each must exit 0 and print no check=fail."""
+    from . import runner
+    from .sanitize import cases
+
+    st = Step(f"run {prog}", needs_gpu=True)
+    results = []
+    for c in cases(prog):
+        try:
+            r = runner.run(prog, *c.argv, check=False, timeout=300)
+        except CudalabError as e:
+            st.status, st.detail = "failed", f"{c.label}: {e}"
+            return st
+        failed_check = "check=fail" in r.stdout
+        if r.returncode != 0 or failed_check:
+            tail = runner.tail(r.stderr, 3) or runner.tail(r.stdout, 3)
+            st.status, st.detail = "failed", f"`{prog} {' '.join(c.argv)}` exited {r.returncode}: {tail}"
+            return st
+        results.append(sum(1 for ln in r.stdout.splitlines() if "check=pass" in ln))
+    passes = sum(results)
+    st.detail = f"{len(results)} run(s)" + (f", {passes} check=pass line(s)" if passes else ", exit status 0")
+    return st
+
+
+def step_picture(name: str, gpu: bool, outdir: Path = PLOTS) -> list[Step]:
+    mod = importlib.import_module(f"harness.programs.{name}")
+    draw = importlib.import_module(f"analysis.{name}")
+    steps = []
+    accepts_sim = "simulate" in inspect.signature(mod.viz_data).parameters
+    st = Step(f"draw {name}", needs_gpu=not accepts_sim)
+    if gpu or accepts_sim:
+        try:
+            data = mod.viz_data(simulate=True) if (not gpu and accepts_sim) else mod.viz_data()
+            st.outputs = [str(p) for p in draw.plot(data, outdir)]
+            st.detail = ("from the simulator (titled as simulated)" if not gpu else "from the GPU") + \
+                f": {len(st.outputs)} figure(s)"
+        except Exception as e:
+            st.status, st.detail = "failed", f"{type(e).__name__}: {e}"
+    else:
+        st.status, st.detail = "skipped", "needs a GPU"
+    steps.append(st)
+    if hasattr(mod, "recorded_viz_data"):
+        rs = Step(f"draw {name} (recorded trace)")
+        try:
+            rs.outputs = [str(p) for p in draw.plot(mod.recorded_viz_data(), outdir)]
+            rs.detail = f"from tests/fixtures: {len(rs.outputs)} figure(s)"
+        except Exception as e:
+            rs.status, rs.detail = "failed", f"{type(e).__name__}: {e}"
+        steps.append(rs)
+    return steps
+
+
+def step_image(prog: str, gpu: bool, outdir: Path = PLOTS) -> Step:
+    st = Step(f"draw {prog}", needs_gpu=True)
+    if not gpu:
+        st.status, st.detail = "skipped", "needs a GPU"
+        return st
+    out = outdir / f"{prog}.png"
+    try:
+        import contextlib
+        import io
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            status = _module(prog).cli([], out=str(out))
+        if status:
+            st.status, st.detail = "failed", f"cli returned {status}"
+        else:
+            st.outputs = [str(p) for p in sorted(outdir.glob(f"{prog}*.png"))]
+            st.detail = f"the test picture and its {prog} output"
+    except Exception as e:
+        st.status, st.detail = "failed", f"{type(e).__name__}: {e}"
+    return st
+
+
+def recorded_profiles() -> list[Path]:
+    return sorted(FIXTURES.glob("nsys_*_stats_*.csv"))
+
+
+def step_recorded_profiles(outdir: Path = PLOTS) -> Step:
+    """The kernel-share charts of the nsys runs recorded in tests/fixtures (no GPU needed)."""
+    from analysis import profile as aprof
+
+    from . import profile as hp
+
+    st = Step("draw recorded profiles")
+    try:
+        for f in recorded_profiles():
+            # nsys_<version>_<device>_stats_<prog>.csv
+            parts = f.stem.split("_")
+            prog = parts[-1]
+            device = parts[2] if len(parts) > 2 else "a GPU"
+            kernels = hp.nsys_kernel_table(hp.parse_nsys_stats(f.read_text()))
+            st.outputs += [str(p) for p in aprof.plot(kernels, outdir, name=f"profile_recorded_{prog}",
+                                                      title=f"{prog}: kernel time shares, nsys recorded on "
+                                                            f"{device.upper()} (tests/fixtures)")]
+        st.detail = f"{len(st.outputs)} chart(s) from tests/fixtures"
+        if not st.outputs:
+            st.status, st.detail = "skipped", "no recorded nsys runs in tests/fixtures"
+    except Exception as e:
+        st.status, st.detail = "failed", f"{type(e).__name__}: {e}"
+    return st
+
+
+def step_bench(gpu: bool) -> Step:
+    st = Step("quick bench", needs_gpu=True)
+    if not gpu:
+        st.status, st.detail = "skipped", "needs a GPU"
+        return st
+    try:
+        from analysis import bench as abench
+
+        from . import bench
+
+        df, ceil = bench.run(None, quick=True)
+        if df.empty:
+            st.status, st.detail = "skipped", "no program has bench cases"
+            return st
+        meta = bench.metadata()
+        path = bench.write_csv(df, meta, ceil)
+        st.outputs = [str(path)] + [str(p) for p in abench.plot(path, PLOTS)]
+        met = df["meets_target"].dropna()
+        st.detail = f"{len(df)} case(s); {int(met.sum())}/{len(met)} targets met; {path.name}"
+    except Exception as e:
+        st.status, st.detail = "failed", f"{type(e).__name__}: {e}"
+    return st
+
+
+def step_profile(prog: str, gpu: bool) -> Step:
+    st = Step(f"profile {prog}", needs_gpu=True)
+    if not gpu:
+        st.status, st.detail = "skipped", "needs a GPU"
+        return st
+    try:
+        from analysis import profile as aprof
+
+        from . import profile as hp
+
+        res = hp.profile(prog, tool="auto")
+        st.outputs = [str(p) for p in aprof.plot(res.kernels, hp.PROFILES / prog,
+                                                  title=f"{prog}: kernel time shares ({res.tool})")]
+        why = "; ".join(f"{f.tool}: {f.reason}" for f in res.failures)
+        st.detail = f"{res.tool}: {len(res.kernels)} kernel row(s)" + (f" (tried first: {why})" if why else "")
+    except Exception as e:
+        st.status, st.detail = "failed", f"{type(e).__name__}: {e}"
+    return st
+
+
+def run(bench: bool = True, profile: bool = True, on_step: Callable[[str], None] | None = None,
+        on_total: Callable[[int], None] | None = None) -> DemoResult:
+    gpu, why = gpu_state()
+    progs = _build.programs()
+    pictures = picture_names()
+    images = [p for p in image_programs() if p not in pictures]
+    profiled = [p for p in PROFILED if p in progs] if profile else []
+    recorded = sum(hasattr(importlib.import_module(f"harness.programs.{n}"), "recorded_viz_data") for n in pictures)
+    total = 1 + len(progs) + len(pictures) + recorded + len(images) + 1 + int(bench) + len(profiled) + 1
+    if on_total:
+        on_total(total)
+    steps: list[Step] = []
+
+    def done(st: Step | list[Step], t0: float):
+        for s in (st if isinstance(st, list) else [st]):
+            s.seconds = round(time.perf_counter() - t0, 2)
+            steps.append(s)
+        if on_step:
+            last = st[-1] if isinstance(st, list) else st
+            on_step(f"{last.name}: {last.status}")
+
+    t0 = time.perf_counter()
+    st, built = step_build()
+    done(st, t0)
+    for p in progs:
+        t0 = time.perf_counter()
+        if p not in built:
+            done(Step(f"run {p}", "failed", "not built", needs_gpu=True), t0)
+        elif not gpu:
+            done(Step(f"run {p}", "skipped", "needs a GPU", needs_gpu=True), t0)
+        else:
+            done(step_run(p), t0)
+    for name in pictures:
+        t0 = time.perf_counter()
+        done(step_picture(name, gpu), t0)
+    for p in images:
+        t0 = time.perf_counter()
+        done(step_image(p, gpu), t0)
+    t0 = time.perf_counter()
+    done(step_recorded_profiles(), t0)
+    if bench:
+        t0 = time.perf_counter()
+        done(step_bench(gpu), t0)
+    for p in profiled:
+        t0 = time.perf_counter()
+        done(step_profile(p, gpu), t0)
+    result = DemoResult(steps, gpu, why)
+    t0 = time.perf_counter()
+    st = Step("report", detail="build/report/index.html")
+    steps.append(st)  # listed in the report it writes; marked failed below if writing fails
+    try:
+        from analysis import report as arep
+
+        REPORT.mkdir(parents=True, exist_ok=True)
+        md, html = arep.write(REPORT, facts=collect_facts(), demo=result.to_json())
+        st.outputs = [str(md), str(html)]
+        result.report = str(html)
+    except Exception as e:
+        st.status, st.detail = "failed", f"{type(e).__name__}: {e}"
+    st.seconds = round(time.perf_counter() - t0, 2)
+    if on_step:
+        on_step(f"report: {st.status}")
+    (REPORT / "demo.json").write_text(json.dumps(result.to_json(), indent=1))
+    return result

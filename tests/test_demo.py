@@ -1,0 +1,86 @@
+"""`invoke demo`: without a GPU it builds, draws what it can (simulated grid-stride figures,
+recorded profiles), writes the report, says which steps need a GPU, and exits 0. With a GPU every
+step passes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness import build
+from harness import demo as hdemo
+
+
+def _inv(*args, env=None, timeout=900):
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=build.ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def test_demo_without_a_gpu_exits_0_and_lists_the_skipped_steps():
+    # CUDA_VISIBLE_DEVICES="" hides any GPU, so this runs the no-GPU path everywhere.
+    r = _inv("demo", env={"CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = " ".join(r.stdout.split())  # rich wraps long lines
+    assert "No GPU here" in out and "These steps need a GPU and were skipped:" in out
+    for step in ("quick bench", "profile square", "run hello"):
+        assert step in out.split("were skipped:")[1], step
+    state = json.loads((hdemo.REPORT / "demo.json").read_text())
+    steps = {s["name"]: s for s in state["steps"]}
+    assert state["gpu"] is False
+    assert steps["build"]["status"] == "passed"
+    assert steps["draw gridstride"]["status"] == "passed" and "simulat" in steps["draw gridstride"]["detail"]
+    assert steps["draw recorded profiles"]["status"] == "passed"
+    assert steps["report"]["status"] == "passed"
+    assert not [s for s in state["steps"] if s["status"] == "failed"]
+    assert all(s["needs_gpu"] for s in state["steps"] if s["status"] == "skipped")
+    html = (hdemo.REPORT / "index.html").read_text()
+    assert "data:image/png;base64," in html and "not generated" in html
+
+
+def test_closing_lines_name_the_gpu_steps():
+    res = hdemo.DemoResult([hdemo.Step("build"), hdemo.Step("quick bench", "skipped", "needs a GPU", needs_gpu=True),
+                            hdemo.Step("run x", "skipped", "needs a GPU", needs_gpu=True)], gpu=False,
+                           gpu_why="cudaErrorNoDevice (100): no CUDA-capable device -- hint")
+    lines = res.closing_lines()
+    assert lines[0] == "demo: 1 passed, 0 failed, 2 skipped"
+    assert lines[1].startswith("No GPU here (cudaErrorNoDevice (100): no CUDA-capable device).")
+    assert "skipped: quick bench, run x." in lines[1]
+    assert not res.failed and list(res.table()["status"]) == ["passed", "skipped", "skipped"]
+
+
+def test_every_program_and_picture_gets_a_step(monkeypatch, tmp_path):
+    """With a GPU (faked), the plan covers each program, each picture, the bench, the two profiles
+    and the report, in that order; steps themselves are stubbed."""
+    calls = []
+    monkeypatch.setattr(hdemo, "gpu_state", lambda: (True, ""))
+    monkeypatch.setattr(hdemo, "REPORT", tmp_path)
+    monkeypatch.setattr(hdemo, "collect_facts", lambda: {"gpu": True, "tools": {}})
+    monkeypatch.setattr(hdemo, "step_build", lambda: (hdemo.Step("build"), build.programs()))
+    monkeypatch.setattr(hdemo, "step_run", lambda p: calls.append(("run", p)) or hdemo.Step(f"run {p}"))
+    monkeypatch.setattr(hdemo, "step_picture", lambda n, gpu: calls.append(("draw", n)) or [hdemo.Step(f"draw {n}")])
+    monkeypatch.setattr(hdemo, "step_image", lambda p, gpu: calls.append(("image", p)) or hdemo.Step(f"draw {p}"))
+    monkeypatch.setattr(hdemo, "step_bench", lambda gpu: calls.append(("bench",)) or hdemo.Step("quick bench"))
+    monkeypatch.setattr(hdemo, "step_profile", lambda p, gpu: calls.append(("profile", p)) or hdemo.Step(f"profile {p}"))
+    seen = []
+    res = hdemo.run(on_total=lambda n: seen.append(n), on_step=lambda s: seen.append(s))
+    assert [c[1] for c in calls if c[0] == "run"] == build.programs()
+    assert ("draw", "gridstride") in calls
+    assert ("bench",) in calls
+    assert [c[1] for c in calls if c[0] == "profile"] == [p for p in hdemo.PROFILED if p in build.programs()]
+    assert [s.name for s in res.steps][-1] == "report" and res.steps[-1].status == "passed"
+    assert seen[0] == len(res.steps)  # the progress bar's total is the number of steps
+    assert (tmp_path / "index.html").exists() and (tmp_path / "demo.json").exists()
+
+
+@pytest.mark.gpu
+def test_demo_passes_on_the_gpu():
+    r = _inv("demo", timeout=1200)
+    state = json.loads((hdemo.REPORT / "demo.json").read_text())
+    failed = [f"{s['name']}: {s['detail']}" for s in state["steps"] if s["status"] == "failed"]
+    assert r.returncode == 0 and not failed, "\n".join(failed) + r.stderr[-2000:]
+    assert state["gpu"] is True
+    assert not [s for s in state["steps"] if s["status"] == "skipped" and s["needs_gpu"]]
