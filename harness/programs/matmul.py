@@ -353,7 +353,8 @@ def bench_cases(quick: bool = False):
                ("03_tiled_dynamic", 16), ("03_tiled_dynamic", 32)]
     cases = [case(v, t, "cublas", v if v == "01_naive" else f"{v}-t{t}", note="fraction of cuBLAS SGEMM")
              for v, t in kernels]
-    cases += [case("02_tiled", t, "matmul_01_naive", f"02_tiled-t{t}-vs-naive", target=1.5,
+    # The 1.5x target is the issue's, at 4096^3; the quick size carries no target.
+    cases += [case("02_tiled", t, "matmul_01_naive", f"02_tiled-t{t}-vs-naive", target=None if quick else 1.5,
                    note="speed-up over 01_naive (issue 4: >= 1.5)") for t in STATIC_TILES]
     try:
         cublas_ok = have_cublas()
