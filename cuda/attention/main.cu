@@ -11,27 +11,10 @@
 
 #include "attention.h"
 #include "check.cuh"
+#include "cli.cuh"
 
 static void usage() {
     CUDALAB_USAGE_ERROR("usage: attention [--variant 01_naive|02_flash] [--causal] [--reps N] [--seed S] B H S D");
-}
-
-static int parse_positive(const char *s, const char *what) {
-    char *end = nullptr;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end != '\0') CUDALAB_USAGE_ERROR("%s must be an integer, got '%s'", what, s);
-    if (v <= 0 || v > 0x7fffffff) CUDALAB_USAGE_ERROR("%s must be a positive integer, got %s", what, s);
-    return (int)v;
-}
-
-// splitmix64 -> uniform [-1, 1): reproducible inputs without depending on the C library's rand().
-static uint64_t g_state = 0;
-static float uniform() {
-    uint64_t z = (g_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (float)((z >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0);
 }
 
 int main(int argc, char **argv) {
@@ -42,14 +25,14 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) variant = argv[++i];
         else if (strcmp(argv[i], "--causal") == 0) causal = 1;
-        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = parse_positive(argv[++i], "--reps");
-        else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = parse_positive(argv[++i], "--seed");
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = cudalab_parse_positive(argv[++i], "--reps");
+        else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = cudalab_parse_positive(argv[++i], "--seed");
         else if (argv[i][0] == '-' && argv[i][1] == '-') usage();
         else pos.push_back(argv[i]);
     }
     if (pos.size() != 4) usage();
-    const int B = parse_positive(pos[0], "B"), H = parse_positive(pos[1], "H");
-    const int S = parse_positive(pos[2], "S"), D = parse_positive(pos[3], "D");
+    const int B = cudalab_parse_positive(pos[0], "B"), H = cudalab_parse_positive(pos[1], "H");
+    const int S = cudalab_parse_positive(pos[2], "S"), D = cudalab_parse_positive(pos[3], "D");
     bool known = false;
     for (int i = 0; i < attention_variant_count(); ++i) known = known || strcmp(variant, attention_variant_name(i)) == 0;
     if (!known) CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: 01_naive, 02_flash)", variant);
@@ -60,11 +43,11 @@ int main(int argc, char **argv) {
     if (ws_bytes < 0) CUDALAB_USAGE_ERROR("invalid sizes B=%d H=%d S=%d D=%d", B, H, S, D);
 
     const size_t n = (size_t)B * H * S * D;
-    g_state = (uint64_t)seed;
+    CudalabRng rng((uint64_t)seed);
     std::vector<float> q(n), k(n), v(n), o(n);
-    for (auto &x : q) x = uniform();
-    for (auto &x : k) x = uniform();
-    for (auto &x : v) x = uniform();
+    for (auto &x : q) x = rng.uniform();
+    for (auto &x : k) x = rng.uniform();
+    for (auto &x : v) x = rng.uniform();
     float *dq, *dk, *dv, *dout, *dws = nullptr;
     CUDA_CHECK(cudaMalloc(&dq, n * 4));
     CUDA_CHECK(cudaMalloc(&dk, n * 4));
@@ -75,22 +58,9 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaMemcpy(dk, k.data(), n * 4, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(dv, v.data(), n * 4, cudaMemcpyHostToDevice));
     const float scale = 1.0f / sqrtf((float)D);
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    // An untimed first run: module load and the shared-memory opt-in are not the kernel's cost.
-    CUDA_CHECK((cudaError_t)attention_forward_device(variant, B, H, S, D, causal, scale, dq, dk, dv, dout, dws, nullptr));
-    float best = 0;
-    for (int r = 0; r < reps; ++r) {
-        CUDA_CHECK(cudaEventRecord(start));
-        CUDA_CHECK((cudaError_t)attention_forward_device(variant, B, H, S, D, causal, scale, dq, dk, dv, dout, dws,
-                                                         nullptr));
-        CUDA_CHECK(cudaEventRecord(stop));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        if (r == 0 || ms < best) best = ms;
-    }
+    const double ms = cudalab_median_ms(
+        [&] { return attention_forward_device(variant, B, H, S, D, causal, scale, dq, dk, dv, dout, dws, nullptr); },
+        reps);
     CUDA_CHECK(cudaMemcpy(o.data(), dout, n * 4, cudaMemcpyDeviceToHost));
 
     // Check rows {0, 1, S/2, S-1} of the first and last slab in double precision.
@@ -126,9 +96,7 @@ int main(int argc, char **argv) {
     const double flops = 4.0 * BH * (double)S * S * D;
     printf("result program=attention variant=%s b=%d h=%d s=%d d=%d causal=%d ms=%.4f tflops=%.3f rel_err=%.3e "
            "check=%s\n",
-           variant, B, H, S, D, causal, best, flops / (best * 1e-3) / 1e12, rel, pass ? "pass" : "fail");
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
+           variant, B, H, S, D, causal, ms, flops / (ms * 1e-3) / 1e12, rel, pass ? "pass" : "fail");
     CUDA_CHECK(cudaFree(dq));
     CUDA_CHECK(cudaFree(dk));
     CUDA_CHECK(cudaFree(dv));

@@ -3,20 +3,18 @@
 
 #include "device_info.h"
 #include "check.cuh"
+#include "cli.cuh"
 
 int main(int argc, char **argv) {
     if (argc > 2) CUDALAB_USAGE_ERROR("usage: device_info [DEVICE]");
     int count = 0;
     CUDA_CHECK((cudaError_t)device_info_count(&count));
-    int device = 0;
-    if (argc == 2) {
-        char *end = nullptr;
-        long d = strtol(argv[1], &end, 10);
-        if (end == argv[1] || *end != '\0' || d < 0)
-            CUDALAB_USAGE_ERROR("DEVICE must be a non-negative integer, got '%s'", argv[1]);
-        device = (int)d;
-    }
-    if (device >= count) CUDALAB_USAGE_ERROR("device %d does not exist: %d device(s) visible", device, count);
+    long long requested = 0;
+    bool overflow = false;
+    if (argc == 2 && (!cudalab_strtoll_all(argv[1], &requested, &overflow) || requested < 0))
+        CUDALAB_USAGE_ERROR("DEVICE must be a non-negative integer, got '%s'", argv[1]);
+    if (requested >= count) CUDALAB_USAGE_ERROR("device %lld does not exist: %d device(s) visible", requested, count);
+    const int device = (int)requested;
     cudalab_device_info d;
     CUDA_CHECK((cudaError_t)device_info_query(device, &d));
     int driver = 0, runtime = 0;

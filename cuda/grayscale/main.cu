@@ -3,23 +3,15 @@
 //   grayscale [--variant 01_1d|02_2d|03_vectorized|all] [--reps R] H W
 // Prints `result program=grayscale variant=V h= w= ms= gbs= mismatches= check=pass|fail` per
 // variant (GB/s counts 4 bytes a pixel: 3 read, 1 written); exit 0 only when every check passed.
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "check.cuh"
+#include "cli.cuh"
 #include "grayscale.h"
 
 static void usage() { CUDALAB_USAGE_ERROR("usage: grayscale [--variant 01_1d|02_2d|03_vectorized|all] [--reps R] H W"); }
-
-static int parse_positive(const char *s, const char *what) {
-    char *end = nullptr;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end != '\0') CUDALAB_USAGE_ERROR("%s must be an integer, got '%s'", what, s);
-    if (v <= 0 || v > 0x7fffffff) CUDALAB_USAGE_ERROR("%s must be a positive integer, got %s", what, s);
-    return (int)v;
-}
 
 // The reference: each product and sum its own statement, rounded to float32 (x86-64 has no FMA
 // unless asked for with -mfma, so the host compiler cannot fuse them either).
@@ -36,23 +28,8 @@ static bool run_variant(const char *variant, int reps, int h, int w, const std::
     const size_t n = (size_t)h * w;
     // Poison the output so an unwritten pixel shows up as a mismatch.
     CUDA_CHECK(cudaMemset(dout, 0xAB, n));
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    CUDA_CHECK((cudaError_t)grayscale_device(variant, h, w, stride, dx, dout, nullptr));  // warm-up
-    CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<float> ms(reps);
-    for (int r = 0; r < reps; ++r) {
-        CUDA_CHECK(cudaEventRecord(start));
-        CUDA_CHECK((cudaError_t)grayscale_device(variant, h, w, stride, dx, dout, nullptr));
-        CUDA_CHECK(cudaEventRecord(stop));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        CUDA_CHECK(cudaEventElapsedTime(&ms[r], start, stop));
-    }
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[reps / 2];
+    const double med =
+        cudalab_median_ms([&] { return grayscale_device(variant, h, w, stride, dx, dout, nullptr); }, reps);
     std::vector<unsigned char> out(n);
     CUDA_CHECK(cudaMemcpy(out.data(), dout, n, cudaMemcpyDeviceToHost));
     size_t bad = 0;
@@ -71,12 +48,12 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
             variant = argv[++i];
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            reps = parse_positive(argv[++i], "--reps");
+            reps = cudalab_parse_positive(argv[++i], "--reps");
         } else if (argv[i][0] == '-' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
             usage();
         } else {
             if (npos == 2) usage();
-            pos[npos] = parse_positive(argv[i], npos == 0 ? "H" : "W");
+            pos[npos] = cudalab_parse_positive(argv[i], npos == 0 ? "H" : "W");
             ++npos;
         }
     }
@@ -93,11 +70,8 @@ int main(int argc, char **argv) {
 
     const size_t n = (size_t)h * w;
     std::vector<unsigned char> x(3 * n), gold(n);
-    unsigned long long s = 0x2545F4914F6CDD1Dull;
-    for (auto &v : x) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        v = (unsigned char)(s >> 56);
-    }
+    CudalabRng rng(0x2545F4914F6CDD1Dull);
+    for (auto &v : x) v = rng.byte_lcg();
     for (size_t i = 0; i < n; ++i) gold[i] = grey_gold(x[i], x[i + n], x[i + 2 * n]);
     const long long stride = grayscale_aligned_stride(h, w);
     unsigned char *dx, *dout;

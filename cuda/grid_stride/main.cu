@@ -7,31 +7,22 @@
 // then `All elements were squared? TRUE|FALSE` and
 //   result program=grid_stride n=N blocks=B threads=T check=pass|fail
 // Exit status: 0 when every element was squared, 1 when not (or on a CUDA error), 2 for bad argv.
-#include <cerrno>
 #include <climits>
 #include <cstdlib>
 
 #include "grid_stride.h"
 #include "check.cuh"
+#include "cli.cuh"
 
 static const char *kUsage = "usage: grid_stride [N [BLOCKS THREADS]]";
-
-static long long parse_int(const char *s, const char *what) {
-    char *end = nullptr;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || *end != '\0' || errno == ERANGE)
-        CUDALAB_USAGE_ERROR("%s must be an integer, got '%s'\n%s", what, s, kUsage);
-    return v;
-}
 
 int main(int argc, char **argv) {
     long long n = 500, blocks = 8, threads = 32;
     if (argc != 1 && argc != 2 && argc != 4) CUDALAB_USAGE_ERROR("%s", kUsage);
-    if (argc >= 2) n = parse_int(argv[1], "N");
+    if (argc >= 2) n = cudalab_parse_int(argv[1], "N", kUsage);
     if (argc == 4) {
-        blocks = parse_int(argv[2], "BLOCKS");
-        threads = parse_int(argv[3], "THREADS");
+        blocks = cudalab_parse_int(argv[2], "BLOCKS", kUsage);
+        threads = cudalab_parse_int(argv[3], "THREADS", kUsage);
     }
     if (n <= 0) CUDALAB_USAGE_ERROR("N must be a positive number of elements, got %lld", n);
     if (n > GRID_STRIDE_MAX_N)

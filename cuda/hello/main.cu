@@ -5,17 +5,10 @@
 
 #include "hello.h"
 #include "check.cuh"
+#include "cli.cuh"
 
 static void usage() {
     CUDALAB_USAGE_ERROR("usage: hello cpu | gpu | ints | shapes | loop [BLOCKS THREADS] | all");
-}
-
-static int parse_positive(const char *s, const char *what) {
-    char *end = nullptr;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end != '\0') CUDALAB_USAGE_ERROR("%s must be an integer, got '%s'", what, s);
-    if (v <= 0 || v > 0x7fffffff) CUDALAB_USAGE_ERROR("%s must be a positive integer, got %s", what, s);
-    return (int)v;
 }
 
 static void run_loop(int blocks, int threads) {
@@ -57,8 +50,8 @@ int main(int argc, char **argv) {
         known = true;
         int blocks = 2, threads = 5;  // the course's <<<2,5>>>
         if (!all && argc == 4) {
-            blocks = parse_positive(argv[2], "BLOCKS");
-            threads = parse_positive(argv[3], "THREADS");
+            blocks = cudalab_parse_positive(argv[2], "BLOCKS");
+            threads = cudalab_parse_positive(argv[3], "THREADS");
         } else if (!all && argc != 2) {
             usage();
         }

@@ -12,26 +12,12 @@
 
 #include "mandelbrot.h"
 #include "check.cuh"
+#include "cli.cuh"
 
 static void usage() {
     CUDALAB_USAGE_ERROR(
         "usage: mandelbrot [--variant 01_naive|02_fast] [--dtype float32|float64] [--region X0 X1 Y0 Y1] "
         "[--reps N] WIDTH HEIGHT MAX_ITERS");
-}
-
-static int parse_positive(const char *s, const char *what) {
-    char *end = nullptr;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end != '\0') CUDALAB_USAGE_ERROR("%s must be an integer, got '%s'", what, s);
-    if (v <= 0 || v > 0x7fffffff) CUDALAB_USAGE_ERROR("%s must be a positive integer, got %s", what, s);
-    return (int)v;
-}
-
-static double parse_double(const char *s, const char *what) {
-    char *end = nullptr;
-    double v = strtod(s, &end);
-    if (end == s || *end != '\0' || !std::isfinite(v)) CUDALAB_USAGE_ERROR("%s must be a finite number, got '%s'", what, s);
-    return v;
 }
 
 // CPU gold for one pixel, in the variant's arithmetic. x86-64 host code has no FMA unless asked
@@ -98,12 +84,12 @@ int main(int argc, char **argv) {
             else if (strcmp(d, "float64") == 0) dtype_bits = 64;
             else CUDALAB_USAGE_ERROR("--dtype must be float32 or float64, got '%s'", d);
         } else if (strcmp(a, "--region") == 0 && i + 4 < argc) {
-            x0 = parse_double(argv[++i], "X0");
-            x1 = parse_double(argv[++i], "X1");
-            y0 = parse_double(argv[++i], "Y0");
-            y1 = parse_double(argv[++i], "Y1");
+            x0 = cudalab_parse_double(argv[++i], "X0");
+            x1 = cudalab_parse_double(argv[++i], "X1");
+            y0 = cudalab_parse_double(argv[++i], "Y0");
+            y1 = cudalab_parse_double(argv[++i], "Y1");
         } else if (strcmp(a, "--reps") == 0 && i + 1 < argc) {
-            reps = parse_positive(argv[++i], "--reps");
+            reps = cudalab_parse_positive(argv[++i], "--reps");
         } else if (a[0] == '-' && a[1] == '-') {
             usage();
         } else {
@@ -111,9 +97,9 @@ int main(int argc, char **argv) {
         }
     }
     if (pos.size() != 3) usage();
-    const int width = parse_positive(pos[0], "WIDTH");
-    const int height = parse_positive(pos[1], "HEIGHT");
-    const int max_iters = parse_positive(pos[2], "MAX_ITERS");
+    const int width = cudalab_parse_positive(pos[0], "WIDTH");
+    const int height = cudalab_parse_positive(pos[1], "HEIGHT");
+    const int max_iters = cudalab_parse_positive(pos[2], "MAX_ITERS");
     bool known = false;
     for (int i = 0; i < mandelbrot_variant_count(); ++i) known = known || strcmp(variant, mandelbrot_variant_name(i)) == 0;
     if (!known) CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: 01_naive, 02_fast)", variant);
@@ -124,23 +110,12 @@ int main(int argc, char **argv) {
     const size_t npix = (size_t)width * height;
     uint32_t *d_out = nullptr;
     CUDA_CHECK(cudaMalloc(&d_out, npix * sizeof(uint32_t)));
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    // One untimed run first: module load and clock ramp are not the kernel's cost.
-    CUDA_CHECK((cudaError_t)mandelbrot_render_device(variant, dtype_bits, width, height, max_iters, x0, x1, y0, y1,
-                                                     d_out, nullptr));
-    float best_ms = 0;
-    for (int r = 0; r < reps; ++r) {
-        CUDA_CHECK(cudaEventRecord(start));
-        CUDA_CHECK((cudaError_t)mandelbrot_render_device(variant, dtype_bits, width, height, max_iters, x0, x1, y0,
-                                                         y1, d_out, nullptr));
-        CUDA_CHECK(cudaEventRecord(stop));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        if (r == 0 || ms < best_ms) best_ms = ms;
-    }
+    const double ms = cudalab_median_ms(
+        [&] {
+            return mandelbrot_render_device(variant, dtype_bits, width, height, max_iters, x0, x1, y0, y1, d_out,
+                                            nullptr);
+        },
+        reps);
     std::vector<uint32_t> img(npix);
     CUDA_CHECK(cudaMemcpy(img.data(), d_out, npix * sizeof(uint32_t), cudaMemcpyDeviceToHost));
 
@@ -173,10 +148,8 @@ int main(int argc, char **argv) {
     const bool pass = mismatches == 0;
     printf("result program=mandelbrot variant=%s dtype=%s width=%d height=%d max_iters=%d x0=%.17g x1=%.17g "
            "y0=%.17g y1=%.17g ms=%.4f iterations=%llu giter_s=%.2f checked=%lld mismatches=%lld check=%s\n",
-           variant, dtype_bits == 32 ? "float32" : "float64", width, height, max_iters, x0, x1, y0, y1, best_ms,
-           total, best_ms > 0 ? total / (best_ms * 1e-3) / 1e9 : 0.0, checked, mismatches, pass ? "pass" : "fail");
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
+           variant, dtype_bits == 32 ? "float32" : "float64", width, height, max_iters, x0, x1, y0, y1, ms, total,
+           ms > 0 ? total / (ms * 1e-3) / 1e9 : 0.0, checked, mismatches, pass ? "pass" : "fail");
     CUDA_CHECK(cudaFree(d_out));
     return pass ? 0 : 1;
 }

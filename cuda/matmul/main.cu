@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "check.cuh"
+#include "cli.cuh"
 #include "matmul.h"
 
 static void usage() {
@@ -16,21 +17,10 @@ static void usage() {
                         "[--reps R] M N K");
 }
 
-static int parse_positive(const char *s, const char *what) {
-    char *end = nullptr;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end != '\0') CUDALAB_USAGE_ERROR("%s must be an integer, got '%s'", what, s);
-    if (v <= 0 || v > 0x7fffffff) CUDALAB_USAGE_ERROR("%s must be a positive integer, got %s", what, s);
-    return (int)v;
-}
-
-// Uniform in [-1, 1): a fixed LCG so runs are repeatable without <random>'s cost on 16M values.
+// Uniform in [-1, 1), repeatable (cli.cuh says why this generator).
 static void fill(std::vector<float> &v, unsigned seed) {
-    unsigned long long s = 0x9E3779B97F4A7C15ull ^ seed;
-    for (auto &x : v) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        x = (float)((double)(s >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-    }
+    CudalabRng rng(0x9E3779B97F4A7C15ull ^ seed);
+    for (auto &x : v) x = rng.uniform_lcg();
 }
 
 // ||out - ref|| / ||ref|| over up to 4096 sampled entries, the reference in double. The full
@@ -71,23 +61,8 @@ static bool run_variant(const char *variant, int tile, int reps, int m, int n, i
     std::vector<float> C((size_t)m * n);
     // Poison C so an element the kernel never writes cannot pass the check by accident.
     CUDA_CHECK(cudaMemset(dC, 0xFF, C.size() * sizeof(float)));
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    CUDA_CHECK((cudaError_t)matmul_device(variant, tile, m, n, k, dA, dB, dC, nullptr));  // warm-up
-    CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<float> ms(reps);
-    for (int r = 0; r < reps; ++r) {
-        CUDA_CHECK(cudaEventRecord(start));
-        CUDA_CHECK((cudaError_t)matmul_device(variant, tile, m, n, k, dA, dB, dC, nullptr));
-        CUDA_CHECK(cudaEventRecord(stop));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        CUDA_CHECK(cudaEventElapsedTime(&ms[r], start, stop));
-    }
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[reps / 2];
+    const double med =
+        cudalab_median_ms([&] { return matmul_device(variant, tile, m, n, k, dA, dB, dC, nullptr); }, reps);
     CUDA_CHECK(cudaMemcpy(C.data(), dC, C.size() * sizeof(float), cudaMemcpyDeviceToHost));
     const double err = sampled_relerr(A, B, C, m, n, k);
     // float32 sums of k products of numbers in [-1, 1): the error grows like sqrt(k)·eps ≈ 4e-6 at
@@ -108,15 +83,15 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
             variant = argv[++i];
         } else if (strcmp(argv[i], "--tile") == 0 && i + 1 < argc) {
-            tile = parse_positive(argv[++i], "--tile");
+            tile = cudalab_parse_positive(argv[++i], "--tile");
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            reps = parse_positive(argv[++i], "--reps");
+            reps = cudalab_parse_positive(argv[++i], "--reps");
         } else if (argv[i][0] == '-' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
             usage();
         } else {
             if (npos == 3) usage();
             static const char *names[3] = {"M", "N", "K"};
-            pos[npos] = parse_positive(argv[i], names[npos]);
+            pos[npos] = cudalab_parse_positive(argv[i], names[npos]);
             ++npos;
         }
     }

@@ -14,26 +14,17 @@
 //                   Without the sanitizer the stray write usually lands in the page the allocation
 //                   was rounded up to and the check still passes; when N*4 bytes is a whole number
 //                   of pages it may instead fault. Never use it outside that test.
-#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 
 #include "square.h"
 #include "check.cuh"
+#include "cli.cuh"
 
 extern "C" int square_int32_test_dev(int *d_a, long long n, int threads, int skip_every, int oob, void *stream);
 
 static const char *kUsage = "usage: square [N [THREADS]] [--print K] [--skip-every K] [--oob]";
-
-static long long parse_int(const char *s, const char *what) {
-    char *end = nullptr;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || *end != '\0' || errno == ERANGE)
-        CUDALAB_USAGE_ERROR("%s must be an integer, got '%s'\n%s", what, s, kUsage);
-    return v;
-}
 
 // What the kernel must have produced from a[i] = i + 1, computed independently of it (64-bit
 // product reduced modulo 2^32, i.e. numpy int32's wrap-around).
@@ -50,7 +41,7 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         if (strcmp(a, "--print") == 0 || strcmp(a, "--skip-every") == 0) {
             if (i + 1 >= argc) CUDALAB_USAGE_ERROR("%s needs a value\n%s", a, kUsage);
-            long long v = parse_int(argv[++i], a);
+            long long v = cudalab_parse_int(argv[++i], a, kUsage);
             if (v <= 0) CUDALAB_USAGE_ERROR("%s must be positive, got %lld", a, v);
             (strcmp(a, "--print") == 0 ? print_rows : skip_every) = v;
         } else if (strcmp(a, "--oob") == 0) {
@@ -58,10 +49,10 @@ int main(int argc, char **argv) {
         } else if (a[0] == '-' && a[1] == '-') {
             CUDALAB_USAGE_ERROR("unknown option %s\n%s", a, kUsage);
         } else if (positional == 0) {
-            n = parse_int(a, "N");
+            n = cudalab_parse_int(a, "N", kUsage);
             ++positional;
         } else if (positional == 1) {
-            threads = parse_int(a, "THREADS");
+            threads = cudalab_parse_int(a, "THREADS", kUsage);
             ++positional;
         } else {
             CUDALAB_USAGE_ERROR("too many arguments\n%s", kUsage);

@@ -14,28 +14,12 @@
 
 #include "transformer_block.h"
 #include "check.cuh"
+#include "cli.cuh"
 
 static void usage() {
     CUDALAB_USAGE_ERROR(
         "usage: transformer_block [--variant 01_naive|02_flash|naive|flash] [--batch B] [--seq S]... [--embed E] "
         "[--heads H] [--causal] [--seed N] [--reps N]");
-}
-
-static int parse_positive(const char *s, const char *what) {
-    char *end = nullptr;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end != '\0') CUDALAB_USAGE_ERROR("%s must be an integer, got '%s'", what, s);
-    if (v <= 0 || v > 0x7fffffff) CUDALAB_USAGE_ERROR("%s must be a positive integer, got %s", what, s);
-    return (int)v;
-}
-
-static uint64_t g_state = 0;
-static float uniform() {  // splitmix64 -> [-1, 1)
-    uint64_t z = (g_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (float)((z >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0);
 }
 
 // out rows (b, s) for s in `rows`, double precision, straight from the definition.
@@ -95,13 +79,13 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         if (strcmp(a, "--variant") == 0 && i + 1 < argc) variant = argv[++i];
-        else if (strcmp(a, "--batch") == 0 && i + 1 < argc) B = parse_positive(argv[++i], "--batch");
-        else if (strcmp(a, "--seq") == 0 && i + 1 < argc) seqs.push_back(parse_positive(argv[++i], "--seq"));
-        else if (strcmp(a, "--embed") == 0 && i + 1 < argc) E = parse_positive(argv[++i], "--embed");
-        else if (strcmp(a, "--heads") == 0 && i + 1 < argc) H = parse_positive(argv[++i], "--heads");
+        else if (strcmp(a, "--batch") == 0 && i + 1 < argc) B = cudalab_parse_positive(argv[++i], "--batch");
+        else if (strcmp(a, "--seq") == 0 && i + 1 < argc) seqs.push_back(cudalab_parse_positive(argv[++i], "--seq"));
+        else if (strcmp(a, "--embed") == 0 && i + 1 < argc) E = cudalab_parse_positive(argv[++i], "--embed");
+        else if (strcmp(a, "--heads") == 0 && i + 1 < argc) H = cudalab_parse_positive(argv[++i], "--heads");
         else if (strcmp(a, "--causal") == 0) causal = 1;
-        else if (strcmp(a, "--seed") == 0 && i + 1 < argc) seed = parse_positive(argv[++i], "--seed");
-        else if (strcmp(a, "--reps") == 0 && i + 1 < argc) reps = parse_positive(argv[++i], "--reps");
+        else if (strcmp(a, "--seed") == 0 && i + 1 < argc) seed = cudalab_parse_positive(argv[++i], "--seed");
+        else if (strcmp(a, "--reps") == 0 && i + 1 < argc) reps = cudalab_parse_positive(argv[++i], "--reps");
         else usage();
     }
     if (strcmp(variant, "naive") == 0) variant = "01_naive";
@@ -114,20 +98,20 @@ int main(int argc, char **argv) {
     if (seqs.empty()) seqs = {100, 1000};
 
     // Weights first, from the seed alone, so that every S sees the same layer.
-    g_state = (uint64_t)seed;
+    CudalabRng rng((uint64_t)seed);
     const float wscale = 1.0f / sqrtf((float)E);
     std::vector<float> w((size_t)3 * E * E), bias(3 * E), gamma(E), beta(E);
-    for (auto &t : w) t = uniform() * wscale;
-    for (auto &t : bias) t = uniform() * wscale;
-    for (auto &t : gamma) t = 1.0f + 0.1f * uniform();
-    for (auto &t : beta) t = 0.1f * uniform();
+    for (auto &t : w) t = rng.uniform() * wscale;
+    for (auto &t : bias) t = rng.uniform() * wscale;
+    for (auto &t : gamma) t = 1.0f + 0.1f * rng.uniform();
+    for (auto &t : beta) t = 0.1f * rng.uniform();
     bool all_pass = true;
     for (int S : seqs) {
         const long long ws = transformer_block_workspace_bytes(variant, B, S, E, H);
         if (ws < 0) CUDALAB_USAGE_ERROR("invalid sizes B=%d S=%d E=%d H=%d", B, S, E, H);
         const size_t n = (size_t)B * S * E;
         std::vector<float> x(n), out(n);
-        for (auto &t : x) t = uniform();
+        for (auto &t : x) t = rng.uniform();
         float *dx, *dw, *db, *dg, *dbeta, *dout, *dws;
         CUDA_CHECK(cudaMalloc(&dx, n * 4));
         CUDA_CHECK(cudaMalloc(&dw, w.size() * 4));
@@ -141,20 +125,12 @@ int main(int argc, char **argv) {
         CUDA_CHECK(cudaMemcpy(db, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(dg, gamma.data(), E * 4, cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(dbeta, beta.data(), E * 4, cudaMemcpyHostToDevice));
-        cudaEvent_t start, stop;
-        CUDA_CHECK(cudaEventCreate(&start));
-        CUDA_CHECK(cudaEventCreate(&stop));
-        float best = 0;
-        for (int r = 0; r <= reps; ++r) {  // r = 0 is an untimed warm-up
-            CUDA_CHECK(cudaEventRecord(start));
-            CUDA_CHECK((cudaError_t)transformer_block_forward_device(variant, B, S, E, H, causal, dx, dw, db, dg, dbeta,
-                                                                     dout, dws, nullptr));
-            CUDA_CHECK(cudaEventRecord(stop));
-            CUDA_CHECK(cudaEventSynchronize(stop));
-            float ms = 0;
-            CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-            if (r == 1 || (r > 1 && ms < best)) best = ms;
-        }
+        const double ms = cudalab_median_ms(
+            [&] {
+                return transformer_block_forward_device(variant, B, S, E, H, causal, dx, dw, db, dg, dbeta, dout, dws,
+                                                        nullptr);
+            },
+            reps);
         CUDA_CHECK(cudaMemcpy(out.data(), dout, n * 4, cudaMemcpyDeviceToHost));
         // Rows 0, S/2 and S-1 of the first and last batch element against the CPU.
         const std::vector<int> rows = {0, S / 2, S - 1};
@@ -174,10 +150,8 @@ int main(int argc, char **argv) {
         all_pass = all_pass && pass;
         printf("result program=transformer_block variant=%s batch=%d seq=%d embed=%d heads=%d causal=%d ms=%.4f "
                "rel_err=%.3e check=%s\n",
-               variant, B, S, E, H, causal, best, rel, pass ? "pass" : "fail");
+               variant, B, S, E, H, causal, ms, rel, pass ? "pass" : "fail");
         fflush(stdout);
-        CUDA_CHECK(cudaEventDestroy(start));
-        CUDA_CHECK(cudaEventDestroy(stop));
         for (float *p : {dx, dw, db, dg, dbeta, dout, dws}) CUDA_CHECK(cudaFree(p));
     }
     return all_pass ? 0 : 1;

@@ -1,0 +1,132 @@
+// What the executables (cuda/<prog>/main.cu) share: argv numbers, reproducible inputs, and the
+// timing loop behind their `ms=` field. Only main.cu files include this: every helper here ends the
+// process on a bad argument (status 2) or a CUDA error (status 1), which a library entry point,
+// returning its error to Python, must never do.
+#pragma once
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+
+#include "check.cuh"
+
+// ---- argv numbers ----------------------------------------------------------------------------
+// A typo in argv must be a sentence and status 2, not a silent 0 from atoi or a wrapped int: each
+// parser takes the whole string or nothing.
+
+// strtoll over all of s. False when s holds no number or has text after it. A value out of
+// long long's range saturates (so a range check still rejects it) and sets *overflow.
+static inline bool cudalab_strtoll_all(const char *s, long long *v, bool *overflow) {
+    char *end = nullptr;
+    errno = 0;
+    *v = strtoll(s, &end, 10);
+    *overflow = errno == ERANGE;
+    return end != s && *end == '\0';
+}
+
+// Any integer long long holds; the caller checks its own range with its own words. `usage`, when
+// given, goes on the next line of the message (square and grid_stride remind the user of theirs).
+static inline long long cudalab_parse_int(const char *s, const char *what, const char *usage = nullptr) {
+    long long v = 0;
+    bool overflow = false;
+    if (!cudalab_strtoll_all(s, &v, &overflow) || overflow) {
+        if (usage) CUDALAB_USAGE_ERROR("%s must be an integer, got '%s'\n%s", what, s, usage);
+        CUDALAB_USAGE_ERROR("%s must be an integer, got '%s'", what, s);
+    }
+    return v;
+}
+
+// A size or a count: 1..INT_MAX, so that it fits the int the launchers take.
+static inline int cudalab_parse_positive(const char *s, const char *what) {
+    long long v = 0;
+    bool overflow = false;
+    if (!cudalab_strtoll_all(s, &v, &overflow)) CUDALAB_USAGE_ERROR("%s must be an integer, got '%s'", what, s);
+    if (v <= 0 || v > INT_MAX) CUDALAB_USAGE_ERROR("%s must be a positive integer, got %s", what, s);
+    return (int)v;
+}
+
+// A coordinate: finite, since inf or nan would make every later comparison false.
+static inline double cudalab_parse_double(const char *s, const char *what) {
+    char *end = nullptr;
+    const double v = strtod(s, &end);
+    if (end == s || *end != '\0' || !std::isfinite(v))
+        CUDALAB_USAGE_ERROR("%s must be a finite number, got '%s'", what, s);
+    return v;
+}
+
+// ---- reproducible inputs ---------------------------------------------------------------------
+// The same seed gives the same numbers on every host and libc (rand() does not), at a cost that
+// millions of values can afford (<random>'s distributions cannot). Two generators share the one
+// state word; each program keeps the one its inputs were always made with, so that its outputs,
+// self-checks and recorded results do not move.
+struct CudalabRng {
+    uint64_t state;
+
+    explicit CudalabRng(uint64_t seed) : state(seed) {}
+
+    // splitmix64: attention's and transformer_block's inputs and weights.
+    uint64_t next() {
+        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    float uniform() { return to_pm1(next()); }  // [-1, 1)
+
+    // A 64-bit LCG (Knuth's MMIX constants): matmul's matrices and grayscale's pixels. Its low
+    // bits are weak, so only the top ones are used.
+    uint64_t next_lcg() { return state = state * 6364136223846793005ull + 1442695040888963407ull; }
+    float uniform_lcg() { return to_pm1(next_lcg()); }                      // [-1, 1)
+    unsigned char byte_lcg() { return (unsigned char)(next_lcg() >> 56); }  // 0..255
+
+    // The top 24 bits, a float's whole mantissa: exact in double, then one rounding to float.
+    static float to_pm1(uint64_t z) { return (float)((z >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0); }
+};
+
+// ---- the executables' timing loop ------------------------------------------------------------
+// harness/timing.py is the benchmark loop (DESIGN.md, Benchmarks). This is the same method for
+// the `ms=` field the executables print, so that their numbers mean what the benchmarks' do: one
+// warm-up (module load, clock ramp and shared-memory opt-in are not the kernel's cost), then for
+// each repetition an L2 flush (else a repetition reads what the previous one left in L2 and looks
+// faster than a cold run) and a pair of events on `stream` around the launch; the median, which
+// one preempted repetition cannot drag. The executables default to fewer repetitions than the
+// benchmarks' 10, so their `ms=` is a quick look; bench numbers come from harness/timing.py.
+// `launch()` enqueues the work on `stream` without synchronising and returns a cudaError_t or int.
+template <class Launch>
+static inline double cudalab_median_ms(Launch &&launch, int reps, cudaStream_t stream = 0) {
+    if (reps < 1) CUDALAB_USAGE_ERROR("--reps must be a positive integer, got %d", reps);
+    int device = 0, l2_bytes = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+    // Twice the L2, as harness/timing.py's L2Flusher, and at least 1 MiB where a device reports none.
+    const size_t flush_bytes = std::max((size_t)2 * (size_t)l2_bytes, (size_t)1 << 20);
+    void *flush = nullptr;
+    CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+
+    CUDA_CHECK((cudaError_t)launch());
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<float> ms(reps);
+    for (int r = 0; r < reps; ++r) {
+        // A different byte each time, as harness/timing.py does, so no layer can skip the memset.
+        CUDA_CHECK(cudaMemsetAsync(flush, (r + 1) & 0xFF, flush_bytes, stream));
+        CUDA_CHECK(cudaEventRecord(start, stream));
+        CUDA_CHECK((cudaError_t)launch());
+        CUDA_CHECK(cudaEventRecord(stop, stream));
+        CUDA_CHECK(cudaEventSynchronize(stop));
+        CUDA_CHECK(cudaEventElapsedTime(&ms[r], start, stop));
+    }
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    CUDA_CHECK(cudaFree(flush));
+
+    // The median as numpy's percentile(50) takes it: the mean of the middle two for an even count.
+    std::sort(ms.begin(), ms.end());
+    return reps % 2 ? ms[reps / 2] : 0.5 * ((double)ms[reps / 2 - 1] + (double)ms[reps / 2]);
+}
