@@ -184,7 +184,7 @@ def step_build(on_step: Callable[[str, str], None] | None = None) -> tuple[Step,
 def step_run(prog: str) -> Step:
     """Every sanitizer case of the program (small sizes, every variant), without the sanitizer:
     each must exit 0 and print no check=fail."""
-    from . import runner
+    from . import parse, runner
     from .sanitize import cases
 
     st = Step(f"run {prog}", needs_gpu=True)
@@ -195,12 +195,12 @@ def step_run(prog: str) -> Step:
         except CudalabError as e:
             st.status, st.detail = "failed", f"{c.label}: {e}"
             return st
-        failed_check = "check=fail" in r.stdout
-        if r.returncode != 0 or failed_check:
+        checks = [rec.get("check") for rec in parse.records(r.stdout, "result")]
+        if r.returncode != 0 or "fail" in checks:
             tail = runner.tail(r.stderr, 3) or runner.tail(r.stdout, 3)
             st.status, st.detail = "failed", f"`{prog} {' '.join(c.argv)}` exited {r.returncode}: {tail}"
             return st
-        results.append(sum(1 for ln in r.stdout.splitlines() if "check=pass" in ln))
+        results.append(checks.count("pass"))
     passes = sum(results)
     st.detail = f"{len(results)} run(s)" + (f", {passes} check=pass line(s)" if passes else ", exit status 0")
     return st

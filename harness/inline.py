@@ -955,46 +955,20 @@ class InlineModule:
         ffi = self.ffi
 
         def prepare(args, skip_first: bool):
-            out, keep = [], []
+            # harness.library marshals and checks every argument (dtype, contiguity, const, strings,
+            # streams, device arrays); what is added here is only what a launcher needs on top.
             user_params = params[1:] if skip_first else params
-            # cffi forgets `const`, so read it from the declaration: is the pointee read-only?
-            texts = sig.params[1:] if skip_first else sig.params
-            const = [bool(re.search(r"\bconst\b", t.split("*")[0])) for t in texts]
-            const += [False] * (len(user_params) - len(const))
             if len(args) != len(user_params):
                 raise TypeError(f"{self.signature(fname)} takes {len(user_params)} argument(s) "
                                 f"{'besides the launch keywords ' if skip_first else ''}, got {len(args)}")
-            for i, (p, v) in enumerate(zip(user_params, args, strict=True)):
-                what = f"{fname}() argument {i + 1}"
-                if p.kind == "pointer":
-                    if isinstance(v, cudart.Stream):
-                        v = v.handle
-                    elif isinstance(v, (str, bytes)) and p.item.kind == "primitive" and p.item.cname == "char":
-                        if not const[i]:
-                            raise TypeError(f"{what}: {texts[i]} is written by the function; pass a numpy "
-                                            f"array, not a {type(v).__name__} (only const char * takes a string)")
-                        v = ffi.new("char[]", v.encode() if isinstance(v, str) else v)
-                        keep.append(v)
-                    elif isinstance(v, np.ndarray) and not v.flags.writeable and const[i] and not skip_first:
-                        # A read-only array (np.asarray of a Pillow image, say) suits a const pointer:
-                        # check it as library.marshal would, then hand over its buffer unwritable.
-                        want = library._DTYPES.get(library._pointee(p) or "")
-                        if want is None:
-                            raise TypeError(f"{what}: parameter type {texts[i]} does not take a numpy array")
-                        library.check_array(v, what, want)
-                        v = ffi.cast(p, ffi.from_buffer(v, require_writable=False))
-                    elif isinstance(v, DeviceArray):
-                        want = library._DTYPES.get(library._pointee(p) or "")
-                        if want is not None and v.dtype != np.dtype(want):
-                            raise TypeError(f"{what}: device array is {v.dtype}, but the parameter is {p.cname}")
-                    elif isinstance(v, np.ndarray) and skip_first and "CUstream_st" not in p.cname:
-                        raise TypeError(f"{what}: {fname} is a kernel launcher, so its pointers must be device "
-                                        f"memory: pass inline.to_device(array) or inline.empty(shape, dtype), "
-                                        f"not a numpy array (a host address would crash the kernel)")
-                elif p.kind == "primitive" and p.cname == "_Bool" and isinstance(v, (bool, np.bool_)):
-                    v = int(v)
-                out.append(v)
-            return out, keep
+            if skip_first:
+                for i, (p, v) in enumerate(zip(user_params, args, strict=True)):
+                    if isinstance(v, np.ndarray) and p.kind == "pointer" and "CUstream_st" not in p.cname:
+                        raise TypeError(f"{fname}() argument {i + 1}: {fname} is a kernel launcher, so its "
+                                        f"pointers must be device memory: pass inline.to_device(array) or "
+                                        f"inline.empty(shape, dtype), not a numpy array (a host address "
+                                        f"would crash the kernel)")
+            return list(args), []
 
         if sig.launcher:
             def call(*args, grid=None, block=None, shared=0, stream=None):

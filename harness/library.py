@@ -94,15 +94,23 @@ def const_params(cdef: str) -> dict[str, list[bool]]:
 
 def as_pointer(ffi: cffi.FFI, ctype, value, argname: str, const: bool = False):
     """Marshal one argument for a pointer parameter; raise TypeError/ValueError before any call."""
-    from .cudart import DeviceBuffer  # local: cudart needs libcudart only when used
+    from .cudart import DeviceBuffer, Stream  # local: cudart needs libcudart only when used
 
     if isinstance(value, DeviceBuffer):
+        # Device memory that knows its element type (harness.inline's DeviceArray) is checked like an array.
+        dtype = getattr(value, "dtype", None)
+        want = _DTYPES.get(_pointee(ctype) or "")
+        if dtype is not None and want is not None and np.dtype(dtype) != np.dtype(want):
+            raise TypeError(f"{argname}: device array is {np.dtype(dtype)}, but the parameter is {ctype.cname}")
         return ffi.cast(ctype, value.ptr)
-    if isinstance(value, str):
+    if isinstance(value, Stream):
+        return ffi.cast(ctype, value.handle)
+    if isinstance(value, (str, bytes)):
         # A `const char *` parameter (a variant name, say) takes a Python string.
         if ctype.item.cname != "char" or not const:
-            raise TypeError(f"{argname}: a string needs a `const char *` parameter, not {ctype.cname}")
-        return ffi.new("char[]", value.encode())
+            raise TypeError(f"{argname}: only const char * takes a string; this parameter is {ctype.cname}"
+                            f"{'' if ctype.item.cname != 'char' else ' (written by the function): pass a numpy array'}")
+        return ffi.new("char[]", value.encode() if isinstance(value, str) else value)
     if isinstance(value, ffi.CData):
         return ffi.cast(ctype, value)
     if isinstance(value, np.ndarray):
@@ -134,7 +142,9 @@ def marshal(ffi: cffi.FFI, func, fname: str, args: tuple, consts: list[bool] | N
         if p.kind == "pointer":
             out.append(as_pointer(ffi, p, v, name, bool(consts and i < len(consts) and consts[i])))
         elif p.kind == "primitive":
-            if p.cname in ("float", "double"):
+            if p.cname == "_Bool" and isinstance(v, (bool, np.bool_)):
+                out.append(bool(v))
+            elif p.cname in ("float", "double"):
                 if not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, bool):
                     raise TypeError(f"{name}: expected a number for {p.cname}, got {type(v).__name__}")
                 out.append(float(v))

@@ -71,3 +71,12 @@ def tagged_dict(text: str, tag: str) -> dict:
     for r in records(text, tag):
         merged.update(r)
     return merged
+
+
+def results(text: str, program: str) -> pd.DataFrame:
+    """A program's `result program=<program> ... check=pass|fail` lines, the summary every executable
+    ends with. Raises ValueError when there is none: a run that printed no result did not finish."""
+    df = tagged(text, "result")
+    if df.empty or "program" not in df or not (df["program"] == program).any():
+        raise ValueError(f"no `result program={program} ...` line in the output")
+    return df[df["program"] == program].reset_index(drop=True)

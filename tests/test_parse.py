@@ -27,6 +27,18 @@ result program=square variant=01_naive m=7 ms=0.5 check=fail
     assert parse.parse_line("x=1 y=2") is None  # the first token must be a tag
 
 
+def test_result_lines_of_one_program():
+    import pytest
+
+    text = "result program=matmul variant=01_naive ms=2 check=pass\nresult program=other x=1\n"
+    df = parse.results(text, "matmul")
+    assert df[["variant", "ms", "check"]].values.tolist() == [["01_naive", 2, "pass"]]
+    with pytest.raises(ValueError, match="result program=square"):
+        parse.results(text, "square")
+    with pytest.raises(ValueError):
+        parse.results("", "matmul")
+
+
 def test_hello_all_fixture():
     text = (FIX / "hello_all_h200.txt").read_text()
     assert "H200" in text.splitlines()[0]

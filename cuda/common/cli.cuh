@@ -58,6 +58,20 @@ static inline double cudalab_parse_double(const char *s, const char *what) {
     return v;
 }
 
+// ---- launch shapes ---------------------------------------------------------------------------
+// An oversized block or grid is the user's choice of argv, so it is refused before any launch with
+// a sentence and status 2, not reported afterwards as cudaErrorInvalidValue. blocks <= 0 means the
+// program sizes the grid itself and only the block is checked.
+static inline void cudalab_check_launch_shape(long long blocks, long long threads) {
+    int max_threads = 0, max_grid = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&max_threads, cudaDevAttrMaxThreadsPerBlock, 0));
+    CUDA_CHECK(cudaDeviceGetAttribute(&max_grid, cudaDevAttrMaxGridDimX, 0));
+    if (threads > max_threads)
+        CUDALAB_USAGE_ERROR("THREADS=%lld is more threads per block than this device allows (%d)", threads,
+                            max_threads);
+    if (blocks > max_grid) CUDALAB_USAGE_ERROR("BLOCKS=%lld exceeds the device's grid limit (%d)", blocks, max_grid);
+}
+
 // ---- reproducible inputs ---------------------------------------------------------------------
 // The same seed gives the same numbers on every host and libc (rand() does not), at a cost that
 // millions of values can afford (<random>'s distributions cannot). Two generators share the one

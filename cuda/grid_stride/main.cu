@@ -30,13 +30,7 @@ int main(int argc, char **argv) {
     if (blocks <= 0) CUDALAB_USAGE_ERROR("BLOCKS must be a positive number of blocks, got %lld", blocks);
     if (threads <= 0) CUDALAB_USAGE_ERROR("THREADS must be a positive number of threads per block, got %lld", threads);
 
-    int max_threads = 0, max_grid = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&max_threads, cudaDevAttrMaxThreadsPerBlock, 0));
-    CUDA_CHECK(cudaDeviceGetAttribute(&max_grid, cudaDevAttrMaxGridDimX, 0));
-    if (threads > max_threads)
-        CUDALAB_USAGE_ERROR("THREADS=%lld is more threads per block than this device allows (%d)", threads,
-                            max_threads);
-    if (blocks > max_grid) CUDALAB_USAGE_ERROR("BLOCKS=%lld exceeds the device's grid limit (%d)", blocks, max_grid);
+    cudalab_check_launch_shape(blocks, threads);
     if (blocks * threads > INT_MAX)
         CUDALAB_USAGE_ERROR("BLOCKS x THREADS = %lld threads: the kernel's int thread index allows at most %d",
                             blocks * threads, INT_MAX);

@@ -12,15 +12,7 @@ static void usage() {
 }
 
 static void run_loop(int blocks, int threads) {
-    int max_threads = 0, max_grid = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&max_threads, cudaDevAttrMaxThreadsPerBlock, 0));
-    CUDA_CHECK(cudaDeviceGetAttribute(&max_grid, cudaDevAttrMaxGridDimX, 0));
-    // Check the shape before launching: an oversized block is a launch error the user should see
-    // as a sentence, not as cudaErrorInvalidConfiguration after the fact.
-    if (threads > max_threads)
-        CUDALAB_USAGE_ERROR("THREADS=%d is more threads per block than this device allows (%d)", threads,
-                            max_threads);
-    if (blocks > max_grid) CUDALAB_USAGE_ERROR("BLOCKS=%d exceeds the device's grid limit (%d)", blocks, max_grid);
+    cudalab_check_launch_shape(blocks, threads);
     CUDA_CHECK((cudaError_t)hello_loop(blocks, threads));
 }
 

@@ -63,11 +63,7 @@ int main(int argc, char **argv) {
     if (threads <= 0) CUDALAB_USAGE_ERROR("THREADS must be a positive number of threads per block, got %lld", threads);
     if (skip_every > INT_MAX) CUDALAB_USAGE_ERROR("--skip-every must be at most %d", INT_MAX);
 
-    int max_threads = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&max_threads, cudaDevAttrMaxThreadsPerBlock, 0));
-    if (threads > max_threads)
-        CUDALAB_USAGE_ERROR("THREADS=%lld is more threads per block than this device allows (%d)", threads,
-                            max_threads);
+    cudalab_check_launch_shape(0, threads);  // the grid is cdiv(N, THREADS), sized by the program
 
     // Managed memory: one pointer valid on the host and the device; pages migrate on first touch.
     // Exactly n ints, the amount this run needs.

@@ -350,11 +350,8 @@ def cli(args: list[str], variant: str | None = None, image: str | None = None, o
 # --- the executable -----------------------------------------------------------------------------
 
 def parse_output(text: str):
-    """build/bin/grayscale's `result program=grayscale ...` lines as a DataFrame (numbers converted)."""
-    df = parse.tagged(text, "result")
-    if df.empty:
-        raise ValueError("no `result program=grayscale ...` line in the output")
-    return df
+    """build/bin/grayscale's result lines as a DataFrame (numbers converted)."""
+    return parse.results(text, "grayscale")
 
 
 def run(*args, timeout: float = 300):

@@ -134,11 +134,8 @@ def loop_reference(x, params: Params, heads: int = 4, causal: bool = False) -> n
 # --- the executable ---------------------------------------------------------------------------
 
 def parse_output(text: str):
-    """`result program=transformer_block ...` lines as a DataFrame."""
-    df = parse.tagged(text, "result")
-    if df.empty or "program" not in df:
-        raise ValueError("no `result program=transformer_block` line in the output")
-    return df[df["program"] == "transformer_block"].reset_index(drop=True)
+    """build/bin/transformer_block's result lines as a DataFrame (numbers converted)."""
+    return parse.results(text, "transformer_block")
 
 
 def run(variant: str = "02_flash", batch: int | None = None, seqs=(), embed: int | None = None,
