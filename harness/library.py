@@ -4,7 +4,10 @@ Calls go through `Library.<function>(...)`. Each argument is checked against the
 before the call: numpy arrays for pointer parameters (dtype from the pointee type, C-contiguous;
 a non-const pointer also needs a writeable array), integers and floats for scalars, and device
 pointers (cffi `void *` or harness.cudart.DeviceBuffer) where the code passes device memory.
-An `int` return value is a cudaError_t: non-zero raises CudaError (NoGPUError for 100 and 35).
+A return declared `cudalab_status` (cuda/common/cudalab.h: a cudaError_t as int) is a status:
+non-zero raises CudaError (NoGPUError for 100 and 35). A plain `int` return is a value (a count, a
+flag) and is handed back as it is. Headers written before `cudalab_status` existed declare their
+statuses as `int`; for a header that never names `cudalab_status`, every `int` is still a status.
 """
 
 from __future__ import annotations
@@ -80,6 +83,22 @@ def _pointee(ctype) -> str | None:
 
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 _DECL = re.compile(r"([A-Za-z_]\w*)\s*\(([^()]*)\)\s*;")
+
+
+_RETURN = re.compile(r"(?:^|[;}\n])\s*((?:const\s+)?[A-Za-z_][\w\s]*?[\s*]+)([A-Za-z_]\w*)\s*\([^()]*\)\s*;")
+
+
+def status_functions(cdef: str) -> set[str]:
+    """The functions whose return value is a CUDA status, from the header's own words (cffi resolves
+    typedefs, so `cudalab_status` and `int` look the same once parsed)."""
+    text = _COMMENT.sub(" ", cdef)
+    legacy = "cudalab_status" not in text
+    out = set()
+    for m in _RETURN.finditer(text):
+        ret = " ".join(m.group(1).split())
+        if ret in ("cudalab_status", "cudaError_t") or (legacy and ret == "int"):
+            out.add(m.group(2))
+    return out
 
 
 def const_params(cdef: str) -> dict[str, list[bool]]:
@@ -164,9 +183,12 @@ class Library:
         self.name = name
         self.path = Path(path)
         self.ffi = cffi.FFI()
+        common = header_to_cdef(COMMON_HEADER.read_text())
+        # The common header first: it declares `cudalab_status`, which program headers use.
+        self.ffi.cdef(common)
         self.ffi.cdef(cdef)
-        self.ffi.cdef(header_to_cdef(COMMON_HEADER.read_text()))
         self._consts = const_params(cdef)
+        self._status = status_functions(cdef) | status_functions(common)
         self.lib = self.ffi.dlopen(str(self.path))
         self._wrapped: dict[str, object] = {}
 
@@ -191,7 +213,7 @@ class Library:
         except AttributeError:
             raise AttributeError(f"lib{self.name}.so has no entry point {fname!r}") from None
         ftype = self.ffi.typeof(func)
-        returns_code = ftype.result.cname == "int"
+        returns_code = fname in self._status
 
         def call(*args):
             code = func(*marshal(self.ffi, func, fname, args, self._consts.get(fname)))
