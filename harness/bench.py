@@ -10,7 +10,6 @@ their own with `register_ceiling` (matmul adds cuBLAS SGEMM, attention adds torc
 from __future__ import annotations
 
 import datetime as _dt
-import importlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -100,21 +99,20 @@ def measure_fp32_inst(quick: bool = False) -> Ceiling:
     return Ceiling("fp32_inst", d["fp32_inst_per_s"] / 1e9, "Ginst/s", "SMs x FP32 lanes x clock (device_info)")
 
 
-def ceilings() -> dict[str, Callable[[bool], Ceiling | None]]:
+def ceilings(progs: list[str] | None = None) -> dict[str, Callable[[bool], Ceiling | None]]:
+    """The built-in ceilings, then each program's `ceilings()` hook (harness/programs/__init__.py),
+    then any still registered the old way."""
+    from . import programs as registry
+
     base = {"memcpy": measure_memcpy, "fp32": measure_fp32, "fp32_inst": measure_fp32_inst}
-    return {**base, **_EXTRA_CEILINGS}
+    return {**base, **registry.ceilings(progs), **_EXTRA_CEILINGS}
 
 
 def program_modules(names: list[str] | None = None) -> dict:
-    out = {}
-    for prog in names or _build.programs():
-        try:
-            mod = importlib.import_module(f"harness.programs.{prog}")
-        except ModuleNotFoundError:
-            continue
-        if hasattr(mod, "bench_cases"):
-            out[prog] = mod
-    return out
+    """prog -> module with bench cases; an unknown name raises ValueError."""
+    from . import programs as registry
+
+    return registry.bench_programs(names)
 
 
 def collect(names: list[str] | None = None, quick: bool = False) -> list[BenchCase]:
@@ -147,7 +145,7 @@ def run(names: list[str] | None = None, quick: bool = False, on_progress: Callab
     """Measure the needed ceilings, then every case. Returns (table, ceilings)."""
     cases = collect(names, quick)
     needed = sorted({c.ceiling for c in cases})
-    available = ceilings()
+    available = ceilings(sorted({c.program for c in cases}))
     if on_total:
         on_total(len(needed) + len(cases))
     measured: dict[str, Ceiling] = {}

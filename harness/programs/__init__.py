@@ -1,0 +1,211 @@
+"""The program registry: the one place that resolves a program's module and what it offers.
+
+A *program* is a folder `cuda/<prog>/` holding `<prog>.cu` (what the Makefile builds). Its Python
+side is the module `harness.programs.<prog>`, optional: a program without one still builds, runs
+and is sanitized with no arguments. Tasks, the bench, the profilers, the sanitizer and the demo ask
+this module (`module`, `variants`, `ceilings`, `profile_argv`, `sanitize_cases`, ...) and never
+import a program module or probe it with hasattr themselves.
+
+The protocol of a program module (every name is optional; a missing one means "not offered")
+------------------------------------------------------------------------------------------------
+
+Variants
+    `VARIANTS: tuple[str, ...]`
+        The kernel variants, in the order a learner meets them ("01_naive", "02_tiled", ...).
+        Take them from the library's ONE table (the C side exports `int <prog>_variant_count(void)`
+        and `const char *<prog>_variant_name(int i)`, both plain values): `variants_from_library`
+        below reads them. A module may instead define `variants() -> list[str]` (called lazily,
+        e.g. because the library is only read when asked); `variants()` wins over `VARIANTS`.
+    `PROFILE_VARIANTS: tuple[str, ...]`
+        The variants `invoke profile <prog>` runs, one run each, when the user names none
+        (default: one run with the program's own default).
+
+Benchmarks (`invoke bench`, harness/bench.py)
+    `bench_cases(quick: bool) -> list[harness.bench.BenchCase]`
+        Sizes, bytes and FLOPs of each case. A case's `setup()` allocates, fills and MARSHALS
+        everything once (cffi pointers, launch structs) and returns `Prepared(launch, close)`;
+        `launch(stream)` only enqueues the kernel: the timing loop records its start event right
+        before calling it, so any Python work in `launch` is timed. With `quick=True` return only
+        the small cases (under a minute for every program together).
+    `ceilings() -> dict[str, Callable[[bool], harness.bench.Ceiling | None]]`
+        A HOOK, called by the bench only when a collected case names one of these ceilings
+        (e.g. matmul's "cublas", attention's "sdpa_d64"). Each callable takes `quick` and
+        measures in the same run; None means "not available here" (ratio left empty).
+        Do not register anything at import time. (`harness.bench.register_ceiling` still works
+        for modules not yet converted; the registry merges both.)
+
+Profiling and sanitizing (`invoke profile`, `invoke sanitize`)
+    `profile_args(variant: str | None) -> list[str]`
+        argv for build/bin/<prog> for one profiled run of `variant` (None: the program's default).
+    `sanitize_args() -> dict[str, list[str]]`
+        label -> argv, the small runs compute-sanitizer checks (every variant, small sizes).
+        Without it: one run per variant with `profile_args(v)`, else one run with no arguments.
+        (A list of argv lists, or one argv, is still accepted.)
+
+Running, checking, drawing
+    `run(*args, timeout=...)`          run build/bin/<prog>, return its parsed result lines
+                                       (use `harness.results.run`/`parse_output`).
+    `parse_output(text)`               the executable's tagged output as a DataFrame or dict.
+    `reference(...)`                   numpy, float64 where rounding matters.
+    `relative_error` is NOT redefined per program: use `harness.results.relative_error`.
+    `cli(args, variant=None, image=None, out=None) -> int`   `invoke run <prog>` hands over to it.
+    `compare(n: int) -> (DataFrame, str)`                    `invoke compare <prog>`.
+    `viz_data(**opts)` / `recorded_viz_data()`               data for analysis/<name>.py's `plot`
+                                       (`invoke viz <name>`; `simulate=` where a simulator exists).
+
+Every function above must raise ValueError/TypeError for bad arguments before anything is
+launched, and never print; the tasks turn those into one-line errors.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from types import ModuleType
+
+
+def names() -> list[str]:
+    """Every program: each cuda/<prog>/ that holds <prog>.cu, in name order."""
+    from .. import build
+
+    return build.programs()
+
+
+def check_name(prog: str) -> str:
+    """prog itself, or ValueError naming the programs there are."""
+    known = names()
+    if prog not in known:
+        raise ValueError(f"unknown program {prog!r}; programs: {', '.join(known)}")
+    return prog
+
+
+def module(prog: str) -> ModuleType | None:
+    """harness.programs.<prog>, or None when the program has no Python module. An import error
+    inside the module itself is raised, not hidden."""
+    try:
+        return importlib.import_module(f"{__name__}.{prog}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{prog}":
+            raise
+        return None
+
+
+def has(prog: str, attr: str) -> bool:
+    mod = module(prog)
+    return mod is not None and hasattr(mod, attr)
+
+
+def hook(prog: str, attr: str):
+    """The module's attribute `attr`, or None."""
+    mod = module(prog)
+    return getattr(mod, attr, None) if mod is not None else None
+
+
+def variants(prog: str) -> list[str]:
+    """The program's variant names (module `variants()`, else `VARIANTS`, else [])."""
+    mod = module(prog)
+    if mod is None:
+        return []
+    fn = getattr(mod, "variants", None)
+    if callable(fn):
+        return [str(v) for v in fn()]
+    return [str(v) for v in (getattr(mod, "VARIANTS", None) or ())]
+
+
+def check_variant(prog: str, variant: str) -> str:
+    known = variants(prog)
+    if known and variant not in known:
+        raise ValueError(f"unknown variant {variant!r} for {prog}; variants: {', '.join(known)}")
+    return variant
+
+
+def variants_from_library(prog: str) -> list[str]:
+    """The names in the C table, through `<prog>_variant_count()` / `<prog>_variant_name(i)`."""
+    from .. import library
+
+    lib = library.load(prog)
+    count = getattr(lib, f"{prog}_variant_count")()
+    name = getattr(lib, f"{prog}_variant_name")
+    return [lib.ffi.string(name(i)).decode() for i in range(count)]
+
+
+def profile_variants(prog: str) -> list[str | None]:
+    pv = hook(prog, "PROFILE_VARIANTS")
+    return list(pv) if pv else [None]
+
+
+def profile_argv(prog: str, variant: str | None = None) -> list[str]:
+    """argv for one profiled run: the module's profile_args(variant), else `--variant V` or []."""
+    fn = hook(prog, "profile_args")
+    if fn is not None:
+        return [str(a) for a in fn(variant)]
+    return ["--variant", variant] if variant else []
+
+
+def sanitize_cases(prog: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(label, argv) for each small run compute-sanitizer checks."""
+    fn = hook(prog, "sanitize_args")
+    if fn is not None:
+        spec = fn()
+        if isinstance(spec, dict):
+            return [(str(k), tuple(str(a) for a in v)) for k, v in spec.items()]
+        spec = list(spec)
+        if not spec or all(isinstance(a, (str, int, float)) for a in spec):
+            spec = [spec]
+        return [(_label([str(a) for a in v], i), tuple(str(a) for a in v)) for i, v in enumerate(spec)]
+    if has(prog, "profile_args"):
+        vs = variants(prog)
+        if vs:
+            return [(v, tuple(profile_argv(prog, v))) for v in vs]
+        return [("default", tuple(profile_argv(prog, None)))]
+    return [("default", ())]
+
+
+def _label(argv: list[str], i: int) -> str:
+    if "--variant" in argv:
+        j = argv.index("--variant")
+        if j + 1 < len(argv):
+            return argv[j + 1]
+    text = " ".join(argv)
+    return text[:40] if text else (f"run{i}" if i else "default")
+
+
+def bench_programs(selected: list[str] | None = None) -> dict[str, ModuleType]:
+    """prog -> module for the programs with bench cases. Unknown names in `selected` raise ValueError."""
+    if selected:
+        for p in selected:
+            check_name(p)
+    out = {}
+    for prog in selected or names():
+        mod = module(prog)
+        if mod is not None and hasattr(mod, "bench_cases"):
+            out[prog] = mod
+    return out
+
+
+def ceilings(progs: list[str] | None = None) -> dict[str, Callable[[bool], object]]:
+    """name -> measuring callable, from each module's `ceilings()` hook (the built-in memcpy/fp32
+    ceilings live in harness.bench)."""
+    out: dict[str, Callable[[bool], object]] = {}
+    for prog in progs or names():
+        fn = hook(prog, "ceilings")
+        if callable(fn):
+            out.update(fn())
+    return out
+
+
+def pictures() -> list[str]:
+    """Names with both analysis/<name>.py (a `plot`) and a module with `viz_data`."""
+    from .. import build
+
+    out = []
+    for p in sorted((build.ROOT / "analysis").glob("*.py")):
+        if p.stem.startswith("_"):
+            continue
+        try:
+            mod = importlib.import_module(f"{__name__}.{p.stem}")
+        except ModuleNotFoundError:
+            continue
+        if hasattr(mod, "viz_data"):
+            out.append(p.stem)
+    return out
