@@ -45,6 +45,15 @@ _DTYPES = {
     "unsigned short": np.uint16,
     "uint16_t": np.uint16,
 }
+# Types that are typedefs of another in C, told apart by the name the header declares (cffi resolves
+# typedefs, so `cudalab_bf16 *` and `uint16_t *` look the same once parsed; see declared_pointees).
+# cudalab_bf16 (cuda/common/cudalab.h) is bfloat16 stored as uint16_t: an ml_dtypes.bfloat16 array.
+try:
+    import ml_dtypes as _ml_dtypes
+
+    _DTYPES["cudalab_bf16"] = _ml_dtypes.bfloat16
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency; without it bf16 parameters refuse arrays
+    pass
 
 
 class LibraryNotBuilt(CudalabError, FileNotFoundError):
@@ -101,6 +110,20 @@ def status_functions(cdef: str) -> set[str]:
     return out
 
 
+def declared_pointees(cdef: str) -> dict[str, list[str | None]]:
+    """For each declared function, the pointee type name each parameter is written with when that
+    name is one of the typedef'd array types in _DTYPES (e.g. `cudalab_bf16`), else None."""
+    out = {}
+    for m in _DECL.finditer(_COMMENT.sub(" ", cdef)):
+        params = [p.strip() for p in m.group(2).split(",")] if m.group(2).strip() not in ("", "void") else []
+        names = []
+        for p in params:
+            words = p.split("*")[0].replace("const", " ").split() if "*" in p else []
+            names.append(words[-1] if words and words[-1] in _DTYPES and words[-1].startswith("cudalab_") else None)
+        out[m.group(1)] = names
+    return out
+
+
 def const_params(cdef: str) -> dict[str, list[bool]]:
     """For each declared function, whether each pointer parameter points to const data.
     cffi forgets `const` in its types, so read-only arrays are allowed only where the header says."""
@@ -111,14 +134,16 @@ def const_params(cdef: str) -> dict[str, list[bool]]:
     return out
 
 
-def as_pointer(ffi: cffi.FFI, ctype, value, argname: str, const: bool = False):
-    """Marshal one argument for a pointer parameter; raise TypeError/ValueError before any call."""
+def as_pointer(ffi: cffi.FFI, ctype, value, argname: str, const: bool = False, declared: str | None = None):
+    """Marshal one argument for a pointer parameter; raise TypeError/ValueError before any call.
+    `declared` is the pointee's name as the header writes it, when that is a typedef with a dtype
+    of its own (`cudalab_bf16`: ml_dtypes.bfloat16 rather than the uint16 cffi sees)."""
     from .cudart import DeviceBuffer, Stream  # local: cudart needs libcudart only when used
 
     if isinstance(value, DeviceBuffer):
         # Device memory that knows its element type (harness.inline's DeviceArray) is checked like an array.
         dtype = getattr(value, "dtype", None)
-        want = _DTYPES.get(_pointee(ctype) or "")
+        want = _DTYPES.get(declared or _pointee(ctype) or "")
         if dtype is not None and want is not None and np.dtype(dtype) != np.dtype(want):
             raise TypeError(f"{argname}: device array is {np.dtype(dtype)}, but the parameter is {ctype.cname}")
         return ffi.cast(ctype, value.ptr)
@@ -133,7 +158,7 @@ def as_pointer(ffi: cffi.FFI, ctype, value, argname: str, const: bool = False):
     if isinstance(value, ffi.CData):
         return ffi.cast(ctype, value)
     if isinstance(value, np.ndarray):
-        cname = _pointee(ctype)
+        cname = declared or _pointee(ctype)
         want = _DTYPES.get(cname) if cname else None
         if want is None:
             raise TypeError(f"{argname}: parameter type {ctype.cname} does not take a numpy array")
@@ -150,7 +175,8 @@ def as_pointer(ffi: cffi.FFI, ctype, value, argname: str, const: bool = False):
                     f"got {type(value).__name__}")
 
 
-def marshal(ffi: cffi.FFI, func, fname: str, args: tuple, consts: list[bool] | None = None) -> list:
+def marshal(ffi: cffi.FFI, func, fname: str, args: tuple, consts: list[bool] | None = None,
+            pointees: list[str | None] | None = None) -> list:
     ftype = ffi.typeof(func)
     params = ftype.args
     if len(args) != len(params):
@@ -159,7 +185,8 @@ def marshal(ffi: cffi.FFI, func, fname: str, args: tuple, consts: list[bool] | N
     for i, (p, v) in enumerate(zip(params, args)):
         name = f"{fname}() argument {i + 1}"
         if p.kind == "pointer":
-            out.append(as_pointer(ffi, p, v, name, bool(consts and i < len(consts) and consts[i])))
+            out.append(as_pointer(ffi, p, v, name, bool(consts and i < len(consts) and consts[i]),
+                                  pointees[i] if pointees and i < len(pointees) else None))
         elif p.kind == "primitive":
             if p.cname == "_Bool" and isinstance(v, (bool, np.bool_)):
                 out.append(bool(v))
@@ -188,6 +215,7 @@ class Library:
         self.ffi.cdef(common)
         self.ffi.cdef(cdef)
         self._consts = const_params(cdef)
+        self._pointees = declared_pointees(cdef)
         self._status = status_functions(cdef) | status_functions(common)
         self.lib = self.ffi.dlopen(str(self.path))
         self._wrapped: dict[str, object] = {}
@@ -216,7 +244,7 @@ class Library:
         returns_code = fname in self._status
 
         def call(*args):
-            code = func(*marshal(self.ffi, func, fname, args, self._consts.get(fname)))
+            code = func(*marshal(self.ffi, func, fname, args, self._consts.get(fname), self._pointees.get(fname)))
             if returns_code and code != 0:
                 # A failed launch leaves a non-sticky error behind; clear it so the next call is clean.
                 self.lib.cudalab_clear_error()
