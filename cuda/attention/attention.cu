@@ -2,11 +2,16 @@
 #include "attention.h"
 #include "attention_kernels.cuh"
 
-static const char *const kVariants[] = {"01_naive", "02_flash"};
+static const char *const kVariants[] = {"01_naive", "02_flash", "03_flash_bf16"};
 static const int kNumVariants = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
 
 extern "C" int attention_variant_count(void) { return kNumVariants; }
 extern "C" const char *attention_variant_name(int i) { return (i >= 0 && i < kNumVariants) ? kVariants[i] : nullptr; }
+
+extern "C" int attention_variant_is_bf16(const char *variant) {
+    const int id = attn_variant_id(variant);
+    return id == 0 ? -1 : attn_is_bf16(id) ? 1 : 0;
+}
 
 extern "C" long long attention_workspace_bytes(const char *variant, int B, int H, int S, int D) {
     const int id = attn_variant_id(variant);
@@ -14,17 +19,18 @@ extern "C" long long attention_workspace_bytes(const char *variant, int B, int H
     return attn_workspace_bytes(id, B, H, S, D);
 }
 
-extern "C" int attention_forward_device(const char *variant, int B, int H, int S, int D, int causal, float scale,
+extern "C" cudalab_status attention_forward_device(const char *variant, int B, int H, int S, int D, int causal, float scale,
                                         const float *q, const float *k, const float *v, float *o, float *workspace,
                                         void *stream) {
     CUDA_TRY(attention_launch(variant, B, H, S, D, causal, scale, q, k, v, o, workspace, (cudaStream_t)stream));
     return 0;
 }
 
-extern "C" int attention_forward(const char *variant, int B, int H, int S, int D, int causal, float scale,
+extern "C" cudalab_status attention_forward(const char *variant, int B, int H, int S, int D, int causal, float scale,
                                  const float *q, const float *k, const float *v, float *o) {
     const int id = attn_variant_id(variant);
     CUDA_TRY(attn_check_args(id, B, H, S, D));
+    if (attn_is_bf16(id)) return (int)cudaErrorInvalidValue;
     if (q == nullptr || k == nullptr || v == nullptr || o == nullptr) return (int)cudaErrorInvalidValue;
     const size_t bytes = (size_t)B * H * S * D * sizeof(float);
     const size_t ws_bytes = (size_t)attn_workspace_bytes(id, B, H, S, D);
@@ -42,6 +48,37 @@ extern "C" int attention_forward(const char *variant, int B, int H, int S, int D
     int err = run();
     // Free whatever was allocated, also after a failure; report the first error.
     for (float *p : d)
+        if (p) CUDALAB_CHECK(cudaFree(p), if (err == 0) err = (int)cudalab_err_);
+    return err;
+}
+
+extern "C" cudalab_status attention_forward_bf16_device(const char *variant, int B, int H, int S, int D, int causal,
+                                                        float scale, const cudalab_bf16 *q, const cudalab_bf16 *k,
+                                                        const cudalab_bf16 *v, cudalab_bf16 *o, void *stream) {
+    CUDA_TRY(attention_launch_bf16(variant, B, H, S, D, causal, scale, q, k, v, o, (cudaStream_t)stream));
+    return 0;
+}
+
+extern "C" cudalab_status attention_forward_bf16(const char *variant, int B, int H, int S, int D, int causal,
+                                                 float scale, const cudalab_bf16 *q, const cudalab_bf16 *k,
+                                                 const cudalab_bf16 *v, cudalab_bf16 *o) {
+    const int id = attn_variant_id(variant);
+    CUDA_TRY(attn_check_args(id, B, H, S, D));
+    if (!attn_is_bf16(id) || q == nullptr || k == nullptr || v == nullptr || o == nullptr)
+        return (int)cudaErrorInvalidValue;
+    const size_t bytes = (size_t)B * H * S * D * sizeof(cudalab_bf16);
+    cudalab_bf16 *d[4] = {nullptr, nullptr, nullptr, nullptr};  // q, k, v, o
+    auto run = [&]() -> int {
+        for (int i = 0; i < 4; ++i) CUDA_TRY(cudaMalloc(&d[i], bytes));
+        CUDA_TRY(cudaMemcpy(d[0], q, bytes, cudaMemcpyHostToDevice));
+        CUDA_TRY(cudaMemcpy(d[1], k, bytes, cudaMemcpyHostToDevice));
+        CUDA_TRY(cudaMemcpy(d[2], v, bytes, cudaMemcpyHostToDevice));
+        CUDA_TRY(attention_launch_bf16(variant, B, H, S, D, causal, scale, d[0], d[1], d[2], d[3], nullptr));
+        CUDA_TRY(cudaMemcpy(o, d[3], bytes, cudaMemcpyDeviceToHost));
+        return 0;
+    };
+    int err = run();
+    for (cudalab_bf16 *p : d)
         if (p) CUDALAB_CHECK(cudaFree(p), if (err == 0) err = (int)cudalab_err_);
     return err;
 }

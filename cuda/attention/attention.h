@@ -1,29 +1,46 @@
-/* attention: softmax(scale * Q Kᵀ) V in float32, Q/K/V/O as B x H x S x D row-major.
-   Variants (learning order): "01_naive" (three kernels; the B·H·S·S score matrix in a workspace;
-   the two products are the matmul program's kernels) and "02_flash" (one fused kernel with an
-   online softmax; D must be 32, 64 or 128). "flash_skip_last_tile" is a deliberately wrong
-   02_flash for tests of the checkers. causal != 0 masks key j > query i. scale is usually
-   1/sqrt(D). Entry points return a cudaError_t as int, 0 = success; bad arguments or an unknown
-   variant give cudaErrorInvalidValue before any launch. */
+/* attention: softmax(scale * Q Kᵀ) V, Q/K/V/O as B x H x S x D row-major.
+   Variants (learning order, the ONE table in attention.cu, read through attention_variant_count /
+   attention_variant_name):
+     "01_naive"       float32; three kernels (the B·H·S·S score matrix in a workspace; the two
+                      products are the matmul program's kernels)
+     "02_flash"       float32; one fused kernel with an online softmax; D must be 32, 64 or 128
+     "03_flash_bf16"  bf16 in and out, FP32 accumulation and softmax statistics: FlashAttention-2
+                      on the tensor cores (mma.sync m16n8k16); D must be 64 or 128; scale >= 0
+   Test-only, deliberately wrong: "flash_skip_last_tile" (02_flash without its last key tile),
+   "flash_bf16_skip_last_tile" and "flash_bf16_no_causal_mask" (03_flash_bf16 sabotaged).
+   causal != 0 masks key j > query i. scale is usually 1/sqrt(D). Status returns are cudaError_t
+   codes (0 = success); bad arguments, an unknown variant or a variant of the other dtype give
+   cudaErrorInvalidValue before any launch. */
 #ifndef CUDALAB_ATTENTION_H
 #define CUDALAB_ATTENTION_H
+#include "cudalab.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 int attention_variant_count(void);
 const char *attention_variant_name(int i);
+/* 1 when the variant (test-only ones included) takes bf16 arrays, 0 for float32, -1 unknown. */
+int attention_variant_is_bf16(const char *variant);
 /* Device workspace the variant needs, in bytes (0 for flash); -1 for invalid arguments. */
 long long attention_workspace_bytes(const char *variant, int B, int H, int S, int D);
 
-/* Host-pointer form: copies in, runs, copies out, synchronises. */
-int attention_forward(const char *variant, int B, int H, int S, int D, int causal, float scale, const float *q,
-                      const float *k, const float *v, float *o);
+/* float32 variants. Host-pointer form: copies in, runs, copies out, synchronises. */
+cudalab_status attention_forward(const char *variant, int B, int H, int S, int D, int causal, float scale,
+                                 const float *q, const float *k, const float *v, float *o);
 /* Device-pointer form, enqueued on `stream` (NULL = legacy default stream), no synchronisation.
    workspace: attention_workspace_bytes() bytes of device memory (NULL allowed for flash). */
-int attention_forward_device(const char *variant, int B, int H, int S, int D, int causal, float scale,
-                             const float *q, const float *k, const float *v, float *o, float *workspace,
-                             void *stream);
+cudalab_status attention_forward_device(const char *variant, int B, int H, int S, int D, int causal, float scale,
+                                        const float *q, const float *k, const float *v, float *o, float *workspace,
+                                        void *stream);
+
+/* bf16 variants (03_flash_bf16): the same two forms on cudalab_bf16 arrays (ml_dtypes.bfloat16). */
+cudalab_status attention_forward_bf16(const char *variant, int B, int H, int S, int D, int causal, float scale,
+                                      const cudalab_bf16 *q, const cudalab_bf16 *k, const cudalab_bf16 *v,
+                                      cudalab_bf16 *o);
+cudalab_status attention_forward_bf16_device(const char *variant, int B, int H, int S, int D, int causal,
+                                             float scale, const cudalab_bf16 *q, const cudalab_bf16 *k,
+                                             const cudalab_bf16 *v, cudalab_bf16 *o, void *stream);
 
 #ifdef __cplusplus
 }

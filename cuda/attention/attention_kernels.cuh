@@ -10,8 +10,10 @@
 //   02_flash  one kernel, attn_flash_fwd<D>: a block owns 64 query rows; it walks the keys in tiles
 //             of 64, keeps a running max and sum per row (online softmax) and never writes a score.
 //             D must be 32, 64 or 128.
-// A test-only variant, "flash_skip_last_tile", runs 02_flash without its last key tile: a wrong
-// answer that the checkers must reject.
+//   03_flash_bf16  FlashAttention-2 forward on the tensor cores, bf16 in and out (flash_bf16.cuh).
+// Test-only variants, wrong answers that the checkers must reject: "flash_skip_last_tile" runs
+// 02_flash without its last key tile; "flash_bf16_skip_last_tile" and "flash_bf16_no_causal_mask"
+// sabotage 03_flash_bf16 the same way and by leaving the diagonal tiles unmasked.
 #pragma once
 
 #include <cmath>
@@ -20,19 +22,35 @@
 
 #include "check.cuh"
 #include "../matmul/matmul_kernels.cuh"
+#include "flash_bf16.cuh"
 
 // The matmul variant and tile width the naive attention uses for its two products.
 #define ATTN_NAIVE_MATMUL "02_tiled"
 #define ATTN_NAIVE_MATMUL_TILE 32
 
-enum attn_variant_id_t { ATTN_01_NAIVE = 1, ATTN_02_FLASH = 2, ATTN_FLASH_SKIP_LAST_TILE = 99 };
+enum attn_variant_id_t {
+    ATTN_01_NAIVE = 1,
+    ATTN_02_FLASH = 2,
+    ATTN_03_FLASH_BF16 = 3,
+    ATTN_FLASH_BF16_NO_CAUSAL_MASK = 97,
+    ATTN_FLASH_BF16_SKIP_LAST_TILE = 98,
+    ATTN_FLASH_SKIP_LAST_TILE = 99
+};
 
 static inline int attn_variant_id(const char *variant) {
     if (variant == nullptr) return 0;
     if (strcmp(variant, "01_naive") == 0) return ATTN_01_NAIVE;
     if (strcmp(variant, "02_flash") == 0) return ATTN_02_FLASH;
+    if (strcmp(variant, "03_flash_bf16") == 0) return ATTN_03_FLASH_BF16;
     if (strcmp(variant, "flash_skip_last_tile") == 0) return ATTN_FLASH_SKIP_LAST_TILE;
+    if (strcmp(variant, "flash_bf16_skip_last_tile") == 0) return ATTN_FLASH_BF16_SKIP_LAST_TILE;
+    if (strcmp(variant, "flash_bf16_no_causal_mask") == 0) return ATTN_FLASH_BF16_NO_CAUSAL_MASK;
     return 0;
+}
+
+// Variants whose Q, K, V and O are bf16 (the others are float32).
+static inline bool attn_is_bf16(int id) {
+    return id == ATTN_03_FLASH_BF16 || id == ATTN_FLASH_BF16_SKIP_LAST_TILE || id == ATTN_FLASH_BF16_NO_CAUSAL_MASK;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -328,6 +346,7 @@ static inline cudaError_t attn_check_args(int id, int B, int H, int S, int D) {
     if (B <= 0 || H <= 0 || S <= 0 || D <= 0) return cudaErrorInvalidValue;
     if ((long long)B * H > 65535) return cudaErrorInvalidValue;  // grid y (flash) / z (matmul) limit
     if (S > 46340 * 2) return cudaErrorInvalidValue;              // keeps row indexes in int
+    if (attn_is_bf16(id)) return (D == 64 || D == 128) ? cudaSuccess : cudaErrorInvalidValue;
     if (id != ATTN_01_NAIVE && D != 32 && D != 64 && D != 128) return cudaErrorInvalidValue;
     return cudaSuccess;
 }
@@ -357,6 +376,7 @@ static inline cudaError_t attention_launch(const char *variant, int B, int H, in
     const int id = attn_variant_id(variant);
     cudaError_t err = attn_check_args(id, B, H, S, D);
     if (err != cudaSuccess) return err;
+    if (attn_is_bf16(id)) return cudaErrorInvalidValue;  // float32 buffers: see attention_launch_bf16
     if (q == nullptr || k == nullptr || v == nullptr || o == nullptr) return cudaErrorInvalidValue;
     const int BH = B * H;
     const long long sd = (long long)S * D, ss = (long long)S * S;
@@ -381,4 +401,24 @@ static inline cudaError_t attention_launch(const char *variant, int B, int H, in
         case 64: return attn_flash_launch<64>(BH, S, q, k, v, o, scale, causal, skip, stream);
         default: return attn_flash_launch<128>(BH, S, q, k, v, o, scale, causal, skip, stream);
     }
+}
+
+// Enqueue the bf16 attention on `stream`. Device pointers, 16-byte aligned. The scale must not be
+// negative: the kernel keeps its running max in raw score units and multiplies by the scale after.
+static inline cudaError_t attention_launch_bf16(const char *variant, int B, int H, int S, int D, int causal,
+                                                float scale, const cudalab_bf16 *q, const cudalab_bf16 *k,
+                                                const cudalab_bf16 *v, cudalab_bf16 *o, cudaStream_t stream) {
+    const int id = attn_variant_id(variant);
+    cudaError_t err = attn_check_args(id, B, H, S, D);
+    if (err != cudaSuccess) return err;
+    if (!attn_is_bf16(id) || !(scale >= 0.0f) || isinf(scale)) return cudaErrorInvalidValue;
+    if (q == nullptr || k == nullptr || v == nullptr || o == nullptr) return cudaErrorInvalidValue;
+    if ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v) |
+         reinterpret_cast<uintptr_t>(o)) % 16 != 0)
+        return cudaErrorMisalignedAddress;
+    const int flags = id == ATTN_FLASH_BF16_SKIP_LAST_TILE   ? FB_FLAG_SKIP_LAST_TILE
+                      : id == ATTN_FLASH_BF16_NO_CAUSAL_MASK ? FB_FLAG_NO_CAUSAL_MASK
+                                                             : 0;
+    if (D == 64) return attn_flash_bf16_launch<64>(B * H, S, q, k, v, o, scale, causal, flags, stream);
+    return attn_flash_bf16_launch<128>(B * H, S, q, k, v, o, scale, causal, flags, stream);
 }

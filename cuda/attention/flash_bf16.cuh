@@ -1,0 +1,255 @@
+// 03_flash_bf16: FlashAttention-2 forward on the tensor cores. Included by attention_kernels.cuh.
+//
+// Q, K, V, O are bf16 (cudalab_bf16 = uint16_t storage), B×H×S×D row-major, D = 64 or 128.
+// Products on mma.sync m16n8k16 (bf16 in, FP32 accumulate); softmax statistics in FP32.
+//
+// Block: FB_WARPS warps, 16 query rows per warp (FB_BR = 128 rows a block). Each warp keeps its
+// 16×D slice of Q in registers as MMA A fragments for the whole kernel, so the only shared-memory
+// reads in the loop are the K and V tiles (ldmatrix). K and V stream through FB_STAGES stages of
+// 64-key tiles filled by cp.async: while the warps work on tile t the copies of tiles t+1.. are in
+// flight, and there is one __syncthreads per tile.
+//
+// Shared-memory layout of a tile (64 rows × D bf16): split into D/64 "panels" of 64 columns, each
+// panel 64 rows × 128 B in the 128-byte swizzle (tc::swizzle_128b): ldmatrix reads 8 rows of one
+// logical 16-byte chunk, which the XOR spreads over 8 different bank groups; the 16-byte cp.async
+// writes use the same function.
+//
+// Per tile and warp: S = Q·Kᵀ (16×64, 8 n8 accumulators), mask (ragged tail, causal diagonal),
+// online softmax in base 2 (scores times scale·log2(e), exp2), P packed to bf16 in registers
+// (the C fragment of two n8 tiles is exactly the A fragment of one k16 step), O += P·V.
+#pragma once
+
+#include <cstdint>
+
+#include "check.cuh"
+#include "cudalab.h"
+#include "tc_ptx.cuh"
+
+#define FB_WARPS 8
+#define FB_NT (FB_WARPS * 32)
+#define FB_BR (FB_WARPS * 16)  // query rows per block
+#define FB_BC 64               // keys per tile
+
+// log2(e): softmax(x) = 2^(x·log2 e) / Σ; folded into the score scale so exp2 (one MUFU) does exp.
+static constexpr float kFlashLog2e = 1.4426950408889634f;
+
+template <int D>
+struct FlashBf16Cfg {
+    static constexpr int STAGES = D == 64 ? 3 : 2;
+    static constexpr int PANELS = D / 64;                   // 64-column panels per row
+    static constexpr int TILE_BYTES = FB_BC * D * 2;        // one K or V tile
+    static constexpr int Q_BYTES = FB_BR * D * 2;
+    static constexpr size_t SMEM = (size_t)Q_BYTES + (size_t)STAGES * 2 * TILE_BYTES;
+    static constexpr int MIN_BLOCKS = D == 64 ? 2 : 1;  // register budget: 128 / 255 a thread
+};
+
+// Byte offset of (row, 16-byte chunk c) in a tile of `rows` rows stored as D/64 swizzled panels.
+__device__ __forceinline__ uint32_t fb_off(int rows, int row, int c) {
+    return (uint32_t)(c >> 3) * (uint32_t)rows * 128u + tc::swizzle_128b((uint32_t)row, (uint32_t)(c & 7));
+}
+
+// Copy rows [r0, r0+rows) of an S×D bf16 slab into a swizzled tile, 16 bytes per cp.async; rows
+// at or past S are zero-filled (they are masked out of the softmax, and zero V rows add nothing).
+template <int D, int ROWS>
+__device__ __forceinline__ void fb_load_tile(uint32_t dst, const cudalab_bf16 *__restrict__ src, int r0, int S) {
+    constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
+    static_assert((ROWS * CHUNKS) % FB_NT == 0, "tile copy must divide evenly over the block");
+    const cudalab_bf16 *base = src + (size_t)r0 * D;  // one 64-bit address a tile; the rest is 32-bit
+#pragma unroll
+    for (int i = 0; i < ROWS * CHUNKS / FB_NT; ++i) {
+        const int idx = threadIdx.x + i * FB_NT;
+        const int r = idx / CHUNKS, c = idx % CHUNKS;
+        const bool in = r0 + r < S;
+        tc::cp_async_16_zfill(dst + fb_off(ROWS, r, c), in ? base + (r * D + c * 8) : src, in ? 16 : 0);
+    }
+}
+
+// flags: test-only sabotage, so the tests can show the checker rejects a wrong kernel.
+#define FB_FLAG_SKIP_LAST_TILE 1  // leave out the last key tile
+#define FB_FLAG_NO_CAUSAL_MASK 2  // causal tile range, but no mask inside the diagonal tiles
+
+template <int D>
+__global__ void __launch_bounds__(FB_NT, FlashBf16Cfg<D>::MIN_BLOCKS)
+    attn_flash_bf16_fwd(const cudalab_bf16 *__restrict__ Q, const cudalab_bf16 *__restrict__ K,
+                        const cudalab_bf16 *__restrict__ V, cudalab_bf16 *__restrict__ O, int S, float scale_log2e,
+                        int causal, int flags) {
+    using C = FlashBf16Cfg<D>;
+    constexpr int KD = D / 16;  // k16 steps over D (Q·Kᵀ) and n8-tile pairs over D (P·V)
+    extern __shared__ __align__(128) unsigned char fb_smem[];
+    const uint32_t sQ = tc::smem_u32(fb_smem);
+    const uint32_t sKV = sQ + C::Q_BYTES;  // stage s: K at sKV + 2s·TILE, V at sKV + (2s+1)·TILE
+
+    const size_t slab = (size_t)blockIdx.y * S * D;
+    Q += slab;
+    K += slab;
+    V += slab;
+    O += slab;
+    // Heavy query tiles first: under the causal mask the last tiles have the most keys.
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * FB_BR;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int qw = q0 + warp * 16;  // this warp's first query row
+
+    // Key tiles this block visits: under the causal mask none past its last row.
+    const int kv_end = causal ? min(S, q0 + FB_BR) : S;
+    const int n_tiles = (int)cdiv(kv_end, FB_BC) - ((flags & FB_FLAG_SKIP_LAST_TILE) ? 1 : 0);
+
+    // Prologue: Q, then the first STAGES-1 K/V tiles, one commit group each (empty groups past the
+    // end keep the group count uniform for the waits below).
+    fb_load_tile<D, FB_BR>(sQ, Q, q0, S);
+    tc::cp_async_commit();
+#pragma unroll
+    for (int s = 0; s < C::STAGES - 1; ++s) {
+        if (s < n_tiles) {
+            fb_load_tile<D, FB_BC>(sKV + (2 * s) * C::TILE_BYTES, K, s * FB_BC, S);
+            fb_load_tile<D, FB_BC>(sKV + (2 * s + 1) * C::TILE_BYTES, V, s * FB_BC, S);
+        }
+        tc::cp_async_commit();
+    }
+    // Q (the oldest group) has landed once at most STAGES-1 groups are pending.
+    tc::cp_async_wait<C::STAGES - 1>();
+    __syncthreads();  // every thread's part of Q is visible
+
+    // Q fragments: lane l addresses row (l % 16) of the warp's slice, chunk 2·kk + l / 16.
+    uint32_t qf[KD][4];
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk)
+        tc::ldmatrix_x4(qf[kk], sQ + fb_off(FB_BR, warp * 16 + (lane % 16), 2 * kk + lane / 16));
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    // Rows g and g+8 of the warp's 16: running max (raw score units) and running sum.
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+    for (int tile = 0; tile < n_tiles; ++tile) {
+        // Tile `tile` has landed (STAGES-2 younger groups may still be in flight) ...
+        tc::cp_async_wait<C::STAGES - 2>();
+        // ... in every thread's part, and every warp is done with the stage the next copy reuses.
+        __syncthreads();
+        {
+            const int nt = tile + C::STAGES - 1;
+            const int st = nt % C::STAGES;
+            if (nt < n_tiles) {
+                fb_load_tile<D, FB_BC>(sKV + (2 * st) * C::TILE_BYTES, K, nt * FB_BC, S);
+                fb_load_tile<D, FB_BC>(sKV + (2 * st + 1) * C::TILE_BYTES, V, nt * FB_BC, S);
+            }
+            tc::cp_async_commit();
+        }
+        const int k0 = tile * FB_BC;
+        // A tile wholly above the diagonal for this warp's 16 rows: nothing to do (warp-uniform).
+        if (causal && k0 > qw + 15) continue;
+        const uint32_t sK = sKV + (2 * (tile % C::STAGES)) * C::TILE_BYTES;
+        const uint32_t sV = sK + C::TILE_BYTES;
+
+        // S = Q·Kᵀ: s[j] is the 16×8 block of keys k0+8j..k0+8j+7.
+        float s[FB_BC / 8][4];
+#pragma unroll
+        for (int j = 0; j < FB_BC / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KD; ++kk) {
+#pragma unroll
+            for (int jp = 0; jp < FB_BC / 16; ++jp) {
+                // K is N×K (keys × d, d contiguous): non-transposed ldmatrix. Matrices: keys
+                // 16jp+0..7 at d chunk 2kk, same keys at 2kk+1, keys 16jp+8..15 at 2kk, at 2kk+1.
+                uint32_t b[4];
+                tc::ldmatrix_x4(b, sK + fb_off(FB_BC, 16 * jp + (lane % 8) + 8 * (lane / 16), 2 * kk + (lane / 8) % 2));
+                const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+                tc::mma_m16n8k16_bf16(s[2 * jp], qf[kk], b0, s[2 * jp]);
+                tc::mma_m16n8k16_bf16(s[2 * jp + 1], qf[kk], b1, s[2 * jp + 1]);
+            }
+        }
+
+        // Mask keys at or past S (ragged last tile) and, under the causal mask, keys after the query.
+        if (k0 + FB_BC > S || (causal && !(flags & FB_FLAG_NO_CAUSAL_MASK) && k0 + FB_BC - 1 > qw)) {
+#pragma unroll
+            for (int j = 0; j < FB_BC / 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int key = k0 + 8 * j + 2 * t + (e & 1);
+                    const int row = qw + g + 8 * (e >> 1);
+                    if (key >= S || (causal && !(flags & FB_FLAG_NO_CAUSAL_MASK) && key > row)) s[j][e] = -INFINITY;
+                }
+        }
+
+        // Online softmax (see 02_flash in attention_kernels.cuh for the algebra), base 2: a score x
+        // weighs 2^((x - m)·scale·log2 e). Each row lives on the 4 lanes of a group: reduce with
+        // xor-shuffles 1 and 2.
+        uint32_t pf[FB_BC / 16][4];  // P as bf16 A fragments, one per k16 step over the keys
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // h = 0: row g (c[0], c[1]); h = 1: row g+8 (c[2], c[3])
+            float mt = m[h];
+#pragma unroll
+            for (int j = 0; j < FB_BC / 8; ++j) mt = fmaxf(mt, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
+            mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+            mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+            // A row that has seen only masked keys keeps m = -inf; use 0 as the offset so that
+            // exp2(-inf - offset) = 0 instead of NaN (only the test-only sabotage can get here).
+            const float mo = mt == -INFINITY ? 0.0f : mt * scale_log2e;
+            const float alpha = tc::exp2_approx(m[h] * scale_log2e - mo);  // 0 on the first tile
+            m[h] = mt;
+            float rs = 0.0f;
+#pragma unroll
+            for (int j = 0; j < FB_BC / 8; ++j) {
+                const float p0 = tc::exp2_approx(fmaf(s[j][2 * h], scale_log2e, -mo));
+                const float p1 = tc::exp2_approx(fmaf(s[j][2 * h + 1], scale_log2e, -mo));
+                rs += p0 + p1;
+                // A fragment of k16 step j/2: a[h] for the even n8 tile, a[2 + h] for the odd one.
+                pf[j / 2][(j % 2) * 2 + h] = tc::pack_bf16x2(p0, p1);
+            }
+            rs += __shfl_xor_sync(0xffffffffu, rs, 1);
+            rs += __shfl_xor_sync(0xffffffffu, rs, 2);
+            l[h] = l[h] * alpha + rs;
+#pragma unroll
+            for (int n = 0; n < D / 8; ++n) {
+                o[n][2 * h] *= alpha;
+                o[n][2 * h + 1] *= alpha;
+            }
+        }
+
+        // O += P·V. V is K×N (keys × d, d contiguous): transposed ldmatrix. Matrices: keys
+        // 16kk+0..7 at d chunk 2np, keys 16kk+8..15 at 2np, keys 0..7 at 2np+1, keys 8..15 at 2np+1.
+#pragma unroll
+        for (int kk = 0; kk < FB_BC / 16; ++kk) {
+#pragma unroll
+            for (int np = 0; np < KD; ++np) {
+                uint32_t b[4];
+                tc::ldmatrix_x4_trans(b, sV + fb_off(FB_BC, 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2), 2 * np + lane / 16));
+                const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+                tc::mma_m16n8k16_bf16(o[2 * np], pf[kk], b0, o[2 * np]);
+                tc::mma_m16n8k16_bf16(o[2 * np + 1], pf[kk], b1, o[2 * np + 1]);
+            }
+        }
+    }
+    // No copy may still be writing shared memory when the block exits (empty groups only, but
+    // compute-sanitizer and the next block's reuse of the SM's shared memory want it drained).
+    tc::cp_async_wait<0>();
+
+    // O / l, rounded to bf16, rows at or past S dropped. bf16x2 stores: (row, 8n+2t .. 8n+2t+1).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = qw + g + 8 * h;
+        if (row >= S) continue;
+        const float inv = 1.0f / l[h];
+        uint32_t *orow = reinterpret_cast<uint32_t *>(O + (size_t)row * D);
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) orow[4 * n + t] = tc::pack_bf16x2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+    }
+}
+
+template <int D>
+static inline cudaError_t attn_flash_bf16_launch(int BH, int S, const cudalab_bf16 *q, const cudalab_bf16 *k,
+                                                 const cudalab_bf16 *v, cudalab_bf16 *o, float scale, int causal,
+                                                 int flags, cudaStream_t stream) {
+    const size_t smem = FlashBf16Cfg<D>::SMEM;
+    static bool opted_in = false;  // > 48 KiB of dynamic shared memory needs an opt-in, once per kernel
+    if (!opted_in) {
+        const cudaError_t e =
+            cudaFuncSetAttribute(attn_flash_bf16_fwd<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+        opted_in = true;
+    }
+    const dim3 grid((unsigned)cdiv(S, FB_BR), (unsigned)BH);
+    attn_flash_bf16_fwd<D><<<grid, FB_NT, smem, stream>>>(q, k, v, o, S, scale * kFlashLog2e, causal, flags);
+    return cudaGetLastError();
+}
