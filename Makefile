@@ -4,7 +4,8 @@
 #   build/bin/<prog>_cpu     <prog>_cpu.c with gcc, where the program has a CPU twin
 #   build/ptxas/<prog>.txt   ptxas -v resource usage (registers, shared memory, spills) per kernel
 # Adding a program needs no edit here. A program may add cuda/<prog>/build.mk, which can set
-# <prog>_NVCCFLAGS and <prog>_LDLIBS (matmul uses it to link cuBLAS when it is found).
+# <prog>_NVCCFLAGS and <prog>_LDLIBS (matmul uses it to link cuBLAS when it is found), and
+# <prog>_GENCODE, used for that program's compile and link instead of GENCODE (gemm_tc: sm_90a).
 #
 #   make [-j] [ARCH=90] [NVCC=/path/to/nvcc]      `invoke build` is the usual way in.
 
@@ -54,14 +55,14 @@ FLAGS_TEXT  := $(NVCCFLAGS) | $(CFLAGS)
 write_stamp = $(shell mkdir -p $(dir $(1)); test "$$(cat $(1) 2>/dev/null)" = '$(2)' || printf '%s\n' '$(2)' > $(1))
 $(call write_stamp,$(FLAGS_STAMP),$(FLAGS_TEXT))
 # Each program's own flags (from its build.mk) get a stamp of their own: changing them rebuilds that program only.
-$(foreach p,$(PROGRAMS),$(call write_stamp,build/obj/$(p)/.flags,$($(p)_NVCCFLAGS) | $($(p)_LDLIBS)))
+$(foreach p,$(PROGRAMS),$(call write_stamp,build/obj/$(p)/.flags,$($(p)_NVCCFLAGS) | $($(p)_LDLIBS)$(if $($(p)_GENCODE), | $($(p)_GENCODE))))
 
 # Compile one .cu; ptxas -v's report goes to <obj>.log. Diagnostics other than ptxas's report are
 # shown, and on failure the whole log is shown so harness/build.py can parse nvcc's file:line lines.
 define NVCC_COMPILE
 	@mkdir -p $(@D)
 	@echo "  NVCC    $<"
-	@$(NVCC) $(NVCCFLAGS) $(PROG_NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@ 2> $(@:.o=.log) \
+	@$(NVCC) $(if $(PROG_GENCODE),$(filter-out $(GENCODE),$(NVCCFLAGS)) $(PROG_GENCODE),$(NVCCFLAGS)) $(PROG_NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@ 2> $(@:.o=.log) \
 	  || { cat $(@:.o=.log) >&2; rm -f $@; exit 1; }
 	@grep -vE '^ptxas info|^ +[0-9]+ bytes stack frame' $(@:.o=.log) >&2 || true
 endef
@@ -75,18 +76,19 @@ build/obj/common/%.o: cuda/common/%.cu $(FLAGS_STAMP)
 
 define PROGRAM_RULES
 build/obj/$(1)/%.o: PROG_NVCCFLAGS := $$($(1)_NVCCFLAGS)
+build/obj/$(1)/%.o: PROG_GENCODE := $$($(1)_GENCODE)
 build/obj/$(1)/%.o: cuda/$(1)/%.cu $(FLAGS_STAMP) build/obj/$(1)/.flags
 	$$(NVCC_COMPILE)
 
 build/lib/lib$(1).so: build/obj/$(1)/$(1).o $(COMMON_OBJ) build/obj/$(1)/.flags
 	@mkdir -p $$(@D)
 	@echo "  LINK    $$@"
-	@$(NVCC) $(GENCODE) -shared -o $$@ $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS)
+	@$(NVCC) $(or $($(1)_GENCODE),$(GENCODE)) -shared -o $$@ $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS)
 
 build/bin/$(1): build/obj/$(1)/main.o build/obj/$(1)/$(1).o $(COMMON_OBJ) build/obj/$(1)/.flags
 	@mkdir -p $$(@D)
 	@echo "  LINK    $$@"
-	@$(NVCC) $(GENCODE) -o $$@ $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS)
+	@$(NVCC) $(or $($(1)_GENCODE),$(GENCODE)) -o $$@ $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS)
 
 build/ptxas/$(1).txt: build/obj/$(1)/main.o build/obj/$(1)/$(1).o
 	@mkdir -p $$(@D)

@@ -1,34 +1,179 @@
-// gemm_tc: work in progress. For now a smoke kernel that uses every Ampere helper of tc_ptx.cuh so
-// the header is known to compile.
-#include "check.cuh"
+// gemm_tc: the library entry points. The hand-written kernels live in gemm_tc_kernels.cuh (shared
+// with transformer_block's bf16 path); the cuBLAS baselines live here.
+#include <cstring>
+
 #include "gemm_tc.h"
-#include "tc_ptx.cuh"
+#include "gemm_tc_kernels.cuh"
 
-static const char *const kVariants[] = {"01_wmma", "02_mma_sync", "03_wgmma", "cublas_bf16", "cublas_tf32"};
+using gemm_tc::kVariantNames;
+using gemm_tc::VCOUNT;
 
-extern "C" int gemm_tc_variant_count(void) { return (int)(sizeof(kVariants) / sizeof(kVariants[0])); }
-extern "C" const char *gemm_tc_variant_name(int i) {
-    return i >= 0 && i < gemm_tc_variant_count() ? kVariants[i] : nullptr;
+static int g_drop_k_tiles = 0;  // gemm_tc_set_fault_drop_k_tiles: test-only
+
+extern "C" int gemm_tc_variant_count(void) { return VCOUNT; }
+extern "C" const char *gemm_tc_variant_name(int i) { return i >= 0 && i < VCOUNT ? kVariantNames[i] : nullptr; }
+
+extern "C" int gemm_tc_have_cublas(void) {
+#ifdef CUDALAB_HAVE_CUBLAS
+    return 1;
+#else
+    return 0;
+#endif
 }
 
-// One warp: a 16x16 A and a 8x16 (N x K) B tile through cp.async + ldmatrix into one mma.
-__global__ void tc_ptx_smoke(const uint16_t *a, const uint16_t *b, float *c) {
-    __shared__ __align__(128) uint16_t sa[16 * 64], sb[8 * 64];
-    const int lane = threadIdx.x;
-    if (lane < 16) tc::cp_async_16(tc::smem_u32(sa) + tc::swizzle_128b(lane, 0), a + lane * 16);
-    tc::cp_async_16_zfill(tc::smem_u32(sa) + tc::swizzle_128b(lane & 15, 1), a + (lane & 15) * 16 + 8, lane < 16 ? 16 : 0);
-    if (lane < 8) tc::cp_async_16(tc::smem_u32(sb) + tc::swizzle_64b(lane, 0), b + lane * 16);
-    tc::cp_async_commit();
-    tc::cp_async_wait<0>();
-    __syncwarp();
-    uint32_t fa[4], fb[2], ft[4], fu[2];
-    tc::ldmatrix_x4(fa, tc::smem_u32(sa) + tc::swizzle_128b(lane & 15, lane >> 4));
-    tc::ldmatrix_x2(fb, tc::smem_u32(sb) + tc::swizzle_64b(lane & 7, (lane >> 3) & 1));
-    tc::ldmatrix_x4_trans(ft, tc::smem_u32(sa) + tc::swizzle_128b(lane & 15, lane >> 4));
-    tc::ldmatrix_x2_trans(fu, tc::smem_u32(sb) + tc::swizzle_64b(lane & 7, (lane >> 3) & 1));
-    float acc[4] = {0, 0, 0, 0};
-    tc::mma_m16n8k16_bf16(acc, fa, fb, acc);
-    tc::mma_m16n8k16_bf16(acc, ft, fu, acc);
-    const uint32_t p = tc::pack_bf16x2(acc[0], acc[1]);
-    c[lane] = acc[2] + acc[3] + tc::exp2_approx((float)(p & 0xffff));
+#ifdef CUDALAB_HAVE_CUBLAS
+#include <cublas_v2.h>
+
+// cuBLAS reports cublasStatus_t; turn a failure into a CUDA code for the one CUDA_TRY macro.
+static cudaError_t cublas_status(cublasStatus_t s, const char *what) {
+    if (s == CUBLAS_STATUS_SUCCESS) return cudaSuccess;
+    fprintf(stderr, "%s: cuBLAS status %d (%s)\n", what, (int)s, cublasGetStatusString(s));
+    switch (s) {
+        case CUBLAS_STATUS_ALLOC_FAILED: return cudaErrorMemoryAllocation;
+        case CUBLAS_STATUS_INVALID_VALUE: return cudaErrorInvalidValue;
+        case CUBLAS_STATUS_NOT_SUPPORTED: case CUBLAS_STATUS_ARCH_MISMATCH: return cudaErrorNotSupported;
+        case CUBLAS_STATUS_NOT_INITIALIZED: return cudaErrorInitializationError;
+        default: return cudaErrorUnknown;
+    }
+}
+
+// One handle per process, made on first use (cublasCreate allocates and takes milliseconds: never
+// inside a timed call). Never destroyed.
+static int cublas_handle(cublasHandle_t *out) {
+    static cublasHandle_t handle = nullptr;
+    if (handle == nullptr) CUDA_TRY(cublas_status(cublasCreate(&handle), "cublasCreate"));
+    *out = handle;
+    return 0;
+}
+
+// Row-major C (m x n) = A (m x k) . B^T (B: n x k) through column-major cuBLAS: the same memory read
+// column-major is C^T (n x m) = B . A^T. B row-major n x k is, column-major, the k x n matrix B^T
+// (ld k): transpose it back (OP_T). A row-major m x k is, column-major, A^T (k x m, ld k): OP_N.
+// This is cuBLAS's "TN" case, its fastest.
+static int cublas_gemm(bool tf32, int m, int n, int k, const void *A, const void *B, float *C, cudaStream_t stream) {
+    cublasHandle_t h;
+    CUDA_TRY((cudaError_t)cublas_handle(&h));
+    CUDA_TRY(cublas_status(cublasSetStream(h, stream), "cublasSetStream"));
+    const float alpha = 1.0f, beta = 0.0f;
+    const cudaDataType_t in = tf32 ? CUDA_R_32F : CUDA_R_16BF;
+    const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    CUDA_TRY(cublas_status(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, B, in, k, A, in, k, &beta, C,
+                                        CUDA_R_32F, n, compute, CUBLAS_GEMM_DEFAULT),
+                           "cublasGemmEx"));
+    return 0;
+}
+#endif
+
+extern "C" const char *gemm_tc_unsupported_reason(const char *variant) {
+    const int v = gemm_tc::variant_index(variant);
+    if (v < 0) return "unknown variant";
+    if (v == gemm_tc::VCUBLAS_BF16 || v == gemm_tc::VCUBLAS_TF32)
+        return gemm_tc_have_cublas() ? nullptr : "built without cuBLAS (not found beside nvcc; see `invoke doctor`)";
+    if (v == gemm_tc::V03_WGMMA) return gemm_tc::wgmma_unsupported_reason();
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return nullptr;  // no device: the call itself will say so
+    }
+    return major >= 8 ? nullptr : "needs sm_80 or newer (bf16 tensor cores)";
+}
+
+extern "C" const char *gemm_tc_requirement(const char *variant, int m, int n, int k) {
+    const int v = gemm_tc::variant_index(variant);
+    if (v < 0) return "unknown variant";
+    return gemm_tc::requirement(v, m, n, k);
+}
+
+static __global__ void widen_bf16(const uint16_t *__restrict__ in, float *__restrict__ out, size_t count) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __uint_as_float((uint32_t)in[i] << 16);  // bf16 is a float's top half: exact
+}
+
+extern "C" int gemm_tc_tf32_device(int m, int n, int k, const float *a, const float *b, float *c, void *stream) {
+    if (m < 0 || n < 0 || k < 0) return (int)cudaErrorInvalidValue;
+#ifdef CUDALAB_HAVE_CUBLAS
+    if (m == 0 || n == 0) return 0;
+    if (k == 0) {  // cuBLAS leaves C alone when k = 0
+        CUDA_TRY(cudaMemsetAsync(c, 0, (size_t)m * n * sizeof(float), (cudaStream_t)stream));
+        return 0;
+    }
+    return cublas_gemm(true, m, n, k, a, b, c, (cudaStream_t)stream);
+#else
+    (void)a, (void)b, (void)c, (void)stream;
+    return (int)cudaErrorNotSupported;
+#endif
+}
+
+// The one dispatcher for bf16 operands.
+static int dispatch(int v, int m, int n, int k, const uint16_t *a, const uint16_t *b, float *c, cudaStream_t s) {
+    if (v == gemm_tc::VCUBLAS_BF16) {
+#ifdef CUDALAB_HAVE_CUBLAS
+        if (m == 0 || n == 0) return 0;
+        if (k == 0) {
+            CUDA_TRY(cudaMemsetAsync(c, 0, (size_t)m * n * sizeof(float), s));
+            return 0;
+        }
+        return cublas_gemm(false, m, n, k, a, b, c, s);
+#else
+        return (int)cudaErrorNotSupported;
+#endif
+    }
+    if (v == gemm_tc::VCUBLAS_TF32) return (int)cudaErrorInvalidValue;  // float operands: gemm_tc_tf32_device
+    CUDA_TRY(gemm_tc::launch(v, m, n, k, a, b, c, s, g_drop_k_tiles));
+    return 0;
+}
+
+extern "C" int gemm_tc_device(const char *variant, int m, int n, int k, const cudalab_bf16 *a, const cudalab_bf16 *b,
+                              float *c, void *stream) {
+    const int v = gemm_tc::variant_index(variant);
+    if (v < 0 || gemm_tc_requirement(variant, m, n, k) != nullptr) return (int)cudaErrorInvalidValue;
+    return dispatch(v, m, n, k, a, b, c, (cudaStream_t)stream);
+}
+
+extern "C" int gemm_tc_host(const char *variant, int m, int n, int k, const cudalab_bf16 *a, const cudalab_bf16 *b,
+                            float *c) {
+    const int v = gemm_tc::variant_index(variant);
+    if (v < 0 || gemm_tc_requirement(variant, m, n, k) != nullptr) return (int)cudaErrorInvalidValue;
+    if (gemm_tc_unsupported_reason(variant) != nullptr) return (int)cudaErrorNotSupported;
+    const size_t na = (size_t)m * k, nb = (size_t)n * k, nc = (size_t)m * n;
+    if (nc == 0) return 0;
+    uint16_t *dA = nullptr, *dB = nullptr;
+    float *dC = nullptr, *fA = nullptr, *fB = nullptr;
+    auto body = [&]() -> int {
+        CUDA_TRY(cudaMalloc(&dA, na * sizeof(uint16_t)));
+        CUDA_TRY(cudaMalloc(&dB, nb * sizeof(uint16_t)));
+        CUDA_TRY(cudaMalloc(&dC, nc * sizeof(float)));
+        // Poison C (0xFF bytes are NaN): an element no kernel writes comes back NaN and fails the check.
+        CUDA_TRY(cudaMemset(dC, 0xFF, nc * sizeof(float)));
+        if (na) CUDA_TRY(cudaMemcpy(dA, a, na * sizeof(uint16_t), cudaMemcpyHostToDevice));
+        if (nb) CUDA_TRY(cudaMemcpy(dB, b, nb * sizeof(uint16_t), cudaMemcpyHostToDevice));
+        if (v == gemm_tc::VCUBLAS_TF32) {
+            CUDA_TRY(cudaMalloc(&fA, na * sizeof(float)));
+            CUDA_TRY(cudaMalloc(&fB, nb * sizeof(float)));
+            if (na) widen_bf16<<<256, 256>>>(dA, fA, na);
+            CUDA_TRY_LAUNCH();
+            if (nb) widen_bf16<<<256, 256>>>(dB, fB, nb);
+            CUDA_TRY_LAUNCH();
+            CUDA_TRY((cudaError_t)gemm_tc_tf32_device(m, n, k, fA, fB, dC, nullptr));
+        } else {
+            CUDA_TRY((cudaError_t)dispatch(v, m, n, k, dA, dB, dC, 0));
+        }
+        CUDA_TRY(cudaMemcpy(c, dC, nc * sizeof(float), cudaMemcpyDeviceToHost));
+        return 0;
+    };
+    const int rc = body();
+    const cudaError_t e1 = cudaFree(dA), e2 = cudaFree(dB), e3 = cudaFree(dC), e4 = cudaFree(fA), e5 = cudaFree(fB);
+    if (rc != 0) return rc;
+    CUDA_TRY(e1);
+    CUDA_TRY(e2);
+    CUDA_TRY(e3);
+    CUDA_TRY(e4);
+    CUDA_TRY(e5);
+    return 0;
+}
+
+extern "C" int gemm_tc_set_fault_drop_k_tiles(int t) {
+    if (t < 0) return (int)cudaErrorInvalidValue;
+    g_drop_k_tiles = t;
+    return 0;
 }

@@ -1,6 +1,15 @@
-/* gemm_tc: BF16 GEMM on the tensor cores (work in progress). */
+/* gemm_tc: BF16 GEMM on the tensor cores, FP32 accumulation, against cuBLAS.
+   C (m x n, float32, row-major) = A (m x k, bf16, row-major) . B^T with B given as n x k bf16
+   row-major (the "TN" layout: both operands K-contiguous, like nn.Linear's weight); the cuBLAS
+   baselines compute the same layout. bf16 is passed as its raw bits (cudalab_bf16, cudalab.h).
+   Variants (one table, gemm_tc_variant_name): 01_wmma, 02_mma_sync, 03_wgmma (sm_90a only),
+   cublas_bf16 (cublasGemmEx, bf16 in, FP32 compute), cublas_tf32 (float32 in, TF32 tensor cores).
+   Status codes: an unknown variant or a shape the variant refuses is cudaErrorInvalidValue (1; see
+   gemm_tc_requirement for the sentence); a variant this build or device cannot run is
+   cudaErrorNotSupported (801; see gemm_tc_unsupported_reason). */
 #ifndef CUDALAB_GEMM_TC_H
 #define CUDALAB_GEMM_TC_H
+#include "cudalab.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -8,6 +17,33 @@ extern "C" {
 /* The variant table: names in the order a learner meets them. */
 int gemm_tc_variant_count(void);
 const char *gemm_tc_variant_name(int i);
+
+/* 1 when the library was built against cuBLAS, else 0. */
+int gemm_tc_have_cublas(void);
+
+/* NULL when `variant` can run on the current device in this build, else why not
+   ("needs sm_90a: ...", "built without cuBLAS", "unknown variant"). */
+const char *gemm_tc_unsupported_reason(const char *variant);
+
+/* NULL when `variant` takes this shape, else the rule it breaks, naming the required multiple. */
+const char *gemm_tc_requirement(const char *variant, int m, int n, int k);
+
+/* Host pointers: copy A and B in, run, copy C out. Synchronous. "cublas_tf32" widens the bf16
+   inputs to float32 on the device first (exact), then runs TF32. */
+cudalab_status gemm_tc_host(const char *variant, int m, int n, int k, const cudalab_bf16 *a, const cudalab_bf16 *b,
+                            float *c);
+
+/* Device pointers, enqueued on `stream` (a cudaStream_t; NULL = default), no sync: what the timing
+   loop and the profilers call. Every variant but cublas_tf32. */
+cudalab_status gemm_tc_device(const char *variant, int m, int n, int k, const cudalab_bf16 *a,
+                              const cudalab_bf16 *b, float *c, void *stream);
+
+/* cublas_tf32 on float32 device operands (same layout): the TF32 reference line of the bench. */
+cudalab_status gemm_tc_tf32_device(int m, int n, int k, const float *a, const float *b, float *c, void *stream);
+
+/* Test-only fault injection: while set to t > 0, 02_mma_sync and 03_wgmma skip their last t K tiles
+   (the tests show the checker rejects that). 0 restores normal operation. */
+cudalab_status gemm_tc_set_fault_drop_k_tiles(int t);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,152 @@
-// build/bin/gemm_tc: work in progress.
+// build/bin/gemm_tc: time one variant (or all) on random bf16 A (M x K) and B (N x K), C = A . B^T in
+// float32, and check a sample of C against a double-precision product of the same bf16 inputs.
+//   gemm_tc [--variant 01_wmma|02_mma_sync|03_wgmma|cublas_bf16|cublas_tf32|all] [--reps R] M N K
+// Prints `result program=gemm_tc variant=V m= n= k= ms= tflops= relerr= check=pass|fail` per variant
+// (`skip program=gemm_tc variant=V reason="..."` for one this build or GPU cannot run, under `all`);
+// exit 0 only when every check passed, 2 on a bad argument or a shape the variant refuses.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
 #include "check.cuh"
+#include "cli.cuh"
 #include "gemm_tc.h"
 
-int main(int, char **) { CUDALAB_USAGE_ERROR("gemm_tc: not implemented yet"); }
+static void usage() {
+    CUDALAB_USAGE_ERROR("usage: gemm_tc [--variant 01_wmma|02_mma_sync|03_wgmma|cublas_bf16|cublas_tf32|all] "
+                        "[--reps R] M N K");
+}
+
+// float -> bf16 bits, round to nearest even (inputs are finite).
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float from_bf16(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+// Tolerance on ||C - ref|| / ||ref||: bf16 products are exact in FP32, so the error is the FP32
+// accumulation's, about sqrt(k) * 2^-24 (4e-6 at k = 4096); 1e-4 leaves room for the tensor cores'
+// internal rounding while a dropped 64-wide K tile still costs more than 0.1 (harness/programs/gemm_tc.py).
+static const double kTol = 1e-4;
+
+// ||out - ref|| / ||ref|| over up to 4096 sampled entries (always including the last, most ragged).
+static double sampled_relerr(const std::vector<float> &A, const std::vector<float> &B, const std::vector<float> &C,
+                             int m, int n, int k) {
+    const long long total = (long long)m * n, samples = std::min<long long>(total, 4096);
+    double num = 0, den = 0;
+    for (long long s = 0; s < samples; ++s) {
+        const long long idx = samples == total ? s : (s == samples - 1 ? total - 1 : (s * 2654435761ll) % total);
+        const int i = (int)(idx / n), j = (int)(idx % n);
+        double ref = 0;
+        for (int p = 0; p < k; ++p) ref += (double)A[(size_t)i * k + p] * (double)B[(size_t)j * k + p];
+        const double d = (double)C[idx] - ref;
+        num += d * d;
+        den += ref * ref;
+    }
+    return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+struct Operands {
+    std::vector<float> A, B;   // the bf16 values, widened (for the reference)
+    uint16_t *dA, *dB;         // bf16 bits on the device
+    float *fA, *fB;            // the same values as float32 (cublas_tf32's operands)
+    float *dC;
+};
+
+static bool run_variant(const char *variant, int reps, int m, int n, int k, const Operands &op, bool run_all) {
+    const char *why = gemm_tc_unsupported_reason(variant);
+    if (why != nullptr) {
+        if (!run_all) CUDALAB_USAGE_ERROR("variant %s cannot run here: %s", variant, why);
+        printf("skip program=gemm_tc variant=%s reason=\"%s\"\n", variant, why);
+        return true;
+    }
+    const char *req = gemm_tc_requirement(variant, m, n, k);
+    if (req != nullptr) {
+        if (!run_all) CUDALAB_USAGE_ERROR("variant %s refuses m=%d n=%d k=%d: %s", variant, m, n, k, req);
+        printf("skip program=gemm_tc variant=%s reason=\"%s\"\n", variant, req);
+        return true;
+    }
+    const bool tf32 = strcmp(variant, "cublas_tf32") == 0;
+    std::vector<float> C((size_t)m * n);
+    // Poison C (0xFF bytes are NaN) so an element the kernel never writes fails the check.
+    CUDA_CHECK(cudaMemset(op.dC, 0xFF, C.size() * sizeof(float)));
+    const double med = cudalab_median_ms(
+        [&] {
+            return tf32 ? gemm_tc_tf32_device(m, n, k, op.fA, op.fB, op.dC, nullptr)
+                        : gemm_tc_device(variant, m, n, k, op.dA, op.dB, op.dC, nullptr);
+        },
+        reps);
+    CUDA_CHECK(cudaMemcpy(C.data(), op.dC, C.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    const double err = sampled_relerr(op.A, op.B, C, m, n, k);
+    const bool pass = std::isfinite(err) && err <= kTol;
+    printf("result program=gemm_tc variant=%s m=%d n=%d k=%d ms=%.4f tflops=%.3f relerr=%.3e check=%s\n", variant, m,
+           n, k, med, 2.0 * m * n * k / (med * 1e-3) / 1e12, err, pass ? "pass" : "fail");
+    fflush(stdout);
+    return pass;
+}
+
+int main(int argc, char **argv) {
+    const char *variant = "02_mma_sync";
+    int reps = 5, pos[3], npos = 0;
+    for (int i = 1; i < argc; ++i) {
+        if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
+            variant = argv[++i];
+        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            reps = cudalab_parse_positive(argv[++i], "--reps");
+        } else if (argv[i][0] == '-' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
+            usage();
+        } else {
+            if (npos == 3) usage();
+            static const char *names[3] = {"M", "N", "K"};
+            pos[npos] = cudalab_parse_positive(argv[i], names[npos]);
+            ++npos;
+        }
+    }
+    if (npos != 3) usage();
+    const int m = pos[0], n = pos[1], k = pos[2];
+    const bool run_all = strcmp(variant, "all") == 0;
+    if (!run_all) {
+        bool known = false;
+        for (int i = 0; i < gemm_tc_variant_count(); ++i) known = known || strcmp(gemm_tc_variant_name(i), variant) == 0;
+        if (!known) usage();
+    }
+
+    Operands op;
+    op.A.resize((size_t)m * k);
+    op.B.resize((size_t)n * k);
+    std::vector<uint16_t> hA(op.A.size()), hB(op.B.size());
+    CudalabRng ra(0x9E3779B97F4A7C15ull ^ 1), rb(0x9E3779B97F4A7C15ull ^ 2);
+    for (size_t i = 0; i < hA.size(); ++i) op.A[i] = from_bf16(hA[i] = to_bf16(ra.uniform()));
+    for (size_t i = 0; i < hB.size(); ++i) op.B[i] = from_bf16(hB[i] = to_bf16(rb.uniform()));
+    CUDA_CHECK(cudaMalloc(&op.dA, hA.size() * 2));
+    CUDA_CHECK(cudaMalloc(&op.dB, hB.size() * 2));
+    CUDA_CHECK(cudaMalloc(&op.fA, op.A.size() * 4));
+    CUDA_CHECK(cudaMalloc(&op.fB, op.B.size() * 4));
+    CUDA_CHECK(cudaMalloc(&op.dC, (size_t)m * n * 4));
+    CUDA_CHECK(cudaMemcpy(op.dA, hA.data(), hA.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(op.dB, hB.data(), hB.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(op.fA, op.A.data(), op.A.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(op.fB, op.B.data(), op.B.size() * 4, cudaMemcpyHostToDevice));
+    bool pass = true;
+    if (run_all) {
+        for (int i = 0; i < gemm_tc_variant_count(); ++i)
+            pass = run_variant(gemm_tc_variant_name(i), reps, m, n, k, op, true) && pass;
+    } else {
+        pass = run_variant(variant, reps, m, n, k, op, false);
+    }
+    CUDA_CHECK(cudaFree(op.dA));
+    CUDA_CHECK(cudaFree(op.dB));
+    CUDA_CHECK(cudaFree(op.fA));
+    CUDA_CHECK(cudaFree(op.fB));
+    CUDA_CHECK(cudaFree(op.dC));
+    return pass ? 0 : 1;
+}
