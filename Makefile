@@ -32,15 +32,30 @@ GENCODE := -gencode arch=compute_$(ARCH),code=[sm_$(ARCH),compute_$(ARCH)]
 ifndef CUDA_HOME
 CUDA_HOME := $(realpath $(patsubst TOP=%,%,$(shell $(NVCC) --dryrun -c -x cu /dev/null -o /dev/null 2>&1 | grep -o 'TOP=[^ ]*' | head -n1)))
 endif
-CUBLAS_FOUND := $(if $(and $(wildcard $(CUDA_HOME)/include/cublas_v2.h),$(wildcard $(CUDA_HOME)/lib*/libcublas.so $(CUDA_HOME)/targets/*/lib/libcublas.so)),1,)
-CUBLAS_LIBDIR := $(firstword $(dir $(wildcard $(CUDA_HOME)/lib64/libcublas.so $(CUDA_HOME)/lib/libcublas.so $(CUDA_HOME)/targets/*/lib/libcublas.so)))
+# NVIDIA's pip wheels (`pip install -e ".[toolkit]"`) put libcudadevrt.a, libcudart_static.a and the
+# cuBLAS libraries in <root>/lib, while their nvcc.profile only searches targets/x86_64-linux/lib,
+# which the wheels lack: pass <root>/lib to every link when it exists (a system install has lib64).
+TOOLKIT_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib/libcudadevrt.a))
+TOOLKIT_LDFLAGS := $(if $(TOOLKIT_LIBDIR),-L$(dir $(TOOLKIT_LIBDIR)))
+CUBLAS_LIBS := $(wildcard $(CUDA_HOME)/lib64/libcublas.so* $(CUDA_HOME)/lib/libcublas.so* $(CUDA_HOME)/targets/*/lib/libcublas.so*)
+CUBLAS_FOUND := $(if $(and $(wildcard $(CUDA_HOME)/include/cublas_v2.h),$(CUBLAS_LIBS)),1,)
+CUBLAS_LIBDIR := $(firstword $(dir $(CUBLAS_LIBS)))
+# The cuBLAS wheel ships libcublas.so.13 without the unversioned libcublas.so that -lcublas needs:
+# a link to it in build/toolkit/ serves the linker; the run-time path (-rpath) stays the wheel's folder.
+ifneq ($(CUBLAS_FOUND),)
+ifeq ($(wildcard $(CUBLAS_LIBDIR)libcublas.so),)
+CUBLAS_SONAME := $(firstword $(sort $(notdir $(CUBLAS_LIBS))))
+$(shell mkdir -p build/toolkit && ln -sfn $(CUBLAS_LIBDIR)$(CUBLAS_SONAME) build/toolkit/libcublas.so)
+TOOLKIT_LDFLAGS += -Lbuild/toolkit
+endif
+endif
 
 # -O3 -lineinfo always (lineinfo lets ncu and compute-sanitizer point at source lines).
 # Host-compiler warnings are errors. -Xptxas -v goes to a log per object, kept as build/ptxas/.
 NVCCFLAGS := -O3 -lineinfo -std=c++17 $(GENCODE) -Icuda/common \
              -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Xptxas -v $(EXTRA_NVCCFLAGS)
 CFLAGS    := -O2 -std=c11 -Wall -Wextra -Werror
-LDFLAGS   :=
+LDFLAGS   := $(TOOLKIT_LDFLAGS)
 
 PROGRAMS := $(sort $(foreach d,$(wildcard cuda/*/),$(if $(wildcard $(d)$(notdir $(patsubst %/,%,$(d))).cu),$(notdir $(patsubst %/,%,$(d))))))
 -include $(wildcard $(foreach p,$(PROGRAMS),cuda/$(p)/build.mk))

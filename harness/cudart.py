@@ -96,8 +96,10 @@ def check(code: int, where: str = "") -> None:
     """Raise CudaError / NoGPUError for a non-zero cudaError_t."""
     if code:
         L = lib()
+        L.cudaGetLastError()
+        still = L.cudaGetLastError() != 0  # a sticky error never clears: the context is lost
         raise_for_code(code, ffi.string(L.cudaGetErrorName(code)).decode(),
-                       ffi.string(L.cudaGetErrorString(code)).decode(), where)
+                       ffi.string(L.cudaGetErrorString(code)).decode(), where, still_failing=still)
 
 
 def error_name(code: int) -> str:

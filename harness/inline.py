@@ -129,6 +129,8 @@ typedef struct cudalab_launch {
 # The types every inline cdef may use beside the user's own.
 _CDEF_PREAMBLE = {
     "cudaError_t": "typedef int cudaError_t;",
+    "cudalab_status": "typedef int cudalab_status;",
+    "cudalab_bf16": "typedef uint16_t cudalab_bf16;",
     "cudaStream_t": "typedef struct CUstream_st *cudaStream_t;",
     "cudaEvent_t": "typedef struct CUevent_st *cudaEvent_t;",
     "cudalab_launch": ("typedef struct cudalab_launch { unsigned int grid[3]; unsigned int block[3]; "
@@ -811,7 +813,7 @@ def _compile(source: str, *, kind: str, name: str | None, arch, flags, verbose: 
         cmd += ["-shared", "-include", str(prelude), str(src_path), str(common)]
     else:
         cmd += [str(src_path)]
-    cmd += flags
+    cmd += flags + toolchain.link_flags()
     _say(verbose, f"{name or 'inline'}: compiling for sm_{arch} with nvcc {nvcc.version}: {' '.join(cmd)}")
     t0 = time.perf_counter()
     rc, log = _run_nvcc(cmd, out)

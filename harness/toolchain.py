@@ -191,13 +191,25 @@ def find_libcudart() -> str | None:
 
 
 def have_cublas() -> bool:
-    """cuBLAS is used when its header and library sit beside nvcc (what the Makefile checks too)."""
+    """cuBLAS is used when its header and library sit beside nvcc (what the Makefile checks too;
+    the pip wheel nvidia-cublas has only the versioned libcublas.so.13)."""
     home = cuda_home()
     if home is None:
         return False
     header = (home / "include" / "cublas_v2.h").exists()
-    lib = any(glob.glob(str(home / pat)) for pat in ("lib64/libcublas.so", "lib/libcublas.so", "targets/*/lib/libcublas.so"))
+    lib = any(glob.glob(str(home / pat)) for pat in ("lib64/libcublas.so*", "lib/libcublas.so*",
+                                                     "targets/*/lib/libcublas.so*"))
     return header and lib
+
+
+def link_flags() -> list[str]:
+    """Extra nvcc link flags for this toolkit: NVIDIA's pip wheels keep libcudadevrt.a and
+    libcudart_static.a in <root>/lib, but their nvcc.profile searches only targets/x86_64-linux/lib,
+    which the wheels lack (the Makefile does the same)."""
+    home = cuda_home()
+    if home is not None and (home / "lib" / "libcudadevrt.a").exists():
+        return [f"-L{home / 'lib'}"]
+    return []
 
 
 def tools() -> dict[str, Tool]:
