@@ -1,20 +1,33 @@
 // build/bin/matmul: time one variant (or all) on random M×K and K×N matrices and check the result.
-//   matmul [--variant 01_naive|02_tiled|03_tiled_dynamic|cublas|all] [--tile T] [--reps R] M N K
+//   matmul [--variant NAME|all] [--config NAME] [--tile T] [--reps R] M N K
+// NAME is one of the library's variant table (matmul_variant_name); --config picks the ladder
+// configuration that 09_tuned runs (implies --variant 09_tuned when no variant is given).
 // Prints `result program=matmul variant=V tile=T m= n= k= ms= tflops= relerr= check=pass|fail`
-// per variant; exit 0 only when every check passed.
+// per variant (ladder variants add config=...), then, for --variant all, one table; exit 0 only
+// when every check passed. Sizes whose matrices cannot fit the device's free memory (or this
+// machine's memory) are refused before any allocation: status 2, the need and the limit named.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "check.cuh"
 #include "cli.cuh"
 #include "matmul.h"
 
+static std::string variant_list() {
+    std::string s;
+    for (int i = 0; i < matmul_variant_count(); ++i) s += std::string(i ? ", " : "") + matmul_variant_name(i);
+    return s + ", all";
+}
+
 static void usage() {
-    CUDALAB_USAGE_ERROR("usage: matmul [--variant 01_naive|02_tiled|03_tiled_dynamic|cublas|all] [--tile T] "
-                        "[--reps R] M N K");
+    CUDALAB_USAGE_ERROR("usage: matmul [--variant NAME|all] [--config NAME] [--tile T] [--reps R] M N K\n"
+                        "variants: %s", variant_list().c_str());
 }
 
 // Uniform in [-1, 1), repeatable (cli.cuh says why this generator).
@@ -45,14 +58,37 @@ static double sampled_relerr(const std::vector<float> &A, const std::vector<floa
     return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// A ladder configuration the device cannot hold: say which limit, and by how much.
+static void refuse_config(int cfg) {
+    int info[7];
+    CUDA_CHECK((cudaError_t)matmul_config_info(cfg, info));
+    const char *name = matmul_config_name(cfg);
+    if (info[0] > info[4])
+        CUDALAB_USAGE_ERROR("configuration %s needs %d threads per block, but its %d registers per thread allow at "
+                            "most %d on this device",
+                            name, info[0], info[3], info[4]);
+    CUDALAB_USAGE_ERROR("configuration %s needs %d bytes of shared memory per block; this device allows at most %d "
+                        "(cudaDevAttrMaxSharedMemoryPerBlockOptin)",
+                        name, info[1] + info[2], info[5]);
+}
+
+struct Row {
+    std::string variant;
+    double ms, tflops, relerr;
+    bool pass;
+};
+
 static bool run_variant(const char *variant, int tile, int reps, int m, int n, int k, const std::vector<float> &A,
-                        const std::vector<float> &B, const float *dA, const float *dB, float *dC, bool run_all) {
+                        const std::vector<float> &B, const float *dA, const float *dB, float *dC, bool run_all,
+                        std::vector<Row> &rows) {
     const int ok = matmul_check(variant, tile, 0);
     if (ok == (int)cudaErrorNotSupported) {
         if (!run_all) CUDALAB_USAGE_ERROR("variant cublas: this build has no cuBLAS (see `invoke doctor`)");
         printf("skip program=matmul variant=%s reason=\"built without cuBLAS\"\n", variant);
         return true;
     }
+    const int cfg = matmul_variant_config(variant);
+    if (ok == (int)cudaErrorInvalidConfiguration && cfg >= 0) refuse_config(cfg);
     if (ok == (int)cudaErrorInvalidConfiguration)
         CUDALAB_USAGE_ERROR("--tile %d: %d threads per block or its shared memory is more than this device allows",
                             tile, tile * tile);
@@ -68,20 +104,44 @@ static bool run_variant(const char *variant, int tile, int reps, int m, int n, i
     // float32 sums of k products of numbers in [-1, 1): the error grows like sqrt(k)·eps ≈ 4e-6 at
     // k = 4096, so 1e-5 holds with room up to k of a few tens of thousands.
     const bool pass = std::isfinite(err) && err <= 1e-5;
-    printf("result program=matmul variant=%s tile=%d m=%d n=%d k=%d ms=%.4f tflops=%.3f relerr=%.3e check=%s\n",
-           variant, strcmp(variant, "01_naive") == 0 || strcmp(variant, "cublas") == 0 ? 0 : tile, m, n, k, med,
-           2.0 * m * n * k / (med * 1e-3) / 1e12, err, pass ? "pass" : "fail");
+    const double tflops = 2.0 * m * n * k / (med * 1e-3) / 1e12;
+    const bool tiled = strcmp(variant, "02_tiled") == 0 || strcmp(variant, "03_tiled_dynamic") == 0;
+    std::string config;
+    if (cfg >= 0) config = std::string(" config=") + matmul_config_name(cfg);
+    printf("result program=matmul variant=%s tile=%d%s m=%d n=%d k=%d ms=%.4f tflops=%.3f relerr=%.3e check=%s\n",
+           variant, tiled ? tile : 0, config.c_str(), m, n, k, med, tflops, err, pass ? "pass" : "fail");
     fflush(stdout);
+    rows.push_back({variant, med, tflops, err, pass});
     return pass;
 }
 
+// Refuse sizes whose three matrices cannot fit: on the device (its free memory now) and on the host
+// (this executable keeps A, B and C in host memory too). Status 2 with both numbers, never bad_alloc.
+static void check_fits(int m, int n, int k) {
+    const double need = 4.0 * ((double)m * k + (double)k * n + (double)m * n);
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    if (need > (double)free_b)
+        CUDALAB_USAGE_ERROR("M=%d N=%d K=%d needs %.2f GiB of device memory for A, B and C (float32); this device "
+                            "has at most %.2f GiB free (of %.2f GiB)",
+                            m, n, k, need / gib, free_b / gib, total_b / gib);
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page > 0 && need > (double)pages * (double)page)
+        CUDALAB_USAGE_ERROR("M=%d N=%d K=%d needs %.2f GiB of host memory for A, B and C; this machine has %.2f GiB",
+                            m, n, k, need / gib, (double)pages * page / gib);
+}
+
 int main(int argc, char **argv) {
-    const char *variant = "02_tiled";
+    const char *variant = nullptr;
+    const char *config = nullptr;
     int tile = 16, reps = 5;
     int pos[3], npos = 0;
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
             variant = argv[++i];
+        } else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+            config = argv[++i];
         } else if (strcmp(argv[i], "--tile") == 0 && i + 1 < argc) {
             tile = cudalab_parse_positive(argv[++i], "--tile");
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
@@ -97,14 +157,25 @@ int main(int argc, char **argv) {
     }
     if (npos != 3) usage();
     const int m = pos[0], n = pos[1], k = pos[2];
-    static const char *all[] = {"01_naive", "02_tiled", "03_tiled_dynamic", "cublas"};
+    if (variant == nullptr) variant = config ? "09_tuned" : "02_tiled";
     const bool run_all = strcmp(variant, "all") == 0;
     if (!run_all) {
         bool known = false;
-        for (const char *v : all) known = known || strcmp(v, variant) == 0;
-        if (!known)
-            CUDALAB_USAGE_ERROR("unknown variant '%s' (01_naive, 02_tiled, 03_tiled_dynamic, cublas, all)", variant);
+        for (int i = 0; i < matmul_variant_count(); ++i) known = known || strcmp(matmul_variant_name(i), variant) == 0;
+        if (!known) CUDALAB_USAGE_ERROR("unknown variant '%s' (%s)", variant, variant_list().c_str());
     }
+    if (config != nullptr) {
+        const int cfg = matmul_config_index(config);
+        if (cfg < 0) {
+            std::string names;
+            for (int i = 0; i < matmul_config_count(); ++i) names += std::string(i ? ", " : "") + matmul_config_name(i);
+            CUDALAB_USAGE_ERROR("unknown configuration '%s' (%s)", config, names.c_str());
+        }
+        const int rc = matmul_set_tuned(cfg);
+        if (rc == (int)cudaErrorInvalidConfiguration) refuse_config(cfg);
+        CUDA_CHECK((cudaError_t)rc);
+    }
+    check_fits(m, n, k);
 
     std::vector<float> A((size_t)m * k), B((size_t)k * n);
     fill(A, 1);
@@ -116,10 +187,23 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaMemcpy(dA, A.data(), A.size() * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(dB, B.data(), B.size() * sizeof(float), cudaMemcpyHostToDevice));
     bool pass = true;
+    std::vector<Row> rows;
     if (run_all) {
-        for (const char *v : all) pass = run_variant(v, tile, reps, m, n, k, A, B, dA, dB, dC, true) && pass;
+        for (int i = 0; i < matmul_variant_count(); ++i)
+            pass = run_variant(matmul_variant_name(i), tile, reps, m, n, k, A, B, dA, dB, dC, true, rows) && pass;
+        // One table: every variant against cuBLAS from this same run (when it ran).
+        double cublas = 0;
+        for (const Row &r : rows)
+            if (r.variant == "cublas") cublas = r.tflops;
+        printf("\n%-18s %10s %9s %9s %10s %6s\n", "variant", "ms", "TFLOP/s", "x cuBLAS", "relerr", "check");
+        for (const Row &r : rows) {
+            char ratio[32] = "-";
+            if (cublas > 0) snprintf(ratio, sizeof ratio, "%.3f", r.tflops / cublas);
+            printf("%-18s %10.4f %9.3f %9s %10.2e %6s\n", r.variant.c_str(), r.ms, r.tflops, ratio, r.relerr,
+                   r.pass ? "pass" : "FAIL");
+        }
     } else {
-        pass = run_variant(variant, tile, reps, m, n, k, A, B, dA, dB, dC, false);
+        pass = run_variant(variant, tile, reps, m, n, k, A, B, dA, dB, dC, false, rows);
     }
     CUDA_CHECK(cudaFree(dA));
     CUDA_CHECK(cudaFree(dB));

@@ -1,8 +1,10 @@
-// matmul: the library entry points. The kernels live in matmul_kernels.cuh, shared with attention.
+// matmul: the library entry points and the one variant table. The kernels live in
+// matmul_kernels.cuh (01-03, shared with attention) and sgemm_ladder.cuh (the ladder, 04-08).
 #include <cstring>
 
 #include "matmul.h"
 #include "matmul_kernels.cuh"
+#include "sgemm_ladder.cuh"
 
 #ifdef CUDALAB_HAVE_CUBLAS
 #include <cublas_v2.h>
@@ -69,16 +71,167 @@ extern "C" int matmul_have_cublas(void) {
 #endif
 }
 
-static bool is_cublas(const char *variant) { return variant != nullptr && strcmp(variant, "cublas") == 0; }
+// ---------------------------------------------------------------------------------------------
+// Ladder configurations: every compiled instantiation of a ladder kernel, with what it needs.
+// The rungs 04-08 each run their default entry; the tuner times the 07/08 entries and
+// "09_tuned" runs its winner. One entry per line; the name spells the template arguments.
+// ---------------------------------------------------------------------------------------------
+namespace {
 
-extern "C" int matmul_check(const char *variant, int tile, int trans_b) {
-    if (is_cublas(variant)) return matmul_have_cublas() ? 0 : (int)cudaErrorNotSupported;
-    return (int)matmul_check_tile(variant, tile, trans_b != 0);
+struct LadderConfig {
+    const char *name;
+    int bm, bn, threads;
+    size_t smem;         // dynamic shared memory per block, bytes
+    const void *kvec;    // the VEC = true kernel (16-byte accesses)
+    const void *kscalar; // the VEC = false kernel (any alignment)
+};
+
+#define LADDER_04(BM, BN, BK, TM)                                                                      \
+    {"04_blocktile_1d-" #BM "x" #BN "x" #BK "-t" #TM, BM, BN, (BM / TM) * BN, 0,                        \
+     (const void *)sgemm_04_blocktile_1d<BM, BN, BK, TM>, (const void *)sgemm_04_blocktile_1d<BM, BN, BK, TM>}
+#define LADDER_05(BM, BN, BK, TM, TN)                                                                  \
+    {"05_blocktile_2d-" #BM "x" #BN "x" #BK "-t" #TM "x" #TN, BM, BN, (BM / TM) * (BN / TN), 0,          \
+     (const void *)sgemm_05_blocktile_2d<BM, BN, BK, TM, TN>, (const void *)sgemm_05_blocktile_2d<BM, BN, BK, TM, TN>}
+#define LADDER_06(BM, BN, BK)                                                                          \
+    {"06_vectorized-" #BM "x" #BN "x" #BK "-t8x8", BM, BN, (BM / 8) * (BN / 8), 0,                       \
+     (const void *)sgemm_06_vectorized<BM, BN, BK, 8, 8, true>, (const void *)sgemm_06_vectorized<BM, BN, BK, 8, 8, false>}
+#define LADDER_07(BM, BN, BK, WM, WN)                                                                  \
+    {"07_warptile-" #BM "x" #BN "x" #BK "-w" #WM "x" #WN, BM, BN, (BM / WM) * (BN / WN) * 32, 0,          \
+     (const void *)sgemm_07_warptile<BM, BN, BK, WM, WN, true>,                                          \
+     (const void *)sgemm_07_warptile<BM, BN, BK, WM, WN, false>}
+#define LADDER_08(BM, BN, BK, WM, WN, ST)                                                              \
+    {"08_pipelined-" #BM "x" #BN "x" #BK "-w" #WM "x" #WN "-s" #ST, BM, BN, (BM / WM) * (BN / WN) * 32,    \
+     Sgemm08Shape<BM, BN, BK, WM, WN, ST>::SMEM, (const void *)sgemm_08_pipelined<BM, BN, BK, WM, WN, ST, true>, \
+     (const void *)sgemm_08_pipelined<BM, BN, BK, WM, WN, ST, false>}
+
+const LadderConfig kConfigs[] = {
+    LADDER_04(64, 64, 8, 8),
+    LADDER_05(128, 128, 8, 8, 8),
+    LADDER_06(128, 128, 8),
+    LADDER_07(128, 128, 8, 64, 32),
+    LADDER_07(128, 128, 8, 32, 64),
+    LADDER_08(128, 128, 8, 64, 32, 3),
+    LADDER_08(128, 128, 16, 64, 32, 2),
+    LADDER_08(128, 128, 16, 64, 32, 3),
+    LADDER_08(128, 128, 16, 64, 32, 4),
+    LADDER_08(128, 128, 32, 64, 32, 3),
+    LADDER_08(128, 128, 16, 32, 64, 3),
+    LADDER_08(128, 64, 16, 64, 32, 3),
+    LADDER_08(64, 128, 16, 32, 64, 3),
+    LADDER_08(256, 128, 16, 64, 32, 3),
+    LADDER_08(128, 256, 16, 64, 32, 3),
+    // Needs 4·(128·68 + 64·128)·4 = 270336 bytes of shared memory, more than any current GPU gives a
+    // block (227 KiB on Hopper): kept so that the refusal path is exercised on every device.
+    LADDER_08(128, 128, 64, 64, 32, 4),
+};
+constexpr int kConfigCount = (int)(sizeof(kConfigs) / sizeof(kConfigs[0]));
+
+// The default configuration of "09_tuned" where no tuning result has been loaded: the 08 rung's.
+const char *const kTunedDefault = "08_pipelined-128x128x16-w64x32-s3";
+
+// The one variant table: the names in the order a learner meets them, and the ladder
+// configuration each rung runs (nullptr: not a ladder rung; kTunedName: the tuned one).
+const char *const kTunedName = "09_tuned";
+struct Variant {
+    const char *name;
+    const char *config;
+};
+const Variant kVariants[] = {
+    {"01_naive", nullptr},
+    {"02_tiled", nullptr},
+    {"03_tiled_dynamic", nullptr},
+    {"04_blocktile_1d", "04_blocktile_1d-64x64x8-t8"},
+    {"05_blocktile_2d", "05_blocktile_2d-128x128x8-t8x8"},
+    {"06_vectorized", "06_vectorized-128x128x8-t8x8"},
+    {"07_warptile", "07_warptile-128x128x8-w64x32"},
+    {"08_pipelined", "08_pipelined-128x128x16-w64x32-s3"},
+    {"09_tuned", kTunedName},
+    {"cublas", nullptr},
+};
+constexpr int kVariantCount = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
+
+int config_index(const char *name) {
+    if (name == nullptr) return -1;
+    for (int i = 0; i < kConfigCount; ++i)
+        if (strcmp(kConfigs[i].name, name) == 0) return i;
+    return -1;
+}
+
+int g_tuned = -2;  // -2: not yet resolved to kTunedDefault's index
+int tuned_index() {
+    if (g_tuned == -2) g_tuned = config_index(kTunedDefault);
+    return g_tuned;
+}
+
+// The ladder configuration a variant name runs; -1 when the name is not a ladder rung.
+int ladder_config_of(const char *variant) {
+    if (variant == nullptr) return -1;
+    for (const Variant &v : kVariants)
+        if (v.config != nullptr && strcmp(v.name, variant) == 0)
+            return v.config == kTunedName ? tuned_index() : config_index(v.config);
+    return -1;
+}
+
+bool is_cublas(const char *variant) { return variant != nullptr && strcmp(variant, "cublas") == 0; }
+
+// What configuration i needs against what the current device allows (see matmul_config_info).
+cudaError_t config_info(int i, int *out) {
+    if (i < 0 || i >= kConfigCount) return cudaErrorInvalidValue;
+    const LadderConfig &c = kConfigs[i];
+    cudaFuncAttributes attr{};
+    int dev = 0, smem_optin = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr, c.kvec);
+    if (err != cudaSuccess) return err;
+    out[0] = c.threads;
+    out[1] = (int)c.smem;
+    out[2] = (int)attr.sharedSizeBytes;
+    out[3] = attr.numRegs;
+    out[4] = attr.maxThreadsPerBlock;
+    out[5] = smem_optin;
+    out[6] = (int)attr.localSizeBytes;
+    return cudaSuccess;
+}
+
+cudaError_t config_check(int i) {
+    int info[7];
+    const cudaError_t err = config_info(i, info);
+    if (err != cudaSuccess) return err;
+    if (info[0] > info[4]) return cudaErrorInvalidConfiguration;            // registers × threads
+    if (info[1] + info[2] > info[5]) return cudaErrorInvalidConfiguration;  // shared memory
+    return cudaSuccess;
+}
+
+// Enqueue configuration i on `stream`. Device pointers; nothing to do (m, n or batch 0) launches
+// nothing; k = 0 launches and writes zeros.
+cudaError_t ladder_run(int i, bool trans_b, int batch, int m, int n, int k, float alpha, const float *A,
+                       const float *B, float *C, long long sa, long long sb, long long sc, cudaStream_t stream) {
+    if (i < 0 || i >= kConfigCount || trans_b) return cudaErrorInvalidValue;
+    if (m < 0 || n < 0 || k < 0 || batch < 0) return cudaErrorInvalidValue;
+    cudaError_t err = config_check(i);
+    if (err != cudaSuccess) return err;
+    if (m == 0 || n == 0 || batch == 0) return cudaSuccess;
+    const LadderConfig &c = kConfigs[i];
+    const long long gy = cdiv(m, c.bm), gx = cdiv(n, c.bn);
+    if (gy > 65535 || batch > 65535 || gx > 0x7fffffffLL) return cudaErrorInvalidValue;
+    const LadderArgs p{m, n, k, A, B, C, alpha, sa, sb, sc};
+    const void *kernel = ladder_vec_ok(p) ? c.kvec : c.kscalar;
+    if (c.smem > 48 * 1024) {
+        // Above 48 KiB a kernel must opt in to its dynamic shared memory (per kernel and device).
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c.smem);
+        if (err != cudaSuccess) return err;
+    }
+    void *args[] = {const_cast<LadderArgs *>(&p)};
+    err = cudaLaunchKernel(kernel, dim3((unsigned)gx, (unsigned)gy, (unsigned)batch), dim3(c.threads), args, c.smem,
+                           stream);
+    if (err != cudaSuccess) return err;
+    return cudaGetLastError();
 }
 
 // The one dispatcher: every entry point comes through here.
-static cudaError_t dispatch(const char *variant, int tile, bool trans_b, int batch, int m, int n, int k,
-                            float alpha, const float *A, const float *B, float *C, cudaStream_t stream) {
+cudaError_t dispatch(const char *variant, int tile, bool trans_b, int batch, int m, int n, int k, float alpha,
+                     const float *A, const float *B, float *C, cudaStream_t stream) {
     const long long sa = (long long)m * k, sb = (long long)k * n, sc = (long long)m * n;
     if (is_cublas(variant)) {
 #ifdef CUDALAB_HAVE_CUBLAS
@@ -88,22 +241,14 @@ static cudaError_t dispatch(const char *variant, int tile, bool trans_b, int bat
         return cudaErrorNotSupported;
 #endif
     }
+    const int cfg = ladder_config_of(variant);
+    if (cfg >= 0) return ladder_run(cfg, trans_b, batch, m, n, k, alpha, A, B, C, sa, sb, sc, stream);
     return matmul_launch(variant, tile, trans_b, m, n, k, A, B, C, alpha, batch, sa, sb, sc, stream);
 }
 
-extern "C" int matmul_device(const char *variant, int tile, int m, int n, int k, const float *a, const float *b,
-                             float *c, void *stream) {
-    CUDA_TRY(dispatch(variant, tile, false, 1, m, n, k, 1.0f, a, b, c, (cudaStream_t)stream));
-    return 0;
-}
-
-extern "C" int matmul_host_batched(const char *variant, int tile, int trans_b, int batch, int m, int n, int k,
-                                   float alpha, const float *a, const float *b, float *c) {
-    if (m < 0 || n < 0 || k < 0 || batch < 0) return (int)cudaErrorInvalidValue;
-    // Refuse bad variants and tiles before allocating anything.
-    const int ok = matmul_check(variant, tile, trans_b);
-    if (ok != 0) return ok;
-    const size_t na = (size_t)batch * m * k, nb = (size_t)batch * k * n, nc = (size_t)batch * m * n;
+// Copy in, run `launch` (which enqueues on the default stream), copy out; buffers freed on every path.
+template <class Launch>
+int host_roundtrip(size_t na, size_t nb, size_t nc, const float *a, const float *b, float *c, Launch &&launch) {
     if (nc == 0) return 0;
     float *dA = nullptr, *dB = nullptr, *dC = nullptr;
     // The body returns at its first failure; the buffers are freed after it on every path.
@@ -114,7 +259,7 @@ extern "C" int matmul_host_batched(const char *variant, int tile, int trans_b, i
         CUDA_TRY(cudaMalloc(&dC, nc * sizeof(float)));
         if (na) CUDA_TRY(cudaMemcpy(dA, a, na * sizeof(float), cudaMemcpyHostToDevice));
         if (nb) CUDA_TRY(cudaMemcpy(dB, b, nb * sizeof(float), cudaMemcpyHostToDevice));
-        CUDA_TRY(dispatch(variant, tile, trans_b != 0, batch, m, n, k, alpha, dA, dB, dC, 0));
+        CUDA_TRY(launch(dA, dB, dC));
         CUDA_TRY(cudaMemcpy(c, dC, nc * sizeof(float), cudaMemcpyDeviceToHost));
         return 0;
     };
@@ -128,7 +273,79 @@ extern "C" int matmul_host_batched(const char *variant, int tile, int trans_b, i
     return 0;
 }
 
-extern "C" int matmul_host(const char *variant, int tile, int m, int n, int k, const float *a, const float *b,
-                           float *c) {
+}  // namespace
+
+extern "C" int matmul_variant_count(void) { return kVariantCount; }
+
+extern "C" const char *matmul_variant_name(int i) { return i >= 0 && i < kVariantCount ? kVariants[i].name : nullptr; }
+
+extern "C" int matmul_config_count(void) { return kConfigCount; }
+
+extern "C" const char *matmul_config_name(int i) { return i >= 0 && i < kConfigCount ? kConfigs[i].name : nullptr; }
+
+extern "C" int matmul_config_index(const char *name) { return config_index(name); }
+
+extern "C" int matmul_variant_config(const char *variant) { return ladder_config_of(variant); }
+
+extern "C" cudalab_status matmul_config_info(int i, int *out) {
+    if (out == nullptr) return (int)cudaErrorInvalidValue;
+    return (int)config_info(i, out);
+}
+
+extern "C" cudalab_status matmul_config_check(int i) { return (int)config_check(i); }
+
+extern "C" cudalab_status matmul_set_tuned(int i) {
+    const cudaError_t err = config_check(i);
+    if (err != cudaSuccess) return (int)err;
+    g_tuned = i;
+    return 0;
+}
+
+extern "C" int matmul_tuned_config(void) { return tuned_index(); }
+
+extern "C" cudalab_status matmul_check(const char *variant, int tile, int trans_b) {
+    if (is_cublas(variant)) return matmul_have_cublas() ? 0 : (int)cudaErrorNotSupported;
+    const int cfg = ladder_config_of(variant);
+    if (cfg >= 0) return trans_b ? (int)cudaErrorInvalidValue : (int)config_check(cfg);
+    return (int)matmul_check_tile(variant, tile, trans_b != 0);
+}
+
+extern "C" cudalab_status matmul_device(const char *variant, int tile, int m, int n, int k, const float *a,
+                                        const float *b, float *c, void *stream) {
+    CUDA_TRY(dispatch(variant, tile, false, 1, m, n, k, 1.0f, a, b, c, (cudaStream_t)stream));
+    return 0;
+}
+
+extern "C" cudalab_status matmul_config_device(int i, int m, int n, int k, const float *a, const float *b, float *c,
+                                               void *stream) {
+    CUDA_TRY(ladder_run(i, false, 1, m, n, k, 1.0f, a, b, c, (long long)m * k, (long long)k * n, (long long)m * n,
+                        (cudaStream_t)stream));
+    return 0;
+}
+
+extern "C" cudalab_status matmul_host_batched(const char *variant, int tile, int trans_b, int batch, int m, int n,
+                                              int k, float alpha, const float *a, const float *b, float *c) {
+    if (m < 0 || n < 0 || k < 0 || batch < 0) return (int)cudaErrorInvalidValue;
+    // Refuse bad variants and tiles before allocating anything.
+    const int ok = matmul_check(variant, tile, trans_b);
+    if (ok != 0) return ok;
+    return host_roundtrip((size_t)batch * m * k, (size_t)batch * k * n, (size_t)batch * m * n, a, b, c,
+                          [&](float *dA, float *dB, float *dC) {
+                              return dispatch(variant, tile, trans_b != 0, batch, m, n, k, alpha, dA, dB, dC, 0);
+                          });
+}
+
+extern "C" cudalab_status matmul_host(const char *variant, int tile, int m, int n, int k, const float *a,
+                                      const float *b, float *c) {
     return matmul_host_batched(variant, tile, 0, 1, m, n, k, 1.0f, a, b, c);
+}
+
+extern "C" cudalab_status matmul_config_host(int i, int m, int n, int k, const float *a, const float *b, float *c) {
+    if (m < 0 || n < 0 || k < 0) return (int)cudaErrorInvalidValue;
+    const cudaError_t err = config_check(i);
+    if (err != cudaSuccess) return (int)err;
+    return host_roundtrip((size_t)m * k, (size_t)k * n, (size_t)m * n, a, b, c, [&](float *dA, float *dB, float *dC) {
+        return ladder_run(i, false, 1, m, n, k, 1.0f, dA, dB, dC, (long long)m * k, (long long)k * n,
+                          (long long)m * n, 0);
+    });
 }

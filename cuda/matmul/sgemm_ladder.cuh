@@ -1,0 +1,477 @@
+// The SGEMM ladder: FP32 row-major C = alpha * A·B from the tiled kernel towards cuBLAS, one rung
+// at a time (issue 10). matmul_kernels.cuh keeps 01-03 (shared with attention); this header holds
+// 04-08. Every kernel takes a LadderArgs (batch index = blockIdx.z, strides in elements) and is
+// exact for any m, n, k >= 0: partial tiles are zero-filled on load and masked on store.
+//
+// VEC template flag: true = 16-byte global accesses (float4 loads, 16-byte cp.async, float4 stores).
+// It is only legal when every row of A, B and C starts on a 16-byte boundary: k % 4 == 0,
+// n % 4 == 0, the three base pointers and the batch strides 16-byte aligned. Then a 4-wide chunk
+// of a row is either wholly inside the matrix or wholly outside, so one test per chunk suffices.
+// The host picks VEC = false otherwise (ladder_vec_ok): the same kernel with 4-byte accesses.
+#pragma once
+
+#include <cstdint>
+
+#include "check.cuh"
+
+// Blocks per SM the register allocator must leave room for: 2 for 256-thread blocks, i.e. at most
+// 128 registers a thread (65536 per SM), so that two blocks' 16 warps hide each other's latency.
+// Without it ptxas spends up to 180 registers on the 8×8 kernels and only one block fits.
+constexpr int ladder_min_blocks(int threads) { return threads >= 512 ? 1 : 512 / threads; }
+
+struct LadderArgs {
+    int m, n, k;
+    const float *A;  // m×k
+    const float *B;  // k×n
+    float *C;        // m×n
+    float alpha;
+    long long stride_a, stride_b, stride_c;  // per batch index, elements
+};
+
+// Can the 16-byte paths be used? (see VEC above)
+static inline bool ladder_vec_ok(const LadderArgs &p) {
+    auto aligned = [](const void *q) { return ((uintptr_t)q & 15u) == 0; };
+    return p.k % 4 == 0 && p.n % 4 == 0 && aligned(p.A) && aligned(p.B) && aligned(p.C) && p.stride_a % 4 == 0 &&
+           p.stride_b % 4 == 0 && p.stride_c % 4 == 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 04_blocktile_1d
+//   Change: each thread computes TM = 8 outputs down one column of C instead of one output.
+//   Why: 02's inner loop spends one shared load per FMA; here one Bs load feeds TM FMAs (As is a
+//   warp-wide broadcast), so shared-memory traffic per FMA drops ~TM-fold and the FP32 pipe gets fed.
+// ---------------------------------------------------------------------------------------------
+template <int BM, int BN, int BK, int TM>
+__global__ void __launch_bounds__((BM / TM) * BN) sgemm_04_blocktile_1d(const LadderArgs p) {
+    constexpr int T = (BM / TM) * BN;
+    static_assert(BM * BK == T && BK * BN == T, "one element of each tile per thread");
+    __shared__ float As[BM * BK];  // [BM][BK]
+    __shared__ float Bs[BK * BN];  // [BK][BN]
+    const int m = p.m, n = p.n, k = p.k;
+    const float *__restrict__ A = p.A + blockIdx.z * p.stride_a;
+    const float *__restrict__ B = p.B + blockIdx.z * p.stride_b;
+    float *__restrict__ C = p.C + blockIdx.z * p.stride_c;
+    const int tid = threadIdx.x;
+    const int tcol = tid % BN, trow = tid / BN;  // a warp shares trow: its As reads are broadcasts
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    const int a_r = tid / BK, a_c = tid % BK, b_r = tid / BN, b_c = tid % BN;
+    float acc[TM] = {};
+    for (int k0 = 0; k0 < k; k0 += BK) {
+        const int ar = row0 + a_r, ak = k0 + a_c, bk = k0 + b_r, bc = col0 + b_c;
+        As[a_r * BK + a_c] = (ar < m && ak < k) ? A[(size_t)ar * k + ak] : 0.0f;
+        Bs[b_r * BN + b_c] = (bk < k && bc < n) ? B[(size_t)bk * n + bc] : 0.0f;
+        // Each thread reads TM rows of As and a column of Bs that other threads stored.
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            const float b = Bs[kk * BN + tcol];
+#pragma unroll
+            for (int i = 0; i < TM; ++i) acc[i] += As[(trow * TM + i) * BK + kk] * b;
+        }
+        // The next step overwrites the tiles: everyone must be done reading them.
+        __syncthreads();
+    }
+    const int c = col0 + tcol;
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int r = row0 + trow * TM + i;
+        if (r < m && c < n) C[(size_t)r * n + c] = p.alpha * acc[i];
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 05_blocktile_2d
+//   Change: a TM×TN = 8×8 block of C per thread; per k, TM values of A and TN of B go to registers
+//   and feed an outer product of TM·TN FMAs. Why: 16 shared loads now feed 64 FMAs (04: 9 per 8),
+//   and the 128×128 block tile halves global/L2 traffic per FMA again.
+// ---------------------------------------------------------------------------------------------
+template <int BM, int BN, int BK, int TM, int TN>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN), ladder_min_blocks((BM / TM) * (BN / TN))) sgemm_05_blocktile_2d(const LadderArgs p) {
+    constexpr int T = (BM / TM) * (BN / TN);
+    static_assert((BM * BK) % T == 0 && (BK * BN) % T == 0, "tiles load in whole rounds");
+    __shared__ float As[BM * BK];  // [BM][BK]
+    __shared__ float Bs[BK * BN];  // [BK][BN]
+    const int m = p.m, n = p.n, k = p.k;
+    const float *__restrict__ A = p.A + blockIdx.z * p.stride_a;
+    const float *__restrict__ B = p.B + blockIdx.z * p.stride_b;
+    float *__restrict__ C = p.C + blockIdx.z * p.stride_c;
+    const int tid = threadIdx.x;
+    const int tr = tid / (BN / TN), tc = tid % (BN / TN);
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    float acc[TM][TN] = {};
+    float ra[TM], rb[TN];
+    for (int k0 = 0; k0 < k; k0 += BK) {
+#pragma unroll
+        for (int it = 0; it < (BM * BK) / T; ++it) {
+                const int i = tid + it * T;
+            const int r = row0 + i / BK, kk = k0 + i % BK;
+            As[i] = (r < m && kk < k) ? A[(size_t)r * k + kk] : 0.0f;
+        }
+#pragma unroll
+        for (int it = 0; it < (BK * BN) / T; ++it) {
+                const int i = tid + it * T;
+            const int kk = k0 + i / BN, c = col0 + i % BN;
+            Bs[i] = (kk < k && c < n) ? B[(size_t)kk * n + c] : 0.0f;
+        }
+        // The outer products read rows and columns that other threads stored.
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+#pragma unroll
+            for (int i = 0; i < TM; ++i) ra[i] = As[(tr * TM + i) * BK + kk];
+#pragma unroll
+            for (int j = 0; j < TN; ++j) rb[j] = Bs[kk * BN + tc * TN + j];
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] += ra[i] * rb[j];
+        }
+        // The next step overwrites the tiles.
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int r = row0 + tr * TM + i;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int c = col0 + tc * TN + j;
+            if (r < m && c < n) C[(size_t)r * n + c] = p.alpha * acc[i][j];
+        }
+    }
+}
+
+// ---- helpers for the 16-byte rungs ----------------------------------------------------------
+
+// Four consecutive elements of row `r` starting at column `c` of a rows×cols row-major matrix,
+// zeros outside it. VEC: one 16-byte load (the chunk is wholly in or out, see the file comment).
+template <bool VEC>
+__device__ __forceinline__ float4 ladder_load4(const float *__restrict__ M, int rows, int cols, int r, int c) {
+    if constexpr (VEC) {
+        if (r < rows && c < cols) return *reinterpret_cast<const float4 *>(M + (size_t)r * cols + c);
+        return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    } else {
+        float v[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[i] = (r < rows && c + i < cols) ? M[(size_t)r * cols + c + i] : 0.0f;
+        return make_float4(v[0], v[1], v[2], v[3]);
+    }
+}
+
+// Store alpha·(four accumulators) at row r, columns c..c+3 of C, masked to the matrix.
+template <bool VEC>
+__device__ __forceinline__ void ladder_store4(float *__restrict__ C, int m, int n, int r, int c, float alpha,
+                                              float x, float y, float z, float w) {
+    if (r >= m) return;
+    if constexpr (VEC) {
+        if (c < n) *reinterpret_cast<float4 *>(C + (size_t)r * n + c) = make_float4(alpha * x, alpha * y,
+                                                                                     alpha * z, alpha * w);
+    } else {
+        const float v[4] = {x, y, z, w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            if (c + i < n) C[(size_t)r * n + c + i] = alpha * v[i];
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 06_vectorized
+//   Change: 16-byte global loads (LDG.128) of both tiles, and A stored transposed (As[k][m]) so a
+//   thread's 8 A values, like its 8 B values, are two LDS.128 instead of eight LDS.32.
+//   Why: a quarter of the load instructions; the FMA:load-instruction ratio goes from 64:16 to 64:4.
+// ---------------------------------------------------------------------------------------------
+template <int BM, int BN, int BK, int TM, int TN, bool VEC>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN), ladder_min_blocks((BM / TM) * (BN / TN))) sgemm_06_vectorized(const LadderArgs p) {
+    constexpr int T = (BM / TM) * (BN / TN);
+    static_assert(TM == 8 && TN == 8, "a thread's fragment is two float4 of A and two of B");
+    static_assert((BM * BK / 4) % T == 0 && (BK * BN / 4) % T == 0, "tiles load in whole rounds of float4");
+    __shared__ __align__(16) float As[BK * BM];  // [BK][BM]: transposed
+    __shared__ __align__(16) float Bs[BK * BN];  // [BK][BN]
+    const int m = p.m, n = p.n, k = p.k;
+    const float *__restrict__ A = p.A + blockIdx.z * p.stride_a;
+    const float *__restrict__ B = p.B + blockIdx.z * p.stride_b;
+    float *__restrict__ C = p.C + blockIdx.z * p.stride_c;
+    const int tid = threadIdx.x;
+    const int tr = tid / (BN / TN), tc = tid % (BN / TN);
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    float acc[TM][TN] = {};
+    for (int k0 = 0; k0 < k; k0 += BK) {
+#pragma unroll
+        for (int it = 0; it < (BM * BK / 4) / T; ++it) {
+                const int f = tid + it * T;
+            const int r = f / (BK / 4), c = (f % (BK / 4)) * 4;
+            const float4 v = ladder_load4<VEC>(A, m, k, row0 + r, k0 + c);
+            As[(c + 0) * BM + r] = v.x;
+            As[(c + 1) * BM + r] = v.y;
+            As[(c + 2) * BM + r] = v.z;
+            As[(c + 3) * BM + r] = v.w;
+        }
+#pragma unroll
+        for (int it = 0; it < (BK * BN / 4) / T; ++it) {
+                const int f = tid + it * T;
+            const int r = f / (BN / 4), c = (f % (BN / 4)) * 4;
+            *reinterpret_cast<float4 *>(&Bs[r * BN + c]) = ladder_load4<VEC>(B, k, n, k0 + r, col0 + c);
+        }
+        // The fragments below come from other threads' stores.
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            const float4 a0 = *reinterpret_cast<const float4 *>(&As[kk * BM + tr * TM]);
+            const float4 a1 = *reinterpret_cast<const float4 *>(&As[kk * BM + tr * TM + 4]);
+            const float4 b0 = *reinterpret_cast<const float4 *>(&Bs[kk * BN + tc * TN]);
+            const float4 b1 = *reinterpret_cast<const float4 *>(&Bs[kk * BN + tc * TN + 4]);
+            const float ra[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            const float rb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] += ra[i] * rb[j];
+        }
+        // The next step overwrites the tiles.
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int r = row0 + tr * TM + i;
+#pragma unroll
+        for (int j = 0; j < TN; j += 4)
+            ladder_store4<VEC>(C, m, n, r, col0 + tc * TN + j, p.alpha, acc[i][j], acc[i][j + 1], acc[i][j + 2],
+                               acc[i][j + 3]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 07_warptile
+//   Change: a warp owns a WM×WN sub-tile; its lanes form an (WM/8)×(WN/8) grid and each thread's
+//   8×8 outputs are 2×2 sub-blocks of 4×4, WM/2 rows and WN/2 columns apart. As rows are padded.
+//   Why: a warp's LDS.128 now touches consecutive 16-byte chunks (no bank conflicts; 06's threads
+//   read 32 bytes apart), and padding (not a swizzle) is enough for the one conflicting access.
+// Padding, not swizzle: the conflict left is the transposing store As[k][m], where lanes with
+// k-chunks 0 and 4 hit the same banks (k·BM ≡ 0 mod 32). Rows of BM + 4 floats shift chunk 4 by
+// 16 banks, which removes it for BK = 8, keeps each row 16-byte aligned for the LDS.128 reads,
+// and costs 4 floats a row; a swizzle would cost index arithmetic on every read instead.
+// ---------------------------------------------------------------------------------------------
+template <int BM, int BN, int BK, int WM, int WN, bool VEC>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, ladder_min_blocks((BM / WM) * (BN / WN) * 32)) sgemm_07_warptile(const LadderArgs p) {
+    constexpr int T = (BM / WM) * (BN / WN) * 32;
+    constexpr int LM = WM / 8, LN = WN / 8;  // the warp's lanes as an LM × LN grid
+    static_assert(LM * LN == 32, "a thread owns 8×8 outputs of its warp's tile");
+    static_assert((BM * BK / 4) % T == 0 && (BK * BN / 4) % T == 0, "tiles load in whole rounds of float4");
+    constexpr int AS = BM + 4;  // padded row of the transposed A tile
+    __shared__ __align__(16) float As[BK * AS];  // [BK][BM + 4]
+    __shared__ __align__(16) float Bs[BK * BN];  // [BK][BN]
+    const int m = p.m, n = p.n, k = p.k;
+    const float *__restrict__ A = p.A + blockIdx.z * p.stride_a;
+    const float *__restrict__ B = p.B + blockIdx.z * p.stride_b;
+    float *__restrict__ C = p.C + blockIdx.z * p.stride_c;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int wm = warp / (BN / WN), wn = warp % (BN / WN);
+    const int tm = lane / LN, tn = lane % LN;
+    const int a_off = wm * WM + tm * 4, b_off = wn * WN + tn * 4;
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    float acc[8][8] = {};
+    for (int k0 = 0; k0 < k; k0 += BK) {
+#pragma unroll
+        for (int it = 0; it < (BM * BK / 4) / T; ++it) {
+                const int f = tid + it * T;
+            const int r = f / (BK / 4), c = (f % (BK / 4)) * 4;
+            const float4 v = ladder_load4<VEC>(A, m, k, row0 + r, k0 + c);
+            As[(c + 0) * AS + r] = v.x;
+            As[(c + 1) * AS + r] = v.y;
+            As[(c + 2) * AS + r] = v.z;
+            As[(c + 3) * AS + r] = v.w;
+        }
+#pragma unroll
+        for (int it = 0; it < (BK * BN / 4) / T; ++it) {
+                const int f = tid + it * T;
+            const int r = f / (BN / 4), c = (f % (BN / 4)) * 4;
+            *reinterpret_cast<float4 *>(&Bs[r * BN + c]) = ladder_load4<VEC>(B, k, n, k0 + r, col0 + c);
+        }
+        // The fragments below come from other threads' stores.
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            const float4 a0 = *reinterpret_cast<const float4 *>(&As[kk * AS + a_off]);
+            const float4 a1 = *reinterpret_cast<const float4 *>(&As[kk * AS + a_off + WM / 2]);
+            const float4 b0 = *reinterpret_cast<const float4 *>(&Bs[kk * BN + b_off]);
+            const float4 b1 = *reinterpret_cast<const float4 *>(&Bs[kk * BN + b_off + WN / 2]);
+            const float ra[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            const float rb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc[i][j] += ra[i] * rb[j];
+        }
+        // The next step overwrites the tiles.
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int r = row0 + a_off + (i / 4) * (WM / 2) + i % 4;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            ladder_store4<VEC>(C, m, n, r, col0 + b_off + h * (WN / 2), p.alpha, acc[i][4 * h], acc[i][4 * h + 1],
+                               acc[i][4 * h + 2], acc[i][4 * h + 3]);
+    }
+}
+
+// ---- cp.async (sm_80+) ------------------------------------------------------------------------
+// Copies global -> shared without passing through registers; `valid` false writes zeros (the
+// source size operand is 0, so nothing is read; the pointer given is still a valid one).
+// Below sm_80 the same helpers fall back to an ordinary load and store.
+__device__ __forceinline__ void ladder_cp_async16(float *smem, const float *gmem, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
+#else
+    *reinterpret_cast<float4 *>(smem) = valid ? *reinterpret_cast<const float4 *>(gmem) : make_float4(0, 0, 0, 0);
+#endif
+}
+
+__device__ __forceinline__ void ladder_cp_async4(float *smem, const float *gmem, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 4 : 0));
+#else
+    *smem = valid ? *gmem : 0.0f;
+#endif
+}
+
+__device__ __forceinline__ void ladder_cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+// Wait until at most N committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void ladder_cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// 08_pipelined
+//   Change: STAGES shared buffers filled by cp.async; tile t+STAGES-1 is in flight while tile t is
+//   multiplied, and A stays row-major (k contiguous; cp.async cannot transpose) read as float4 along k.
+//   Why: 07 stalls on every tile's global loads between its two barriers; here the copy engine
+//   overlaps them with the FMAs, one barrier per tile, and no registers staged through.
+// A tile rows are padded to BK + 4 floats and each thread's 8 rows are strided by WM/8 so that a
+// warp's LDS.128 of A touches WM/8 consecutive rows whose 16-byte chunks fall in distinct banks
+// (row r starts at bank 4·r·(BK+4)/4 mod 32: 0, 12, 24, 4, ... for BK = 8: all different).
+// ---------------------------------------------------------------------------------------------
+template <int BM, int BN, int BK, int WM, int WN, int STAGES>
+struct Sgemm08Shape {
+    static constexpr int T = (BM / WM) * (BN / WN) * 32;
+    static constexpr int AS = BK + 4;  // padded A row
+    static constexpr int A_TILE = BM * AS, B_TILE = BK * BN;
+    static constexpr size_t SMEM = (size_t)STAGES * (A_TILE + B_TILE) * sizeof(float);
+};
+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, bool VEC>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, ladder_min_blocks((BM / WM) * (BN / WN) * 32)) sgemm_08_pipelined(const LadderArgs p) {
+    using S = Sgemm08Shape<BM, BN, BK, WM, WN, STAGES>;
+    constexpr int T = S::T, AS = S::AS;
+    constexpr int LM = WM / 8, LN = WN / 8;
+    static_assert(LM * LN == 32, "a thread owns 8×8 outputs of its warp's tile");
+    static_assert(BK % 4 == 0 && STAGES >= 2, "float4 along k; at least double buffering");
+    static_assert((BM * BK / 4) % T == 0 && (BK * BN / 4) % T == 0, "tiles load in whole rounds of 16 bytes");
+    extern __shared__ __align__(16) float ladder_smem[];
+    float *As = ladder_smem;                      // STAGES × [BM][BK + 4]
+    float *Bs = ladder_smem + STAGES * S::A_TILE;  // STAGES × [BK][BN]
+    const int m = p.m, n = p.n, k = p.k;
+    const float *__restrict__ A = p.A + blockIdx.z * p.stride_a;
+    const float *__restrict__ B = p.B + blockIdx.z * p.stride_b;
+    float *__restrict__ C = p.C + blockIdx.z * p.stride_c;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int wm = warp / (BN / WN), wn = warp % (BN / WN);
+    const int tm = lane / LN, tn = lane % LN;
+    const int a_row = wm * WM + tm, b_off = wn * WN + tn * 4;  // rows a_row + g·WM/2 + i·LM
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    const int ktiles = (int)cdiv(k, BK);
+
+    // Enqueue tile t's copies into buffer `s`. Chunks outside the matrices are zero-filled.
+    auto load_tile = [&](int s, int t) {
+        const int k0 = t * BK;
+        float *as = As + s * S::A_TILE, *bs = Bs + s * S::B_TILE;
+        if constexpr (VEC) {
+#pragma unroll
+            for (int it = 0; it < (BM * BK / 4) / T; ++it) {
+                const int f = tid + it * T;
+                const int r = f / (BK / 4), c = (f % (BK / 4)) * 4;
+                const bool ok = row0 + r < m && k0 + c < k;
+                ladder_cp_async16(as + r * AS + c, ok ? A + (size_t)(row0 + r) * k + k0 + c : A, ok);
+            }
+#pragma unroll
+            for (int it = 0; it < (BK * BN / 4) / T; ++it) {
+                const int f = tid + it * T;
+                const int r = f / (BN / 4), c = (f % (BN / 4)) * 4;
+                const bool ok = k0 + r < k && col0 + c < n;
+                ladder_cp_async16(bs + r * BN + c, ok ? B + (size_t)(k0 + r) * n + col0 + c : B, ok);
+            }
+        } else {
+#pragma unroll
+            for (int it = 0; it < (BM * BK) / T; ++it) {
+                const int e = tid + it * T;
+                const int r = e / BK, c = e % BK;
+                const bool ok = row0 + r < m && k0 + c < k;
+                ladder_cp_async4(as + r * AS + c, ok ? A + (size_t)(row0 + r) * k + k0 + c : A, ok);
+            }
+#pragma unroll
+            for (int it = 0; it < (BK * BN) / T; ++it) {
+                const int e = tid + it * T;
+                const int r = e / BN, c = e % BN;
+                const bool ok = k0 + r < k && col0 + c < n;
+                ladder_cp_async4(bs + r * BN + c, ok ? B + (size_t)(k0 + r) * n + col0 + c : B, ok);
+            }
+        }
+    };
+
+    float acc[8][8] = {};
+    // Prologue: STAGES-1 tiles in flight. Every step commits one group (empty past the last
+    // tile) so that "wait until at most STAGES-2 groups remain" always means "tile t has landed".
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < ktiles) load_tile(s, s);
+        ladder_cp_async_commit();
+    }
+    for (int t = 0; t < ktiles; ++t) {
+        ladder_cp_async_wait<STAGES - 2>();
+        // Tile t is now in shared memory for every thread's copies, and every thread has finished
+        // multiplying tile t-1, whose buffer the copy below reuses.
+        __syncthreads();
+        const int tnext = t + STAGES - 1;
+        if (tnext < ktiles) load_tile(tnext % STAGES, tnext);
+        ladder_cp_async_commit();
+        const float *as = As + (t % STAGES) * S::A_TILE + a_row * AS;
+        const float *bs = Bs + (t % STAGES) * S::B_TILE + b_off;
+#pragma unroll
+        for (int kq = 0; kq < BK; kq += 4) {
+            float4 a[8];  // rows a_row + (i/4)·WM/2 + (i%4)·LM, columns kq..kq+3
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+                a[i] = *reinterpret_cast<const float4 *>(as + ((i / 4) * (WM / 2) + (i % 4) * LM) * AS + kq);
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                const float4 b0 = *reinterpret_cast<const float4 *>(bs + (kq + kk) * BN);
+                const float4 b1 = *reinterpret_cast<const float4 *>(bs + (kq + kk) * BN + WN / 2);
+                const float rb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const float ra = kk == 0 ? a[i].x : kk == 1 ? a[i].y : kk == 2 ? a[i].z : a[i].w;
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) acc[i][j] += ra * rb[j];
+                }
+            }
+        }
+    }
+    ladder_cp_async_wait<0>();  // only empty groups can remain; leave none behind
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int r = row0 + a_row + (i / 4) * (WM / 2) + (i % 4) * LM;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            ladder_store4<VEC>(C, m, n, r, col0 + b_off + h * (WN / 2), p.alpha, acc[i][4 * h], acc[i][4 * h + 1],
+                               acc[i][4 * h + 2], acc[i][4 * h + 3]);
+    }
+}
