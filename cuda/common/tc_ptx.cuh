@@ -7,8 +7,8 @@
 //   A bf16x2 register holds two consecutive elements of a row: the lower-numbered column in the low
 //   16 bits (that is how memory lays them out, so a 32-bit load of two bf16 gives the right pair).
 //
-// Sections: Ampere (sm_80+: cp.async, ldmatrix, mma.sync) and Hopper (sm_90a: mbarrier, TMA,
-// wgmma, setmaxnreg), the latter only where the compiler targets sm_90a.
+// Sections: Ampere (sm_80+: cp.async, ldmatrix, mma.sync), the swizzle helpers, and Hopper (sm_90a:
+// mbarrier, TMA, wgmma, setmaxnreg), the latter only where the compiler targets sm_90a.
 #pragma once
 
 #include <cstdint>
@@ -142,5 +142,145 @@ __host__ __device__ __forceinline__ uint32_t swizzle_128b(uint32_t row, uint32_t
 __host__ __device__ __forceinline__ uint32_t swizzle_64b(uint32_t row, uint32_t chunk) {
     return row * 64u + ((chunk ^ ((row >> 1) & 3u)) << 4);
 }
+
+// ================================================================================================
+// Hopper (sm_90a): mbarrier, TMA, wgmma, setmaxnreg
+// ================================================================================================
+// Compiled only for the architecture-specific target (nvcc -gencode arch=compute_90a,code=sm_90a),
+// where __CUDA_ARCH_FEAT_SM90_ALL is defined; in every other pass these helpers do not exist, so a
+// kernel using them guards its body the same way. The host side (CUtensorMap) is in the program.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// ---- mbarrier: a shared-memory barrier that counts arrivals and transferred bytes ---------------
+// mbarrier.init.shared::cta.b64 [bar], count: `count` arrivals complete each phase.
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+// fence.mbarrier_init.release.cluster: make initialised barriers visible to the async proxy (TMA)
+// before anyone uses them (follow with a __syncthreads()).
+__device__ __forceinline__ void mbar_fence_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], bytes: one arrival, and the phase also waits
+// for `bytes` to land through complete_tx (the TMA copies issued against this barrier).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// mbarrier.arrive.shared::cta.b64 _, [bar]: one plain arrival (a consumer releasing a stage).
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// mbarrier.try_wait.parity.shared::cta.b64 p, [bar], parity: spin until the phase with this parity
+// (0, 1, 0, ... for the barrier's 1st, 2nd, 3rd use) has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done = 0;
+    do {
+        asm volatile(
+            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
+// fence.proxy.async.shared::cta: order this thread's ordinary shared-memory accesses before later
+// async-proxy ones (TMA, wgmma operand reads) -- needed after st.shared data the tensor cores read.
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// ---- TMA ---------------------------------------------------------------------------------------
+// cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [map, {x, y}], [bar]:
+// copy the box at element (x = inner/contiguous coordinate, y = row) described by the CUtensorMap
+// (a __grid_constant__ kernel parameter: pass its address) into shared memory at dst (1024-byte
+// aligned for 128B swizzle), laid out as the map's swizzle says; out-of-range elements arrive as 0.
+// The bytes are counted on `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *tensor_map, int x, int y, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+            dst),
+        "l"(tensor_map), "r"(x), "r"(y), "r"(bar)
+        : "memory");
+}
+
+// prefetch.tensormap [map]: fetch the descriptor into the cache ahead of the first copy.
+__device__ __forceinline__ void tma_prefetch_map(const void *tensor_map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(tensor_map) : "memory");
+}
+
+// ---- wgmma -------------------------------------------------------------------------------------
+// A shared-memory matrix descriptor (64 bits) for wgmma, K-major operand in the 128-byte swizzle
+// that TMA's CU_TENSOR_MAP_SWIZZLE_128B writes: rows of 64 bf16 (128 bytes), 8-row groups of
+// 1024 bytes. Fields: start address >> 4 (bits 0-13), leading-dimension byte offset >> 4 (16-29;
+// unused for swizzled K-major, 1 by convention), stride-dimension byte offset >> 4 (32-45: 1024 B
+// between 8-row groups), base offset (49-51: 0, the tile is 1024-aligned), swizzle mode (62-63:
+// 1 = 128B). The k-th 16-wide slice of the 64-wide row starts 32*k bytes in: add 2*k to the
+// descriptor (the hardware applies the XOR swizzle to the final address).
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_addr) {
+    uint64_t d = 0;
+    d |= (uint64_t)((smem_addr & 0x3FFFF) >> 4);
+    d |= (uint64_t)1 << 16;
+    d |= (uint64_t)(1024 >> 4) << 32;
+    d |= (uint64_t)1 << 62;
+    return d;
+}
+
+// wgmma.fence.sync.aligned: the accumulator registers written by ordinary instructions (or a
+// previous wgmma's results read) are ordered before the next wgmma.mma_async of this warpgroup.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+
+// wgmma.commit_group.sync.aligned: close the group of wgmma.mma_async issued so far.
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+
+// wgmma.wait_group.sync.aligned N: wait until at most N committed groups are pending.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16: D(64x256, f32) += A(64x16) . B(16x256),
+// both bf16 from shared memory through descriptors (A K-major, B K-major i.e. stored N x K), issued
+// by one warpgroup (4 warps). Accumulator layout: warp w of the group holds rows 16w..16w+15; for
+// n8 block j (0..31), d[4j+0..1] = D(16w+g, 8j+2t..2t+1), d[4j+2..3] = D(16w+g+8, 8j+2t..2t+1)
+// (g = lane/4, t = lane%4: mma.sync's C layout, repeated along N). scale-d = 1: accumulate.
+__device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+#define TC_F8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                 "+f"(d[i + 6]), "+f"(d[i + 7])
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : TC_F8(0), TC_F8(8), TC_F8(16), TC_F8(24), TC_F8(32), TC_F8(40), TC_F8(48), TC_F8(56), TC_F8(64),
+          TC_F8(72), TC_F8(80), TC_F8(88), TC_F8(96), TC_F8(104), TC_F8(112), TC_F8(120)
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+#undef TC_F8
+}
+
+// ---- registers ---------------------------------------------------------------------------------
+// setmaxnreg.dec / .inc.sync.aligned.u32 N: a warpgroup gives registers back to the SM's pool (the
+// TMA producer needs few) or takes them (the MMA consumers hold 128 accumulators each). Needs a
+// register cap at entry (__launch_bounds__(threads, 1)); N a multiple of 8 in 24..256.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 }  // namespace tc
