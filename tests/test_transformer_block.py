@@ -88,7 +88,7 @@ def test_executable_rejects_bad_argv(argv):
 # --- GPU ----------------------------------------------------------------------------------------
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", att.VARIANTS)
+@pytest.mark.parametrize("variant", tb.VARIANTS)
 @pytest.mark.parametrize("B, S, E, H", [(2, 1, 64, 2), (2, 7, 64, 1), (3, 100, 256, 4), (1, 333, 256, 2),
                                         (2, 1000, 256, 4)])
 @pytest.mark.parametrize("causal", [False, True])

@@ -2,7 +2,7 @@
 #include "attention.h"
 #include "attention_kernels.cuh"
 
-static const char *const kVariants[] = {"01_naive", "02_flash", "03_flash_bf16"};
+static const char *const kVariants[] = {"01_naive", "02_flash", "03_flash_bf16", "04_flash_3xtf32"};
 static const int kNumVariants = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
 
 extern "C" int attention_variant_count(void) { return kNumVariants; }

@@ -11,6 +11,7 @@
 //             of 64, keeps a running max and sum per row (online softmax) and never writes a score.
 //             D must be 32, 64 or 128.
 //   03_flash_bf16  FlashAttention-2 forward on the tensor cores, bf16 in and out (flash_bf16.cuh).
+//   04_flash_3xtf32  float32 on the tensor cores with 3xTF32 error compensation (flash_3xtf32.cuh).
 // Test-only variants, wrong answers that the checkers must reject: "flash_skip_last_tile" runs
 // 02_flash without its last key tile; "flash_bf16_skip_last_tile" and "flash_bf16_no_causal_mask"
 // sabotage 03_flash_bf16 the same way and by leaving the diagonal tiles unmasked.
@@ -23,6 +24,7 @@
 #include "check.cuh"
 #include "../matmul/matmul_kernels.cuh"
 #include "flash_bf16.cuh"
+#include "flash_3xtf32.cuh"
 
 // The matmul variant and tile width the naive attention uses for its two products.
 #define ATTN_NAIVE_MATMUL "02_tiled"
@@ -32,6 +34,7 @@ enum attn_variant_id_t {
     ATTN_01_NAIVE = 1,
     ATTN_02_FLASH = 2,
     ATTN_03_FLASH_BF16 = 3,
+    ATTN_04_FLASH_3XTF32 = 4,
     ATTN_FLASH_BF16_NO_CAUSAL_MASK = 97,
     ATTN_FLASH_BF16_SKIP_LAST_TILE = 98,
     ATTN_FLASH_SKIP_LAST_TILE = 99
@@ -42,6 +45,7 @@ static inline int attn_variant_id(const char *variant) {
     if (strcmp(variant, "01_naive") == 0) return ATTN_01_NAIVE;
     if (strcmp(variant, "02_flash") == 0) return ATTN_02_FLASH;
     if (strcmp(variant, "03_flash_bf16") == 0) return ATTN_03_FLASH_BF16;
+    if (strcmp(variant, "04_flash_3xtf32") == 0) return ATTN_04_FLASH_3XTF32;
     if (strcmp(variant, "flash_skip_last_tile") == 0) return ATTN_FLASH_SKIP_LAST_TILE;
     if (strcmp(variant, "flash_bf16_skip_last_tile") == 0) return ATTN_FLASH_BF16_SKIP_LAST_TILE;
     if (strcmp(variant, "flash_bf16_no_causal_mask") == 0) return ATTN_FLASH_BF16_NO_CAUSAL_MASK;
@@ -346,7 +350,7 @@ static inline cudaError_t attn_check_args(int id, int B, int H, int S, int D) {
     if (B <= 0 || H <= 0 || S <= 0 || D <= 0) return cudaErrorInvalidValue;
     if ((long long)B * H > 65535) return cudaErrorInvalidValue;  // grid y (flash) / z (matmul) limit
     if (S > 46340 * 2) return cudaErrorInvalidValue;              // keeps row indexes in int
-    if (attn_is_bf16(id)) return (D == 64 || D == 128) ? cudaSuccess : cudaErrorInvalidValue;
+    if (attn_is_bf16(id) || id == ATTN_04_FLASH_3XTF32) return (D == 64 || D == 128) ? cudaSuccess : cudaErrorInvalidValue;
     if (id != ATTN_01_NAIVE && D != 32 && D != 64 && D != 128) return cudaErrorInvalidValue;
     return cudaSuccess;
 }
@@ -395,6 +399,12 @@ static inline cudaError_t attention_launch(const char *variant, int B, int H, in
     if ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v) |
          reinterpret_cast<uintptr_t>(o)) % 16 != 0)
         return cudaErrorMisalignedAddress;
+    if (id == ATTN_04_FLASH_3XTF32) {
+        // The running max is kept in raw score units and scaled after: a negative scale would flip it.
+        if (!(scale >= 0.0f) || isinf(scale)) return cudaErrorInvalidValue;
+        if (D == 64) return attn_flash_3xtf32_launch<64>(BH, S, q, k, v, o, scale, causal, stream);
+        return attn_flash_3xtf32_launch<128>(BH, S, q, k, v, o, scale, causal, stream);
+    }
     const int skip = id == ATTN_FLASH_SKIP_LAST_TILE ? 1 : 0;
     switch (D) {
         case 32: return attn_flash_launch<32>(BH, S, q, k, v, o, scale, causal, skip, stream);

@@ -64,6 +64,62 @@ __device__ __forceinline__ void fb_load_tile(uint32_t dst, const cudalab_bf16 *_
     }
 }
 
+// ---- shared by the tensor-core flash kernels (03_flash_bf16, 04_flash_3xtf32) --------------------
+// A warp owns 16 query rows (from qw); its score tile s[j] is the m16n8 accumulator of keys
+// k0+8j..k0+8j+7: s[j][0..1] = row g, keys 2t, 2t+1; s[j][2..3] = row g+8, the same keys.
+
+// Keys at or past S (the ragged last tile) and, with `causal`, keys after the query get -inf.
+template <int NJ>
+__device__ __forceinline__ void flash_mask_tile(float (&s)[NJ][4], int k0, int qw, int S, bool causal) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int key = k0 + 8 * j + 2 * t + (e & 1);
+            const int row = qw + g + 8 * (e >> 1);
+            if (key >= S || (causal && key > row)) s[j][e] = -INFINITY;
+        }
+}
+
+// Online softmax over one tile (the algebra is at 02_flash in attention_kernels.cuh), in base 2: a
+// score x weighs 2^((x - m)·scale·log2 e), m the running max in raw score units. Replaces s by the
+// weights p, updates the running max m and sum l of rows g (h = 0) and g+8 (h = 1), and rescales
+// the output accumulators o (same row layout) by alpha = 2^((m_old - m_new)·scale·log2 e).
+// A row lives on the 4 lanes of a group: xor-shuffles 1 and 2 reduce it.
+template <int NJ, int NO>
+__device__ __forceinline__ void flash_online_softmax(float (&s)[NJ][4], float (&m)[2], float (&l)[2],
+                                                     float (&o)[NO][4], float scale_log2e) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float mt = m[h];
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) mt = fmaxf(mt, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+        // A row that has seen only masked keys keeps m = -inf; 0 as the offset then makes
+        // exp2(-inf - offset) = 0 instead of NaN (only the test-only sabotage can get here).
+        const float mo = mt == -INFINITY ? 0.0f : mt * scale_log2e;
+        const float alpha = tc::exp2_approx(m[h] * scale_log2e - mo);  // 0 on the first tile
+        m[h] = mt;
+        float rs = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+            s[j][2 * h] = tc::exp2_approx(fmaf(s[j][2 * h], scale_log2e, -mo));
+            s[j][2 * h + 1] = tc::exp2_approx(fmaf(s[j][2 * h + 1], scale_log2e, -mo));
+            rs += s[j][2 * h] + s[j][2 * h + 1];
+        }
+        rs += __shfl_xor_sync(0xffffffffu, rs, 1);
+        rs += __shfl_xor_sync(0xffffffffu, rs, 2);
+        l[h] = l[h] * alpha + rs;
+#pragma unroll
+        for (int n = 0; n < NO; ++n) {
+            o[n][2 * h] *= alpha;
+            o[n][2 * h + 1] *= alpha;
+        }
+    }
+}
+
 // flags: test-only sabotage, so the tests can show the checker rejects a wrong kernel.
 #define FB_FLAG_SKIP_LAST_TILE 1  // leave out the last key tile
 #define FB_FLAG_NO_CAUSAL_MASK 2  // causal tile range, but no mask inside the diagonal tiles
@@ -160,51 +216,18 @@ __global__ void __launch_bounds__(FB_NT, FlashBf16Cfg<D>::MIN_BLOCKS)
             }
         }
 
-        // Mask keys at or past S (ragged last tile) and, under the causal mask, keys after the query.
-        if (k0 + FB_BC > S || (causal && !(flags & FB_FLAG_NO_CAUSAL_MASK) && k0 + FB_BC - 1 > qw)) {
+        const bool mask_causal = causal && !(flags & FB_FLAG_NO_CAUSAL_MASK);
+        if (k0 + FB_BC > S || (mask_causal && k0 + FB_BC - 1 > qw)) flash_mask_tile(s, k0, qw, S, mask_causal);
+        flash_online_softmax(s, m, l, o, scale_log2e);  // s now holds the weights p, in FP32
+        // P as bf16 A fragments, one per k16 step over the keys: the C fragments of n8 tiles 2kk
+        // and 2kk+1 (rows g and g+8, keys 2t, 2t+1 and 8+2t, 8+2t+1) are a0..a3 as they stand.
+        uint32_t pf[FB_BC / 16][4];
 #pragma unroll
-            for (int j = 0; j < FB_BC / 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int key = k0 + 8 * j + 2 * t + (e & 1);
-                    const int row = qw + g + 8 * (e >> 1);
-                    if (key >= S || (causal && !(flags & FB_FLAG_NO_CAUSAL_MASK) && key > row)) s[j][e] = -INFINITY;
-                }
-        }
-
-        // Online softmax (see 02_flash in attention_kernels.cuh for the algebra), base 2: a score x
-        // weighs 2^((x - m)·scale·log2 e). Each row lives on the 4 lanes of a group: reduce with
-        // xor-shuffles 1 and 2.
-        uint32_t pf[FB_BC / 16][4];  // P as bf16 A fragments, one per k16 step over the keys
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {  // h = 0: row g (c[0], c[1]); h = 1: row g+8 (c[2], c[3])
-            float mt = m[h];
-#pragma unroll
-            for (int j = 0; j < FB_BC / 8; ++j) mt = fmaxf(mt, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
-            mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
-            mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
-            // A row that has seen only masked keys keeps m = -inf; use 0 as the offset so that
-            // exp2(-inf - offset) = 0 instead of NaN (only the test-only sabotage can get here).
-            const float mo = mt == -INFINITY ? 0.0f : mt * scale_log2e;
-            const float alpha = tc::exp2_approx(m[h] * scale_log2e - mo);  // 0 on the first tile
-            m[h] = mt;
-            float rs = 0.0f;
-#pragma unroll
-            for (int j = 0; j < FB_BC / 8; ++j) {
-                const float p0 = tc::exp2_approx(fmaf(s[j][2 * h], scale_log2e, -mo));
-                const float p1 = tc::exp2_approx(fmaf(s[j][2 * h + 1], scale_log2e, -mo));
-                rs += p0 + p1;
-                // A fragment of k16 step j/2: a[h] for the even n8 tile, a[2 + h] for the odd one.
-                pf[j / 2][(j % 2) * 2 + h] = tc::pack_bf16x2(p0, p1);
-            }
-            rs += __shfl_xor_sync(0xffffffffu, rs, 1);
-            rs += __shfl_xor_sync(0xffffffffu, rs, 2);
-            l[h] = l[h] * alpha + rs;
-#pragma unroll
-            for (int n = 0; n < D / 8; ++n) {
-                o[n][2 * h] *= alpha;
-                o[n][2 * h + 1] *= alpha;
-            }
+        for (int kk = 0; kk < FB_BC / 16; ++kk) {
+            pf[kk][0] = tc::pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+            pf[kk][1] = tc::pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+            pf[kk][2] = tc::pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pf[kk][3] = tc::pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
         }
 
         // O += P·V. V is K×N (keys × d, d contiguous): transposed ldmatrix. Matrices: keys

@@ -284,3 +284,37 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 }  // namespace tc
+
+// ================================================================================================
+// TF32 (sm_80+), added by the attention program (issue 12) for its 3xTF32 FP32 flash variant
+// ================================================================================================
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+namespace tc {
+
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32: D(16x8, f32) = A(16x8, tf32) * B(8x8, tf32) + C.
+// Operands are 32-bit floats whose low 13 mantissa bits the tensor core ignores.
+//   a[0] = A(g, t)   a[1] = A(g+8, t)   a[2] = A(g, t+4)   a[3] = A(g+8, t+4)
+//   b[0] = B(k = t, n = g)              b[1] = B(k = t+4, n = g)
+//   c[0], c[1] = C(g, 2t), C(g, 2t+1)   c[2], c[3] = C(g+8, 2t), C(g+8, 2t+1)
+__device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
+                                                 const float (&c)[4]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%10, %11, %12, %13};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+          "f"(c[3]));
+}
+
+// Split x into hi + lo for error-compensated "3xTF32" products (a·b ~ ahi·bhi + ahi·blo + alo·bhi):
+// hi is x rounded to tf32's 10 mantissa bits (round half away from zero on the magnitude bits, two
+// integer instructions instead of cvt.rna.tf32.f32), lo = x - hi exactly (|lo| <= 2^-11 |x|), which
+// the MMA then truncates to tf32: the product keeps ~21 bits. Plain C++, no PTX instruction.
+__device__ __forceinline__ void split_tf32(float x, uint32_t &hi, uint32_t &lo) {
+    const uint32_t h = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    hi = h;
+    lo = __float_as_uint(x - __uint_as_float(h));
+}
+
+}  // namespace tc
+#endif  // sm_80+ (TF32)
