@@ -89,7 +89,8 @@ class ContextLostError(CudaError):
         if earlier is None:
             self.args = (f"{self.args[0]} -- {RESTART}",)
         else:
-            self.args = (f"{where + ': ' if where else ''}{RESTART} (lost earlier: {earlier})",)
+            first = f"{earlier.name} ({earlier.code})" + (f" in {earlier.where}" if earlier.where else "")
+            self.args = (f"{where + ': ' if where else ''}{RESTART} (lost earlier: {first})",)
 
     def _render_traceback_(self):  # IPython: the sentence, not a traceback
         return [f"ContextLostError: {self.args[0]}"]

@@ -165,7 +165,7 @@ def test_gpu_threads_above_the_device_maximum(built):
     with pytest.raises(ProgramError) as e:
         runner.run("grid_stride", 100, 2, 2048)
     assert e.value.returncode == 2
-    assert "more threads per block than this device allows" in e.value.stderr_tail
+    assert "THREADS must be at most" in e.value.stderr_tail
 
 
 @pytest.mark.gpu

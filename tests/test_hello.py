@@ -45,4 +45,4 @@ def test_invalid_launch_exits_nonzero_with_a_clear_message():
     with pytest.raises(ProgramError) as ei:
         runner.run("hello", "loop", 1, too_many)
     assert ei.value.returncode != 0
-    assert "more threads per block than this device allows" in ei.value.stderr_tail
+    assert "THREADS must be at most" in ei.value.stderr_tail

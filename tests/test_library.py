@@ -9,6 +9,7 @@ import pytest
 
 from conftest import GPU_OK
 from harness import build, cudart, library
+from harness import errors
 from harness.errors import CudaError, NoGPUError
 
 # A plain-C stand-in for a program library, so the marshalling is exercised by real calls on any
@@ -20,20 +21,26 @@ int fake_scale(float *out, const float *in, int n, float s) {
     return 0;
 }
 int fake_fail(int code) { return code; }
+static int sticky = 0;
+int fake_fault(void) { sticky = 700; return 700; }
+int fake_count(int n) { return n; }
 int fake_strlen(const char *s, int *out) { *out = (int)strlen(s); return 0; }
 const char *cudalab_error_name(int c) { return c == 1 ? "cudaErrorInvalidValue" : "cudaErrorNoDevice"; }
 const char *cudalab_error_string(int c) { return c == 1 ? "invalid argument" : "no CUDA-capable device is detected"; }
-int cudalab_clear_error(void) { return 0; }
+int cudalab_clear_error(void) { return sticky; }
 """
 FAKE_H = """/* fake program */
 #ifndef FAKE_H
+#include "cudalab.h"
 #define FAKE_H
 #ifdef __cplusplus
 extern "C" {
 #endif
-int fake_scale(float *out, const float *in, int n, float s);
-int fake_fail(int code);
-int fake_strlen(const char *s, int *out);
+cudalab_status fake_scale(float *out, const float *in, int n, float s);
+cudalab_status fake_fail(int code);
+cudalab_status fake_strlen(const char *s, int *out);
+cudalab_status fake_fault(void);
+int fake_count(int n);
 #ifdef __cplusplus
 }
 #endif
@@ -52,7 +59,7 @@ def fake(tmp_path_factory):
 def test_header_to_cdef_drops_preprocessor_and_extern_c():
     cdef = library.header_to_cdef(FAKE_H)
     assert "#" not in cdef and "extern" not in cdef
-    assert "int fake_scale(float *out, const float *in, int n, float s);" in cdef
+    assert "cudalab_status fake_scale(float *out, const float *in, int n, float s);" in cdef
 
 
 def test_arrays_pass_through(fake, rng):
@@ -178,3 +185,38 @@ def test_device_buffers_round_trip(rng):
         out = np.full_like(x, np.nan)
         buf.to_host(out)
     np.testing.assert_array_equal(out, x)
+
+
+def test_a_plain_int_return_is_a_value_and_cudalab_status_a_status(fake):
+    assert fake.fake_count(3) == 3  # would raise CudaError(3) if every int were a status
+    assert "fake_count" not in fake._status and "fake_fail" in fake._status
+
+
+def test_ints_that_do_not_fit_name_the_parameter_and_the_limit(fake):
+    a = np.ones(1, np.float32)
+    with pytest.raises(ValueError, match=r"argument 3 \(n\): must be at most 2147483647 .*got 1099511627776"):
+        fake.fake_scale(a, a, 2**40, 1.0)
+    with pytest.raises(OverflowError, match=r"\(n\): must be at least -2147483648"):
+        fake.fake_scale(a, a, -(2**40), 1.0)
+    assert library.param_names("int f(const char *variant, int, float *out, int n);") == \
+        {"f": ["variant", None, "out", "n"]}
+
+
+def test_prepare_marshals_once_and_checks_the_status(fake):
+    x, out = np.arange(4, dtype=np.float32) + 1, np.zeros(4, np.float32)
+    launch = fake.prepare("fake_scale", out, x, 4, 2.0)
+    x[:] = 10  # the prepared call holds the arrays themselves, not copies
+    launch(None)
+    np.testing.assert_array_equal(out, 20)
+    with pytest.raises(CudaError, match="cudaErrorInvalidValue"):
+        fake.prepare("fake_fail", 1)(None)
+    with pytest.raises(TypeError, match="float32"):  # checked once, at prepare time
+        fake.prepare("fake_scale", out, np.ones(4), 4, 2.0)
+
+
+def test_after_a_sticky_error_every_call_says_the_context_is_lost(fake, monkeypatch):
+    monkeypatch.setattr(errors, "_lost", None)
+    with pytest.raises(errors.ContextLostError, match="restart"):
+        fake.fake_fault()
+    with pytest.raises(errors.ContextLostError, match="lost earlier"):
+        fake.fake_scale(np.ones(1, np.float32), np.ones(1, np.float32), 1, 1.0)

@@ -20,7 +20,13 @@
     } while (0)
 
 // Executables: a CUDA failure ends the process with status 1 (status 2 is kept for bad argv).
-#define CUDA_CHECK(call) CUDALAB_CHECK(call, exit(1))
+// Where the failure means there is no usable GPU at all, say what to do about it.
+static inline void cudalab_exit_cuda(cudaError_t err) {
+    if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver)
+        fprintf(stderr, "no usable GPU here: run `invoke doctor` to see what is missing and how to fix it\n");
+    exit(1);
+}
+#define CUDA_CHECK(call) CUDALAB_CHECK(call, cudalab_exit_cuda(cudalab_err_))
 // Library entry points (extern "C" int f(...)): hand the code back to Python, which raises CudaError.
 // The message still goes to stderr so a C caller sees where it failed.
 #define CUDA_TRY(call) CUDALAB_CHECK(call, return (int)cudalab_err_)
@@ -32,6 +38,42 @@
 // Ceiling division: the number of blocks (or tiles) needed to cover n items, b at a time.
 // Grids are sized with this everywhere so that sizes that don't divide evenly are still covered.
 __host__ __device__ constexpr inline long long cdiv(long long n, long long b) { return (n + b - 1) / b; }
+
+// Named limits and constants, instead of numbers repeated across programs.
+// gridDim.y and gridDim.z are at most 65535 on every GPU CUDA 13 supports (x goes to 2^31 - 1,
+// which cudaDevAttrMaxGridDimX reports).
+constexpr int CUDALAB_MAX_GRID_YZ = 65535;
+// log2(e): exp(x) = exp2(x * log2 e), which softmax-style kernels fold into one multiply.
+constexpr float CUDALAB_LOG2E = 1.4426950408889634f;
+
+#ifdef __cplusplus
+namespace cudalab {
+// RAII for device memory in the host-pointer entry points: a cudaMalloc that an early CUDA_TRY
+// return cannot leak. `release()` frees it on the success path and reports cudaFree's status;
+// the destructor frees only on an error path, where the first error is what gets reported.
+struct DeviceAlloc {
+    void *p = nullptr;
+    DeviceAlloc() = default;
+    DeviceAlloc(const DeviceAlloc &) = delete;
+    DeviceAlloc &operator=(const DeviceAlloc &) = delete;
+    ~DeviceAlloc() {
+        if (p) (void)cudaFree(p);
+    }
+    int alloc(size_t bytes) {
+        CUDA_TRY(cudaMalloc(&p, bytes > 0 ? bytes : 1));
+        return 0;
+    }
+    template <class T>
+    T *as() const { return static_cast<T *>(p); }
+    int release() {
+        void *q = p;
+        p = nullptr;
+        CUDA_TRY(cudaFree(q));
+        return 0;
+    }
+};
+}  // namespace cudalab
+#endif
 
 // Device printf writes records (format pointer, arguments, metadata -- not rendered text) into a
 // FIFO (1 MiB by default) that is drained only at synchronisation points; records that don't fit

@@ -9,7 +9,9 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "check.cuh"
@@ -33,20 +35,59 @@ static inline bool cudalab_strtoll_all(const char *s, long long *v, bool *overfl
 static inline long long cudalab_parse_int(const char *s, const char *what, const char *usage = nullptr) {
     long long v = 0;
     bool overflow = false;
-    if (!cudalab_strtoll_all(s, &v, &overflow) || overflow) {
-        if (usage) CUDALAB_USAGE_ERROR("%s must be an integer, got '%s'\n%s", what, s, usage);
-        CUDALAB_USAGE_ERROR("%s must be an integer, got '%s'", what, s);
+    const bool whole = cudalab_strtoll_all(s, &v, &overflow);
+    const char *nl = usage ? "\n" : "", *u = usage ? usage : "";
+    if (!whole) CUDALAB_USAGE_ERROR("%s must be an integer, got '%s'%s%s", what, s, nl, u);
+    if (overflow && v > 0) CUDALAB_USAGE_ERROR("%s must be at most %lld, got %s%s%s", what, LLONG_MAX, s, nl, u);
+    if (overflow) CUDALAB_USAGE_ERROR("%s must be at least %lld, got %s%s%s", what, LLONG_MIN, s, nl, u);
+    return v;
+}
+
+// An integer in lo..hi: "must be at least lo" / "must be at most hi" (a too-big value is not
+// "not positive"), e.g. a size that must fit the int the launchers take.
+static inline long long cudalab_parse_range(const char *s, const char *what, long long lo, long long hi,
+                                            const char *usage = nullptr) {
+    const long long v = cudalab_parse_int(s, what, usage);
+    if (v > hi) CUDALAB_USAGE_ERROR("%s must be at most %lld, got %s", what, hi, s);
+    if (v < lo) {
+        if (lo == 1) CUDALAB_USAGE_ERROR("%s must be a positive integer, got %s", what, s);
+        CUDALAB_USAGE_ERROR("%s must be at least %lld, got %s", what, lo, s);
     }
     return v;
 }
 
 // A size or a count: 1..INT_MAX, so that it fits the int the launchers take.
 static inline int cudalab_parse_positive(const char *s, const char *what) {
-    long long v = 0;
-    bool overflow = false;
-    if (!cudalab_strtoll_all(s, &v, &overflow)) CUDALAB_USAGE_ERROR("%s must be an integer, got '%s'", what, s);
-    if (v <= 0 || v > INT_MAX) CUDALAB_USAGE_ERROR("%s must be a positive integer, got %s", what, s);
-    return (int)v;
+    return (int)cudalab_parse_range(s, what, 1, INT_MAX);
+}
+
+// A random seed: any value 0..2^63-1 (0 is a seed like any other).
+static inline unsigned long long cudalab_parse_seed(const char *s, const char *what = "--seed") {
+    return (unsigned long long)cudalab_parse_range(s, what, 0, LLONG_MAX);
+}
+
+// ---- options -----------------------------------------------------------------------------------
+// `--help` or `-h` anywhere: the usage on stdout and exit status 0 (it is what was asked for),
+// before any CUDA call, so it works on a machine without a GPU too.
+static inline void cudalab_handle_help(int argc, char **argv, const char *usage) {
+    for (int i = 1; i < argc; ++i) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            printf("%s\n", usage);
+            exit(0);
+        }
+    }
+}
+
+// The value after option argv[*i] (and *i moves past it); a missing value is a usage error
+// naming the option, rather than the option being taken for a positional argument.
+static inline const char *cudalab_option_value(int argc, char **argv, int *i, const char *usage) {
+    if (*i + 1 >= argc) CUDALAB_USAGE_ERROR("%s needs a value\n%s", argv[*i], usage);
+    return argv[++*i];
+}
+
+// An argument that starts with '-' and is not a negative number: an option.
+static inline bool cudalab_is_option(const char *a) {
+    return a[0] == '-' && a[1] != '\0' && !(a[1] >= '0' && a[1] <= '9');
 }
 
 // A coordinate: finite, since inf or nan would make every later comparison false.
@@ -67,9 +108,9 @@ static inline void cudalab_check_launch_shape(long long blocks, long long thread
     CUDA_CHECK(cudaDeviceGetAttribute(&max_threads, cudaDevAttrMaxThreadsPerBlock, 0));
     CUDA_CHECK(cudaDeviceGetAttribute(&max_grid, cudaDevAttrMaxGridDimX, 0));
     if (threads > max_threads)
-        CUDALAB_USAGE_ERROR("THREADS=%lld is more threads per block than this device allows (%d)", threads,
-                            max_threads);
-    if (blocks > max_grid) CUDALAB_USAGE_ERROR("BLOCKS=%lld exceeds the device's grid limit (%d)", blocks, max_grid);
+        CUDALAB_USAGE_ERROR("THREADS must be at most %d on this device (threads per block), got %lld", max_threads,
+                            threads);
+    if (blocks > max_grid) CUDALAB_USAGE_ERROR("BLOCKS must be at most %d on this device, got %lld", max_grid, blocks);
 }
 
 // ---- reproducible inputs ---------------------------------------------------------------------

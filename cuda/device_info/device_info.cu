@@ -17,12 +17,12 @@ static int fp32_lanes(int major, int minor) {
     }
 }
 
-extern "C" int device_info_count(int *count) {
+extern "C" cudalab_status device_info_count(int *count) {
     CUDA_TRY(cudaGetDeviceCount(count));
     return 0;
 }
 
-extern "C" int device_info_query(int device, cudalab_device_info *out) {
+extern "C" cudalab_status device_info_query(int device, cudalab_device_info *out) {
     memset(out, 0, sizeof(*out));
     cudaDeviceProp prop;
     CUDA_TRY(cudaGetDeviceProperties(&prop, device));

@@ -2,6 +2,7 @@
    peaks that benchmarks use as ceilings. */
 #ifndef CUDALAB_DEVICE_INFO_H
 #define CUDALAB_DEVICE_INFO_H
+#include "cudalab.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -30,8 +31,8 @@ typedef struct {
     double mem_bandwidth_gbs;   /* 2 (double data rate) * mem clock * bus width / 8 */
 } cudalab_device_info;
 
-int device_info_count(int *count);
-int device_info_query(int device, cudalab_device_info *out);
+cudalab_status device_info_count(int *count);
+cudalab_status device_info_query(int device, cudalab_device_info *out);
 
 #ifdef __cplusplus
 }

@@ -1,18 +1,20 @@
 // build/bin/device_info [DEVICE]: one `device_info key=value` line per property, like deviceQuery.
+#include <climits>
 #include <cstdlib>
 
 #include "device_info.h"
 #include "check.cuh"
 #include "cli.cuh"
 
+static const char *kUsage = "usage: device_info [DEVICE]   (DEVICE: 0, 1, ...; default 0)";
+
 int main(int argc, char **argv) {
-    if (argc > 2) CUDALAB_USAGE_ERROR("usage: device_info [DEVICE]");
+    // argv first, before any CUDA call: a typo is a usage error even where there is no GPU.
+    cudalab_handle_help(argc, argv, kUsage);
+    if (argc > 2) CUDALAB_USAGE_ERROR("unexpected argument '%s'\n%s", argv[2], kUsage);
+    const long long requested = argc == 2 ? cudalab_parse_range(argv[1], "DEVICE", 0, INT_MAX, kUsage) : 0;
     int count = 0;
     CUDA_CHECK((cudaError_t)device_info_count(&count));
-    long long requested = 0;
-    bool overflow = false;
-    if (argc == 2 && (!cudalab_strtoll_all(argv[1], &requested, &overflow) || requested < 0))
-        CUDALAB_USAGE_ERROR("DEVICE must be a non-negative integer, got '%s'", argv[1]);
     if (requested >= count) CUDALAB_USAGE_ERROR("device %lld does not exist: %d device(s) visible", requested, count);
     const int device = (int)requested;
     cudalab_device_info d;

@@ -87,13 +87,19 @@ __global__ void grayscale_03_vectorized(const unsigned char *__restrict__ x, lon
     }
 }
 
+// The one table of variant names (exported below; main.cu and harness/programs/grayscale.py read it).
+// A variant's id is its position + 1 (0 means unknown).
+static const char *const kVariants[] = {"01_1d", "02_2d", "03_vectorized"};
+static const int kNumVariants = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
 enum { GS_01_1D = 1, GS_02_2D = 2, GS_03_VECTORIZED = 3 };
+
+extern "C" int grayscale_variant_count(void) { return kNumVariants; }
+extern "C" const char *grayscale_variant_name(int i) { return (i >= 0 && i < kNumVariants) ? kVariants[i] : nullptr; }
 
 static int variant_id(const char *v) {
     if (v == nullptr) return 0;
-    if (strcmp(v, "01_1d") == 0) return GS_01_1D;
-    if (strcmp(v, "02_2d") == 0) return GS_02_2D;
-    if (strcmp(v, "03_vectorized") == 0) return GS_03_VECTORIZED;
+    for (int i = 0; i < kNumVariants; ++i)
+        if (strcmp(v, kVariants[i]) == 0) return i + 1;
     return 0;
 }
 
@@ -102,7 +108,7 @@ static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 extern "C" long long grayscale_aligned_stride(int h, int w) { return cdiv((long long)h * w, 16) * 16; }
 
 // The one dispatcher. Sizes are checked here, before any launch: n must fit an int index for
-// 01/02, and the 2-D grid's y dimension is limited to 65535 blocks.
+// 01/02, and the 2-D grid's y dimension is limited to CUDALAB_MAX_GRID_YZ blocks.
 static cudaError_t dispatch(int id, int h, int w, long long stride, const unsigned char *x, unsigned char *out,
                             cudaStream_t stream) {
     const long long n = (long long)h * w;
@@ -113,7 +119,7 @@ static cudaError_t dispatch(int id, int h, int w, long long stride, const unsign
     } else if (id == GS_02_2D) {
         const dim3 block(16, 16);
         const dim3 grid((unsigned)cdiv(w, 16), (unsigned)cdiv(h, 16));
-        if (grid.y > 65535) return cudaErrorInvalidValue;
+        if (grid.y > CUDALAB_MAX_GRID_YZ) return cudaErrorInvalidValue;
         grayscale_02_2d<<<grid, block, 0, stream>>>(x, stride, out, h, w);
     } else {
         const int wide = aligned16(x) && aligned16(x + stride) && aligned16(x + 2 * stride) && aligned16(out);
@@ -122,13 +128,13 @@ static cudaError_t dispatch(int id, int h, int w, long long stride, const unsign
     return cudaGetLastError();
 }
 
-extern "C" int grayscale_device(const char *variant, int h, int w, long long plane_stride, const unsigned char *rgb,
+extern "C" cudalab_status grayscale_device(const char *variant, int h, int w, long long plane_stride, const unsigned char *rgb,
                                 unsigned char *out, void *stream) {
     CUDA_TRY(dispatch(variant_id(variant), h, w, plane_stride, rgb, out, (cudaStream_t)stream));
     return 0;
 }
 
-extern "C" int grayscale_host(const char *variant, int h, int w, const unsigned char *rgb, unsigned char *out,
+extern "C" cudalab_status grayscale_host(const char *variant, int h, int w, const unsigned char *rgb, unsigned char *out,
                               int align_planes) {
     const int id = variant_id(variant);
     const long long n = (long long)h * w;

@@ -3,6 +3,7 @@
 //   grayscale [--variant 01_1d|02_2d|03_vectorized|all] [--reps R] H W
 // Prints `result program=grayscale variant=V h= w= ms= gbs= mismatches= check=pass|fail` per
 // variant (GB/s counts 4 bytes a pixel: 3 read, 1 written); exit 0 only when every check passed.
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -11,7 +12,10 @@
 #include "cli.cuh"
 #include "grayscale.h"
 
-static void usage() { CUDALAB_USAGE_ERROR("usage: grayscale [--variant 01_1d|02_2d|03_vectorized|all] [--reps R] H W"); }
+static const char *kUsage = "usage: grayscale [--variant 01_1d|02_2d|03_vectorized|all] [--reps R] H W";
+
+// 02_2d's grid has one row of blocks per 16 image rows, and gridDim.y is limited.
+static bool too_tall_for_2d(int h) { return cdiv(h, 16) > CUDALAB_MAX_GRID_YZ; }
 
 // The reference: each product and sum its own statement, rounded to float32 (x86-64 has no FMA
 // unless asked for with -mfma, so the host compiler cannot fuse them either).
@@ -44,29 +48,31 @@ static bool run_variant(const char *variant, int reps, int h, int w, const std::
 int main(int argc, char **argv) {
     const char *variant = "03_vectorized";
     int reps = 5, pos[2], npos = 0;
+    cudalab_handle_help(argc, argv, kUsage);
     for (int i = 1; i < argc; ++i) {
-        if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
-            variant = argv[++i];
-        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            reps = cudalab_parse_positive(argv[++i], "--reps");
-        } else if (argv[i][0] == '-' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
-            usage();
+        if (strcmp(argv[i], "--variant") == 0) {
+            variant = cudalab_option_value(argc, argv, &i, kUsage);
+        } else if (strcmp(argv[i], "--reps") == 0) {
+            reps = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, kUsage), "--reps");
+        } else if (cudalab_is_option(argv[i])) {
+            CUDALAB_USAGE_ERROR("unknown option %s\n%s", argv[i], kUsage);
         } else {
-            if (npos == 2) usage();
+            if (npos == 2) CUDALAB_USAGE_ERROR("unexpected argument '%s'\n%s", argv[i], kUsage);
             pos[npos] = cudalab_parse_positive(argv[i], npos == 0 ? "H" : "W");
             ++npos;
         }
     }
-    if (npos != 2) usage();
+    if (npos != 2) CUDALAB_USAGE_ERROR("H and W are needed\n%s", kUsage);
     const int h = pos[0], w = pos[1];
-    if ((long long)h * w > 0x7fffffffLL) CUDALAB_USAGE_ERROR("H*W = %lld pixels is more than 2^31-1", (long long)h * w);
-    static const char *all[] = {"01_1d", "02_2d", "03_vectorized"};
+    if ((long long)h * w > INT_MAX)
+        CUDALAB_USAGE_ERROR("H*W must be at most %d pixels, got %lld", INT_MAX, (long long)h * w);
     const bool run_all = strcmp(variant, "all") == 0;
     bool known = run_all;
-    for (const char *v : all) known = known || strcmp(v, variant) == 0;
+    for (int i = 0; i < grayscale_variant_count(); ++i) known = known || strcmp(grayscale_variant_name(i), variant) == 0;
     if (!known) CUDALAB_USAGE_ERROR("unknown variant '%s' (01_1d, 02_2d, 03_vectorized, all)", variant);
-    if (!run_all && strcmp(variant, "02_2d") == 0 && (h + 15) / 16 > 65535)
-        CUDALAB_USAGE_ERROR("H=%d needs more than 65535 blocks of 16 rows for 02_2d", h);
+    if (!run_all && strcmp(variant, "02_2d") == 0 && too_tall_for_2d(h))
+        CUDALAB_USAGE_ERROR("H must be at most %d for 02_2d (16 rows a block, %d blocks), got %d",
+                            16 * CUDALAB_MAX_GRID_YZ, CUDALAB_MAX_GRID_YZ, h);
 
     const size_t n = (size_t)h * w;
     std::vector<unsigned char> x(3 * n), gold(n);
@@ -79,9 +85,10 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaMalloc(&dout, n));
     CUDA_CHECK(cudaMemcpy2D(dx, (size_t)stride, x.data(), n, n, 3, cudaMemcpyHostToDevice));
     bool pass = true;
-    for (const char *v : all) {
+    for (int i = 0; i < grayscale_variant_count(); ++i) {
+        const char *v = grayscale_variant_name(i);
         if (!run_all && strcmp(v, variant) != 0) continue;
-        if (strcmp(v, "02_2d") == 0 && (h + 15) / 16 > 65535) continue;  // only under `all`: said above otherwise
+        if (strcmp(v, "02_2d") == 0 && too_tall_for_2d(h)) continue;  // only under `all`: said above otherwise
         pass = run_variant(v, reps, h, w, x, gold, dx, stride, dout) && pass;
     }
     CUDA_CHECK(cudaFree(dx));

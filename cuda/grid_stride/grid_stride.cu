@@ -21,7 +21,7 @@ __global__ void squareElements(int *a, int n) {
     }
 }
 
-extern "C" int grid_stride_square_dev(int *d_a, int n, int blocks, int threads, void *stream_) {
+extern "C" cudalab_status grid_stride_square_dev(int *d_a, int n, int blocks, int threads, void *stream_) {
     cudaStream_t stream = (cudaStream_t)stream_;
     if (d_a == nullptr || n <= 0 || n > GRID_STRIDE_MAX_N || blocks <= 0 || threads <= 0)
         return (int)cudaErrorInvalidValue;
@@ -41,7 +41,7 @@ extern "C" int grid_stride_square_dev(int *d_a, int n, int blocks, int threads, 
     return 0;
 }
 
-extern "C" int grid_stride_square(int *a, int n, int blocks, int threads) {
+extern "C" cudalab_status grid_stride_square(int *a, int n, int blocks, int threads) {
     if (a == nullptr || n <= 0 || n > GRID_STRIDE_MAX_N) return (int)cudaErrorInvalidValue;
     int *d = nullptr;
     size_t bytes = (size_t)n * sizeof(int);

@@ -11,6 +11,7 @@
    Returns a cudaError_t as int (0 = success). */
 #ifndef CUDALAB_GRID_STRIDE_H
 #define CUDALAB_GRID_STRIDE_H
+#include "cudalab.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -18,9 +19,9 @@ extern "C" {
 #define GRID_STRIDE_MAX_N 1048576
 
 /* host pointer: copy a in, run squareElements<<<blocks, threads>>>, synchronise, copy a back */
-int grid_stride_square(int *a, int n, int blocks, int threads);
+cudalab_status grid_stride_square(int *a, int n, int blocks, int threads);
 /* device pointer (or managed): enqueue on stream and synchronise it, so the trace is complete */
-int grid_stride_square_dev(int *d_a, int n, int blocks, int threads, void *stream);
+cudalab_status grid_stride_square_dev(int *d_a, int n, int blocks, int threads, void *stream);
 
 #ifdef __cplusplus
 }

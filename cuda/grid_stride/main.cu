@@ -18,7 +18,9 @@ static const char *kUsage = "usage: grid_stride [N [BLOCKS THREADS]]";
 
 int main(int argc, char **argv) {
     long long n = 500, blocks = 8, threads = 32;
-    if (argc != 1 && argc != 2 && argc != 4) CUDALAB_USAGE_ERROR("%s", kUsage);
+    cudalab_handle_help(argc, argv, kUsage);
+    if (argc > 4) CUDALAB_USAGE_ERROR("unexpected argument '%s'\n%s", argv[4], kUsage);
+    if (argc == 3) CUDALAB_USAGE_ERROR("BLOCKS and THREADS go together: give both or neither\n%s", kUsage);
     if (argc >= 2) n = cudalab_parse_int(argv[1], "N", kUsage);
     if (argc == 4) {
         blocks = cudalab_parse_int(argv[2], "BLOCKS", kUsage);
@@ -26,7 +28,7 @@ int main(int argc, char **argv) {
     }
     if (n <= 0) CUDALAB_USAGE_ERROR("N must be a positive number of elements, got %lld", n);
     if (n > GRID_STRIDE_MAX_N)
-        CUDALAB_USAGE_ERROR("N=%lld: at most %d elements, since each one prints a line of trace", n, GRID_STRIDE_MAX_N);
+        CUDALAB_USAGE_ERROR("N must be at most %d (each element prints a line of trace), got %lld", GRID_STRIDE_MAX_N, n);
     if (blocks <= 0) CUDALAB_USAGE_ERROR("BLOCKS must be a positive number of blocks, got %lld", blocks);
     if (threads <= 0) CUDALAB_USAGE_ERROR("THREADS must be a positive number of threads per block, got %lld", threads);
 

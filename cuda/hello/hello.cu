@@ -32,21 +32,21 @@ __global__ void loop() {
 // Upper bound of one printed line, used to size the printf FIFO.
 static const long long kLineBytes = 96;
 
-extern "C" int hello_gpu(void) {
+extern "C" cudalab_status hello_gpu(void) {
     helloGPU<<<1, 1>>>();
     CUDA_TRY_LAUNCH();
     CUDA_TRY(cudaDeviceSynchronize());
     return 0;
 }
 
-extern "C" int hello_ints(void) {
+extern "C" cudalab_status hello_ints(void) {
     printInts<<<1, 1>>>();
     CUDA_TRY_LAUNCH();
     CUDA_TRY(cudaDeviceSynchronize());
     return 0;
 }
 
-extern "C" int hello_shapes(void) {
+extern "C" cudalab_status hello_shapes(void) {
     // Synchronise after each launch so the four kernels' lines come out in order.
     kernelA<<<1, 1>>>();
     CUDA_TRY_LAUNCH();
@@ -63,7 +63,7 @@ extern "C" int hello_shapes(void) {
     return 0;
 }
 
-extern "C" int hello_loop(int blocks, int threads) {
+extern "C" cudalab_status hello_loop(int blocks, int threads) {
     if (blocks <= 0 || threads <= 0) return (int)cudaErrorInvalidConfiguration;
     CUDA_TRY(cudalab_reserve_printf((long long)blocks * threads, kLineBytes));
     loop<<<blocks, threads>>>();

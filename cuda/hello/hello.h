@@ -4,14 +4,15 @@
    cudaError_t as int, 0 on success. */
 #ifndef CUDALAB_HELLO_H
 #define CUDALAB_HELLO_H
+#include "cudalab.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-int hello_gpu(void);                     /* helloGPU<<<1,1>>> */
-int hello_ints(void);                    /* printInts<<<1,1>>>: one thread prints 0..9 */
-int hello_shapes(void);                  /* kernelA..D: <<<1,1>>>, <<<1,10>>>, <<<10,1>>>, <<<10,10>>> */
-int hello_loop(int blocks, int threads); /* loop<<<blocks,threads>>>: each thread prints its global index */
+cudalab_status hello_gpu(void);                     /* helloGPU<<<1,1>>> */
+cudalab_status hello_ints(void);                    /* printInts<<<1,1>>>: one thread prints 0..9 */
+cudalab_status hello_shapes(void);                  /* kernelA..D: <<<1,1>>>, <<<1,10>>>, <<<10,1>>>, <<<10,10>>> */
+cudalab_status hello_loop(int blocks, int threads); /* loop<<<blocks,threads>>>: each thread prints its global index */
 
 #ifdef __cplusplus
 }

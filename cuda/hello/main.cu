@@ -7,9 +7,9 @@
 #include "check.cuh"
 #include "cli.cuh"
 
-static void usage() {
-    CUDALAB_USAGE_ERROR("usage: hello cpu | gpu | ints | shapes | loop [BLOCKS THREADS] | all");
-}
+static const char *kUsage = "usage: hello cpu | gpu | ints | shapes | loop [BLOCKS THREADS] | all";
+
+static void usage() { CUDALAB_USAGE_ERROR("%s", kUsage); }
 
 static void run_loop(int blocks, int threads) {
     cudalab_check_launch_shape(blocks, threads);
@@ -17,9 +17,12 @@ static void run_loop(int blocks, int threads) {
 }
 
 int main(int argc, char **argv) {
+    cudalab_handle_help(argc, argv, kUsage);
     if (argc < 2) usage();
     const char *what = argv[1];
     bool all = strcmp(what, "all") == 0;
+    // Only `loop` takes more arguments (BLOCKS THREADS); anything else after the word is refused.
+    if (strcmp(what, "loop") != 0 && argc > 2) CUDALAB_USAGE_ERROR("unexpected argument '%s'\n%s", argv[2], kUsage);
     bool known = all;
     if (all || strcmp(what, "cpu") == 0) {
         known = true;
@@ -45,10 +48,10 @@ int main(int argc, char **argv) {
             blocks = cudalab_parse_positive(argv[2], "BLOCKS");
             threads = cudalab_parse_positive(argv[3], "THREADS");
         } else if (!all && argc != 2) {
-            usage();
+            CUDALAB_USAGE_ERROR("loop takes BLOCKS and THREADS, both or neither\n%s", kUsage);
         }
         run_loop(blocks, threads);
     }
-    if (!known) usage();
+    if (!known) CUDALAB_USAGE_ERROR("unknown choice '%s'\n%s", what, kUsage);
     return 0;
 }

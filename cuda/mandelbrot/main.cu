@@ -14,11 +14,9 @@
 #include "check.cuh"
 #include "cli.cuh"
 
-static void usage() {
-    CUDALAB_USAGE_ERROR(
-        "usage: mandelbrot [--variant 01_naive|02_fast] [--dtype float32|float64] [--region X0 X1 Y0 Y1] "
-        "[--reps N] WIDTH HEIGHT MAX_ITERS");
-}
+static const char *kUsage =
+    "usage: mandelbrot [--variant 01_naive|02_fast] [--dtype float32|float64] [--region X0 X1 Y0 Y1] "
+    "[--reps N] WIDTH HEIGHT MAX_ITERS";
 
 // CPU gold for one pixel, in the variant's arithmetic. x86-64 host code has no FMA unless asked
 // for, so a*b + c below rounds twice, as the GPU's __fmul_rn/__fadd_rn do; std::fma rounds once.
@@ -74,38 +72,41 @@ int main(int argc, char **argv) {
     int dtype_bits = 32, reps = 3;
     double x0 = -2.0, x1 = 1.0, y0 = -1.5, y1 = 1.5;
     std::vector<const char *> pos;
+    cudalab_handle_help(argc, argv, kUsage);
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
-        if (strcmp(a, "--variant") == 0 && i + 1 < argc) {
-            variant = argv[++i];
-        } else if (strcmp(a, "--dtype") == 0 && i + 1 < argc) {
-            const char *d = argv[++i];
+        if (strcmp(a, "--variant") == 0) {
+            variant = cudalab_option_value(argc, argv, &i, kUsage);
+        } else if (strcmp(a, "--dtype") == 0) {
+            const char *d = cudalab_option_value(argc, argv, &i, kUsage);
             if (strcmp(d, "float32") == 0) dtype_bits = 32;
             else if (strcmp(d, "float64") == 0) dtype_bits = 64;
             else CUDALAB_USAGE_ERROR("--dtype must be float32 or float64, got '%s'", d);
-        } else if (strcmp(a, "--region") == 0 && i + 4 < argc) {
+        } else if (strcmp(a, "--region") == 0) {
+            if (i + 4 >= argc) CUDALAB_USAGE_ERROR("--region needs four numbers X0 X1 Y0 Y1\n%s", kUsage);
             x0 = cudalab_parse_double(argv[++i], "X0");
             x1 = cudalab_parse_double(argv[++i], "X1");
             y0 = cudalab_parse_double(argv[++i], "Y0");
             y1 = cudalab_parse_double(argv[++i], "Y1");
-        } else if (strcmp(a, "--reps") == 0 && i + 1 < argc) {
-            reps = cudalab_parse_positive(argv[++i], "--reps");
-        } else if (a[0] == '-' && a[1] == '-') {
-            usage();
+        } else if (strcmp(a, "--reps") == 0) {
+            reps = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, kUsage), "--reps");
+        } else if (cudalab_is_option(a)) {
+            CUDALAB_USAGE_ERROR("unknown option %s\n%s", a, kUsage);
         } else {
+            if (pos.size() == 3) CUDALAB_USAGE_ERROR("unexpected argument '%s'\n%s", a, kUsage);
             pos.push_back(a);
         }
     }
-    if (pos.size() != 3) usage();
-    const int width = cudalab_parse_positive(pos[0], "WIDTH");
-    const int height = cudalab_parse_positive(pos[1], "HEIGHT");
+    if (pos.size() != 3) CUDALAB_USAGE_ERROR("WIDTH, HEIGHT and MAX_ITERS are needed\n%s", kUsage);
+    const int max_edge = mandelbrot_max_edge();
+    const int width = (int)cudalab_parse_range(pos[0], "WIDTH", 1, max_edge);
+    const int height = (int)cudalab_parse_range(pos[1], "HEIGHT", 1, max_edge);
     const int max_iters = cudalab_parse_positive(pos[2], "MAX_ITERS");
     bool known = false;
     for (int i = 0; i < mandelbrot_variant_count(); ++i) known = known || strcmp(variant, mandelbrot_variant_name(i)) == 0;
     if (!known) CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: 01_naive, 02_fast)", variant);
     if (strcmp(variant, "02_fast") == 0 && dtype_bits != 32) CUDALAB_USAGE_ERROR("02_fast is float32 only");
     if (!(x1 > x0) || !(y1 > y0)) CUDALAB_USAGE_ERROR("empty region: need X0 < X1 and Y0 < Y1");
-    if (width > 65535 * 8 || height > 65535 * 8) CUDALAB_USAGE_ERROR("WIDTH and HEIGHT must be at most %d", 65535 * 8);
 
     const size_t npix = (size_t)width * height;
     uint32_t *d_out = nullptr;

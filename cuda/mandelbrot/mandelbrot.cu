@@ -144,8 +144,10 @@ static int variant_id(const char *variant) {
 }
 
 // The largest image edge: pixel indexes must be exact in float32 (2^24), and the grid's y
-// dimension is limited to 65535 blocks (of 16 rows; 65535 * 8 keeps a margin for smaller blocks).
-static const int kMaxEdge = 65535 * 8;
+// dimension is limited to CUDALAB_MAX_GRID_YZ blocks (of 16 rows; x 8 keeps a margin for smaller blocks).
+static const int kMaxEdge = CUDALAB_MAX_GRID_YZ * 8;
+
+extern "C" int mandelbrot_max_edge(void) { return kMaxEdge; }
 
 static cudaError_t validate(const char *variant, int dtype_bits, int width, int height, int max_iters, double x0,
                             double x1, double y0, double y1) {
@@ -161,7 +163,7 @@ static cudaError_t validate(const char *variant, int dtype_bits, int width, int 
     return cudaSuccess;
 }
 
-extern "C" int mandelbrot_render_device(const char *variant, int dtype_bits, int width, int height, int max_iters,
+extern "C" cudalab_status mandelbrot_render_device(const char *variant, int dtype_bits, int width, int height, int max_iters,
                                         double x0, double x1, double y0, double y1, uint32_t *d_out,
                                         void *stream) {
     CUDA_TRY(validate(variant, dtype_bits, width, height, max_iters, x0, x1, y0, y1));
@@ -190,7 +192,7 @@ extern "C" int mandelbrot_render_device(const char *variant, int dtype_bits, int
     return 0;
 }
 
-extern "C" int mandelbrot_render(const char *variant, int dtype_bits, int width, int height, int max_iters,
+extern "C" cudalab_status mandelbrot_render(const char *variant, int dtype_bits, int width, int height, int max_iters,
                                  double x0, double x1, double y0, double y1, uint32_t *out) {
     CUDA_TRY(validate(variant, dtype_bits, width, height, max_iters, x0, x1, y0, y1));
     if (out == nullptr) return (int)cudaErrorInvalidValue;

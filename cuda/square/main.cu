@@ -37,16 +37,16 @@ int main(int argc, char **argv) {
     long long n = 100000, threads = 256, print_rows = 0, skip_every = 0;
     bool oob = false;
     int positional = 0;
+    cudalab_handle_help(argc, argv, kUsage);
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         if (strcmp(a, "--print") == 0 || strcmp(a, "--skip-every") == 0) {
-            if (i + 1 >= argc) CUDALAB_USAGE_ERROR("%s needs a value\n%s", a, kUsage);
-            long long v = cudalab_parse_int(argv[++i], a, kUsage);
+            long long v = cudalab_parse_int(cudalab_option_value(argc, argv, &i, kUsage), a, kUsage);
             if (v <= 0) CUDALAB_USAGE_ERROR("%s must be positive, got %lld", a, v);
             (strcmp(a, "--print") == 0 ? print_rows : skip_every) = v;
         } else if (strcmp(a, "--oob") == 0) {
             oob = true;
-        } else if (a[0] == '-' && a[1] == '-') {
+        } else if (cudalab_is_option(a)) {
             CUDALAB_USAGE_ERROR("unknown option %s\n%s", a, kUsage);
         } else if (positional == 0) {
             n = cudalab_parse_int(a, "N", kUsage);
@@ -55,12 +55,13 @@ int main(int argc, char **argv) {
             threads = cudalab_parse_int(a, "THREADS", kUsage);
             ++positional;
         } else {
-            CUDALAB_USAGE_ERROR("too many arguments\n%s", kUsage);
+            CUDALAB_USAGE_ERROR("unexpected argument '%s'\n%s", a, kUsage);
         }
     }
     if (n <= 0) CUDALAB_USAGE_ERROR("N must be a positive number of elements, got %lld", n);
     if (n > INT_MAX) CUDALAB_USAGE_ERROR("N must be at most %d (the values 1..N are int), got %lld", INT_MAX, n);
     if (threads <= 0) CUDALAB_USAGE_ERROR("THREADS must be a positive number of threads per block, got %lld", threads);
+    if (threads > INT_MAX) CUDALAB_USAGE_ERROR("THREADS must be at most %d, got %lld", INT_MAX, threads);
     if (skip_every > INT_MAX) CUDALAB_USAGE_ERROR("--skip-every must be at most %d", INT_MAX);
 
     cudalab_check_launch_shape(0, threads);  // the grid is cdiv(N, THREADS), sized by the program

@@ -115,31 +115,13 @@ int launch_int32(int *d_a, long long n, int threads, int skip_every, cudaStream_
     return 0;
 }
 
-// RAII for the host-pointer forms: a cudaMalloc that an early CUDA_TRY return cannot leak.
-struct DeviceAlloc {
-    void *p = nullptr;
-    ~DeviceAlloc() {
-        if (p) (void)cudaFree(p);  // only reached on an error path; the first error is what gets reported
-    }
-    int alloc(size_t bytes) {
-        CUDA_TRY(cudaMalloc(&p, bytes > 0 ? bytes : 1));
-        return 0;
-    }
-    int release() {
-        void *q = p;
-        p = nullptr;
-        CUDA_TRY(cudaFree(q));
-        return 0;
-    }
-};
-
 }  // namespace
 
 extern "C" int square_variant_count(void) { return kNumVariants; }
 
 extern "C" const char *square_variant_name(int i) { return (i >= 0 && i < kNumVariants) ? kVariants[i] : nullptr; }
 
-extern "C" int square_int32_dev(int *d_a, long long n, int threads, void *stream) {
+extern "C" cudalab_status square_int32_dev(int *d_a, long long n, int threads, void *stream) {
     return launch_int32(d_a, n, threads, 0, (cudaStream_t)stream);
 }
 
@@ -150,12 +132,12 @@ extern "C" int square_int32_test_dev(int *d_a, long long n, int threads, int ski
     return launch_int32(d_a, oob ? n + 1 : n, threads, skip_every, (cudaStream_t)stream);
 }
 
-extern "C" int square_int32(int *a, long long n, int threads) {
+extern "C" cudalab_status square_int32(int *a, long long n, int threads) {
     if (n < 0 || (n > 0 && a == nullptr)) return (int)cudaErrorInvalidValue;
     if (int err = check_threads(threads)) return err;
     if (n == 0) return 0;
     size_t bytes = (size_t)n * sizeof(int);
-    DeviceAlloc d;
+    cudalab::DeviceAlloc d;
     if (int err = d.alloc(bytes)) return err;
     CUDA_TRY(cudaMemcpy(d.p, a, bytes, cudaMemcpyHostToDevice));
     if (int err = launch_int32((int *)d.p, n, threads, 0, 0)) return err;
@@ -164,7 +146,7 @@ extern "C" int square_int32(int *a, long long n, int threads) {
     return d.release();
 }
 
-extern "C" int square_f32_dev(const char *variant, const float *d_x, float *d_out, long long n, int blocks,
+extern "C" cudalab_status square_f32_dev(const char *variant, const float *d_x, float *d_out, long long n, int blocks,
                               int threads, void *stream_) {
     cudaStream_t stream = (cudaStream_t)stream_;
     int v = variant_id(variant);
@@ -217,12 +199,12 @@ extern "C" int square_f32_dev(const char *variant, const float *d_x, float *d_ou
     return 0;
 }
 
-extern "C" int square_f32(const char *variant, const float *x, float *out, long long n) {
+extern "C" cudalab_status square_f32(const char *variant, const float *x, float *out, long long n) {
     if (variant_id(variant) < 0 || n < 0) return (int)cudaErrorInvalidValue;
     if (n == 0) return 0;
     if (x == nullptr || out == nullptr) return (int)cudaErrorInvalidValue;
     size_t bytes = (size_t)n * sizeof(float);
-    DeviceAlloc dx, dout;
+    cudalab::DeviceAlloc dx, dout;
     if (int err = dx.alloc(bytes)) return err;
     if (int err = dout.alloc(bytes)) return err;
     CUDA_TRY(cudaMemcpy(dx.p, x, bytes, cudaMemcpyHostToDevice));
@@ -233,7 +215,7 @@ extern "C" int square_f32(const char *variant, const float *x, float *out, long 
     return dout.release();
 }
 
-extern "C" int square_matrix_dev(const float *d_x, float *d_out, int height, int width, void *stream) {
+extern "C" cudalab_status square_matrix_dev(const float *d_x, float *d_out, int height, int width, void *stream) {
     if (height < 0 || width < 0) return (int)cudaErrorInvalidValue;
     if (height == 0 || width == 0) return 0;
     if (d_x == nullptr || d_out == nullptr) return (int)cudaErrorInvalidValue;
@@ -248,12 +230,12 @@ extern "C" int square_matrix_dev(const float *d_x, float *d_out, int height, int
     return 0;
 }
 
-extern "C" int square_matrix(const float *x, float *out, int height, int width) {
+extern "C" cudalab_status square_matrix(const float *x, float *out, int height, int width) {
     if (height < 0 || width < 0) return (int)cudaErrorInvalidValue;
     if (height == 0 || width == 0) return 0;
     if (x == nullptr || out == nullptr) return (int)cudaErrorInvalidValue;
     size_t bytes = (size_t)height * (size_t)width * sizeof(float);
-    DeviceAlloc dx, dout;
+    cudalab::DeviceAlloc dx, dout;
     if (int err = dx.alloc(bytes)) return err;
     if (int err = dout.alloc(bytes)) return err;
     CUDA_TRY(cudaMemcpy(dx.p, x, bytes, cudaMemcpyHostToDevice));

@@ -20,6 +20,7 @@
    An unknown name returns cudaErrorInvalidValue (harness/programs/square.py checks names first). */
 #ifndef CUDALAB_SQUARE_H
 #define CUDALAB_SQUARE_H
+#include "cudalab.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -30,18 +31,18 @@ const char *square_variant_name(int i); /* NULL when i is out of range */
 
 /* int32, in place, the course's semantics: a[i] = a[i] * a[i], wrapping modulo 2^32 like numpy
    int32 (the multiplication is done unsigned, so overflow is defined). threads = block size. */
-int square_int32(int *a, long long n, int threads);
-int square_int32_dev(int *d_a, long long n, int threads, void *stream);
+cudalab_status square_int32(int *a, long long n, int threads);
+cudalab_status square_int32_dev(int *d_a, long long n, int threads, void *stream);
 
 /* float32, out of place: out[i] = x[i] * x[i]. blocks/threads of 0 pick the variant's defaults
    (01_naive ignores blocks: its grid always covers n). */
-int square_f32(const char *variant, const float *x, float *out, long long n);
-int square_f32_dev(const char *variant, const float *d_x, float *d_out, long long n, int blocks, int threads,
-                   void *stream);
+cudalab_status square_f32(const char *variant, const float *x, float *out, long long n);
+cudalab_status square_f32_dev(const char *variant, const float *d_x, float *d_out, long long n, int blocks,
+                              int threads, void *stream);
 
 /* The profiling lecture's 2-D kernel: 16x16 blocks over a height x width row-major matrix. */
-int square_matrix(const float *x, float *out, int height, int width);
-int square_matrix_dev(const float *d_x, float *d_out, int height, int width, void *stream);
+cudalab_status square_matrix(const float *x, float *out, int height, int width);
+cudalab_status square_matrix_dev(const float *d_x, float *d_out, int height, int width, void *stream);
 
 #ifdef __cplusplus
 }

@@ -96,11 +96,9 @@ def lib() -> library.Library:
 
 def library_variants() -> list[str]:
     """The variant names lib/square.so was built with (they must equal VARIANTS)."""
-    L = lib()
-    out = []
-    for i in range(L.raw("square_variant_count")()):
-        out.append(L.ffi.string(L.raw("square_variant_name")(i)).decode())
-    return out
+    from . import variants_from_library
+
+    return variants_from_library(PROGRAM)
 
 
 def square(x: np.ndarray, variant: str = DEFAULT_VARIANT, out: np.ndarray | None = None) -> np.ndarray:
