@@ -426,6 +426,10 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots"):
             raise Exit("plot bench: no bench CSV (run `invoke bench` first, or give --csv)")
         for p in abench.plot(path, Path(outdir)):
             print(p)
+        from analysis import ladder as aladder
+
+        for p in aladder.plot(path, Path(outdir)):  # the ladder figures (matmul, gemm_tc), when the CSV has rungs
+            print(p)
     elif what == "profile":
         from analysis import profile as aprof
         from harness import profile as hp
@@ -441,6 +445,28 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots"):
             print(p)
     else:
         raise Exit(f"plot: nothing called {what!r}; choose bench or profile")
+
+
+@task(help={"size": "the square size m = n = k to time each configuration at (default 4096)",
+            "reps": "timed repetitions per configuration (harness.timing, at least 10)",
+            "save": "cache the winner under bench/results/<gpu>/ (default on; --no-save only prints)"})
+def tune(c, prog, size=4096, reps=10, save=True):
+    """A program's parameter search: `invoke tune matmul` times every compiled ladder configuration and
+    caches the fastest for this GPU (bench/results/<gpu>/matmul-tune.json), which 09_tuned then runs."""
+    from harness import tune as htune
+    from harness.errors import CudalabError
+
+    con = _console()
+    try:
+        df, path = htune.run(prog, size=int(size), reps=int(reps), save=save,
+                             on_progress=lambda name: con.print(f"tune {prog}: {name}"))
+    except (CudalabError, ValueError, RuntimeError) as e:
+        raise Exit(f"tune {prog}: {e}") from None
+    con.print(_table(df, f"tune {prog} at {size}^3"))
+    winner = df.loc[df["winner"], "config"].iloc[0] if "winner" in df and df["winner"].any() else None
+    con.print(f"winner: {winner}")
+    if path is not None:
+        con.print(f"saved {path}")
 
 
 @task(help={"outdir": "where index.md and index.html go (default build/report)"})

@@ -119,7 +119,7 @@ def test_dtype_ndim_contiguity():
 
 def test_unknown_variant_lists_valid_ones():
     a = np.ones((2, 2), np.float32)
-    with pytest.raises(ValueError, match="01_naive, 02_tiled, 03_tiled_dynamic, cublas"):
+    with pytest.raises(ValueError, match="01_naive, 02_tiled, 03_tiled_dynamic, 04_blocktile_1d.*09_tuned, cublas"):
         mm.matmul(a, a, variant="04_magic")
     with pytest.raises(ValueError, match="valid"):
         mm.matmul_device("nope", 16, 1, 1, 1, None, None, None)
@@ -153,7 +153,10 @@ def test_empty_output_needs_no_gpu():
 
 def test_header_exports():
     lib = library.load("matmul")
-    for name in ("matmul_have_cublas", "matmul_check", "matmul_host", "matmul_host_batched", "matmul_device"):
+    for name in ("matmul_have_cublas", "matmul_check", "matmul_host", "matmul_host_batched", "matmul_device",
+                 "matmul_variant_count", "matmul_variant_name", "matmul_config_count", "matmul_config_name",
+                 "matmul_config_index", "matmul_variant_config", "matmul_config_info", "matmul_config_check",
+                 "matmul_config_host", "matmul_config_device", "matmul_set_tuned", "matmul_tuned_config"):
         assert callable(lib.raw(name))
 
 
@@ -169,7 +172,7 @@ def test_cublas_absent_is_a_clear_error():
 
 def test_executable_rejects_bad_argv():
     for args in (["0", "5", "5"], ["5", "5"], ["--variant", "nope", "4", "4", "4"], ["-3", "4", "4"],
-                 ["4", "4", "x"], ["--tile", "0", "4", "4", "4"]):
+                 ["4", "4", "x"], ["--tile", "0", "4", "4", "4"], ["--config", "nope", "4", "4", "4"]):
         res = runner.run("matmul", *args, check=False)
         assert res.returncode == 2, args
         assert "error:" in res.stderr
@@ -186,15 +189,67 @@ def test_parse_recorded_output():
 
 
 def test_bench_cases_describe_the_goals():
-    cases = {c.variant: c for c in mm.bench_cases(quick=False)}
-    assert cases["01_naive"].ceiling == "cublas" and cases["01_naive"].size == "4096^3"
-    assert cases["01_naive"].amount == 2.0 * 4096**3
+    cases = {(c.variant, c.size): c for c in mm.bench_cases(quick=False)}
+    c = cases[("01_naive", "4096^3")]
+    assert c.ceiling == "cublas" and c.amount == 2.0 * 4096**3
     for t in (16, 32):
-        c = cases[f"02_tiled-t{t}-vs-naive"]
+        c = cases[(f"02_tiled-t{t}-vs-naive", "4096^3")]
         assert c.ceiling == "matmul_01_naive" and c.target == 1.5
+    # The ladder: every rung at every size, each against cuBLAS measured at that same size.
+    for label, m, n, k in mm.LADDER_SIZES:
+        for v in mm.LADDER:
+            c = cases[(v, label)]
+            assert c.ceiling == mm.cublas_ceiling_name(label) and c.amount == 2.0 * m * n * k
+            assert c.bytes == 4.0 * (m * k + k * n + m * n)
+    assert cases[("09_tuned", "4096^3")].target == 0.9
+    assert cases[("08_pipelined", "5120x256x5120")].ceiling == "cublas@5120x256x5120"
     from harness import bench
 
-    assert {"cublas", "matmul_01_naive"} <= set(bench.ceilings())
+    assert {"cublas", "cublas@2048^3", "cublas@8192^3", "cublas@5120x256x5120", "matmul_01_naive"} <= set(
+        bench.ceilings())
+
+
+def test_quick_bench_is_only_the_best_rungs_at_4096():
+    quick = [c for c in mm.bench_cases(quick=True) if c.quick]
+    assert quick and all(c.size == "4096^3" for c in quick)
+    assert {c.variant for c in quick} - {"cublas"} == set(mm.QUICK_RUNGS)
+
+
+def test_variant_table_comes_from_the_library():
+    names = mm.variants()
+    assert names[:3] == mm.CLASSIC and names[3:9] == mm.LADDER and names[-1] == "cublas"
+    assert mm.VARIANTS == names
+    lib = library.load("matmul")
+    assert lib.matmul_variant_count() == len(names)
+    assert lib.raw("matmul_variant_name")(len(names)) == lib.ffi.NULL
+    # Every rung runs a configuration of the table; the classic ones do not.
+    for v in mm.LADDER[:-1]:
+        assert mm.variant_config(v).startswith(v + "-")
+    assert lib.matmul_variant_config("02_tiled") == -1 and lib.matmul_config_index("nope") == -1
+
+
+def test_config_limits_are_named():
+    info = {"threads": 256, "dynamic_smem": 270336, "static_smem": 0, "registers": 128,
+            "max_threads_for_registers": 512, "smem_limit": 232448, "local_bytes": 0}
+    assert "270336 bytes of shared memory" in mm.config_problem(info) and "232448" in mm.config_problem(info)
+    regs = dict(info, dynamic_smem=0, threads=1024, max_threads_for_registers=512)
+    assert "128 registers per thread allow at most 512" in mm.config_problem(regs)
+    assert mm.config_problem(dict(info, dynamic_smem=1024)) is None
+    with pytest.raises(ValueError, match="unknown matmul configuration"):
+        mm.config_index("08_pipelined-1x1x1")
+
+
+def test_ladder_refuses_transposed_b():
+    with pytest.raises(ValueError, match="trans_b"):
+        mm.check_tile("07_warptile", 0, trans_b=True)
+
+
+def test_sanitize_covers_both_paths_of_every_rung():
+    runs = mm.sanitize_args()
+    for v in mm.LADDER:
+        assert runs[v][-1] == "47"  # k % 4 != 0: the 4-byte path
+        m, n, k = map(int, runs[f"{v}-vec"][-3:])
+        assert n % 4 == 0 and k % 4 == 0 and m % 128 and n % 128  # 16-byte path, ragged tiles
 
 
 # --- the GPU ------------------------------------------------------------------------------------------
@@ -335,3 +390,120 @@ def test_gpu_executable_checks_itself():
     df = mm.run("--variant", "all", "--tile", "32", "129", "257", "65")
     assert {"01_naive", "02_tiled", "03_tiled_dynamic"} <= set(df["variant"])
     assert (df["check"] == "pass").all()
+
+
+# --- the ladder on the GPU ----------------------------------------------------------------------------
+
+# (m, k, n): the issue's ragged sizes (1, 7, 33, 1000, 4097), aligned-but-ragged shapes (the 16-byte
+# paths with partial tiles), and k = 4 (one chunk).
+LADDER_SHAPES = [(1, 1, 1), (7, 7, 7), (33, 33, 33), (1, 4097, 1), (4097, 7, 33), (33, 1000, 7), (7, 33, 4097),
+                 (129, 36, 68), (260, 512, 132), (1000, 4, 1000), (64, 64, 64), (127, 129, 255)]
+
+
+def fitting_configs():
+    try:
+        return [c for c in mm.configs() if mm.config_problem(mm.config_info(c)) is None]
+    except Exception:
+        return []
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", mm.LADDER)
+@pytest.mark.parametrize("mkn", LADDER_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gpu_ladder(variant, mkn, seed):
+    a, b, ref = operands(seed, *mkn)
+    assert_close(mm.matmul(a, b, variant), ref, f"{variant} {mkn}")
+
+
+@pytest.mark.gpu
+def test_gpu_every_config_is_exact():
+    """The tuner may pick any configuration: each one that fits is checked on ragged shapes, both paths."""
+    cfgs = fitting_configs()
+    assert cfgs
+    for mkn in [(33, 7, 65), (129, 36, 68), (300, 1000, 260)]:
+        a, b, ref = operands(3, *mkn)
+        for cfg in cfgs:
+            assert_close(mm.matmul(a, b, config=cfg), ref, f"{cfg} {mkn}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", mm.LADDER)
+def test_gpu_ladder_lecture_shape_and_k_zero(variant):
+    m, k, n = mm.LECTURE_SHAPES["lecture5"]
+    a, b, ref = operands(0, m, k, n)
+    assert_close(mm.matmul(a, b, variant), ref, f"{variant} lecture5")
+    out = mm.matmul(np.ones((19, 0), np.float32), np.ones((0, 23), np.float32), variant)
+    np.testing.assert_array_equal(out, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", mm.LADDER)
+@pytest.mark.parametrize("offset", [(1, 0, 0), (0, 1, 0), (0, 0, 1), (0, 0, 0)], ids=["A+4B", "B+4B", "C+4B", "aligned"])
+def test_gpu_ladder_unaligned_pointers(variant, offset, rng):
+    """Sizes that are multiples of 4 but base pointers 4 bytes off a 16-byte boundary: the kernels must
+    take their 4-byte path (a float4 access there would fault), write every element and nothing past C."""
+    from harness import cudart
+
+    m, k, n = 68, 36, 132
+    a, b = rand(rng, m, k), rand(rng, k, n)
+    oa, ob, oc = offset
+    ha = np.concatenate([np.zeros(oa, np.float32), a.ravel()])
+    hb = np.concatenate([np.zeros(ob, np.float32), b.ravel()])
+    hc = poison((oc + m * n + 64,), np.float32)
+    lib = library.load("matmul")
+    ffi = lib.ffi
+
+    def at(buf, off):
+        return ffi.cast("float *", buf.ptr) + off
+
+    with cudart.DeviceBuffer.from_array(ha) as da, cudart.DeviceBuffer.from_array(hb) as db, \
+            cudart.DeviceBuffer.from_array(hc) as dc:
+        mm.matmul_device(variant, 0, m, n, k, at(da, oa), at(db, ob), at(dc, oc))
+        cudart.synchronize()
+        dc.to_host(hc)
+    assert_close(hc[oc:oc + m * n].reshape(m, n), mm.reference(a, b), f"{variant} offsets {offset}")
+    assert np.isnan(hc[:oc]).all() and np.isnan(hc[oc + m * n:]).all(), "wrote outside C"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", mm.LADDER)
+def test_gpu_ladder_batched_alpha(variant, rng):
+    batch, m, k, n = 3, 65, 40, 36
+    a, b = rand(rng, batch, m, k), rand(rng, batch, k, n)
+    out = mm.matmul_batched(a, b, variant, 0, alpha=0.25)
+    ref = 0.25 * np.einsum("zmk,zkn->zmn", a.astype(np.float64), b.astype(np.float64))
+    assert_close(out, ref, f"{variant} batched")
+
+
+@pytest.mark.gpu
+def test_gpu_oversized_config_is_refused_with_its_limit():
+    name = "08_pipelined-128x128x64-w64x32-s4"
+    info = mm.config_info(name)
+    assert info["dynamic_smem"] == 4 * (128 * 68 + 64 * 128) * 4
+    if info["dynamic_smem"] <= info["smem_limit"]:
+        pytest.skip(f"this device gives a block {info['smem_limit']} bytes of shared memory: the config fits")
+    a = np.ones((8, 8), np.float32)
+    with pytest.raises(ValueError, match=r"270336 bytes of shared memory.*at most \d+"):
+        mm.matmul(a, a, config=name)
+    lib = library.load("matmul")
+    assert lib.raw("matmul_config_check")(mm.config_index(name)) == 9  # cudaErrorInvalidConfiguration
+    res = runner.run("matmul", "--config", name, "8", "8", "8", check=False)
+    assert res.returncode == 2 and "shared memory" in res.stderr and "at most" in res.stderr
+
+
+@pytest.mark.gpu
+def test_gpu_executable_ladder_table():
+    df = mm.run("--variant", "all", "--tile", "32", "129", "68", "36")
+    assert set(mm.LADDER) <= set(df["variant"])
+    assert (df["check"] == "pass").all()
+    assert df.loc[df["variant"] == "07_warptile", "config"].iloc[0] == "07_warptile-128x128x8-w64x32"
+
+
+@pytest.mark.gpu
+def test_gpu_executable_refuses_what_cannot_fit():
+    """Issue 13: 100000^3 needs 3 x 40 GB; refused with the need and the limit, status 2, no bad_alloc."""
+    res = runner.run("matmul", "100000", "100000", "100000", check=False)
+    assert res.returncode == 2, res.stderr
+    assert "GiB of device memory" in res.stderr and "at most" in res.stderr
+    assert "bad_alloc" not in res.stderr

@@ -1,31 +1,57 @@
-"""matmul: float32 row-major C = A @ B (GPU MODE lectures 3 and 5), with a cuBLAS SGEMM baseline.
+"""matmul: float32 row-major C = A @ B (GPU MODE lectures 3 and 5), the SGEMM ladder towards cuBLAS
+(issue 10), and a cuBLAS SGEMM baseline.
 
-Variants (cuda/matmul/matmul_kernels.cuh, shared with the attention program):
+Variants (the one table is in cuda/matmul/matmul.cu; `variants()` reads it from the library):
   01_naive          one thread per output, 16x16 blocks (lecture 3's matmul_k); `tile` is ignored
   02_tiled          shared-memory tiles, compile-time width 16 or 32 (lecture 5)
   03_tiled_dynamic  the same with the width chosen at run time, dynamic shared memory 2*tw*tw*4 bytes
+  04_blocktile_1d   8 outputs per thread down a column (register blocking in one dimension)
+  05_blocktile_2d   an 8x8 block of outputs per thread, outer products from registers
+  06_vectorized     16-byte global loads, A transposed in shared memory, LDS.128 for both operands
+  07_warptile       warp tiles, conflict-free shared layout (padded A rows)
+  08_pipelined      cp.async into 3 shared stages: the next tiles load while this one multiplies
+  09_tuned          the ladder configuration `invoke tune matmul` chose for this GPU (else 08's)
   cublas            cuBLAS SGEMM (plain FP32, no TF32), only when the library was built against cuBLAS
+04-09 ignore `tile` and take B as (k, n) only (no trans_b). Each ladder variant runs one entry of the
+library's configuration table (`configs()`: block/warp tile and stages); `matmul(..., config=NAME)`
+runs any entry.
 
 Tolerance: ||out - ref|| / ||ref|| <= 1e-5 against a float64 reference. Each output is a float32
 sum of k products; with random signs the rounding error grows like sqrt(k) * 2^-24 relative to the
-result (about 4e-6 at k = 4096), so 1e-5 holds for every k the tests and benchmarks use.
+result (about 4e-6 at k = 4096), so 1e-5 holds for every k the tests and benchmarks use. The ladder
+kernels sum in a different order from 01-03 (k in steps of the tile, then within it), which moves
+the error around inside that bound, not beyond it.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 
 from .. import library, parse, runner
 from ..sim import blk_kernel2d, dim3, launch
 
-VARIANTS = ("01_naive", "02_tiled", "03_tiled_dynamic", "cublas")
-KERNEL_VARIANTS = VARIANTS[:3]
+CLASSIC = ("01_naive", "02_tiled", "03_tiled_dynamic")
+LADDER = ("04_blocktile_1d", "05_blocktile_2d", "06_vectorized", "07_warptile", "08_pipelined", "09_tuned")
 STATIC_TILES = (16, 32)
 NAIVE_BLOCK = 16
 TOL = 1e-5
 INT_MAX = 2**31 - 1
+TUNED = "09_tuned"
+
+
+def __getattr__(name: str):
+    # VARIANTS and KERNEL_VARIANTS come from the library's one table, read when first asked for.
+    if name == "VARIANTS":
+        return variants()
+    if name == "KERNEL_VARIANTS":
+        return tuple(v for v in variants() if v != "cublas")
+    raise AttributeError(name)
 
 
 # --- the library ---------------------------------------------------------------------------------
@@ -40,7 +66,67 @@ def _cstr(lib, s: str):
 
 def have_cublas() -> bool:
     """Whether libmatmul.so was built against cuBLAS (the Makefile found its header and library)."""
-    return bool(_lib().raw("matmul_have_cublas")())
+    return bool(_lib().matmul_have_cublas())
+
+
+@functools.cache
+def variants() -> tuple[str, ...]:
+    """The variant names, from the library's one table (matmul_variant_count / matmul_variant_name)."""
+    lib = _lib()
+    ffi = lib.ffi
+    return tuple(ffi.string(lib.matmul_variant_name(i)).decode() for i in range(lib.matmul_variant_count()))
+
+
+@functools.cache
+def configs() -> tuple[str, ...]:
+    """The ladder configurations compiled into the library, by name (e.g. 08_pipelined-128x128x16-w64x32-s3:
+    block tile m x n x k, warp tile, stages)."""
+    lib = _lib()
+    return tuple(lib.ffi.string(lib.matmul_config_name(i)).decode() for i in range(lib.matmul_config_count()))
+
+
+def config_index(name: str) -> int:
+    cs = configs()
+    if name not in cs:
+        raise ValueError(f"unknown matmul configuration {name!r}; valid: {', '.join(cs)}")
+    return cs.index(name)
+
+
+def variant_config(variant: str) -> str | None:
+    """The configuration a ladder variant runs (09_tuned: the tuned one), None for the others."""
+    if variant == TUNED:
+        apply_tuned()
+    i = _lib().matmul_variant_config(variant)
+    return configs()[i] if i >= 0 else None
+
+
+def config_info(name: str) -> dict:
+    """What a configuration needs and what this device allows (cudaFuncGetAttributes and the device's limits)."""
+    lib = _lib()
+    out = lib.ffi.new("int[7]")
+    lib.matmul_config_info(config_index(name), out)
+    keys = ("threads", "dynamic_smem", "static_smem", "registers", "max_threads_for_registers", "smem_limit",
+            "local_bytes")
+    return dict(zip(keys, list(out)))
+
+
+def config_problem(info: dict) -> str | None:
+    """Why a configuration cannot run on the device described by `info` (see config_info), or None."""
+    if info["threads"] > info["max_threads_for_registers"]:
+        return (f"needs {info['threads']} threads per block, but its {info['registers']} registers per thread "
+                f"allow at most {info['max_threads_for_registers']} on this device")
+    need = info["dynamic_smem"] + info["static_smem"]
+    if need > info["smem_limit"]:
+        return (f"needs {need} bytes of shared memory per block; this device allows at most {info['smem_limit']} "
+                "(cudaDevAttrMaxSharedMemoryPerBlockOptin)")
+    return None
+
+
+def check_config(name: str, info: dict | None = None) -> None:
+    """Raise ValueError naming the limit when configuration `name` does not fit the device."""
+    why = config_problem(info if info is not None else config_info(name))
+    if why:
+        raise ValueError(f"matmul configuration {name}: {why}")
 
 
 def smem_bytes(variant: str, tile: int, trans_b: bool = False) -> int:
@@ -58,13 +144,23 @@ def device_limits(device: int = 0) -> dict:
             "smem_per_block": cudart.attribute("smem_per_block", device)}
 
 
+def _check_variant(variant: str) -> None:
+    vs = variants()
+    if variant not in vs:
+        raise ValueError(f"unknown matmul variant {variant!r}; valid: {', '.join(vs)}")
+
+
 def check_tile(variant: str, tile: int, trans_b: bool = False, limits: dict | None = None) -> None:
     """Raise ValueError unless `variant` can run with this tile width on the device.
 
     `limits` (max_threads_per_block, smem_per_block) defaults to the current device's attributes.
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown matmul variant {variant!r}; valid: {', '.join(VARIANTS)}")
+    _check_variant(variant)
+    if variant in LADDER:
+        if trans_b:
+            raise ValueError(f"{variant} takes B as (k, n) only; trans_b is for {', '.join(CLASSIC)} and cublas")
+        check_config(variant_config(variant))
+        return
     if variant == "cublas":
         if not have_cublas():
             raise ValueError("variant 'cublas': libmatmul.so was built without cuBLAS "
@@ -102,22 +198,30 @@ def _check_operands(a, b, trans_b: bool = False, batched: bool = False) -> tuple
     return a, b
 
 
-def matmul(a: np.ndarray, b: np.ndarray, variant: str = "02_tiled", tile: int = 16) -> np.ndarray:
+def matmul(a: np.ndarray, b: np.ndarray, variant: str = "02_tiled", tile: int = 16,
+           config: str | None = None) -> np.ndarray:
     """a (m, k) @ b (k, n) on the GPU: float32, C-contiguous (a non-contiguous array is refused
     with ValueError; pass np.ascontiguousarray(x)). Returns a new (m, n) float32 array.
 
     Shapes are checked before anything runs (ValueError naming both). k = 0 gives zeros (computed
     by the kernel); an empty output gives an empty array without touching the GPU.
+    `config` runs one ladder configuration by name (see configs()) instead of a variant.
     """
     a, b = _check_operands(a, b)
     (m, k), n = a.shape, b.shape[1]
     out = np.empty((m, n), dtype=np.float32)
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown matmul variant {variant!r}; valid: {', '.join(VARIANTS)}")
+    if config is not None:
+        ci = config_index(config)
+    else:
+        _check_variant(variant)
     if out.size == 0:
         return out
-    check_tile(variant, tile)
     lib = _lib()
+    if config is not None:
+        check_config(config)
+        lib.matmul_config_host(ci, m, n, k, a, b, out)
+        return out
+    check_tile(variant, tile)
     lib.matmul_host(_cstr(lib, variant), int(tile), m, n, k, a, b, out)
     return out
 
@@ -131,8 +235,7 @@ def matmul_batched(a: np.ndarray, b: np.ndarray, variant: str = "02_tiled", tile
     batch, m, k = a.shape
     n = b.shape[1] if trans_b else b.shape[2]
     out = np.empty((batch, m, n), dtype=np.float32)
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown matmul variant {variant!r}; valid: {', '.join(VARIANTS)}")
+    _check_variant(variant)
     if out.size == 0:
         return out
     if batch > 65535:
@@ -145,12 +248,133 @@ def matmul_batched(a: np.ndarray, b: np.ndarray, variant: str = "02_tiled", tile
 
 def matmul_device(variant: str, tile: int, m: int, n: int, k: int, a_ptr, b_ptr, c_ptr, stream=None) -> None:
     """Device pointers (DeviceBuffer or cffi), enqueued on `stream` with no sync: for the timing loop."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown matmul variant {variant!r}; valid: {', '.join(VARIANTS)}")
+    _check_variant(variant)
     if min(m, n, k) < 0:
         raise ValueError(f"sizes must be >= 0, got m={m} n={n} k={k}")
+    if variant == TUNED:
+        apply_tuned()
     lib = _lib()
     lib.matmul_device(_cstr(lib, variant), int(tile), m, n, k, a_ptr, b_ptr, c_ptr, stream)
+
+
+def config_device(config: str, m: int, n: int, k: int, a_ptr, b_ptr, c_ptr, stream=None) -> None:
+    """One ladder configuration on device pointers, enqueued on `stream` (the tuner's launch)."""
+    ci = config_index(config)
+    if min(m, n, k) < 0:
+        raise ValueError(f"sizes must be >= 0, got m={m} n={n} k={k}")
+    _lib().matmul_config_device(ci, m, n, k, a_ptr, b_ptr, c_ptr, stream)
+
+
+# --- tuning: which configuration 09_tuned runs on this GPU ------------------------------------------
+
+TUNE_FILE = "matmul-tune.json"
+TUNE_KINDS = ("07_warptile", "08_pipelined")  # the configurations the search times
+
+
+def gpu_folder(device: str) -> str:
+    """bench/results/<folder> for a device name: its model ("NVIDIA H100 80GB HBM3" -> "h100")."""
+    name = re.sub(r"^nvidia\s+", "", device.strip(), flags=re.I)
+    for tok in name.split():
+        if re.search(r"\d", tok):
+            return re.sub(r"[^a-z0-9]+", "-", tok.lower()).strip("-")
+    from .. import bench
+
+    return bench.gpu_slug(device)
+
+
+def tune_path(device: str) -> Path:
+    from .. import bench
+
+    return bench.RESULTS_DIR / gpu_folder(device) / TUNE_FILE
+
+
+def tuned_choice(device: str | None = None) -> tuple[str | None, str]:
+    """(configuration, why) for 09_tuned on `device`: the cached winner when its file names this exact
+    device and a configuration this build has, else (None, the reason the default is used)."""
+    if device is None:
+        from .. import cudart
+
+        device = cudart.device_name(0)
+    path = tune_path(device)
+    if not path.exists():
+        return None, f"no tuning result at {path} (run `invoke tune matmul`)"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return None, f"{path} unreadable: {e}"
+    if data.get("device") != device:
+        return None, f"{path} was tuned on {data.get('device')!r}, not {device!r}"
+    winner = data.get("winner")
+    if winner not in configs():
+        return None, f"{path} names {winner!r}, which this build does not have"
+    return winner, f"tuned on this device ({path})"
+
+
+_applied: dict = {}
+
+
+def apply_tuned() -> str:
+    """Point 09_tuned at this GPU's cached winner (once per process); returns the configuration it runs."""
+    if "name" not in _applied:
+        winner, why = tuned_choice()
+        lib = _lib()
+        if winner is not None:
+            lib.matmul_set_tuned(config_index(winner))
+        _applied["name"] = configs()[lib.matmul_tuned_config()]
+        _applied["why"] = why
+    return _applied["name"]
+
+
+def tune(size: int = 4096, reps: int = 10, kinds=TUNE_KINDS, save: bool = True, on_progress=None):
+    """Time every configuration of `kinds` at size^3 with harness.timing; cache the fastest for this GPU.
+
+    Configurations the device cannot hold are listed with the limit they exceed, never launched.
+    Returns (table, path): one row per configuration (tflops, ms, iqr_ms, status) and the JSON file
+    written (None when save=False). The JSON holds the device name, the winner and the whole table.
+    """
+    import pandas as pd
+
+    from .. import bench, cudart, timing
+
+    device = cudart.device_name(0)
+    a, b, c = _bench_buffers(size, size, size)
+    rows = []
+    try:
+        for name in configs():
+            if not name.startswith(tuple(kinds)):
+                continue
+            if on_progress:
+                on_progress(name)
+            why = config_problem(config_info(name))
+            if why:
+                rows.append({"config": name, "status": "refused: " + why, "ms": np.nan, "iqr_ms": np.nan,
+                             "tflops": np.nan})
+                continue
+            t = timing.time_launch(lambda s, n=name: config_device(n, size, size, size, a.ptr, b.ptr, c.ptr, s),
+                                   reps=reps)
+            rows.append({"config": name, "status": "ok", "ms": t.median_ms, "iqr_ms": t.iqr_ms,
+                         "tflops": t.rate(2.0 * size**3) / 1e12})
+    finally:
+        for buf in (a, b, c):
+            buf.close()
+    df = pd.DataFrame(rows)
+    ok = df[df["status"] == "ok"]
+    if ok.empty:
+        raise RuntimeError("no configuration could run on this device: " + "; ".join(df["status"]))
+    winner = str(ok.loc[ok["tflops"].idxmax(), "config"])
+    df["winner"] = df["config"] == winner
+    path = None
+    if save:
+        meta = bench.metadata()
+        path = tune_path(device)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {"program": "matmul", "device": device, "size": f"{size}^3", "winner": winner,
+                   "driver": meta["driver"], "nvcc": meta["nvcc"], "date": meta["date"],
+                   "timing": f"harness.timing, L2 flushed, median of {reps}",
+                   "table": json.loads(df.to_json(orient="records"))}
+        path.write_text(json.dumps(payload, indent=1) + "\n")
+        _applied.clear()
+    return df, path
 
 
 # --- reference and checker -----------------------------------------------------------------------
@@ -267,54 +491,73 @@ def run(*args, timeout: float = 300):
 # --- benchmarks ---------------------------------------------------------------------------------
 
 BENCH_N = 4096
+# The ladder's sizes: (label, m, n, k). 5120x256x5120 is the lectures' A (5120 x 256) @ B (256 x 5120).
+LADDER_SIZES = (("2048^3", 2048, 2048, 2048), ("4096^3", 4096, 4096, 4096), ("8192^3", 8192, 8192, 8192),
+                ("5120x256x5120", 5120, 5120, 256))
+QUICK_RUNGS = ("07_warptile", "08_pipelined", TUNED)  # `invoke bench --quick`: these at 4096^3 only
+
+
+def cublas_ceiling_name(size: str) -> str:
+    """The cuBLAS ceiling measured at `size` in the same run ("cublas" is 4096^3, the classic cases' one)."""
+    return "cublas" if size == f"{BENCH_N}^3" else f"cublas@{size}"
+
+
+@functools.lru_cache(maxsize=2)
+def _host_operands(m: int, n: int, k: int):
+    # Uniform in [-1, 1), never zeros (METHOD.md); cached so the cases of one size share one draw.
+    rng = np.random.default_rng(0)
+    a = (rng.random((m, k), dtype=np.float32) * 2 - 1).astype(np.float32)
+    b = (rng.random((k, n), dtype=np.float32) * 2 - 1).astype(np.float32)
+    return a, b
 
 
 def _bench_buffers(m: int, n: int, k: int):
     from .. import cudart
 
-    rng = np.random.default_rng(0)
-    a = cudart.DeviceBuffer.from_array(rng.standard_normal((m, k), dtype=np.float32))
-    b = cudart.DeviceBuffer.from_array(rng.standard_normal((k, n), dtype=np.float32))
+    ha, hb = _host_operands(m, n, k)
+    a = cudart.DeviceBuffer.from_array(ha)
+    b = cudart.DeviceBuffer.from_array(hb)
     c = cudart.DeviceBuffer(4 * m * n)
     return a, b, c
 
 
-def _time_variant(variant: str, tile: int, size: int, reps: int = 20):
+def _time_variant(variant: str, tile: int, m: int, n: int, k: int, reps: int = 20):
     from .. import timing
 
-    a, b, c = _bench_buffers(size, size, size)
+    a, b, c = _bench_buffers(m, n, k)
     try:
-        return timing.time_launch(lambda s: matmul_device(variant, tile, size, size, size, a.ptr, b.ptr, c.ptr, s),
-                                  reps=reps)
+        return timing.time_launch(lambda s: matmul_device(variant, tile, m, n, k, a.ptr, b.ptr, c.ptr, s), reps=reps)
     finally:
         for buf in (a, b, c):
             buf.close()
 
 
-def _cublas_ceiling(quick: bool = False):
-    """cuBLAS SGEMM TFLOP/s at the benchmark's size, measured in the same run; None without cuBLAS."""
-    from .. import bench
+def _make_cublas_ceiling(label: str, m: int, n: int, k: int):
+    def ceiling(quick: bool = False):
+        """cuBLAS SGEMM TFLOP/s at this size, measured in the same run; None without cuBLAS."""
+        from .. import bench
 
-    if not have_cublas():
-        return None
-    size = 2048 if quick else BENCH_N
-    t = _time_variant("cublas", 0, size, reps=10 if quick else 20)
-    return bench.Ceiling("cublas", t.rate(2.0 * size**3) / 1e12, "TFLOP/s", f"cuBLAS SGEMM {size}^3 FP32", t)
+        if not have_cublas():
+            return None
+        t = _time_variant("cublas", 0, m, n, k, reps=10 if quick else 20)
+        return bench.Ceiling(cublas_ceiling_name(label), t.rate(2.0 * m * n * k) / 1e12, "TFLOP/s",
+                             f"cuBLAS SGEMM {label} FP32", t)
+    return ceiling
 
 
 def _naive_ceiling(quick: bool = False):
-    """01_naive's TFLOP/s at the benchmark's size: the yardstick for "02_tiled >= 1.5x 01_naive"."""
+    """01_naive's TFLOP/s at 4096^3: the yardstick for "02_tiled >= 1.5x 01_naive"."""
     from .. import bench
 
-    size = 2048 if quick else BENCH_N
-    t = _time_variant("01_naive", 16, size, reps=10 if quick else 20)
-    return bench.Ceiling("matmul_01_naive", t.rate(2.0 * size**3) / 1e12, "TFLOP/s", f"01_naive {size}^3", t)
+    t = _time_variant("01_naive", 16, BENCH_N, BENCH_N, BENCH_N, reps=10 if quick else 20)
+    return bench.Ceiling("matmul_01_naive", t.rate(2.0 * BENCH_N**3) / 1e12, "TFLOP/s", f"01_naive {BENCH_N}^3", t)
 
 
 def _register_ceilings() -> None:
     from .. import bench
 
-    bench.register_ceiling("cublas", _cublas_ceiling)
+    for label, m, n, k in LADDER_SIZES:
+        bench.register_ceiling(cublas_ceiling_name(label), _make_cublas_ceiling(label, m, n, k))
     bench.register_ceiling("matmul_01_naive", _naive_ceiling)
 
 
@@ -322,48 +565,59 @@ _register_ceilings()
 
 
 def bench_cases(quick: bool = False):
-    """4096^3 (2048^3 with --quick): every variant against cuBLAS SGEMM measured in the same run,
-    TFLOP/s = 2mnk / time; cuBLAS itself against the FP32 peak; 02_tiled against 01_naive (target 1.5x)."""
+    """Every variant against cuBLAS SGEMM measured in the same run, TFLOP/s = 2mnk / time.
+
+    The ladder (04-09) at 2048^3, 4096^3, 8192^3 and 5120x256x5120, each against cuBLAS at that size;
+    01-03 at 4096^3 (02_tiled also against 01_naive, issue 4's 1.5x); cuBLAS against the FP32 peak.
+    Quick (`invoke bench --quick`): only 07, 08 and 09 at 4096^3 and cuBLAS against the peak.
+    The best rung's target is issue 10's: 0.9 of cuBLAS at 4096^3.
+    """
     from .. import bench
 
-    size = 2048 if quick else BENCH_N
-    flops = 2.0 * size**3
-    nbytes = 4.0 * 3 * size * size  # compulsory traffic: read A and B, write C
-
-    def make_setup(variant, tile):
+    def make_setup(variant, tile, m, n, k):
         def setup():
-            a, b, c = _bench_buffers(size, size, size)
+            a, b, c = _bench_buffers(m, n, k)
 
             def close():
                 for buf in (a, b, c):
                     buf.close()
 
-            return bench.Prepared(lambda s: matmul_device(variant, tile, size, size, size, a.ptr, b.ptr, c.ptr, s),
-                                  close)
+            return bench.Prepared(lambda s: matmul_device(variant, tile, m, n, k, a.ptr, b.ptr, c.ptr, s), close)
         return setup
 
-    def case(variant, tile, ceiling, label=None, target=None, note=""):
-        return bench.BenchCase("matmul", label or variant, f"{size}^3", make_setup(variant, tile), "TFLOP/s", flops,
-                               ceiling, target=target, quick=True, bytes=nbytes, flops=flops, note=note, reps=20)
+    def case(variant, tile, size, m, n, k, ceiling, label=None, target=None, note="", is_quick=False):
+        flops = 2.0 * m * n * k
+        nbytes = 4.0 * (m * k + k * n + m * n)  # compulsory traffic: read A and B, write C
+        return bench.BenchCase("matmul", label or variant, size, make_setup(variant, tile, m, n, k), "TFLOP/s", flops,
+                               ceiling, target=target, quick=is_quick, bytes=nbytes, flops=flops, note=note, reps=20)
 
+    size, n4 = f"{BENCH_N}^3", BENCH_N
     kernels = [("01_naive", 16), ("02_tiled", 16), ("02_tiled", 32), ("03_tiled_dynamic", 8),
                ("03_tiled_dynamic", 16), ("03_tiled_dynamic", 32)]
-    cases = [case(v, t, "cublas", v if v == "01_naive" else f"{v}-t{t}", note="fraction of cuBLAS SGEMM")
-             for v, t in kernels]
-    # The 1.5x target is the issue's, at 4096^3; the quick size carries no target.
-    cases += [case("02_tiled", t, "matmul_01_naive", f"02_tiled-t{t}-vs-naive", target=None if quick else 1.5,
+    cases = [case(v, t, size, n4, n4, n4, "cublas", v if v == "01_naive" else f"{v}-t{t}",
+                  note="fraction of cuBLAS SGEMM") for v, t in kernels]
+    cases += [case("02_tiled", t, size, n4, n4, n4, "matmul_01_naive", f"02_tiled-t{t}-vs-naive", target=1.5,
                    note="speed-up over 01_naive (issue 4: >= 1.5)") for t in STATIC_TILES]
+    for label, m, n, k in LADDER_SIZES:
+        for v in LADDER:
+            best = v in (TUNED,)
+            cases.append(case(v, 0, label, m, n, k, cublas_ceiling_name(label),
+                              target=0.9 if best and label == size else None,
+                              note="fraction of cuBLAS SGEMM at this size (issue 10: best rung >= 0.9 at 4096^3)"
+                              if best and label == size else "fraction of cuBLAS SGEMM at this size",
+                              is_quick=v in QUICK_RUNGS and label == size))
     try:
         cublas_ok = have_cublas()
     except Exception:
         cublas_ok = False
     if cublas_ok:
-        cases.append(case("cublas", 0, "fp32", "cublas", note="cuBLAS SGEMM as a fraction of the FP32 peak"))
+        cases.append(case("cublas", 0, size, n4, n4, n4, "fp32", "cublas",
+                          note="cuBLAS SGEMM as a fraction of the FP32 peak", is_quick=True))
     return cases
 
 
 def speedups(df) -> dict:
-    """From a bench table: each matmul variant's TFLOP/s over 01_naive's (same run)."""
+    """From a bench table: each matmul variant's TFLOP/s over 01_naive's (same run, 4096^3)."""
     rows = df[(df["program"] == "matmul") & (df["ceiling"] == "cublas")]
     base = rows.loc[rows["variant"] == "01_naive", "value"]
     if base.empty:
@@ -375,3 +629,38 @@ def speedups(df) -> dict:
 # --- hooks for `invoke profile` and `invoke sanitize` (small, ragged sizes; see harness/profile.py) ---
 def profile_args(variant: str | None = None) -> list[str]:
     return ["--variant", variant or "02_tiled", "--reps", "1", "65", "33", "47"]
+
+
+def sanitize_args() -> dict[str, list[str]]:
+    """compute-sanitizer runs: every variant on a small ragged shape (k = 47: the 4-byte paths), and
+    every ladder rung also on one whose rows are 16-byte aligned but whose edges are ragged against
+    every tile (m = 129, n = 68, k = 36: the 16-byte and cp.async paths, partial tiles)."""
+    runs = {v: profile_args(v) for v in variants() if v != "cublas"}
+    for v in LADDER:
+        runs[f"{v}-vec"] = ["--variant", v, "--reps", "1", "129", "68", "36"]
+    return runs
+
+
+# --- `invoke run matmul -- ...` ----------------------------------------------------------------------
+def cli(args: list[str], variant: str | None = None, **_) -> int:
+    """tasks.run's hook: build/bin/matmul with the tuned configuration passed as --config when the run
+    includes 09_tuned (the executable cannot read the JSON cache itself). Returns the exit status."""
+    import sys
+
+    argv = list(args)
+    if variant is not None:
+        argv = ["--variant", variant] + argv
+    chosen = argv[argv.index("--variant") + 1] if "--variant" in argv[:-1] else None
+    if "--config" not in argv and chosen in (TUNED, "all"):
+        try:
+            winner, why = tuned_choice()
+        except Exception as e:  # no GPU, library missing: the executable will say so itself
+            winner, why = None, str(e)
+        if winner is not None:
+            argv = ["--config", winner] + argv
+        else:
+            print(f"09_tuned: default configuration ({why})", file=sys.stderr)
+    res = runner.run("matmul", *argv, check=False, timeout=600)
+    sys.stdout.write(res.stdout)
+    sys.stderr.write(res.stderr)
+    return res.returncode

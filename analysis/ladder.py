@@ -1,0 +1,119 @@
+"""The ladder figure: TFLOP/s per rung as bars, one panel per size, with the library ceiling (cuBLAS)
+and the device's peak from the same bench run drawn as lines -- SGEMM_CUDA's benchmark plot, but
+with same-run ceilings.
+
+One figure per program that has ladder rows in the CSV:
+  matmul   (FP32 SGEMM ladder): ceiling rows named cublas / cublas@<size>, peak ceiling `fp32`
+  gemm_tc  (BF16 tensor cores):  ceiling rows named cublas_bf16 / cublas_bf16@<size>, peak `bf16_peak`
+A ladder row is a TFLOP/s case of that program whose ceiling is its library ceiling; rows measured
+against anything else (a baseline kernel, the peak itself) are not rungs. Input: a bench CSV
+(harness.bench.write_csv) or (cases, ceilings) DataFrames. Nothing here launches anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from . import bench as abench  # noqa: E402
+
+# program -> (library ceiling name, its label, peak ceiling name, peak label)
+LADDERS = {
+    "matmul": ("cublas", "cuBLAS SGEMM", "fp32", "FP32 peak"),
+    "gemm_tc": ("cublas_bf16", "cuBLAS BF16", "bf16_peak", "BF16 tensor-core peak"),
+}
+
+
+def _is_library_ceiling(name: str, base: str) -> bool:
+    return name == base or name.startswith(base + "@")
+
+
+def ladder_table(cases: pd.DataFrame, program: str) -> pd.DataFrame:
+    """size, variant, tflops, ceiling_tflops, ratio: the numbers behind one program's bars, in the
+    order the rungs appear in the CSV (the order the bench ran them)."""
+    base = LADDERS[program][0]
+    cols = ["size", "variant", "tflops", "ceiling_tflops", "ratio"]
+    if cases is None or cases.empty or not {"program", "unit", "ceiling", "value", "size"} <= set(cases):
+        return pd.DataFrame(columns=cols)
+    df = cases[(cases["program"] == program) & (cases["unit"] == "TFLOP/s")].copy()
+    df = df.loc[df["ceiling"].astype(str).map(lambda c: _is_library_ceiling(c, base)).astype(bool)]
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    cval = df["ceiling_value"] if "ceiling_value" in df else pd.Series(np.nan, index=df.index)
+    out = pd.DataFrame({"size": df["size"].astype(str), "variant": df["variant"].astype(str),
+                        "tflops": pd.to_numeric(df["value"], errors="coerce"),
+                        "ceiling_tflops": pd.to_numeric(cval, errors="coerce")})
+    out["ratio"] = out["tflops"] / out["ceiling_tflops"]
+    return out.reset_index(drop=True)
+
+
+def peak(ceilings: pd.DataFrame, program: str) -> float | None:
+    """The program's peak ceiling (TFLOP/s) from the run's ceiling rows, or None when not measured."""
+    name = LADDERS[program][2]
+    if ceilings is None or ceilings.empty:
+        return None
+    rows = ceilings[ceilings["variant"].astype(str) == name]
+    if rows.empty:
+        return None
+    v = float(pd.to_numeric(rows["value"], errors="coerce").iloc[0])
+    return v if np.isfinite(v) and v > 0 else None
+
+
+def ladder_figure(table: pd.DataFrame, program: str, peak_tflops: float | None = None,
+                  title: str = "") -> plt.Figure:
+    """Bars of TFLOP/s per rung, one panel per size; the library ceiling and the peak as lines."""
+    _, clabel, _, plabel = LADDERS[program]
+    sizes = list(dict.fromkeys(table["size"]))
+    fig, axes = plt.subplots(1, max(len(sizes), 1), figsize=(4.2 * max(len(sizes), 1) + 1, 5.5), squeeze=False,
+                             sharey=True)
+    for ax, size in zip(axes[0], sizes):
+        t = table[table["size"] == size]
+        x = np.arange(len(t))
+        ax.bar(x, t["tflops"], color="#4c72b0")
+        for xi, (v, r) in enumerate(zip(t["tflops"], t["ratio"])):
+            if np.isfinite(v):
+                ax.text(xi, v, f"{r:.2f}" if np.isfinite(r) else "", ha="center", va="bottom", fontsize=7)
+        ceil = t["ceiling_tflops"].dropna()
+        if len(ceil):
+            ax.axhline(float(ceil.iloc[0]), color="black", ls="--", lw=1.2,
+                       label=f"{clabel} {float(ceil.iloc[0]):.1f} TFLOP/s (same run)")
+        if peak_tflops:
+            ax.axhline(peak_tflops, color="firebrick", ls=":", lw=1.2, label=f"{plabel} {peak_tflops:.1f} TFLOP/s")
+        ax.set_xticks(x)
+        ax.set_xticklabels(t["variant"], rotation=60, ha="right", fontsize=8)
+        ax.set_title(size)
+        ax.legend(fontsize=7, loc="upper left")
+    axes[0][0].set_ylabel("TFLOP/s (2mnk / median time); labels: fraction of the library ceiling")
+    if not peak_tflops:
+        fig.text(0.01, 0.01, "no peak ceiling in this run", fontsize=8)
+    fig.suptitle(title or f"{program}: the ladder, TFLOP/s per rung")
+    fig.tight_layout()
+    return fig
+
+
+def plot(data, outdir: Path, prefix: str = "ladder") -> list[Path]:
+    """Write <prefix>_<program>.png for every program with ladder rows in the bench data."""
+    cases, ceil = abench.load(data)
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    device = ""
+    if "device" in cases and len(cases):
+        device = str(cases["device"].dropna().iloc[0]) if cases["device"].notna().any() else ""
+    paths = []
+    for program in LADDERS:
+        table = ladder_table(cases, program)
+        if table.empty:
+            continue
+        title = f"{program}: the ladder, TFLOP/s per rung" + (f" ({device})" if device else "")
+        fig = ladder_figure(table, program, peak(ceil, program), title)
+        path = outdir / f"{prefix}_{program}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        paths.append(path)
+    return paths
