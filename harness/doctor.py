@@ -77,10 +77,29 @@ def check_gpu() -> list[Check]:
     if ok:
         s = cudart.summary()
         out.append(Check("GPU", True, f"{s.name}, compute capability {s.cc}, {s.sm_count} SMs, {s.memory_gib:.0f} GiB"))
+        out += tensor_core_checks(s.cc)
     else:
         out.append(Check("GPU", False, why, "GPU tests and benchmarks need a CUDA device; everything else works",
                          optional=True))
     return out
+
+
+def tensor_core_checks(cc: str) -> list[Check]:
+    """Which gemm_tc rungs this GPU can run: mma.sync bf16 needs sm_80, wgmma + TMA need sm_90a
+    (compute capability 9.0 exactly, and a build with ARCH=90, which compiles gemm_tc for sm_90a)."""
+    try:
+        major, minor = (int(x) for x in str(cc).split(".")[:2])
+    except ValueError:
+        return []
+    return [
+        Check("tensor cores: mma.sync bf16 (gemm_tc 01, 02)", (major, minor) >= (8, 0),
+              f"compute capability {cc}" + ("" if (major, minor) >= (8, 0) else ": needs sm_80 or newer"),
+              "01_wmma and 02_mma_sync need an Ampere or newer GPU; their tests skip", optional=True),
+        Check("tensor cores: wgmma + TMA (gemm_tc 03)", (major, minor) == (9, 0),
+              f"compute capability {cc}" + ("" if (major, minor) == (9, 0) else ": needs sm_90a (Hopper, 9.0)"),
+              "03_wgmma needs a Hopper GPU (sm_90a code runs on 9.0 only); it reports 'needs sm_90a' and "
+              "its tests skip", optional=True),
+    ]
 
 
 def check_packages() -> list[Check]:
