@@ -35,6 +35,10 @@ enum attn_variant_id_t {
     ATTN_02_FLASH = 2,
     ATTN_03_FLASH_BF16 = 3,
     ATTN_04_FLASH_3XTF32 = 4,
+    ATTN_FLASH_BF16_W8S2 = 90,  // tuning: 03_flash_bf16 with (warps, stages) fixed, any D
+    ATTN_FLASH_BF16_W8S3 = 91,
+    ATTN_FLASH_BF16_W4S2 = 92,
+    ATTN_FLASH_BF16_W4S3 = 93,
     ATTN_FLASH_BF16_NO_CAUSAL_MASK = 97,
     ATTN_FLASH_BF16_SKIP_LAST_TILE = 98,
     ATTN_FLASH_SKIP_LAST_TILE = 99
@@ -49,12 +53,17 @@ static inline int attn_variant_id(const char *variant) {
     if (strcmp(variant, "flash_skip_last_tile") == 0) return ATTN_FLASH_SKIP_LAST_TILE;
     if (strcmp(variant, "flash_bf16_skip_last_tile") == 0) return ATTN_FLASH_BF16_SKIP_LAST_TILE;
     if (strcmp(variant, "flash_bf16_no_causal_mask") == 0) return ATTN_FLASH_BF16_NO_CAUSAL_MASK;
+    if (strcmp(variant, "flash_bf16_w8s2") == 0) return ATTN_FLASH_BF16_W8S2;
+    if (strcmp(variant, "flash_bf16_w8s3") == 0) return ATTN_FLASH_BF16_W8S3;
+    if (strcmp(variant, "flash_bf16_w4s2") == 0) return ATTN_FLASH_BF16_W4S2;
+    if (strcmp(variant, "flash_bf16_w4s3") == 0) return ATTN_FLASH_BF16_W4S3;
     return 0;
 }
 
 // Variants whose Q, K, V and O are bf16 (the others are float32).
 static inline bool attn_is_bf16(int id) {
-    return id == ATTN_03_FLASH_BF16 || id == ATTN_FLASH_BF16_SKIP_LAST_TILE || id == ATTN_FLASH_BF16_NO_CAUSAL_MASK;
+    return id == ATTN_03_FLASH_BF16 || id == ATTN_FLASH_BF16_SKIP_LAST_TILE || id == ATTN_FLASH_BF16_NO_CAUSAL_MASK ||
+           (id >= ATTN_FLASH_BF16_W8S2 && id <= ATTN_FLASH_BF16_W4S3);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -429,6 +438,16 @@ static inline cudaError_t attention_launch_bf16(const char *variant, int B, int 
     const int flags = id == ATTN_FLASH_BF16_SKIP_LAST_TILE   ? FB_FLAG_SKIP_LAST_TILE
                       : id == ATTN_FLASH_BF16_NO_CAUSAL_MASK ? FB_FLAG_NO_CAUSAL_MASK
                                                              : 0;
-    if (D == 64) return attn_flash_bf16_launch<64>(B * H, S, q, k, v, o, scale, causal, flags, stream);
-    return attn_flash_bf16_launch<128>(B * H, S, q, k, v, o, scale, causal, flags, stream);
+    const int BH = B * H;
+#define ATTN_BF16_TUNED(ID, NW, ST)                                                                            \
+    if (id == ID)                                                                                              \
+        return D == 64 ? attn_flash_bf16_launch<64, NW, ST>(BH, S, q, k, v, o, scale, causal, flags, stream)   \
+                       : attn_flash_bf16_launch<128, NW, ST>(BH, S, q, k, v, o, scale, causal, flags, stream);
+    ATTN_BF16_TUNED(ATTN_FLASH_BF16_W8S2, 8, 2)
+    ATTN_BF16_TUNED(ATTN_FLASH_BF16_W8S3, 8, 3)
+    ATTN_BF16_TUNED(ATTN_FLASH_BF16_W4S2, 4, 2)
+    ATTN_BF16_TUNED(ATTN_FLASH_BF16_W4S3, 4, 3)
+#undef ATTN_BF16_TUNED
+    if (D == 64) return attn_flash_bf16_launch<64>(BH, S, q, k, v, o, scale, causal, flags, stream);
+    return attn_flash_bf16_launch<128>(BH, S, q, k, v, o, scale, causal, flags, stream);
 }

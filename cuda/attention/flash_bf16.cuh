@@ -3,9 +3,10 @@
 // Q, K, V, O are bf16 (cudalab_bf16 = uint16_t storage), B×H×S×D row-major, D = 64 or 128.
 // Products on mma.sync m16n8k16 (bf16 in, FP32 accumulate); softmax statistics in FP32.
 //
-// Block: FB_WARPS warps, 16 query rows per warp (FB_BR = 128 rows a block). Each warp keeps its
+// Block: NW warps, 16 query rows per warp (16·NW rows a block; the tuned choice per D is
+// FlashBf16Default below). Each warp keeps its
 // 16×D slice of Q in registers as MMA A fragments for the whole kernel, so the only shared-memory
-// reads in the loop are the K and V tiles (ldmatrix). K and V stream through FB_STAGES stages of
+// reads in the loop are the K and V tiles (ldmatrix). K and V stream through STAGES stages of
 // 64-key tiles filled by cp.async: while the warps work on tile t the copies of tiles t+1.. are in
 // flight, and there is one __syncthreads per tile.
 //
@@ -25,22 +26,28 @@
 #include "cudalab.h"
 #include "tc_ptx.cuh"
 
-#define FB_WARPS 8
+#define FB_WARPS 8             // the 3xTF32 kernel's block: 8 warps, 128 query rows
 #define FB_NT (FB_WARPS * 32)
-#define FB_BR (FB_WARPS * 16)  // query rows per block
-#define FB_BC 64               // keys per tile
+#define FB_BR (FB_WARPS * 16)
+#define FB_BC 64               // keys per tile (both kernels)
 
 // log2(e): softmax(x) = 2^(x·log2 e) / Σ; folded into the score scale so exp2 (one MUFU) does exp.
-static constexpr float kFlashLog2e = 1.4426950408889634f;
+static constexpr float kFlashLog2e = CUDALAB_LOG2E;
 
-template <int D>
+template <int D, int NW, int STAGES_>
 struct FlashBf16Cfg {
-    static constexpr int STAGES = D == 64 ? 3 : 2;
-    static constexpr int PANELS = D / 64;                   // 64-column panels per row
-    static constexpr int TILE_BYTES = FB_BC * D * 2;        // one K or V tile
-    static constexpr int Q_BYTES = FB_BR * D * 2;
+    static constexpr int STAGES = STAGES_;
+    static constexpr int NT = NW * 32, BR = NW * 16;
+    static constexpr int TILE_BYTES = FB_BC * D * 2;  // one K or V tile
+    static constexpr int Q_BYTES = BR * D * 2;
     static constexpr size_t SMEM = (size_t)Q_BYTES + (size_t)STAGES * 2 * TILE_BYTES;
-    static constexpr int MIN_BLOCKS = D == 64 ? 2 : 1;  // register budget: 128 / 255 a thread
+    // Registers: ~128 a thread at D=64 (fits 2 blocks of 8 warps), ~210 at D=128 (2 blocks of 4).
+    static constexpr int MIN_BLOCKS = (D == 64 ? 16 : 8) / NW;
+};
+// (warps, stages) per D: measured on the H100 (bench/results/h100/NOTES-attention.md).
+template <int D>
+struct FlashBf16Default {
+    static constexpr int NW = 8, STAGES = D == 64 ? 3 : 2;
 };
 
 // Byte offset of (row, 16-byte chunk c) in a tile of `rows` rows stored as D/64 swizzled panels.
@@ -50,14 +57,14 @@ __device__ __forceinline__ uint32_t fb_off(int rows, int row, int c) {
 
 // Copy rows [r0, r0+rows) of an S×D bf16 slab into a swizzled tile, 16 bytes per cp.async; rows
 // at or past S are zero-filled (they are masked out of the softmax, and zero V rows add nothing).
-template <int D, int ROWS>
+template <int D, int ROWS, int NT>
 __device__ __forceinline__ void fb_load_tile(uint32_t dst, const cudalab_bf16 *__restrict__ src, int r0, int S) {
     constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
-    static_assert((ROWS * CHUNKS) % FB_NT == 0, "tile copy must divide evenly over the block");
+    static_assert((ROWS * CHUNKS) % NT == 0, "tile copy must divide evenly over the block");
     const cudalab_bf16 *base = src + (size_t)r0 * D;  // one 64-bit address a tile; the rest is 32-bit
 #pragma unroll
-    for (int i = 0; i < ROWS * CHUNKS / FB_NT; ++i) {
-        const int idx = threadIdx.x + i * FB_NT;
+    for (int i = 0; i < ROWS * CHUNKS / NT; ++i) {
+        const int idx = threadIdx.x + i * NT;
         const int r = idx / CHUNKS, c = idx % CHUNKS;
         const bool in = r0 + r < S;
         tc::cp_async_16_zfill(dst + fb_off(ROWS, r, c), in ? base + (r * D + c * 8) : src, in ? 16 : 0);
@@ -124,12 +131,12 @@ __device__ __forceinline__ void flash_online_softmax(float (&s)[NJ][4], float (&
 #define FB_FLAG_SKIP_LAST_TILE 1  // leave out the last key tile
 #define FB_FLAG_NO_CAUSAL_MASK 2  // causal tile range, but no mask inside the diagonal tiles
 
-template <int D>
-__global__ void __launch_bounds__(FB_NT, FlashBf16Cfg<D>::MIN_BLOCKS)
+template <int D, int NW, int STAGES>
+__global__ void __launch_bounds__(NW * 32, FlashBf16Cfg<D, NW, STAGES>::MIN_BLOCKS)
     attn_flash_bf16_fwd(const cudalab_bf16 *__restrict__ Q, const cudalab_bf16 *__restrict__ K,
                         const cudalab_bf16 *__restrict__ V, cudalab_bf16 *__restrict__ O, int S, float scale_log2e,
                         int causal, int flags) {
-    using C = FlashBf16Cfg<D>;
+    using C = FlashBf16Cfg<D, NW, STAGES>;
     constexpr int KD = D / 16;  // k16 steps over D (Q·Kᵀ) and n8-tile pairs over D (P·V)
     extern __shared__ __align__(128) unsigned char fb_smem[];
     const uint32_t sQ = tc::smem_u32(fb_smem);
@@ -141,24 +148,24 @@ __global__ void __launch_bounds__(FB_NT, FlashBf16Cfg<D>::MIN_BLOCKS)
     V += slab;
     O += slab;
     // Heavy query tiles first: under the causal mask the last tiles have the most keys.
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * FB_BR;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * C::BR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
     const int qw = q0 + warp * 16;  // this warp's first query row
 
     // Key tiles this block visits: under the causal mask none past its last row.
-    const int kv_end = causal ? min(S, q0 + FB_BR) : S;
+    const int kv_end = causal ? min(S, q0 + C::BR) : S;
     const int n_tiles = (int)cdiv(kv_end, FB_BC) - ((flags & FB_FLAG_SKIP_LAST_TILE) ? 1 : 0);
 
     // Prologue: Q, then the first STAGES-1 K/V tiles, one commit group each (empty groups past the
     // end keep the group count uniform for the waits below).
-    fb_load_tile<D, FB_BR>(sQ, Q, q0, S);
+    fb_load_tile<D, C::BR, C::NT>(sQ, Q, q0, S);
     tc::cp_async_commit();
 #pragma unroll
     for (int s = 0; s < C::STAGES - 1; ++s) {
         if (s < n_tiles) {
-            fb_load_tile<D, FB_BC>(sKV + (2 * s) * C::TILE_BYTES, K, s * FB_BC, S);
-            fb_load_tile<D, FB_BC>(sKV + (2 * s + 1) * C::TILE_BYTES, V, s * FB_BC, S);
+            fb_load_tile<D, FB_BC, C::NT>(sKV + (2 * s) * C::TILE_BYTES, K, s * FB_BC, S);
+            fb_load_tile<D, FB_BC, C::NT>(sKV + (2 * s + 1) * C::TILE_BYTES, V, s * FB_BC, S);
         }
         tc::cp_async_commit();
     }
@@ -170,7 +177,7 @@ __global__ void __launch_bounds__(FB_NT, FlashBf16Cfg<D>::MIN_BLOCKS)
     uint32_t qf[KD][4];
 #pragma unroll
     for (int kk = 0; kk < KD; ++kk)
-        tc::ldmatrix_x4(qf[kk], sQ + fb_off(FB_BR, warp * 16 + (lane % 16), 2 * kk + lane / 16));
+        tc::ldmatrix_x4(qf[kk], sQ + fb_off(C::BR, warp * 16 + (lane % 16), 2 * kk + lane / 16));
 
     float o[D / 8][4];
 #pragma unroll
@@ -187,8 +194,8 @@ __global__ void __launch_bounds__(FB_NT, FlashBf16Cfg<D>::MIN_BLOCKS)
             const int nt = tile + C::STAGES - 1;
             const int st = nt % C::STAGES;
             if (nt < n_tiles) {
-                fb_load_tile<D, FB_BC>(sKV + (2 * st) * C::TILE_BYTES, K, nt * FB_BC, S);
-                fb_load_tile<D, FB_BC>(sKV + (2 * st + 1) * C::TILE_BYTES, V, nt * FB_BC, S);
+                fb_load_tile<D, FB_BC, C::NT>(sKV + (2 * st) * C::TILE_BYTES, K, nt * FB_BC, S);
+                fb_load_tile<D, FB_BC, C::NT>(sKV + (2 * st + 1) * C::TILE_BYTES, V, nt * FB_BC, S);
             }
             tc::cp_async_commit();
         }
@@ -260,19 +267,20 @@ __global__ void __launch_bounds__(FB_NT, FlashBf16Cfg<D>::MIN_BLOCKS)
     }
 }
 
-template <int D>
+template <int D, int NW = FlashBf16Default<D>::NW, int STAGES = FlashBf16Default<D>::STAGES>
 static inline cudaError_t attn_flash_bf16_launch(int BH, int S, const cudalab_bf16 *q, const cudalab_bf16 *k,
                                                  const cudalab_bf16 *v, cudalab_bf16 *o, float scale, int causal,
                                                  int flags, cudaStream_t stream) {
-    const size_t smem = FlashBf16Cfg<D>::SMEM;
+    using C = FlashBf16Cfg<D, NW, STAGES>;
     static bool opted_in = false;  // > 48 KiB of dynamic shared memory needs an opt-in, once per kernel
     if (!opted_in) {
-        const cudaError_t e =
-            cudaFuncSetAttribute(attn_flash_bf16_fwd<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        const cudaError_t e = cudaFuncSetAttribute(attn_flash_bf16_fwd<D, NW, STAGES>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
         if (e != cudaSuccess) return e;
         opted_in = true;
     }
-    const dim3 grid((unsigned)cdiv(S, FB_BR), (unsigned)BH);
-    attn_flash_bf16_fwd<D><<<grid, FB_NT, smem, stream>>>(q, k, v, o, S, scale * kFlashLog2e, causal, flags);
+    const dim3 grid((unsigned)cdiv(S, C::BR), (unsigned)BH);
+    attn_flash_bf16_fwd<D, NW, STAGES><<<grid, C::NT, C::SMEM, stream>>>(q, k, v, o, S, scale * kFlashLog2e, causal,
+                                                                      flags);
     return cudaGetLastError();
 }
