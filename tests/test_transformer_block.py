@@ -79,7 +79,8 @@ def _exe():
 
 
 @pytest.mark.parametrize("argv", [["--batch", "0"], ["--variant", "x"], ["--embed", "100", "--heads", "3"],
-                                  ["--variant", "flash", "--heads", "1"], ["--seq"], ["extra"]])
+                                  ["--variant", "flash", "--heads", "1"], ["--seq"], ["extra"], ["--dtype", "x"],
+                                  ["--dtype", "bf16", "--heads", "8"]])
 def test_executable_rejects_bad_argv(argv):
     p = subprocess.run([str(_exe()), *argv], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2, p.stderr
@@ -93,14 +94,15 @@ def test_executable_rejects_bad_argv(argv):
                                         (2, 1000, 256, 4)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_block_matches_reference(variant, B, S, E, H, causal):
-    if variant == "02_flash" and E // H not in att.FLASH_D:
-        pytest.skip("flash needs D in {32, 64, 128}")
+    ds = att.head_sizes(variant)
+    if ds is not None and E // H not in ds:
+        pytest.skip(f"{variant} needs D in {ds}")
     rng = np.random.default_rng(S + E)
     p = tb.make_params(E, seed=S)
     x = rng.uniform(-1, 1, (B, S, E)).astype(np.float32)
     out = tb.forward(x, p, H, variant, causal)
     ref = tb.reference(x, p, H, causal)
-    assert att.rel_error(out, ref) <= 1e-4
+    assert att.rel_error(out, ref) <= tb.TOLERANCES[variant]
 
 
 @pytest.mark.gpu
@@ -117,10 +119,28 @@ def test_output_fully_written():
     assert np.isfinite(out).all()
 
 
+def test_variant_table_matches_library():
+    if not build.lib_path("transformer_block").exists():
+        pytest.skip("libtransformer_block.so not built")
+    assert tuple(tb.variants_from_library()) == tb.VARIANTS
+
+
+def test_bf16_validation():
+    p = tb.make_params(64, 0)
+    x = np.ones((2, 3, 64), np.float32)
+    with pytest.raises(ValueError, match="head size"):
+        tb.forward(x, p, heads=2, dtype="bf16")  # D = 32
+    with pytest.raises(ValueError, match="dtype"):
+        tb.forward(x, p, dtype="fp16")
+    with pytest.raises(ValueError, match="unknown variant"):
+        tb.forward(x, p, variant="04_flash_3xtf32")
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["naive", "flash"])
+@pytest.mark.parametrize("variant", ["naive", "flash", "bf16"])
 def test_executable_defaults_check_themselves(variant):
-    p = subprocess.run([str(_exe()), "--variant", variant, "--batch", "4", "--reps", "1"], capture_output=True,
+    argv = ["--dtype", "bf16"] if variant == "bf16" else ["--variant", variant]
+    p = subprocess.run([str(_exe()), *argv, "--batch", "4", "--reps", "1"], capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     df = tb.parse_output(p.stdout)

@@ -1,7 +1,10 @@
 // build/bin/transformer_block: the course's SimpleTransformer forward on random weights (fixed
 // seed), timed, with sampled output rows checked against a double-precision CPU implementation.
-//   transformer_block [--variant 01_naive|02_flash|naive|flash] [--batch B] [--seq S]... [--embed E]
-//                     [--heads H] [--causal] [--seed N] [--reps N]
+//   transformer_block [--variant 01_naive|02_flash|naive|flash] [--dtype f32|bf16] [--batch B] [--seq S]...
+//                     [--embed E] [--heads H] [--causal] [--seed N] [--reps N]
+// --dtype bf16 runs the block on the tensor cores (variant 03_flash_bf16: bf16 projection on
+// gemm_tc's 02_mma_sync, bf16 flash attention); its check allows 2e-2 instead of 1e-4 (x and the
+// weights are rounded to bf16, ~3e-3 relative each, then Q/K/V and the attention output).
 // Defaults are the course's: B=32, E=256, and S=100 then S=1000 (one result line each; --seq may be
 // given several times). H=4 heads of D=64 (flash needs D in {32, 64, 128}, the course's one head
 // of 256 does not fit it). Weights: nn.Linear's initialisation, uniform(-1/sqrt(E), 1/sqrt(E));
@@ -18,8 +21,8 @@
 
 static void usage() {
     CUDALAB_USAGE_ERROR(
-        "usage: transformer_block [--variant 01_naive|02_flash|naive|flash] [--batch B] [--seq S]... [--embed E] "
-        "[--heads H] [--causal] [--seed N] [--reps N]");
+        "usage: transformer_block [--variant 01_naive|02_flash|naive|flash] [--dtype f32|bf16] [--batch B] "
+        "[--seq S]... [--embed E] [--heads H] [--causal] [--seed N] [--reps N]");
 }
 
 // out rows (b, s) for s in `rows`, double precision, straight from the definition.
@@ -73,12 +76,14 @@ static void cpu_rows(int b, const std::vector<int> &rows, int S, int E, int H, i
 
 int main(int argc, char **argv) {
     const char *variant = "02_flash";
+    const char *dtype = "f32";
     int B = 32, E = 256, H = 4, causal = 0, reps = 5;
     long seed = 0;
     std::vector<int> seqs;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         if (strcmp(a, "--variant") == 0 && i + 1 < argc) variant = argv[++i];
+        else if (strcmp(a, "--dtype") == 0 && i + 1 < argc) dtype = argv[++i];
         else if (strcmp(a, "--batch") == 0 && i + 1 < argc) B = cudalab_parse_positive(argv[++i], "--batch");
         else if (strcmp(a, "--seq") == 0 && i + 1 < argc) seqs.push_back(cudalab_parse_positive(argv[++i], "--seq"));
         else if (strcmp(a, "--embed") == 0 && i + 1 < argc) E = cudalab_parse_positive(argv[++i], "--embed");
@@ -90,8 +95,13 @@ int main(int argc, char **argv) {
     }
     if (strcmp(variant, "naive") == 0) variant = "01_naive";
     if (strcmp(variant, "flash") == 0) variant = "02_flash";
-    if (strcmp(variant, "01_naive") != 0 && strcmp(variant, "02_flash") != 0)
+    if (strcmp(variant, "01_naive") != 0 && strcmp(variant, "02_flash") != 0 && strcmp(variant, "03_flash_bf16") != 0)
         CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: 01_naive, 02_flash, or naive, flash)", variant);
+    if (strcmp(dtype, "bf16") == 0) variant = "03_flash_bf16";
+    else if (strcmp(dtype, "f32") != 0) CUDALAB_USAGE_ERROR("unknown --dtype '%s' (valid: f32, bf16)", dtype);
+    const bool bf16 = strcmp(variant, "03_flash_bf16") == 0;
+    if (bf16 && E / H != 64 && E / H != 128)
+        CUDALAB_USAGE_ERROR("--dtype bf16 needs a head size E/H in {64, 128}, got %d", E / H);
     if (E % H != 0) CUDALAB_USAGE_ERROR("--embed %d is not a multiple of --heads %d", E, H);
     if (strcmp(variant, "02_flash") == 0 && E / H != 32 && E / H != 64 && E / H != 128)
         CUDALAB_USAGE_ERROR("02_flash needs a head size E/H in {32, 64, 128}, got %d", E / H);
@@ -146,11 +156,11 @@ int main(int argc, char **argv) {
                 }
         }
         const double rel = sqrt(num) / sqrt(den);
-        const bool pass = rel <= 1e-4;
+        const bool pass = rel <= (bf16 ? 2e-2 : 1e-4);
         all_pass = all_pass && pass;
-        printf("result program=transformer_block variant=%s batch=%d seq=%d embed=%d heads=%d causal=%d ms=%.4f "
+        printf("result program=transformer_block variant=%s dtype=%s batch=%d seq=%d embed=%d heads=%d causal=%d ms=%.4f "
                "rel_err=%.3e check=%s\n",
-               variant, B, S, E, H, causal, ms, rel, pass ? "pass" : "fail");
+               variant, bf16 ? "bf16" : "f32", B, S, E, H, causal, ms, rel, pass ? "pass" : "fail");
         fflush(stdout);
         for (float *p : {dx, dw, db, dg, dbeta, dout, dws}) CUDA_CHECK(cudaFree(p));
     }

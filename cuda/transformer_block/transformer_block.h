@@ -3,24 +3,31 @@
      A       = attention(Q, K, V) over H heads of D = E/H, scale 1/sqrt(D)
      out     = LayerNorm(A + x) · gamma + beta          (eps 1e-5, biased variance, as torch)
    x and out are B x S x E row-major float32. attn_variant is the attention program's variant
-   name ("01_naive" or "02_flash"; flash needs D in {32, 64, 128}). Entry points return a
-   cudaError_t as int, 0 = success. */
+   name, one of this program's table (transformer_block_variant_count / _name): "01_naive",
+   "02_flash" (D in {32, 64, 128}) or "03_flash_bf16" (D in {64, 128}): the whole block in bf16 on
+   the tensor cores (x and the weights rounded to bf16, projection on gemm_tc's 02_mma_sync with
+   FP32 accumulation, bf16 flash attention, LayerNorm in FP32 on the bf16 attention output plus the
+   float32 x). Status returns are cudaError_t codes, 0 = success. */
 #ifndef CUDALAB_TRANSFORMER_BLOCK_H
 #define CUDALAB_TRANSFORMER_BLOCK_H
+#include "cudalab.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+int transformer_block_variant_count(void);
+const char *transformer_block_variant_name(int i);
 
 /* Device workspace for one forward, in bytes; -1 for invalid arguments. */
 long long transformer_block_workspace_bytes(const char *attn_variant, int B, int S, int E, int H);
 
 /* Host-pointer form: copies in, runs, copies out, synchronises. w_qkv is 3E x E (Wq; Wk; Wv
    stacked), b_qkv is 3E (bq; bk; bv). */
-int transformer_block_forward(const char *attn_variant, int B, int S, int E, int H, int causal, const float *x,
+cudalab_status transformer_block_forward(const char *attn_variant, int B, int S, int E, int H, int causal, const float *x,
                               const float *w_qkv, const float *b_qkv, const float *gamma, const float *beta,
                               float *out);
 /* Device-pointer form on `stream`; workspace holds transformer_block_workspace_bytes() bytes. */
-int transformer_block_forward_device(const char *attn_variant, int B, int S, int E, int H, int causal,
+cudalab_status transformer_block_forward_device(const char *attn_variant, int B, int S, int E, int H, int causal,
                                      const float *x, const float *w_qkv, const float *b_qkv, const float *gamma,
                                      const float *beta, float *out, float *workspace, void *stream);
 

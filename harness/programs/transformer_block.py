@@ -7,6 +7,9 @@
 x is B x S x E float32. The course's defaults are B=32, E=256 and S=100 or 1000; this program
 uses H=4 heads of D=64 by default, because the flash kernel takes D in {32, 64, 128} and the
 course's single head of 256 does not fit it (H=1 works with 01_naive).
+Variants (the library's table): "01_naive", "02_flash" (float32 on the CUDA cores) and
+"03_flash_bf16" (dtype="bf16": the block on the tensor cores: x and the weights rounded to bf16,
+the projection on gemm_tc's 02_mma_sync, bf16 flash attention, FP32 LayerNorm; D in {64, 128}).
 The executable build/bin/transformer_block makes its own weights from a seed and checks sampled
 rows against a double-precision CPU implementation; this module checks whole outputs against
 `reference` (numpy, float64).
@@ -23,6 +26,13 @@ from .. import library, parse, runner
 from . import attention as _attention
 
 LN_EPS = 1e-5
+VARIANTS = ("01_naive", "02_flash", "03_flash_bf16")
+# ||out - ref|| / ||ref|| against the float64 reference of the float32 inputs. float32: 1e-4, as for
+# attention (its error dominates: the projections are float32 sums of E=256 terms, ~1e-6, and
+# LayerNorm divides by a standard deviation of order 1). bf16: x and W rounded to bf16 give Q, K, V
+# ~3e-3 relative errors, the attention output is rounded to bf16 (~1e-3) and is added to the exact x
+# before LayerNorm; ~3e-3 expected, 2e-2 allowed (the executable's check uses the same numbers).
+TOLERANCES = {"01_naive": 1e-4, "02_flash": 1e-4, "03_flash_bf16": 2e-2}
 DEFAULTS = {"batch": 32, "embed": 256, "heads": 4, "seqs": (100, 1000)}
 
 
@@ -52,6 +62,8 @@ def make_params(embed: int, seed: int = 0) -> Params:
 
 def validate(x, params: Params, heads: int, variant: str):
     variant = _attention.canonical_variant(variant, allow_test=False)
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r} for transformer_block; variants: {', '.join(VARIANTS)}")
     x = library.check_array(x, "x", np.float32, ndim=3)
     B, S, E = x.shape
     if min(x.shape) <= 0:
@@ -60,8 +72,9 @@ def validate(x, params: Params, heads: int, variant: str):
         raise ValueError(f"heads must be a positive integer, got {heads!r}")
     if E % heads:
         raise ValueError(f"E={E} is not a multiple of heads={heads}")
-    if variant == "02_flash" and E // heads not in _attention.FLASH_D:
-        raise ValueError(f"02_flash needs a head size E/heads in {_attention.FLASH_D}, got {E // heads}")
+    ds = _attention.head_sizes(variant)
+    if ds is not None and E // heads not in ds:
+        raise ValueError(f"{variant} needs a head size E/heads in {ds}, got {E // heads}")
     w = library.check_array(params.w_qkv, "w_qkv", np.float32, shape=(3 * E, E))
     b = library.check_array(params.b_qkv, "b_qkv", np.float32, shape=(3 * E,))
     g = library.check_array(params.gamma, "gamma", np.float32, shape=(E,))
@@ -70,8 +83,10 @@ def validate(x, params: Params, heads: int, variant: str):
 
 
 def forward(x: np.ndarray, params: Params, heads: int = 4, variant: str = "02_flash",
-            causal: bool = False) -> np.ndarray:
-    """The block on the GPU (host-pointer entry point); returns B x S x E float32."""
+            causal: bool = False, dtype: str | None = None) -> np.ndarray:
+    """The block on the GPU (host-pointer entry point); returns B x S x E float32.
+    dtype="bf16" is variant "03_flash_bf16" (the tensor-core block); "f32" keeps `variant`."""
+    variant = _variant_for(variant, dtype)
     x, p, heads, variant = validate(x, params, heads, variant)
     B, S, E = x.shape
     out = np.empty_like(x)
@@ -138,9 +153,17 @@ def parse_output(text: str):
     return parse.results(text, "transformer_block")
 
 
+def _variant_for(variant: str, dtype: str | None) -> str:
+    if dtype not in (None, "f32", "bf16"):
+        raise ValueError(f"dtype must be 'f32' or 'bf16', got {dtype!r}")
+    return "03_flash_bf16" if dtype == "bf16" else variant
+
+
 def run(variant: str = "02_flash", batch: int | None = None, seqs=(), embed: int | None = None,
-        heads: int | None = None, causal: bool = False, seed: int = 0, reps: int = 5, timeout: float = 600):
+        heads: int | None = None, causal: bool = False, seed: int = 0, reps: int = 5, timeout: float = 600,
+        dtype: str | None = None):
     """Run build/bin/transformer_block and parse its result lines (one per sequence length)."""
+    variant = _variant_for(variant, dtype)
     args = ["--variant", _attention.canonical_variant(variant, allow_test=False), "--reps", str(reps)]
     if seed:
         args += ["--seed", str(seed)]
@@ -158,9 +181,16 @@ def run(variant: str = "02_flash", batch: int | None = None, seqs=(), embed: int
 
 
 # --- hooks for `invoke profile` and `invoke sanitize` (see harness/profile.py) ---
-VARIANTS = ("01_naive", "02_flash")
-# Profiled as separate runs and drawn side by side: naive against flash is the course's point.
+# Profiled as separate runs and drawn side by side: naive against flash is the course's point, and
+# the bf16 tensor-core block beside the float32 ones.
 PROFILE_VARIANTS = VARIANTS
+
+
+def variants_from_library() -> list[str]:
+    """The C table's names (what VARIANTS must equal)."""
+    from . import variants_from_library as _from_lib
+
+    return _from_lib("transformer_block")
 
 
 def profile_args(variant: str | None = None) -> list[str]:
