@@ -8,10 +8,9 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 want() { [[ " $* " == *" all "* ]] || [[ " $ARGS " == *" $1 "* ]]; }
 ARGS="$*"
 make -j16 build/lib/libgemm_tc.so build/bin/gemm_tc build/ptxas/gemm_tc.txt 2>&1 | tail -20 || exit 1
-cp build/ptxas/gemm_tc.txt "$OUT/ptxas.txt"
 if want sass; then
-  cuobjdump -sass build/lib/libgemm_tc.so > "$OUT/sass.txt"
-  echo "SASS: HGMMA=$(grep -c HGMMA "$OUT/sass.txt") HMMA=$(grep -c HMMA "$OUT/sass.txt") UTMALDG=$(grep -c UTMALDG "$OUT/sass.txt") LDSM=$(grep -c LDSM "$OUT/sass.txt") LDL/STL=$(grep -cE 'LDL|STL' "$OUT/sass.txt")"
+  cuobjdump -sass build/lib/libgemm_tc.so > /tmp/sass.txt
+  echo "SASS: HGMMA=$(grep -c HGMMA /tmp/sass.txt) HMMA=$(grep -c HMMA /tmp/sass.txt) UTMALDG=$(grep -c UTMALDG /tmp/sass.txt) LDSM=$(grep -c LDSM /tmp/sass.txt) LDL/STL=$(grep -cE "LDL|STL" /tmp/sass.txt)" | tee "$OUT/sass_counts.txt"
 fi
 # 03 first on its own, with a short timeout: a pipeline bug shows up as a hang, not a wrong answer.
 for shape in "128 256 64" "200 136 72" "1000 520 1024"; do
@@ -24,6 +23,11 @@ if want test; then
 fi
 for s in 4096; do
   timeout 120 build/bin/gemm_tc --variant all --reps 10 $s $s $s 2>&1 | tee -a "$OUT/exe.txt"
+done
+# 03 with one block per tile (not persistent), for the NOTES' comparison.
+for s in 2048 4096 8192; do
+  GEMM_TC_03_GRID=tiles timeout 60 build/bin/gemm_tc --variant 03_wgmma --reps 10 $s $s $s 2>&1 | sed 's/^result/result-grid=tiles/' | tee -a "$OUT/exe.txt"
+  timeout 60 build/bin/gemm_tc --variant 03_wgmma --reps 10 $s $s $s 2>&1 | sed 's/^result/result-persistent/' | tee -a "$OUT/exe.txt"
 done
 if want sanitize; then
   for tool in memcheck racecheck synccheck; do
@@ -50,16 +54,21 @@ fi
 if want ncu; then
   M="sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_gmma.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,sm__warps_active.avg.pct_of_peak_sustained_active,sm__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum"
   for v in 01_wmma 02_mma_sync 03_wgmma; do
-    timeout 100 ncu --clock-control none --csv --page raw --print-units base --metrics $M -k regex:k0 -c 1 build/bin/gemm_tc --variant $v --reps 1 4096 4096 4096 > "$OUT/ncu_$v.csv" 2>&1
+    timeout 100 ncu --clock-control none --csv --page raw --print-units base --metrics $M -k regex:k0 -c 1 build/bin/gemm_tc --variant $v --reps 1 4096 4096 4096 > "/tmp/ncu_$v.csv" 2>&1
     echo "ncu $v rc=$?"
   done
-  python3 - <<'PY'
+  python3 - <<'PY' 2>&1 | tee "$OUT/ncu_summary.txt"
 import csv, glob, io, os
-for f in sorted(glob.glob(os.environ.get("OUT", "/tmp") + "/ncu_*.csv")):
+for f in sorted(glob.glob("/tmp/ncu_*.csv")):
     text = open(f).read(); i = text.find('"ID"')
     if i < 0: print(f, "no ncu table:", text[-300:]); continue
     rows = list(csv.DictReader(io.StringIO(text[i:])))
+    keep = ("gpu__time_duration.sum", "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+            "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+            "sm__inst_executed_pipe_tensor_op_gmma.sum", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+            "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "sm__warps_active.avg.pct_of_peak_sustained_active",
+            "sm__throughput.avg.pct_of_peak_sustained_elapsed", "launch__registers_per_thread", "launch__occupancy_limit_registers")
     for r in rows[1:2]:
-        print(os.path.basename(f), {k.split("__", 1)[-1][:48]: v for k, v in r.items() if "__" in k})
+        print(os.path.basename(f), {k.split("__", 1)[-1][:40]: r.get(k) for k in keep if k in r})
 PY
 fi

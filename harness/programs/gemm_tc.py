@@ -284,15 +284,16 @@ def _cublas_ceiling(size: int):
 
 
 def bf16_peak_tflops(device: int = 0) -> tuple[float, str] | None:
-    """SMs x dense BF16 FLOP/clk/SM x the device's reported clock, with how it was computed."""
-    from .device_info import query
+    """SMs x dense BF16 FLOP/clk/SM x the device's reported clock (the attributes device_info
+    reads, asked of the runtime directly), with how it was computed."""
+    from .. import cudart
 
-    d = query(device)
+    d = {k: cudart.attribute(k, device) for k in ("cc_major", "cc_minor", "sm_count", "clock_khz")}
     per_sm = BF16_FLOP_PER_CLK_PER_SM.get((d["cc_major"], d["cc_minor"]))
     if per_sm is None:
         return None
     tf = d["sm_count"] * per_sm * d["clock_khz"] * 1e3 / 1e12
-    return tf, f"{d['sm_count']} SMs x {per_sm} FLOP/clk/SM x {d['clock_khz'] / 1e3:.0f} MHz (device_info clock)"
+    return tf, f"{d['sm_count']} SMs x {per_sm} FLOP/clk/SM x {d['clock_khz'] / 1e3:.0f} MHz (reported clock)"
 
 
 def _bf16_peak(quick: bool = False):
