@@ -60,7 +60,7 @@ EOF
     for v in $RUNGS cublas; do
       re="regex:sgemm_0"; [ $v = cublas ] && re="regex:gemm|Kernel"
       timeout 60 ncu --clock-control none --kernel-name "$re" --launch-count 1 --csv --page raw --print-units base \
-        --metrics $M build/bin/matmul --variant $v --reps 1 4096 4096 4096 > "$OUT/ncu-$v.csv" 2>&1
+        --section WarpStateStats --metrics $M build/bin/matmul --variant $v --reps 1 4096 4096 4096 > "$OUT/ncu-$v.csv" 2>&1
       echo "ncu $v status $?"
     done
     python3 - "$OUT" <<'EOF'
@@ -83,9 +83,14 @@ for p in sorted(glob.glob(sys.argv[1] + "/ncu-*.csv")):
                  g("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"), g("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"),
                  g("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"), g("lts__t_bytes.sum.per_second") / 1e9,
                  g("dram__bytes.sum.per_second") / 1e9, g("sm__warps_active.avg.pct_of_peak_sustained_active"), g("gpu__time_duration.sum") / 1e6))
+    stalls = sorted(((g(key), key.split("issue_stalled_")[1].split("_per")[0]) for key in x
+                     if "average_warps_issue_stalled" in key and key.endswith("per_issue_active.ratio")), reverse=True)[:4]
+    rows[-1] = rows[-1] + (" ".join(f"{n}={v:.2f}" for v, n in stalls),)
 print(f"{'variant':16} {'kernel':38} {'fma%':>6} {'confl_ld':>10} {'confl_st':>10} {'wavef_ld':>11} {'L2GB/s':>8} {'DRAMGB/s':>8} {'warps%':>6} {'ms':>7}")
 for r in rows:
     print(f"{r[0]:16} {r[1]:38} {r[2]:6.1f} {r[3]:10.0f} {r[4]:10.0f} {r[5]:11.0f} {r[6]:8.0f} {r[7]:8.0f} {r[8]:6.1f} {r[9]:7.3f}")
+for r in rows:
+    print(f"stalls per issue {r[0]:16} {r[10]}")
 EOF
     ;;
   *) echo "unknown stage $stage" ;;

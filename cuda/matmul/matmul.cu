@@ -101,8 +101,14 @@ struct LadderConfig {
      (const void *)sgemm_07_warptile<BM, BN, BK, WM, WN, false>}
 #define LADDER_08(BM, BN, BK, WM, WN, ST)                                                              \
     {"08_pipelined-" #BM "x" #BN "x" #BK "-w" #WM "x" #WN "-s" #ST, BM, BN, (BM / WM) * (BN / WN) * 32,    \
-     Sgemm08Shape<BM, BN, BK, WM, WN, ST>::SMEM, (const void *)sgemm_08_pipelined<BM, BN, BK, WM, WN, ST, true>, \
-     (const void *)sgemm_08_pipelined<BM, BN, BK, WM, WN, ST, false>}
+     Sgemm08Shape<BM, BN, BK, WM, WN, ST>::SMEM, (const void *)sgemm_08_pipelined<BM, BN, BK, WM, WN, ST, 0, true>, \
+     (const void *)sgemm_08_pipelined<BM, BN, BK, WM, WN, ST, 0, false>}
+// The first 08 (A row-major in shared memory, read along k), kept as a tuner candidate.
+#define LADDER_08A(BM, BN, BK, WM, WN, ST)                                                             \
+    {"08_pipelined_arow-" #BM "x" #BN "x" #BK "-w" #WM "x" #WN "-s" #ST, BM, BN, (BM / WM) * (BN / WN) * 32, \
+     Sgemm08aShape<BM, BN, BK, WM, WN, ST>::SMEM,                                                      \
+     (const void *)sgemm_08_pipelined_arow<BM, BN, BK, WM, WN, ST, true>,                              \
+     (const void *)sgemm_08_pipelined_arow<BM, BN, BK, WM, WN, ST, false>}
 
 const LadderConfig kConfigs[] = {
     LADDER_04(64, 64, 8, 8),
@@ -111,6 +117,7 @@ const LadderConfig kConfigs[] = {
     LADDER_07(128, 128, 8, 64, 32),
     LADDER_07(128, 128, 8, 32, 64),
     LADDER_08(128, 128, 8, 64, 32, 3),
+    LADDER_08(128, 128, 8, 64, 32, 4),
     LADDER_08(128, 128, 16, 64, 32, 2),
     LADDER_08(128, 128, 16, 64, 32, 3),
     LADDER_08(128, 128, 16, 64, 32, 4),
@@ -120,7 +127,10 @@ const LadderConfig kConfigs[] = {
     LADDER_08(64, 128, 16, 32, 64, 3),
     LADDER_08(256, 128, 16, 64, 32, 3),
     LADDER_08(128, 256, 16, 64, 32, 3),
-    // Needs 4·(128·68 + 64·128)·4 = 270336 bytes of shared memory, more than any current GPU gives a
+    LADDER_08A(128, 128, 16, 64, 32, 3),
+    LADDER_08A(128, 128, 16, 64, 32, 4),
+    LADDER_08A(128, 128, 32, 64, 32, 3),
+    // Needs 4·(64·132 + 64·128)·4 = 266240 bytes of shared memory, more than any current GPU gives a
     // block (227 KiB on Hopper): kept so that the refusal path is exercised on every device.
     LADDER_08(128, 128, 64, 64, 32, 4),
 };

@@ -336,6 +336,25 @@ __device__ __forceinline__ void ladder_cp_async4(float *smem, const float *gmem,
 #endif
 }
 
+// The same copies for a source known to be inside the matrix (no source-size operand, no select).
+__device__ __forceinline__ void ladder_cp_async16_in(float *smem, const float *gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+#else
+    *reinterpret_cast<float4 *>(smem) = *reinterpret_cast<const float4 *>(gmem);
+#endif
+}
+
+__device__ __forceinline__ void ladder_cp_async4_in(float *smem, const float *gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
+#else
+    *smem = *gmem;
+#endif
+}
+
 __device__ __forceinline__ void ladder_cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;\n" ::);
@@ -352,16 +371,172 @@ __device__ __forceinline__ void ladder_cp_async_wait() {
 
 // ---------------------------------------------------------------------------------------------
 // 08_pipelined
-//   Change: STAGES shared buffers filled by cp.async; tile t+STAGES-1 is in flight while tile t is
-//   multiplied, and A stays row-major (k contiguous; cp.async cannot transpose) read as float4 along k.
-//   Why: 07 stalls on every tile's global loads between its two barriers; here the copy engine
-//   overlaps them with the FMAs, one barrier per tile, and no registers staged through.
+//   Change: STAGES shared buffers filled by cp.async (A transposed by 4-byte copies, B by 16-byte
+//   ones); tile t+STAGES-1 is in flight while tile t is multiplied; one barrier per tile, not two.
+//   Why: 07 waits for every tile's global loads between its two barriers; the copies now overlap the
+//   FMAs, and the fragments of step kk+1 are read while step kk's FMAs run (two register sets).
+// Shared layout as 07's (As[k][BM + 4], conflict-free both for the transposing copies and for the
+// LDS.128 reads). cp.async can only transpose 4 bytes at a time, so A costs BM·BK/T copies per
+// thread per tile (8 at 128×128×16) against 2 for B: a few instructions per 1024 FFMA.
+// MINB: blocks per SM for __launch_bounds__ (0: ladder_min_blocks, i.e. ≤ 128 registers).
+// ---------------------------------------------------------------------------------------------
+template <int BM, int BN, int BK, int WM, int WN, int STAGES>
+struct Sgemm08Shape {
+    static constexpr int T = (BM / WM) * (BN / WN) * 32;
+    static constexpr int AS = BM + 4;  // padded row of the transposed A tile
+    static constexpr int A_TILE = BK * AS, B_TILE = BK * BN;
+    static constexpr size_t SMEM = (size_t)STAGES * (A_TILE + B_TILE) * sizeof(float);
+};
+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MINB, bool VEC>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32,
+                                  MINB ? MINB : ladder_min_blocks((BM / WM) * (BN / WN) * 32))
+    sgemm_08_pipelined(const LadderArgs p) {
+    using S = Sgemm08Shape<BM, BN, BK, WM, WN, STAGES>;
+    constexpr int T = S::T, AS = S::AS;
+    constexpr int LN = WN / 8;
+    static_assert((WM / 8) * LN == 32, "a thread owns 8×8 outputs of its warp's tile");
+    static_assert(BK % 4 == 0 && STAGES >= 2, "float4 along k; at least double buffering");
+    static_assert((BM * BK) % T == 0 && (BK * BN / 4) % T == 0, "tiles load in whole rounds");
+    extern __shared__ __align__(16) float ladder_smem[];
+    float *As = ladder_smem;                       // STAGES × [BK][BM + 4]
+    float *Bs = ladder_smem + STAGES * S::A_TILE;  // STAGES × [BK][BN]
+    const int m = p.m, n = p.n, k = p.k;
+    const float *__restrict__ A = p.A + blockIdx.z * p.stride_a;
+    const float *__restrict__ B = p.B + blockIdx.z * p.stride_b;
+    float *__restrict__ C = p.C + blockIdx.z * p.stride_c;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int wm = warp / (BN / WN), wn = warp % (BN / WN);
+    const int tm = lane / LN, tn = lane % LN;
+    const int a_off = wm * WM + tm * 4, b_off = wn * WN + tn * 4;
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    const int ktiles = (int)cdiv(k, BK);
+
+    // The copies each thread issues per tile. A: element e = tid + it·T of the BM×BK tile is row
+    // e / BK, column tid % BK for every it (T is a multiple of BK): one global pointer per thread,
+    // moved BK floats a tile, and the row offsets are compile-time multiples of k. Lane-consecutive
+    // k within a row (BK lanes read a row's 4·BK contiguous bytes), written to As[k][row]: with
+    // rows of BM + 4 floats the 32 lanes land in 32 different banks for BK = 8.
+    // B likewise: a fixed column per thread, rows tid / (BN/4) + it·(4T/BN), moved BK rows a tile.
+    static_assert(T % BK == 0 && T % (BN / 4) == 0 && T % BN == 0, "a thread's copies keep one column");
+    static_assert((BM * BK) / T <= 32, "one bit per A copy");
+    constexpr int A_ROWS = T / BK;                          // rows apart between a thread's A copies
+    constexpr int B_ROWS = VEC ? T / (BN / 4) : T / BN;     // rows apart between its B copies
+    constexpr int B_N = VEC ? (BK * BN / 4) / T : (BK * BN) / T;
+    const int a_r = tid / BK, a_c = tid % BK;
+    const int b_r = VEC ? tid / (BN / 4) : tid / BN, b_c = VEC ? (tid % (BN / 4)) * 4 : tid % BN;
+    const bool b_col_ok = col0 + b_c < n;
+    unsigned a_rows_ok = 0;  // bit it: row a_r + it·A_ROWS of this block exists
+#pragma unroll
+    for (int it = 0; it < (BM * BK) / T; ++it) a_rows_ok |= (row0 + a_r + it * A_ROWS < m ? 1u : 0u) << it;
+    const float *a_src = A + (size_t)min(row0 + a_r, m - 1) * k + a_c;  // tile 0; + BK per tile
+    const float *b_src = B + (size_t)b_r * n + min(col0 + b_c, n - 1);  // tile 0; + BK·n per tile
+
+    // Enqueue tile t's copies into buffer `s`; elements outside the matrices are zero-filled (the
+    // source pointer of such a copy is never read, but it is kept inside the matrix all the same).
+    // Most tiles lie wholly inside the matrices (all of them when the sizes are multiples of the
+    // tile): those copies skip the bounds tests and the zero-fill operand.
+    const bool block_inside = row0 + BM <= m && col0 + BN <= n;
+    auto load_tile = [&](int s, int t) {
+        const int k0 = t * BK;
+        float *as = As + s * S::A_TILE + a_c * AS + a_r, *bs = Bs + s * S::B_TILE + b_r * BN + b_c;
+        const float *ap = a_src + k0, *bp = b_src + (size_t)k0 * n;
+        if (block_inside && k0 + BK <= k) {
+#pragma unroll
+            for (int it = 0; it < (BM * BK) / T; ++it) ladder_cp_async4_in(as + it * A_ROWS, ap + (size_t)it * A_ROWS * k);
+#pragma unroll
+            for (int it = 0; it < B_N; ++it) {
+                if constexpr (VEC)
+                    ladder_cp_async16_in(bs + it * B_ROWS * BN, bp + (size_t)it * B_ROWS * n);
+                else
+                    ladder_cp_async4_in(bs + it * B_ROWS * BN, bp + (size_t)it * B_ROWS * n);
+            }
+            return;
+        }
+        const bool a_k_ok = k0 + a_c < k;
+#pragma unroll
+        for (int it = 0; it < (BM * BK) / T; ++it) {
+            const bool ok = a_k_ok && ((a_rows_ok >> it) & 1u);
+            ladder_cp_async4(as + it * A_ROWS, ok ? ap + (size_t)it * A_ROWS * k : A, ok);
+        }
+#pragma unroll
+        for (int it = 0; it < B_N; ++it) {
+            const bool ok = b_col_ok && k0 + b_r + it * B_ROWS < k;
+            if constexpr (VEC)
+                ladder_cp_async16(bs + it * B_ROWS * BN, ok ? bp + (size_t)it * B_ROWS * n : B, ok);
+            else
+                ladder_cp_async4(bs + it * B_ROWS * BN, ok ? bp + (size_t)it * B_ROWS * n : B, ok);
+        }
+    };
+
+    float acc[8][8] = {};
+    // Prologue: STAGES-1 tiles in flight. Every step commits one group (empty past the last
+    // tile) so that "wait until at most STAGES-2 groups remain" always means "tile t has landed".
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < ktiles) load_tile(s, s);
+        ladder_cp_async_commit();
+    }
+    int s_use = 0, s_load = STAGES - 1;  // buffers of tile t and of tile t + STAGES - 1
+    for (int t = 0; t < ktiles; ++t) {
+        ladder_cp_async_wait<STAGES - 2>();
+        // Tile t is now in shared memory for every thread's copies, and every thread has finished
+        // multiplying tile t-1, whose buffer the copy below reuses.
+        __syncthreads();
+        const int tnext = t + STAGES - 1;
+        if (tnext < ktiles) load_tile(s_load, tnext);
+        ladder_cp_async_commit();
+        s_load = s_load + 1 == STAGES ? 0 : s_load + 1;
+        const float *as = As + s_use * S::A_TILE + a_off;
+        const float *bs = Bs + s_use * S::B_TILE + b_off;
+        s_use = s_use + 1 == STAGES ? 0 : s_use + 1;
+        // Two fragment sets: step kk+1's four LDS.128 are issued before step kk's 64 FFMAs.
+        float4 fa[2][2], fb[2][2];
+        fa[0][0] = *reinterpret_cast<const float4 *>(as);
+        fa[0][1] = *reinterpret_cast<const float4 *>(as + WM / 2);
+        fb[0][0] = *reinterpret_cast<const float4 *>(bs);
+        fb[0][1] = *reinterpret_cast<const float4 *>(bs + WN / 2);
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            const int cur = kk % 2, nxt = (kk + 1) % 2;
+            if (kk + 1 < BK) {
+                fa[nxt][0] = *reinterpret_cast<const float4 *>(as + (kk + 1) * AS);
+                fa[nxt][1] = *reinterpret_cast<const float4 *>(as + (kk + 1) * AS + WM / 2);
+                fb[nxt][0] = *reinterpret_cast<const float4 *>(bs + (kk + 1) * BN);
+                fb[nxt][1] = *reinterpret_cast<const float4 *>(bs + (kk + 1) * BN + WN / 2);
+            }
+            const float ra[8] = {fa[cur][0].x, fa[cur][0].y, fa[cur][0].z, fa[cur][0].w,
+                                 fa[cur][1].x, fa[cur][1].y, fa[cur][1].z, fa[cur][1].w};
+            const float rb[8] = {fb[cur][0].x, fb[cur][0].y, fb[cur][0].z, fb[cur][0].w,
+                                 fb[cur][1].x, fb[cur][1].y, fb[cur][1].z, fb[cur][1].w};
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc[i][j] += ra[i] * rb[j];
+        }
+    }
+    ladder_cp_async_wait<0>();  // only empty groups can remain; leave none behind
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int r = row0 + a_off + (i / 4) * (WM / 2) + i % 4;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            ladder_store4<VEC>(C, m, n, r, col0 + b_off + h * (WN / 2), p.alpha, acc[i][4 * h], acc[i][4 * h + 1],
+                               acc[i][4 * h + 2], acc[i][4 * h + 3]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 08_pipelined, the "arow" family (a tuner candidate, not a rung of its own)
+//   The first 08: A kept row-major in shared memory (k contiguous, so 16-byte cp.async copies it)
+//   and read as float4 along k: 8 LDS.128 give a thread 4 k-steps of its 8 rows, 32 registers that
+//   leave no room to prefetch the next fragments under the 128-register cap. Measured 37.7 TFLOP/s.
 // A tile rows are padded to BK + 4 floats and each thread's 8 rows are strided by WM/8 so that a
 // warp's LDS.128 of A touches WM/8 consecutive rows whose 16-byte chunks fall in distinct banks
 // (row r starts at bank 4·r·(BK+4)/4 mod 32: 0, 12, 24, 4, ... for BK = 8: all different).
 // ---------------------------------------------------------------------------------------------
 template <int BM, int BN, int BK, int WM, int WN, int STAGES>
-struct Sgemm08Shape {
+struct Sgemm08aShape {
     static constexpr int T = (BM / WM) * (BN / WN) * 32;
     static constexpr int AS = BK + 4;  // padded A row
     static constexpr int A_TILE = BM * AS, B_TILE = BK * BN;
@@ -369,8 +544,8 @@ struct Sgemm08Shape {
 };
 
 template <int BM, int BN, int BK, int WM, int WN, int STAGES, bool VEC>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, ladder_min_blocks((BM / WM) * (BN / WN) * 32)) sgemm_08_pipelined(const LadderArgs p) {
-    using S = Sgemm08Shape<BM, BN, BK, WM, WN, STAGES>;
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, ladder_min_blocks((BM / WM) * (BN / WN) * 32)) sgemm_08_pipelined_arow(const LadderArgs p) {
+    using S = Sgemm08aShape<BM, BN, BK, WM, WN, STAGES>;
     constexpr int T = S::T, AS = S::AS;
     constexpr int LM = WM / 8, LN = WN / 8;
     static_assert(LM * LN == 32, "a thread owns 8×8 outputs of its warp's tile");
