@@ -34,8 +34,10 @@ except ImportError:  # pragma: no cover - ml_dtypes is a dependency; only the bf
 
 VARIANTS = ("01_naive", "02_flash", "03_flash_bf16", "04_flash_3xtf32")
 ALIASES = {"naive": "01_naive", "flash": "02_flash"}
-TEST_VARIANTS = ("flash_skip_last_tile", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask")
-BF16_VARIANTS = ("03_flash_bf16", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask")
+# 03_flash_bf16 with (warps, stages) fixed, for tuning its per-D defaults (FlashBf16Default in C).
+TUNING_VARIANTS = ("flash_bf16_w8s2", "flash_bf16_w8s3", "flash_bf16_w4s2", "flash_bf16_w4s3")
+TEST_VARIANTS = ("flash_skip_last_tile", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask") + TUNING_VARIANTS
+BF16_VARIANTS = ("03_flash_bf16", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask") + TUNING_VARIANTS
 FLASH_D = (32, 64, 128)  # 02_flash
 TC_D = (64, 128)         # the tensor-core variants
 MAX_BH = 65535
