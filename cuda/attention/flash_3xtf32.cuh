@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(FB_NT, 1)
         // FP32 add: the tensor core's own FP32 accumulation does not round to nearest, and summing
         // thousands of keys in it drifted to ~2e-5 relative at S=4097 (H100, run 1); per tile the
         // drift stays at 64 keys' worth.
-        constexpr int NG = 2;
+        constexpr int NG = 4;
 #pragma unroll
         for (int n0 = 0; n0 < D / 8; n0 += NG) {
             float acc[NG][4];

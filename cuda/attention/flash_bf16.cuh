@@ -99,16 +99,9 @@ __device__ __forceinline__ void flash_online_softmax(float (&s)[NJ][4], float (&
                                                      float (&o)[NO][4], float scale_log2e) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        // Max and sum as trees, not chains: with two warps per scheduler a 16-deep dependent chain
-        // shows up as 'wait' stalls (ncu, run 2).
-        float r[NJ];
+        float mt = m[h];
 #pragma unroll
-        for (int j = 0; j < NJ; ++j) r[j] = fmaxf(s[j][2 * h], s[j][2 * h + 1]);
-#pragma unroll
-        for (int w = NJ / 2; w > 0; w /= 2)
-#pragma unroll
-            for (int j = 0; j < w; ++j) r[j] = fmaxf(r[j], r[j + w]);
-        float mt = fmaxf(m[h], r[0]);
+        for (int j = 0; j < NJ; ++j) mt = fmaxf(mt, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
         mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
         mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
         // A row that has seen only masked keys keeps m = -inf; 0 as the offset then makes
@@ -116,17 +109,13 @@ __device__ __forceinline__ void flash_online_softmax(float (&s)[NJ][4], float (&
         const float mo = mt == -INFINITY ? 0.0f : mt * scale_log2e;
         const float alpha = tc::exp2_approx(m[h] * scale_log2e - mo);  // 0 on the first tile
         m[h] = mt;
+        float rs = 0.0f;
 #pragma unroll
         for (int j = 0; j < NJ; ++j) {
             s[j][2 * h] = tc::exp2_approx(fmaf(s[j][2 * h], scale_log2e, -mo));
             s[j][2 * h + 1] = tc::exp2_approx(fmaf(s[j][2 * h + 1], scale_log2e, -mo));
-            r[j] = s[j][2 * h] + s[j][2 * h + 1];
+            rs += s[j][2 * h] + s[j][2 * h + 1];
         }
-#pragma unroll
-        for (int w = NJ / 2; w > 0; w /= 2)
-#pragma unroll
-            for (int j = 0; j < w; ++j) r[j] += r[j + w];
-        float rs = r[0];
         rs += __shfl_xor_sync(0xffffffffu, rs, 1);
         rs += __shfl_xor_sync(0xffffffffu, rs, 2);
         l[h] = l[h] * alpha + rs;
