@@ -89,6 +89,19 @@ all: $(foreach p,$(PROGRAMS),build/lib/lib$(p).so build/bin/$(p) build/ptxas/$(p
 build/obj/common/%.o: cuda/common/%.cu $(FLAGS_STAMP)
 	$(NVCC_COMPILE)
 
+# The executable: main.cu + <prog>.cu. A program folder without main.cu gets a rule that says so
+# (make -k then goes on with the other programs).
+define BIN_RULE
+build/bin/$(1): build/obj/$(1)/main.o build/obj/$(1)/$(1).o $(COMMON_OBJ) build/obj/$(1)/.flags
+	@mkdir -p $$(@D)
+	@echo "  LINK    $$@"
+	@$(NVCC) $(or $($(1)_GENCODE),$(GENCODE)) -o $$@ $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS)
+endef
+define NO_MAIN_RULE
+build/bin/$(1):
+	@echo "cuda/$(1)/main.cu: error: missing: every program needs a main.cu for its executable build/bin/$(1) (argv, result lines, exit status; cuda/square/main.cu is a small example)" >&2; exit 1
+endef
+
 define PROGRAM_RULES
 build/obj/$(1)/%.o: PROG_NVCCFLAGS := $$($(1)_NVCCFLAGS)
 build/obj/$(1)/%.o: PROG_GENCODE := $$($(1)_GENCODE)
@@ -100,12 +113,9 @@ build/lib/lib$(1).so: build/obj/$(1)/$(1).o $(COMMON_OBJ) build/obj/$(1)/.flags
 	@echo "  LINK    $$@"
 	@$(NVCC) $(or $($(1)_GENCODE),$(GENCODE)) -shared -o $$@ $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS)
 
-build/bin/$(1): build/obj/$(1)/main.o build/obj/$(1)/$(1).o $(COMMON_OBJ) build/obj/$(1)/.flags
-	@mkdir -p $$(@D)
-	@echo "  LINK    $$@"
-	@$(NVCC) $(or $($(1)_GENCODE),$(GENCODE)) -o $$@ $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS)
+$(if $(wildcard cuda/$(1)/main.cu),$(call BIN_RULE,$(1)),$(call NO_MAIN_RULE,$(1)))
 
-build/ptxas/$(1).txt: build/obj/$(1)/main.o build/obj/$(1)/$(1).o
+build/ptxas/$(1).txt: $(if $(wildcard cuda/$(1)/main.cu),build/obj/$(1)/main.o) build/obj/$(1)/$(1).o
 	@mkdir -p $$(@D)
 	@cat $$(^:.o=.log) > $$@
 

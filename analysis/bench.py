@@ -22,11 +22,50 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH_DIR = ROOT / "build" / "bench"
 
 
+REQUIRED = ("program", "variant", "size", "ratio", "unit", "date")
+
+
+def read_checked(path) -> pd.DataFrame:
+    """A bench CSV as written by harness.bench, or ValueError saying what the file is not."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    try:
+        df = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not a bench CSV (it does not read as CSV: {str(e).splitlines()[0]})") from None
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise ValueError(f"{path} is not a bench CSV written by `invoke bench`: no column(s) {', '.join(missing)}")
+    return df
+
+
+def csv_date(path) -> pd.Timestamp | None:
+    """The run's date as written inside the CSV (its `date` column); None when unreadable."""
+    try:
+        dates = pd.to_datetime(pd.read_csv(path, usecols=["date"])["date"], errors="coerce").dropna()
+    except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
+        return None
+    return dates.max() if len(dates) else None
+
+
 def latest_csv(folder: Path | None = None) -> Path | None:
-    """The newest bench CSV in build/bench/ (None when there is none)."""
+    """The bench CSV in build/bench/ whose run is the newest by the date written inside it (a copied
+    or touched file keeps its run's date); None when there is none."""
     folder = Path(folder or BENCH_DIR)
-    files = sorted(folder.glob("*.csv"), key=lambda p: p.stat().st_mtime)
-    return files[-1] if files else None
+    dated = [(d, p.name, p) for p in folder.glob("*.csv") if (d := csv_date(p)) is not None]
+    return max(dated)[2] if dated else None
+
+
+def resolve_csv(csv=None) -> Path:
+    """The CSV the user named (checked to be a bench CSV), else the newest one; one-line errors."""
+    if csv:
+        read_checked(csv)
+        return Path(csv)
+    path = latest_csv()
+    if path is None:
+        raise FileNotFoundError(f"no bench CSV in {BENCH_DIR}: run `invoke bench` first, or give --csv")
+    return path
 
 
 def load(data) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -12,8 +12,8 @@ device), or a DataFrame with those keys in its attrs. Nothing here launches anyt
 3. strip: the array as cells coloured by the thread that handled each one, one row per
    grid-stride round (round r holds elements r*S .. r*S+S-1, S = blocks*threads): every column
    is one thread, so the stride is visible at a glance.
-The stride -- the most common difference between a thread's consecutive elements -- is printed
-and must equal blocks * threads.
+The stride -- the most common difference between a thread's consecutive elements -- is written in
+the strip figure's title and must equal blocks * threads.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _title(what: str, n: int, blocks: int, threads: int, label: str) -> str:
 
 
 def plot(data, outdir) -> list[Path]:
-    """Write the three PNGs to outdir and return their paths; prints the stride."""
+    """Write the three PNGs to outdir and return their paths."""
     df, n, blocks, threads, label = _unpack(data)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -132,17 +132,20 @@ def plot(data, outdir) -> list[Path]:
     ax.set_yticks(range(rounds) if rounds <= 30 else np.linspace(0, rounds - 1, 10).astype(int))
     fig.colorbar(im, ax=ax, label="Thread ID", pad=0.01)
     ax.set_title(_title(f"The array, {s} cells per grid-stride round, coloured by the thread that handled each "
-                        f"cell: every column is one thread", n, blocks, threads, label), fontsize=10)
+                        f"cell: every column is one thread\n{stride_note(df, n, blocks, threads)}", n, blocks, threads,
+                        label), fontsize=10)
     fig.tight_layout()
     paths.append(_save(fig, outdir / f"{tag}_strip.png"))
 
-    st_val = stride(df)
-    if st_val is None:
-        print(f"stride: not observable (every thread handled at most one element; n={n} <= blocks*threads={s})")
-    else:
-        verdict = "= blocks x threads" if st_val == s else f"!= blocks x threads = {s}"
-        print(f"stride: {st_val} {verdict}")
     return paths
+
+
+def stride_note(df: pd.DataFrame, n: int, blocks: int, threads: int) -> str:
+    """What the trace says about the stride, for the strip figure's title."""
+    s, st_val = blocks * threads, stride(df)
+    if st_val is None:
+        return f"no thread took a second element (N={n} <= blocks x threads = {s})"
+    return f"measured stride {st_val} " + ("= blocks x threads" if st_val == s else f"!= blocks x threads = {s}")
 
 
 def _save(fig, path: Path) -> Path:

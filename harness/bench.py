@@ -140,46 +140,117 @@ def row(case: BenchCase, t: timing.Timing, work: float, ceil: Ceiling | None) ->
     }
 
 
-def run(names: list[str] | None = None, quick: bool = False, on_progress: Callable[[str], None] | None = None,
-        on_total: Callable[[int], None] | None = None) -> tuple[pd.DataFrame, dict[str, Ceiling]]:
-    """Measure the needed ceilings, then every case. Returns (table, ceilings)."""
-    cases = collect(names, quick)
-    needed = sorted({c.ceiling for c in cases})
-    available = ceilings(sorted({c.program for c in cases}))
-    if on_total:
-        on_total(len(needed) + len(cases))
+def measure_ceilings(names: list[str], progs: list[str] | None = None, quick: bool = False,
+                     on_progress: Callable[[str], None] | None = None) -> dict[str, Ceiling]:
+    """Measure each named ceiling once (those not available here are left out)."""
+    available = ceilings(progs)
     measured: dict[str, Ceiling] = {}
-    for name in needed:
+    for name in names:
         if on_progress:
             on_progress(f"ceiling {name}")
         fn = available.get(name)
         c = fn(quick) if fn else None
         if c is not None:
             measured[name] = c
+    return measured
+
+
+def run_case(case: BenchCase, ceiling: Ceiling | None, quick: bool = False) -> dict:
+    """Set the case up (allocation, inputs, marshalling), time only its launches, tear it down."""
+    prep = case.setup()
+    try:
+        t = timing.time_launch(prep.launch, reps=case.reps if not quick else max(timing.MIN_REPS, case.reps // 2))
+    finally:
+        prep.close()
+    work = prep.work if prep.work is not None else case.amount
+    return row(case, t, work, ceiling)
+
+
+def run(names: list[str] | None = None, quick: bool = False, on_progress: Callable[[str], None] | None = None,
+        on_total: Callable[[int], None] | None = None) -> tuple[pd.DataFrame, dict[str, Ceiling]]:
+    """Measure the needed ceilings, then every case. Returns (table, ceilings)."""
+    cases = collect(names, quick)
+    needed = sorted({c.ceiling for c in cases})
+    if on_total:
+        on_total(len(needed) + len(cases))
+    measured = measure_ceilings(needed, sorted({c.program for c in cases}), quick, on_progress)
     rows = []
     for case in cases:
         if on_progress:
             on_progress(f"{case.program} {case.variant} {case.size}")
-        prep = case.setup()
-        try:
-            t = timing.time_launch(prep.launch, reps=case.reps if not quick else max(timing.MIN_REPS, case.reps // 2))
-        finally:
-            prep.close()
-        work = prep.work if prep.work is not None else case.amount
-        rows.append(row(case, t, work, measured.get(case.ceiling)))
+        rows.append(run_case(case, measured.get(case.ceiling), quick))
     df = pd.DataFrame(rows)
     for c in measured.values():
         df.attrs[f"ceiling_{c.name}"] = c.value
     return df, measured
 
 
+def run_on_gpus(names: list[str] | None, quick: bool, gpus: list[str], timeout: float | None = None) -> list[Path]:
+    """Spread the cases over one pytest-xdist worker per GPU (harness/bench_worker.py). Each worker
+    measures its own ceilings on its own GPU and writes its own CSV; returns their paths."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from . import gpus as hg
+
+    if names:
+        program_modules(names)  # unknown names: ValueError here, not in every worker
+    out = Path(tempfile.mkdtemp(prefix="gpus-", dir=_ensure(BUILD_BENCH)))
+    env = hg.worker_env(gpus)
+    env.update({"CUDALAB_BENCH_PROGRAMS": ",".join(names or []), "CUDALAB_BENCH_QUICK": "1" if quick else "",
+                "CUDALAB_BENCH_OUT": str(out), "PYTHONPATH": os.pathsep.join(
+                    [str(_build.ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])})
+    cmd = [sys.executable, "-m", "pytest", str(Path(__file__).with_name("bench_worker.py")), "-n", str(len(gpus)),
+           "-p", "no:cacheprovider", "-q", "-o", "addopts=", "--dist", "load"]
+    r = subprocess.run(cmd, cwd=_build.ROOT, env=env, timeout=timeout)
+    paths = sorted(out.glob("*.csv"))
+    if r.returncode != 0:
+        raise RuntimeError(f"the bench workers failed (pytest status {r.returncode}); "
+                           f"CSVs written: {', '.join(p.name for p in paths) or 'none'}")
+    return [_keep(p) for p in paths]
+
+
+def _ensure(d: Path) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _keep(p: Path) -> Path:
+    """Move a worker's CSV from its temporary folder to build/bench/ (its name says which GPU)."""
+    dest = BUILD_BENCH / p.name
+    p.replace(dest)
+    return dest
+
+
+# The columns `invoke bench` prints, in order (the CSV holds more).
+SHOWN = ["program", "variant", "size", "median_ms", "iqr_ms", "value", "unit", "ceiling", "ratio", "target"]
+
+
+def read_result(path: Path) -> tuple[pd.DataFrame, dict, list[str]]:
+    """(cases, metadata, one line per ceiling) from a CSV written by write_csv."""
+    df = pd.read_csv(path)
+    cases = df[df["program"] != "ceiling"].reset_index(drop=True)
+    ceil = df[df["program"] == "ceiling"]
+    meta = {k: (str(df[k].iloc[0]) if k in df and len(df) and pd.notna(df[k].iloc[0]) else "")
+            for k in ("device", "driver", "runtime", "nvcc", "date", "gpu")}
+    lines = [f"ceiling {r['variant']}: {r['value']:.4g} {r['unit']} ({r['size']})" for _, r in ceil.iterrows()]
+    return cases, meta, lines
+
+
 def metadata() -> dict:
-    from . import cudart, toolchain
+    import os
+
+    from . import cudart, gpus, toolchain
 
     s = cudart.summary()
-    return {"device": s.name, "driver": s.driver, "runtime": s.runtime,
+    meta = {"device": s.name, "driver": s.driver, "runtime": s.runtime,
             "nvcc": toolchain.find("nvcc").version or "unknown",
             "date": _dt.datetime.now().isoformat(timespec="seconds")}
+    if os.environ.get(gpus.ENV):  # a worker of `--gpus`: which physical GPU this CSV is from
+        meta["gpu"] = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return meta
 
 
 def gpu_slug(name: str) -> str:
@@ -195,21 +266,18 @@ def with_metadata(df: pd.DataFrame, meta: dict) -> pd.DataFrame:
 
 
 def write_csv(df: pd.DataFrame, meta: dict, ceilings_: dict[str, Ceiling], dest: Path | None = None) -> Path:
+    """build/bench/bench-<gpu>[-gpu<N>]-<date>.csv: the cases, then one row per ceiling, each row
+    with the metadata (device, driver, runtime, nvcc, date and, under --gpus, the GPU number)."""
     BUILD_BENCH.mkdir(parents=True, exist_ok=True)
     stamp = meta["date"].replace(":", "").replace("-", "")
-    dest = dest or BUILD_BENCH / f"bench-{gpu_slug(meta['device'])}-{stamp}.csv"
+    which = f"-gpu{meta['gpu']}" if meta.get("gpu") else ""
+    dest = dest or BUILD_BENCH / f"bench-{gpu_slug(meta['device'])}{which}-{stamp}.csv"
     table = with_metadata(df, meta)
     ceil_rows = pd.DataFrame([{"program": "ceiling", "variant": c.name, "size": c.detail, "value": c.value,
                                "unit": c.unit, "median_ms": c.timing.median_ms if c.timing else np.nan,
                                "iqr_ms": c.timing.iqr_ms if c.timing else np.nan} for c in ceilings_.values()])
     pd.concat([table, with_metadata(ceil_rows, meta)], ignore_index=True).to_csv(dest, index=False)
     return dest
-
-
-def read_csv(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(cases, ceilings) from a bench CSV written by write_csv."""
-    df = pd.read_csv(path)
-    return df[df["program"] != "ceiling"].reset_index(drop=True), df[df["program"] == "ceiling"].reset_index(drop=True)
 
 
 def save(path: Path, device: str) -> Path:

@@ -32,6 +32,13 @@ def bin_path(prog: str) -> Path:
     return BUILD / "bin" / prog
 
 
+def targets_of(progs: list[str] | None) -> list[str] | None:
+    """The make targets of these programs; None (everything) for an empty selection."""
+    if not progs:
+        return None
+    return [t for p in progs for t in targets(p)]
+
+
 def targets(prog: str) -> list[str]:
     t = [f"build/lib/lib{prog}.so", f"build/bin/{prog}", f"build/ptxas/{prog}.txt"]
     if (CUDA_DIR / prog / f"{prog}_cpu.c").exists():
@@ -48,14 +55,34 @@ class Diagnostic:
     message: str
 
     def __str__(self) -> str:
-        col = f":{self.column}" if self.column else ""
-        return f"{self.file}:{self.line}{col}: {self.severity}: {self.message}"
+        where = self.file + (f":{self.line}" if self.line else "") + (f":{self.column}" if self.column else "")
+        return f"{where}: {self.severity}: {self.message}"
+
+    def source_line(self, root: Path | None = None) -> str | None:
+        """The line the diagnostic points at, from the file as it is now (None when unreadable)."""
+        if self.line <= 0:
+            return None
+        path = Path(self.file)
+        if not path.is_absolute():
+            path = (root or ROOT) / path
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            return None
+        return lines[self.line - 1].rstrip() if self.line <= len(lines) else None
+
+    def quoted(self, root: Path | None = None) -> str:
+        """`file:line: error: message` and, below it, the source line it points at."""
+        src = self.source_line(root)
+        return str(self) + (f"\n  {self.line:5d} | {src.strip()}" if src else "")
 
 
 # nvcc front end:  cuda/x/x.cu(12): error: identifier "foo" is undefined
 _NVCC = re.compile(r"^(?P<file>[^\s:()][^:()]*)\((?P<line>\d+)\): (?P<sev>error|warning)(?: #\w+-\w)?: (?P<msg>.*)$")
 # gcc/g++ (host code, our warnings-as-errors):  cuda/x/x.cu:29:8: error: ...
 _GCC = re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>(?:fatal )?error|warning): (?P<msg>.*)$")
+# A file-level message with no line (the Makefile's "cuda/x/main.cu: error: missing: ...").
+_FILE = re.compile(r"^(?P<file>cuda/[^\s:]+): (?P<sev>error): (?P<msg>.*)$")
 # ptxas and the linker have no file:line, but their lines still matter.
 _OTHER = re.compile(r"^(?:ptxas (?:error|fatal)\s*:|nvlink error|.*undefined reference to|/usr/bin/ld:.*error)")
 
@@ -70,7 +97,9 @@ def parse_diagnostics(text: str) -> list[Diagnostic]:
         if not m:
             m = _GCC.match(line)
             col = int(m.group("col")) if m and m.group("col") else None
-        if m:
+        if not m and (f := _FILE.match(line)):
+            d = Diagnostic(f.group("file"), 0, None, f.group("sev"), f.group("msg").strip())
+        elif m:
             d = Diagnostic(m.group("file"), int(m.group("line")), col, m.group("sev"), m.group("msg").strip())
         elif _OTHER.match(line):
             d = Diagnostic("<link>" if "ptxas" not in line else "<ptxas>", 0, None, "error", line)
@@ -83,7 +112,7 @@ def parse_diagnostics(text: str) -> list[Diagnostic]:
 
 
 def make_command(targets_: list[str] | None = None, jobs: int | None = None, arch: str | None = None,
-                 dry_run: bool = False, root: Path | None = None) -> list[str]:
+                 dry_run: bool = False, root: Path | None = None, keep_going: bool = False) -> list[str]:
     nvcc = toolchain.find("nvcc")
     if not nvcc.found:
         raise BuildError("nvcc not found: put it on PATH, set CUDA_HOME, or `pip install -e '.[toolkit]'`")
@@ -96,6 +125,8 @@ def make_command(targets_: list[str] | None = None, jobs: int | None = None, arc
         cmd.append(f"ARCH={arch}")
     if dry_run:
         cmd.append("-n")
+    if keep_going:
+        cmd.append("-k")
     return cmd + list(targets_ or [])
 
 
@@ -120,10 +151,11 @@ class BuildResult:
 
 
 def build(targets_: list[str] | None = None, jobs: int | None = None, arch: str | None = None,
-          on_step: Callable[[str, str], None] | None = None, root: Path | None = None) -> BuildResult:
+          on_step: Callable[[str, str], None] | None = None, root: Path | None = None,
+          keep_going: bool = False) -> BuildResult:
     """Run make; call `on_step(kind, target)` as each step starts. Raise BuildError on failure
     with the compilers' file:line diagnostics rather than make's whole output."""
-    cmd = make_command(targets_, jobs, arch, root=root)
+    cmd = make_command(targets_, jobs, arch, root=root, keep_going=keep_going)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     steps, lines = [], []
     assert proc.stdout is not None
@@ -144,6 +176,70 @@ def build(targets_: list[str] | None = None, jobs: int | None = None, arch: str 
             raise BuildError(f"make failed (status {rc}):\n{tail}", [], log)
         raise BuildError(f"build failed: {len(errors)} error(s)", errors, log)
     return BuildResult(steps, log)
+
+
+# make's own line for a failed target: `make: *** [Makefile:117: build/obj/matmul/matmul.o] Error 1`
+_FAILED_TARGET = re.compile(r"\*\*\* \[[^\]]*?:\s*(build/[^\]\s]+)\] Error")
+
+
+def program_of(path: str) -> str | None:
+    """The program a source file or build target belongs to (None for common files)."""
+    m = re.match(r"(?:cuda|build/obj|build/ptxas)/([^/]+)/", path) or re.match(r"build/lib/lib(.+)\.so$", path) \
+        or re.match(r"build/bin/([^/]+?)(?:_cpu)?$", path) or re.match(r"build/ptxas/(.+)\.txt$", path)
+    if m is None or m.group(1) == "common":
+        return None
+    return m.group(1)
+
+
+class ProgramsFailed(BuildError):
+    """Some programs did not build (the others did: make ran with -k). `failed` maps each program to
+    its diagnostics; `built` names the programs that did build."""
+
+    def __init__(self, failed: dict[str, list], built: list[str], log: str, other: list | None = None):
+        self.failed, self.built, self.other = failed, built, list(other or [])
+        n = len(failed) + (1 if self.other else 0)
+        lines = [f"build failed: {', '.join(failed) or 'common code'} "
+                 f"({n} of {len(failed) + len(built)} program(s))"]
+        for prog, diags in failed.items():
+            errs = [d for d in diags if "error" in d.severity] or diags
+            lines.append(f"{prog}:" + ("" if errs else " failed (see the log above for make's output)"))
+            lines += ["  " + d.quoted().replace("\n", "\n  ") for d in errs[:10]]
+            if len(errs) > 10:
+                lines.append(f"  ... and {len(errs) - 10} more")
+        lines += [d.quoted() for d in self.other[:10]]
+        lines.append(f"built: {', '.join(built) if built else 'none'}")
+        diagnostics = [d for ds in failed.values() for d in ds] + self.other
+        super().__init__(lines[0], diagnostics, log)
+        self.args = ("\n".join(lines),)
+
+
+def build_programs(progs: list[str] | None = None, jobs: int | None = None, arch: str | None = None,
+                   on_step: Callable[[str, str], None] | None = None) -> BuildResult:
+    """Build these programs (default all) with `make -k`, so that one broken program does not stop
+    the others. Raise ProgramsFailed naming each broken program with its diagnostics (file:line and
+    the quoted source line) and the programs that did build."""
+    progs = list(progs or programs())
+    try:
+        return build(targets_of(progs), jobs, arch, on_step, keep_going=True)
+    except BuildError as e:
+        log = e.log
+    diags = parse_diagnostics(log)
+    failed: dict[str, list] = {}
+    other = []
+    for d in diags:
+        p = program_of(d.file)
+        if p in progs:
+            failed.setdefault(p, []).append(d)
+        elif "error" in d.severity:
+            other.append(d)
+    for target in _FAILED_TARGET.findall(log):
+        p = program_of(target)
+        if p in progs:
+            failed.setdefault(p, [])
+    if other and not failed:  # common code broke: nothing could build
+        raise ProgramsFailed({}, [], log, other)
+    built = [p for p in progs if p not in failed]
+    raise ProgramsFailed({p: failed[p] for p in progs if p in failed}, built, log, other)
 
 
 # ptxas -v, per kernel:

@@ -20,6 +20,25 @@ class Check:
 PACKAGES = ["invoke", "pytest", "numpy", "pandas", "seaborn", "cffi", "PIL", "rich"]
 
 
+def lines(rows: list[Check], width: int | None = None) -> list[str]:
+    """One entry per item, `OK`/`WARN`/`MISSING`, the item, what was found, and `-> fix`, wrapped
+    under the detail column so that an 80-column terminal or a pipe shows every word."""
+    import textwrap
+
+    from . import console
+
+    width = width or console.width()
+    pad = 8 + 20
+    out = []
+    for r in rows:
+        mark = "OK" if r.ok else ("WARN" if r.optional else "MISSING")
+        text = r.detail + ("" if r.ok or not r.fix else f"  -> {r.fix}")
+        body = textwrap.wrap(text, width=max(30, width - pad), break_long_words=False, break_on_hyphens=False) or [""]
+        out.append(f"{mark:<8}{r.item:<20}{body[0]}")
+        out += [" " * pad + b for b in body[1:]]
+    return out
+
+
 def check_tools() -> list[Check]:
     out = []
     nvcc = toolchain.find("nvcc")
@@ -49,7 +68,11 @@ def check_tools() -> list[Check]:
                    "libelf1 .debs and export LD_LIBRARY_PATH to their lib folder)")
         out.append(Check(name, ok, detail, fix, optional=True))
     access, why = profile.counter_access()
+    have_ncu = toolchain.find("ncu").found
+    if not have_ncu:
+        access, why = False, "not checked: ncu is not installed (see ncu above)"
     out.append(Check("GPU counters (ncu)", bool(access), why,
+                     "install Nsight Compute first" if not have_ncu else
                      "run as root, or set the driver option NVreg_RestrictProfilingToAdminUsers=0 (`options nvidia "
                      "NVreg_RestrictProfilingToAdminUsers=0` in /etc/modprobe.d/, then reload the driver)",
                      optional=True))

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import csv
 import glob
-import importlib
 import io
 import os
 import re
@@ -174,47 +173,42 @@ def nsys_env() -> tuple[dict[str, str], str]:
 # --- what to run -----------------------------------------------------------------------------------
 
 def program_module(prog: str):
-    try:
-        return importlib.import_module(f"harness.programs.{prog}")
-    except ModuleNotFoundError as e:
-        if e.name != f"harness.programs.{prog}":
-            raise
-        return None
+    from . import programs
+
+    return programs.module(prog)
 
 
 def program_argv(prog: str, variant: str | None = None, args: list[str] | None = None, mod=None) -> list[str]:
     """Arguments for build/bin/<prog>: the caller's `args` when given, else the module's
     profile_args(variant), else `--variant V` (or nothing)."""
+    from . import programs
+
     if args:
         args = [str(a) for a in args]
         if variant and "--variant" not in args:
             args = ["--variant", variant] + args
         return args
-    mod = mod if mod is not None else program_module(prog)
-    if mod is not None and hasattr(mod, "profile_args"):
-        return [str(a) for a in mod.profile_args(variant)]
-    return ["--variant", variant] if variant else []
+    return programs.profile_argv(prog, variant, mod)
 
 
 def default_variants(prog: str, mod=None) -> list[str | None]:
     """The variants profiled, one run each, when the user names none."""
-    mod = mod if mod is not None else program_module(prog)
-    pv = getattr(mod, "PROFILE_VARIANTS", None) if mod is not None else None
-    return list(pv) if pv else [None]
+    from . import programs
+
+    return programs.profile_variants(prog, mod)
 
 
 def resolve_variants(prog: str, variant: str | None, mod=None) -> list[str | None]:
-    """--variant V -> [V]; --variant all -> every VARIANTS entry; none -> default_variants."""
-    mod = mod if mod is not None else program_module(prog)
+    """--variant V -> [V]; --variant all -> every variant; none -> default_variants."""
+    from . import programs
+
     if variant == "all":
-        names = list(getattr(mod, "VARIANTS", []) or []) if mod is not None else []
+        names = programs.variants(prog, mod)
         if not names:
             raise ValueError(f"{prog} lists no VARIANTS, so --variant all has nothing to run")
         return names
     if variant:
-        names = list(getattr(mod, "VARIANTS", []) or []) if mod is not None else []
-        if names and variant not in names:
-            raise ValueError(f"unknown variant {variant!r} for {prog}; variants: {', '.join(names)}")
+        programs.check_variant(prog, variant, mod)
         return [variant]
     return default_variants(prog, mod)
 
@@ -771,16 +765,36 @@ def counter_access(params: Path = Path("/proc/driver/nvidia/params")) -> tuple[b
     return False, "the driver restricts the counters to admins (RmProfilingAdminOnly: 1): ncu fails with ERR_NVGPUCTRPERM"
 
 
-def tool_states() -> list[tuple[str, bool, str]]:
-    """(tool, usable as far as can be told without running it, detail) for doctor-like listings."""
-    out = []
-    nsys = toolchain.find("nsys")
-    if nsys.found:
-        _, missing = nsys_env()
-        out.append(("nsys", not missing, f"{nsys.path} ({nsys.version})" + (f"; {missing}" if missing else "")))
-    else:
-        out.append(("nsys", False, "not found"))
-    ncu = toolchain.find("ncu")
-    out.append(("ncu", ncu.found, f"{ncu.path} ({ncu.version})" if ncu.found else "not found"))
-    out.append(("nvprof", False, nvprof_message()))
+_HEADS = {"time_pct": "Time (%)", "total_ns": "Total (ns)", "instances": "Inst", "avg_ns": "Avg (ns)",
+          "min_ns": "Min (ns)", "max_ns": "Max (ns)", "dram_bytes": "DRAM (B)",
+          "achieved_occupancy_pct": "Occupancy (%)", "sm_throughput_pct": "SM (%)",
+          "memory_throughput_pct": "Memory (%)"}
+_NOT_METRICS = {"variant", "kernel", "time_pct", "total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns",
+                "tool", "program"}
+
+
+def kernel_tables(df: pd.DataFrame, title: str) -> list[tuple[str, pd.DataFrame]]:
+    """The kernel table the way nsys's cuda_gpu_kern_sum lists it (times in ns, as text), and for
+    ncu a second table of its metrics per kernel, so that neither is squeezed; each a (title, frame)
+    for harness.console. Kernel names are shortened (templates and parameter lists dropped)."""
+    from analysis.profile import short_name
+
+    multi = "variant" in df and df["variant"].nunique() > 1
+    times = [c for c in ("total_ns", "instances", "avg_ns", "min_ns", "max_ns") if c in df]
+    metrics = [c for c in df.columns if c not in _NOT_METRICS]
+
+    def num(v, big=True):
+        if v is None or v != v:
+            return ""
+        return f"{v:,.0f}" if big or abs(v) >= 1000 else f"{v:.3g}"
+
+    lead = {"Variant": df["variant"].astype(str)} if multi else {}
+    names = df["kernel"].map(lambda k: short_name(k, 60))
+    t = pd.DataFrame({**lead, "Time (%)": df["time_pct"].map(lambda v: f"{v:.1f}"),
+                      **{_HEADS[c]: df[c].map(num) for c in times}, "Name": names})
+    out = [(title, t)]
+    if metrics:
+        m = pd.DataFrame({**lead, **{_HEADS.get(c, c): df[c].map(lambda v: num(v, False) if isinstance(v, float)
+                                                                  else str(v)) for c in metrics}, "Name": names})
+        out.append(("ncu metrics (mean over each kernel's launches)", m))
     return out

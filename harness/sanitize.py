@@ -73,34 +73,17 @@ def tools_for(tool: str) -> list[str]:
     return names
 
 
-def _label(argv: list[str], i: int) -> str:
-    if "--variant" in argv:
-        j = argv.index("--variant")
-        if j + 1 < len(argv):
-            return argv[j + 1]
-    text = " ".join(argv)
-    return text[:40] if text else (f"run{i}" if i else "default")
+def programs_label(argv: list[str]) -> str:
+    from .programs import _label
+
+    return _label(argv, 0)
 
 
 def cases(prog: str, mod=None) -> list[Case]:
-    """The runs of one program, from its module's sanitize_args / VARIANTS + profile_args."""
-    from .profile import program_module
+    """The runs of one program, from the registry (its module's sanitize_args / VARIANTS + profile_args)."""
+    from . import programs
 
-    mod = mod if mod is not None else program_module(prog)
-    if mod is not None and hasattr(mod, "sanitize_args"):
-        spec = mod.sanitize_args()
-        if isinstance(spec, dict):
-            return [Case(prog, str(k), tuple(str(a) for a in v)) for k, v in spec.items()]
-        spec = list(spec)
-        if not spec or all(isinstance(a, (str, int, float)) for a in spec):
-            spec = [spec]
-        return [Case(prog, _label([str(a) for a in v], i), tuple(str(a) for a in v)) for i, v in enumerate(spec)]
-    if mod is not None and hasattr(mod, "profile_args"):
-        variants = list(getattr(mod, "VARIANTS", []) or [])
-        if variants:
-            return [Case(prog, v, tuple(str(a) for a in mod.profile_args(v))) for v in variants]
-        return [Case(prog, "default", tuple(str(a) for a in mod.profile_args(None)))]
-    return [Case(prog, "default", ())]
+    return [Case(prog, label, argv) for label, argv in programs.sanitize_cases(prog, mod)]
 
 
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+errors?\s*$", re.M)  # not "... errors were not printed"
@@ -200,7 +183,7 @@ def sanitize(programs: list[str] | None = None, tools: list[str] | None = None, 
     sanitizer = find_sanitizer()
     work = []
     for prog in programs:
-        cs = [Case(prog, _label(list(args), 0), tuple(args))] if args else cases(prog)
+        cs = [Case(prog, programs_label(list(args)), tuple(args))] if args else cases(prog)
         work += [(c, t) for c in cs for t in tools]
     if on_total:
         on_total(len(work))

@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness import cudart
+from harness import gpus
+
+# Under `invoke test --gpus ...` each pytest-xdist worker takes one GPU: set before CUDA starts below.
+gpus.pin_worker()
+
+from harness import cudart  # noqa: E402
 
 SEEDS = (0, 1, 2)
 

@@ -88,7 +88,9 @@ def test_plots_from_the_recorded_trace(tmp_path, capsys):
     assert [p.name.split("_")[-1] for p in paths] == ["scatter.png", "heatmap.png", "strip.png"]
     for p in paths:
         _check_png(p)
-    assert "stride: 256 = blocks x threads" in capsys.readouterr().out
+    assert capsys.readouterr().out == ""  # nothing printed: the stride is in the strip's title
+    df = recorded(500)
+    assert ag.stride_note(df.frame, 500, 8, 32) == "measured stride 256 = blocks x threads"
 
 
 def test_plots_from_the_simulator_say_so(tmp_path, capsys):
@@ -97,7 +99,8 @@ def test_plots_from_the_simulator_say_so(tmp_path, capsys):
     for p in paths:
         _check_png(p)
         assert "_sim_" in p.name
-    assert "not observable" in capsys.readouterr().out
+    assert capsys.readouterr().out == ""
+    assert ag.stride_note(data.frame, 100, 8, 32).startswith("no thread took a second element")
     assert ag._unpack(data)[-1] == "(simulated)"
     assert "(simulated)" in ag._title("x", 100, 8, 32, ag._unpack(data)[-1])
     assert "NVIDIA" in ag._unpack(recorded(100))[-1]

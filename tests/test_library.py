@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import GPU_OK
-from harness import build, cudart, library
-from harness import errors
+from harness import build, cudart, errors, library
 from harness.errors import CudaError, NoGPUError
 
 # A plain-C stand-in for a program library, so the marshalling is exercised by real calls on any

@@ -90,20 +90,25 @@ def module(prog: str) -> ModuleType | None:
         return None
 
 
-def has(prog: str, attr: str) -> bool:
-    mod = module(prog)
+def _mod(prog: str, mod):
+    # `mod` lets a caller (or a test) hand in a module object instead of the one resolved by name.
+    return mod if mod is not None else module(prog)
+
+
+def has(prog: str, attr: str, mod=None) -> bool:
+    mod = _mod(prog, mod)
     return mod is not None and hasattr(mod, attr)
 
 
-def hook(prog: str, attr: str):
+def hook(prog: str, attr: str, mod=None):
     """The module's attribute `attr`, or None."""
-    mod = module(prog)
+    mod = _mod(prog, mod)
     return getattr(mod, attr, None) if mod is not None else None
 
 
-def variants(prog: str) -> list[str]:
+def variants(prog: str, mod=None) -> list[str]:
     """The program's variant names (module `variants()`, else `VARIANTS`, else [])."""
-    mod = module(prog)
+    mod = _mod(prog, mod)
     if mod is None:
         return []
     fn = getattr(mod, "variants", None)
@@ -112,8 +117,8 @@ def variants(prog: str) -> list[str]:
     return [str(v) for v in (getattr(mod, "VARIANTS", None) or ())]
 
 
-def check_variant(prog: str, variant: str) -> str:
-    known = variants(prog)
+def check_variant(prog: str, variant: str, mod=None) -> str:
+    known = variants(prog, mod)
     if known and variant not in known:
         raise ValueError(f"unknown variant {variant!r} for {prog}; variants: {', '.join(known)}")
     return variant
@@ -129,22 +134,22 @@ def variants_from_library(prog: str) -> list[str]:
     return [lib.ffi.string(name(i)).decode() for i in range(count)]
 
 
-def profile_variants(prog: str) -> list[str | None]:
-    pv = hook(prog, "PROFILE_VARIANTS")
+def profile_variants(prog: str, mod=None) -> list[str | None]:
+    pv = hook(prog, "PROFILE_VARIANTS", mod)
     return list(pv) if pv else [None]
 
 
-def profile_argv(prog: str, variant: str | None = None) -> list[str]:
+def profile_argv(prog: str, variant: str | None = None, mod=None) -> list[str]:
     """argv for one profiled run: the module's profile_args(variant), else `--variant V` or []."""
-    fn = hook(prog, "profile_args")
+    fn = hook(prog, "profile_args", mod)
     if fn is not None:
         return [str(a) for a in fn(variant)]
     return ["--variant", variant] if variant else []
 
 
-def sanitize_cases(prog: str) -> list[tuple[str, tuple[str, ...]]]:
+def sanitize_cases(prog: str, mod=None) -> list[tuple[str, tuple[str, ...]]]:
     """(label, argv) for each small run compute-sanitizer checks."""
-    fn = hook(prog, "sanitize_args")
+    fn = hook(prog, "sanitize_args", mod)
     if fn is not None:
         spec = fn()
         if isinstance(spec, dict):
@@ -153,11 +158,11 @@ def sanitize_cases(prog: str) -> list[tuple[str, tuple[str, ...]]]:
         if not spec or all(isinstance(a, (str, int, float)) for a in spec):
             spec = [spec]
         return [(_label([str(a) for a in v], i), tuple(str(a) for a in v)) for i, v in enumerate(spec)]
-    if has(prog, "profile_args"):
-        vs = variants(prog)
+    if has(prog, "profile_args", mod):
+        vs = variants(prog, mod)
         if vs:
-            return [(v, tuple(profile_argv(prog, v))) for v in vs]
-        return [("default", tuple(profile_argv(prog, None)))]
+            return [(v, tuple(profile_argv(prog, v, mod))) for v in vs]
+        return [("default", tuple(profile_argv(prog, None, mod)))]
     return [("default", ())]
 
 
@@ -209,3 +214,15 @@ def pictures() -> list[str]:
         if hasattr(mod, "viz_data"):
             out.append(p.stem)
     return out
+
+
+def viz_data(name: str, **opts):
+    """`harness.programs.<name>.viz_data` called with the options it names (None = its default)."""
+    import inspect
+
+    mod = importlib.import_module(f"{__name__}.{name}")
+    fn = mod.viz_data
+    params = inspect.signature(fn).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return fn(**{k: v for k, v in opts.items() if v is not None})
+    return fn(**{k: v for k, v in opts.items() if k in params and v is not None})

@@ -1,0 +1,66 @@
+"""Several GPUs: which GPU each pytest-xdist worker takes, and how --gpus is read (CPU only)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import gpus
+
+
+def test_each_worker_takes_one_gpu_round_robin():
+    assert [gpus.assign(f"gw{i}", "0,1") for i in range(4)] == ["0", "1", "0", "1"]
+    assert gpus.assign("gw0", "3") == "3"
+    assert gpus.assign("gw5", "2,5,7") == "7"
+    assert gpus.assign("master", "0,1") is None and gpus.assign("", "0,1") is None
+    assert gpus.assign("gw0", "") is None
+
+
+def test_pin_worker_sets_cuda_visible_devices_only_in_a_worker():
+    env = {"PYTEST_XDIST_WORKER": "gw1", gpus.ENV: "4,6"}
+    assert gpus.pin_worker(env) == "6" and env["CUDA_VISIBLE_DEVICES"] == "6"
+    env = {gpus.ENV: "4,6"}  # not a worker: leave CUDA alone
+    assert gpus.pin_worker(env) is None and "CUDA_VISIBLE_DEVICES" not in env
+    env = {"PYTEST_XDIST_WORKER": "gw0", "CUDA_VISIBLE_DEVICES": "2"}  # a plain -n run: untouched
+    assert gpus.pin_worker(env) is None and env["CUDA_VISIBLE_DEVICES"] == "2"
+
+
+def test_select_reads_all_and_numbers():
+    assert gpus.select("all", ["0", "1"]) == ["0", "1"]
+    assert gpus.select("1", ["0", "1"]) == ["1"]
+    assert gpus.select("1,0", ["4", "5"]) == ["5", "4"]  # numbers are positions among the visible GPUs
+    with pytest.raises(ValueError, match="does not exist; 2 visible"):
+        gpus.select("2", ["0", "1"])
+    with pytest.raises(ValueError, match="`all` or comma-separated"):
+        gpus.select("zero", ["0"])
+    with pytest.raises(ValueError, match="named twice"):
+        gpus.select("0,0", ["0", "1"])
+    with pytest.raises(ValueError, match="no GPU is visible"):
+        gpus.select("all", [])
+
+
+def test_physical_gpus_follow_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    assert gpus.physical_gpus() == ["3", "1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert gpus.physical_gpus() == []
+
+
+def test_worker_env_passes_the_gpu_list():
+    env = gpus.worker_env(["0", "1"], {"PATH": "/bin"})
+    assert env == {"PATH": "/bin", gpus.ENV: "0,1"}
+
+
+def test_each_gpu_writes_its_own_csv(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from harness import bench
+
+    monkeypatch.setattr(bench, "BUILD_BENCH", tmp_path)
+    meta = {"device": "NVIDIA H100 80GB HBM3", "driver": "13.0", "runtime": "13.0", "nvcc": "13.0",
+            "date": "2026-11-23T12:00:00"}
+    rows = pd.DataFrame([{"program": "square", "variant": "01_naive", "size": "2^24", "ratio": 0.9, "unit": "GB/s"}])
+    a = bench.write_csv(rows, {**meta, "gpu": "0"}, {})
+    b = bench.write_csv(rows, {**meta, "gpu": "1"}, {})
+    assert a != b and a.name.endswith("-gpu0-20261123T120000.csv") and "-gpu1-" in b.name
+    cases, m, _ = bench.read_result(b)
+    assert m["gpu"] == "1" and m["device"] == meta["device"] and len(cases) == 1
