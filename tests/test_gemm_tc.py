@@ -245,3 +245,23 @@ def runner_exists() -> bool:
 
 def test_errors_are_typed():
     assert issubclass(library.LibraryNotBuilt, CudalabError)
+
+
+def test_bench_cases_and_ceilings(monkeypatch):
+    # As on an H100 with cuBLAS: every rung against cuBLAS BF16 of the same size, targets at 4096^3 only.
+    monkeypatch.setattr(gt, "variants", lambda: ["01_wmma", "02_mma_sync", "03_wgmma", "cublas_bf16", "cublas_tf32"])
+    monkeypatch.setattr(gt, "unsupported_reason", lambda v: None)
+    monkeypatch.setattr(gt, "requirement", lambda v, m, n, k: None)
+    monkeypatch.setattr(gt, "have_cublas", lambda: True)
+    cases = gt.bench_cases(quick=False)
+    vs_cublas = {(c.variant, c.size): c for c in cases if c.ceiling.startswith("cublas_bf16_")}
+    assert set(vs_cublas) == {(v, f"{s}^3") for v in gt.KERNELS for s in gt.BENCH_SIZES}
+    assert vs_cublas[("03_wgmma", "4096^3")].target == 0.90
+    assert vs_cublas[("02_mma_sync", "4096^3")].target == 0.50
+    assert vs_cublas[("03_wgmma", "8192^3")].target is None
+    assert all(c.ceiling == f"cublas_bf16_{c.size[:-2]}" for c in vs_cublas.values())
+    peak = [c for c in cases if c.ceiling == "bf16_peak"]
+    assert len(peak) == 5 * len(gt.BENCH_SIZES)
+    assert {c.ceiling for c in cases} <= set(gt.ceilings())
+    assert all(c.flops == 2.0 * int(c.size[:-2]) ** 3 for c in cases)
+    assert {c.size for c in gt.bench_cases(quick=True)} == {"2048^3"}

@@ -21,7 +21,6 @@
 #include <mma.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 
 #include "check.cuh"
@@ -256,10 +255,8 @@ static cudaError_t launch_02(int M, int N, int K, const uint16_t *A, const uint1
 //   mbarrier; it then waits on the stage's `empty` barrier before refilling it.
 //   warpgroups 1 and 2, the consumers: each owns 64 rows of C (128 FP32 accumulators per thread)
 //   and, per stage, issues four wgmma m64n256k16 (K = 64) straight from shared memory.
-// setmaxnreg moves registers from the producer (40) to the consumers (232). The grid is persistent
-// (one block per SM, each walking tiles blockIdx.x, + gridDim.x, ...), so while the consumers write
-// one tile's accumulators the producer is already filling the ring for the next; the tiles are
-// numbered in the same grouped order as 02, so the tiles in flight share A and B panels in L2.
+// setmaxnreg moves registers from the producer (40) to the consumers (232). The grid walks the
+// tiles in the same grouped order as 02, so resident blocks share A and B panels in L2.
 constexpr int H_BM = 128, H_BN = 256, H_BK = 64, H_STAGES = 4, H_THREADS = 384;
 constexpr int H_TILE_A = H_BM * H_BK * 2, H_TILE_B = H_BN * H_BK * 2, H_STAGE = H_TILE_A + H_TILE_B;
 constexpr int H_SMEM = H_STAGES * H_STAGE + 1024 /* alignment slack */ + 2 * H_STAGES * 8 /* barriers */;
@@ -290,32 +287,23 @@ __global__ void __launch_bounds__(H_THREADS, 1)
     }
     __syncthreads();  // barriers initialised before anyone waits on them; no block barrier after this
 
-    const int tiles_m = (int)cdiv(M, H_BM), tiles_n = (int)cdiv(N, H_BN), tiles = tiles_m * tiles_n;
-    const int per_group = S_GROUP_M * tiles_n;
-    // Tile number -> (m0, n0) in the grouped order.
-    auto tile_origin = [&](int tile, int &m0, int &n0) {
-        const int group = tile / per_group, first_m = group * S_GROUP_M;
-        const int group_m = min(tiles_m - first_m, S_GROUP_M), in_group = tile % per_group;
-        m0 = (first_m + in_group % group_m) * H_BM;
-        n0 = (in_group / group_m) * H_BN;
-    };
+    const int tiles_m = (int)cdiv(M, H_BM), tiles_n = (int)cdiv(N, H_BN);
+    const int per_group = S_GROUP_M * tiles_n, group = blockIdx.x / per_group;
+    const int first_m = group * S_GROUP_M, group_m = min(tiles_m - first_m, S_GROUP_M);
+    const int in_group = blockIdx.x % per_group;
+    const int m0 = (first_m + in_group % group_m) * H_BM, n0 = (in_group / group_m) * H_BN;
     const int KT = (int)cdiv(K, H_BK) - drop_last_k_tiles;
 
     if (wg == 0) {
         tc::setmaxnreg_dec<40>();
         if (tid_in_wg == 0) {
-            int it = 0;  // stage uses so far, across tiles: stage it % STAGES, its (it / STAGES)-th use
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                int m0, n0;
-                tile_origin(tile, m0, n0);
-                for (int kt = 0; kt < KT; ++kt, ++it) {
-                    const int s = it % H_STAGES;
-                    // Stage s last held use it - STAGES: wait until both consumers released it.
-                    if (it >= H_STAGES) tc::mbar_wait(empty(s), ((it / H_STAGES) - 1) & 1);
-                    tc::mbar_arrive_expect_tx(full(s), H_STAGE);
-                    tc::tma_load_2d(tileA(s), &tmA, kt * H_BK, m0, full(s));
-                    tc::tma_load_2d(tileB(s), &tmB, kt * H_BK, n0, full(s));
-                }
+            for (int kt = 0; kt < KT; ++kt) {
+                const int s = kt % H_STAGES;
+                // Stage s was used by tile kt - STAGES: wait until both consumers released it.
+                if (kt >= H_STAGES) tc::mbar_wait(empty(s), ((kt / H_STAGES) - 1) & 1);
+                tc::mbar_arrive_expect_tx(full(s), H_STAGE);
+                tc::tma_load_2d(tileA(s), &tmA, kt * H_BK, m0, full(s));
+                tc::tma_load_2d(tileB(s), &tmB, kt * H_BK, n0, full(s));
             }
         }
         return;
@@ -323,33 +311,27 @@ __global__ void __launch_bounds__(H_THREADS, 1)
 
     tc::setmaxnreg_inc<232>();
     const int c = wg - 1;  // this consumer's 64 rows: m0 + 64c ...
+    float acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+
+    for (int kt = 0; kt < KT; ++kt) {
+        const int s = kt % H_STAGES;
+        tc::mbar_wait(full(s), (kt / H_STAGES) & 1);  // the stage's bytes have landed
+        const uint64_t da = tc::wgmma_desc_sw128(tileA(s) + c * 64 * 128), db = tc::wgmma_desc_sw128(tileB(s));
+        tc::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < H_BK / 16; ++kk) tc::wgmma_m64n256k16_bf16(acc, da + 2 * kk, db + 2 * kk);
+        tc::wgmma_commit();
+        // Keep one group in flight: once the previous stage's wgmmas are done, hand it back.
+        tc::wgmma_wait<1>();
+        if (kt > 0 && tid_in_wg == 0) tc::mbar_arrive(empty((kt - 1) % H_STAGES));
+    }
+    tc::wgmma_wait<0>();
+
+    // Epilogue: warp w of this warpgroup holds rows 16w + g (+8); n8 block j holds cols 8j + 2t (+1).
     const int w = tid_in_wg / 32, lane = tid_in_wg % 32, g = lane / 4, t = lane % 4;
     const bool pairs = (N % 2) == 0;
-    float acc[128];
-    int it = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        int m0, n0;
-        tile_origin(tile, m0, n0);
-#pragma unroll
-        for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-
-        for (int kt = 0; kt < KT; ++kt, ++it) {
-            const int s = it % H_STAGES;
-            tc::mbar_wait(full(s), (it / H_STAGES) & 1);  // the stage's bytes have landed
-            const uint64_t da = tc::wgmma_desc_sw128(tileA(s) + c * 64 * 128), db = tc::wgmma_desc_sw128(tileB(s));
-            tc::wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < H_BK / 16; ++kk) tc::wgmma_m64n256k16_bf16(acc, da + 2 * kk, db + 2 * kk);
-            tc::wgmma_commit();
-            // Keep one group in flight: once the previous stage's wgmmas are done, hand it back.
-            tc::wgmma_wait<1>();
-            if (kt > 0 && tid_in_wg == 0) tc::mbar_arrive(empty((it - 1) % H_STAGES));
-        }
-        tc::wgmma_wait<0>();
-        // The tile's last stage is free too; the producer is already filling the ring for the next tile.
-        if (KT > 0 && tid_in_wg == 0) tc::mbar_arrive(empty((it - 1) % H_STAGES));
-
-        // Epilogue: warp w of this warpgroup holds rows 16w + g (+8); n8 block j holds cols 8j + 2t (+1).
 #pragma unroll
     for (int j = 0; j < 32; ++j)
 #pragma unroll
@@ -365,7 +347,6 @@ __global__ void __launch_bounds__(H_THREADS, 1)
                 if (col + 1 < N) dst[1] = v1;
             }
         }
-    }
 #else
     // Built without sm_90a: the host never launches this (wgmma_unsupported_reason says why).
     (void)M, (void)N, (void)K, (void)tmA, (void)tmB, (void)C, (void)drop_last_k_tiles;
@@ -458,19 +439,7 @@ static inline cudaError_t launch_03(int M, int N, int K, const uint16_t *A, cons
     if (e != cudaSuccess) return e;
     e = cached_map(cb, B, N, K, H_BN);
     if (e != cudaSuccess) return e;
-    // Persistent: one block per SM (192 KiB of shared memory allows no second), never more than tiles.
-    static int sms = 0;
-    if (sms == 0) {
-        int dev = 0;
-        e = cudaGetDevice(&dev);
-        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        if (e != cudaSuccess) return e;
-    }
-    const long long tiles = cdiv(M, H_BM) * cdiv(N, H_BN);
-    // GEMM_TC_03_GRID=tiles: one block per tile instead (the non-persistent grid, kept to measure
-    // what persistence buys; NOTES-gemm_tc.md).
-    static const bool one_per_tile = getenv("GEMM_TC_03_GRID") && strcmp(getenv("GEMM_TC_03_GRID"), "tiles") == 0;
-    const long long blocks = (one_per_tile || tiles < sms) ? tiles : sms;
+    const long long blocks = cdiv(M, H_BM) * cdiv(N, H_BN);
     k03_wgmma<<<(unsigned)blocks, H_THREADS, H_SMEM, stream>>>(M, N, K, ca.map, cb.map, C, drop_last_k_tiles);
     return cudaGetLastError();
 }

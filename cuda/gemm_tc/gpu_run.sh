@@ -24,11 +24,6 @@ fi
 for s in 4096; do
   timeout 120 build/bin/gemm_tc --variant all --reps 10 $s $s $s 2>&1 | tee -a "$OUT/exe.txt"
 done
-# 03 with one block per tile (not persistent), for the NOTES' comparison.
-for s in 2048 4096 8192; do
-  GEMM_TC_03_GRID=tiles timeout 60 build/bin/gemm_tc --variant 03_wgmma --reps 10 $s $s $s 2>&1 | sed 's/^result/result-grid=tiles/' | tee -a "$OUT/exe.txt"
-  timeout 60 build/bin/gemm_tc --variant 03_wgmma --reps 10 $s $s $s 2>&1 | sed 's/^result/result-persistent/' | tee -a "$OUT/exe.txt"
-done
 if want sanitize; then
   for tool in memcheck racecheck synccheck; do
     for v in 01_wmma 02_mma_sync 03_wgmma; do
