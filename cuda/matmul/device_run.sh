@@ -6,6 +6,7 @@
 #   tune      invoke tune matmul (4096³), the JSON copied to $OUT
 #   bench     invoke bench --programs matmul, the CSV copied to $OUT
 #   ncu       one profile per rung (and cuBLAS) at 4096³: FMA pipe, bank conflicts, L2/DRAM throughput
+#   sancfg    compute-sanitizer memcheck + racecheck on every ladder configuration (--config), two shapes
 # Usage: cuda/matmul/device_run.sh check tune bench ncu
 set -u
 OUT=${OUT:-build/device}
@@ -14,8 +15,7 @@ RUNGS="04_blocktile_1d 05_blocktile_2d 06_vectorized 07_warptile 08_pipelined 09
 step() { echo "=== $* ($(date +%T))"; }
 
 step build
-make -j16 build/lib/libmatmul.so build/bin/matmul build/ptxas/matmul.txt 2>&1 | grep -v "^  NVCC\|^  LINK" | tail -20
-cp build/ptxas/matmul.txt "$OUT/ptxas-matmul.txt" 2>/dev/null
+make -j16 build/lib/libmatmul.so build/bin/matmul build/ptxas/matmul.txt build/lib/libdevice_info.so 2>&1 | grep -v "^  NVCC\|^  LINK" | tail -20
 
 for stage in "$@"; do
   case $stage in
@@ -26,13 +26,21 @@ for stage in "$@"; do
     build/bin/matmul 100000 100000 100000; echo "status $?"
     step pytest
     timeout 150 python3 -m pytest tests/test_matmul.py tests/test_tune.py tests/test_ladder_plot.py -x -q -n 8 \
-      -p no:cacheprovider 2>&1 | tee "$OUT/pytest.txt" | tail -4
+      -p no:cacheprovider 2>&1 | tail -4
     step "compute-sanitizer"
     for v in $RUNGS; do for shape in "65 33 47" "129 68 36"; do for tool in memcheck racecheck synccheck; do
       echo "$tool $v $shape"; done; done; done |
       xargs -P 8 -L 1 sh -c 'compute-sanitizer --tool $0 --error-exitcode 9 build/bin/matmul --variant $1 --reps 1 $2 $3 $4 \
         > /tmp/san-$0-$1-$2.log 2>&1; echo "$0 $1 $2x$3x$4 status=$? $(grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" /tmp/san-$0-$1-$2.log | head -1)"' |
-      sort | tee "$OUT/sanitize.txt" | grep -v "status=0" ; echo "sanitizer runs: $(wc -l < "$OUT/sanitize.txt"), not clean: $(grep -vc "status=0" "$OUT/sanitize.txt")"
+      sort > /tmp/sanitize.txt; grep -v "status=0" /tmp/sanitize.txt; echo "sanitizer runs: $(wc -l < /tmp/sanitize.txt), not clean: $(grep -vc "status=0" /tmp/sanitize.txt)"
+    ;;
+  sancfg)
+    step "compute-sanitizer on every configuration"
+    PYTHONPATH=$PYTHONPATH python3 -c "from harness.programs import matmul as mm; print('\n'.join(mm.configs()))" |
+      while read c; do for shape in "65 33 47" "129 68 36"; do for tool in memcheck racecheck; do echo "$tool $c $shape"; done; done; done |
+      xargs -P 8 -L 1 sh -c 'compute-sanitizer --tool $0 --error-exitcode 9 build/bin/matmul --config $1 --reps 1 $2 $3 $4 \
+        > /tmp/sanc-$0-$1-$2.log 2>&1; echo "$0 $1 $2x$3x$4 status=$? $(grep -h "ERROR SUMMARY\|RACECHECK SUMMARY\|^error" /tmp/sanc-$0-$1-$2.log | head -1)"' |
+      sort > /tmp/sancfg.txt; grep -v "status=0" /tmp/sancfg.txt; echo "config sanitizer runs: $(wc -l < /tmp/sancfg.txt), not clean: $(grep -vc "status=0" /tmp/sancfg.txt)"
     ;;
   tune)
     step "invoke tune matmul"
@@ -57,13 +65,14 @@ EOF
   ncu)
     step ncu
     M=sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,lts__t_bytes.sum.per_second,dram__bytes.sum.per_second,sm__warps_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum,smsp__average_warp_latency_issue_stalled_barrier.ratio
-    for v in $RUNGS cublas; do
+    for v in ${NCU_RUNGS:-$RUNGS cublas}; do
       re="regex:sgemm_0"; [ $v = cublas ] && re="regex:gemm|Kernel"
       timeout 60 ncu --clock-control none --kernel-name "$re" --launch-count 1 --csv --page raw --print-units base \
-        --section WarpStateStats --metrics $M build/bin/matmul --variant $v --reps 1 4096 4096 4096 > "$OUT/ncu-$v.csv" 2>&1
+        --section WarpStateStats --metrics $M build/bin/matmul --variant $v --reps 1 4096 4096 4096 > "/tmp/ncu-$v.csv" 2>&1
       echo "ncu $v status $?"
     done
-    python3 - "$OUT" <<'EOF'
+    tar czf "$OUT/ncu.tgz" -C /tmp $(cd /tmp && ls ncu-*.csv)
+    python3 - /tmp <<'EOF'
 import csv, glob, io, sys
 rows = []
 for p in sorted(glob.glob(sys.argv[1] + "/ncu-*.csv")):
