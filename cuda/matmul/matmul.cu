@@ -103,12 +103,6 @@ struct LadderConfig {
     {"08_pipelined-" #BM "x" #BN "x" #BK "-w" #WM "x" #WN "-s" #ST, BM, BN, (BM / WM) * (BN / WN) * 32,    \
      Sgemm08Shape<BM, BN, BK, WM, WN, ST>::SMEM, (const void *)sgemm_08_pipelined<BM, BN, BK, WM, WN, ST, 0, true>, \
      (const void *)sgemm_08_pipelined<BM, BN, BK, WM, WN, ST, 0, false>}
-// 16×8 outputs per thread (GM = 4 groups of 4 rows), one block's worth of registers (MINB = 1).
-#define LADDER_08_T16(BM, BN, BK, WM, WN, ST)                                                          \
-    {"08_pipelined-" #BM "x" #BN "x" #BK "-w" #WM "x" #WN "-s" #ST "-t16x8", BM, BN, (BM / WM) * (BN / WN) * 32, \
-     Sgemm08Shape<BM, BN, BK, WM, WN, ST>::SMEM,                                                       \
-     (const void *)sgemm_08_pipelined<BM, BN, BK, WM, WN, ST, 1, true, 4>,                             \
-     (const void *)sgemm_08_pipelined<BM, BN, BK, WM, WN, ST, 1, false, 4>}
 // The first 08 (A row-major in shared memory, read along k), kept as a tuner candidate.
 #define LADDER_08A(BM, BN, BK, WM, WN, ST)                                                             \
     {"08_pipelined_arow-" #BM "x" #BN "x" #BK "-w" #WM "x" #WN "-s" #ST, BM, BN, (BM / WM) * (BN / WN) * 32, \
@@ -128,20 +122,11 @@ const LadderConfig kConfigs[] = {
     LADDER_08(128, 128, 16, 64, 32, 3),
     LADDER_08(128, 128, 16, 64, 32, 4),
     LADDER_08(128, 128, 32, 64, 32, 3),
-    LADDER_08(128, 128, 32, 64, 32, 4),
-    LADDER_08(128, 128, 32, 32, 64, 3),
-    LADDER_08(64, 128, 32, 32, 64, 3),
-    LADDER_08(256, 128, 32, 64, 32, 3),
     LADDER_08(128, 128, 16, 32, 64, 3),
     LADDER_08(128, 64, 16, 64, 32, 3),
     LADDER_08(64, 128, 16, 32, 64, 3),
     LADDER_08(256, 128, 16, 64, 32, 3),
     LADDER_08(128, 256, 16, 64, 32, 3),
-    LADDER_08_T16(128, 256, 16, 64, 64, 3),
-    LADDER_08_T16(128, 256, 32, 64, 64, 3),
-    LADDER_08_T16(256, 128, 16, 64, 64, 3),
-    LADDER_08_T16(128, 128, 16, 64, 64, 3),
-    LADDER_08_T16(128, 128, 32, 64, 64, 3),
     LADDER_08A(128, 128, 16, 64, 32, 3),
     LADDER_08A(128, 128, 16, 64, 32, 4),
     LADDER_08A(128, 128, 32, 64, 32, 3),

@@ -379,8 +379,6 @@ __device__ __forceinline__ void ladder_cp_async_wait() {
 // LDS.128 reads). cp.async can only transpose 4 bytes at a time, so A costs BM·BK/T copies per
 // thread per tile (8 at 128×128×16) against 2 for B: a few instructions per 1024 FFMA.
 // MINB: blocks per SM for __launch_bounds__ (0: ladder_min_blocks, i.e. ≤ 128 registers).
-// GM: groups of 4 rows per thread (2: 8×8 outputs; 4: 16×8, 128 accumulators, which needs MINB = 1
-// and trades warps for fewer shared loads and instructions per FFMA, as cuBLAS's kernel does).
 // ---------------------------------------------------------------------------------------------
 template <int BM, int BN, int BK, int WM, int WN, int STAGES>
 struct Sgemm08Shape {
@@ -390,14 +388,14 @@ struct Sgemm08Shape {
     static constexpr size_t SMEM = (size_t)STAGES * (A_TILE + B_TILE) * sizeof(float);
 };
 
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MINB, bool VEC, int GM = 2>
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MINB, bool VEC>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32,
                                   MINB ? MINB : ladder_min_blocks((BM / WM) * (BN / WN) * 32))
     sgemm_08_pipelined(const LadderArgs p) {
     using S = Sgemm08Shape<BM, BN, BK, WM, WN, STAGES>;
     constexpr int T = S::T, AS = S::AS;
-    constexpr int LN = WN / 8, TM = 4 * GM;  // a thread owns TM×8 outputs: GM groups of 4 rows
-    static_assert((WM / TM) * LN == 32, "the warp's lanes tile its WM×WN outputs");
+    constexpr int LN = WN / 8;
+    static_assert((WM / 8) * LN == 32, "a thread owns 8×8 outputs of its warp's tile");
     static_assert(BK % 4 == 0 && STAGES >= 2, "float4 along k; at least double buffering");
     static_assert((BM * BK) % T == 0 && (BK * BN / 4) % T == 0, "tiles load in whole rounds");
     extern __shared__ __align__(16) float ladder_smem[];
@@ -471,7 +469,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32,
         }
     };
 
-    float acc[TM][8] = {};
+    float acc[8][8] = {};
     // Prologue: STAGES-1 tiles in flight. Every step commits one group (empty past the last
     // tile) so that "wait until at most STAGES-2 groups remain" always means "tile t has landed".
 #pragma unroll
@@ -493,41 +491,34 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32,
         const float *bs = Bs + s_use * S::B_TILE + b_off;
         s_use = s_use + 1 == STAGES ? 0 : s_use + 1;
         // Two fragment sets: step kk+1's four LDS.128 are issued before step kk's 64 FFMAs.
-        float4 fa[2][GM], fb[2][2];
-#pragma unroll
-        for (int g = 0; g < GM; ++g) fa[0][g] = *reinterpret_cast<const float4 *>(as + g * (WM / GM));
+        float4 fa[2][2], fb[2][2];
+        fa[0][0] = *reinterpret_cast<const float4 *>(as);
+        fa[0][1] = *reinterpret_cast<const float4 *>(as + WM / 2);
         fb[0][0] = *reinterpret_cast<const float4 *>(bs);
         fb[0][1] = *reinterpret_cast<const float4 *>(bs + WN / 2);
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
             const int cur = kk % 2, nxt = (kk + 1) % 2;
             if (kk + 1 < BK) {
-#pragma unroll
-                for (int g = 0; g < GM; ++g)
-                    fa[nxt][g] = *reinterpret_cast<const float4 *>(as + (kk + 1) * AS + g * (WM / GM));
+                fa[nxt][0] = *reinterpret_cast<const float4 *>(as + (kk + 1) * AS);
+                fa[nxt][1] = *reinterpret_cast<const float4 *>(as + (kk + 1) * AS + WM / 2);
                 fb[nxt][0] = *reinterpret_cast<const float4 *>(bs + (kk + 1) * BN);
                 fb[nxt][1] = *reinterpret_cast<const float4 *>(bs + (kk + 1) * BN + WN / 2);
             }
-            float ra[TM];
-#pragma unroll
-            for (int g = 0; g < GM; ++g) {
-                ra[4 * g + 0] = fa[cur][g].x;
-                ra[4 * g + 1] = fa[cur][g].y;
-                ra[4 * g + 2] = fa[cur][g].z;
-                ra[4 * g + 3] = fa[cur][g].w;
-            }
+            const float ra[8] = {fa[cur][0].x, fa[cur][0].y, fa[cur][0].z, fa[cur][0].w,
+                                 fa[cur][1].x, fa[cur][1].y, fa[cur][1].z, fa[cur][1].w};
             const float rb[8] = {fb[cur][0].x, fb[cur][0].y, fb[cur][0].z, fb[cur][0].w,
                                  fb[cur][1].x, fb[cur][1].y, fb[cur][1].z, fb[cur][1].w};
 #pragma unroll
-            for (int i = 0; i < TM; ++i)
+            for (int i = 0; i < 8; ++i)
 #pragma unroll
                 for (int j = 0; j < 8; ++j) acc[i][j] += ra[i] * rb[j];
         }
     }
     ladder_cp_async_wait<0>();  // only empty groups can remain; leave none behind
 #pragma unroll
-    for (int i = 0; i < TM; ++i) {
-        const int r = row0 + a_off + (i / 4) * (WM / GM) + i % 4;
+    for (int i = 0; i < 8; ++i) {
+        const int r = row0 + a_off + (i / 4) * (WM / 2) + i % 4;
 #pragma unroll
         for (int h = 0; h < 2; ++h)
             ladder_store4<VEC>(C, m, n, r, col0 + b_off + h * (WN / 2), p.alpha, acc[i][4 * h], acc[i][4 * h + 1],
