@@ -7,24 +7,14 @@ module; matmul times its compiled ladder configurations and caches the fastest f
 
 from __future__ import annotations
 
-import importlib
-
-
 def tunable(prog: str):
     """The program's module when it has a `tune` function, else ValueError naming the ones that do."""
-    from . import build as _build
+    from . import programs as registry
 
-    mods = {}
-    for p in _build.programs():
-        try:
-            m = importlib.import_module(f"harness.programs.{p}")
-        except ModuleNotFoundError:
-            continue
-        if callable(getattr(m, "tune", None)):
-            mods[p] = m
-    if prog not in mods:
-        raise ValueError(f"{prog!r} has no parameter search; tunable programs: {', '.join(sorted(mods)) or 'none'}")
-    return mods[prog]
+    have = [p for p in registry.names() if callable(registry.hook(p, "tune"))]
+    if prog not in have:
+        raise ValueError(f"{prog!r} has no parameter search; tunable programs: {', '.join(have) or 'none'}")
+    return registry.module(prog)
 
 
 def run(prog: str, size: int = 4096, reps: int = 10, save: bool = True, on_progress=None):
