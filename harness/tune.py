@@ -7,6 +7,7 @@ module; matmul times its compiled ladder configurations and caches the fastest f
 
 from __future__ import annotations
 
+
 def tunable(prog: str):
     """The program's module when it has a `tune` function, else ValueError naming the ones that do."""
     from . import programs as registry
