@@ -49,9 +49,9 @@ def _bf16_model(q, k, v, causal=False, skip_last=False, mask=True, br=128, bc=64
     keep = visited & ((j <= i) if causal and mask else True)
     s = np.where(keep, s, -np.inf)
     p = np.exp(s - s.max(-1, keepdims=True))
-    l = p.sum(-1, keepdims=True)
+    lsum = p.sum(-1, keepdims=True)
     pr = p.astype(bf16).astype(np.float64)
-    return ((pr @ v64) / l).astype(bf16)
+    return ((pr @ v64) / lsum).astype(bf16)
 
 
 # --- CPU ----------------------------------------------------------------------------------------
@@ -143,6 +143,27 @@ def test_bad_variant_dims_and_scale():
 def test_flops_formula():
     assert att.flops(4, 16, 4096, 64) == 4 * 64 * 4096 ** 2 * 64
     assert att.flops(1, 1, 4, 2, causal=True) == 4 * 10 * 2  # 4+3+2+1 pairs
+
+
+# Recorded on an NVIDIA H100 80GB HBM3 (run 1 of issue 12, build/bin/attention).
+RECORDED_H100 = """\
+result program=attention variant=03_flash_bf16 dtype=bf16 b=1 h=3 s=300 d=128 causal=0 ms=0.0158 tflops=8.763 rel_err=2.285e-03 check=pass
+result program=attention variant=04_flash_3xtf32 dtype=f32 b=1 h=3 s=300 d=128 causal=1 ms=0.0474 tflops=1.464 rel_err=1.897e-07 check=pass
+"""
+
+
+def test_parse_recorded_output():
+    df = att.parse_output(RECORDED_H100)
+    assert list(df["variant"]) == ["03_flash_bf16", "04_flash_3xtf32"]
+    assert list(df["dtype"]) == ["bf16", "f32"] and (df["check"] == "pass").all()
+    assert df["rel_err"].iloc[0] <= att.TOLERANCE_BF16 and df["rel_err"].iloc[1] <= att.TOLERANCE_FP32_STRICT
+
+
+def test_profile_and_sanitize_hooks():
+    assert att.profile_args("03_flash_bf16")[:2] == ["--variant", "03_flash_bf16"]
+    cases = att.sanitize_args()
+    assert {a[1] for a in cases.values()} == set(att.VARIANTS)
+    assert any("--causal" in a and a[-1] == "128" for a in cases.values())
 
 
 def test_variant_table_matches_library():

@@ -377,7 +377,7 @@ static inline cudaError_t attn_flash_launch(int BH, int S, const float *q, const
         opted_in = true;
     }
     const dim3 grid((unsigned)cdiv(S, FA_BR), (unsigned)BH);
-    attn_flash_fwd<D><<<grid, FA_NT, smem, stream>>>(q, k, v, o, S, scale * 1.4426950408889634f, causal, skip_last);
+    attn_flash_fwd<D><<<grid, FA_NT, smem, stream>>>(q, k, v, o, S, scale * CUDALAB_LOG2E, causal, skip_last);
     return cudaGetLastError();
 }
 

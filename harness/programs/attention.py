@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from .. import library, sim
+from .. import library, results, sim
 from ..results import relative_error
 
 try:  # bfloat16 numpy arrays; harness/library.py maps cudalab_bf16 * parameters to this dtype
@@ -409,6 +409,19 @@ def bench_cases(quick: bool = False):
     for D, S, causal, q in _BF16_SHAPES:
         cases.append(_bench_case("03_flash_bf16", D, S, causal, quick=q))
     return [c for c in cases if c.quick or not quick]
+
+
+# --- the executable -------------------------------------------------------------------------
+
+def parse_output(text: str):
+    """build/bin/attention's result lines as a DataFrame (numbers converted)."""
+    return results.parse_output(text, "attention")
+
+
+def run(*args, timeout: float = 300):
+    """Run build/bin/attention with argv `args` (e.g. "--variant", "03_flash_bf16", 4, 16, 4096, 128)
+    and parse its result line; a failed self-check raises ProgramError."""
+    return results.run("attention", *args, timeout=timeout)
 
 
 # --- hooks for `invoke profile` and `invoke sanitize` (small, ragged sizes; see harness/profile.py) ---

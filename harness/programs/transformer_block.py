@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import library, parse, runner
+from .. import library, results
 from . import attention as _attention
 
 LN_EPS = 1e-5
@@ -150,7 +150,7 @@ def loop_reference(x, params: Params, heads: int = 4, causal: bool = False) -> n
 
 def parse_output(text: str):
     """build/bin/transformer_block's result lines as a DataFrame (numbers converted)."""
-    return parse.results(text, "transformer_block")
+    return results.parse_output(text, "transformer_block")
 
 
 def _variant_for(variant: str, dtype: str | None) -> str:
@@ -177,7 +177,7 @@ def run(variant: str = "02_flash", batch: int | None = None, seqs=(), embed: int
         args += ["--seq", str(s)]
     if causal:
         args.append("--causal")
-    return parse_output(runner.run("transformer_block", *args, timeout=timeout).stdout)
+    return results.run("transformer_block", *args, timeout=timeout)
 
 
 # --- hooks for `invoke profile` and `invoke sanitize` (see harness/profile.py) ---
