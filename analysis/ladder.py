@@ -70,7 +70,7 @@ def ladder_figure(table: pd.DataFrame, program: str, peak_tflops: float | None =
     """Bars of TFLOP/s per rung, one panel per size; the library ceiling and the peak as lines."""
     _, clabel, _, plabel = LADDERS[program]
     sizes = list(dict.fromkeys(table["size"]))
-    fig, axes = plt.subplots(1, max(len(sizes), 1), figsize=(4.2 * max(len(sizes), 1) + 1, 5.5), squeeze=False,
+    fig, axes = plt.subplots(1, max(len(sizes), 1), figsize=(max(8.0, 4.2 * len(sizes) + 1), 6.0), squeeze=False,
                              sharey=True)
     for ax, size in zip(axes[0], sizes):
         t = table[table["size"] == size]
@@ -89,10 +89,11 @@ def ladder_figure(table: pd.DataFrame, program: str, peak_tflops: float | None =
         ax.set_xticklabels(t["variant"], rotation=60, ha="right", fontsize=8)
         ax.set_title(size)
         ax.legend(fontsize=7, loc="upper left")
-    axes[0][0].set_ylabel("TFLOP/s (2mnk / median time); labels: fraction of the library ceiling")
+    axes[0][0].set_ylabel("TFLOP/s (2mnk / median time)")
     if not peak_tflops:
         fig.text(0.01, 0.01, "no peak ceiling in this run", fontsize=8)
-    fig.suptitle(title or f"{program}: the ladder, TFLOP/s per rung")
+    fig.suptitle((title or f"{program}: the ladder, TFLOP/s per rung")
+                 + f"\nbar labels: fraction of {clabel} at the same size, same run", fontsize=10)
     fig.tight_layout()
     return fig
 
