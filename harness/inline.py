@@ -107,11 +107,12 @@ FORMAT_VERSION = 1  # bump when the way a cached file is made changes
 COMMON_DIR = _build.CUDA_DIR / "common"
 
 # Pre-included (nvcc -include) before every inline library source, so the user's line numbers
-# stay the user's. It holds only the launcher convention; check.cuh stays opt-in because the
-# lectures' own `cdiv` would clash with its overload.
+# stay the user's. It holds the launcher convention and cudalab.h's types (cudalab_status,
+# cudalab_bf16); check.cuh stays opt-in because the lectures' own `cdiv` would clash with its overload.
 PRELUDE = r"""// harness.inline prelude: pre-included before the user's source (nvcc -include).
 #pragma once
 #include <cuda_runtime.h>
+#include "cudalab.h"
 typedef struct cudalab_launch {
     unsigned int grid[3];
     unsigned int block[3];
@@ -1040,13 +1041,87 @@ def load(source: str, *, name: str | None = None, arch=None, flags=(), header=No
     if not isinstance(source, str):
         raise TypeError(f"source must be a str of CUDA C, got {type(source).__name__}")
     extracted = _header_cdef(header) if header is not None else extract_cdef(source, line_offset=_line_offset)
+    label = name or "inline"
+    if not extracted.functions:
+        kernels = ", ".join(extracted.kernels) or "none"
+        raise InlineSourceError(
+            f"inline.load({label!r}): {'header=' if header is not None else 'the source'} declares no extern \"C\" "
+            f"function, so Python has nothing to call (kernels seen: {kernels}; functions made by macros need "
+            f"header=). Add a host function such as "
+            f"`extern \"C\" int run(float *x, int n) {{ ...; return (int)cudaGetLastError(); }}`; a whole program "
+            f"with main() is compiled with inline.compile_program (or the %%cuda cell magic).")
+    if header is not None:
+        _check_header_against_source(extracted, source, label)
     display = _display or "<inline>"
     compiled = _compile(source, kind="lib", name=name, arch=arch, flags=flags, verbose=verbose,
                         display=display, line_offset=_line_offset)
     if verbose:
         for w in compiled.warnings:
             print(f"harness.inline: {w}", file=sys.stderr)
-    return InlineModule(name or "inline", compiled, extracted, source)
+    _check_symbols(compiled.path, extracted, label, header is not None)
+    return InlineModule(label, compiled, extracted, source)
+
+
+class InlineSourceError(CudalabError, ValueError):
+    """The source (or header=) cannot give a callable module: no extern "C" function, a header that
+    does not match the source, a symbol nothing defines. IPython shows the sentence only."""
+
+    def _render_traceback_(self):
+        return f"InlineSourceError: {self.args[0]}".splitlines()
+
+
+def _fn_type(ffi: cffi.FFI, decl: str, name: str) -> str:
+    return ffi.typeof(decl.rstrip().rstrip(";").replace(f" {name}(", " (*)(", 1)).cname
+
+
+def _check_header_against_source(extracted: Extracted, source: str, label: str) -> None:
+    """header= must describe the source's functions: same names where the source declares them
+    extern "C", and the same C types (a wrong header makes cffi pass arguments wrongly)."""
+    try:
+        src = extract_cdef(source, strict=False)
+    except Exception:  # the source's own declarations cannot be read: the symbol check still runs
+        return
+    ours = {f.name: f for f in src.functions}
+    fa, fb = cffi.FFI(), cffi.FFI()
+    try:
+        fa.cdef(extracted.cdef)
+        fb.cdef(src.cdef)
+    except Exception:
+        return
+    bad = []
+    for f in extracted.functions:
+        g = ours.get(f.name)
+        if g is None:
+            continue
+        try:
+            if _fn_type(fa, f.decl, f.name) != _fn_type(fb, g.decl, g.name):
+                bad.append(f"header= declares `{f.decl.strip()}` but the source defines `{g.decl.strip()}` "
+                           f"(line {g.line})")
+        except Exception:
+            continue
+    if bad:
+        raise InlineSourceError(f"inline.load({label!r}): header= does not match the source:\n  " + "\n  ".join(bad))
+
+
+def _check_symbols(path: Path, extracted: Extracted, label: str, from_header: bool) -> None:
+    """The library loads (no host symbol that nothing defines) and defines every declared function."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL(str(path), mode=getattr(os, "RTLD_NOW", 2))
+    except OSError as e:
+        m = re.search(r"undefined symbol: (\S+)", str(e))
+        if m is None:
+            raise
+        raise InlineSourceError(
+            f"inline.load({label!r}): the library uses `{m.group(1)}`, which nothing defines: a function declared "
+            f"but never defined in the source, or one from a library not linked (add it with flags=['-l<name>'])"
+        ) from None
+    missing = [f.name for f in extracted.functions if not hasattr(lib, f.name)]
+    if missing:
+        where = "header= declares" if from_header else "the source declares"
+        raise InlineSourceError(f"inline.load({label!r}): {where} {', '.join(missing)}, which the compiled library "
+                                f"does not define")
 
 
 @dataclasses.dataclass

@@ -57,3 +57,41 @@ def test_a_sticky_code_returned_as_an_argument_check_does_not_lose_the_context()
         raise_for_code(716, "cudaErrorMisalignedAddress", "misaligned address", still_failing=False)
     assert not isinstance(ei.value, errors.ContextLostError)
     errors.check_context()  # does not raise
+
+
+STICKY_SCRIPT = r'''
+import numpy as np
+from harness import inline, errors
+from harness.programs import square
+mod = inline.load(r"""
+__global__ void poke(int *p) { *p = 1; }
+extern "C" int crash(void) {
+    poke<<<1, 1>>>((int *)8);  // an illegal address: the context is lost for good
+    return (int)cudaDeviceSynchronize();
+}
+""", name="sticky")
+for call in (mod.crash, lambda: square.square(np.ones(4, np.float32)), mod.crash):
+    try:
+        call()
+        print("no error")
+    except errors.ContextLostError as e:
+        print(type(e).__name__, "|", e)
+'''
+
+
+@pytest.mark.gpu
+def test_after_an_illegal_address_every_call_says_to_restart():
+    """A sticky error is provoked in a subprocess (it poisons the whole process): the first call says
+    what happened and that the process must restart; every later call, in any library, says so too."""
+    import subprocess
+    import sys
+
+    from harness import build
+
+    r = subprocess.run([sys.executable, "-c", STICKY_SCRIPT], capture_output=True, text=True, timeout=300,
+                       cwd=build.ROOT)
+    lines = [x for x in r.stdout.splitlines() if "|" in x]
+    assert len(lines) == 3, r.stdout + r.stderr
+    assert "cudaErrorIllegalAddress" in lines[0] and "Restart the process" in lines[0]
+    for later in lines[1:]:
+        assert later.startswith("ContextLostError") and "lost earlier: cudaErrorIllegalAddress" in later

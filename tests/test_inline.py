@@ -503,8 +503,47 @@ def test_header_argument_replaces_the_parsed_cdef():
     x = np.zeros(1, np.int32)
     mod.set_seven(x)
     assert x[0] == 7
-    with pytest.raises(AttributeError, match="header="):
-        inline.load(src, name="hdr").set_seven  # noqa: B018 -- macro-made: invisible without header=
+    with pytest.raises(inline.InlineSourceError, match="header="):  # macro-made: invisible without header=
+        inline.load(src, name="hdr")
+
+
+def test_a_source_without_extern_c_functions_says_so():
+    with pytest.raises(inline.InlineSourceError, match=r'no extern "C" function.*kernels seen: k.*compile_program'):
+        inline.load("__global__ void k(float *x) { x[0] = 1; }")
+
+
+def test_a_declared_but_undefined_function_is_named():
+    src = 'extern "C" int helper(int n);\nextern "C" int twice(int n) { return 2 * helper(n); }\n'
+    with pytest.raises(inline.InlineSourceError, match="`helper`, which nothing defines"):
+        inline.load(src)
+
+
+def test_an_undefined_host_symbol_is_a_sentence():
+    src = 'int helper(int n);\nextern "C" int twice(int n) { return 2 * helper(n); }\n'  # C++ linkage, never defined
+    with pytest.raises(inline.InlineSourceError, match="which nothing defines"):
+        inline.load(src)
+
+
+def test_a_header_that_does_not_match_the_source_is_caught():
+    src = 'extern "C" int scale(float *x, float a, int n) { return 0; }\n'
+    with pytest.raises(inline.InlineSourceError, match=r"header= declares `int scale\(float \*x, int n\);`"):
+        inline.load(src, header="int scale(float *x, int n);")
+    with pytest.raises(inline.InlineSourceError, match="header= declares nosuch, which the compiled library"):
+        inline.load(src, header="int nosuch(int n);")
+
+
+def test_int_arguments_that_do_not_fit_name_the_parameter():
+    mod = inline.load('extern "C" int count(int n) { return n; }\n', header="int count(int n);")
+    with pytest.raises(OverflowError, match=r"count\(\) argument 1 \(n\): must be at most 2147483647"):
+        mod.count(2**40)
+
+
+def test_cudalab_status_marks_a_status_and_int_is_a_value():
+    mod = inline.load('extern "C" cudalab_status fails(void) { return 1; }\n'
+                      'extern "C" int answer(void) { return 42; }\n')
+    assert mod.answer() == 42
+    with pytest.raises(CudaError, match="cudaErrorInvalidValue"):
+        mod.fails()
 
 
 @pytest.mark.skipif(GPU_OK, reason="checks the behaviour on a machine without a usable GPU")
