@@ -169,7 +169,7 @@ def test_profile_and_sanitize_hooks():
 def test_variant_table_matches_library():
     if not build.lib_path("attention").exists():
         pytest.skip("libattention.so not built")
-    assert tuple(att.variants_from_library()) == att.VARIANTS
+    assert tuple(att.variants()) == att.VARIANTS
 
 
 def test_bf16_validation():

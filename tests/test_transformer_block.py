@@ -122,7 +122,7 @@ def test_output_fully_written():
 def test_variant_table_matches_library():
     if not build.lib_path("transformer_block").exists():
         pytest.skip("libtransformer_block.so not built")
-    assert tuple(tb.variants_from_library()) == tb.VARIANTS
+    assert tuple(tb.variants()) == tb.VARIANTS
 
 
 def test_bf16_validation():

@@ -8,6 +8,8 @@
                       on the tensor cores (mma.sync m16n8k16); D must be 64 or 128; scale >= 0
    Test-only, deliberately wrong: "flash_skip_last_tile" (02_flash without its last key tile),
    "flash_bf16_skip_last_tile" and "flash_bf16_no_causal_mask" (03_flash_bf16 sabotaged).
+   Tuning-only: "flash_bf16_w8s2", "_w8s3", "_w4s2", "_w4s3" (03_flash_bf16 with warps per block and
+   pipeline stages fixed, for choosing its per-D defaults).
    causal != 0 masks key j > query i. scale is usually 1/sqrt(D). Status returns are cudaError_t
    codes (0 = success); bad arguments, an unknown variant or a variant of the other dtype give
    cudaErrorInvalidValue before any launch. */
