@@ -233,7 +233,9 @@ def _exe():
 
 
 @pytest.mark.parametrize("argv", [[], ["1", "1", "4"], ["1", "0", "4", "32"], ["--variant", "x", "1", "1", "4", "32"],
-                                  ["--variant", "02_flash", "1", "1", "4", "48"], ["300", "300", "4", "32"]])
+                                  ["--variant", "02_flash", "1", "1", "4", "48"], ["300", "300", "4", "32"],
+                                  ["--variant", "03_flash_bf16", "1", "1", "4", "32"],
+                                  ["--variant", "04_flash_3xtf32", "1", "1", "4", "32"]])
 def test_executable_rejects_bad_argv(argv):
     p = subprocess.run([str(_exe()), *argv], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2, p.stderr
