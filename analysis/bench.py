@@ -1,4 +1,4 @@
-"""Bench results as pictures: bars of ratio-to-ceiling per family (with each target as a line), and
+"""Bench results as pictures: bars of ratio-to-ceiling, one axis per ceiling (each target a dashed tick), and
 a roofline (arithmetic intensity against achieved FLOP/s, under the memory and compute roofs that
 were measured in the same run).
 
@@ -95,48 +95,69 @@ def _ceiling_frame(ceil) -> pd.DataFrame:
 # --- ratio bars ------------------------------------------------------------------------------------
 
 def ratio_table(cases: pd.DataFrame) -> pd.DataFrame:
-    """family (the program), label (variant, size), ratio, target: the numbers behind the bars."""
+    """family (the ceiling the ratio is taken to), label (program, variant, size), ratio, target:
+    the numbers behind the bars. A ratio to cuBLAS and a ratio to a naive kernel never share an axis."""
     df = cases.copy()
-    df["family"] = df["program"]
-    df["label"] = df["variant"].astype(str) + np.where(df["size"].astype(str) != "", " " + df["size"].astype(str), "")
-    cols = ["family", "label", "variant", "size", "ratio", "target", "value", "unit", "ceiling"]
+    df["family"] = df["ceiling"].astype(str) if "ceiling" in df else df["program"].astype(str)
+    size = df["size"].astype(str).where(df["size"].notna(), "")
+    df["label"] = df["program"].astype(str) + " " + df["variant"].astype(str) + np.where(size != "", " " + size, "")
+    cols = ["family", "label", "program", "variant", "size", "ratio", "target", "value", "unit", "ceiling"]
     return df[[c for c in cols if c in df.columns]].reset_index(drop=True)
 
 
-def ratio_figure(cases: pd.DataFrame, title: str = "") -> plt.Figure:
-    """One panel per family; bars coloured by whether they meet their target (green), miss it
-    (red) or have none (blue); each target a dashed line; grey line at 1.0, the ceiling itself."""
+def _ceiling_text(name: str, ceilings: pd.DataFrame | None) -> str:
+    if ceilings is None or not len(ceilings):
+        return name
+    hit = ceilings[ceilings["variant"].astype(str) == name]
+    if not len(hit):
+        return f"{name} (not measured in this run)"
+    r = hit.iloc[0]
+    return f"{name} ({float(r['value']):.4g} {r['unit']})"
+
+
+def ratio_figure(cases: pd.DataFrame, title: str = "", ceilings: pd.DataFrame | None = None) -> plt.Figure:
+    """One axis per ceiling (memcpy, fp32, cuBLAS, ...): a bar per case, coloured by whether it meets its
+    target (green), misses it (red) or has none (blue); each target a dashed tick across its own bar;
+    a grey line at 1.0, the ceiling itself. The figure and unit of each bar are written in a column to
+    the right of the axis, where no bar or line can run into them; a legend explains the colours."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.transforms import blended_transform_factory
+
     data = ratio_table(cases)
     families = list(dict.fromkeys(data["family"])) or ["(no cases)"]
     sizes = [max(int((data["family"] == f).sum()), 1) for f in families]
     sns.set_theme(style="whitegrid")
-    fig, axes = plt.subplots(len(families), 1, figsize=(10, 1.0 * len(families) + 0.38 * sum(sizes) + 0.6),
-                             squeeze=False, gridspec_kw={"height_ratios": [s + 1.2 for s in sizes]})
+    height = 0.9 * len(families) + 0.34 * sum(sizes) + 1.4
+    fig, axes = plt.subplots(len(families), 1, figsize=(11, height), squeeze=False, layout="constrained",
+                             gridspec_kw={"height_ratios": [s + 1.0 for s in sizes]})
     finite = data["ratio"][np.isfinite(data["ratio"])] if len(data) else pd.Series(dtype=float)
-    top = max(1.1, float(finite.max()) * 1.1) if len(finite) else 1.1
+    top = max(1.1, float(finite.max()) * 1.08) if len(finite) else 1.1
     blue, green, red = sns.color_palette()[0], sns.color_palette()[2], sns.color_palette()[3]
     for ax, fam in zip(axes[:, 0], families, strict=False):
-        d = data[data["family"] == fam]
+        d = data[data["family"] == fam].reset_index(drop=True)
         colors = [blue if pd.isna(t) or not np.isfinite(r) else (green if r >= t else red)
                   for r, t in zip(d["ratio"], d["target"], strict=False)]
         ax.barh(range(len(d)), d["ratio"].fillna(0.0), color=colors, height=0.7)
-        ax.set_yticks(range(len(d)), d["label"])
-        ax.invert_yaxis()
-        for i, r in enumerate(d.itertuples()):
-            if np.isfinite(r.ratio):
-                ax.text(r.ratio + 0.01 * top, i, f"{r.ratio:.2f}  ({r.value:.4g} {r.unit})", va="center", fontsize=8)
-        for tgt in sorted({float(t) for t in d["target"] if pd.notna(t)}):
-            ax.axvline(tgt, color="crimson", ls="--", lw=1.2)
-            ax.text(tgt, 1.0, f"target {tgt:.2f}", color="crimson", fontsize=8, ha="center", va="bottom",
-                    transform=ax.get_xaxis_transform())
-        ax.axvline(1.0, color="grey", lw=0.8)
-        ax.set_xlim(0, top * 1.3)
-        ceil = ", ".join(sorted({str(c) for c in d["ceiling"]})) if "ceiling" in d else ""
-        ax.set_title(f"{fam}: ratio to {ceil}", loc="left", fontsize=10, pad=12)
+        ax.set_yticks(range(len(d)), d["label"], fontsize=9)
+        ax.set_ylim(len(d) - 0.5, -0.5)
+        right = blended_transform_factory(ax.transAxes, ax.transData)
+        for i, r in d.iterrows():
+            if pd.notna(r["target"]):
+                ax.plot([r["target"]] * 2, [i - 0.45, i + 0.45], color="crimson", ls="--", lw=1.4)
+            text = f"{r['ratio']:.2f}  ({r['value']:.4g} {r['unit']})" if np.isfinite(r["ratio"]) else "no ceiling"
+            ax.text(1.01, i, text, va="center", fontsize=8, transform=right)
+        ax.axvline(1.0, color="grey", lw=1.0)
+        ax.set_xlim(0, top)
+        ax.set_title(f"ratio to {_ceiling_text(fam, ceilings)}", loc="left", fontsize=10)
         ax.set_ylabel("")
-    axes[-1, 0].set_xlabel("ratio to the ceiling measured in the same run")
+    axes[-1, 0].set_xlabel("ratio to the ceiling measured in the same run (1.0 = the ceiling)")
+    handles = [Patch(color=green, label="meets its target"), Patch(color=red, label="misses its target"),
+               Patch(color=blue, label="no target"),
+               Line2D([], [], color="crimson", ls="--", lw=1.4, label="target (the issue's goal)"),
+               Line2D([], [], color="grey", lw=1.0, label="the ceiling (1.0)")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=5, fontsize=8, frameon=False)
     fig.suptitle(title or "bench: ratio to ceiling")
-    fig.tight_layout(rect=(0, 0, 1, 0.98))
     return fig
 
 
@@ -180,8 +201,9 @@ def roofline_figure(cases: pd.DataFrame, ceilings: pd.DataFrame, title: str = ""
     x = np.logspace(np.log10(max(min(xs) / 3, 1e-3)), np.log10(max(xs) * 3), 200)
     peak = max((v for _, v in rf["compute"]), default=None)
     for name, bw in rf["memory"]:
-        y = bw * x if peak is None else np.minimum(bw * x, peak)
-        ax.plot(x, y, color="black", lw=1.5, label=f"memory roof: {name} {bw:.0f} GB/s")
+        # The memory roof ends where it meets the compute roof (the ridge point); past it the roof is flat.
+        xm = x if peak is None else np.append(x[x < peak / bw], peak / bw)
+        ax.plot(xm, bw * xm, color="black", lw=1.5, label=f"memory roof: {name} {bw:.0f} GB/s")
     for i, (name, gf) in enumerate(sorted(rf["compute"], key=lambda t: -t[1])):
         what = "compute roof" if i == 0 else "reached by"  # the highest is the roof; the others are libraries
         ax.plot(x, np.full_like(x, gf), color="black" if i == 0 else "grey", ls="-" if i == 0 else ":", lw=1.5,
@@ -202,7 +224,7 @@ def roofline_figure(cases: pd.DataFrame, ceilings: pd.DataFrame, title: str = ""
         notes.append("not on the roofline (no FLOPs or bytes counted): " + ", ".join(missing))
     if notes:
         ax.text(0.01, 0.01, "; ".join(notes), transform=ax.transAxes, fontsize=8, va="bottom")
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot: no point hidden
     ax.set_title(title or "roofline (roofs measured in the same run)")
     fig.tight_layout()
     return fig
@@ -215,7 +237,8 @@ def plot(data, outdir: Path, prefix: str = "bench") -> list[Path]:
     outdir.mkdir(parents=True, exist_ok=True)
     device = str(cases["device"].iloc[0]) if "device" in cases and len(cases) else ""
     paths = []
-    for name, fig in ((f"{prefix}_ratios.png", ratio_figure(cases, f"bench: ratio to ceiling ({device})" if device else "")),
+    for name, fig in ((f"{prefix}_ratios.png", ratio_figure(cases, f"bench: ratio to ceiling ({device})" if device else "",
+                                                             ceil)),
                       (f"{prefix}_roofline.png", roofline_figure(cases, ceil, f"roofline ({device})" if device else ""))):
         p = outdir / name
         fig.savefig(p, dpi=110, bbox_inches="tight")

@@ -27,6 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 
 def _unpack(data):
@@ -71,6 +72,14 @@ def strip(df: pd.DataFrame, n: int, blocks: int, threads: int) -> pd.DataFrame:
     return out
 
 
+def _label_step(count: int) -> int:
+    """Label every k-th row or column so that at most ~32 labels show (k a power of two)."""
+    k = 1
+    while count / k > 32:
+        k *= 2
+    return k
+
+
 def _title(what: str, n: int, blocks: int, threads: int, label: str) -> str:
     return f"{what}\nN={n}, {blocks} blocks x {threads} threads {label}"
 
@@ -85,20 +94,33 @@ def plot(data, outdir) -> list[Path]:
     sns.set_theme(style="whitegrid")
 
     # 1. scatter
+    s = blocks * threads
     fig, ax = plt.subplots(figsize=(10, 6))
     palette = sns.color_palette("tab10" if blocks <= 10 else "husl", blocks)
+    size = 60 if n <= 64 else (14 if n <= 2000 else 4)
     sns.scatterplot(data=df, x="Thread ID", y="Element Index", hue="Block ID", palette=palette,
-                    hue_order=list(range(blocks)),
-                    s=14 if n <= 2000 else 4, linewidth=0, ax=ax, legend=blocks <= 20)
+                    hue_order=list(range(blocks)), s=size, linewidth=0, ax=ax, legend=blocks <= 20)
     ax.set_title(_title("Which thread processed which element", n, blocks, threads, label))
+    # Whole numbers on both axes, and room around a lone point (N=1 or one thread).
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    ax.set_xlim(-0.5 - 0.02 * s, s - 0.5 + 0.02 * s)
+    ax.set_ylim(-0.5 - 0.02 * n, n - 0.5 + 0.02 * n)
     if blocks <= 20:
-        ax.legend(title="Block ID", bbox_to_anchor=(1.01, 1), loc="upper left", fontsize=8)
+        ax.legend(title="Block ID", bbox_to_anchor=(1.01, 1), loc="upper left", fontsize=8,
+                  markerscale=max(1.0, 30 / size) ** 0.5)
+    else:  # too many blocks for a legend: a colour bar of Block ID
+        cmap = matplotlib.colors.ListedColormap(palette)
+        sm = matplotlib.cm.ScalarMappable(norm=matplotlib.colors.Normalize(-0.5, blocks - 0.5), cmap=cmap)
+        cb = fig.colorbar(sm, ax=ax, pad=0.01, label="Block ID")
+        cb.locator = MaxNLocator(integer=True, min_n_ticks=1)
+        cb.update_ticks()
     fig.tight_layout()
     paths.append(_save(fig, outdir / f"{tag}_scatter.png"))
 
     # 2. heatmap of counts
     c = counts(df, blocks, threads)
-    fig, ax = plt.subplots(figsize=(max(6, min(24, 0.35 * threads + 2)), max(3.5, min(16, 0.45 * blocks + 2))))
+    fig, ax = plt.subplots(figsize=(max(6, min(16, 0.35 * threads + 2)), max(3.5, min(10, 0.3 * blocks + 2))))
     annot = threads <= 64 and blocks <= 32
     lo, hi = int(c.to_numpy().min()), int(c.to_numpy().max())
     if hi - lo <= 12:
@@ -110,17 +132,20 @@ def plot(data, outdir) -> list[Path]:
     else:
         cmap = "viridis"
         scale = dict(vmin=lo, vmax=hi, cbar_kws={"label": "elements processed (count)"})
-    sns.heatmap(c, annot=annot, fmt="d", cmap=cmap, ax=ax, annot_kws={"fontsize": 7}, **scale)
+    # At most ~32 labels an axis (every 2nd, 4th, ... thread or block beyond that), never rotated.
+    sns.heatmap(c, annot=annot, fmt="d", cmap=cmap, ax=ax, annot_kws={"fontsize": 7},
+                xticklabels=_label_step(threads), yticklabels=_label_step(blocks), **scale)
+    ax.tick_params(axis="x", labelrotation=0)
+    ax.tick_params(axis="y", labelrotation=0)
     ax.set_title(_title("Elements processed per thread (count)", n, blocks, threads, label))
     fig.tight_layout()
     paths.append(_save(fig, outdir / f"{tag}_heatmap.png"))
 
     # 3. strip: one row per grid-stride round
     st = strip(df, n, blocks, threads)
-    s = blocks * threads
     m = np.ma.masked_less(st.to_numpy(), 0)
     rounds = m.shape[0]
-    fig, ax = plt.subplots(figsize=(min(24, max(9, s / 16)), min(14, max(3.4, 0.4 * rounds + 2.4))))
+    fig, ax = plt.subplots(figsize=(min(16, max(9, s / 16)), min(12, max(4.5, 0.4 * rounds + 3))))
     ax.grid(False)
     cmap = matplotlib.colormaps["turbo"].with_extremes(bad="white")  # white: past the end of the array
     im = ax.imshow(m, aspect="auto", cmap=cmap, vmin=0, vmax=max(s - 1, 1), interpolation="nearest",
@@ -130,7 +155,13 @@ def plot(data, outdir) -> list[Path]:
     ax.set_xlabel(f"position within the round (element index mod {s}); black lines separate blocks")
     ax.set_ylabel("round (element index // stride)")
     ax.set_yticks(range(rounds) if rounds <= 30 else np.linspace(0, rounds - 1, 10).astype(int))
-    fig.colorbar(im, ax=ax, label="Thread ID", pad=0.01)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    if blocks > 32:  # block lines closer than a few pixels would grey the whole strip
+        for line in ax.get_lines():
+            line.set_linewidth(0.3)
+    cb = fig.colorbar(im, ax=ax, label="Thread ID", pad=0.01)
+    cb.locator = MaxNLocator(integer=True, min_n_ticks=1)
+    cb.update_ticks()
     ax.set_title(_title(f"The array, {s} cells per grid-stride round, coloured by the thread that handled each "
                         f"cell: every column is one thread\n{stride_note(df, n, blocks, threads)}", n, blocks, threads,
                         label), fontsize=10)

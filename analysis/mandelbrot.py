@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 
 def _unpack(data) -> tuple[np.ndarray, tuple, int, str]:
@@ -36,9 +37,15 @@ def figure(data):
     counts, (x0, x1, y0, y1), max_iters, variant = _unpack(data)
     h, w = counts.shape
     fig, ax = plt.subplots(figsize=(7.5, 6.2 * max(0.35, min(2.5, (y1 - y0) / (x1 - x0)))))
+    # The colour scale is the whole range of possible counts (1..max_iters), so that one image's colours
+    # mean the same as another's and a flat image (1x1, or max_iters=1) still has a sensible bar.
+    lo = min(1, int(counts.min())) if counts.size else 0
+    hi = max(max_iters, int(counts.max()) if counts.size else 0, lo + 1)
     im = ax.imshow(counts, cmap="hot", extent=(x0, x1, y0, y1), origin="lower", interpolation="nearest",
-                   aspect="auto" if abs((y1 - y0) / (x1 - x0) - h / w) > 0.05 else "equal")
-    fig.colorbar(im, ax=ax, label="iterations before |z| > 2")
+                   vmin=lo, vmax=hi, aspect="auto" if abs((y1 - y0) / (x1 - x0) - h / w) > 0.05 else "equal")
+    cb = fig.colorbar(im, ax=ax, label="iterations before |z| > 2")
+    cb.locator = MaxNLocator(integer=True, min_n_ticks=1)
+    cb.update_ticks()
     ax.set_xlabel("Re(c)")
     ax.set_ylabel("Im(c)")
     ax.set_title(f"Mandelbrot set, {w}x{h}, max_iters={max_iters}" + (f" ({variant})" if variant else ""))

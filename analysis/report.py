@@ -120,10 +120,14 @@ def _latest_bench(build: Path) -> tuple[Path | None, str]:
     p = latest_csv(build / "bench")
     if p is not None:
         return p, "this machine's latest run"
-    # The project's committed reference runs sit beside build/ (bench/results/<gpu>/).
-    committed = sorted((build.parent / "bench" / "results").glob("*/*.csv"), key=lambda q: q.stat().st_mtime)
-    if committed:
-        return committed[-1], "a committed reference run (bench/results)"
+    # The project's committed reference runs sit beside build/ (bench/results/<gpu>/): the newest by
+    # the date written inside each (a checkout gives every file the same mtime).
+    from analysis.bench import csv_date
+
+    dated = [(d, q.name, q) for q in (build.parent / "bench" / "results").glob("*/*.csv")
+             if (d := csv_date(q)) is not None]
+    if dated:
+        return max(dated)[2], "a committed reference run (bench/results)"
     return None, ""
 
 
@@ -154,7 +158,7 @@ def images_section(title: str, paths: list[Path], how: str) -> Section:
     return s
 
 
-def profile_section(build: Path) -> Section:
+def profile_section(build: Path, keep=lambda p: True) -> Section:
     s = Section("Profiles")
     for d in sorted(p for p in (build / "profiles").glob("*") if p.is_dir()):
         k = d / "kernels.csv"
@@ -167,19 +171,39 @@ def profile_section(build: Path) -> Section:
                               "share (%)": df["time_pct"].round(1), "instances": df["instances"],
                               "avg (us)": (df["avg_ns"] / 1e3).round(2)})
             s.tables.append((f"{d.name} ({tool})", t.head(12)))
-        s.images += _glob(d, "*.png")
-    s.images += _glob(build / "plots", "profile_*.png")
+        s.images += [p for p in _glob(d, "*.png") if keep(p)]
+    s.images += [p for p in _glob(build / "plots", "profile_*.png") if keep(p)]
     if s.empty:
         s.missing = "not generated: run `invoke profile <prog>` (needs a GPU; `invoke demo` draws recorded ones)"
     return s
 
 
+def current_pictures(demo: dict | None):
+    """A filter for pictures: after a demo, only what its passed steps drew, and anything drawn since
+    it finished (by `invoke viz`, `plot`, `profile`). A picture left from an earlier run whose step
+    failed or was skipped this time is not shown as if it were current."""
+    if not demo:
+        return lambda p: True
+    passed = {Path(o).resolve() for st in demo.get("steps", []) if st.get("status") == "passed"
+              for o in st.get("outputs", [])}
+    finished = demo.get("finished")
+
+    def keep(p: Path) -> bool:
+        if p.resolve() in passed:
+            return True
+        # Drawn since the demo finished, or (an older demo record without its time) not known to be stale.
+        return finished is None or p.stat().st_mtime > float(finished)
+
+    return keep
+
+
 def gather(build: Path, img: Path, facts: dict | None = None, demo: dict | None = None,
            bench_csv: Path | None = None) -> list[Section]:
     plots = build / "plots"
-    grid = _glob(plots, "gridstride*.png", "grid_stride*.png")
-    mandel = _glob(plots, "mandelbrot*.png")
-    grey = _glob(plots, "grayscale*.png")
+    keep = current_pictures(demo)
+    grid = [p for p in _glob(plots, "gridstride*.png", "grid_stride*.png") if keep(p)]
+    mandel = [p for p in _glob(plots, "mandelbrot*.png") if keep(p)]
+    grey = [p for p in _glob(plots, "grayscale*.png") if keep(p)]
     try:
         bench = bench_section(build, img, bench_csv)
     except Exception as e:  # a malformed CSV must not stop the rest of the report
@@ -192,11 +216,12 @@ def gather(build: Path, img: Path, facts: dict | None = None, demo: dict | None 
         images_section("Grid-stride figures", grid, "run `invoke viz gridstride` (or `--simulate` without a GPU)"),
         images_section("Mandelbrot", mandel, "run `invoke viz mandelbrot` (needs a GPU)"),
         images_section("Grayscale", grey, "run `invoke run grayscale` (needs a GPU)"),
-        profile_section(build),
+        profile_section(build, keep),
     ]
     shown = {p.resolve() for s in sections for p in s.images}
     # bench_*.png in build/plots are the same pictures the bench section draws afresh from its CSV.
-    other = [p for p in _glob(plots, "*.png") if p.resolve() not in shown and not p.name.startswith("bench_")]
+    other = [p for p in _glob(plots, "*.png")
+             if p.resolve() not in shown and not p.name.startswith("bench_") and keep(p)]
     if other:
         sections.append(Section("Other figures", images=other))
     return sections
@@ -296,6 +321,7 @@ def write(outdir: Path | None = None, facts: dict | None = None, demo: dict | No
         facts = json.loads((outdir / "facts.json").read_text())
     if demo is None and (outdir / "demo.json").exists():
         demo = json.loads((outdir / "demo.json").read_text())
+        demo.setdefault("finished", (outdir / "demo.json").stat().st_mtime)
     sections = gather(build, img, facts, demo, bench_csv)
     md = outdir / "index.md"
     md.write_text(to_markdown(sections, outdir, img))

@@ -55,6 +55,7 @@ class DemoResult:
     gpu: bool
     gpu_why: str = ""
     report: str = ""
+    finished: float | None = None  # when the drawing steps ended (epoch s): the report's cut-off for pictures
 
     @property
     def failed(self) -> list[Step]:
@@ -82,7 +83,8 @@ class DemoResult:
         return lines
 
     def to_json(self) -> dict:
-        return {"gpu": self.gpu, "gpu_why": self.gpu_why, "steps": [asdict(s) for s in self.steps]}
+        return {"gpu": self.gpu, "gpu_why": self.gpu_why, "finished": self.finished,
+                "steps": [asdict(s) for s in self.steps]}
 
 
 # --- facts for the report --------------------------------------------------------------------------
@@ -375,7 +377,7 @@ def run(bench: bool = True, profile: bool = True, on_step: Callable[[str], None]
     for p in profiled:
         t0 = time.perf_counter()
         done(step_profile(p, gpu), t0)
-    result = DemoResult(steps, gpu, why)
+    result = DemoResult(steps, gpu, why, finished=time.time())
     t0 = time.perf_counter()
     st = Step("report", detail="build/report/index.html")
     steps.append(st)  # listed in the report it writes; marked failed below if writing fails

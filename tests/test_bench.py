@@ -82,15 +82,18 @@ def _table():
 def test_ratio_bars_show_the_ratios_and_targets():
     cases, ceil = _table()
     rt = abench.ratio_table(cases)
-    assert rt["family"].tolist() == ["square", "square", "matmul", "grayscale"]
-    assert rt["label"].tolist()[0] == "01_naive 2^24"
-    fig = abench.ratio_figure(cases)
-    assert len(fig.axes) == 3  # one panel per family
-    sq = fig.axes[0]
-    assert [p.get_width() for p in sq.patches] == pytest.approx([0.80, 0.89])
-    target_lines = [ln.get_xdata()[0] for ln in sq.get_lines() if ln.get_color() == "crimson"]
-    assert target_lines == [0.95]
-    assert [p.get_width() for p in fig.axes[1].patches] == pytest.approx([0.25])
+    assert rt["family"].tolist() == ["memcpy", "memcpy", "cublas", "memcpy"]  # one axis per ceiling
+    assert rt["label"].tolist()[0] == "square 01_naive 2^24"
+    fig = abench.ratio_figure(cases, ceilings=ceil)
+    assert len(fig.axes) == 2
+    mem, cub = fig.axes
+    assert mem.get_title(loc="left") == "ratio to memcpy (3350 GB/s)"
+    assert [p.get_width() for p in mem.patches] == pytest.approx([0.80, 0.89, 0.67])
+    targets = [ln.get_xdata()[0] for ln in mem.get_lines() if ln.get_color() == "crimson"]
+    assert targets == [0.95, 0.9]  # a dashed tick across each bar that has a target
+    assert [p.get_width() for p in cub.patches] == pytest.approx([0.25])
+    labels = {t.get_text() for t in fig.legends[0].get_texts()}
+    assert {"meets its target", "misses its target", "no target"} <= labels
 
 
 def test_roofline_points_and_roofs():
@@ -106,8 +109,8 @@ def test_roofline_points_and_roofs():
     ax = fig.axes[0]
     mem = next(ln for ln in ax.get_lines() if "memory roof" in ln.get_label())
     x, y = mem.get_xdata(), mem.get_ydata()
-    low = x < 17200.0 / 3350.0  # left of the ridge point the roof is bandwidth x intensity
-    assert np.allclose(y[low], 3350.0 * x[low]) and np.allclose(y[~low], 17200.0)
+    assert np.allclose(y, 3350.0 * x)  # bandwidth x intensity, and it stops at the compute roof
+    assert x.max() == pytest.approx(17200.0 / 3350.0) and y.max() == pytest.approx(17200.0)
     comp = next(ln for ln in ax.get_lines() if "compute roof" in ln.get_label())
     assert np.allclose(comp.get_ydata(), 17200.0)
     assert "grayscale" in " ".join(t.get_text() for t in ax.texts)  # said to be off the roofline
@@ -151,11 +154,12 @@ def test_plots_of_a_recorded_quick_bench(tmp_path):
     assert [n for n, _ in rf["memory"]] == ["memcpy"]
     assert "matmul_01_naive" not in [n for n, _ in rf["compute"]]  # a baseline kernel, not a roof
     assert max(v for _, v in rf["compute"]) == pytest.approx(by_name["fp32"] * 1e3)
-    fig = abench.ratio_figure(cases)
-    assert [ax.get_title(loc="left").split(":")[0] for ax in fig.axes] == ["attention", "grayscale", "mandelbrot",
-                                                                           "matmul", "square"]
-    assert [p.get_width() for p in fig.axes[4].patches] == pytest.approx(
-        cases.loc[cases["program"] == "square", "ratio"].tolist())
+    fig = abench.ratio_figure(cases, ceilings=ceil)
+    titles = [ax.get_title(loc="left").split(" (")[0] for ax in fig.axes]
+    assert titles == ["ratio to " + c for c in dict.fromkeys(cases["ceiling"])]
+    mem = fig.axes[titles.index("ratio to memcpy")]
+    assert [p.get_width() for p in mem.patches] == pytest.approx(
+        cases.loc[cases["ceiling"] == "memcpy", "ratio"].tolist())
     assert len(abench.plot(path, tmp_path)) == 2
 
 

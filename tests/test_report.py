@@ -103,6 +103,44 @@ def test_report_from_fixtures(build_dir):
     assert "<table" in h and "not generated" in h
 
 
+def test_pictures_left_from_an_earlier_run_are_not_shown(build_dir):
+    """After a demo, a picture its passed steps did not draw, and that is older than the demo, is a
+    leftover (say the mandelbrot of yesterday, whose step failed today): the report leaves it out.
+    A picture drawn after the demo (`invoke viz`) is current."""
+    import os
+    import time
+
+    plots = build_dir / "plots"
+    stale = next(iter(sorted(plots.glob("gridstride*.png"))))
+    drawn = [str(p) for p in sorted(plots.glob("gridstride*.png")) if p != stale]
+    finished = time.time()
+    os.utime(stale, (finished - 3600, finished - 3600))
+    later = plots / "odd_one.png"
+    os.utime(later, (finished + 5, finished + 5))
+    md, _ = report.write(build_dir / "report2", build=build_dir, demo={"gpu": True, "finished": finished, "steps": [
+        {"name": "draw gridstride", "status": "passed", "detail": "", "outputs": drawn},
+        {"name": "draw mandelbrot", "status": "failed", "detail": "no GPU", "outputs": []}]})
+    names = {Path(x).name for x in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md.read_text())}
+    assert f"plots_{stale.name}" not in names
+    assert {f"plots_{Path(d).name}" for d in drawn} <= names
+    assert "plots_odd_one.png" in names
+
+
+def test_report_picks_the_newest_bench_by_the_date_inside(tmp_path):
+    from analysis import bench as abench
+
+    d = tmp_path / "bench"
+    d.mkdir()
+    head = "program,variant,size,ratio,unit,date\n"
+    (d / "a.csv").write_text(head + "square,01_naive,2^24,0.5,GB/s,2026-11-23T10:00:00\n")
+    (d / "b.csv").write_text(head + "square,01_naive,2^24,0.6,GB/s,2026-11-20T10:00:00\n")
+    os_time = (d / "a.csv").stat().st_mtime
+    import os
+
+    os.utime(d / "b.csv", (os_time + 100, os_time + 100))  # b was touched last, but ran earlier
+    assert abench.latest_csv(d) == d / "a.csv"
+
+
 def test_empty_build_lists_what_is_missing(tmp_path):
     md, html = report.write(tmp_path / "report", build=tmp_path)
     text = md.read_text()
