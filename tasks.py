@@ -225,8 +225,12 @@ def viz(c, what, n="", blocks="", threads="", simulate=False, width="", height="
                 simulate=simulate or None, width=_int(width, "--width", lo=1), height=_int(height, "--height", lo=1),
                 iters=_int(iters, "--iters", lo=1), region=region, variant=variant)
     draw = importlib.import_module(f"analysis.{what}")
-    with _one_line(f"viz {what}"):
-        paths = draw.plot(_registry.viz_data(what, **opts), Path(outdir))
+    with _one_line(f"viz {what}"), _progress(f"viz {what}") as bar:
+        t = bar.add_task("simulating" if simulate else "running", total=None)
+        # A module whose viz_data takes `progress` reports its steps (the simulator's blocks).
+        data = _registry.viz_data(what, **opts, progress=lambda done, total: bar.update(t, completed=done, total=total))
+        bar.update(t, description="drawing")
+        paths = draw.plot(data, Path(outdir))
     for p in paths:
         print(p)
 

@@ -251,6 +251,75 @@ class DeviceBuffer:
         self.close()
 
 
+class DeviceArray(DeviceBuffer):
+    """Device memory with a shape and a dtype: DeviceBuffer plus numpy metadata.
+    It passes wherever a DeviceBuffer does (every cudalab library takes it for a device pointer)."""
+
+    def __init__(self, shape, dtype):
+        dt = np.dtype(dtype)
+        if dt.hasobject:
+            raise TypeError(f"dtype {dt} cannot live in device memory")
+        shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape):
+            raise ValueError(f"shape {shape} has a negative dimension")
+        self.shape = shape
+        self.dtype = dt
+        super().__init__(int(np.prod(shape, dtype=np.int64)) * dt.itemsize)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d device array")
+        return self.shape[0]
+
+    def copy_from(self, a: np.ndarray) -> DeviceArray:
+        a = np.ascontiguousarray(a, dtype=self.dtype)
+        if a.shape != self.shape:
+            raise ValueError(f"array of shape {a.shape} does not match the device array's {self.shape}")
+        if self.ptr is None:
+            raise ValueError("the device array was freed")
+        memcpy_htod(self.ptr, a)
+        return self
+
+    def to_host(self, out: np.ndarray | None = None) -> np.ndarray:
+        """Copy to a new numpy array (or into `out`). cudaMemcpy waits for kernels queued before it."""
+        if self.ptr is None:
+            raise ValueError("the device array was freed")
+        if out is None:
+            out = np.empty(self.shape, self.dtype)
+        elif out.dtype != self.dtype or out.shape != self.shape:
+            raise ValueError(f"out must be {self.dtype} of shape {self.shape}, got {out.dtype} {out.shape}")
+        if out.nbytes:
+            super().to_host(out)
+        return out
+
+    def __repr__(self):
+        state = "freed" if self.ptr is None else f"{self.nbytes} bytes"
+        return f"DeviceArray(shape={self.shape}, dtype={self.dtype.name}, {state})"
+
+
+def to_device(a) -> DeviceArray:
+    """Copy a numpy array to new device memory. A non-contiguous array is made contiguous first."""
+    a = np.ascontiguousarray(a)
+    d = DeviceArray(a.shape, a.dtype)
+    if a.nbytes:
+        memcpy_htod(d.ptr, a)
+    return d
+
+
+def empty(shape, dtype=np.float32) -> DeviceArray:
+    """Uninitialised device memory of the given shape and dtype."""
+    return DeviceArray(shape, dtype)
+
+
+
 # --- streams and events -------------------------------------------------------------------------
 
 class Stream:

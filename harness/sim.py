@@ -75,26 +75,30 @@ def blk_kernel2d(f: Callable, blocks: dim3, threads: dim3, *args) -> None:
             f(b, t, threads, *args)
 
 
-def launch(kernel: Callable, grid, block, *args, shared: Callable[[], dict] | dict | None = None) -> None:
+def launch(kernel: Callable, grid, block, *args, shared: Callable[[], dict] | dict | None = None,
+           on_block: Callable[[int, int], None] | None = None) -> None:
     """Run `kernel(ctx, *args)` for every thread of every block, CUDA-style.
 
     ctx has blockIdx, threadIdx, blockDim, gridDim (dim3) and `shared`, a namespace of arrays that
     every thread of the block sees. `shared` is a dict name -> (shape, dtype), or a callable
     returning a dict of arrays; it is made fresh for each block (filled with NaN or a marker so that
     reading an unwritten cell shows up). Generator kernels synchronise at each `yield`.
+    `on_block(done, total)` is called after each block, for a progress bar on long simulations.
     """
     grid, block = dim3.of(grid), dim3.of(block)
     if grid.size == 0 or block.size == 0:
         raise SimError(f"empty launch: grid={grid} block={block}")
     is_gen = inspect.isgeneratorfunction(kernel)
-    for b in grid:
+    for k, b in enumerate(grid):
         smem = SimpleNamespace(**_make_shared(shared))
         ctxs = [SimpleNamespace(blockIdx=b, threadIdx=t, blockDim=block, gridDim=grid, shared=smem) for t in block]
         if not is_gen:
             for c in ctxs:
                 kernel(c, *args)
-            continue
-        _run_block_in_lockstep([kernel(c, *args) for c in ctxs], b)
+        else:
+            _run_block_in_lockstep([kernel(c, *args) for c in ctxs], b)
+        if on_block is not None:
+            on_block(k + 1, grid.size)
 
 
 def _make_shared(spec) -> dict:

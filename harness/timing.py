@@ -5,7 +5,11 @@
     at least 10 repetitions; report the median and the 25th-75th percentile spread.
 
 `launch(stream)` must enqueue the work on the given stream (a device-pointer entry point) and
-return without synchronising.
+return without synchronising. It must do nothing else: the start event is recorded right before it
+is called, so Python work inside it (checking and converting arguments: tens of microseconds, as
+long as a small kernel) would be timed as the kernel's. Marshal once, before timing: a bench case's
+`setup()` builds the call with `harness.library.Library.prepare(fname, ..., library.STREAM)`, whose
+result is exactly such a `launch`.
 """
 
 from __future__ import annotations

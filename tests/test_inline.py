@@ -22,6 +22,7 @@ import pytest
 from conftest import GPU_OK, poison
 from harness import cudart, inline
 from harness.errors import BuildError, CudaError, NoGPUError
+from harness.results import relative_error
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,8 +35,7 @@ def cache(tmp_path_factory, monkeypatch):
     return folder
 
 
-def rel_err(out, ref) -> float:
-    return float(np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref))
+rel_err = relative_error  # the one checker (harness.results)
 
 
 # --- cdef extraction ------------------------------------------------------------------------------

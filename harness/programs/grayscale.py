@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import library, parse, runner
+from .. import library, results
 from ..sim import blk_kernel, blk_kernel2d, dim3, run_kernel
 
 VARIANTS = ("01_1d", "02_2d", "03_vectorized")
@@ -347,13 +347,13 @@ def cli(args: list[str], variant: str | None = None, image: str | None = None, o
 
 def parse_output(text: str):
     """build/bin/grayscale's result lines as a DataFrame (numbers converted)."""
-    return parse.results(text, "grayscale")
+    return results.parse_output(text, "grayscale")
 
 
 def run(*args, timeout: float = 300):
     """Run build/bin/grayscale with args (e.g. "--variant", "all", ...) and parse its result lines.
     A failed check is exit status 1 and raises ProgramError."""
-    return parse_output(runner.run("grayscale", *[str(a) for a in args], timeout=timeout).stdout)
+    return results.run("grayscale", *args, timeout=timeout)
 
 
 # --- benchmarks ---------------------------------------------------------------------------------

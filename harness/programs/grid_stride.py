@@ -155,12 +155,15 @@ def square_elements_k(ctx, a, n, trace):
         i += stride
 
 
-def simulate(n: int = DEFAULT_N, blocks: int = DEFAULT_BLOCKS, threads: int = DEFAULT_THREADS) -> pd.DataFrame:
-    """The trace the twin predicts, rows in the simulator's thread order (not sorted)."""
+def simulate(n: int = DEFAULT_N, blocks: int = DEFAULT_BLOCKS, threads: int = DEFAULT_THREADS,
+             progress=None) -> pd.DataFrame:
+    """The trace the twin predicts, rows in the simulator's thread order (not sorted).
+    `progress(done, total)` is called after each simulated block (Python runs every thread in turn:
+    a million elements take tens of seconds)."""
     check_launch(n, blocks, threads)
     a = np.arange(n, dtype=np.int64)
     trace: list[tuple] = []
-    sim.launch(square_elements_k, blocks, threads, a, n, trace)
+    sim.launch(square_elements_k, blocks, threads, a, n, trace, on_block=progress)
     df = pd.DataFrame(trace, columns=COLUMNS, dtype=np.int64)
     df.attrs.update(all_squared=bool(np.all(a == _wrap32(np.arange(n) ** 2))), device=None)
     return df
@@ -199,12 +202,13 @@ class GridStrideData:
 
 
 def viz_data(n: int = DEFAULT_N, blocks: int = DEFAULT_BLOCKS, threads: int = DEFAULT_THREADS,
-             simulate: bool = False) -> GridStrideData:
+             simulate: bool = False, progress=None) -> GridStrideData:
     """The validated trace for `invoke viz gridstride`: from the GPU, or from the simulator
-    (simulate=True, no GPU needed; the figures then say "(simulated)")."""
+    (simulate=True, no GPU needed; the figures then say "(simulated)"; `progress(done, total)`
+    follows its blocks)."""
     check_launch(n, blocks, threads)
     if simulate:
-        df = validate(_simulate(n, blocks, threads), n, blocks, threads)
+        df = validate(_simulate(n, blocks, threads, progress), n, blocks, threads)
         return GridStrideData(df, n, blocks, threads, simulated=True)
     df = run(n, blocks, threads)
     device = None

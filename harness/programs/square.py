@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .. import library, parse, runner, sim
+from ..results import relative_error
 
 PROGRAM = "square"
 VARIANTS = ("01_naive", "02_grid_stride", "03_vectorized")
@@ -67,18 +68,6 @@ def reference(x: np.ndarray) -> np.ndarray:
     if x.dtype == np.float32:
         return (x.astype(np.float64) * x.astype(np.float64)).astype(np.float32)
     raise TypeError(f"reference: expected int32 or float32, got {x.dtype}")
-
-
-def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
-    """||out - ref|| / ||ref|| in float64 (NaN anywhere -> inf, so a poisoned element fails)."""
-    out64, ref64 = np.asarray(out, np.float64), np.asarray(ref, np.float64)
-    if out64.shape != ref64.shape:
-        raise ValueError(f"shape mismatch: {out64.shape} vs {ref64.shape}")
-    if not np.all(np.isfinite(out64)):
-        return float("inf")
-    denom = np.linalg.norm(ref64)
-    num = np.linalg.norm(out64 - ref64)
-    return float(num / denom) if denom > 0 else float(num)
 
 
 def check_close(out: np.ndarray, ref: np.ndarray, rtol: float = 1e-5) -> None:
