@@ -13,7 +13,6 @@ statuses as `int`; for a header that never names `cudalab_status`, every `int` i
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +20,8 @@ import cffi
 import numpy as np
 
 from . import build as _build
+from . import cdecl
+from .cdecl import header_to_cdef  # noqa: F401  (re-exported: library.header_to_cdef)
 from .errors import CudalabError, check_context, raise_for_code
 
 COMMON_HEADER = _build.CUDA_DIR / "common" / "cudalab.h"
@@ -61,29 +62,6 @@ class LibraryNotBuilt(CudalabError, FileNotFoundError):
     pass
 
 
-def header_to_cdef(text: str) -> str:
-    """Turn a plain C header into something cffi's cdef accepts: drop preprocessor lines and the
-    `extern "C" {` ... `}` wrapper that sits inside `#ifdef __cplusplus` blocks."""
-    out, skip_depth, depth = [], None, 0
-    for line in text.splitlines():
-        s = line.strip()
-        if s.startswith("#"):
-            d = s[1:].strip()
-            if d.startswith(("if", "ifdef", "ifndef")):
-                depth += 1
-                if skip_depth is None and re.match(r"ifdef\s+__cplusplus|if\s+defined\(__cplusplus\)", d):
-                    skip_depth = depth
-            elif d.startswith("endif"):
-                if skip_depth == depth:
-                    skip_depth = None
-                depth -= 1
-            continue
-        if skip_depth is not None:
-            continue
-        out.append(line)
-    return "\n".join(out)
-
-
 def _pointee(ctype) -> str | None:
     if ctype.kind != "pointer":
         return None
@@ -91,68 +69,17 @@ def _pointee(ctype) -> str | None:
     return item.cname if item.kind in ("primitive",) else None
 
 
-_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
-_DECL = re.compile(r"([A-Za-z_]\w*)\s*\(([^()]*)\)\s*;")
-
-
-_RETURN = re.compile(r"(?:^|[;}\n])\s*((?:const\s+)?[A-Za-z_][\w\s]*?[\s*]+)([A-Za-z_]\w*)\s*\([^()]*\)\s*;")
-
-
-def status_functions(cdef: str) -> set[str]:
-    """The functions whose return value is a CUDA status, from the header's own words (cffi resolves
-    typedefs, so `cudalab_status` and `int` look the same once parsed)."""
-    text = _COMMENT.sub(" ", cdef)
-    legacy = "cudalab_status" not in re.sub(r"typedef\s+int\s+cudalab_status\s*;", " ", text)
-    out = set()
-    for m in _RETURN.finditer(text):
-        ret = " ".join(m.group(1).split())
-        if ret in ("cudalab_status", "cudaError_t") or (legacy and ret == "int"):
-            out.add(m.group(2))
-    return out
+# The header's own words, which cffi forgets once it has parsed them, come from harness.cdecl (the
+# same reader harness.inline uses for sources).
+status_functions = cdecl.status_functions
+const_params = cdecl.const_params
+param_names = cdecl.param_names
 
 
 def declared_pointees(cdef: str) -> dict[str, list[str | None]]:
-    """For each declared function, the pointee type name each parameter is written with when that
-    name is one of the typedef'd array types in _DTYPES (e.g. `cudalab_bf16`), else None."""
-    out = {}
-    for m in _DECL.finditer(_COMMENT.sub(" ", cdef)):
-        params = [p.strip() for p in m.group(2).split(",")] if m.group(2).strip() not in ("", "void") else []
-        names = []
-        for p in params:
-            words = p.split("*")[0].replace("const", " ").split() if "*" in p else []
-            names.append(words[-1] if words and words[-1] in _DTYPES and words[-1].startswith("cudalab_") else None)
-        out[m.group(1)] = names
-    return out
-
-
-def const_params(cdef: str) -> dict[str, list[bool]]:
-    """For each declared function, whether each pointer parameter points to const data.
-    cffi forgets `const` in its types, so read-only arrays are allowed only where the header says."""
-    out = {}
-    for m in _DECL.finditer(_COMMENT.sub(" ", cdef)):
-        params = [p.strip() for p in m.group(2).split(",")] if m.group(2).strip() not in ("", "void") else []
-        out[m.group(1)] = [("const" in p.split("*")[0]) if "*" in p else False for p in params]
-    return out
-
-
-def param_names(cdef: str) -> dict[str, list[str | None]]:
-    """For each declared function, its parameters' names as the header writes them (None where a
-    parameter has no name), so that messages can say `max_iters` rather than `argument 3`."""
-    out = {}
-    for m in _DECL.finditer(_COMMENT.sub(" ", cdef)):
-        params = [p.strip() for p in m.group(2).split(",")] if m.group(2).strip() not in ("", "void") else []
-        names = []
-        for p in params:
-            words = re.findall(r"[A-Za-z_]\w*", p.split("[")[0])
-            last = words[-1] if words else None
-            typeish = len(words) < 2 or p.rstrip().endswith("*") or last in _TYPE_WORDS
-            names.append(None if typeish else last)
-        out[m.group(1)] = names
-    return out
-
-
-_TYPE_WORDS = {"int", "float", "double", "char", "short", "long", "unsigned", "signed", "void", "size_t",
-               "const", "_Bool", "bool"} | set(_DTYPES)
+    """For each function, the typedef'd element type (`cudalab_bf16`) of each pointer parameter that
+    has a dtype of its own in _DTYPES, else None."""
+    return cdecl.declared_pointees(cdef, [n for n in _DTYPES if n.startswith("cudalab_")])
 
 
 class ArgumentRangeError(ValueError, OverflowError):

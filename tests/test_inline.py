@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from conftest import GPU_OK, poison
-from harness import cudart, inline
+from harness import cudart, inline, jit
 from harness.errors import BuildError, CudaError, NoGPUError
 from harness.results import relative_error
 
@@ -187,7 +187,7 @@ def test_unsupported_types_are_named():
 def test_unsupported_signature_raises_before_compiling(cache, monkeypatch):
     def no_nvcc(*a, **k):
         raise AssertionError("nvcc must not run for a source whose signatures are unsupported")
-    monkeypatch.setattr(inline.subprocess, "run", no_nvcc)
+    monkeypatch.setattr(jit.subprocess, "run", no_nvcc)
     with pytest.raises(inline.UnsupportedSignature, match="by_ref"):
         inline.load(UNSUPPORTED)
 
@@ -268,7 +268,7 @@ def test_second_load_compiles_nothing(cache, capsys, monkeypatch):
 
     def no_nvcc(*a, **k):
         raise AssertionError("a cache hit must not run nvcc")
-    monkeypatch.setattr(inline.subprocess, "run", no_nvcc)
+    monkeypatch.setattr(jit.subprocess, "run", no_nvcc)
     second = inline.load(src, name="twice", verbose=True)
     err = capsys.readouterr().err
     assert second.cache_hit and "cache hit, nothing compiled" in err
@@ -284,8 +284,8 @@ def test_cache_key_covers_source_flags_and_arch(monkeypatch):
     other_arch = inline.load(src, name="key", arch="sm_80")
     assert other_arch.path != base.path and other_arch.arch == "80"
     # nvcc's version is in the key too: another version, another file.
-    real = inline.toolchain.find("nvcc")
-    monkeypatch.setattr(inline.toolchain, "find", lambda name: real.__class__(real.name, real.path, "0.0.0"))
+    real = jit.toolchain.find("nvcc")
+    monkeypatch.setattr(jit.toolchain, "find", lambda name: real.__class__(real.name, real.path, "0.0.0"))
     key_before = base.key
     assert inline.load(src, name="key").key != key_before
 
@@ -300,7 +300,7 @@ def test_rename_protocol(cache, monkeypatch):
         assert Path(src).exists() and Path(src).stat().st_size > 0
         return real_replace(src, dst)
 
-    monkeypatch.setattr(inline.os, "replace", spy)
+    monkeypatch.setattr(jit.os, "replace", spy)
     mod = inline.load('extern "C" int renamed(void) { return 0; }\n', name="rename")
     libs = [(s, d) for s, d in calls if d == mod.path]
     assert len(libs) == 1
