@@ -21,17 +21,15 @@ with no arguments. Arguments given after `--` on the command line replace all of
 
 The kernel table has one row per kernel: kernel, time_pct (share of the run's GPU kernel time),
 total_ns, instances, avg_ns, med_ns, min_ns, max_ns (+ variant, + ncu's metrics).
+
+What is particular to each tool -- its command lines, its output formats, libdw for nsys, the counter
+permission and metric list for ncu -- lives in harness/nsys.py and harness/ncu.py; this module runs
+them, diagnoses failures, falls back, and saves the kernel table.
 """
 
 from __future__ import annotations
 
-import csv
-import glob
-import io
-import os
 import re
-import shutil
-import sqlite3
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,31 +41,36 @@ import pandas as pd
 from . import build as _build
 from . import toolchain
 from .errors import CudalabError
+from .ncu import (  # noqa: F401  (re-exported: the tool's facts live in harness/ncu.py)
+    DEFAULT_METRICS,
+    DURATION_METRIC,
+    PERM_FIX,
+    counter_access,
+    import_command,
+    metric_map,
+    ncu_kernel_table,
+    parse_ncu_raw,
+)
+from .ncu import profile_command as ncu_command
+from .nsys import (  # noqa: F401  (re-exported: the tool's facts live in harness/nsys.py)
+    KERNEL_COLUMNS,
+    LIBDW,
+    NSYS_REPORTS,
+    find_libdw,
+    libdw_dirs,
+    nsys_env,
+    nsys_kernel_table,
+    parse_nsys_stats,
+    stats_command,
+    summary_from_sqlite,
+    unpack_libdw,
+)
+from .nsys import profile_command as nsys_command
 
 PROFILES = _build.BUILD / "profiles"
 TOOLS = ("nsys", "ncu")
 AUTO_ORDER = ("nsys", "ncu")
-NSYS_REPORTS = ("cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum")
 DEFAULT_TIMEOUT = 300.0
-
-# ncu metric -> short column name. Duration; DRAM bytes read + written; achieved occupancy (active
-# warps over the SM's maximum, while the SM is active); SM and memory throughput in % of peak.
-DEFAULT_METRICS = {
-    "gpu__time_duration.sum": "duration_ns",
-    "dram__bytes.sum": "dram_bytes",
-    "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved_occupancy_pct",
-    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "sm_throughput_pct",
-    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed": "memory_throughput_pct",
-}
-DURATION_METRIC = "gpu__time_duration.sum"
-
-KERNEL_COLUMNS = ["kernel", "time_pct", "total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns"]
-
-PERM_FIX = ("no permission to the GPU performance counters (ERR_NVGPUCTRPERM): run as root, or set the "
-            "driver option NVreg_RestrictProfilingToAdminUsers=0 (e.g. `options nvidia "
-            "NVreg_RestrictProfilingToAdminUsers=0` in /etc/modprobe.d/nvidia-profiling.conf, then reload "
-            "the driver or reboot)")
-
 
 # --- errors ----------------------------------------------------------------------------------------
 
@@ -111,63 +114,6 @@ def nvprof_message(prog: str | None = None, args: list[str] | None = None) -> st
                 f"`nsys nvprof {cmdline}`) once nsys is installed (Nsight Systems, or set $NSYS); "
                 "`invoke doctor` shows what was found.")
     return msg
-
-
-# --- libdw for nsys's importer ---------------------------------------------------------------------
-
-LIBDW = "libdw.so.1"
-
-
-def libdw_dirs() -> list[Path]:
-    """Where libdw.so.1 is looked for: LD_LIBRARY_PATH, the system folders, and the folders
-    `unpack_libdw` writes to (the project's build/tools/dw, and /tmp/dw that the README's manual
-    step uses)."""
-    dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
-    dirs += ["/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib",
-             "/usr/local/lib"]
-    for root in (_build.BUILD / "tools" / "dw", Path("/tmp/dw")):
-        dirs += [str(root / "usr/lib/x86_64-linux-gnu"), str(root / "lib/x86_64-linux-gnu")]
-    return [Path(d) for d in dict.fromkeys(dirs)]
-
-
-def find_libdw() -> Path | None:
-    for d in libdw_dirs():
-        if (d / LIBDW).exists():
-            return d
-    return None
-
-
-def unpack_libdw(debs_dir: Path | None = None, dest: Path | None = None) -> Path | None:
-    """Unpack libdw1 and libelf1 .debs (.offline/debs/) with dpkg -x into build/tools/dw; return
-    the folder holding libdw.so.1, or None when there is nothing to unpack or no dpkg."""
-    debs_dir = debs_dir or (_build.ROOT / ".offline" / "debs")
-    dest = dest or (_build.BUILD / "tools" / "dw")
-    debs = sorted(glob.glob(str(debs_dir / "*.deb")))
-    dpkg = shutil.which("dpkg") or shutil.which("dpkg-deb")
-    if not debs or not dpkg:
-        return None
-    dest.mkdir(parents=True, exist_ok=True)
-    for deb in debs:
-        subprocess.run([dpkg, "-x", deb, str(dest)], capture_output=True, timeout=120)
-    for sub in ("usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu"):
-        if (dest / sub / LIBDW).exists():
-            return dest / sub
-    return None
-
-
-def nsys_env() -> tuple[dict[str, str], str]:
-    """The environment to run nsys in (libdw's folder prepended to LD_LIBRARY_PATH), and a note:
-    "" when libdw was found, else what is missing."""
-    env = dict(os.environ)
-    d = find_libdw() or unpack_libdw()
-    if d is None:
-        return env, (f"importer library {LIBDW} missing (nsys converts its trace with QdstrmImporter, which "
-                     f"links it): `apt install libdw1`, or unpack the libdw1 and libelf1 .debs with "
-                     f"`dpkg -x` and put their usr/lib/x86_64-linux-gnu on LD_LIBRARY_PATH")
-    parts = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p]
-    if str(d) not in parts:
-        env["LD_LIBRARY_PATH"] = ":".join([str(d)] + parts)
-    return env, ""
 
 
 # --- what to run -----------------------------------------------------------------------------------
@@ -215,243 +161,6 @@ def resolve_variants(prog: str, variant: str | None, mod=None) -> list[str | Non
 
 def _slug(s: str | None) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", s) if s else ""
-
-
-# --- parsing nsys stats ----------------------------------------------------------------------------
-
-_NSYS_CANON = {
-    "Time (%)": "time_pct", "Time(%)": "time_pct",
-    "Total Time (ns)": "total_ns", "Total Time": "total_ns",
-    "Instances": "count", "Num Calls": "count", "Count": "count", "Calls": "count",
-    "Avg (ns)": "avg_ns", "Average": "avg_ns", "Avg": "avg_ns",
-    "Med (ns)": "med_ns", "Median": "med_ns", "Med": "med_ns",
-    "Min (ns)": "min_ns", "Minimum": "min_ns", "Min": "min_ns",
-    "Max (ns)": "max_ns", "Maximum": "max_ns", "Max": "max_ns",
-    "StdDev (ns)": "std_ns", "StdDev": "std_ns",
-    "Name": "name", "Operation": "name",
-    "Total (MB)": "total_mb",
-}
-_HEADER_KEYS = ("Time (%)", "Time(%)", "Total Time (ns)")
-_REPORT_NAME = re.compile(r"\[(?:[^\]]*/)?(\w+?)(?:\.py)?\]\s*\.\.\.|\((\w+_sum)\)\s*:?\s*$")
-
-
-def _csv_fields(line: str) -> list[str] | None:
-    try:
-        rows = list(csv.reader([line]))
-    except csv.Error:
-        return None
-    return rows[0] if rows else None
-
-
-def _identify_nsys(columns: list[str]) -> str | None:
-    cols = set(columns)
-    if "Operation" in cols:
-        return "cuda_gpu_mem_size_sum" if "Total (MB)" in cols else "cuda_gpu_mem_time_sum"
-    if "Num Calls" in cols or "Calls" in cols:
-        return "cuda_api_sum"
-    if "Instances" in cols:
-        return "cuda_gpu_kern_sum"
-    return None
-
-
-def _to_number(v):
-    if isinstance(v, str):
-        s = v.strip().replace(",", "")
-        if re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", s):
-            return float(s)
-    return v
-
-
-def parse_nsys_stats(text: str) -> dict[str, pd.DataFrame]:
-    """Split `nsys stats --format csv` output (one or several reports, with the "Processing ...",
-    "Generating SQLite ..." and "SKIPPED" chatter around them) into one DataFrame per report.
-
-    Columns are read by header name and renamed: time_pct, total_ns, count, avg_ns, med_ns,
-    min_ns, max_ns, std_ns, name. A report nsys skipped (no data of that kind) comes back as an
-    empty DataFrame with those columns."""
-    out: dict[str, pd.DataFrame] = {}
-    current: str | None = None
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i].strip()
-        m = _REPORT_NAME.search(line)
-        if m and not line.startswith('"'):
-            current = m.group(1) or m.group(2)
-            if "SKIPPED" in line or "does not contain" in line:
-                out[current] = _empty_nsys()
-            i += 1
-            continue
-        if ("SKIPPED" in line or "does not contain" in line) and current:
-            out[current] = _empty_nsys()
-            i += 1
-            continue
-        fields = _csv_fields(line) if line else None
-        if fields and any(k in fields for k in _HEADER_KEYS):
-            block = [line]
-            i += 1
-            while i < len(lines) and lines[i].strip():
-                f = _csv_fields(lines[i].strip())
-                if f is None or len(f) != len(fields):
-                    break
-                block.append(lines[i].strip())
-                i += 1
-            name = _identify_nsys(fields) if current is None else current
-            if name is None:
-                name = f"report{len(out)}"
-            out[name] = _nsys_frame(block)
-            current = None
-            continue
-        i += 1
-    return out
-
-
-def _empty_nsys() -> pd.DataFrame:
-    return pd.DataFrame(columns=["time_pct", "total_ns", "count", "avg_ns", "med_ns", "min_ns", "max_ns",
-                                 "std_ns", "name"])
-
-
-def _nsys_frame(block: list[str]) -> pd.DataFrame:
-    df = pd.read_csv(io.StringIO("\n".join(block)), dtype=str, keep_default_na=False)
-    df = df.rename(columns={c: _NSYS_CANON.get(c.strip(), c.strip()) for c in df.columns})
-    for c in df.columns:
-        if c != "name":
-            df[c] = pd.to_numeric(df[c].map(_to_number), errors="coerce")
-    return df
-
-
-def nsys_kernel_table(reports: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """cuda_gpu_kern_sum as the kernel table (share of GPU kernel time, instances, times in ns)."""
-    k = reports.get("cuda_gpu_kern_sum")
-    if k is None or k.empty:
-        return pd.DataFrame(columns=KERNEL_COLUMNS)
-    df = k.rename(columns={"name": "kernel", "count": "instances"})
-    for c in KERNEL_COLUMNS:
-        if c not in df:
-            df[c] = np.nan
-    df["instances"] = df["instances"].astype("int64")
-    return df[KERNEL_COLUMNS].sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
-
-
-def summary_from_sqlite(path: Path) -> dict[str, pd.DataFrame]:
-    """The three reports computed straight from an nsys SQLite export: the fallback when the
-    `nsys stats` report scripts are missing from a trimmed nsys (Nsight Compute's copy, say)."""
-    con = sqlite3.connect(str(path))
-    try:
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-
-        def q(sql: str) -> pd.DataFrame:
-            return pd.read_sql_query(sql, con)
-
-        out = {}
-        if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
-            d = q("SELECT s.value AS name, k.end - k.start AS dur FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-                  "JOIN StringIds s ON s.id = k.demangledName")
-            out["cuda_gpu_kern_sum"] = _summarize_durations(d)
-        else:
-            out["cuda_gpu_kern_sum"] = _empty_nsys()
-        if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-            d = q("SELECT s.value AS name, r.end - r.start AS dur FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
-                  "JOIN StringIds s ON s.id = r.nameId")
-            out["cuda_api_sum"] = _summarize_durations(d)
-        else:
-            out["cuda_api_sum"] = _empty_nsys()
-        parts = []
-        if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
-            kinds = ("LEFT JOIN ENUM_CUDA_MEMCPY_OPER e ON e.id = m.copyKind"
-                     if "ENUM_CUDA_MEMCPY_OPER" in tables else "")
-            label = "'[CUDA memcpy ' || COALESCE(e.label, m.copyKind) || ']'" if kinds else "'[CUDA memcpy]'"
-            parts.append(q(f"SELECT {label} AS name, m.end - m.start AS dur FROM CUPTI_ACTIVITY_KIND_MEMCPY m {kinds}"))
-        if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
-            parts.append(q("SELECT '[CUDA memset]' AS name, end - start AS dur FROM CUPTI_ACTIVITY_KIND_MEMSET"))
-        parts = [p for p in parts if not p.empty]
-        out["cuda_gpu_mem_time_sum"] = _summarize_durations(pd.concat(parts)) if parts else _empty_nsys()
-        return out
-    finally:
-        con.close()
-
-
-def _summarize_durations(d: pd.DataFrame) -> pd.DataFrame:
-    if d.empty:
-        return _empty_nsys()
-    g = d.groupby("name")["dur"]
-    df = pd.DataFrame({"total_ns": g.sum(), "count": g.count(), "avg_ns": g.mean(), "med_ns": g.median(),
-                       "min_ns": g.min(), "max_ns": g.max(), "std_ns": g.std().fillna(0.0)}).reset_index()
-    df["time_pct"] = 100.0 * df["total_ns"] / df["total_ns"].sum()
-    df = df.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
-    return df[["time_pct", "total_ns", "count", "avg_ns", "med_ns", "min_ns", "max_ns", "std_ns", "name"]]
-
-
-# --- parsing ncu -----------------------------------------------------------------------------------
-
-_NCU_NAME_COLS = ("Kernel Name", "Demangled Name", "Function Name", "Name")
-_TIME_SCALE = {"ns": 1.0, "nsecond": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6,
-               "second": 1e9, "s": 1e9}
-
-
-def parse_ncu_raw(text: str) -> tuple[pd.DataFrame, dict[str, str]]:
-    """`ncu --csv --page raw --print-units base` output -> (one row per profiled launch, units).
-
-    Lines before the header ("==PROF==" chatter, the program's own output) are skipped; the header
-    is the first CSV line holding "ID" and a kernel-name column. The units row that follows it is
-    returned as {column: unit}. Numbers are converted (thousands separators removed); the kernel
-    name column is renamed `kernel`."""
-    lines = text.splitlines()
-    start = None
-    for i, line in enumerate(lines):
-        if line.startswith("=="):
-            continue
-        f = _csv_fields(line.strip())
-        if f and "ID" in f and any(c in f for c in _NCU_NAME_COLS):
-            start = i
-            break
-    if start is None:
-        raise ValueError("no ncu CSV header (a line with \"ID\" and \"Kernel Name\") in the output")
-    body = [ln for ln in lines[start:] if ln.strip() and not ln.startswith("==")]
-    df = pd.read_csv(io.StringIO("\n".join(body)), dtype=str, keep_default_na=False)
-    units: dict[str, str] = {}
-    if len(df) and str(df.iloc[0]["ID"]).strip() == "":
-        units = {c: str(v) for c, v in df.iloc[0].items() if str(v)}
-        df = df.iloc[1:].reset_index(drop=True)
-    name_col = next(c for c in _NCU_NAME_COLS if c in df.columns)
-    df = df.rename(columns={name_col: "kernel"})
-    cols = {}
-    for c in df.columns:
-        conv = df[c].map(_to_number) if c != "kernel" else df[c]
-        if c != "kernel" and len(conv) and all(isinstance(v, float) for v in conv if v not in ("", "n/a")):
-            conv = pd.to_numeric(conv, errors="coerce")
-        cols[c] = conv
-    df = pd.DataFrame(cols)  # built at once: ncu's raw page has hundreds of columns
-    if name_col in units:
-        units["kernel"] = units.pop(name_col)
-    return df, units
-
-
-def ncu_kernel_table(raw: pd.DataFrame, units: dict[str, str] | None = None,
-                     metrics: dict[str, str] | None = None) -> pd.DataFrame:
-    """Group ncu's per-launch rows by kernel: the same columns as nsys's table, with each metric's
-    mean over the kernel's launches beside them (named by `metrics`, default DEFAULT_METRICS)."""
-    units = units or {}
-    metrics = metrics if metrics is not None else DEFAULT_METRICS
-    if raw.empty:
-        return pd.DataFrame(columns=KERNEL_COLUMNS)
-    if DURATION_METRIC not in raw.columns:
-        raise ValueError(f"ncu output has no {DURATION_METRIC} column: it is needed for the time shares")
-    scale = _TIME_SCALE.get(units.get(DURATION_METRIC, "nsecond"), 1.0)
-    wanted = [m for m in metrics if m in raw.columns and m != DURATION_METRIC
-              and pd.api.types.is_numeric_dtype(raw[m])]
-    d = raw[["kernel"] + wanted].assign(_dur=raw[DURATION_METRIC].astype(float) * scale)
-    g = d.groupby("kernel", sort=False)
-    df = pd.DataFrame({"total_ns": g["_dur"].sum(), "instances": g["_dur"].count(), "avg_ns": g["_dur"].mean(),
-                       "med_ns": g["_dur"].median(), "min_ns": g["_dur"].min(),
-                       "max_ns": g["_dur"].max()}).reset_index()
-    total = df["total_ns"].sum()
-    df["time_pct"] = 100.0 * df["total_ns"] / total if total > 0 else np.nan
-    for m in wanted:
-        df[metrics[m]] = g[m].mean().values
-    df["instances"] = df["instances"].astype("int64")
-    extra = [c for c in df.columns if c not in KERNEL_COLUMNS]
-    return df[KERNEL_COLUMNS + extra].sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
 # --- diagnosing failures ---------------------------------------------------------------------------
@@ -522,8 +231,7 @@ def run_nsys(prog: str, argv: list[str], outdir: Path, tag: str = "", timeout: f
     for old in outdir.glob(base.name + ".*"):
         if old.suffix in (".nsys-rep", ".qdstrm", ".sqlite", ".qdrep"):
             old.unlink()
-    cmd1 = [nsys.path, "profile", "--trace=cuda", "--sample=none", "--cpuctxsw=none", "--force-overwrite=true",
-            "--output", str(base), str(_exe(prog)), *argv]
+    cmd1 = nsys_command(nsys.path, base, _exe(prog), argv)
     try:
         p = run(cmd1, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -535,8 +243,7 @@ def run_nsys(prog: str, argv: list[str], outdir: Path, tag: str = "", timeout: f
         if missing and (base.with_suffix(".qdstrm").exists() or "libdw" in log or "Importer" in log):
             reason = missing
         raise ToolFailure("nsys", reason, log)
-    cmd2 = [nsys.path, "stats", "--report", ",".join(NSYS_REPORTS), "--format", "csv", "--output", "-",
-            "--force-export=true", str(rep)]
+    cmd2 = stats_command(nsys.path, rep)
     try:
         s = run(cmd2, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -564,17 +271,6 @@ def run_nsys(prog: str, argv: list[str], outdir: Path, tag: str = "", timeout: f
     return kernels, reports, files, [cmd1, cmd2]
 
 
-def metric_map(metrics: str | list[str] | None) -> dict[str, str]:
-    """--metrics "a,b" -> {a: a, b: b} with the duration always included (the shares need it)."""
-    if not metrics:
-        return dict(DEFAULT_METRICS)
-    names = [m.strip() for m in (metrics.split(",") if isinstance(metrics, str) else metrics) if m.strip()]
-    out = {DURATION_METRIC: DEFAULT_METRICS[DURATION_METRIC]}
-    for m in names:
-        out[m] = DEFAULT_METRICS.get(m, m)
-    return out
-
-
 def run_ncu(prog: str, argv: list[str], outdir: Path, tag: str = "", metrics: dict[str, str] | None = None,
             clock_control: bool = False, launch_count: int = 200, timeout: float = DEFAULT_TIMEOUT,
             run: Runner = _run) -> tuple[pd.DataFrame, dict[str, pd.DataFrame], list[Path], list[list[str]]]:
@@ -588,9 +284,7 @@ def run_ncu(prog: str, argv: list[str], outdir: Path, tag: str = "", metrics: di
     rep = base.with_suffix(".ncu-rep")
     if rep.exists():
         rep.unlink()
-    cmd1 = [ncu.path, "--clock-control", "base" if clock_control else "none", "--metrics", ",".join(metrics),
-            "--target-processes", "all", "--launch-count", str(launch_count), "--export", str(base),
-            "--force-overwrite", str(_exe(prog)), *argv]
+    cmd1 = ncu_command(ncu.path, base, _exe(prog), argv, metrics, clock_control, launch_count)
     try:
         p = run(cmd1, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -599,7 +293,7 @@ def run_ncu(prog: str, argv: list[str], outdir: Path, tag: str = "", metrics: di
     (outdir / f"{base.name}_log.txt").write_text(log)
     if not rep.exists() or "ERR_NVGPUCTRPERM" in log or "No kernels were profiled" in log:
         raise ToolFailure("ncu", diagnose("ncu", log, p.returncode), log)
-    cmd2 = [ncu.path, "--import", str(rep), "--csv", "--page", "raw", "--print-units", "base"]
+    cmd2 = import_command(ncu.path, rep)
     try:
         s = run(cmd2, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -745,24 +439,6 @@ def load_kernels(prog: str) -> pd.DataFrame:
     if not p.exists():
         raise FileNotFoundError(f"{p} is missing: run `invoke profile {prog}` first")
     return pd.read_csv(p)
-
-
-def counter_access(params: Path = Path("/proc/driver/nvidia/params")) -> tuple[bool | None, str]:
-    """Whether ncu may read the GPU's performance counters: (True/False, why), or (None, why) when
-    it cannot be told without running ncu. Root always may; otherwise the driver's
-    RmProfilingAdminOnly (set by NVreg_RestrictProfilingToAdminUsers) decides."""
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        return True, "running as root"
-    try:
-        text = params.read_text()
-    except OSError:
-        return None, f"{params} is not readable (no NVIDIA driver loaded here?)"
-    m = re.search(r"RmProfilingAdminOnly:\s*(\d+)", text)
-    if not m:
-        return None, "the driver does not say whether profiling is restricted to admins"
-    if m.group(1) == "0":
-        return True, "the driver lets every user read the counters (RmProfilingAdminOnly: 0)"
-    return False, "the driver restricts the counters to admins (RmProfilingAdminOnly: 1): ncu fails with ERR_NVGPUCTRPERM"
 
 
 _HEADS = {"time_pct": "Time (%)", "total_ns": "Total (ns)", "instances": "Inst", "avg_ns": "Avg (ns)",

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from analysis import profile as aprof
-from harness import build, toolchain
+from harness import build, ncu, nsys, toolchain
 from harness import profile as hp
 
 FIX = Path(__file__).parent / "fixtures"
@@ -333,8 +333,8 @@ def test_libdw_is_looked_for_and_put_on_the_path(monkeypatch, tmp_path):
 
 
 def test_libdw_missing_is_said(monkeypatch, tmp_path):
-    monkeypatch.setattr(hp, "libdw_dirs", lambda: [tmp_path])
-    monkeypatch.setattr(hp, "unpack_libdw", lambda *a, **k: None)
+    monkeypatch.setattr(nsys, "libdw_dirs", lambda: [tmp_path])
+    monkeypatch.setattr(nsys, "unpack_libdw", lambda *a, **k: None)
     env, missing = hp.nsys_env()
     assert "libdw.so.1" in missing and "LD_LIBRARY_PATH" in missing
 
@@ -433,7 +433,7 @@ def test_profile_gives_a_kernel_table(prog, tool):
 
 
 def test_counter_access_reads_the_driver_setting(monkeypatch, tmp_path):
-    monkeypatch.setattr(hp.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(ncu.os, "geteuid", lambda: 1000)
     params = tmp_path / "params"
     params.write_text("ResmanDebugLevel: 4294967295\nRmProfilingAdminOnly: 1\n")
     ok, why = hp.counter_access(params)
@@ -441,5 +441,5 @@ def test_counter_access_reads_the_driver_setting(monkeypatch, tmp_path):
     params.write_text("RmProfilingAdminOnly: 0\n")
     assert hp.counter_access(params)[0] is True
     assert hp.counter_access(tmp_path / "missing")[0] is None
-    monkeypatch.setattr(hp.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(ncu.os, "geteuid", lambda: 0)
     assert hp.counter_access(params) == (True, "running as root")
