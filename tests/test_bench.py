@@ -163,6 +163,8 @@ def test_plots_of_a_recorded_quick_bench(tmp_path):
     assert len(abench.plot(path, tmp_path)) == 2
 
 
+# End to end (minutes on a GPU): `invoke test --marker slow`, not the default run.
+@pytest.mark.slow
 @pytest.mark.gpu
 def test_invoke_bench_quick_runs():
     before = set(bench.BUILD_BENCH.glob("*.csv")) if bench.BUILD_BENCH.exists() else set()

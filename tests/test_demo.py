@@ -76,6 +76,8 @@ def test_every_program_and_picture_gets_a_step(monkeypatch, tmp_path):
     assert (tmp_path / "index.html").exists() and (tmp_path / "demo.json").exists()
 
 
+# End to end (minutes on a GPU): `invoke test --marker slow`, not the default run.
+@pytest.mark.slow
 @pytest.mark.gpu
 def test_demo_passes_on_the_gpu():
     r = _inv("demo", timeout=1200)

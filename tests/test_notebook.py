@@ -240,6 +240,8 @@ extern "C" int add_launch(const cudalab_launch *L, const float *a, const float *
         np.testing.assert_array_equal(cd.to_host(), a + b)
 
 
+# End to end (minutes on a GPU): `invoke test --marker slow`, not the default run.
+@pytest.mark.slow
 @pytest.mark.gpu
 def test_example_notebook_runs_top_to_bottom(tmp_path, capsys):
     """Under nbclient where it is installed; otherwise each code cell runs in an IPython shell, in order."""

@@ -413,6 +413,8 @@ def _inv(*args, timeout=600):
                           timeout=timeout)
 
 
+# End to end (minutes on a GPU): `invoke test --marker slow`, not the default run.
+@pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.parametrize("prog", ["square", "transformer_block"])
 @pytest.mark.parametrize("tool", ["nsys", "ncu"])

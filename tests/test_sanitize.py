@@ -138,6 +138,8 @@ def _inv(*args, timeout=900):
                           timeout=timeout)
 
 
+# End to end (minutes on a GPU): `invoke test --marker slow`, not the default run.
+@pytest.mark.slow
 @pytest.mark.gpu
 def test_invoke_sanitize_is_clean_for_every_program():
     r = _inv("sanitize", "--jobs", "8")
