@@ -141,21 +141,13 @@ extern "C" cudalab_status grayscale_host(const char *variant, int h, int w, cons
     if (id == 0 || h < 0 || w < 0 || n > 0x7fffffffLL) return (int)cudaErrorInvalidValue;
     if (n == 0) return 0;
     const long long stride = align_planes ? grayscale_aligned_stride(h, w) : n;
-    unsigned char *dx = nullptr, *dout = nullptr;
-    // The body returns at its first failure; the buffers are freed after it on every path.
-    auto body = [&]() -> int {
-        CUDA_TRY(cudaMalloc(&dx, (size_t)(3 * stride)));
-        CUDA_TRY(cudaMalloc(&dout, (size_t)n));
-        // Three rows of n bytes: packed on the host (pitch n), `stride` apart on the device.
-        CUDA_TRY(cudaMemcpy2D(dx, (size_t)stride, rgb, (size_t)n, (size_t)n, 3, cudaMemcpyHostToDevice));
-        CUDA_TRY(dispatch(id, h, w, stride, dx, dout, 0));
-        CUDA_TRY(cudaMemcpy(out, dout, (size_t)n, cudaMemcpyDeviceToHost));
-        return 0;
-    };
-    const int rc = body();
-    const cudaError_t fx = cudaFree(dx), fo = cudaFree(dout);
-    if (rc != 0) return rc;
-    CUDA_TRY(fx);
-    CUDA_TRY(fo);
-    return 0;
+    cudalab::DeviceAlloc dx, dout;  // freed on every path; release() reports cudaFree's own status
+    if (int err = dx.alloc((size_t)(3 * stride))) return err;
+    if (int err = dout.alloc((size_t)n)) return err;
+    // Three rows of n bytes: packed on the host (pitch n), `stride` apart on the device.
+    CUDA_TRY(cudaMemcpy2D(dx.p, (size_t)stride, rgb, (size_t)n, (size_t)n, 3, cudaMemcpyHostToDevice));
+    CUDA_TRY(dispatch(id, h, w, stride, dx.as<unsigned char>(), dout.as<unsigned char>(), 0));
+    CUDA_TRY(cudaMemcpy(out, dout.p, (size_t)n, cudaMemcpyDeviceToHost));
+    if (int err = dx.release()) return err;
+    return dout.release();
 }

@@ -197,17 +197,11 @@ extern "C" cudalab_status mandelbrot_render(const char *variant, int dtype_bits,
     CUDA_TRY(validate(variant, dtype_bits, width, height, max_iters, x0, x1, y0, y1));
     if (out == nullptr) return (int)cudaErrorInvalidValue;
     const size_t bytes = (size_t)width * height * sizeof(uint32_t);
-    uint32_t *d_out = nullptr;
-    CUDA_TRY(cudaMalloc(&d_out, bytes));
-    auto run = [&]() -> int {
-        const int e = mandelbrot_render_device(variant, dtype_bits, width, height, max_iters, x0, x1, y0, y1,
-                                               d_out, nullptr);
-        if (e != 0) return e;
-        CUDA_TRY(cudaMemcpy(out, d_out, bytes, cudaMemcpyDeviceToHost));
-        return 0;
-    };
-    int err = run();
-    // Free even after a failure, and report the first error.
-    CUDALAB_CHECK(cudaFree(d_out), if (err == 0) err = (int)cudalab_err_);
-    return err;
+    cudalab::DeviceAlloc d_out;  // freed on every path; release() reports cudaFree's own status
+    if (int err = d_out.alloc(bytes)) return err;
+    if (int err = mandelbrot_render_device(variant, dtype_bits, width, height, max_iters, x0, x1, y0, y1,
+                                           d_out.as<uint32_t>(), nullptr))
+        return err;
+    CUDA_TRY(cudaMemcpy(out, d_out.p, bytes, cudaMemcpyDeviceToHost));
+    return d_out.release();
 }
