@@ -128,36 +128,35 @@ def collect_facts() -> dict:
 
 def picture_names() -> list[str]:
     """Names with both analysis/<name>.py (plot) and harness.programs.<name>.viz_data."""
-    out = []
-    for p in sorted((_build.ROOT / "analysis").glob("*.py")):
-        if p.stem in NOT_PICTURES:
-            continue
-        try:
-            mod = importlib.import_module(f"harness.programs.{p.stem}")
-        except ModuleNotFoundError:
-            continue
-        if hasattr(mod, "viz_data"):
-            out.append(p.stem)
-    return out
+    from . import programs
+
+    return [n for n in programs.pictures() if n not in NOT_PICTURES]
 
 
 def image_programs() -> list[str]:
     """Programs whose cli takes an input image and an output path (grayscale)."""
+    from . import programs
+
     out = []
     for prog in _build.programs():
-        mod = _module(prog)
-        if mod is not None and hasattr(mod, "cli"):
-            params = inspect.signature(mod.cli).parameters
+        cli = programs.hook(prog, "cli")
+        if cli is not None:
+            params = inspect.signature(cli).parameters
             if "image" in params and "out" in params:
                 out.append(prog)
     return out
 
 
+def _picture_module(name: str):
+    """harness.programs.<name> for a picture name (gridstride is an alias module of grid_stride)."""
+    return importlib.import_module(f"harness.programs.{name}")
+
+
 def _module(prog: str):
-    from .profile import program_module
+    from . import programs
 
     try:
-        return program_module(prog)
+        return programs.module(prog)
     except Exception:
         return None
 
@@ -209,7 +208,7 @@ def step_run(prog: str) -> Step:
 
 
 def step_picture(name: str, gpu: bool, outdir: Path = PLOTS) -> list[Step]:
-    mod = importlib.import_module(f"harness.programs.{name}")
+    mod = _picture_module(name)
     draw = importlib.import_module(f"analysis.{name}")
     steps = []
     accepts_sim = "simulate" in inspect.signature(mod.viz_data).parameters
@@ -338,7 +337,7 @@ def run(bench: bool = True, profile: bool = True, on_step: Callable[[str], None]
     pictures = picture_names()
     images = [p for p in image_programs() if p not in pictures]
     profiled = [p for p in PROFILED if p in progs] if profile else []
-    recorded = sum(hasattr(importlib.import_module(f"harness.programs.{n}"), "recorded_viz_data") for n in pictures)
+    recorded = sum(_picture_module(n) is not None and hasattr(_picture_module(n), "recorded_viz_data") for n in pictures)
     total = 1 + len(progs) + len(pictures) + recorded + len(images) + 1 + int(bench) + len(profiled) + 1
     if on_total:
         on_total(total)
