@@ -120,6 +120,23 @@ def test_bad_regions(region):
         mb.mandelbrot(4, 4, 10, region)
 
 
+def test_too_big_values_say_at_most_and_name_the_parameter():
+    with pytest.raises(ValueError, match=r"max_iters must be at most 2147483647, got 1099511627776"):
+        mb.mandelbrot(10, 10, 2**40)
+    with pytest.raises(ValueError, match=rf"width must be at most {mb.MAX_EDGE}, got 1099511627776"):
+        mb.mandelbrot(2**40, 10, 10)
+
+
+def test_the_python_limit_is_the_library_s():
+    from harness import build
+
+    if not build.lib_path("mandelbrot").exists():
+        pytest.skip("libmandelbrot.so is not built")
+    from harness import library
+
+    assert library.load("mandelbrot").mandelbrot_max_edge() == mb.MAX_EDGE  # a value, not a status
+
+
 def test_region_strings():
     assert mb.parse_region("-2 1 -1.5 1.5") == (-2.0, 1.0, -1.5, 1.5)
     assert mb.parse_region("-0.8, -0.7, 0.05, 0.15") == (-0.8, -0.7, 0.05, 0.15)

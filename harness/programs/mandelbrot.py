@@ -27,7 +27,7 @@ from .. import library, sim, toolchain
 VARIANTS = ("01_naive", "02_fast")
 DTYPES = {np.dtype(np.float32): 32, np.dtype(np.float64): 64}
 DEFAULT_REGION = (-2.0, 1.0, -1.5, 1.5)
-MAX_EDGE = 65535 * 8  # the grid's y limit (65535 blocks of 8 rows); also keeps indexes exact in float32
+MAX_EDGE = 65535 * 8  # mandelbrot_max_edge() in the library: the grid's y limit (CUDALAB_MAX_GRID_YZ) x 8
 FAST_UNROLL = 16  # cuda/mandelbrot/mandelbrot.cu FAST_UNROLL; the library reports it too
 FAST_PIXELS = 1  # pixels per 02_fast thread stepped together in its main loop (2 was tried: slower)
 BLOCK = (16, 16)  # 01_naive's block, as in the course
@@ -86,8 +86,8 @@ def _check_size(v, name: str, at_most: int = INT_MAX) -> int:
 
 def validate(width, height, max_iters, region=None, dtype=np.float32, variant="01_naive"):
     """Check every argument before anything is launched; returns the normalised values."""
-    width = _check_size(width, "width")
-    height = _check_size(height, "height")
+    width = _check_size(width, "width", MAX_EDGE)
+    height = _check_size(height, "height", MAX_EDGE)
     max_iters = _check_size(max_iters, "max_iters")
     if width > MAX_EDGE or height > MAX_EDGE:
         raise ValueError(f"width and height must be at most {MAX_EDGE}, got {width}x{height}")
