@@ -203,7 +203,7 @@ def run_on_gpus(names: list[str] | None, quick: bool, gpus: list[str], timeout: 
                 "CUDALAB_BENCH_OUT": str(out), "PYTHONPATH": os.pathsep.join(
                     [str(_build.ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])})
     cmd = [sys.executable, "-m", "pytest", str(Path(__file__).with_name("bench_worker.py")), "-n", str(len(gpus)),
-           "-p", "no:cacheprovider", "-q", "-o", "addopts=", "--dist", "load"]
+           "-p", "no:cacheprovider", "-q", "--tb=line", "-o", "addopts=", "--dist", "load"]
     r = subprocess.run(cmd, cwd=_build.ROOT, env=env, timeout=timeout)
     paths = sorted(out.glob("*.csv"))
     if r.returncode != 0:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import subprocess
@@ -144,6 +146,20 @@ def count_steps(targets_: list[str] | None = None, arch: str | None = None) -> i
     return len(pending_steps(targets_, arch))
 
 
+@contextlib.contextmanager
+def _lock(root: Path):
+    """One make at a time per tree: pytest-xdist workers (`invoke test --gpus all`) and a user's
+    `invoke build` in another terminal would otherwise compile the same object at once."""
+    path = root / "build" / ".lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 @dataclass
 class BuildResult:
     steps: list[str]
@@ -156,17 +172,18 @@ def build(targets_: list[str] | None = None, jobs: int | None = None, arch: str 
     """Run make; call `on_step(kind, target)` as each step starts. Raise BuildError on failure
     with the compilers' file:line diagnostics rather than make's whole output."""
     cmd = make_command(targets_, jobs, arch, root=root, keep_going=keep_going)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     steps, lines = [], []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line)
-        m = _STEP.match(line)
-        if m:
-            steps.append(m.group(2))
-            if on_step:
-                on_step(m.group(1), m.group(2))
-    rc = proc.wait()
+    with _lock(root or ROOT):
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            m = _STEP.match(line)
+            if m:
+                steps.append(m.group(2))
+                if on_step:
+                    on_step(m.group(1), m.group(2))
+        rc = proc.wait()
     log = "".join(lines)
     if rc != 0:
         diags = parse_diagnostics(log)
