@@ -21,9 +21,10 @@ CUDA_DIR = ROOT / "cuda"
 BUILD = ROOT / "build"
 
 
-def programs() -> list[str]:
+def programs(root: Path | None = None) -> list[str]:
     """Every cuda/<prog>/ that holds <prog>.cu, in name order (what the Makefile discovers)."""
-    return sorted(d.name for d in CUDA_DIR.iterdir() if d.is_dir() and (d / f"{d.name}.cu").exists())
+    cuda = (root / "cuda") if root is not None else CUDA_DIR
+    return sorted(d.name for d in cuda.iterdir() if d.is_dir() and (d / f"{d.name}.cu").exists())
 
 
 def lib_path(prog: str) -> Path:
@@ -34,16 +35,16 @@ def bin_path(prog: str) -> Path:
     return BUILD / "bin" / prog
 
 
-def targets_of(progs: list[str] | None) -> list[str] | None:
+def targets_of(progs: list[str] | None, root: Path | None = None) -> list[str] | None:
     """The make targets of these programs; None (everything) for an empty selection."""
     if not progs:
         return None
-    return [t for p in progs for t in targets(p)]
+    return [t for p in progs for t in targets(p, root)]
 
 
-def targets(prog: str) -> list[str]:
+def targets(prog: str, root: Path | None = None) -> list[str]:
     t = [f"build/lib/lib{prog}.so", f"build/bin/{prog}", f"build/ptxas/{prog}.txt"]
-    if (CUDA_DIR / prog / f"{prog}_cpu.c").exists():
+    if (((root / "cuda") if root is not None else CUDA_DIR) / prog / f"{prog}_cpu.c").exists():
         t.append(f"build/bin/{prog}_cpu")
     return t
 
@@ -212,7 +213,8 @@ class ProgramsFailed(BuildError):
     """Some programs did not build (the others did: make ran with -k). `failed` maps each program to
     its diagnostics; `built` names the programs that did build."""
 
-    def __init__(self, failed: dict[str, list], built: list[str], log: str, other: list | None = None):
+    def __init__(self, failed: dict[str, list], built: list[str], log: str, other: list | None = None,
+                 root: Path | None = None):
         self.failed, self.built, self.other = failed, built, list(other or [])
         n = len(failed) + (1 if self.other else 0)
         lines = [f"build failed: {', '.join(failed) or 'common code'} "
@@ -220,10 +222,10 @@ class ProgramsFailed(BuildError):
         for prog, diags in failed.items():
             errs = [d for d in diags if "error" in d.severity] or diags
             lines.append(f"{prog}:" + ("" if errs else " failed (see the log above for make's output)"))
-            lines += ["  " + d.quoted().replace("\n", "\n  ") for d in errs[:10]]
+            lines += ["  " + d.quoted(root).replace("\n", "\n  ") for d in errs[:10]]
             if len(errs) > 10:
                 lines.append(f"  ... and {len(errs) - 10} more")
-        lines += [d.quoted() for d in self.other[:10]]
+        lines += [d.quoted(root) for d in self.other[:10]]
         lines.append(f"built: {', '.join(built) if built else 'none'}")
         diagnostics = [d for ds in failed.values() for d in ds] + self.other
         super().__init__(lines[0], diagnostics, log)
@@ -231,13 +233,13 @@ class ProgramsFailed(BuildError):
 
 
 def build_programs(progs: list[str] | None = None, jobs: int | None = None, arch: str | None = None,
-                   on_step: Callable[[str, str], None] | None = None) -> BuildResult:
+                   on_step: Callable[[str, str], None] | None = None, root: Path | None = None) -> BuildResult:
     """Build these programs (default all) with `make -k`, so that one broken program does not stop
     the others. Raise ProgramsFailed naming each broken program with its diagnostics (file:line and
     the quoted source line) and the programs that did build."""
-    progs = list(progs or programs())
+    progs = list(progs or programs(root))
     try:
-        return build(targets_of(progs), jobs, arch, on_step, keep_going=True)
+        return build(targets_of(progs, root), jobs, arch, on_step, root=root, keep_going=True)
     except BuildError as e:
         log = e.log
     diags = parse_diagnostics(log)
@@ -254,9 +256,9 @@ def build_programs(progs: list[str] | None = None, jobs: int | None = None, arch
         if p in progs:
             failed.setdefault(p, [])
     if other and not failed:  # common code broke: nothing could build
-        raise ProgramsFailed({}, [], log, other)
+        raise ProgramsFailed({}, [], log, other, root)
     built = [p for p in progs if p not in failed]
-    raise ProgramsFailed({p: failed[p] for p in progs if p in failed}, built, log, other)
+    raise ProgramsFailed({p: failed[p] for p in progs if p in failed}, built, log, other, root)
 
 
 # ptxas -v, per kernel:

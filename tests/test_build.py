@@ -101,6 +101,32 @@ def test_compile_error_is_a_build_error_with_file_line(tmp_path):
     assert "make" not in str(ei.value).splitlines()[0].lower() or diags
 
 
+def test_a_broken_program_does_not_stop_the_others(tmp_path):
+    """make -k: the broken program is named with file:line and its quoted source line, a folder
+    without main.cu says so, and the programs that did build are listed (and really built)."""
+    shutil.copy(build.ROOT / "Makefile", tmp_path / "Makefile")
+    shutil.copytree(build.CUDA_DIR / "common", tmp_path / "cuda" / "common")
+    for name, body, main in [("good", 'extern "C" int good_run(void) { return 0; }\n', True),
+                             ("broken", BROKEN, True),
+                             ("nomain", 'extern "C" int nomain_run(void) { return 0; }\n', False)]:
+        d = tmp_path / "cuda" / name
+        d.mkdir()
+        (d / f"{name}.cu").write_text(body)
+        (d / f"{name}.h").write_text(f"int {name}_run(void);\n")
+        if main:
+            (d / "main.cu").write_text("int main() { return 0; }\n")
+    with pytest.raises(build.ProgramsFailed) as ei:
+        build.build_programs(root=tmp_path)
+    e = ei.value
+    assert list(e.failed) == ["broken", "nomain"] and e.built == ["good"]
+    text = str(e)
+    assert "cuda/broken/broken.cu:3: error:" in text and "undefined_name" in text
+    assert "    3 | " in text  # the source line, quoted under its diagnostic
+    assert "cuda/nomain/main.cu: error: missing" in text
+    assert text.splitlines()[-1] == "built: good"
+    assert (tmp_path / "build" / "bin" / "good").exists() and (tmp_path / "build" / "lib" / "libgood.so").exists()
+
+
 def test_host_warnings_are_errors(tmp_path):
     shutil.copy(build.ROOT / "Makefile", tmp_path / "Makefile")
     shutil.copytree(build.CUDA_DIR / "common", tmp_path / "cuda" / "common")
