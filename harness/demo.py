@@ -162,24 +162,20 @@ def _module(prog: str):
 
 
 def step_build(on_step: Callable[[str, str], None] | None = None) -> tuple[Step, list[str]]:
-    """Build everything; when the whole build fails, build program by program so that one broken
-    program does not hide the others. Returns the step and the programs that built."""
+    """Build everything with make -k, so that one broken program does not hide the others.
+    Returns the step and the programs that built."""
     from .errors import BuildError
 
     progs = _build.programs()
     try:
-        _build.build(on_step=on_step)
+        _build.build_programs(on_step=on_step)
         return Step("build", "passed", f"{len(progs)} programs"), progs
-    except BuildError:
-        pass
-    ok, bad = [], []
-    for p in progs:
-        try:
-            _build.build(_build.targets(p))
-            ok.append(p)
-        except BuildError as e:
-            bad.append(f"{p} ({str(e).splitlines()[0]})")
-    return Step("build", "failed", "did not build: " + "; ".join(bad)), ok
+    except _build.ProgramsFailed as e:
+        bad = [f"{p} ({str(d[0]) if d else 'see the build log'})" for p, d in e.failed.items()]
+        bad += [str(d) for d in e.other[:3]]
+        return Step("build", "failed", "did not build: " + "; ".join(bad)), e.built
+    except BuildError as e:
+        return Step("build", "failed", str(e).splitlines()[0]), []
 
 
 def step_run(prog: str) -> Step:
