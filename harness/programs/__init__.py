@@ -25,8 +25,13 @@ Benchmarks (`invoke bench`, harness/bench.py)
         Sizes, bytes and FLOPs of each case. A case's `setup()` allocates, fills and MARSHALS
         everything once (cffi pointers, launch structs) and returns `Prepared(launch, close)`;
         `launch(stream)` only enqueues the kernel: the timing loop records its start event right
-        before calling it, so any Python work in `launch` is timed. With `quick=True` return only
-        the small cases (under a minute for every program together).
+        before calling it, so any Python work in `launch` is timed. The way to get such a launch:
+            launch = library.load(prog).prepare("<prog>_device", variant, n, x_buf, out_buf,
+                                                library.STREAM)
+        (`harness.library.Library.prepare` checks and converts the arguments once, then each call
+        is the bare cffi call; `library.STREAM` marks where the stream goes.) Under
+        `invoke bench --gpus all` a case runs in a worker pinned to one GPU: use device 0.
+        With `quick=True` return only the small cases (under a minute for every program together).
     `ceilings() -> dict[str, Callable[[bool], harness.bench.Ceiling | None]]`
         A HOOK, called by the bench only when a collected case names one of these ceilings
         (e.g. matmul's "cublas", attention's "sdpa_d64"). Each callable takes `quick` and
@@ -51,7 +56,11 @@ Running, checking, drawing
     `cli(args, variant=None, image=None, out=None) -> int`   `invoke run <prog>` hands over to it.
     `compare(n: int) -> (DataFrame, str)`                    `invoke compare <prog>`.
     `viz_data(**opts)` / `recorded_viz_data()`               data for analysis/<name>.py's `plot`
-                                       (`invoke viz <name>`; `simulate=` where a simulator exists).
+                                       (`invoke viz <name>`; `simulate=` where a simulator exists,
+                                       `progress(done, total)` for long ones).
+
+C side of the same contract (cuda/<prog>/<prog>.h): a status return is declared `cudalab_status`
+(cuda/common/cudalab.h); a plain `int` return is a value (counts, flags, limits).
 
 Every function above must raise ValueError/TypeError for bad arguments before anything is
 launched, and never print; the tasks turn those into one-line errors.
