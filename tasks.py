@@ -410,8 +410,12 @@ def demo(c, bench=True, profile=True):
         t = bar.add_task("", total=None)
         result = hdemo.run(bench=bench, profile=profile, on_total=lambda k: bar.update(t, total=k),
                            on_step=lambda s: bar.update(t, advance=1, description=s))
+    import textwrap
+
+    from harness import console
+
     _print_table(result.table(), "demo: what happened")
     for line in result.closing_lines():
-        print(line)
+        print(textwrap.fill(line, width=console.width(), break_long_words=False, break_on_hyphens=False))
     if result.failed:
         raise Exit(f"demo: {len(result.failed)} step(s) failed", code=1)
