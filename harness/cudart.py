@@ -49,6 +49,11 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 # cudaMemcpyKind
 HOST_TO_HOST, HOST_TO_DEVICE, DEVICE_TO_HOST, DEVICE_TO_DEVICE = 0, 1, 2, 3
 
+# gridDim.y and gridDim.z are at most this on every GPU CUDA 13 supports (CUDALAB_MAX_GRID_YZ in
+# cuda/common/check.cuh); gridDim.x goes to 2^31 - 1.
+MAX_GRID_YZ = 65535
+INT_MAX = 2**31 - 1  # the C int the launchers take
+
 # cudaDeviceAttr values (driver_types.h) for what cudalab reads.
 ATTR = {
     "max_threads_per_block": 1,

@@ -23,11 +23,12 @@ import numpy as np
 
 from .. import build as _build
 from .. import library, sim, toolchain
+from ..cudart import INT_MAX, MAX_GRID_YZ
 
 VARIANTS = ("01_naive", "02_fast")
 DTYPES = {np.dtype(np.float32): 32, np.dtype(np.float64): 64}
 DEFAULT_REGION = (-2.0, 1.0, -1.5, 1.5)
-MAX_EDGE = 65535 * 8  # mandelbrot_max_edge() in the library: the grid's y limit (CUDALAB_MAX_GRID_YZ) x 8
+MAX_EDGE = MAX_GRID_YZ * 8  # mandelbrot_max_edge() in the library: the grid's y limit x 8 (a margin)
 FAST_UNROLL = 16  # cuda/mandelbrot/mandelbrot.cu FAST_UNROLL; the library reports it too
 FAST_PIXELS = 1  # pixels per 02_fast thread stepped together in its main loop (2 was tried: slower)
 BLOCK = (16, 16)  # 01_naive's block, as in the course
@@ -71,7 +72,6 @@ def parse_region(region) -> tuple[float, float, float, float]:
     return vals
 
 
-INT_MAX = 2**31 - 1  # the C entry points take int sizes
 
 
 def _check_size(v, name: str, at_most: int = INT_MAX) -> int:

@@ -119,10 +119,13 @@ def square_matrix(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """out = x*x for a 2-D C-contiguous float32 (height x width) matrix, 16x16 blocks. Returns out."""
     x = library.check_array(x, "x", np.float32, ndim=2)
     h, w = x.shape
-    if h > 2**31 - 1 or w > 2**31 - 1:
-        raise ValueError(f"matrix {x.shape} too large: each side must fit an int")
-    if -(-h // MATRIX_TILE) > 65535:
-        raise ValueError(f"height {h} needs more than 65535 rows of {MATRIX_TILE}-row blocks (gridDim.y limit)")
+    from ..cudart import INT_MAX, MAX_GRID_YZ
+
+    if w > INT_MAX:
+        raise ValueError(f"width must be at most {INT_MAX} (a C int), got {w}")
+    if -(-h // MATRIX_TILE) > MAX_GRID_YZ:
+        raise ValueError(f"height must be at most {MAX_GRID_YZ * MATRIX_TILE} ({MAX_GRID_YZ} rows of "
+                         f"{MATRIX_TILE}-row blocks, the gridDim.y limit), got {h}")
     out = _out_array(out, x.shape)
     if np.shares_memory(x, out):
         raise ValueError("out must not overlap x")
