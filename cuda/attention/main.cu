@@ -15,11 +15,9 @@
 #include "check.cuh"
 #include "cli.cuh"
 
-static void usage() {
-    CUDALAB_USAGE_ERROR(
-        "usage: attention [--variant 01_naive|02_flash|03_flash_bf16|04_flash_3xtf32] [--causal] [--reps N] "
-        "[--seed S] B H S D");
-}
+static const char *kUsage =
+    "usage: attention [--variant 01_naive|02_flash|03_flash_bf16|04_flash_3xtf32] [--causal] [--reps N] "
+    "[--seed S] B H S D";
 
 // float -> bf16, round to nearest even (inputs are finite); and back.
 static uint16_t to_bf16(float x) {
@@ -38,24 +36,35 @@ static float from_bf16(uint16_t h) {
 int main(int argc, char **argv) {
     const char *variant = "02_flash";
     int causal = 0, reps = 5;
-    long seed = 0;
+    unsigned long long seed = 0;
     std::vector<const char *> pos;
+    cudalab_handle_help(argc, argv, kUsage);
     for (int i = 1; i < argc; ++i) {
-        if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) variant = argv[++i];
-        else if (strcmp(argv[i], "--causal") == 0) causal = 1;
-        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = cudalab_parse_positive(argv[++i], "--reps");
-        else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = cudalab_parse_positive(argv[++i], "--seed");
-        else if (argv[i][0] == '-' && argv[i][1] == '-') usage();
-        else pos.push_back(argv[i]);
+        const char *a = argv[i];
+        if (strcmp(a, "--variant") == 0) {
+            variant = cudalab_option_value(argc, argv, &i, kUsage);
+        } else if (strcmp(a, "--causal") == 0) {
+            causal = 1;
+        } else if (strcmp(a, "--reps") == 0) {
+            reps = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, kUsage), "--reps");
+        } else if (strcmp(a, "--seed") == 0) {
+            seed = cudalab_parse_seed(cudalab_option_value(argc, argv, &i, kUsage));
+        } else if (cudalab_is_option(a)) {
+            CUDALAB_USAGE_ERROR("unknown option %s\n%s", a, kUsage);
+        } else {
+            if (pos.size() == 4) CUDALAB_USAGE_ERROR("unexpected argument '%s'\n%s", a, kUsage);
+            pos.push_back(a);
+        }
     }
-    if (pos.size() != 4) usage();
+    if (pos.size() != 4) CUDALAB_USAGE_ERROR("B, H, S and D are needed\n%s", kUsage);
     const int B = cudalab_parse_positive(pos[0], "B"), H = cudalab_parse_positive(pos[1], "H");
     const int S = cudalab_parse_positive(pos[2], "S"), D = cudalab_parse_positive(pos[3], "D");
     bool known = false;
     for (int i = 0; i < attention_variant_count(); ++i) known = known || strcmp(variant, attention_variant_name(i)) == 0;
     if (!known)
         CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: 01_naive, 02_flash, 03_flash_bf16, 04_flash_3xtf32)", variant);
-    if ((long long)B * H > 65535) CUDALAB_USAGE_ERROR("B*H must be at most 65535, got %lld", (long long)B * H);
+    if ((long long)B * H > CUDALAB_MAX_GRID_YZ)
+        CUDALAB_USAGE_ERROR("B*H must be at most %d, got %lld", CUDALAB_MAX_GRID_YZ, (long long)B * H);
     if (strcmp(variant, "02_flash") == 0 && D != 32 && D != 64 && D != 128)
         CUDALAB_USAGE_ERROR("02_flash needs D in {32, 64, 128}, got %d", D);
     if ((strcmp(variant, "03_flash_bf16") == 0 || strcmp(variant, "04_flash_3xtf32") == 0) && D != 64 && D != 128)
