@@ -19,11 +19,9 @@
 #include "check.cuh"
 #include "cli.cuh"
 
-static void usage() {
-    CUDALAB_USAGE_ERROR(
-        "usage: transformer_block [--variant 01_naive|02_flash|naive|flash] [--dtype f32|bf16] [--batch B] "
-        "[--seq S]... [--embed E] [--heads H] [--causal] [--seed N] [--reps N]");
-}
+static const char *kUsage =
+    "usage: transformer_block [--variant 01_naive|02_flash|naive|flash] [--dtype f32|bf16] [--batch B] "
+    "[--seq S]... [--embed E] [--heads H] [--causal] [--seed N] [--reps N]";
 
 // out rows (b, s) for s in `rows`, double precision, straight from the definition.
 static void cpu_rows(int b, const std::vector<int> &rows, int S, int E, int H, int causal, const float *x,
@@ -78,20 +76,34 @@ int main(int argc, char **argv) {
     const char *variant = "02_flash";
     const char *dtype = "f32";
     int B = 32, E = 256, H = 4, causal = 0, reps = 5;
-    long seed = 0;
+    unsigned long long seed = 0;
     std::vector<int> seqs;
+    cudalab_handle_help(argc, argv, kUsage);
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
-        if (strcmp(a, "--variant") == 0 && i + 1 < argc) variant = argv[++i];
-        else if (strcmp(a, "--dtype") == 0 && i + 1 < argc) dtype = argv[++i];
-        else if (strcmp(a, "--batch") == 0 && i + 1 < argc) B = cudalab_parse_positive(argv[++i], "--batch");
-        else if (strcmp(a, "--seq") == 0 && i + 1 < argc) seqs.push_back(cudalab_parse_positive(argv[++i], "--seq"));
-        else if (strcmp(a, "--embed") == 0 && i + 1 < argc) E = cudalab_parse_positive(argv[++i], "--embed");
-        else if (strcmp(a, "--heads") == 0 && i + 1 < argc) H = cudalab_parse_positive(argv[++i], "--heads");
-        else if (strcmp(a, "--causal") == 0) causal = 1;
-        else if (strcmp(a, "--seed") == 0 && i + 1 < argc) seed = cudalab_parse_positive(argv[++i], "--seed");
-        else if (strcmp(a, "--reps") == 0 && i + 1 < argc) reps = cudalab_parse_positive(argv[++i], "--reps");
-        else usage();
+        if (strcmp(a, "--variant") == 0) {
+            variant = cudalab_option_value(argc, argv, &i, kUsage);
+        } else if (strcmp(a, "--dtype") == 0) {
+            dtype = cudalab_option_value(argc, argv, &i, kUsage);
+        } else if (strcmp(a, "--batch") == 0) {
+            B = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, kUsage), "--batch");
+        } else if (strcmp(a, "--seq") == 0) {
+            seqs.push_back(cudalab_parse_positive(cudalab_option_value(argc, argv, &i, kUsage), "--seq"));
+        } else if (strcmp(a, "--embed") == 0) {
+            E = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, kUsage), "--embed");
+        } else if (strcmp(a, "--heads") == 0) {
+            H = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, kUsage), "--heads");
+        } else if (strcmp(a, "--causal") == 0) {
+            causal = 1;
+        } else if (strcmp(a, "--seed") == 0) {
+            seed = cudalab_parse_seed(cudalab_option_value(argc, argv, &i, kUsage));
+        } else if (strcmp(a, "--reps") == 0) {
+            reps = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, kUsage), "--reps");
+        } else if (cudalab_is_option(a)) {
+            CUDALAB_USAGE_ERROR("unknown option %s\n%s", a, kUsage);
+        } else {
+            CUDALAB_USAGE_ERROR("unexpected argument '%s'\n%s", a, kUsage);  // every input is an option
+        }
     }
     if (strcmp(variant, "naive") == 0) variant = "01_naive";
     if (strcmp(variant, "flash") == 0) variant = "02_flash";
@@ -106,6 +118,14 @@ int main(int argc, char **argv) {
     if (strcmp(variant, "02_flash") == 0 && E / H != 32 && E / H != 64 && E / H != 128)
         CUDALAB_USAGE_ERROR("02_flash needs a head size E/H in {32, 64, 128}, got %d", E / H);
     if (seqs.empty()) seqs = {100, 1000};
+    // Every size is checked here, before the first CUDA call: a bad second --seq must not come
+    // after the first one's result line (nor, without a GPU, after the `invoke doctor` message).
+    if ((long long)B * H > CUDALAB_MAX_GRID_YZ)
+        CUDALAB_USAGE_ERROR("--batch times --heads must be at most %d, got %lld", CUDALAB_MAX_GRID_YZ,
+                            (long long)B * H);
+    for (int S : seqs)
+        if (transformer_block_workspace_bytes(variant, B, S, E, H) < 0)
+            CUDALAB_USAGE_ERROR("invalid sizes B=%d S=%d E=%d H=%d", B, S, E, H);
 
     // Weights first, from the seed alone, so that every S sees the same layer.
     CudalabRng rng((uint64_t)seed);
