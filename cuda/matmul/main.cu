@@ -25,10 +25,10 @@ static std::string variant_list() {
     return s + ", all";
 }
 
-static void usage() {
-    CUDALAB_USAGE_ERROR("usage: matmul [--variant NAME|all] [--config NAME] [--tile T] [--reps R] M N K\n"
-                        "variants: %s", variant_list().c_str());
-}
+static const char *kUsage = "usage: matmul [--variant NAME|all] [--config NAME] [--tile T] [--reps R] M N K";
+
+// The usage and, on its next line, the variant table's names (for --help and every usage error).
+static std::string usage_text() { return std::string(kUsage) + "\nvariants: " + variant_list(); }
 
 // Uniform in [-1, 1), repeatable (cli.cuh says why this generator).
 static void fill(std::vector<float> &v, unsigned seed) {
@@ -137,25 +137,29 @@ int main(int argc, char **argv) {
     const char *config = nullptr;
     int tile = 16, reps = 5;
     int pos[3], npos = 0;
+    const std::string usage_str = usage_text();
+    const char *usage = usage_str.c_str();
+    cudalab_handle_help(argc, argv, usage);
     for (int i = 1; i < argc; ++i) {
-        if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
-            variant = argv[++i];
-        } else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
-            config = argv[++i];
-        } else if (strcmp(argv[i], "--tile") == 0 && i + 1 < argc) {
-            tile = cudalab_parse_positive(argv[++i], "--tile");
-        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            reps = cudalab_parse_positive(argv[++i], "--reps");
-        } else if (argv[i][0] == '-' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
-            usage();
+        const char *a = argv[i];
+        if (strcmp(a, "--variant") == 0) {
+            variant = cudalab_option_value(argc, argv, &i, usage);
+        } else if (strcmp(a, "--config") == 0) {
+            config = cudalab_option_value(argc, argv, &i, usage);
+        } else if (strcmp(a, "--tile") == 0) {
+            tile = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, usage), "--tile");
+        } else if (strcmp(a, "--reps") == 0) {
+            reps = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, usage), "--reps");
+        } else if (cudalab_is_option(a)) {
+            CUDALAB_USAGE_ERROR("unknown option %s\n%s", a, usage);
         } else {
-            if (npos == 3) usage();
+            if (npos == 3) CUDALAB_USAGE_ERROR("unexpected argument '%s'\n%s", a, usage);
             static const char *names[3] = {"M", "N", "K"};
-            pos[npos] = cudalab_parse_positive(argv[i], names[npos]);
+            pos[npos] = cudalab_parse_positive(a, names[npos]);
             ++npos;
         }
     }
-    if (npos != 3) usage();
+    if (npos != 3) CUDALAB_USAGE_ERROR("M, N and K are needed\n%s", usage);
     const int m = pos[0], n = pos[1], k = pos[2];
     if (variant == nullptr) variant = config ? "09_tuned" : "02_tiled";
     const bool run_all = strcmp(variant, "all") == 0;
@@ -164,13 +168,19 @@ int main(int argc, char **argv) {
         for (int i = 0; i < matmul_variant_count(); ++i) known = known || strcmp(matmul_variant_name(i), variant) == 0;
         if (!known) CUDALAB_USAGE_ERROR("unknown variant '%s' (%s)", variant, variant_list().c_str());
     }
+    const int cfg = config != nullptr ? matmul_config_index(config) : -1;
     if (config != nullptr) {
-        const int cfg = matmul_config_index(config);
         if (cfg < 0) {
             std::string names;
             for (int i = 0; i < matmul_config_count(); ++i) names += std::string(i ? ", " : "") + matmul_config_name(i);
             CUDALAB_USAGE_ERROR("unknown configuration '%s' (%s)", config, names.c_str());
         }
+    }
+    // 02_tiled's tile is argv alone (16 or 32), so it is refused before the first CUDA call; the
+    // limits that depend on the device (threads, shared memory) are checked against it below.
+    if ((run_all || strcmp(variant, "02_tiled") == 0) && tile != 16 && tile != 32)
+        CUDALAB_USAGE_ERROR("--tile %d is not valid for variant 02_tiled (it takes 16 or 32)", tile);
+    if (config != nullptr) {
         const int rc = matmul_set_tuned(cfg);
         if (rc == (int)cudaErrorInvalidConfiguration) refuse_config(cfg);
         CUDA_CHECK((cudaError_t)rc);

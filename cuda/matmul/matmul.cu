@@ -224,7 +224,7 @@ cudaError_t ladder_run(int i, bool trans_b, int batch, int m, int n, int k, floa
     if (m == 0 || n == 0 || batch == 0) return cudaSuccess;
     const LadderConfig &c = kConfigs[i];
     const long long gy = cdiv(m, c.bm), gx = cdiv(n, c.bn);
-    if (gy > 65535 || batch > 65535 || gx > 0x7fffffffLL) return cudaErrorInvalidValue;
+    if (gy > CUDALAB_MAX_GRID_YZ || batch > CUDALAB_MAX_GRID_YZ || gx > 0x7fffffffLL) return cudaErrorInvalidValue;
     const LadderArgs p{m, n, k, A, B, C, alpha, sa, sb, sc};
     const void *kernel = ladder_vec_ok(p) ? c.kvec : c.kscalar;
     if (c.smem > 48 * 1024) {

@@ -238,7 +238,7 @@ static inline cudaError_t matmul_check_tile(const char *variant, int tile, bool 
 
 // Enqueue one batched C = alpha·A·op(B) on `stream`. Device pointers. Nothing to do (m, n or
 // batch is 0) returns success without launching; k = 0 launches and writes zeros.
-// Sizes beyond the grid's limits (cdiv(m, edge) > 65535 or batch > 65535) give cudaErrorInvalidValue.
+// Sizes beyond the grid's limits (cdiv(m, edge) or batch above CUDALAB_MAX_GRID_YZ) give cudaErrorInvalidValue.
 // The launch error, if any, is returned (cudaGetLastError); the kernel runs asynchronously.
 static inline cudaError_t matmul_launch(const char *variant, int tile, bool trans_b, int m, int n, int k,
                                         const float *A, const float *B, float *C, float alpha, int batch,
@@ -251,7 +251,7 @@ static inline cudaError_t matmul_launch(const char *variant, int tile, bool tran
     const int id = matmul_variant_id(variant);
     const int edge = matmul_block_edge(id, tile);
     const long long gy = cdiv(m, edge);
-    if (gy > 65535 || batch > 65535) return cudaErrorInvalidValue;
+    if (gy > CUDALAB_MAX_GRID_YZ || batch > CUDALAB_MAX_GRID_YZ) return cudaErrorInvalidValue;
     const dim3 block(edge, edge);
     const dim3 grid((unsigned)cdiv(n, edge), (unsigned)gy, (unsigned)batch);
     if (id == MATMUL_01_NAIVE) {
