@@ -8,16 +8,15 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "check.cuh"
 #include "cli.cuh"
 #include "gemm_tc.h"
 
-static void usage() {
-    CUDALAB_USAGE_ERROR("usage: gemm_tc [--variant 01_wmma|02_mma_sync|03_wgmma|cublas_bf16|cublas_tf32|all] "
-                        "[--reps R] M N K");
-}
+static const char *kUsage =
+    "usage: gemm_tc [--variant 01_wmma|02_mma_sync|03_wgmma|cublas_bf16|cublas_tf32|all] [--reps R] M N K";
 
 // float -> bf16 bits, round to nearest even (inputs are finite).
 static uint16_t to_bf16(float f) {
@@ -97,27 +96,36 @@ static bool run_variant(const char *variant, int reps, int m, int n, int k, cons
 int main(int argc, char **argv) {
     const char *variant = "02_mma_sync";
     int reps = 5, pos[3], npos = 0;
+    cudalab_handle_help(argc, argv, kUsage);
     for (int i = 1; i < argc; ++i) {
-        if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
-            variant = argv[++i];
-        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            reps = cudalab_parse_positive(argv[++i], "--reps");
-        } else if (argv[i][0] == '-' && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
-            usage();
+        const char *a = argv[i];
+        if (strcmp(a, "--variant") == 0) {
+            variant = cudalab_option_value(argc, argv, &i, kUsage);
+        } else if (strcmp(a, "--reps") == 0) {
+            reps = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, kUsage), "--reps");
+        } else if (cudalab_is_option(a)) {
+            CUDALAB_USAGE_ERROR("unknown option %s\n%s", a, kUsage);
         } else {
-            if (npos == 3) usage();
+            if (npos == 3) CUDALAB_USAGE_ERROR("unexpected argument '%s'\n%s", a, kUsage);
             static const char *names[3] = {"M", "N", "K"};
-            pos[npos] = cudalab_parse_positive(argv[i], names[npos]);
+            pos[npos] = cudalab_parse_positive(a, names[npos]);
             ++npos;
         }
     }
-    if (npos != 3) usage();
+    if (npos != 3) CUDALAB_USAGE_ERROR("M, N and K are needed\n%s", kUsage);
     const int m = pos[0], n = pos[1], k = pos[2];
     const bool run_all = strcmp(variant, "all") == 0;
     if (!run_all) {
         bool known = false;
-        for (int i = 0; i < gemm_tc_variant_count(); ++i) known = known || strcmp(gemm_tc_variant_name(i), variant) == 0;
-        if (!known) usage();
+        std::string names;
+        for (int i = 0; i < gemm_tc_variant_count(); ++i) {
+            known = known || strcmp(gemm_tc_variant_name(i), variant) == 0;
+            names += std::string(i ? ", " : "") + gemm_tc_variant_name(i);
+        }
+        if (!known) CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: %s, all)", variant, names.c_str());
+        // A shape the variant refuses is argv alone: refused here, before the first CUDA call.
+        const char *req = gemm_tc_requirement(variant, m, n, k);
+        if (req != nullptr) CUDALAB_USAGE_ERROR("variant %s refuses m=%d n=%d k=%d: %s", variant, m, n, k, req);
     }
 
     Operands op;
