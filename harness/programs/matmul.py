@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import library, results, runner
+from ..cudart import MAX_GRID_YZ
 from ..sim import blk_kernel2d, dim3, launch
 
 CLASSIC = ("01_naive", "02_tiled", "03_tiled_dynamic")
@@ -58,10 +59,6 @@ def __getattr__(name: str):
 
 def _lib():
     return library.load("matmul")
-
-
-def _cstr(lib, s: str):
-    return lib.ffi.new("char[]", s.encode())
 
 
 def have_cublas() -> bool:
@@ -222,7 +219,7 @@ def matmul(a: np.ndarray, b: np.ndarray, variant: str = "02_tiled", tile: int = 
         lib.matmul_config_host(ci, m, n, k, a, b, out)
         return out
     check_tile(variant, tile)
-    lib.matmul_host(_cstr(lib, variant), int(tile), m, n, k, a, b, out)
+    lib.matmul_host(variant, int(tile), m, n, k, a, b, out)
     return out
 
 
@@ -238,11 +235,11 @@ def matmul_batched(a: np.ndarray, b: np.ndarray, variant: str = "02_tiled", tile
     _check_variant(variant)
     if out.size == 0:
         return out
-    if batch > 65535:
-        raise ValueError(f"batch {batch} exceeds the grid's z limit (65535)")
+    if batch > MAX_GRID_YZ:
+        raise ValueError(f"batch must be at most {MAX_GRID_YZ} (the grid's z limit), got {batch}")
     check_tile(variant, tile, trans_b)
     lib = _lib()
-    lib.matmul_host_batched(_cstr(lib, variant), int(tile), int(bool(trans_b)), batch, m, n, k, float(alpha), a, b, out)
+    lib.matmul_host_batched(variant, int(tile), int(bool(trans_b)), batch, m, n, k, float(alpha), a, b, out)
     return out
 
 
@@ -254,7 +251,7 @@ def matmul_device(variant: str, tile: int, m: int, n: int, k: int, a_ptr, b_ptr,
     if variant == TUNED:
         apply_tuned()
     lib = _lib()
-    lib.matmul_device(_cstr(lib, variant), int(tile), m, n, k, a_ptr, b_ptr, c_ptr, stream)
+    lib.matmul_device(variant, int(tile), m, n, k, a_ptr, b_ptr, c_ptr, stream)
 
 
 def config_device(config: str, m: int, n: int, k: int, a_ptr, b_ptr, c_ptr, stream=None) -> None:
@@ -537,7 +534,8 @@ def prepared_launch(variant: str, tile: int, m: int, n: int, k: int, a_ptr, b_pt
         _check_variant(variant)
         if variant == TUNED:
             apply_tuned()
-        fn, head = lib.raw("matmul_device"), (_cstr(lib, variant), int(tile))
+        # raw() takes no str for `const char *`: the char[] is made once and kept alive by `head`.
+        fn, head = lib.raw("matmul_device"), (ffi.new("char[]", variant.encode()), int(tile))
         what = f"matmul_device({variant})"
 
     def launch(stream):
@@ -639,16 +637,6 @@ def bench_cases(quick: bool = False):
         cases.append(case("cublas", 0, size, n4, n4, n4, "fp32", "cublas",
                           note="cuBLAS SGEMM as a fraction of the FP32 peak", is_quick=True))
     return cases
-
-
-def speedups(df) -> dict:
-    """From a bench table: each matmul variant's TFLOP/s over 01_naive's (same run, 4096^3)."""
-    rows = df[(df["program"] == "matmul") & (df["ceiling"] == "cublas")]
-    base = rows.loc[rows["variant"] == "01_naive", "value"]
-    if base.empty:
-        return {}
-    b = float(base.iloc[0])
-    return {v: float(x) / b for v, x in zip(rows["variant"], rows["value"])}
 
 
 # --- hooks for `invoke profile` and `invoke sanitize` (small, ragged sizes; see harness/profile.py) ---
