@@ -16,7 +16,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import poison
+from conftest import GPU_OK, poison
 from harness import build, cudart
 from harness.programs import attention as att
 
@@ -242,6 +242,41 @@ def test_executable_rejects_bad_argv(argv):
     assert "error:" in p.stderr
 
 
+# cli.cuh's conventions: everything below is decided before the first CUDA call, so it runs without a GPU.
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_executable_help_prints_the_usage_and_exits_0(flag):
+    p = subprocess.run([str(_exe()), "1", "2", flag], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("usage: attention") and "--seed S" in p.stdout and p.stderr == ""
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["1", "1", "4", "32", "5"], "unexpected argument '5'"),
+    (["--bogus", "1", "1", "4", "32"], "unknown option --bogus"),
+    (["1", "1", "4", "32", "--seed"], "--seed needs a value"),
+    (["1", "1", "4", "32", "--variant"], "--variant needs a value"),
+    (["--reps", "0", "1", "1", "4", "32"], "--reps must be a positive integer"),
+    (["--seed", "-1", "1", "1", "4", "32"], "--seed must be at least 0"),
+    (["--seed", "x", "1", "1", "4", "32"], "--seed must be an integer"),
+    (["1", "1", "4", "99999999999"], "D must be at most 2147483647"),
+    (["300", "300", "4", "32"], f"B*H must be at most {cudart.MAX_GRID_YZ}"),
+    (["1", "1", "4"], "B, H, S and D are needed"),
+])
+def test_executable_bad_argv_says_which(argv, match):
+    p = subprocess.run([str(_exe()), *argv], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert match in p.stderr, p.stderr
+
+
+@pytest.mark.skipif(GPU_OK, reason="checks the no-GPU path; this machine has a GPU")
+def test_executable_without_a_gpu_points_at_invoke_doctor():
+    """--seed 0 is a seed like any other: the argv is accepted and the first CUDA call is what fails."""
+    p = subprocess.run([str(_exe()), "--seed", "0", "--reps", "1", "1", "1", "8", "64"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 1, p.stderr
+    assert "invoke doctor" in p.stderr and "error:" not in p.stderr
+
+
 # --- GPU ----------------------------------------------------------------------------------------
 
 # (B, H) per S: B·H up to 64 where the float64 reference stays cheap, fewer heads at long S.
@@ -371,3 +406,11 @@ def test_executable_checks_itself(variant, causal):
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "check=pass" in p.stdout
+
+
+@pytest.mark.gpu
+def test_gpu_executable_seed_0_checks_itself():
+    p = subprocess.run([str(_exe()), "--seed", "0", "--reps", "1", "2", "2", "67", "64"], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "result program=attention" in p.stdout and "check=pass" in p.stdout
