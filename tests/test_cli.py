@@ -10,7 +10,8 @@ import pytest
 from conftest import GPU_OK
 from harness import build
 
-MINE = ["hello", "device_info", "square", "grid_stride", "grayscale", "mandelbrot"]
+MINE = ["hello", "device_info", "square", "grid_stride", "grayscale", "mandelbrot", "attention", "transformer_block",
+        "matmul", "gemm_tc"]
 
 
 def _run(prog, *args):
@@ -59,7 +60,10 @@ def test_bad_argv_is_one_sentence_and_status_2(prog, args, match):
 
 
 @pytest.mark.skipif(GPU_OK, reason="checks the no-GPU path; this machine has a GPU")
-@pytest.mark.parametrize("prog,args", [("device_info", []), ("square", ["10"]), ("mandelbrot", ["8", "8", "8"])])
+@pytest.mark.parametrize("prog,args", [("device_info", []), ("square", ["10"]), ("mandelbrot", ["8", "8", "8"]),
+                                       ("attention", ["--seed", "0", "1", "1", "8", "64"]),
+                                       ("transformer_block", ["--seed", "0", "--seq", "8"]),
+                                       ("matmul", ["8", "8", "8"]), ("gemm_tc", ["16", "16", "16"])])
 def test_without_a_gpu_the_executables_point_at_invoke_doctor(prog, args):
     r = _run(prog, *args)
     assert r.returncode == 1
