@@ -414,3 +414,17 @@ def test_gpu_executable_seed_0_checks_itself():
                        text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "result program=attention" in p.stdout and "check=pass" in p.stdout
+
+
+def test_max_seq_matches_the_header():
+    # The Python check and the C one must refuse the same S: read the header's number.
+    import re
+
+    text = (build.CUDA_DIR / "attention" / "attention.h").read_text()
+    assert int(re.search(r"#define ATTN_MAX_S (\d+)", text).group(1)) == att.MAX_S
+
+
+def test_too_long_sequence_says_at_most():
+    q = np.ones((1, 1, att.MAX_S + 1, 1), np.float32)  # shape check only: refused before any launch
+    with pytest.raises(ValueError, match=f"at most {att.MAX_S}"):
+        att.attention(q, q, q, variant="01_naive")

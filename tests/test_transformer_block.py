@@ -104,7 +104,7 @@ def test_executable_help_prints_the_usage_and_exits_0(flag):
     (["--batch", "99999999999"], "--batch must be at most 2147483647"),
     (["--batch", "70000", "--embed", "64", "--heads", "1"], f"must be at most {cudart.MAX_GRID_YZ}"),
     # The second --seq is refused before the first one runs.
-    (["--seq", "8", "--seq", "999999"], "S=999999"),
+    (["--seq", "8", "--seq", "999999"], "--seq must be at most 92680"),
 ])
 def test_executable_bad_argv_says_which(argv, match):
     p = subprocess.run([str(_exe()), *argv], capture_output=True, text=True, timeout=60)

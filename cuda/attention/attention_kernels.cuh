@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "attention.h"
 #include "check.cuh"
 #include "../matmul/matmul_kernels.cuh"
 #include "flash_bf16.cuh"
@@ -358,7 +359,7 @@ static inline cudaError_t attn_check_args(int id, int B, int H, int S, int D) {
     if (id == 0) return cudaErrorInvalidValue;
     if (B <= 0 || H <= 0 || S <= 0 || D <= 0) return cudaErrorInvalidValue;
     if ((long long)B * H > CUDALAB_MAX_GRID_YZ) return cudaErrorInvalidValue;  // grid y (flash) / z (matmul)
-    if (S > 46340 * 2) return cudaErrorInvalidValue;              // keeps row indexes in int
+    if (S > ATTN_MAX_S) return cudaErrorInvalidValue;
     if (attn_is_bf16(id) || id == ATTN_04_FLASH_3XTF32) return (D == 64 || D == 128) ? cudaSuccess : cudaErrorInvalidValue;
     if (id != ATTN_01_NAIVE && D != 32 && D != 64 && D != 128) return cudaErrorInvalidValue;
     return cudaSuccess;

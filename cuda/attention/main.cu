@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
     }
     if (pos.size() != 4) CUDALAB_USAGE_ERROR("B, H, S and D are needed\n%s", kUsage);
     const int B = cudalab_parse_positive(pos[0], "B"), H = cudalab_parse_positive(pos[1], "H");
-    const int S = cudalab_parse_positive(pos[2], "S"), D = cudalab_parse_positive(pos[3], "D");
+    const int S = (int)cudalab_parse_range(pos[2], "S", 1, ATTN_MAX_S), D = cudalab_parse_positive(pos[3], "D");
     bool known = false;
     for (int i = 0; i < attention_variant_count(); ++i) known = known || strcmp(variant, attention_variant_name(i)) == 0;
     if (!known)

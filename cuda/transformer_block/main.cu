@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "transformer_block.h"
+#include "../attention/attention.h"
 #include "check.cuh"
 #include "cli.cuh"
 
@@ -88,7 +89,7 @@ int main(int argc, char **argv) {
         } else if (strcmp(a, "--batch") == 0) {
             B = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, kUsage), "--batch");
         } else if (strcmp(a, "--seq") == 0) {
-            seqs.push_back(cudalab_parse_positive(cudalab_option_value(argc, argv, &i, kUsage), "--seq"));
+            seqs.push_back((int)cudalab_parse_range(cudalab_option_value(argc, argv, &i, kUsage), "--seq", 1, ATTN_MAX_S));
         } else if (strcmp(a, "--embed") == 0) {
             E = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, kUsage), "--embed");
         } else if (strcmp(a, "--heads") == 0) {

@@ -41,6 +41,7 @@ BF16_VARIANTS = ("03_flash_bf16", "flash_bf16_skip_last_tile", "flash_bf16_no_ca
 FLASH_D = (32, 64, 128)  # 02_flash
 TC_D = (64, 128)         # the tensor-core variants
 MAX_BH = cudart.MAX_GRID_YZ  # B*H blocks on the grid's y (flash) or z (naive) axis
+MAX_S = 92680  # ATTN_MAX_S in cuda/attention/attention.h: S*S score indexes stay in int
 # ||out - ref|| / ||ref|| each dtype must meet against the float64 reference of the same inputs
 # (for bf16: of the bf16-rounded inputs, which is what the kernel sees).
 # float32, why 1e-4 and not the 1e-5 of elementwise kernels: each output is a softmax-weighted mean
@@ -105,6 +106,8 @@ def validate(q, k, v, variant: str | None = None, scale=None):
         raise ValueError(f"every dimension of B x H x S x D must be positive, got {q.shape}")
     if B * H > MAX_BH:
         raise ValueError(f"B*H must be at most {MAX_BH}, got {B * H}")
+    if S > MAX_S:
+        raise ValueError(f"S must be at most {MAX_S}, got {S}")
     ds = head_sizes(variant)
     if ds is not None and D not in ds:
         raise ValueError(f"{variant} needs D in {ds}, got D={D}; use 01_naive for other head sizes")
