@@ -216,6 +216,14 @@ class Library:
         raise_for_code(code, self.error_name(code), self.error_string(code), f"{self.name}.{fname}",
                        still_failing=still)
 
+    def _invoke(self, fname: str, func, cargs: list, returns_code: bool) -> int:
+        """The one way into a C function: refuse after a lost context, call, raise on a status."""
+        check_context(f"{self.name}.{fname}")  # after a sticky error, say so rather than call in
+        code = func(*cargs)
+        if returns_code and code != 0:
+            self._raise(fname, code)
+        return code
+
     def prepare(self, fname: str, *args) -> Callable[[object], int]:
         """Marshal `args` for `fname` once and return `launch(stream)`, which only makes the call
         (and raises on a non-zero status). Pass `library.STREAM` where the stream goes. This is what
@@ -237,10 +245,7 @@ class Library:
                     last[0], last[1] = stream, (ffi.NULL if stream is None else ffi.cast(params[slots[0]], stream))
                 for i in slots:
                     cargs[i] = last[1]
-            code = func(*cargs)
-            if returns_code and code != 0:
-                self._raise(fname, code)
-            return code
+            return self._invoke(fname, func, cargs, returns_code)
 
         launch.keep = keep
         launch.__name__ = f"{fname}_prepared"
@@ -262,11 +267,7 @@ class Library:
         def call(*args):
             cargs = marshal(self.ffi, func, fname, args, self._consts.get(fname), self._pointees.get(fname),
                             self._names.get(fname))
-            check_context(f"{self.name}.{fname}")  # after a sticky error, say so rather than call in
-            code = func(*cargs)
-            if returns_code and code != 0:
-                self._raise(fname, code)
-            return code
+            return self._invoke(fname, func, cargs, returns_code)
 
         call.__name__ = fname
         call.__doc__ = f"{ftype.result.cname} {fname}({', '.join(a.cname for a in ftype.args)})"

@@ -212,18 +212,15 @@ def summary_from_sqlite(path: Path) -> dict[str, pd.DataFrame]:
             return pd.read_sql_query(sql, con)
 
         out = {}
-        if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
-            d = q("SELECT s.value AS name, k.end - k.start AS dur FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-                  "JOIN StringIds s ON s.id = k.demangledName")
-            out["cuda_gpu_kern_sum"] = _summarize_durations(d)
-        else:
-            out["cuda_gpu_kern_sum"] = _empty_nsys()
-        if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-            d = q("SELECT s.value AS name, r.end - r.start AS dur FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
-                  "JOIN StringIds s ON s.id = r.nameId")
-            out["cuda_api_sum"] = _summarize_durations(d)
-        else:
-            out["cuda_api_sum"] = _empty_nsys()
+        # report -> (activity table, the StringIds column naming each row)
+        for report, table, name_col in (("cuda_gpu_kern_sum", "CUPTI_ACTIVITY_KIND_KERNEL", "demangledName"),
+                                        ("cuda_api_sum", "CUPTI_ACTIVITY_KIND_RUNTIME", "nameId")):
+            if table in tables:
+                d = q(f"SELECT s.value AS name, a.end - a.start AS dur FROM {table} a "
+                      f"JOIN StringIds s ON s.id = a.{name_col}")
+                out[report] = _summarize_durations(d)
+            else:
+                out[report] = _empty_nsys()
         parts = []
         if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
             kinds = ("LEFT JOIN ENUM_CUDA_MEMCPY_OPER e ON e.id = m.copyKind"

@@ -369,14 +369,8 @@ template <int D>
 static inline cudaError_t attn_flash_launch(int BH, int S, const float *q, const float *k, const float *v, float *o,
                                             float scale, int causal, int skip_last, cudaStream_t stream) {
     const size_t smem = FlashLayout<D>::BYTES;
-    // More than 48 KiB of dynamic shared memory needs an explicit opt-in, once per kernel.
-    static bool opted_in = false;
-    if (!opted_in) {
-        const cudaError_t e =
-            cudaFuncSetAttribute(attn_flash_fwd<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-        opted_in = true;
-    }
+    const cudaError_t e = cudalab_allow_dynamic_smem(attn_flash_fwd<D>, smem);
+    if (e != cudaSuccess) return e;
     const dim3 grid((unsigned)cdiv(S, FA_BR), (unsigned)BH);
     attn_flash_fwd<D><<<grid, FA_NT, smem, stream>>>(q, k, v, o, S, scale * CUDALAB_LOG2E, causal, skip_last);
     return cudaGetLastError();

@@ -194,14 +194,9 @@ template <int D>
 static inline cudaError_t attn_flash_3xtf32_launch(int BH, int S, const float *q, const float *k, const float *v,
                                                    float *o, float scale, int causal, cudaStream_t stream) {
     const size_t smem = Flash3xTf32Cfg<D>::SMEM;
-    static bool opted_in = false;
-    if (!opted_in) {
-        const cudaError_t e =
-            cudaFuncSetAttribute(attn_flash_3xtf32_fwd<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-        opted_in = true;
-    }
+    const cudaError_t e = cudalab_allow_dynamic_smem(attn_flash_3xtf32_fwd<D>, smem);
+    if (e != cudaSuccess) return e;
     const dim3 grid((unsigned)cdiv(S, FB_BR), (unsigned)BH);
-    attn_flash_3xtf32_fwd<D><<<grid, FB_NT, smem, stream>>>(q, k, v, o, S, scale * kFlashLog2e, causal);
+    attn_flash_3xtf32_fwd<D><<<grid, FB_NT, smem, stream>>>(q, k, v, o, S, scale * CUDALAB_LOG2E, causal);
     return cudaGetLastError();
 }

@@ -31,8 +31,8 @@
 #define FB_BR (FB_WARPS * 16)
 #define FB_BC 64               // keys per tile (both kernels)
 
-// log2(e): softmax(x) = 2^(x·log2 e) / Σ; folded into the score scale so exp2 (one MUFU) does exp.
-static constexpr float kFlashLog2e = CUDALAB_LOG2E;
+// softmax(x) = 2^(x·log2 e) / Σ: the launchers fold CUDALAB_LOG2E into the score scale so that
+// exp2 (one MUFU) does the exp.
 
 template <int D, int NW, int STAGES_>
 struct FlashBf16Cfg {
@@ -272,15 +272,10 @@ static inline cudaError_t attn_flash_bf16_launch(int BH, int S, const cudalab_bf
                                                  const cudalab_bf16 *v, cudalab_bf16 *o, float scale, int causal,
                                                  int flags, cudaStream_t stream) {
     using C = FlashBf16Cfg<D, NW, STAGES>;
-    static bool opted_in = false;  // > 48 KiB of dynamic shared memory needs an opt-in, once per kernel
-    if (!opted_in) {
-        const cudaError_t e = cudaFuncSetAttribute(attn_flash_bf16_fwd<D, NW, STAGES>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
-        if (e != cudaSuccess) return e;
-        opted_in = true;
-    }
+    const cudaError_t e = cudalab_allow_dynamic_smem(attn_flash_bf16_fwd<D, NW, STAGES>, C::SMEM);
+    if (e != cudaSuccess) return e;
     const dim3 grid((unsigned)cdiv(S, C::BR), (unsigned)BH);
-    attn_flash_bf16_fwd<D, NW, STAGES><<<grid, C::NT, C::SMEM, stream>>>(q, k, v, o, S, scale * kFlashLog2e, causal,
+    attn_flash_bf16_fwd<D, NW, STAGES><<<grid, C::NT, C::SMEM, stream>>>(q, k, v, o, S, scale * CUDALAB_LOG2E, causal,
                                                                       flags);
     return cudaGetLastError();
 }

@@ -19,20 +19,6 @@ static const char *kUsage =
     "usage: attention [--variant 01_naive|02_flash|03_flash_bf16|04_flash_3xtf32] [--causal] [--reps N] "
     "[--seed S] B H S D";
 
-// float -> bf16, round to nearest even (inputs are finite); and back.
-static uint16_t to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float from_bf16(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
 int main(int argc, char **argv) {
     const char *variant = "02_flash";
     int causal = 0, reps = 5;
@@ -85,8 +71,8 @@ int main(int argc, char **argv) {
     if (bf16) {
         hq.resize(n), hk.resize(n), hv.resize(n), ho.resize(n);
         for (size_t i = 0; i < n; ++i) {
-            hq[i] = to_bf16(q[i]), hk[i] = to_bf16(k[i]), hv[i] = to_bf16(v[i]);
-            q[i] = from_bf16(hq[i]), k[i] = from_bf16(hk[i]), v[i] = from_bf16(hv[i]);
+            hq[i] = cudalab_to_bf16(q[i]), hk[i] = cudalab_to_bf16(k[i]), hv[i] = cudalab_to_bf16(v[i]);
+            q[i] = cudalab_from_bf16(hq[i]), k[i] = cudalab_from_bf16(hk[i]), v[i] = cudalab_from_bf16(hv[i]);
         }
     }
     void *dq, *dk, *dv, *dout;
@@ -112,7 +98,7 @@ int main(int argc, char **argv) {
         reps);
     if (bf16) {
         CUDA_CHECK(cudaMemcpy(ho.data(), dout, n * esize, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n; ++i) o[i] = from_bf16(ho[i]);
+        for (size_t i = 0; i < n; ++i) o[i] = cudalab_from_bf16(ho[i]);
     } else {
         CUDA_CHECK(cudaMemcpy(o.data(), dout, n * esize, cudaMemcpyDeviceToHost));
     }

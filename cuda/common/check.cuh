@@ -46,6 +46,15 @@ constexpr int CUDALAB_MAX_GRID_YZ = 65535;
 // log2(e): exp(x) = exp2(x * log2 e), which softmax-style kernels fold into one multiply.
 constexpr float CUDALAB_LOG2E = 1.4426950408889634f;
 
+// A kernel that takes more than 48 KiB of dynamic shared memory must opt in before its launch.
+// The attribute belongs to the kernel on the current device, so it is set before each such launch
+// (a cheap host call) rather than remembered in a static flag, which a cudaSetDevice would outdate.
+template <class Kernel>
+static inline cudaError_t cudalab_allow_dynamic_smem(Kernel *kernel, size_t bytes) {
+    if (bytes <= 48 * 1024) return cudaSuccess;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
 #ifdef __cplusplus
 namespace cudalab {
 // RAII for device memory in the host-pointer entry points: a cudaMalloc that an early CUDA_TRY

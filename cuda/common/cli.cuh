@@ -142,6 +142,21 @@ struct CudalabRng {
     static float to_pm1(uint64_t z) { return (float)((z >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0); }
 };
 
+// bfloat16 inputs: the executables draw float32, round to bf16 bits (nearest even; the inputs are
+// finite) for the device, and check against the float32 value of those same bits.
+static inline uint16_t cudalab_to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline float cudalab_from_bf16(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
 // ---- the executables' timing loop ------------------------------------------------------------
 // harness/timing.py is the benchmark loop (DESIGN.md, Benchmarks). This is the same method for
 // the `ms=` field the executables print, so that their numbers mean what the benchmarks' do: one

@@ -1,5 +1,5 @@
-// tc_ptx.cuh: the one header of named inline-PTX helpers for tensor-core kernels (gemm_tc,
-// attention's BF16 path). Every asm block in the lab lives here, each behind a small function with
+// tc_ptx.cuh: the one header of named inline-PTX helpers: the tensor-core kernels (gemm_tc,
+// attention's BF16 and 3xTF32 paths) and the cp.async of matmul's SGEMM ladder. Every asm block in the lab lives here, each behind a small function with
 // a one-line comment naming the PTX instruction and, for MMA operands, the fragment layout.
 //
 // Fragment notation used below, for one warp (lane = threadIdx.x % 32):
@@ -39,6 +39,18 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst_smem, const void *src) 
 // must still be a valid-looking address; pass the tensor's base pointer).
 __device__ __forceinline__ void cp_async_16_zfill(uint32_t dst_smem, const void *src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst_smem), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+
+// cp.async.ca.shared.global [dst], [src], 4: one 4-byte copy (cached in L1 too: .cg takes only 16
+// bytes). The only width that can transpose a tile element by element (the SGEMM ladder's A tile).
+__device__ __forceinline__ void cp_async_4(uint32_t dst_smem, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst_smem), "l"(src) : "memory");
+}
+
+// cp.async.ca.shared.global [dst], [src], 4, src_bytes: src_bytes 0 writes a zero and reads nothing.
+__device__ __forceinline__ void cp_async_4_zfill(uint32_t dst_smem, const void *src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst_smem), "l"(src), "r"(src_bytes)
                  : "memory");
 }
 

@@ -22,29 +22,7 @@ extern "C" int gemm_tc_have_cublas(void) {
 }
 
 #ifdef CUDALAB_HAVE_CUBLAS
-#include <cublas_v2.h>
-
-// cuBLAS reports cublasStatus_t; turn a failure into a CUDA code for the one CUDA_TRY macro.
-static cudaError_t cublas_status(cublasStatus_t s, const char *what) {
-    if (s == CUBLAS_STATUS_SUCCESS) return cudaSuccess;
-    fprintf(stderr, "%s: cuBLAS status %d (%s)\n", what, (int)s, cublasGetStatusString(s));
-    switch (s) {
-        case CUBLAS_STATUS_ALLOC_FAILED: return cudaErrorMemoryAllocation;
-        case CUBLAS_STATUS_INVALID_VALUE: return cudaErrorInvalidValue;
-        case CUBLAS_STATUS_NOT_SUPPORTED: case CUBLAS_STATUS_ARCH_MISMATCH: return cudaErrorNotSupported;
-        case CUBLAS_STATUS_NOT_INITIALIZED: return cudaErrorInitializationError;
-        default: return cudaErrorUnknown;
-    }
-}
-
-// One handle per process, made on first use (cublasCreate allocates and takes milliseconds: never
-// inside a timed call). Never destroyed.
-static int cublas_handle(cublasHandle_t *out) {
-    static cublasHandle_t handle = nullptr;
-    if (handle == nullptr) CUDA_TRY(cublas_status(cublasCreate(&handle), "cublasCreate"));
-    *out = handle;
-    return 0;
-}
+#include "cublas_check.cuh"
 
 // Row-major C (m x n) = A (m x k) . B^T (B: n x k) through column-major cuBLAS: the same memory read
 // column-major is C^T (n x m) = B . A^T. B row-major n x k is, column-major, the k x n matrix B^T

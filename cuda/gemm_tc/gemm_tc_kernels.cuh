@@ -235,12 +235,8 @@ __global__ void __launch_bounds__(S_THREADS) k02_mma_sync(int M, int N, int K, c
 template <bool kAligned>
 static cudaError_t launch_02(int M, int N, int K, const uint16_t *A, const uint16_t *B, float *C, cudaStream_t s,
                              int drop_last_k_tiles) {
-    static bool opted_in = false;  // raising the dynamic shared-memory limit once per kernel
-    if (!opted_in) {
-        cudaError_t e = cudaFuncSetAttribute(k02_mma_sync<kAligned>, cudaFuncAttributeMaxDynamicSharedMemorySize, S_SMEM);
-        if (e != cudaSuccess) return e;
-        opted_in = true;
-    }
+    const cudaError_t e = cudalab_allow_dynamic_smem(k02_mma_sync<kAligned>, S_SMEM);
+    if (e != cudaSuccess) return e;
     const long long blocks = cdiv(M, S_BM) * cdiv(N, S_BN);
     k02_mma_sync<kAligned><<<(unsigned)blocks, S_THREADS, S_SMEM, s>>>(M, N, K, A, B, C, drop_last_k_tiles);
     return cudaGetLastError();
@@ -429,13 +425,9 @@ static inline cudaError_t launch_03(int M, int N, int K, const uint16_t *A, cons
                                     cudaStream_t stream, int drop_last_k_tiles) {
     if (((uintptr_t)A | (uintptr_t)B) % 16 != 0) return cudaErrorInvalidValue;  // TMA: 16-byte aligned bases
     static MapCache ca, cb;
-    static bool opted_in = false;
-    if (!opted_in) {
-        cudaError_t e = cudaFuncSetAttribute(k03_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, H_SMEM);
-        if (e != cudaSuccess) return e;
-        opted_in = true;
-    }
-    cudaError_t e = cached_map(ca, A, M, K, H_BM);
+    cudaError_t e = cudalab_allow_dynamic_smem(k03_wgmma, H_SMEM);
+    if (e != cudaSuccess) return e;
+    e = cached_map(ca, A, M, K, H_BM);
     if (e != cudaSuccess) return e;
     e = cached_map(cb, B, N, K, H_BN);
     if (e != cudaSuccess) return e;

@@ -18,20 +18,6 @@
 static const char *kUsage =
     "usage: gemm_tc [--variant 01_wmma|02_mma_sync|03_wgmma|cublas_bf16|cublas_tf32|all] [--reps R] M N K";
 
-// float -> bf16 bits, round to nearest even (inputs are finite).
-static uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float from_bf16(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 // Tolerance on ||C - ref|| / ||ref||: bf16 products are exact in FP32, so the error is the FP32
 // accumulation's, about sqrt(k) * 2^-24 (4e-6 at k = 4096); 1e-4 leaves room for the tensor cores'
 // internal rounding while a dropped 64-wide K tile still costs more than 0.1 (harness/programs/gemm_tc.py).
@@ -133,8 +119,8 @@ int main(int argc, char **argv) {
     op.B.resize((size_t)n * k);
     std::vector<uint16_t> hA(op.A.size()), hB(op.B.size());
     CudalabRng ra(0x9E3779B97F4A7C15ull ^ 1), rb(0x9E3779B97F4A7C15ull ^ 2);
-    for (size_t i = 0; i < hA.size(); ++i) op.A[i] = from_bf16(hA[i] = to_bf16(ra.uniform()));
-    for (size_t i = 0; i < hB.size(); ++i) op.B[i] = from_bf16(hB[i] = to_bf16(rb.uniform()));
+    for (size_t i = 0; i < hA.size(); ++i) op.A[i] = cudalab_from_bf16(hA[i] = cudalab_to_bf16(ra.uniform()));
+    for (size_t i = 0; i < hB.size(); ++i) op.B[i] = cudalab_from_bf16(hB[i] = cudalab_to_bf16(rb.uniform()));
     CUDA_CHECK(cudaMalloc(&op.dA, hA.size() * 2));
     CUDA_CHECK(cudaMalloc(&op.dB, hB.size() * 2));
     CUDA_CHECK(cudaMalloc(&op.fA, op.A.size() * 4));

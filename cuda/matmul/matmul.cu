@@ -7,35 +7,7 @@
 #include "sgemm_ladder.cuh"
 
 #ifdef CUDALAB_HAVE_CUBLAS
-#include <cublas_v2.h>
-
-// cuBLAS reports cublasStatus_t, not cudaError_t. Turn a failure into a CUDA code so it goes
-// through the one CUDA_TRY macro (which prints the call); the cuBLAS status is printed here.
-static cudaError_t cublas_status(cublasStatus_t s, const char *what) {
-    if (s == CUBLAS_STATUS_SUCCESS) return cudaSuccess;
-    fprintf(stderr, "%s: cuBLAS status %d (%s)\n", what, (int)s, cublasGetStatusString(s));
-    switch (s) {
-        case CUBLAS_STATUS_ALLOC_FAILED: return cudaErrorMemoryAllocation;
-        case CUBLAS_STATUS_INVALID_VALUE: return cudaErrorInvalidValue;
-        case CUBLAS_STATUS_NOT_SUPPORTED: case CUBLAS_STATUS_ARCH_MISMATCH: return cudaErrorNotSupported;
-        case CUBLAS_STATUS_NOT_INITIALIZED: return cudaErrorInitializationError;
-        default: return cudaErrorUnknown;
-    }
-}
-
-// One handle per process, made on first use: cublasCreate costs milliseconds and allocates, so it
-// must not sit inside a timed call. Never destroyed: the process owns it until exit.
-// Returns a cudaError_t as int, like the entry points (CUDA_TRY returns that way).
-static int cublas_handle(cublasHandle_t *out) {
-    static cublasHandle_t handle = nullptr;
-    if (handle == nullptr) {
-        CUDA_TRY(cublas_status(cublasCreate(&handle), "cublasCreate"));
-        // Plain FP32 (no TF32 tensor cores): the same arithmetic the hand-written kernels do.
-        CUDA_TRY(cublas_status(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
-    }
-    *out = handle;
-    return 0;
-}
+#include "cublas_check.cuh"
 
 // cuBLAS is column-major. A row-major m×n matrix is the same memory as a column-major n×m one,
 // its transpose, so row-major C = A·op(B) is computed as column-major Cᵀ = op(B)ᵀ·Aᵀ: swap the
@@ -227,11 +199,8 @@ cudaError_t ladder_run(int i, bool trans_b, int batch, int m, int n, int k, floa
     if (gy > CUDALAB_MAX_GRID_YZ || batch > CUDALAB_MAX_GRID_YZ || gx > 0x7fffffffLL) return cudaErrorInvalidValue;
     const LadderArgs p{m, n, k, A, B, C, alpha, sa, sb, sc};
     const void *kernel = ladder_vec_ok(p) ? c.kvec : c.kscalar;
-    if (c.smem > 48 * 1024) {
-        // Above 48 KiB a kernel must opt in to its dynamic shared memory (per kernel and device).
-        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c.smem);
-        if (err != cudaSuccess) return err;
-    }
+    err = cudalab_allow_dynamic_smem(kernel, c.smem);
+    if (err != cudaSuccess) return err;
     void *args[] = {const_cast<LadderArgs *>(&p)};
     err = cudaLaunchKernel(kernel, dim3((unsigned)gx, (unsigned)gy, (unsigned)batch), dim3(c.threads), args, c.smem,
                            stream);

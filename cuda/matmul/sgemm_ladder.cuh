@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "check.cuh"
+#include "tc_ptx.cuh"
 
 // Blocks per SM the register allocator must leave room for: 2 for 256-thread blocks, i.e. at most
 // 128 registers a thread (65536 per SM), so that two blocks' 16 warps hide each other's latency.
@@ -103,13 +104,13 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), ladder_min_blocks((BM /
     for (int k0 = 0; k0 < k; k0 += BK) {
 #pragma unroll
         for (int it = 0; it < (BM * BK) / T; ++it) {
-                const int i = tid + it * T;
+            const int i = tid + it * T;
             const int r = row0 + i / BK, kk = k0 + i % BK;
             As[i] = (r < m && kk < k) ? A[(size_t)r * k + kk] : 0.0f;
         }
 #pragma unroll
         for (int it = 0; it < (BK * BN) / T; ++it) {
-                const int i = tid + it * T;
+            const int i = tid + it * T;
             const int kk = k0 + i / BN, c = col0 + i % BN;
             Bs[i] = (kk < k && c < n) ? B[(size_t)kk * n + c] : 0.0f;
         }
@@ -158,6 +159,36 @@ __device__ __forceinline__ float4 ladder_load4(const float *__restrict__ M, int 
 }
 
 // Store alpha·(four accumulators) at row r, columns c..c+3 of C, masked to the matrix.
+// One k-step's tiles for the register-loading rungs (06, 07), T threads, float4 at a time.
+// A's BM×BK tile at (row0, k0) goes in transposed, As[k][r] with rows of AS floats (06: AS = BM;
+// 07 pads to BM + 4), so that a thread's A fragment is a row segment like its B fragment.
+template <int BM, int BK, int AS, int T, bool VEC>
+__device__ __forceinline__ void ladder_load_a_t(float *As, const float *__restrict__ A, int m, int k, int row0, int k0,
+                                                int tid) {
+#pragma unroll
+    for (int it = 0; it < (BM * BK / 4) / T; ++it) {
+        const int f = tid + it * T;
+        const int r = f / (BK / 4), c = (f % (BK / 4)) * 4;
+        const float4 v = ladder_load4<VEC>(A, m, k, row0 + r, k0 + c);
+        As[(c + 0) * AS + r] = v.x;
+        As[(c + 1) * AS + r] = v.y;
+        As[(c + 2) * AS + r] = v.z;
+        As[(c + 3) * AS + r] = v.w;
+    }
+}
+
+// B's BK×BN tile at (k0, col0), as it lies: Bs[k][c].
+template <int BK, int BN, int T, bool VEC>
+__device__ __forceinline__ void ladder_load_b(float *Bs, const float *__restrict__ B, int k, int n, int k0, int col0,
+                                              int tid) {
+#pragma unroll
+    for (int it = 0; it < (BK * BN / 4) / T; ++it) {
+        const int f = tid + it * T;
+        const int r = f / (BN / 4), c = (f % (BN / 4)) * 4;
+        *reinterpret_cast<float4 *>(&Bs[r * BN + c]) = ladder_load4<VEC>(B, k, n, k0 + r, col0 + c);
+    }
+}
+
 template <bool VEC>
 __device__ __forceinline__ void ladder_store4(float *__restrict__ C, int m, int n, int r, int c, float alpha,
                                               float x, float y, float z, float w) {
@@ -195,22 +226,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), ladder_min_blocks((BM /
     const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
     float acc[TM][TN] = {};
     for (int k0 = 0; k0 < k; k0 += BK) {
-#pragma unroll
-        for (int it = 0; it < (BM * BK / 4) / T; ++it) {
-                const int f = tid + it * T;
-            const int r = f / (BK / 4), c = (f % (BK / 4)) * 4;
-            const float4 v = ladder_load4<VEC>(A, m, k, row0 + r, k0 + c);
-            As[(c + 0) * BM + r] = v.x;
-            As[(c + 1) * BM + r] = v.y;
-            As[(c + 2) * BM + r] = v.z;
-            As[(c + 3) * BM + r] = v.w;
-        }
-#pragma unroll
-        for (int it = 0; it < (BK * BN / 4) / T; ++it) {
-                const int f = tid + it * T;
-            const int r = f / (BN / 4), c = (f % (BN / 4)) * 4;
-            *reinterpret_cast<float4 *>(&Bs[r * BN + c]) = ladder_load4<VEC>(B, k, n, k0 + r, col0 + c);
-        }
+        ladder_load_a_t<BM, BK, BM, T, VEC>(As, A, m, k, row0, k0, tid);
+        ladder_load_b<BK, BN, T, VEC>(Bs, B, k, n, k0, col0, tid);
         // The fragments below come from other threads' stores.
         __syncthreads();
 #pragma unroll
@@ -270,22 +287,8 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, ladder_min_blocks(
     const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
     float acc[8][8] = {};
     for (int k0 = 0; k0 < k; k0 += BK) {
-#pragma unroll
-        for (int it = 0; it < (BM * BK / 4) / T; ++it) {
-                const int f = tid + it * T;
-            const int r = f / (BK / 4), c = (f % (BK / 4)) * 4;
-            const float4 v = ladder_load4<VEC>(A, m, k, row0 + r, k0 + c);
-            As[(c + 0) * AS + r] = v.x;
-            As[(c + 1) * AS + r] = v.y;
-            As[(c + 2) * AS + r] = v.z;
-            As[(c + 3) * AS + r] = v.w;
-        }
-#pragma unroll
-        for (int it = 0; it < (BK * BN / 4) / T; ++it) {
-                const int f = tid + it * T;
-            const int r = f / (BN / 4), c = (f % (BN / 4)) * 4;
-            *reinterpret_cast<float4 *>(&Bs[r * BN + c]) = ladder_load4<VEC>(B, k, n, k0 + r, col0 + c);
-        }
+        ladder_load_a_t<BM, BK, AS, T, VEC>(As, A, m, k, row0, k0, tid);
+        ladder_load_b<BK, BN, T, VEC>(Bs, B, k, n, k0, col0, tid);
         // The fragments below come from other threads' stores.
         __syncthreads();
 #pragma unroll
@@ -315,22 +318,27 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, ladder_min_blocks(
 }
 
 // ---- cp.async (sm_80+) ------------------------------------------------------------------------
-// Copies global -> shared without passing through registers; `valid` false writes zeros (the
-// source size operand is 0, so nothing is read; the pointer given is still a valid one).
-// Below sm_80 the same helpers fall back to an ordinary load and store.
-__device__ __forceinline__ void ladder_cp_async16(float *smem, const float *gmem, bool valid) {
+// Copies global -> shared without passing through registers (the PTX is in tc_ptx.cuh); `valid`
+// false writes zeros (source size 0: nothing is read, but the pointer given is still a valid one).
+// matmul also builds for GPUs older than sm_80, where the same helpers are an ordinary load and
+// store and the commit/wait are no-ops (the kernel's barriers then order everything).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
+#define LADDER_CP_ASYNC 1
+#else
+#define LADDER_CP_ASYNC 0
+#endif
+
+__device__ __forceinline__ void ladder_cp_async16(float *smem, const float *gmem, bool valid) {
+#if LADDER_CP_ASYNC
+    tc::cp_async_16_zfill(tc::smem_u32(smem), gmem, valid ? 16 : 0);
 #else
     *reinterpret_cast<float4 *>(smem) = valid ? *reinterpret_cast<const float4 *>(gmem) : make_float4(0, 0, 0, 0);
 #endif
 }
 
 __device__ __forceinline__ void ladder_cp_async4(float *smem, const float *gmem, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 4 : 0));
+#if LADDER_CP_ASYNC
+    tc::cp_async_4_zfill(tc::smem_u32(smem), gmem, valid ? 4 : 0);
 #else
     *smem = valid ? *gmem : 0.0f;
 #endif
@@ -338,34 +346,32 @@ __device__ __forceinline__ void ladder_cp_async4(float *smem, const float *gmem,
 
 // The same copies for a source known to be inside the matrix (no source-size operand, no select).
 __device__ __forceinline__ void ladder_cp_async16_in(float *smem, const float *gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+#if LADDER_CP_ASYNC
+    tc::cp_async_16(tc::smem_u32(smem), gmem);
 #else
     *reinterpret_cast<float4 *>(smem) = *reinterpret_cast<const float4 *>(gmem);
 #endif
 }
 
 __device__ __forceinline__ void ladder_cp_async4_in(float *smem, const float *gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
+#if LADDER_CP_ASYNC
+    tc::cp_async_4(tc::smem_u32(smem), gmem);
 #else
     *smem = *gmem;
 #endif
 }
 
 __device__ __forceinline__ void ladder_cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::);
+#if LADDER_CP_ASYNC
+    tc::cp_async_commit();
 #endif
 }
 
 // Wait until at most N committed groups are still in flight.
 template <int N>
 __device__ __forceinline__ void ladder_cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#if LADDER_CP_ASYNC
+    tc::cp_async_wait<N>();
 #endif
 }
 
