@@ -8,11 +8,18 @@ module; matmul times its compiled ladder configurations and caches the fastest f
 from __future__ import annotations
 
 
+def tunables() -> list[str]:
+    """The programs with a parameter search (a `tune` function in their module)."""
+    from . import programs as registry
+
+    return [p for p in registry.names() if callable(registry.hook(p, "tune"))]
+
+
 def tunable(prog: str):
     """The program's module when it has a `tune` function, else ValueError naming the ones that do."""
     from . import programs as registry
 
-    have = [p for p in registry.names() if callable(registry.hook(p, "tune"))]
+    have = tunables()
     if prog not in have:
         raise ValueError(f"{prog!r} has no parameter search; tunable programs: {', '.join(have) or 'none'}")
     return registry.module(prog)

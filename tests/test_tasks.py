@@ -98,3 +98,37 @@ def test_help_describes_every_argument():
             m = re.match(r"^  (-\S.*?)(?:\s{2,}(.*))?$", line)
             if m:
                 assert (m.group(2) or "").strip(), f"{name}: {m.group(1)} has no help text"
+
+
+def test_gpu_ci_script_names_only_real_tasks_and_options():
+    """.ci/gpu (the GPU half of CI, run on the device) drives invoke: a renamed task or option would
+    only show up there, on scarce GPU time, so its dry run is checked here against `invoke --help`."""
+    import re
+
+    from harness import tune
+
+    stages = ["env", "build", "test", "slow", "sanitize", "tune", "bench", "quickall", "ncu", "nsys", "gpus"]
+    r = subprocess.run(["bash", str(ROOT / ".ci" / "gpu"), "--dry-run", *stages], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    calls = []  # (task, [its --options]) for every `-m invoke TASK ...` in the printed commands
+    for piece in re.split(r";|&&|\|\||\n", r.stdout):
+        words = re.findall(r"'[^']*'|\"[^\"]*\"|[^\s'\"]+", piece)  # quoted pytest --args stay one word
+        if "invoke" in words and words.index("invoke") + 1 < len(words):
+            rest = words[words.index("invoke") + 1:]
+            rest = rest[:rest.index("--")] if "--" in rest else rest
+            calls.append((rest[0], [w for w in rest[1:] if w.startswith("--")]))
+    assert {t for t, _ in calls} >= {"doctor", "build", "test", "sanitize", "tune", "bench", "profile"}
+    assert any(t == "profile" and "--metrics" in o for t, o in calls)
+    helps = {}
+    for task, opts in calls:
+        if task not in helps:
+            h = inv("--help", task)
+            assert h.returncode == 0, f"{task}: {h.stderr}"
+            helps[task] = h.stdout
+        for opt in opts:
+            assert re.search(rf"(^|\s){re.escape(opt)}[\s=\[]", helps[task], re.M), f"invoke {task} has no {opt}"
+    assert "matmul" in tune.tunables()
+    r = subprocess.run(["bash", str(ROOT / ".ci" / "gpu"), "--dry-run", "nosuch"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "unknown stage 'nosuch'" in r.stdout
