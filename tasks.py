@@ -365,22 +365,26 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots"):
         raise Exit(f"plot: nothing called {what!r}; choose bench or profile")
 
 
-@task(help={"prog": "the program to tune: matmul",
-            "size": "the square size m = n = k to time each configuration at (default 4096)",
+@task(help={"prog": "the program to tune: matmul (ladder configurations for 09_tuned) or attention "
+                    "(03_flash_bf16's warps and stages per head size)",
+            "size": "matmul: m = n = k; attention: the sequence length S (default 4096)",
             "reps": "timed repetitions per configuration (harness.timing, at least 10)",
             "save": "cache the winner under bench/results/<gpu>/ (default on; --no-save only prints)"})
 def tune(c, prog, size="4096", reps="10", save=True):
     """A program's parameter search: `invoke tune matmul` times every compiled ladder configuration and
-    caches the fastest for this GPU (bench/results/<gpu>/matmul-tune.json), which 09_tuned then runs."""
+    caches the fastest for this GPU (bench/results/<gpu>/matmul-tune.json), which 09_tuned then runs;
+    `invoke tune attention` does the same for 03_flash_bf16's choices at each head size."""
     from harness import tune as htune
 
     edge, n_reps = _int(size, "--size", lo=1), _int(reps, "--reps", lo=10)
     with _one_line(f"tune {prog}"):
         df, path = htune.run(prog, size=edge, reps=n_reps, save=save,
                              on_progress=lambda name: print(f"tune {prog}: {name}", file=sys.stderr))
-    _print_table(df, f"tune {prog} at {edge}^3")
-    winner = df.loc[df["winner"], "config"].iloc[0] if "winner" in df and df["winner"].any() else None
-    print(f"winner: {winner}")
+    _print_table(df, f"tune {prog} at size {edge}")
+    won = df[df["winner"]] if "winner" in df else df.iloc[:0]
+    # One winner (matmul), or one per head size (attention: a D column).
+    names = [f"{r.config} (D={r.D})" if "D" in df else str(r.config) for r in won.itertuples()]
+    print(f"winner: {', '.join(names) or 'none'}")
     if path is not None:
         print(f"saved {path}")
 

@@ -31,6 +31,7 @@ class Prepared:
     launch: Callable[[object], None]
     close: Callable[[], None] = lambda: None
     work: float | None = None  # overrides BenchCase.amount when only the run knows it (Mandelbrot)
+    note: str = ""  # added to the case's note: what only the run knows (e.g. the tuned choice it ran)
 
 
 @dataclass
@@ -163,7 +164,10 @@ def run_case(case: BenchCase, ceiling: Ceiling | None, quick: bool = False) -> d
     finally:
         prep.close()
     work = prep.work if prep.work is not None else case.amount
-    return row(case, t, work, ceiling)
+    r = row(case, t, work, ceiling)
+    if prep.note:
+        r["note"] = f"{r['note']}; {prep.note}" if r["note"] else prep.note
+    return r
 
 
 def run(names: list[str] | None = None, quick: bool = False, on_progress: Callable[[str], None] | None = None,
@@ -280,9 +284,20 @@ def write_csv(df: pd.DataFrame, meta: dict, ceilings_: dict[str, Ceiling], dest:
     return dest
 
 
+def gpu_folder(device: str) -> str:
+    """The folder under bench/results/ for a device: its model, the first word with a digit in it
+    ("NVIDIA H100 80GB HBM3" -> "h100"), so that the reference runs, notes and tuning results of one
+    GPU model sit together whatever its memory variant."""
+    name = re.sub(r"^nvidia\s+", "", device.strip(), flags=re.I)
+    for tok in name.split():
+        if re.search(r"\d", tok):
+            return re.sub(r"[^a-z0-9]+", "-", tok.lower()).strip("-")
+    return gpu_slug(device)
+
+
 def save(path: Path, device: str) -> Path:
-    """Copy a bench CSV to bench/results/<gpu-slug>/ where reference runs are committed."""
-    dest_dir = RESULTS_DIR / gpu_slug(device)
+    """Copy a bench CSV to bench/results/<gpu_folder>/ where reference runs are committed."""
+    dest_dir = RESULTS_DIR / gpu_folder(device)
     dest_dir.mkdir(parents=True, exist_ok=True)
     dest = dest_dir / Path(path).name
     dest.write_bytes(Path(path).read_bytes())

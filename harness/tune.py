@@ -2,10 +2,15 @@
 GPU under bench/results/<gpu>/ (the program decides the file and what "the winner" means).
 
 A program that can be tuned offers `tune(size, reps, save, on_progress) -> (table, path)` in its
-module; matmul times its compiled ladder configurations and caches the fastest for "09_tuned".
+module; matmul times its compiled ladder configurations and caches the fastest for "09_tuned";
+attention times 03_flash_bf16's (warps, stages) choices per head size. The cache is one JSON file
+per program and GPU model, bench/results/<gpu>/<prog>-tune.json, read and written only here.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 
 def tunables() -> list[str]:
@@ -30,3 +35,41 @@ def run(prog: str, size: int = 4096, reps: int = 10, save: bool = True, on_progr
     if size < 1 or reps < 10:
         raise ValueError(f"size must be >= 1 and reps >= 10 (harness.timing's minimum), got size={size} reps={reps}")
     return tunable(prog).tune(size=size, reps=reps, save=save, on_progress=on_progress)
+
+
+# --- the cache: bench/results/<gpu>/<prog>-tune.json -------------------------------------------------
+
+def cache_path(prog: str, device: str) -> Path:
+    from . import bench
+
+    return bench.RESULTS_DIR / bench.gpu_folder(device) / f"{prog}-tune.json"
+
+
+def cached(prog: str, device: str) -> tuple[dict | None, str]:
+    """(the cached search, why) when `prog` was tuned on this exact device, else (None, the reason the
+    program's compiled default applies). The caller checks that what it names exists in this build."""
+    path = cache_path(prog, device)
+    if not path.exists():
+        return None, f"no tuning result at {path} (run `invoke tune {prog}`)"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return None, f"{path} unreadable: {e}"
+    if not isinstance(data, dict) or data.get("device") != device:
+        got = data.get("device") if isinstance(data, dict) else None
+        return None, f"{path} was tuned on {got!r}, not {device!r}"
+    return data, f"tuned on this device ({path})"
+
+
+def save(prog: str, device: str, result: dict, table, reps: int) -> Path:
+    """Write the search's `result` (the winner(s)) with the device, toolchain, date and whole table."""
+    from . import bench
+
+    meta = bench.metadata()
+    path = cache_path(prog, device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"program": prog, "device": device, **result, "driver": meta["driver"], "nvcc": meta["nvcc"],
+               "date": meta["date"], "timing": f"harness.timing, L2 flushed, median of {reps}",
+               "table": json.loads(table.to_json(orient="records"))}
+    path.write_text(json.dumps(payload, indent=1) + "\n")
+    return path

@@ -10,6 +10,7 @@ from harness import bench, tune
 from harness.programs import matmul as mm
 
 DEVICE = "NVIDIA H100 80GB HBM3"
+TUNE_FILE = "matmul-tune.json"
 
 
 @pytest.fixture
@@ -24,9 +25,16 @@ def write(path, **data):
 
 
 def test_gpu_folder_is_the_model():
-    assert mm.gpu_folder(DEVICE) == "h100"
-    assert mm.gpu_folder("NVIDIA H200") == "h200"
-    assert mm.gpu_folder("NVIDIA A100-SXM4-80GB") == "a100-sxm4-80gb"
+    assert bench.gpu_folder(DEVICE) == "h100"
+    assert bench.gpu_folder("NVIDIA H200") == "h200"
+    assert bench.gpu_folder("NVIDIA A100-SXM4-80GB") == "a100-sxm4-80gb"
+    assert bench.gpu_folder("Some GPU") == "some-gpu"
+
+
+def test_bench_save_goes_where_the_notes_are(results_dir, tmp_path):
+    csv = tmp_path / "bench-x.csv"
+    csv.write_text("a\n1\n")
+    assert bench.save(csv, DEVICE) == results_dir / "h100" / "bench-x.csv"
 
 
 def test_tuned_choice_default_without_a_file(results_dir):
@@ -36,18 +44,18 @@ def test_tuned_choice_default_without_a_file(results_dir):
 
 def test_tuned_choice_uses_the_cached_winner(results_dir):
     cfg = mm.configs()[5]
-    write(results_dir / "h100" / mm.TUNE_FILE, device=DEVICE, winner=cfg)
-    assert mm.tuned_choice(DEVICE) == (cfg, f"tuned on this device ({results_dir / 'h100' / mm.TUNE_FILE})")
+    write(results_dir / "h100" / TUNE_FILE, device=DEVICE, winner=cfg)
+    assert mm.tuned_choice(DEVICE) == (cfg, f"tuned on this device ({results_dir / 'h100' / TUNE_FILE})")
 
 
 def test_tuned_choice_ignores_another_device_or_an_unknown_config(results_dir):
-    write(results_dir / "h100" / mm.TUNE_FILE, device="NVIDIA H100 PCIe", winner=mm.configs()[5])
+    write(results_dir / "h100" / TUNE_FILE, device="NVIDIA H100 PCIe", winner=mm.configs()[5])
     winner, why = mm.tuned_choice(DEVICE)
     assert winner is None and "H100 PCIe" in why
-    write(results_dir / "h100" / mm.TUNE_FILE, device=DEVICE, winner="08_pipelined-1x1x1")
+    write(results_dir / "h100" / TUNE_FILE, device=DEVICE, winner="08_pipelined-1x1x1")
     winner, why = mm.tuned_choice(DEVICE)
     assert winner is None and "does not have" in why
-    (results_dir / "h100" / mm.TUNE_FILE).write_text("{not json")
+    (results_dir / "h100" / TUNE_FILE).write_text("{not json")
     assert mm.tuned_choice(DEVICE)[0] is None
 
 
@@ -80,3 +88,51 @@ def test_gpu_tune_small(results_dir):
     mm._applied.clear()
     assert mm.apply_tuned() == data["winner"]
     mm._applied.clear()
+
+
+# --- attention: 03_flash_bf16's (warps, stages) per head size ---------------------------------------
+
+def test_attention_tuned_choice_per_head_size(results_dir, monkeypatch):
+    from harness.programs import attention as at
+
+    path = results_dir / "h100" / "attention-tune.json"
+    winner, why = at.tuned_choice(128, DEVICE)
+    assert winner is None and "invoke tune attention" in why
+    write(path, device=DEVICE, winners={"64": "flash_bf16_w8s3", "128": "flash_bf16_w4s2"})
+    assert at.tuned_choice(64, DEVICE)[0] == "flash_bf16_w8s3"
+    assert at.tuned_choice(128, DEVICE) == ("flash_bf16_w4s2", f"tuned on this device ({path})")
+    # Another device's file, or a name this build lacks, leaves the compiled default.
+    write(path, device="NVIDIA H200", winners={"128": "flash_bf16_w4s2"})
+    assert at.tuned_choice(128, DEVICE)[0] is None
+    write(path, device=DEVICE, winners={"128": "flash_bf16_w16s9"})
+    winner, why = at.tuned_choice(128, DEVICE)
+    assert winner is None and "flash_bf16_w16s9" in why
+    # runs_as: only 03_flash_bf16 is redirected, once per process and head size.
+    write(path, device=DEVICE, winners={"64": "flash_bf16_w8s3", "128": "flash_bf16_w4s2"})
+    monkeypatch.setattr(at.cudart, "device_name", lambda i=0: DEVICE)
+    monkeypatch.setattr(at, "_tuned", {})
+    assert at.runs_as("03_flash_bf16", 128) == "flash_bf16_w4s2"
+    assert at.runs_as("03_flash_bf16", 64) == "flash_bf16_w8s3"
+    assert at.runs_as("02_flash", 128) == "02_flash"
+    assert at.runs_as("flash_bf16_no_causal_mask", 128) == "flash_bf16_no_causal_mask"
+    assert set(at.TUNING_VARIANTS) <= set(at.BF16_VARIANTS)
+
+
+def test_attention_tune_refuses_a_bad_size():
+    with pytest.raises(ValueError, match="at most 92680"):
+        tune.run("attention", size=10**6)
+    assert "attention" in tune.tunables()
+
+
+@pytest.mark.gpu
+def test_gpu_attention_tune_small(results_dir, monkeypatch):
+    from harness.programs import attention as at
+
+    monkeypatch.setattr(at, "_tuned", {})
+    df, path = at.tune(size=200, reps=10, save=True)
+    assert len(df) == len(at.TC_D) * len(at.TUNING_VARIANTS)
+    assert (df["tflops_full"] > 0).all() and (df["tflops_causal"] > 0).all()
+    assert df.groupby("D")["winner"].sum().tolist() == [1] * len(at.TC_D)
+    data = json.loads(path.read_text())
+    assert set(data["winners"]) == {"64", "128"} and set(data["winners"].values()) <= set(at.TUNING_VARIANTS)
+    assert at.runs_as("03_flash_bf16", 128) == data["winners"]["128"]

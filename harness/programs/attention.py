@@ -15,7 +15,8 @@ Q, K, V and the output are B x H x S x D, C-contiguous. Variants (the C library'
 "naive" and "flash" are accepted for the first two. Test-only, deliberately wrong variants the
 checkers must reject: "flash_skip_last_tile" (02_flash without its last key tile),
 "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask" (03_flash_bf16 sabotaged).
-The tensor-core variants need scale >= 0.
+The tensor-core variants need scale >= 0. Tuning-only: TUNING_VARIANTS, 03_flash_bf16 with its warps per
+block and pipeline stages fixed; `invoke tune attention` picks one per head size and GPU (runs_as).
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
         out = library.check_array(out, "out", q.dtype, shape=q.shape)
     lib = library.load("attention")
     fn = lib.attention_forward_bf16 if is_bf16(variant) else lib.attention_forward
-    fn(variant, B, H, S, D, int(bool(causal)), scale, q, k, v, out)
+    fn(runs_as(variant, D), B, H, S, D, int(bool(causal)), scale, q, k, v, out)
     return out
 
 
@@ -152,6 +153,7 @@ def forward_device(variant: str, shape, causal: bool, q, k, v, o, workspace=None
     B, H, S, D = (int(x) for x in shape)
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     lib = library.load("attention")
+    variant = runs_as(variant, D)
     if is_bf16(variant):
         lib.attention_forward_bf16_device(variant, B, H, S, D, int(bool(causal)), scale, q, k, v, o, stream)
     else:
@@ -363,30 +365,22 @@ def _bench_case(variant: str, D: int, S: int, causal: bool, quick: bool):
         o = cudart.DeviceBuffer(int(np.prod(shape)) * esize)
         ws_n = 0 if bf else workspace_bytes(variant, *shape)
         ws = cudart.DeviceBuffer(ws_n) if ws_n else None
-        # Marshal once: the timed launch is one cffi call and a status check.
+        # Marshal once (Library.prepare): the timed launch is one cffi call and a status check.
+        # 03_flash_bf16 runs this GPU's tuned (warps, stages) at D when `invoke tune attention` ran.
+        ran = runs_as(variant, D)
         lib = library.load("attention")
-        ffi = lib.ffi
-        name = ffi.new("char[]", variant.encode())  # raw() calls take no str: the char[] lives in `args`
-        ptr = lambda b, t: ffi.cast(t, b.ptr) if b is not None else ffi.NULL  # noqa: E731
-        scale = 1.0 / math.sqrt(D)
         if bf:
-            fn = lib.raw("attention_forward_bf16_device")
-            args = [name, B, H, S, D, int(causal), scale] + [ptr(b, "cudalab_bf16 *") for b in bufs] + \
-                [ptr(o, "cudalab_bf16 *")]
+            launch = lib.prepare("attention_forward_bf16_device", ran, B, H, S, D, int(causal), 1.0 / math.sqrt(D),
+                                 *(b.ptr for b in bufs), o.ptr, library.STREAM)
         else:
-            fn = lib.raw("attention_forward_device")
-            args = [name, B, H, S, D, int(causal), scale] + [ptr(b, "float *") for b in bufs + [o, ws]]
-
-        def launch(stream):
-            code = fn(*args, ffi.cast("void *", stream))
-            if code:
-                raise RuntimeError(f"attention {variant}: {lib.error_name(code)}")
+            launch = lib.prepare("attention_forward_device", ran, B, H, S, D, int(causal), 1.0 / math.sqrt(D),
+                                 *(b.ptr for b in bufs), o.ptr, ws.ptr if ws else None, library.STREAM)
 
         def close():
             for b in bufs + [o] + ([ws] if ws else []):
                 b.close()
 
-        return bench.Prepared(launch=launch, close=close)
+        return bench.Prepared(launch=launch, close=close, note=f"ran {ran}" if ran != variant else "")
 
     f = flops(B, H, S, D, causal)
     dtype = "bfloat16" if bf else "float32"
@@ -407,6 +401,86 @@ def bench_cases(quick: bool = False):
     for D, S, causal, q in _BF16_SHAPES:
         cases.append(_bench_case("03_flash_bf16", D, S, causal, quick=q))
     return [c for c in cases if c.quick or not quick]
+
+
+# --- tuning: the (warps, stages) 03_flash_bf16 runs at each head size on this GPU --------------------
+# TUNING_VARIANTS are 03_flash_bf16 with the choice fixed. `invoke tune attention` times each at
+# B=4, H=16, S=4096, causal and not, per D, and caches the one with the least total time; the library
+# calls (attention(), forward_device(), the bench) then run it for 03_flash_bf16. Without a cache
+# for this exact device the compiled default runs (FlashBf16Default in cuda/attention/flash_bf16.cuh),
+# which is also what build/bin/attention always runs.
+
+_tuned: dict = {}  # per process: {"device": name, D: (variant or None, why)}
+
+
+def tuned_choice(D: int, device: str | None = None) -> tuple[str | None, str]:
+    """(tuning variant, why) that 03_flash_bf16 runs at head size D on `device` (None: the default)."""
+    from .. import tune as htune
+
+    if device is None:
+        device = cudart.device_name(0)
+    data, why = htune.cached("attention", device)
+    if data is None:
+        return None, why
+    winner = (data.get("winners") or {}).get(str(D))
+    if winner not in TUNING_VARIANTS:
+        return None, f"{htune.cache_path('attention', device)} names {winner!r} for D={D}, not one of " \
+                     f"{', '.join(TUNING_VARIANTS)}"
+    return winner, why
+
+
+def runs_as(variant: str, D: int) -> str:
+    """The variant the library is asked for: 03_flash_bf16 becomes this GPU's tuned choice at D (once
+    per process); every other variant is itself."""
+    if variant != "03_flash_bf16":
+        return variant
+    if D not in _tuned:
+        _tuned[D] = tuned_choice(D)
+    return _tuned[D][0] or variant
+
+
+def tune(size: int = BENCH_S, reps: int = 10, save: bool = True, on_progress=None):
+    """Time every (warps, stages) choice of 03_flash_bf16 (TUNING_VARIANTS) at B=4, H=16, S=size for
+    D = 64 and 128, causal and not, with harness.timing; per D the winner has the least total time.
+
+    Returns (table, path): one row per (D, choice) with TFLOP/s both ways, and the JSON written
+    (None when save=False), which holds the device, the winner per D and the whole table."""
+    import pandas as pd
+
+    from .. import timing
+    from .. import tune as htune
+
+    if not 1 <= size <= MAX_S:
+        raise ValueError(f"size is the sequence length S: at least 1 and at most {MAX_S}, got {size}")
+    device = cudart.device_name(0)
+    rows = []
+    for D in TC_D:
+        for v in TUNING_VARIANTS:
+            r = {"D": D, "config": v}
+            for causal in (False, True):
+                if on_progress:
+                    on_progress(f"{v} D={D}" + (" causal" if causal else ""))
+                case = _bench_case(v, D, size, causal, quick=False)
+                prep = case.setup()
+                try:
+                    t = timing.time_launch(prep.launch, reps=reps)
+                finally:
+                    prep.close()
+                key = "causal" if causal else "full"
+                r[f"tflops_{key}"] = t.rate(case.amount) / 1e12
+                r[f"ms_{key}"] = t.median_ms
+            rows.append(r)
+    df = pd.DataFrame(rows)
+    df["ms_total"] = df["ms_full"] + df["ms_causal"]
+    winners = {str(D): str(g.loc[g["ms_total"].idxmin(), "config"]) for D, g in df.groupby("D")}
+    df["winner"] = [winners[str(d)] == c for d, c in zip(df["D"], df["config"])]
+    df = df[["D", "config", "tflops_full", "tflops_causal", "ms_total", "winner"]]
+    path = None
+    if save:
+        path = htune.save("attention", device, {"size": f"B{BENCH_B}xH{BENCH_H}xS{size}", "winners": winners},
+                          df, reps)
+        _tuned.clear()
+    return df, path
 
 
 # --- the executable -------------------------------------------------------------------------

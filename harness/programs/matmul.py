@@ -26,10 +26,7 @@ the error around inside that bound, not beyond it.
 from __future__ import annotations
 
 import functools
-import json
 import math
-import re
-from pathlib import Path
 
 import numpy as np
 
@@ -264,47 +261,25 @@ def config_device(config: str, m: int, n: int, k: int, a_ptr, b_ptr, c_ptr, stre
 
 # --- tuning: which configuration 09_tuned runs on this GPU ------------------------------------------
 
-TUNE_FILE = "matmul-tune.json"
 TUNE_KINDS = ("07_warptile", "08_pipelined")  # the configurations the search times
 
 
-def gpu_folder(device: str) -> str:
-    """bench/results/<folder> for a device name: its model ("NVIDIA H100 80GB HBM3" -> "h100")."""
-    name = re.sub(r"^nvidia\s+", "", device.strip(), flags=re.I)
-    for tok in name.split():
-        if re.search(r"\d", tok):
-            return re.sub(r"[^a-z0-9]+", "-", tok.lower()).strip("-")
-    from .. import bench
-
-    return bench.gpu_slug(device)
-
-
-def tune_path(device: str) -> Path:
-    from .. import bench
-
-    return bench.RESULTS_DIR / gpu_folder(device) / TUNE_FILE
-
-
 def tuned_choice(device: str | None = None) -> tuple[str | None, str]:
-    """(configuration, why) for 09_tuned on `device`: the cached winner when its file names this exact
-    device and a configuration this build has, else (None, the reason the default is used)."""
+    """(configuration, why) for 09_tuned on `device`: the cached winner when `invoke tune matmul` ran on
+    this exact device and names a configuration this build has, else (None, why the default is used)."""
+    from .. import tune as htune
+
     if device is None:
         from .. import cudart
 
         device = cudart.device_name(0)
-    path = tune_path(device)
-    if not path.exists():
-        return None, f"no tuning result at {path} (run `invoke tune matmul`)"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        return None, f"{path} unreadable: {e}"
-    if data.get("device") != device:
-        return None, f"{path} was tuned on {data.get('device')!r}, not {device!r}"
+    data, why = htune.cached("matmul", device)
+    if data is None:
+        return None, why
     winner = data.get("winner")
     if winner not in configs():
-        return None, f"{path} names {winner!r}, which this build does not have"
-    return winner, f"tuned on this device ({path})"
+        return None, f"{htune.cache_path('matmul', device)} names {winner!r}, which this build does not have"
+    return winner, why
 
 
 _applied: dict = {}
@@ -331,7 +306,8 @@ def tune(size: int = 4096, reps: int = 10, kinds=TUNE_KINDS, save: bool = True, 
     """
     import pandas as pd
 
-    from .. import bench, cudart, timing
+    from .. import cudart, timing
+    from .. import tune as htune
 
     device = cudart.device_name(0)
     a, b, c = _bench_buffers(size, size, size)
@@ -362,14 +338,7 @@ def tune(size: int = 4096, reps: int = 10, kinds=TUNE_KINDS, save: bool = True, 
     df["winner"] = df["config"] == winner
     path = None
     if save:
-        meta = bench.metadata()
-        path = tune_path(device)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"program": "matmul", "device": device, "size": f"{size}^3", "winner": winner,
-                   "driver": meta["driver"], "nvcc": meta["nvcc"], "date": meta["date"],
-                   "timing": f"harness.timing, L2 flushed, median of {reps}",
-                   "table": json.loads(df.to_json(orient="records"))}
-        path.write_text(json.dumps(payload, indent=1) + "\n")
+        path = htune.save("matmul", device, {"size": f"{size}^3", "winner": winner}, df, reps)
         _applied.clear()
     return df, path
 
@@ -517,34 +486,17 @@ def _bench_buffers(m: int, n: int, k: int):
 
 
 def prepared_launch(variant: str, tile: int, m: int, n: int, k: int, a_ptr, b_ptr, c_ptr, config: str | None = None):
-    """`launch(stream)` for the timing loop with everything marshalled here, once: the variant name (or
-    the configuration's index), the pointers as cffi float pointers and the raw entry point, so that
-    the timed call is the C call alone (harness.timing records its start event before calling it).
-    A non-zero status still raises CudaError, after the enqueue."""
-    from ..errors import raise_for_code
-
+    """`launch(stream)` for the timing loop, marshalled once by Library.prepare (the variant name or the
+    configuration's index, the pointers), so that the timed call is the C call alone: harness.timing
+    records its start event before calling it. A non-zero status raises CudaError after the enqueue."""
     lib = _lib()
-    ffi = lib.ffi
-    fa, fb, fc = (ffi.cast("float *", p) for p in (a_ptr, b_ptr, c_ptr))
     if config is not None:
-        ci = config_index(config)
-        fn, head = lib.raw("matmul_config_device"), (ci,)
-        what = f"matmul_config_device({config})"
-    else:
-        _check_variant(variant)
-        if variant == TUNED:
-            apply_tuned()
-        # raw() takes no str for `const char *`: the char[] is made once and kept alive by `head`.
-        fn, head = lib.raw("matmul_device"), (ffi.new("char[]", variant.encode()), int(tile))
-        what = f"matmul_device({variant})"
-
-    def launch(stream):
-        code = fn(*head, m, n, k, fa, fb, fc, stream if stream is not None else ffi.NULL)
-        if code:
-            lib.raw("cudalab_clear_error")()
-            raise_for_code(code, lib.error_name(code), lib.error_string(code), what)
-
-    return launch
+        return lib.prepare("matmul_config_device", config_index(config), m, n, k, a_ptr, b_ptr, c_ptr,
+                           library.STREAM)
+    _check_variant(variant)
+    if variant == TUNED:
+        apply_tuned()
+    return lib.prepare("matmul_device", variant, int(tile), m, n, k, a_ptr, b_ptr, c_ptr, library.STREAM)
 
 
 def _time_variant(variant: str, tile: int, m: int, n: int, k: int, reps: int = 20):
