@@ -540,3 +540,31 @@ def test_gpu_executable_refuses_what_cannot_fit():
     assert res.returncode == 2, res.stderr
     assert "GiB of device memory" in res.stderr and "at most" in res.stderr
     assert "bad_alloc" not in res.stderr
+
+
+def test_more_rows_than_the_grid_holds_is_refused_before_any_launch():
+    """The grid's y axis holds 65535 blocks: 01_naive takes at most 65535 x 16 rows. A taller A is a
+    ValueError naming the limit, raised before the GPU is touched (this runs without one)."""
+    assert mm.check_rows(65535 * 16, "01_naive") is None
+    a = np.random.default_rng(1).uniform(-1, 1, (65535 * 16 + 1, 1)).astype(np.float32)
+    b = np.random.default_rng(2).uniform(-1, 1, (1, 3)).astype(np.float32)
+    with pytest.raises(ValueError, match=r"m must be at most 1048560 for 01_naive .*65535 blocks of 16 rows"):
+        mm.matmul(a, b, variant="01_naive")
+    with pytest.raises(ValueError, match=r"at most 2097120 for 02_tiled"):
+        mm.check_rows(2097121, "02_tiled", 32)
+    big = mm.configs()[0]
+    rows = int(big.split("-")[1].split("x")[0])  # the configuration's block rows, from its name
+    with pytest.raises(ValueError, match=rf"at most {65535 * rows} for {big}"):
+        mm.check_rows(65535 * rows + 1, config=big)
+    mm.check_rows(2**31 - 1, "cublas")  # cuBLAS has no such limit
+
+
+@pytest.mark.gpu
+def test_gpu_executable_too_many_rows_is_a_usage_error():
+    res = runner.run("matmul", "--variant", "01_naive", "1048561", "3", "5", check=False)
+    assert res.returncode == 2 and "M at most 1048560" in res.stderr, res.stderr
+    # --variant all skips the variants whose grid cannot hold M and runs the others.
+    res = runner.run("matmul", "--variant", "all", "1048561", "3", "5", check=False)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr
+    assert 'skip program=matmul variant=01_naive reason="M at most 1048560"' in res.stdout
+    assert "variant=08_pipelined" in res.stdout and "check=pass" in res.stdout

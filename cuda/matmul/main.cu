@@ -93,6 +93,15 @@ static bool run_variant(const char *variant, int tile, int reps, int m, int n, i
         CUDALAB_USAGE_ERROR("--tile %d: %d threads per block or its shared memory is more than this device allows",
                             tile, tile * tile);
     if (ok != 0) CUDALAB_USAGE_ERROR("--tile %d is not valid for variant %s (02_tiled takes 16 or 32)", tile, variant);
+    // The grid's y dimension holds at most 65535 blocks of rows: say so rather than fail the launch.
+    const long long max_m = matmul_max_m(variant, tile);
+    if (m > max_m) {
+        if (!run_all)
+            CUDALAB_USAGE_ERROR("M=%d: variant %s takes M at most %lld (the grid's y limit, %d blocks of %lld rows)",
+                                m, variant, max_m, CUDALAB_MAX_GRID_YZ, max_m / CUDALAB_MAX_GRID_YZ);
+        printf("skip program=matmul variant=%s reason=\"M at most %lld\"\n", variant, max_m);
+        return true;
+    }
 
     std::vector<float> C((size_t)m * n);
     // Poison C so an element the kernel never writes cannot pass the check by accident.

@@ -1,5 +1,7 @@
 // matmul: the library entry points and the one variant table. The kernels live in
 // matmul_kernels.cuh (01-03, shared with attention) and sgemm_ladder.cuh (the ladder, 04-08).
+#include <algorithm>
+#include <climits>
 #include <cstring>
 
 #include "matmul.h"
@@ -281,6 +283,20 @@ extern "C" cudalab_status matmul_set_tuned(int i) {
 }
 
 extern "C" int matmul_tuned_config(void) { return tuned_index(); }
+
+extern "C" long long matmul_config_max_m(int i) {
+    if (i < 0 || i >= kConfigCount) return -1;
+    return std::min<long long>(INT_MAX, (long long)CUDALAB_MAX_GRID_YZ * kConfigs[i].bm);
+}
+
+extern "C" long long matmul_max_m(const char *variant, int tile) {
+    if (is_cublas(variant)) return INT_MAX;
+    const int cfg = ladder_config_of(variant);
+    if (cfg >= 0) return matmul_config_max_m(cfg);
+    const int id = matmul_variant_id(variant);
+    if (id == 0 || (id != MATMUL_01_NAIVE && tile < 1)) return -1;
+    return std::min<long long>(INT_MAX, (long long)CUDALAB_MAX_GRID_YZ * matmul_block_edge(id, tile));
+}
 
 extern "C" cudalab_status matmul_check(const char *variant, int tile, int trans_b) {
     if (is_cublas(variant)) return matmul_have_cublas() ? 0 : (int)cudaErrorNotSupported;

@@ -63,6 +63,12 @@ cudalab_status matmul_config_check(int i);
 cudalab_status matmul_config_host(int i, int m, int n, int k, const float *a, const float *b, float *c);
 cudalab_status matmul_config_device(int i, int m, int n, int k, const float *a, const float *b, float *c,
                                     void *stream);
+/* The largest m a variant (or configuration i) takes: the grid's y dimension holds at most
+   CUDALAB_MAX_GRID_YZ (65535) blocks of the variant's rows (16 for 01_naive, the tile for 02/03, the
+   configuration's block rows for 04-09; 09_tuned: the configuration it runs now), capped at INT_MAX
+   (cublas). -1 for an unknown variant or configuration, or a tile below 1. */
+long long matmul_max_m(const char *variant, int tile);
+long long matmul_config_max_m(int i);
 /* The configuration "09_tuned" runs: set (checked against the device first) and read back. */
 cudalab_status matmul_set_tuned(int i);
 int matmul_tuned_config(void);

@@ -177,6 +177,17 @@ def check_tile(variant: str, tile: int, trans_b: bool = False, limits: dict | No
         raise ValueError(f"tile {tile} needs {need} bytes of shared memory per block; this device allows {have}")
 
 
+def check_rows(m: int, variant: str | None = None, tile: int = 16, config: str | None = None) -> None:
+    """Raise ValueError when m is more rows than the variant's (or configuration's) grid can hold: at
+    most 65535 blocks on the grid's y axis, each of the variant's block rows (matmul_max_m)."""
+    lib = _lib()
+    limit = lib.matmul_config_max_m(config_index(config)) if config is not None else lib.matmul_max_m(variant, int(tile))
+    if limit >= 0 and m > limit:
+        rows = limit // MAX_GRID_YZ
+        raise ValueError(f"m must be at most {limit} for {config or variant} (the grid's y limit: {MAX_GRID_YZ} "
+                         f"blocks of {rows} rows), got m={m}")
+
+
 def _check_operands(a, b, trans_b: bool = False, batched: bool = False) -> tuple[np.ndarray, np.ndarray]:
     nd = 3 if batched else 2
     a = library.check_array(a, "a", np.float32, ndim=nd)
@@ -213,9 +224,11 @@ def matmul(a: np.ndarray, b: np.ndarray, variant: str = "02_tiled", tile: int = 
     lib = _lib()
     if config is not None:
         check_config(config)
+        check_rows(m, config=config)
         lib.matmul_config_host(ci, m, n, k, a, b, out)
         return out
     check_tile(variant, tile)
+    check_rows(m, variant, tile)
     lib.matmul_host(variant, int(tile), m, n, k, a, b, out)
     return out
 
@@ -235,6 +248,7 @@ def matmul_batched(a: np.ndarray, b: np.ndarray, variant: str = "02_tiled", tile
     if batch > MAX_GRID_YZ:
         raise ValueError(f"batch must be at most {MAX_GRID_YZ} (the grid's z limit), got {batch}")
     check_tile(variant, tile, trans_b)
+    check_rows(m, variant, tile)
     lib = _lib()
     lib.matmul_host_batched(variant, int(tile), int(bool(trans_b)), batch, m, n, k, float(alpha), a, b, out)
     return out
@@ -247,6 +261,7 @@ def matmul_device(variant: str, tile: int, m: int, n: int, k: int, a_ptr, b_ptr,
         raise ValueError(f"sizes must be >= 0, got m={m} n={n} k={k}")
     if variant == TUNED:
         apply_tuned()
+    check_rows(m, variant, tile)
     lib = _lib()
     lib.matmul_device(variant, int(tile), m, n, k, a_ptr, b_ptr, c_ptr, stream)
 
@@ -256,6 +271,7 @@ def config_device(config: str, m: int, n: int, k: int, a_ptr, b_ptr, c_ptr, stre
     ci = config_index(config)
     if min(m, n, k) < 0:
         raise ValueError(f"sizes must be >= 0, got m={m} n={n} k={k}")
+    check_rows(m, config=config)
     _lib().matmul_config_device(ci, m, n, k, a_ptr, b_ptr, c_ptr, stream)
 
 
