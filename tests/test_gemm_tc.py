@@ -122,6 +122,10 @@ def test_library_variant_table_and_rules():
     assert gt.requirement("02_mma_sync", 7, 9, 13) is None
     assert "multiple of 8" in gt.requirement("03_wgmma", 128, 128, 100)
     assert gt.requirement("03_wgmma", 100, 37, 64) is None
+    # 01's row blocks sit on the grid's y axis (65535 of 32 rows); 02 numbers its tiles on x.
+    assert gt.requirement("01_wmma", 65535 * 32, 8, 16) is None
+    assert "at most 2097120" in gt.requirement("01_wmma", 65535 * 32 + 1, 8, 16)
+    assert gt.requirement("02_mma_sync", 65535 * 32 + 1, 8, 16) is None
 
 
 def test_loader_refuses_uint16_for_a_bf16_parameter(rng):

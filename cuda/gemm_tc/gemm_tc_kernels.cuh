@@ -442,6 +442,11 @@ static inline cudaError_t launch_03(int M, int N, int K, const uint16_t *A, cons
 // Why a variant cannot take (M, N, K) on this device, or nullptr when it can. Nothing is launched.
 static inline const char *requirement(int variant, int M, int N, int K) {
     if (M < 0 || N < 0 || K < 0) return "m, n and k must be >= 0";
+    // 01's 2-D grid puts row blocks on y, which holds at most CUDALAB_MAX_GRID_YZ of them (02 and 03
+    // number their tiles on x, which holds 2^31 - 1).
+    static_assert(CUDALAB_MAX_GRID_YZ * W_BM == 2097120, "the sentence below names this limit");
+    if (variant == V01_WMMA && cdiv(M, W_BM) > CUDALAB_MAX_GRID_YZ)
+        return "01_wmma takes m at most 2097120 (the grid's y limit: 65535 blocks of 32 rows)";
     if (variant == V03_WGMMA) return wgmma_requirement(M, N, K);
     return nullptr;
 }
