@@ -177,17 +177,7 @@ __global__ void __launch_bounds__(FB_NT, 1)
         }
     }
     tc::cp_async_wait<0>();
-
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int row = qw + g + 8 * h;
-        if (row >= S) continue;
-        const float inv = 1.0f / l[h];
-        float *orow = O + (size_t)row * D;
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n)
-            *reinterpret_cast<float2 *>(orow + 8 * n + 2 * t) = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
-    }
+    flash_store_o<D>(O, o, l, qw, S);
 }
 
 template <int D>

@@ -127,6 +127,30 @@ __device__ __forceinline__ void flash_online_softmax(float (&s)[NJ][4], float (&
     }
 }
 
+// One element pair (row, 8n+2t .. 8n+2t+1) of O, stored together: a float2, or two bf16 in 32 bits.
+__device__ __forceinline__ void flash_store_pair(float *p, float a, float b) {
+    *reinterpret_cast<float2 *>(p) = make_float2(a, b);
+}
+__device__ __forceinline__ void flash_store_pair(cudalab_bf16 *p, float a, float b) {
+    *reinterpret_cast<uint32_t *>(p) = tc::pack_bf16x2(a, b);
+}
+
+// The epilogue: O = o / l for rows g and g+8 of the warp's 16 (from qw), rows at or past S dropped.
+template <int D, typename T>
+__device__ __forceinline__ void flash_store_o(T *__restrict__ O, const float (&o)[D / 8][4], const float (&l)[2],
+                                              int qw, int S) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = qw + g + 8 * h;
+        if (row >= S) continue;
+        const float inv = 1.0f / l[h];
+        T *orow = O + (size_t)row * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) flash_store_pair(orow + 8 * n + 2 * t, o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+    }
+}
+
 // flags: test-only sabotage, so the tests can show the checker rejects a wrong kernel.
 #define FB_FLAG_SKIP_LAST_TILE 1  // leave out the last key tile
 #define FB_FLAG_NO_CAUSAL_MASK 2  // causal tile range, but no mask inside the diagonal tiles
@@ -150,7 +174,6 @@ __global__ void __launch_bounds__(NW * 32, FlashBf16Cfg<D, NW, STAGES>::MIN_BLOC
     // Heavy query tiles first: under the causal mask the last tiles have the most keys.
     const int q0 = (gridDim.x - 1 - blockIdx.x) * C::BR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int g = lane / 4, t = lane % 4;
     const int qw = q0 + warp * 16;  // this warp's first query row
 
     // Key tiles this block visits: under the causal mask none past its last row.
@@ -255,16 +278,7 @@ __global__ void __launch_bounds__(NW * 32, FlashBf16Cfg<D, NW, STAGES>::MIN_BLOC
     // compute-sanitizer and the next block's reuse of the SM's shared memory want it drained).
     tc::cp_async_wait<0>();
 
-    // O / l, rounded to bf16, rows at or past S dropped. bf16x2 stores: (row, 8n+2t .. 8n+2t+1).
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int row = qw + g + 8 * h;
-        if (row >= S) continue;
-        const float inv = 1.0f / l[h];
-        uint32_t *orow = reinterpret_cast<uint32_t *>(O + (size_t)row * D);
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n) orow[4 * n + t] = tc::pack_bf16x2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
-    }
+    flash_store_o<D>(O, o, l, qw, S);  // O / l, rounded to bf16
 }
 
 template <int D, int NW = FlashBf16Default<D>::NW, int STAGES = FlashBf16Default<D>::STAGES>
