@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import GPU_OK, poison
-from harness import build, cudart
+from harness import build, cudart, runner
 from harness.programs import attention as att
 
 bf16 = att.bfloat16
@@ -162,14 +162,28 @@ def test_parse_recorded_output():
 def test_profile_and_sanitize_hooks():
     assert att.profile_args("03_flash_bf16")[:2] == ["--variant", "03_flash_bf16"]
     cases = att.sanitize_args()
-    assert {a[1] for a in cases.values()} == set(att.VARIANTS)
+    assert {a[1] for a in cases.values() if a[0] == "--variant"} == set(att.VARIANTS)
     assert any("--causal" in a and a[-1] == "128" for a in cases.values())
+    # Every tuning choice is sanitized too, at both head sizes: the tuner may pick any of them.
+    assert {(a[1], a[-1]) for a in cases.values() if a[0] == "--config"} == \
+        {(c, d) for c in att.TUNING_VARIANTS for d in ("64", "128")}
 
 
 def test_variant_table_matches_library():
     if not build.lib_path("attention").exists():
         pytest.skip("libattention.so not built")
     assert tuple(att.variants()) == att.VARIANTS
+    assert tuple(att.configs()) == att.TUNING_VARIANTS
+    assert set(att.TUNING_VARIANTS) <= set(att.BF16_VARIANTS)
+
+
+def test_executable_config_is_checked_before_any_cuda_call():
+    res = runner.run("attention", "--config", "nosuch", "1", "1", "8", "64", check=False)
+    assert res.returncode == 2 and "unknown --config 'nosuch'" in res.stderr
+    assert all(c in res.stderr for c in att.TUNING_VARIANTS)
+    res = runner.run("attention", "--variant", "02_flash", "--config", att.TUNING_VARIANTS[0], "1", "1", "8", "64",
+                     check=False)
+    assert res.returncode == 2 and "does not apply to 02_flash" in res.stderr
 
 
 def test_bf16_validation():
@@ -319,6 +333,28 @@ def test_flash_bf16_matches_reference(causal, D, S):
         att.attention(q, k, v, causal, variant="03_flash_bf16", out=out)
         err = att.rel_error(out, att.reference(q, k, v, causal))
         assert err <= att.TOLERANCE_BF16, f"seed {seed}: rel err {err:.2e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("config", att.TUNING_VARIANTS)
+def test_every_tuning_choice_matches_reference(config, D, causal):
+    """`invoke tune attention` may make any of these what 03_flash_bf16 runs: each must be right at
+    ragged S (1 row; a partial 32- and 64-key tile; several tiles, 16 and 32 rows a warp) and odd B·H."""
+    for S, (B, H) in ((1, (3, 1)), (130, (1, 3)), (1000, (1, 1))):
+        q, k, v = _inputs(np.random.default_rng(S + D), (B, H, S, D), bf16)
+        out = _nan(q.shape, bf16)
+        att.attention(q, k, v, causal, variant=config, out=out)
+        err = att.rel_error(out, att.reference(q, k, v, causal))
+        assert err <= att.TOLERANCE_BF16, f"S={S}: rel err {err:.2e}"
+
+
+@pytest.mark.gpu
+def test_gpu_executable_runs_a_tuning_choice():
+    df = att.run("--config", att.TUNING_VARIANTS[-1], "--causal", "--reps", "2", "1", "3", "130", "128")
+    assert df["variant"].iloc[0] == "03_flash_bf16" and df["config"].iloc[0] == att.TUNING_VARIANTS[-1]
+    assert (df["check"] == "pass").all()
 
 
 @pytest.mark.gpu

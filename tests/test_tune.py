@@ -126,13 +126,22 @@ def test_attention_tune_refuses_a_bad_size():
 
 @pytest.mark.gpu
 def test_gpu_attention_tune_small(results_dir, monkeypatch):
+    """A small real search. A deliberately wrong kernel (it skips the last key tile, so it is also
+    the fastest) is put among the choices: the search must list it as wrong and never pick it."""
     from harness.programs import attention as at
 
     monkeypatch.setattr(at, "_tuned", {})
+    choices = at.TUNING_VARIANTS + ("flash_bf16_skip_last_tile",)
+    monkeypatch.setattr(at, "TUNING_VARIANTS", choices)
     df, path = at.tune(size=200, reps=10, save=True)
-    assert len(df) == len(at.TC_D) * len(at.TUNING_VARIANTS)
-    assert (df["tflops_full"] > 0).all() and (df["tflops_causal"] > 0).all()
+    assert len(df) == len(at.TC_D) * len(choices)
+    bad = df[df["config"] == "flash_bf16_skip_last_tile"]
+    assert bad["status"].str.startswith("wrong answer").all() and not bad["winner"].any()
+    ok = df[df["config"] != "flash_bf16_skip_last_tile"]
+    assert (ok["status"] == "ok").all(), ok[ok["status"] != "ok"][["D", "config", "status"]]
+    assert (ok["tflops_full"] > 0).all() and (ok["tflops_causal"] > 0).all()
     assert df.groupby("D")["winner"].sum().tolist() == [1] * len(at.TC_D)
     data = json.loads(path.read_text())
-    assert set(data["winners"]) == {"64", "128"} and set(data["winners"].values()) <= set(at.TUNING_VARIANTS)
+    assert set(data["winners"]) == {"64", "128"}
+    assert set(data["winners"].values()) <= set(choices) - {"flash_bf16_skip_last_tile"}
     assert at.runs_as("03_flash_bf16", 128) == data["winners"]["128"]

@@ -9,7 +9,9 @@
    Test-only, deliberately wrong: "flash_skip_last_tile" (02_flash without its last key tile),
    "flash_bf16_skip_last_tile" and "flash_bf16_no_causal_mask" (03_flash_bf16 sabotaged).
    Tuning-only: "flash_bf16_w8s2", "_w8s3", "_w4s2", "_w4s3" (03_flash_bf16 with warps per block and
-   pipeline stages fixed, for choosing its per-D defaults).
+   pipeline stages fixed), "flash_bf16_w4m2s2" (32 query rows per warp instead of 16) and
+   "flash_bf16_w4m2k32s2", "_w4m2k32s3" (the same with 32-key tiles): `invoke tune attention` picks
+   one per head size and GPU.
    causal != 0 masks key j > query i. scale is usually 1/sqrt(D). Status returns are cudaError_t
    codes (0 = success); bad arguments, an unknown variant or a variant of the other dtype give
    cudaErrorInvalidValue before any launch. */
@@ -26,6 +28,9 @@ extern "C" {
 
 int attention_variant_count(void);
 const char *attention_variant_name(int i);
+/* 03_flash_bf16's tuning choices (the "flash_bf16_w..." names above), a table like the variants'. */
+int attention_config_count(void);
+const char *attention_config_name(int i);
 /* 1 when the variant (test-only ones included) takes bf16 arrays, 0 for float32, -1 unknown. */
 int attention_variant_is_bf16(const char *variant);
 /* Device workspace the variant needs, in bytes (0 for flash); -1 for invalid arguments. */

@@ -40,6 +40,9 @@ enum attn_variant_id_t {
     ATTN_FLASH_BF16_W8S3 = 91,
     ATTN_FLASH_BF16_W4S2 = 92,
     ATTN_FLASH_BF16_W4S3 = 93,
+    ATTN_FLASH_BF16_W4M2S2 = 94,     // ... and 32 query rows a warp (two m16 tiles), FlashAttention-2's split
+    ATTN_FLASH_BF16_W4M2K32S2 = 95,  // ... and 32-key tiles (room in the registers for 32 rows of O at D=128)
+    ATTN_FLASH_BF16_W4M2K32S3 = 96,
     ATTN_FLASH_BF16_NO_CAUSAL_MASK = 97,
     ATTN_FLASH_BF16_SKIP_LAST_TILE = 98,
     ATTN_FLASH_SKIP_LAST_TILE = 99
@@ -58,13 +61,16 @@ static inline int attn_variant_id(const char *variant) {
     if (strcmp(variant, "flash_bf16_w8s3") == 0) return ATTN_FLASH_BF16_W8S3;
     if (strcmp(variant, "flash_bf16_w4s2") == 0) return ATTN_FLASH_BF16_W4S2;
     if (strcmp(variant, "flash_bf16_w4s3") == 0) return ATTN_FLASH_BF16_W4S3;
+    if (strcmp(variant, "flash_bf16_w4m2s2") == 0) return ATTN_FLASH_BF16_W4M2S2;
+    if (strcmp(variant, "flash_bf16_w4m2k32s2") == 0) return ATTN_FLASH_BF16_W4M2K32S2;
+    if (strcmp(variant, "flash_bf16_w4m2k32s3") == 0) return ATTN_FLASH_BF16_W4M2K32S3;
     return 0;
 }
 
 // Variants whose Q, K, V and O are bf16 (the others are float32).
 static inline bool attn_is_bf16(int id) {
     return id == ATTN_03_FLASH_BF16 || id == ATTN_FLASH_BF16_SKIP_LAST_TILE || id == ATTN_FLASH_BF16_NO_CAUSAL_MASK ||
-           (id >= ATTN_FLASH_BF16_W8S2 && id <= ATTN_FLASH_BF16_W4S3);
+           (id >= ATTN_FLASH_BF16_W8S2 && id <= ATTN_FLASH_BF16_W4M2K32S3);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -434,14 +440,17 @@ static inline cudaError_t attention_launch_bf16(const char *variant, int B, int 
                       : id == ATTN_FLASH_BF16_NO_CAUSAL_MASK ? FB_FLAG_NO_CAUSAL_MASK
                                                              : 0;
     const int BH = B * H;
-#define ATTN_BF16_TUNED(ID, NW, ST)                                                                            \
-    if (id == ID)                                                                                              \
-        return D == 64 ? attn_flash_bf16_launch<64, NW, ST>(BH, S, q, k, v, o, scale, causal, flags, stream)   \
-                       : attn_flash_bf16_launch<128, NW, ST>(BH, S, q, k, v, o, scale, causal, flags, stream);
-    ATTN_BF16_TUNED(ATTN_FLASH_BF16_W8S2, 8, 2)
-    ATTN_BF16_TUNED(ATTN_FLASH_BF16_W8S3, 8, 3)
-    ATTN_BF16_TUNED(ATTN_FLASH_BF16_W4S2, 4, 2)
-    ATTN_BF16_TUNED(ATTN_FLASH_BF16_W4S3, 4, 3)
+#define ATTN_BF16_TUNED(ID, NW, ST, MT, BC)                                                                        \
+    if (id == ID)                                                                                                  \
+        return D == 64 ? attn_flash_bf16_launch<64, NW, ST, MT, BC>(BH, S, q, k, v, o, scale, causal, flags, stream) \
+                       : attn_flash_bf16_launch<128, NW, ST, MT, BC>(BH, S, q, k, v, o, scale, causal, flags, stream);
+    ATTN_BF16_TUNED(ATTN_FLASH_BF16_W8S2, 8, 2, 1, 64)
+    ATTN_BF16_TUNED(ATTN_FLASH_BF16_W8S3, 8, 3, 1, 64)
+    ATTN_BF16_TUNED(ATTN_FLASH_BF16_W4S2, 4, 2, 1, 64)
+    ATTN_BF16_TUNED(ATTN_FLASH_BF16_W4S3, 4, 3, 1, 64)
+    ATTN_BF16_TUNED(ATTN_FLASH_BF16_W4M2S2, 4, 2, 2, 64)
+    ATTN_BF16_TUNED(ATTN_FLASH_BF16_W4M2K32S2, 4, 2, 2, 32)
+    ATTN_BF16_TUNED(ATTN_FLASH_BF16_W4M2K32S3, 4, 3, 2, 32)
 #undef ATTN_BF16_TUNED
     if (D == 64) return attn_flash_bf16_launch<64>(BH, S, q, k, v, o, scale, causal, flags, stream);
     return attn_flash_bf16_launch<128>(BH, S, q, k, v, o, scale, causal, flags, stream);

@@ -34,15 +34,23 @@
 // softmax(x) = 2^(x·log2 e) / Σ: the launchers fold CUDALAB_LOG2E into the score scale so that
 // exp2 (one MUFU) does the exp.
 
-template <int D, int NW, int STAGES_>
+template <int D, int NW, int STAGES_, int MT_ = 1, int BC_ = FB_BC>
 struct FlashBf16Cfg {
     static constexpr int STAGES = STAGES_;
-    static constexpr int NT = NW * 32, BR = NW * 16;
-    static constexpr int TILE_BYTES = FB_BC * D * 2;  // one K or V tile
+    static constexpr int MT = MT_;       // m16 tiles of query rows per warp (FlashAttention-2 uses 2)
+    static constexpr int RW = 16 * MT;   // query rows per warp
+    static constexpr int BC = BC_;       // keys per tile: 64, or 32 to make room for 32 rows of O at D=128
+    static_assert(BC == 32 || BC == 64, "key tiles of 32 or 64");
+    static constexpr int NT = NW * 32, BR = NW * RW;
+    // Q stays in registers as A fragments unless that no longer fits beside O (32 rows at D=128:
+    // 64 registers of Q, 128 of O, 64 of scores); then each k16 step reads it again with ldmatrix.
+    static constexpr bool Q_IN_REGS = MT == 1 || D == 64;
+    static constexpr int TILE_BYTES = BC * D * 2;  // one K or V tile
     static constexpr int Q_BYTES = BR * D * 2;
     static constexpr size_t SMEM = (size_t)Q_BYTES + (size_t)STAGES * 2 * TILE_BYTES;
-    // Registers: ~128 a thread at D=64 (fits 2 blocks of 8 warps), ~210 at D=128 (2 blocks of 4).
-    static constexpr int MIN_BLOCKS = (D == 64 ? 16 : 8) / NW;
+    // Registers: ~128 a thread at D=64 (fits 2 blocks of 8 warps), ~210 at D=128 (2 blocks of 4);
+    // with 32 rows a warp, about half as many warps fit.
+    static constexpr int MIN_BLOCKS = (D == 64 ? 16 : 8) / (NW * MT) > 0 ? (D == 64 ? 16 : 8) / (NW * MT) : 1;
 };
 // (warps, stages) per D: measured on the H100 (bench/results/h100/NOTES-attention.md).
 template <int D>
@@ -155,12 +163,12 @@ __device__ __forceinline__ void flash_store_o(T *__restrict__ O, const float (&o
 #define FB_FLAG_SKIP_LAST_TILE 1  // leave out the last key tile
 #define FB_FLAG_NO_CAUSAL_MASK 2  // causal tile range, but no mask inside the diagonal tiles
 
-template <int D, int NW, int STAGES>
-__global__ void __launch_bounds__(NW * 32, FlashBf16Cfg<D, NW, STAGES>::MIN_BLOCKS)
+template <int D, int NW, int STAGES, int MT, int BC>
+__global__ void __launch_bounds__(NW * 32, FlashBf16Cfg<D, NW, STAGES, MT, BC>::MIN_BLOCKS)
     attn_flash_bf16_fwd(const cudalab_bf16 *__restrict__ Q, const cudalab_bf16 *__restrict__ K,
                         const cudalab_bf16 *__restrict__ V, cudalab_bf16 *__restrict__ O, int S, float scale_log2e,
                         int causal, int flags) {
-    using C = FlashBf16Cfg<D, NW, STAGES>;
+    using C = FlashBf16Cfg<D, NW, STAGES, MT, BC>;
     constexpr int KD = D / 16;  // k16 steps over D (Q·Kᵀ) and n8-tile pairs over D (P·V)
     extern __shared__ __align__(128) unsigned char fb_smem[];
     const uint32_t sQ = tc::smem_u32(fb_smem);
@@ -174,11 +182,11 @@ __global__ void __launch_bounds__(NW * 32, FlashBf16Cfg<D, NW, STAGES>::MIN_BLOC
     // Heavy query tiles first: under the causal mask the last tiles have the most keys.
     const int q0 = (gridDim.x - 1 - blockIdx.x) * C::BR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int qw = q0 + warp * 16;  // this warp's first query row
+    const int qw = q0 + warp * C::RW;  // this warp's first query row; m-tile mt starts at qw + 16·mt
 
     // Key tiles this block visits: under the causal mask none past its last row.
     const int kv_end = causal ? min(S, q0 + C::BR) : S;
-    const int n_tiles = (int)cdiv(kv_end, FB_BC) - ((flags & FB_FLAG_SKIP_LAST_TILE) ? 1 : 0);
+    const int n_tiles = (int)cdiv(kv_end, BC) - ((flags & FB_FLAG_SKIP_LAST_TILE) ? 1 : 0);
 
     // Prologue: Q, then the first STAGES-1 K/V tiles, one commit group each (empty groups past the
     // end keep the group count uniform for the waits below).
@@ -187,8 +195,8 @@ __global__ void __launch_bounds__(NW * 32, FlashBf16Cfg<D, NW, STAGES>::MIN_BLOC
 #pragma unroll
     for (int s = 0; s < C::STAGES - 1; ++s) {
         if (s < n_tiles) {
-            fb_load_tile<D, FB_BC, C::NT>(sKV + (2 * s) * C::TILE_BYTES, K, s * FB_BC, S);
-            fb_load_tile<D, FB_BC, C::NT>(sKV + (2 * s + 1) * C::TILE_BYTES, V, s * FB_BC, S);
+            fb_load_tile<D, BC, C::NT>(sKV + (2 * s) * C::TILE_BYTES, K, s * BC, S);
+            fb_load_tile<D, BC, C::NT>(sKV + (2 * s + 1) * C::TILE_BYTES, V, s * BC, S);
         }
         tc::cp_async_commit();
     }
@@ -196,17 +204,28 @@ __global__ void __launch_bounds__(NW * 32, FlashBf16Cfg<D, NW, STAGES>::MIN_BLOC
     tc::cp_async_wait<C::STAGES - 1>();
     __syncthreads();  // every thread's part of Q is visible
 
-    // Q fragments: lane l addresses row (l % 16) of the warp's slice, chunk 2·kk + l / 16.
-    uint32_t qf[KD][4];
+    // Q fragments of m-tile mt, k16 step kk: lane l addresses row (l % 16) of the m-tile, chunk
+    // 2·kk + l / 16. Kept in registers for the whole kernel where they fit (C::Q_IN_REGS).
+    auto load_q = [&](uint32_t(&a)[4], int mt, int kk) {
+        tc::ldmatrix_x4(a, sQ + fb_off(C::BR, warp * C::RW + 16 * mt + (lane % 16), 2 * kk + lane / 16));
+    };
+    uint32_t qf[C::Q_IN_REGS ? MT : 1][C::Q_IN_REGS ? KD : 1][4];
+    if constexpr (C::Q_IN_REGS) {
 #pragma unroll
-    for (int kk = 0; kk < KD; ++kk)
-        tc::ldmatrix_x4(qf[kk], sQ + fb_off(C::BR, warp * 16 + (lane % 16), 2 * kk + lane / 16));
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int kk = 0; kk < KD; ++kk) load_q(qf[mt][kk], mt, kk);
+    }
 
-    float o[D / 8][4];
+    float o[MT][D / 8][4];
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    // Rows g and g+8 of the warp's 16: running max (raw score units) and running sum.
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+    // Rows g and g+8 of each m-tile: running max (raw score units) and running sum.
+    float m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
 
     for (int tile = 0; tile < n_tiles; ++tile) {
         // Tile `tile` has landed (STAGES-2 younger groups may still be in flight) ...
@@ -217,79 +236,100 @@ __global__ void __launch_bounds__(NW * 32, FlashBf16Cfg<D, NW, STAGES>::MIN_BLOC
             const int nt = tile + C::STAGES - 1;
             const int st = nt % C::STAGES;
             if (nt < n_tiles) {
-                fb_load_tile<D, FB_BC, C::NT>(sKV + (2 * st) * C::TILE_BYTES, K, nt * FB_BC, S);
-                fb_load_tile<D, FB_BC, C::NT>(sKV + (2 * st + 1) * C::TILE_BYTES, V, nt * FB_BC, S);
+                fb_load_tile<D, BC, C::NT>(sKV + (2 * st) * C::TILE_BYTES, K, nt * BC, S);
+                fb_load_tile<D, BC, C::NT>(sKV + (2 * st + 1) * C::TILE_BYTES, V, nt * BC, S);
             }
             tc::cp_async_commit();
         }
-        const int k0 = tile * FB_BC;
-        // A tile wholly above the diagonal for this warp's 16 rows: nothing to do (warp-uniform).
-        if (causal && k0 > qw + 15) continue;
+        const int k0 = tile * BC;
+        // A tile wholly above the diagonal for this warp's rows: nothing to do (warp-uniform).
+        if (causal && k0 > qw + C::RW - 1) continue;
         const uint32_t sK = sKV + (2 * (tile % C::STAGES)) * C::TILE_BYTES;
         const uint32_t sV = sK + C::TILE_BYTES;
 
-        // S = Q·Kᵀ: s[j] is the 16×8 block of keys k0+8j..k0+8j+7.
-        float s[FB_BC / 8][4];
+        // S = Q·Kᵀ: s[mt][j] is the 16×8 block of m-tile mt and keys k0+8j..k0+8j+7. Each K
+        // fragment read from shared memory feeds MT MMAs.
+        float s[MT][BC / 8][4];
 #pragma unroll
-        for (int j = 0; j < FB_BC / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int j = 0; j < BC / 8; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < KD; ++kk) {
+            uint32_t qa[C::Q_IN_REGS ? 1 : MT][4];
+            if constexpr (!C::Q_IN_REGS) {
 #pragma unroll
-            for (int jp = 0; jp < FB_BC / 16; ++jp) {
+                for (int mt = 0; mt < MT; ++mt) load_q(qa[mt], mt, kk);
+            }
+#pragma unroll
+            for (int jp = 0; jp < BC / 16; ++jp) {
                 // K is N×K (keys × d, d contiguous): non-transposed ldmatrix. Matrices: keys
                 // 16jp+0..7 at d chunk 2kk, same keys at 2kk+1, keys 16jp+8..15 at 2kk, at 2kk+1.
                 uint32_t b[4];
-                tc::ldmatrix_x4(b, sK + fb_off(FB_BC, 16 * jp + (lane % 8) + 8 * (lane / 16), 2 * kk + (lane / 8) % 2));
+                tc::ldmatrix_x4(b, sK + fb_off(BC, 16 * jp + (lane % 8) + 8 * (lane / 16), 2 * kk + (lane / 8) % 2));
                 const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-                tc::mma_m16n8k16_bf16(s[2 * jp], qf[kk], b0, s[2 * jp]);
-                tc::mma_m16n8k16_bf16(s[2 * jp + 1], qf[kk], b1, s[2 * jp + 1]);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    const uint32_t(&a)[4] = C::Q_IN_REGS ? qf[C::Q_IN_REGS ? mt : 0][C::Q_IN_REGS ? kk : 0]
+                                                         : qa[C::Q_IN_REGS ? 0 : mt];
+                    tc::mma_m16n8k16_bf16(s[mt][2 * jp], a, b0, s[mt][2 * jp]);
+                    tc::mma_m16n8k16_bf16(s[mt][2 * jp + 1], a, b1, s[mt][2 * jp + 1]);
+                }
             }
         }
 
         const bool mask_causal = causal && !(flags & FB_FLAG_NO_CAUSAL_MASK);
-        if (k0 + FB_BC > S || (mask_causal && k0 + FB_BC - 1 > qw)) flash_mask_tile(s, k0, qw, S, mask_causal);
-        flash_online_softmax(s, m, l, o, scale_log2e);  // s now holds the weights p, in FP32
         // P as bf16 A fragments, one per k16 step over the keys: the C fragments of n8 tiles 2kk
         // and 2kk+1 (rows g and g+8, keys 2t, 2t+1 and 8+2t, 8+2t+1) are a0..a3 as they stand.
-        uint32_t pf[FB_BC / 16][4];
+        uint32_t pf[MT][BC / 16][4];
 #pragma unroll
-        for (int kk = 0; kk < FB_BC / 16; ++kk) {
-            pf[kk][0] = tc::pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
-            pf[kk][1] = tc::pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
-            pf[kk][2] = tc::pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pf[kk][3] = tc::pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        for (int mt = 0; mt < MT; ++mt) {
+            const int qm = qw + 16 * mt;
+            if (k0 + BC > S || (mask_causal && k0 + BC - 1 > qm)) flash_mask_tile(s[mt], k0, qm, S, mask_causal);
+            flash_online_softmax(s[mt], m[mt], l[mt], o[mt], scale_log2e);  // s now holds the weights p
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; ++kk) {
+                pf[mt][kk][0] = tc::pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                pf[mt][kk][1] = tc::pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                pf[mt][kk][2] = tc::pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                pf[mt][kk][3] = tc::pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
         }
 
         // O += P·V. V is K×N (keys × d, d contiguous): transposed ldmatrix. Matrices: keys
         // 16kk+0..7 at d chunk 2np, keys 16kk+8..15 at 2np, keys 0..7 at 2np+1, keys 8..15 at 2np+1.
 #pragma unroll
-        for (int kk = 0; kk < FB_BC / 16; ++kk) {
+        for (int kk = 0; kk < BC / 16; ++kk) {
 #pragma unroll
             for (int np = 0; np < KD; ++np) {
                 uint32_t b[4];
-                tc::ldmatrix_x4_trans(b, sV + fb_off(FB_BC, 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2), 2 * np + lane / 16));
+                tc::ldmatrix_x4_trans(b, sV + fb_off(BC, 16 * kk + (lane % 8) + 8 * ((lane / 8) % 2), 2 * np + lane / 16));
                 const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-                tc::mma_m16n8k16_bf16(o[2 * np], pf[kk], b0, o[2 * np]);
-                tc::mma_m16n8k16_bf16(o[2 * np + 1], pf[kk], b1, o[2 * np + 1]);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    tc::mma_m16n8k16_bf16(o[mt][2 * np], pf[mt][kk], b0, o[mt][2 * np]);
+                    tc::mma_m16n8k16_bf16(o[mt][2 * np + 1], pf[mt][kk], b1, o[mt][2 * np + 1]);
+                }
             }
         }
     }
     // No copy may still be writing shared memory when the block exits (empty groups only, but
     // compute-sanitizer and the next block's reuse of the SM's shared memory want it drained).
     tc::cp_async_wait<0>();
-
-    flash_store_o<D>(O, o, l, qw, S);  // O / l, rounded to bf16
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) flash_store_o<D>(O, o[mt], l[mt], qw + 16 * mt, S);  // O / l, rounded to bf16
 }
 
-template <int D, int NW = FlashBf16Default<D>::NW, int STAGES = FlashBf16Default<D>::STAGES>
+template <int D, int NW = FlashBf16Default<D>::NW, int STAGES = FlashBf16Default<D>::STAGES, int MT = 1,
+          int BC = FB_BC>
 static inline cudaError_t attn_flash_bf16_launch(int BH, int S, const cudalab_bf16 *q, const cudalab_bf16 *k,
                                                  const cudalab_bf16 *v, cudalab_bf16 *o, float scale, int causal,
                                                  int flags, cudaStream_t stream) {
-    using C = FlashBf16Cfg<D, NW, STAGES>;
-    const cudaError_t e = cudalab_allow_dynamic_smem(attn_flash_bf16_fwd<D, NW, STAGES>, C::SMEM);
+    using C = FlashBf16Cfg<D, NW, STAGES, MT, BC>;
+    const auto kernel = attn_flash_bf16_fwd<D, NW, STAGES, MT, BC>;
+    const cudaError_t e = cudalab_allow_dynamic_smem(kernel, C::SMEM);
     if (e != cudaSuccess) return e;
     const dim3 grid((unsigned)cdiv(S, C::BR), (unsigned)BH);
-    attn_flash_bf16_fwd<D, NW, STAGES><<<grid, C::NT, C::SMEM, stream>>>(q, k, v, o, S, scale * CUDALAB_LOG2E, causal,
-                                                                      flags);
+    kernel<<<grid, C::NT, C::SMEM, stream>>>(q, k, v, o, S, scale * CUDALAB_LOG2E, causal, flags);
     return cudaGetLastError();
 }

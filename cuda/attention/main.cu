@@ -1,6 +1,8 @@
 // build/bin/attention: run one attention variant on random inputs, time it, check sampled rows.
-//   attention [--variant 01_naive|02_flash|03_flash_bf16|04_flash_3xtf32] [--causal] [--reps N]
-//             [--seed S] B H S D
+//   attention [--variant 01_naive|02_flash|03_flash_bf16|04_flash_3xtf32] [--config NAME] [--causal]
+//             [--reps N] [--seed S] B H S D
+// --config runs one of 03_flash_bf16's tuning choices (attention_config_name: warps, rows per warp,
+// key tile, stages), e.g. the one `invoke tune attention` chose; without it 03 runs its default.
 // Prints `result program=attention ... dtype=... tflops=... check=pass|fail`; exit 0 only when the
 // check passed. The check recomputes a few query rows of a few (b, h) slabs in double precision on
 // the CPU (from the bf16-rounded inputs for 03_flash_bf16) and asks ||out - ref|| / ||ref|| <= 1e-4
@@ -9,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "attention.h"
@@ -16,11 +19,18 @@
 #include "cli.cuh"
 
 static const char *kUsage =
-    "usage: attention [--variant 01_naive|02_flash|03_flash_bf16|04_flash_3xtf32] [--causal] [--reps N] "
-    "[--seed S] B H S D";
+    "usage: attention [--variant 01_naive|02_flash|03_flash_bf16|04_flash_3xtf32] [--config NAME] [--causal] "
+    "[--reps N] [--seed S] B H S D";
+
+// The tuning choices, comma-separated, for the usage error of a bad --config.
+static std::string config_list() {
+    std::string s;
+    for (int i = 0; i < attention_config_count(); ++i) s += std::string(i ? ", " : "") + attention_config_name(i);
+    return s;
+}
 
 int main(int argc, char **argv) {
-    const char *variant = "02_flash";
+    const char *variant = nullptr, *config = nullptr;
     int causal = 0, reps = 5;
     unsigned long long seed = 0;
     std::vector<const char *> pos;
@@ -29,6 +39,8 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         if (strcmp(a, "--variant") == 0) {
             variant = cudalab_option_value(argc, argv, &i, kUsage);
+        } else if (strcmp(a, "--config") == 0) {
+            config = cudalab_option_value(argc, argv, &i, kUsage);
         } else if (strcmp(a, "--causal") == 0) {
             causal = 1;
         } else if (strcmp(a, "--reps") == 0) {
@@ -45,10 +57,19 @@ int main(int argc, char **argv) {
     if (pos.size() != 4) CUDALAB_USAGE_ERROR("B, H, S and D are needed\n%s", kUsage);
     const int B = cudalab_parse_positive(pos[0], "B"), H = cudalab_parse_positive(pos[1], "H");
     const int S = (int)cudalab_parse_range(pos[2], "S", 1, ATTN_MAX_S), D = cudalab_parse_positive(pos[3], "D");
+    if (variant == nullptr) variant = config ? "03_flash_bf16" : "02_flash";
     bool known = false;
     for (int i = 0; i < attention_variant_count(); ++i) known = known || strcmp(variant, attention_variant_name(i)) == 0;
     if (!known)
         CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: 01_naive, 02_flash, 03_flash_bf16, 04_flash_3xtf32)", variant);
+    if (config != nullptr) {
+        bool is_config = false;
+        for (int i = 0; i < attention_config_count(); ++i) is_config = is_config || strcmp(config, attention_config_name(i)) == 0;
+        if (!is_config) CUDALAB_USAGE_ERROR("unknown --config '%s' (valid: %s)", config, config_list().c_str());
+        if (strcmp(variant, "03_flash_bf16") != 0)
+            CUDALAB_USAGE_ERROR("--config chooses how 03_flash_bf16 runs; it does not apply to %s", variant);
+    }
+    const char *runs = config ? config : variant;  // the name the library is called with
     if ((long long)B * H > CUDALAB_MAX_GRID_YZ)
         CUDALAB_USAGE_ERROR("B*H must be at most %d, got %lld", CUDALAB_MAX_GRID_YZ, (long long)B * H);
     if (strcmp(variant, "02_flash") == 0 && D != 32 && D != 64 && D != 128)
@@ -56,7 +77,7 @@ int main(int argc, char **argv) {
     if ((strcmp(variant, "03_flash_bf16") == 0 || strcmp(variant, "04_flash_3xtf32") == 0) && D != 64 && D != 128)
         CUDALAB_USAGE_ERROR("%s needs D in {64, 128}, got %d", variant, D);
     const bool bf16 = attention_variant_is_bf16(variant) == 1;
-    const long long ws_bytes = attention_workspace_bytes(variant, B, H, S, D);
+    const long long ws_bytes = attention_workspace_bytes(runs, B, H, S, D);
     if (ws_bytes < 0) CUDALAB_USAGE_ERROR("invalid sizes B=%d H=%d S=%d D=%d", B, H, S, D);
 
     const size_t n = (size_t)B * H * S * D;
@@ -89,7 +110,7 @@ int main(int argc, char **argv) {
     const double ms = cudalab_median_ms(
         [&] {
             if (bf16)
-                return attention_forward_bf16_device(variant, B, H, S, D, causal, scale, (const cudalab_bf16 *)dq,
+                return attention_forward_bf16_device(runs, B, H, S, D, causal, scale, (const cudalab_bf16 *)dq,
                                                      (const cudalab_bf16 *)dk, (const cudalab_bf16 *)dv,
                                                      (cudalab_bf16 *)dout, nullptr);
             return attention_forward_device(variant, B, H, S, D, causal, scale, (const float *)dq, (const float *)dk,
@@ -135,10 +156,10 @@ int main(int argc, char **argv) {
     const bool pass = rel <= (bf16 ? 1e-2 : 1e-4);  // false for NaN too
     const double pairs = causal ? (double)S * (S + 1) / 2 : (double)S * S;
     const double flops = 4.0 * BH * pairs * D;
-    printf("result program=attention variant=%s dtype=%s b=%d h=%d s=%d d=%d causal=%d ms=%.4f tflops=%.3f "
+    printf("result program=attention variant=%s%s%s dtype=%s b=%d h=%d s=%d d=%d causal=%d ms=%.4f tflops=%.3f "
            "rel_err=%.3e check=%s\n",
-           variant, bf16 ? "bf16" : "f32", B, H, S, D, causal, ms, flops / (ms * 1e-3) / 1e12, rel,
-           pass ? "pass" : "fail");
+           variant, config ? " config=" : "", config ? config : "", bf16 ? "bf16" : "f32", B, H, S, D, causal, ms,
+           flops / (ms * 1e-3) / 1e12, rel, pass ? "pass" : "fail");
     CUDA_CHECK(cudaFree(dq));
     CUDA_CHECK(cudaFree(dk));
     CUDA_CHECK(cudaFree(dv));

@@ -35,8 +35,11 @@ except ImportError:  # pragma: no cover - ml_dtypes is a dependency; only the bf
 
 VARIANTS = ("01_naive", "02_flash", "03_flash_bf16", "04_flash_3xtf32")
 ALIASES = {"naive": "01_naive", "flash": "02_flash"}
-# 03_flash_bf16 with (warps, stages) fixed, for tuning its per-D defaults (FlashBf16Default in C).
-TUNING_VARIANTS = ("flash_bf16_w8s2", "flash_bf16_w8s3", "flash_bf16_w4s2", "flash_bf16_w4s3")
+# 03_flash_bf16 with (warps, stages) fixed; with 32 query rows per warp ("m2": each K and V fragment
+# read from shared memory feeds two MMAs); and with that and 32-key tiles ("k32": what leaves room in
+# the registers for 32 rows of O at D=128). For `invoke tune attention` (runs_as below).
+TUNING_VARIANTS = ("flash_bf16_w8s2", "flash_bf16_w8s3", "flash_bf16_w4s2", "flash_bf16_w4s3",
+                   "flash_bf16_w4m2s2", "flash_bf16_w4m2k32s2", "flash_bf16_w4m2k32s3")
 TEST_VARIANTS = ("flash_skip_last_tile", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask") + TUNING_VARIANTS
 BF16_VARIANTS = ("03_flash_bf16", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask") + TUNING_VARIANTS
 FLASH_D = (32, 64, 128)  # 02_flash
@@ -159,6 +162,13 @@ def forward_device(variant: str, shape, causal: bool, q, k, v, o, workspace=None
     else:
         lib.attention_forward_device(variant, B, H, S, D, int(bool(causal)), scale, q, k, v, o, workspace,
                                      stream)
+
+
+def configs() -> list[str]:
+    """03_flash_bf16's tuning choices from the library's table (TUNING_VARIANTS spells them out for the
+    CPU side; a test checks they agree)."""
+    lib = library.load("attention")
+    return [lib.ffi.string(lib.attention_config_name(i)).decode() for i in range(lib.attention_config_count())]
 
 
 def variants() -> list[str]:
@@ -439,16 +449,32 @@ def runs_as(variant: str, D: int) -> str:
     return _tuned[D][0] or variant
 
 
-def tune(size: int = BENCH_S, reps: int = 10, save: bool = True, on_progress=None):
-    """Time every (warps, stages) choice of 03_flash_bf16 (TUNING_VARIANTS) at B=4, H=16, S=size for
-    D = 64 and 128, causal and not, with harness.timing; per D the winner has the least total time.
+def _tune_check(variant: str, D: int) -> str | None:
+    """Why `variant` must not be chosen (a wrong answer on a small ragged problem, causal and not),
+    or None: the search never picks a fast kernel that is wrong."""
+    rng = np.random.default_rng(D)
+    q, k, v = (rng.uniform(-1, 1, (1, 3, 200, D)).astype(bfloat16) for _ in range(3))
+    for causal in (False, True):
+        out = attention(q, k, v, causal=causal, variant=variant)
+        e = relative_error(out, reference(q, k, v, causal))
+        if not e <= TOLERANCE_BF16:
+            return f"wrong answer ({'causal' if causal else 'non-causal'} relative error {e:.2e})"
+    return None
 
-    Returns (table, path): one row per (D, choice) with TFLOP/s both ways, and the JSON written
-    (None when save=False), which holds the device, the winner per D and the whole table."""
+
+def tune(size: int = BENCH_S, reps: int = 10, save: bool = True, on_progress=None):
+    """Time every choice in TUNING_VARIANTS (03_flash_bf16's warps, rows per warp, key tile and
+    stages) at B=4, H=16, S=size for D = 64 and 128, causal and not, with harness.timing; per D the
+    winner has the least total time. Each choice is first checked against the float64 reference on
+    a small ragged problem; one that is wrong, or that the device refuses, is listed, never chosen.
+
+    Returns (table, path): one row per (D, choice) with TFLOP/s both ways and a status, and the
+    JSON written (None when save=False): the device, the winner per D and the whole table."""
     import pandas as pd
 
     from .. import timing
     from .. import tune as htune
+    from ..errors import ContextLostError, CudaError
 
     if not 1 <= size <= MAX_S:
         raise ValueError(f"size is the sequence length S: at least 1 and at most {MAX_S}, got {size}")
@@ -456,7 +482,16 @@ def tune(size: int = BENCH_S, reps: int = 10, save: bool = True, on_progress=Non
     rows = []
     for D in TC_D:
         for v in TUNING_VARIANTS:
-            r = {"D": D, "config": v}
+            r = {"D": D, "config": v, "status": "ok"}
+            try:
+                why = _tune_check(v, D)
+            except ContextLostError:
+                raise
+            except CudaError as e:  # e.g. more shared memory than this GPU has: not a candidate here
+                why = f"refused: {e}"
+            if why:
+                rows.append({**r, "status": why})
+                continue
             for causal in (False, True):
                 if on_progress:
                     on_progress(f"{v} D={D}" + (" causal" if causal else ""))
@@ -471,10 +506,19 @@ def tune(size: int = BENCH_S, reps: int = 10, save: bool = True, on_progress=Non
                 r[f"ms_{key}"] = t.median_ms
             rows.append(r)
     df = pd.DataFrame(rows)
+    for c in ("tflops_full", "tflops_causal", "ms_full", "ms_causal"):
+        if c not in df:
+            df[c] = np.nan
     df["ms_total"] = df["ms_full"] + df["ms_causal"]
-    winners = {str(D): str(g.loc[g["ms_total"].idxmin(), "config"]) for D, g in df.groupby("D")}
-    df["winner"] = [winners[str(d)] == c for d, c in zip(df["D"], df["config"])]
-    df = df[["D", "config", "tflops_full", "tflops_causal", "ms_total", "winner"]]
+    winners = {}
+    for D, g in df[df["status"] == "ok"].groupby("D"):
+        winners[str(D)] = str(g.loc[g["ms_total"].idxmin(), "config"])
+    missing = [str(D) for D in TC_D if str(D) not in winners]
+    if missing:
+        raise RuntimeError(f"no choice of 03_flash_bf16 ran correctly at D={', '.join(missing)}: "
+                           + "; ".join(f"{r.config} D={r.D}: {r.status}" for r in df.itertuples() if r.status != "ok"))
+    df["winner"] = [winners.get(str(d)) == c for d, c in zip(df["D"], df["config"])]
+    df = df[["D", "config", "tflops_full", "tflops_causal", "ms_total", "status", "winner"]]
     path = None
     if save:
         path = htune.save("attention", device, {"size": f"B{BENCH_B}xH{BENCH_H}xS{size}", "winners": winners},
@@ -514,4 +558,9 @@ def sanitize_args() -> dict[str, list[str]]:
         out[f"{v}-causal"] = ["--variant", v, "--causal", "--reps", "1", "1", "3", "130", "64"]
         if v in ("03_flash_bf16", "04_flash_3xtf32"):
             out[f"{v}-d128"] = ["--variant", v, "--causal", "--reps", "1", "3", "1", "67", "128"]
+    # Each tuning choice of 03 (the tuner may pick any): causal at D=128, S=130 (ragged for 32- and
+    # 64-key tiles), and at D=64, where 32 rows a warp keep Q in registers.
+    for c in TUNING_VARIANTS:
+        out[f"03_flash_bf16-{c}-d128"] = ["--config", c, "--causal", "--reps", "1", "1", "3", "130", "128"]
+        out[f"03_flash_bf16-{c}-d64"] = ["--config", c, "--reps", "1", "3", "1", "67", "64"]
     return out
