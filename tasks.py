@@ -332,12 +332,14 @@ def sanitize(c, programs="", tool="all", jobs=""):
     print(f"sanitize: all {len(outcomes)} run(s) clean")
 
 
-@task(help={"what": "bench (ratio bars, roofline, ladders) or profile (a program's kernel shares)",
+@task(help={"what": "bench (ratio bars, roofline, ladders), profile (a program's kernel shares) or tune (every "
+                    "cached `invoke tune` search under bench/results/)",
             "csv": "bench: the CSV to draw (default: the build/bench/*.csv with the newest date inside)",
             "prog": f"profile: the program whose build/profiles/<prog>/kernels.csv to draw: {_PROGRAMS}",
             "outdir": "where the PNGs go (default build/plots)"})
 def plot(c, what, csv=None, prog=None, outdir="build/plots"):
-    """Draw from saved results: `invoke plot bench` (ratio bars + roofline), `invoke plot profile --prog square`."""
+    """Draw from saved results: `invoke plot bench` (ratio bars + roofline), `invoke plot profile --prog square`,
+    `invoke plot tune` (each cached parameter search, no GPU needed)."""
     if what == "bench":
         from analysis import bench as abench
 
@@ -361,8 +363,18 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots"):
             tool = df["tool"].iloc[0] if "tool" in df and len(df) else ""
             for p in aprof.plot(df, hp.PROFILES / prog, title=f"{prog}: kernel time shares ({tool})"):
                 print(p)
+    elif what == "tune":
+        from analysis import tune as atune
+        from harness import bench as hbench
+
+        with _one_line("plot tune"):
+            paths = atune.plot_cached(hbench.RESULTS_DIR, Path(outdir))
+        if not paths:
+            raise Exit(f"plot tune: no tuning results under {hbench.RESULTS_DIR} (run `invoke tune <prog>` on a GPU)")
+        for p in paths:
+            print(p)
     else:
-        raise Exit(f"plot: nothing called {what!r}; choose bench or profile")
+        raise Exit(f"plot: nothing called {what!r}; choose bench, profile or tune")
 
 
 @task(help={"prog": "the program to tune: matmul (ladder configurations for 09_tuned) or attention "
@@ -387,6 +399,13 @@ def tune(c, prog, size="4096", reps="10", save=True):
     print(f"winner: {', '.join(names) or 'none'}")
     if path is not None:
         print(f"saved {path}")
+    from analysis import tune as atune
+    from harness import bench as hbench
+    from harness import cudart
+
+    with _one_line(f"tune {prog}"):
+        gpu = hbench.gpu_folder(cudart.device_name(0))
+        print(f"figure {atune.plot(df, prog, ROOT / 'build' / 'plots' / f'tune_{prog}_{gpu}.png')}")
 
 
 @task(help={"outdir": "where index.md and index.html go (default build/report); created if missing"})
