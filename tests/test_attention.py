@@ -19,6 +19,7 @@ import pytest
 
 from conftest import GPU_OK, poison
 from harness import build, cudart, runner
+from harness.errors import CudaError
 from harness.programs import attention as att
 
 bf16 = att.bfloat16
@@ -197,8 +198,13 @@ def test_bf16_validation():
     with pytest.raises(ValueError, match="D in"):
         z = np.ones((1, 1, 4, 32), bf16)
         att.attention(z, z, z)
-    with pytest.raises(ValueError, match="scale >= 0"):
+    with pytest.raises(ValueError, match="scale > 0"):
         att.attention(x, x, x, scale=-0.1)
+    # 0 too: the masked keys' -inf times a zero scale would be NaN in the tensor-core kernels.
+    for variant, dt in (("03_flash_bf16", bf16), ("04_flash_3xtf32", np.float32)):
+        w = np.ones((1, 1, 4, 64), dt)
+        with pytest.raises(ValueError, match="needs scale > 0, got 0.0"):
+            att.attention(w, w, w, causal=True, variant=variant, scale=0.0)
     with pytest.raises(TypeError):
         att.attention(x, x, x, out=np.zeros((1, 1, 4, 64), np.float32))
     assert att.validate(x, x, x)[3] == "03_flash_bf16"  # the default follows the dtype
@@ -442,6 +448,10 @@ def test_device_form_with_workspace(rng):
             s.synchronize()
         got = o.to_host(np.empty(shape, dt))
         assert att.check(got, ref, att.tolerance(variant)), variant
+        if variant in ("03_flash_bf16", "04_flash_3xtf32"):
+            # The device form does no Python checks: the library itself refuses a scale of 0.
+            with pytest.raises(CudaError, match="cudaErrorInvalidValue"):
+                att.forward_device(variant, shape, True, *bufs, o, ws, scale=0.0)
         for b in bufs + [o] + ([ws] if ws else []):
             b.close()
 

@@ -5,7 +5,7 @@
                       products are the matmul program's kernels)
      "02_flash"       float32; one fused kernel with an online softmax; D must be 32, 64 or 128
      "03_flash_bf16"  bf16 in and out, FP32 accumulation and softmax statistics: FlashAttention-2
-                      on the tensor cores (mma.sync m16n8k16); D must be 64 or 128; scale >= 0
+                      on the tensor cores (mma.sync m16n8k16); D must be 64 or 128; scale > 0
    Test-only, deliberately wrong: "flash_skip_last_tile" (02_flash without its last key tile),
    "flash_bf16_skip_last_tile" and "flash_bf16_no_causal_mask" (03_flash_bf16 sabotaged).
    Tuning-only: "flash_bf16_w8s2", "_w8s3", "_w4s2", "_w4s3" (03_flash_bf16 with warps per block and

@@ -410,8 +410,9 @@ static inline cudaError_t attention_launch(const char *variant, int B, int H, in
          reinterpret_cast<uintptr_t>(o)) % 16 != 0)
         return cudaErrorMisalignedAddress;
     if (id == ATTN_04_FLASH_3XTF32) {
-        // The running max is kept in raw score units and scaled after: a negative scale would flip it.
-        if (!(scale >= 0.0f) || isinf(scale)) return cudaErrorInvalidValue;
+        // The running max is kept in raw score units and scaled after: a negative scale would flip it,
+        // and 0 would make the masked keys' -inf times 0 a NaN (flash_online_softmax).
+        if (!(scale > 0.0f) || isinf(scale)) return cudaErrorInvalidValue;
         if (D == 64) return attn_flash_3xtf32_launch<64>(BH, S, q, k, v, o, scale, causal, stream);
         return attn_flash_3xtf32_launch<128>(BH, S, q, k, v, o, scale, causal, stream);
     }
@@ -423,15 +424,16 @@ static inline cudaError_t attention_launch(const char *variant, int B, int H, in
     }
 }
 
-// Enqueue the bf16 attention on `stream`. Device pointers, 16-byte aligned. The scale must not be
-// negative: the kernel keeps its running max in raw score units and multiplies by the scale after.
+// Enqueue the bf16 attention on `stream`. Device pointers, 16-byte aligned. The scale must be
+// positive: the kernel keeps its running max in raw score units and multiplies by the scale after
+// (a negative scale would flip the max), and masked scores are -inf (times 0 is NaN).
 static inline cudaError_t attention_launch_bf16(const char *variant, int B, int H, int S, int D, int causal,
                                                 float scale, const cudalab_bf16 *q, const cudalab_bf16 *k,
                                                 const cudalab_bf16 *v, cudalab_bf16 *o, cudaStream_t stream) {
     const int id = attn_variant_id(variant);
     cudaError_t err = attn_check_args(id, B, H, S, D);
     if (err != cudaSuccess) return err;
-    if (!attn_is_bf16(id) || !(scale >= 0.0f) || isinf(scale)) return cudaErrorInvalidValue;
+    if (!attn_is_bf16(id) || !(scale > 0.0f) || isinf(scale)) return cudaErrorInvalidValue;
     if (q == nullptr || k == nullptr || v == nullptr || o == nullptr) return cudaErrorInvalidValue;
     if ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v) |
          reinterpret_cast<uintptr_t>(o)) % 16 != 0)

@@ -15,7 +15,7 @@ Q, K, V and the output are B x H x S x D, C-contiguous. Variants (the C library'
 "naive" and "flash" are accepted for the first two. Test-only, deliberately wrong variants the
 checkers must reject: "flash_skip_last_tile" (02_flash without its last key tile),
 "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask" (03_flash_bf16 sabotaged).
-The tensor-core variants need scale >= 0. Tuning-only: TUNING_VARIANTS, 03_flash_bf16 with its warps per
+The tensor-core variants need scale > 0. Tuning-only: TUNING_VARIANTS, 03_flash_bf16 with its warps per
 block and pipeline stages fixed; `invoke tune attention` picks one per head size and GPU (runs_as).
 """
 
@@ -120,8 +120,10 @@ def validate(q, k, v, variant: str | None = None, scale=None):
     if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)) \
             or not math.isfinite(float(scale)):
         raise TypeError(f"scale must be a finite number, got {scale!r}")
-    if ds == TC_D and scale < 0:
-        raise ValueError(f"{variant} needs scale >= 0, got {scale}")
+    if ds == TC_D and scale <= 0:
+        # The kernels keep the running max in raw score units and scale it after (a negative scale
+        # would flip it), and mask with -inf (which a scale of 0 would turn into NaN).
+        raise ValueError(f"{variant} needs scale > 0, got {scale}")
     return q, k, v, variant, float(scale), (B, H, S, D)
 
 
