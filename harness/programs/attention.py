@@ -16,7 +16,8 @@ Q, K, V and the output are B x H x S x D, C-contiguous. Variants (the C library'
 checkers must reject: "flash_skip_last_tile" (02_flash without its last key tile),
 "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask" (03_flash_bf16 sabotaged).
 The tensor-core variants need scale > 0. Tuning-only: TUNING_VARIANTS, 03_flash_bf16 with its warps per
-block and pipeline stages fixed; `invoke tune attention` picks one per head size and GPU (runs_as).
+block, query rows per warp, keys per tile and pipeline stages fixed; `invoke tune attention` picks one
+per head size and GPU (runs_as).
 """
 
 from __future__ import annotations
@@ -415,14 +416,14 @@ def bench_cases(quick: bool = False):
     return [c for c in cases if c.quick or not quick]
 
 
-# --- tuning: the (warps, stages) 03_flash_bf16 runs at each head size on this GPU --------------------
+# --- tuning: the choice 03_flash_bf16 runs at each head size on this GPU ----------------------------
 # TUNING_VARIANTS are 03_flash_bf16 with the choice fixed. `invoke tune attention` times each at
 # B=4, H=16, S=4096, causal and not, per D, and caches the one with the least total time; the library
 # calls (attention(), forward_device(), the bench) then run it for 03_flash_bf16. Without a cache
 # for this exact device the compiled default runs (FlashBf16Default in cuda/attention/flash_bf16.cuh),
-# which is also what build/bin/attention always runs.
+# which is also what build/bin/attention runs unless given --config.
 
-_tuned: dict = {}  # per process: {"device": name, D: (variant or None, why)}
+_tuned: dict = {}  # per process: {D: (tuning variant or None, why)}
 
 
 def tuned_choice(D: int, device: str | None = None) -> tuple[str | None, str]:
