@@ -378,7 +378,7 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots"):
 
 
 @task(help={"prog": "the program to tune: matmul (ladder configurations for 09_tuned) or attention "
-                    "(03_flash_bf16's warps and stages per head size)",
+                    "(03_flash_bf16's warps, rows per warp, key tile and stages, per head size)",
             "size": "matmul: m = n = k; attention: the sequence length S (default 4096)",
             "reps": "timed repetitions per configuration (harness.timing, at least 10)",
             "save": "cache the winner under bench/results/<gpu>/ (default on; --no-save only prints)"})
