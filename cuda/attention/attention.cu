@@ -7,9 +7,9 @@ static const int kNumVariants = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
 
 // 03_flash_bf16's choices of warps per block, query rows per warp, keys per tile and pipeline
 // stages (attn_variant_id knows each name): the search space of `invoke tune attention`.
-static const char *const kConfigs[] = {"flash_bf16_w8s2",   "flash_bf16_w8s3",      "flash_bf16_w4s2",
-                                       "flash_bf16_w4s3",   "flash_bf16_w4m2s2",    "flash_bf16_w4m2k32s2",
-                                       "flash_bf16_w4m2k32s3"};
+static const char *const kConfigs[] = {"flash_bf16_w8s2",      "flash_bf16_w8s3",      "flash_bf16_w4s2",
+                                       "flash_bf16_w4s3",      "flash_bf16_w4k32s2",   "flash_bf16_w4k32s3",
+                                       "flash_bf16_w4m2s2",    "flash_bf16_w4m2k32s2", "flash_bf16_w4m2k32s3"};
 static const int kNumConfigs = (int)(sizeof(kConfigs) / sizeof(kConfigs[0]));
 
 extern "C" int attention_config_count(void) { return kNumConfigs; }

@@ -9,9 +9,9 @@
    Test-only, deliberately wrong: "flash_skip_last_tile" (02_flash without its last key tile),
    "flash_bf16_skip_last_tile" and "flash_bf16_no_causal_mask" (03_flash_bf16 sabotaged).
    Tuning-only: "flash_bf16_w8s2", "_w8s3", "_w4s2", "_w4s3" (03_flash_bf16 with warps per block and
-   pipeline stages fixed), "flash_bf16_w4m2s2" (32 query rows per warp instead of 16) and
-   "flash_bf16_w4m2k32s2", "_w4m2k32s3" (the same with 32-key tiles): `invoke tune attention` picks
-   one per head size and GPU.
+   pipeline stages fixed), "_w4k32s2", "_w4k32s3" (32-key tiles), "_w4m2s2" (32 query rows per warp
+   instead of 16) and "_w4m2k32s2", "_w4m2k32s3" (both): `invoke tune attention` picks one per head
+   size and GPU (attention_config_name lists them).
    causal != 0 masks key j > query i. scale is usually 1/sqrt(D). Status returns are cudaError_t
    codes (0 = success); bad arguments, an unknown variant or a variant of the other dtype give
    cudaErrorInvalidValue before any launch. */

@@ -36,13 +36,15 @@ enum attn_variant_id_t {
     ATTN_02_FLASH = 2,
     ATTN_03_FLASH_BF16 = 3,
     ATTN_04_FLASH_3XTF32 = 4,
-    ATTN_FLASH_BF16_W8S2 = 90,  // tuning: 03_flash_bf16 with (warps, stages) fixed, any D
-    ATTN_FLASH_BF16_W8S3 = 91,
-    ATTN_FLASH_BF16_W4S2 = 92,
-    ATTN_FLASH_BF16_W4S3 = 93,
-    ATTN_FLASH_BF16_W4M2S2 = 94,     // ... and 32 query rows a warp (two m16 tiles), FlashAttention-2's split
-    ATTN_FLASH_BF16_W4M2K32S2 = 95,  // ... and 32-key tiles (room in the registers for 32 rows of O at D=128)
-    ATTN_FLASH_BF16_W4M2K32S3 = 96,
+    ATTN_FLASH_BF16_W8S2 = 80,  // tuning: 03_flash_bf16 with (warps, stages) fixed, any D
+    ATTN_FLASH_BF16_W8S3 = 81,
+    ATTN_FLASH_BF16_W4S2 = 82,
+    ATTN_FLASH_BF16_W4S3 = 83,
+    ATTN_FLASH_BF16_W4K32S2 = 84,    // ... with 32-key tiles (fewer registers: 3 blocks of 4 warps at D=128)
+    ATTN_FLASH_BF16_W4K32S3 = 85,
+    ATTN_FLASH_BF16_W4M2S2 = 86,     // ... with 32 query rows a warp (two m16 tiles), FlashAttention-2's split
+    ATTN_FLASH_BF16_W4M2K32S2 = 87,  // ... and 32-key tiles (room in the registers for 32 rows of O at D=128)
+    ATTN_FLASH_BF16_W4M2K32S3 = 88,
     ATTN_FLASH_BF16_NO_CAUSAL_MASK = 97,
     ATTN_FLASH_BF16_SKIP_LAST_TILE = 98,
     ATTN_FLASH_SKIP_LAST_TILE = 99
@@ -61,6 +63,8 @@ static inline int attn_variant_id(const char *variant) {
     if (strcmp(variant, "flash_bf16_w8s3") == 0) return ATTN_FLASH_BF16_W8S3;
     if (strcmp(variant, "flash_bf16_w4s2") == 0) return ATTN_FLASH_BF16_W4S2;
     if (strcmp(variant, "flash_bf16_w4s3") == 0) return ATTN_FLASH_BF16_W4S3;
+    if (strcmp(variant, "flash_bf16_w4k32s2") == 0) return ATTN_FLASH_BF16_W4K32S2;
+    if (strcmp(variant, "flash_bf16_w4k32s3") == 0) return ATTN_FLASH_BF16_W4K32S3;
     if (strcmp(variant, "flash_bf16_w4m2s2") == 0) return ATTN_FLASH_BF16_W4M2S2;
     if (strcmp(variant, "flash_bf16_w4m2k32s2") == 0) return ATTN_FLASH_BF16_W4M2K32S2;
     if (strcmp(variant, "flash_bf16_w4m2k32s3") == 0) return ATTN_FLASH_BF16_W4M2K32S3;
@@ -450,6 +454,8 @@ static inline cudaError_t attention_launch_bf16(const char *variant, int B, int 
     ATTN_BF16_TUNED(ATTN_FLASH_BF16_W8S3, 8, 3, 1, 64)
     ATTN_BF16_TUNED(ATTN_FLASH_BF16_W4S2, 4, 2, 1, 64)
     ATTN_BF16_TUNED(ATTN_FLASH_BF16_W4S3, 4, 3, 1, 64)
+    ATTN_BF16_TUNED(ATTN_FLASH_BF16_W4K32S2, 4, 2, 1, 32)
+    ATTN_BF16_TUNED(ATTN_FLASH_BF16_W4K32S3, 4, 3, 1, 32)
     ATTN_BF16_TUNED(ATTN_FLASH_BF16_W4M2S2, 4, 2, 2, 64)
     ATTN_BF16_TUNED(ATTN_FLASH_BF16_W4M2K32S2, 4, 2, 2, 32)
     ATTN_BF16_TUNED(ATTN_FLASH_BF16_W4M2K32S3, 4, 3, 2, 32)

@@ -48,9 +48,11 @@ struct FlashBf16Cfg {
     static constexpr int TILE_BYTES = BC * D * 2;  // one K or V tile
     static constexpr int Q_BYTES = BR * D * 2;
     static constexpr size_t SMEM = (size_t)Q_BYTES + (size_t)STAGES * 2 * TILE_BYTES;
-    // Registers: ~128 a thread at D=64 (fits 2 blocks of 8 warps), ~210 at D=128 (2 blocks of 4);
-    // with 32 rows a warp, about half as many warps fit.
-    static constexpr int MIN_BLOCKS = (D == 64 ? 16 : 8) / (NW * MT) > 0 ? (D == 64 ? 16 : 8) / (NW * MT) : 1;
+    // The warps per SM the registers must leave room for (__launch_bounds__'s blocks = that / NW):
+    // 16 rows a warp and 64-key tiles take ~128 registers a thread at D=64 (16 warps), ~210 at D=128
+    // (8); 32-key tiles ~117 and ~168 (16 and 12 warps); 32 rows a warp up to 255 (8 warps).
+    static constexpr int WARPS_PER_SM = MT == 1 ? (D == 64 ? 16 : (BC == 32 ? 12 : 8)) : 8;
+    static constexpr int MIN_BLOCKS = WARPS_PER_SM / NW > 0 ? WARPS_PER_SM / NW : 1;
 };
 // (warps, stages) per D: measured on the H100 (bench/results/h100/NOTES-attention.md).
 template <int D>

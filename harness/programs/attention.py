@@ -36,10 +36,12 @@ except ImportError:  # pragma: no cover - ml_dtypes is a dependency; only the bf
 
 VARIANTS = ("01_naive", "02_flash", "03_flash_bf16", "04_flash_3xtf32")
 ALIASES = {"naive": "01_naive", "flash": "02_flash"}
-# 03_flash_bf16 with (warps, stages) fixed; with 32 query rows per warp ("m2": each K and V fragment
-# read from shared memory feeds two MMAs); and with that and 32-key tiles ("k32": what leaves room in
-# the registers for 32 rows of O at D=128). For `invoke tune attention` (runs_as below).
+# 03_flash_bf16 with (warps, stages) fixed; with 32-key tiles ("k32": fewer registers, more warps per
+# SM); with 32 query rows per warp ("m2": each K and V fragment read from shared memory feeds two
+# MMAs); and both (room in the registers for 32 rows of O at D=128). For `invoke tune attention`
+# (runs_as below).
 TUNING_VARIANTS = ("flash_bf16_w8s2", "flash_bf16_w8s3", "flash_bf16_w4s2", "flash_bf16_w4s3",
+                   "flash_bf16_w4k32s2", "flash_bf16_w4k32s3",
                    "flash_bf16_w4m2s2", "flash_bf16_w4m2k32s2", "flash_bf16_w4m2k32s3")
 TEST_VARIANTS = ("flash_skip_last_tile", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask") + TUNING_VARIANTS
 BF16_VARIANTS = ("03_flash_bf16", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask") + TUNING_VARIANTS
