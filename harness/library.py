@@ -212,7 +212,7 @@ class Library:
         # A failed launch leaves a non-sticky error behind; clear it so the next call is clean.
         # A sticky one (the context is lost) is still there on the second read.
         self.lib.cudalab_clear_error()
-        still = self.lib.cudalab_clear_error() != 0
+        still = self.lib.cudalab_context_check() != 0
         raise_for_code(code, self.error_name(code), self.error_string(code), f"{self.name}.{fname}",
                        still_failing=still)
 

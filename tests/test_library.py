@@ -27,6 +27,7 @@ int fake_strlen(const char *s, int *out) { *out = (int)strlen(s); return 0; }
 const char *cudalab_error_name(int c) { return c == 1 ? "cudaErrorInvalidValue" : "cudaErrorNoDevice"; }
 const char *cudalab_error_string(int c) { return c == 1 ? "invalid argument" : "no CUDA-capable device is detected"; }
 int cudalab_clear_error(void) { return sticky; }
+int cudalab_context_check(void) { return sticky; }  /* a sticky error outlives every call, as on a GPU */
 """
 FAKE_H = """/* fake program */
 #ifndef FAKE_H

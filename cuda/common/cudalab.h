@@ -25,6 +25,8 @@ const char *cudalab_error_name(int code);
 const char *cudalab_error_string(int code);
 /* Clear a non-sticky error left by a failed launch, so the next call starts clean. */
 cudalab_status cudalab_clear_error(void);
+/* After a failure: 0 when the context still works, else the sticky error that lost it. */
+cudalab_status cudalab_context_check(void);
 
 #ifdef __cplusplus
 }
