@@ -144,6 +144,13 @@ def default_variants(prog: str, mod=None) -> list[str | None]:
     return programs.profile_variants(prog, mod)
 
 
+def variants_to_run(prog: str, variant: str | None, args: list[str] | None = None) -> list[str | None]:
+    """One profiled run per entry. --variant all (or one name) with the caller's args: one run per
+    variant, each given `--variant V` (an executable need not know "all"); args alone: one run with
+    the args as they are; neither: the program's choice (resolve_variants)."""
+    return resolve_variants(prog, variant) if (variant or not args) else [None]
+
+
 def resolve_variants(prog: str, variant: str | None, mod=None) -> list[str | None]:
     """--variant V -> [V]; --variant all -> every variant; none -> default_variants."""
     from . import programs
@@ -405,7 +412,7 @@ def profile(prog: str, tool: str = "auto", variant: str | None = None, args: lis
         raise ValueError(f"unknown program {prog!r}; programs: {', '.join(_build.programs())}")
     if tool == "nvprof":
         raise NvprofUnavailable(nvprof_message(prog, args))
-    variants = resolve_variants(prog, variant) if not args else [variant]
+    variants = variants_to_run(prog, variant, args)
     mm = metric_map(metrics)
     outdir = outdir or PROFILES / prog
     if tool != "auto":

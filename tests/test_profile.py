@@ -445,3 +445,15 @@ def test_counter_access_reads_the_driver_setting(monkeypatch, tmp_path):
     assert hp.counter_access(tmp_path / "missing")[0] is None
     monkeypatch.setattr(ncu.os, "geteuid", lambda: 0)
     assert hp.counter_access(params) == (True, "running as root")
+
+
+def test_variant_all_with_arguments_is_one_run_per_variant():
+    """`invoke profile attention --variant all -- 1 32 4096 128` once passed `--variant all` to an
+    executable that has no such variant (found on the H100): each variant is its own run."""
+    from harness.programs import attention
+
+    runs = hp.variants_to_run("attention", "all", ["--reps", "1", "1", "32", "4096", "128"])
+    assert runs == list(attention.VARIANTS)
+    assert [hp.program_argv("attention", v, ["1", "2"])[:2] for v in runs] == [["--variant", v] for v in runs]
+    assert hp.variants_to_run("attention", None, ["1", "2"]) == [None]
+    assert hp.variants_to_run("attention", "02_flash", ["1", "2"]) == ["02_flash"]
