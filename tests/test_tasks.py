@@ -15,6 +15,14 @@ def inv(*args, **kw):
                           timeout=kw.get("timeout", 300))
 
 
+def inv_many(arg_lists):
+    """inv() for each argument list, run side by side (each is a Python start-up: ~1 s apiece in turn)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=8) as ex:
+        return list(ex.map(lambda a: inv(*a), arg_lists))
+
+
 def test_task_list_is_the_project_map():
     out = inv("--list").stdout
     for name in ("build", "test", "run", "doctor", "clean", "compare", "viz", "bench"):
@@ -79,8 +87,7 @@ def test_user_errors_are_one_line_not_tracebacks(tmp_path):
         (["viz", "nosuch"], "nothing to draw for 'nosuch'"),
         (["test", "--gpus", "zero"], "--gpus"),
     ]
-    for args, match in cases:
-        r = inv(*args)
+    for (args, match), r in zip(cases, inv_many([a for a, _ in cases])):
         assert r.returncode != 0, args
         assert match in r.stderr, (args, r.stderr)
         assert "Traceback" not in r.stderr, (args, r.stderr)
@@ -90,9 +97,10 @@ def test_user_errors_are_one_line_not_tracebacks(tmp_path):
 def test_help_describes_every_argument():
     import re
 
-    for name in ("build", "test", "run", "compare", "viz", "bench", "profile", "sanitize", "plot", "tune", "report",
-                 "demo"):
-        out = inv("--help", name).stdout
+    names = ("build", "test", "run", "compare", "viz", "bench", "profile", "sanitize", "plot", "tune", "report",
+             "demo")
+    for name, r in zip(names, inv_many([("--help", n) for n in names])):
+        out = r.stdout
         options = out.split("Options:", 1)[1] if "Options:" in out else ""
         for line in options.splitlines():
             m = re.match(r"^  (-\S.*?)(?:\s{2,}(.*))?$", line)
@@ -120,12 +128,12 @@ def test_gpu_ci_script_names_only_real_tasks_and_options():
             calls.append((rest[0], [w for w in rest[1:] if w.startswith("--")]))
     assert {t for t, _ in calls} >= {"doctor", "build", "test", "sanitize", "tune", "bench", "profile"}
     assert any(t == "profile" and "--metrics" in o for t, o in calls)
+    tasks = sorted({t for t, _ in calls})
     helps = {}
+    for task, h in zip(tasks, inv_many([("--help", t) for t in tasks])):
+        assert h.returncode == 0, f"{task}: {h.stderr}"
+        helps[task] = h.stdout
     for task, opts in calls:
-        if task not in helps:
-            h = inv("--help", task)
-            assert h.returncode == 0, f"{task}: {h.stderr}"
-            helps[task] = h.stdout
         for opt in opts:
             assert re.search(rf"(^|\s){re.escape(opt)}[\s=\[]", helps[task], re.M), f"invoke {task} has no {opt}"
     assert "matmul" in tune.tunables()
