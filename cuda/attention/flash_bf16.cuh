@@ -3,12 +3,12 @@
 // Q, K, V, O are bf16 (cudalab_bf16 = uint16_t storage), B×H×S×D row-major, D = 64 or 128.
 // Products on mma.sync m16n8k16 (bf16 in, FP32 accumulate); softmax statistics in FP32.
 //
-// Block: NW warps, 16 query rows per warp (16·NW rows a block; the tuned choice per D is
-// FlashBf16Default below). Each warp keeps its
-// 16×D slice of Q in registers as MMA A fragments for the whole kernel, so the only shared-memory
-// reads in the loop are the K and V tiles (ldmatrix). K and V stream through STAGES stages of
-// 64-key tiles filled by cp.async: while the warps work on tile t the copies of tiles t+1.. are in
-// flight, and there is one __syncthreads per tile.
+// Block: NW warps, 16·MT query rows per warp (MT = 1 or 2 m16 tiles; the compiled default per D is
+// FlashBf16Default below, `invoke tune attention` picks per GPU). Each warp keeps its Q slice in
+// registers as MMA A fragments where they fit (else it re-reads them with ldmatrix each k16 step),
+// so the shared-memory reads in the loop are the K and V tiles (ldmatrix), each fragment feeding MT
+// MMAs. K and V stream through STAGES stages of BC-key tiles (64 or 32) filled by cp.async: while
+// the warps work on tile t the copies of tiles t+1.. are in flight, one __syncthreads per tile.
 //
 // Shared-memory layout of a tile (64 rows × D bf16): split into D/64 "panels" of 64 columns, each
 // panel 64 rows × 128 B in the 128-byte swizzle (tc::swizzle_128b): ldmatrix reads 8 rows of one
@@ -54,10 +54,12 @@ struct FlashBf16Cfg {
     static constexpr int WARPS_PER_SM = MT == 1 ? (D == 64 ? 16 : (BC == 32 ? 12 : 8)) : 8;
     static constexpr int MIN_BLOCKS = WARPS_PER_SM / NW > 0 ? WARPS_PER_SM / NW : 1;
 };
-// (warps, stages) per D: measured on the H100 (bench/results/h100/NOTES-attention.md).
+// The compiled default per D: the H100's `invoke tune attention` winner at both head sizes,
+// flash_bf16_w4m2s2 (4 warps of 32 query rows, 2 stages of 64-key tiles): +12% over 8 warps of 16
+// rows at D=128, +6% at D=64 (bench/results/h100/NOTES-attention.md, section 6).
 template <int D>
 struct FlashBf16Default {
-    static constexpr int NW = 8, STAGES = D == 64 ? 3 : 2;
+    static constexpr int NW = 4, STAGES = 2, MT = 2;
 };
 
 // Byte offset of (row, 16-byte chunk c) in a tile of `rows` rows stored as D/64 swizzled panels.
@@ -322,8 +324,8 @@ __global__ void __launch_bounds__(NW * 32, FlashBf16Cfg<D, NW, STAGES, MT, BC>::
     for (int mt = 0; mt < MT; ++mt) flash_store_o<D>(O, o[mt], l[mt], qw + 16 * mt, S);  // O / l, rounded to bf16
 }
 
-template <int D, int NW = FlashBf16Default<D>::NW, int STAGES = FlashBf16Default<D>::STAGES, int MT = 1,
-          int BC = FB_BC>
+template <int D, int NW = FlashBf16Default<D>::NW, int STAGES = FlashBf16Default<D>::STAGES,
+          int MT = FlashBf16Default<D>::MT, int BC = FB_BC>
 static inline cudaError_t attn_flash_bf16_launch(int BH, int S, const cudalab_bf16 *q, const cudalab_bf16 *k,
                                                  const cudalab_bf16 *v, cudalab_bf16 *o, float scale, int causal,
                                                  int flags, cudaStream_t stream) {
