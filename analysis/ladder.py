@@ -12,6 +12,7 @@ against anything else (a baseline kernel, the peak itself) are not rungs. Input:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import matplotlib
@@ -31,7 +32,9 @@ LADDERS = {
 
 
 def _is_library_ceiling(name: str, base: str) -> bool:
-    return name == base or name.startswith(base + "@")
+    """The library's ceiling at some size: `base`, `base@<size>` (matmul: cublas@2048^3) or
+    `base_<edge>` (gemm_tc: cublas_bf16_4096)."""
+    return name == base or name.startswith(base + "@") or re.fullmatch(re.escape(base) + r"_\d+", name) is not None
 
 
 def ladder_table(cases: pd.DataFrame, program: str) -> pd.DataFrame:

@@ -59,3 +59,20 @@ def test_figure_draws_the_ceiling_and_peak_lines():
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert labels == ["cuBLAS SGEMM 50.0 TFLOP/s (same run)", "FP32 peak 67.0 TFLOP/s"]
     assert [p.get_height() for p in fig.axes[0].patches] == [5.0, 30.0, 40.0]
+
+
+def test_both_ladders_from_the_recorded_h100_bench(tmp_path):
+    """The real CSV of `invoke bench --save` on the H100: gemm_tc names its ceilings cublas_bf16_<edge>,
+    matmul cublas@<size>; both ladders must come out (the gemm_tc figure was once silently missing)."""
+    from harness import bench
+
+    csv = bench.RESULTS_DIR / "h100" / "bench-h100-80gb-hbm3-20261123T134326.csv"
+    frame, _, _ = bench.read_result(csv)
+    g = ladder.ladder_table(frame, "gemm_tc")
+    assert set(g["size"]) == {"2048^3", "4096^3", "8192^3"}
+    assert list(g[g["size"] == "4096^3"]["variant"]) == ["01_wmma", "02_mma_sync", "03_wgmma"]
+    assert g["ratio"].between(0.01, 2.0).all()
+    m = ladder.ladder_table(frame, "matmul")
+    assert set(m["size"]) == {"2048^3", "4096^3", "8192^3", "5120x256x5120"}
+    paths = ladder.plot(csv, tmp_path)
+    assert sorted(p.name for p in paths) == ["ladder_gemm_tc.png", "ladder_matmul.png"]
