@@ -9,7 +9,6 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from conftest import GPU_OK
 from harness import library, runner
 from harness.errors import CudalabError
 from harness.programs import gemm_tc as gt
@@ -154,43 +153,6 @@ def test_executable_rejects_bad_argv():
                  ["8", "8", "x"]):
         r = runner.run("gemm_tc", *argv, check=False)
         assert r.returncode == 2, (argv, r.stderr)
-
-
-# cli.cuh's conventions: everything below is decided before the first CUDA call, so it runs without a GPU.
-@pytest.mark.parametrize("flag", ["--help", "-h"])
-def test_executable_help_prints_the_usage_and_exits_0(flag):
-    if not runner_exists():
-        pytest.skip("build/bin/gemm_tc not built")
-    r = runner.run("gemm_tc", "8", flag, check=False)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("usage: gemm_tc") and r.stderr == ""
-
-
-@pytest.mark.parametrize("argv,match", [
-    (["8", "8", "8", "8"], "unexpected argument '8'"),
-    (["--bogus", "8", "8", "8"], "unknown option --bogus"),
-    (["8", "8", "8", "--variant"], "--variant needs a value"),
-    (["8", "8", "8", "--reps"], "--reps needs a value"),
-    (["8", "99999999999", "8"], "N must be at most 2147483647"),
-    (["--variant", "nope", "8", "8", "8"], "unknown variant 'nope' (valid: 01_wmma, 02_mma_sync, 03_wgmma"),
-    (["--variant", "03_wgmma", "8", "8", "9"], "multiple of 8"),
-    (["8", "8"], "M, N and K are needed"),
-])
-def test_executable_bad_argv_says_which(argv, match):
-    if not runner_exists():
-        pytest.skip("build/bin/gemm_tc not built")
-    r = runner.run("gemm_tc", *argv, check=False)
-    assert r.returncode == 2, (argv, r.stderr)
-    assert match in r.stderr, r.stderr
-
-
-@pytest.mark.skipif(GPU_OK, reason="checks the no-GPU path; this machine has a GPU")
-def test_executable_without_a_gpu_points_at_invoke_doctor():
-    if not runner_exists():
-        pytest.skip("build/bin/gemm_tc not built")
-    r = runner.run("gemm_tc", "--variant", "02_mma_sync", "--reps", "1", "16", "16", "16", check=False)
-    assert r.returncode == 1, r.stderr
-    assert "invoke doctor" in r.stderr and "error:" not in r.stderr
 
 
 # --- GPU ----------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import GPU_OK, poison
+from conftest import poison
 from harness import library, runner
 from harness.programs import matmul as mm
 
@@ -176,39 +176,6 @@ def test_executable_rejects_bad_argv():
         res = runner.run("matmul", *args, check=False)
         assert res.returncode == 2, args
         assert "error:" in res.stderr
-
-
-# cli.cuh's conventions: everything below is decided before the first CUDA call, so it runs without a GPU.
-@pytest.mark.parametrize("flag", ["--help", "-h"])
-def test_executable_help_prints_the_usage_and_exits_0(flag):
-    res = runner.run("matmul", "4", flag, check=False)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.startswith("usage: matmul") and res.stderr == ""
-    assert "variants: " in res.stdout and "09_tuned" in res.stdout
-
-
-@pytest.mark.parametrize("argv,match", [
-    (["4", "4", "4", "4"], "unexpected argument '4'"),
-    (["--frobnicate", "4", "4", "4"], "unknown option --frobnicate"),
-    (["4", "4", "4", "--tile"], "--tile needs a value"),
-    (["4", "4", "4", "--config"], "--config needs a value"),
-    (["4", "4", "99999999999"], "K must be at most 2147483647"),
-    (["--tile", "99999999999", "4", "4", "4"], "--tile must be at most 2147483647"),
-    (["--tile", "8", "4", "4", "4"], "02_tiled"),
-    (["--variant", "all", "--tile", "8", "4", "4", "4"], "02_tiled"),
-    (["4", "4"], "M, N and K are needed"),
-])
-def test_executable_bad_argv_says_which(argv, match):
-    res = runner.run("matmul", *argv, check=False)
-    assert res.returncode == 2, res.stderr
-    assert match in res.stderr, res.stderr
-
-
-@pytest.mark.skipif(GPU_OK, reason="checks the no-GPU path; this machine has a GPU")
-def test_executable_without_a_gpu_points_at_invoke_doctor():
-    res = runner.run("matmul", "--variant", "01_naive", "--reps", "1", "8", "8", "8", check=False)
-    assert res.returncode == 1, res.stderr
-    assert "invoke doctor" in res.stderr and "error:" not in res.stderr
 
 
 def test_parse_recorded_output():
