@@ -113,26 +113,37 @@ def build(c, jobs="", arch="", programs=""):
 @task(help={"marker": "pytest -m expression: gpu, 'not gpu', slow, ...",
             "keyword": "pytest -k expression (test names)",
             "args": "extra pytest arguments, quoted: --args '-x --durations=20'",
-            "gpus": "`all` or GPU numbers 0,1,...: one pytest-xdist worker per GPU (default: one process)"})
-def test(c, marker="", keyword="", args="", gpus=""):
-    """Run the tests with pytest (gpu-marked tests skip, with the reason, without a GPU)."""
+            "jobs": "pytest-xdist workers: `auto` (default: one per CPU core, at most 8; one process where "
+                    "pytest-xdist is missing) or a number; 1 runs everything in one process",
+            "gpus": "`all` or GPU numbers 0,1,...: the workers take these GPUs in turn, at least one each "
+                    "(default: the first GPU)"})
+def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
+    """Run the tests with pytest (gpu-marked tests skip, with the reason, without a GPU), spread over
+    pytest-xdist workers; the profiler and slow end-to-end tests run one at a time."""
     from harness import gpus as hg
 
     # The junit file feeds the test summary of `invoke report`.
     cmd = [sys.executable, "-m", "pytest", f"--junitxml={ROOT / 'build' / 'test-results' / 'junit.xml'}"]
     env = None
-    if gpus:
-        with _one_line("test"):
-            chosen = hg.select(gpus)
-        cmd += ["-n", str(len(chosen))]
+    with _one_line("test"):
+        chosen = hg.select(gpus) if gpus else []
+        extra = shlex.split(args)
+        n = hg.test_workers(jobs, len(chosen))
+    if any(a in ("-n", "--numprocesses") or a.startswith(("-n", "--numprocesses=")) for a in extra):
+        n = 1  # the user's own -n in --args wins
+    if n > 1:
+        # loadgroup: tests marked xdist_group (tests/conftest.py: the profilers, the slow ones) share one worker.
+        cmd += ["-n", str(n), "--dist", "loadgroup"]
+    if chosen:
         env = hg.worker_env(chosen)
-        print(f"test: {len(chosen)} worker(s), one per GPU ({', '.join(chosen)})")
+        if n == 1:  # no workers to pin themselves: this process's child sees only the one GPU
+            env["CUDA_VISIBLE_DEVICES"] = chosen[0]
+        print(f"test: {n} worker(s) over GPU(s) {', '.join(chosen)}")
     if marker:
         cmd += ["-m", marker]
     if keyword:
         cmd += ["-k", keyword]
-    with _one_line("test --args"):
-        cmd += shlex.split(args)
+    cmd += extra
     r = c.run(" ".join(shlex.quote(x) for x in cmd), echo=True, warn=True, pty=False, env=env)
     if r.exited == 5:
         raise Exit("pytest collected no tests: check the -m/-k filters", code=5)

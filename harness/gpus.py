@@ -1,4 +1,5 @@
-"""Several GPUs: one pytest-xdist worker per GPU (`invoke test --gpus all`, `invoke bench --gpus all`).
+"""pytest-xdist workers: how many (`invoke test --jobs`), and which GPU each takes
+(`invoke test --gpus all`, `invoke bench --gpus all`).
 
 The parent decides which GPUs take part (`select`) and passes them to the workers in
 $CUDALAB_GPUS ("0,1"). Each worker pins itself to one of them by setting $CUDA_VISIBLE_DEVICES
@@ -9,11 +10,15 @@ always device 0. Nothing here initialises CUDA in the parent.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
 
 ENV = "CUDALAB_GPUS"
+# `--jobs auto` stops here: the workers share one GPU and the small tests are bound by Python and
+# the launch path, so past 8 a 16-core H100 host gained nothing (NOTES in bench/results/h100).
+MAX_AUTO_JOBS = 8
 
 
 def physical_gpus() -> list[str]:
@@ -80,3 +85,28 @@ def worker_env(gpus: list[str], environ=None) -> dict:
     env = dict(os.environ if environ is None else environ)
     env[ENV] = ",".join(gpus)
     return env
+
+
+def have_xdist() -> bool:
+    return importlib.util.find_spec("xdist") is not None
+
+
+def test_workers(jobs: str, n_gpus: int = 0, cpus: int | None = None, xdist: bool | None = None) -> int:
+    """How many pytest-xdist workers `invoke test --jobs JOBS` runs (1: no xdist, all in one process).
+    `auto`: one per CPU core, at most MAX_AUTO_JOBS, or 1 where pytest-xdist is not installed; a number
+    as given. With --gpus the workers take the GPUs in turn, so there is at least one per GPU.
+    ValueError, saying what to do, for anything else."""
+    xdist = have_xdist() if xdist is None else xdist
+    cpus = (os.cpu_count() or 1) if cpus is None else cpus
+    spec = str(jobs).strip()
+    if spec == "auto":
+        n = min(cpus, MAX_AUTO_JOBS) if xdist else 1
+    elif re.fullmatch(r"\d+", spec) and int(spec) >= 1:
+        n = int(spec)
+    else:
+        raise ValueError(f"--jobs takes `auto` or a number of workers (1 or more); got {jobs!r}")
+    n = max(n, n_gpus)
+    if n > 1 and not xdist:
+        raise ValueError(f"{n} workers need pytest-xdist, which is not installed: pip install -e '.[dev]' "
+                         "(or --jobs 1)")
+    return n

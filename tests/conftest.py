@@ -25,13 +25,17 @@ def _gpu_state() -> tuple[bool, str]:
 GPU_OK, GPU_WHY = _gpu_state()
 
 
+# tryfirst: pytest-xdist reads the xdist_group marks in its own hook of this name (--dist loadgroup).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    if GPU_OK:
-        return
-    skip = pytest.mark.skip(reason=f"needs a GPU: {GPU_WHY}")
+    skip = None if GPU_OK else pytest.mark.skip(reason=f"needs a GPU: {GPU_WHY}")
     for item in items:
-        if "gpu" in item.keywords:
+        if skip is not None and "gpu" in item.keywords:
             item.add_marker(skip)
+        # Under `invoke test --jobs N` these share one worker, one after another: a profiler owns the
+        # GPU's counters while it replays a kernel, and the slow tests time and profile whole programs.
+        if "profiler" in item.keywords or "slow" in item.keywords:
+            item.add_marker(pytest.mark.xdist_group("one_at_a_time"))
 
 
 @pytest.fixture(params=SEEDS, ids=[f"seed{s}" for s in SEEDS])

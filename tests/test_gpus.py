@@ -1,4 +1,4 @@
-"""Several GPUs: which GPU each pytest-xdist worker takes, and how --gpus is read (CPU only)."""
+"""pytest-xdist workers: how many --jobs gives, which GPU each takes, and how --gpus is read (CPU only)."""
 
 from __future__ import annotations
 
@@ -64,3 +64,53 @@ def test_each_gpu_writes_its_own_csv(tmp_path, monkeypatch):
     assert a != b and a.name.endswith("-gpu0-20261123T120000.csv") and "-gpu1-" in b.name
     cases, m, _ = bench.read_result(b)
     assert m["gpu"] == "1" and m["device"] == meta["device"] and len(cases) == 1
+
+
+def test_jobs_gives_the_number_of_workers():
+    assert gpus.test_workers("auto", cpus=16, xdist=True) == gpus.MAX_AUTO_JOBS
+    assert gpus.test_workers("auto", cpus=2, xdist=True) == 2
+    assert gpus.test_workers("auto", cpus=16, xdist=False) == 1  # no xdist: one process, no complaint
+    assert gpus.test_workers("3", cpus=2, xdist=True) == 3
+    assert gpus.test_workers("1", n_gpus=2, xdist=True) == 2  # at least one worker per GPU
+    assert gpus.test_workers(" 1 ", xdist=False) == 1
+    for bad in ("0", "-2", "abc", "", "2.5"):
+        with pytest.raises(ValueError, match="--jobs takes `auto` or a number"):
+            gpus.test_workers(bad, xdist=True)
+    with pytest.raises(ValueError, match=r"need pytest-xdist.*pip install -e '\.\[dev\]'"):
+        gpus.test_workers("4", xdist=False)
+
+
+def test_profiler_and_slow_tests_share_one_worker(tmp_path):
+    """The real thing, on a tiny suite with this project's conftest: under -n 2 --dist loadgroup (what
+    `invoke test --jobs 2` runs) every profiler or slow test lands on one worker; the others spread."""
+    import shutil
+    import subprocess
+    import sys
+
+    from harness import build
+
+    shutil.copy(build.ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_x.py").write_text(
+        "import os, pytest\n"
+        "def _note(kind, i):\n"
+        "    open(f'{kind}-{i}', 'w').write(os.environ['PYTEST_XDIST_WORKER'])\n"
+        "@pytest.mark.parametrize('i', range(4))\n"
+        "@pytest.mark.profiler\n"
+        "def test_p(i): _note('grouped', i)\n"
+        "@pytest.mark.parametrize('i', range(4))\n"
+        "@pytest.mark.slow\n"
+        "def test_s(i): _note('grouped', 10 + i)\n"
+        "@pytest.mark.parametrize('i', range(12))\n"
+        "def test_free(i): _note('free', i)\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    profiler\n    slow\n")
+    env = {**__import__("os").environ, "PYTHONPATH": str(build.ROOT)}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider",
+                        "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+    def workers(kind):
+        return {p.read_text() for p in tmp_path.glob(f"{kind}-*")}
+
+    assert len(list(tmp_path.glob("grouped-*"))) == 8 and len(workers("grouped")) == 1
+    assert workers("free") == {"gw0", "gw1"}  # the control: ungrouped tests do spread

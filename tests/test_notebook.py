@@ -191,6 +191,7 @@ def test_cuda_runs_hello_gpu(ip, capsys):
 
 
 @pytest.mark.gpu
+@pytest.mark.profiler
 @pytest.mark.parametrize("tool", ["nsys", "ncu"])
 def test_cuda_profile_prints_the_kernel_table(ip, capsys, tool):
     pytest.importorskip("harness.profile")

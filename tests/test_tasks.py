@@ -86,6 +86,8 @@ def test_user_errors_are_one_line_not_tracebacks(tmp_path):
         (["sanitize", "-p", "nosuch"], "unknown program 'nosuch'"),
         (["viz", "nosuch"], "nothing to draw for 'nosuch'"),
         (["test", "--gpus", "zero"], "--gpus"),
+        (["test", "--jobs", "abc"], "--jobs takes `auto` or a number of workers (1 or more); got 'abc'"),
+        (["test", "--jobs", "0"], "--jobs takes `auto`"),
     ]
     for (args, match), r in zip(cases, inv_many([a for a, _ in cases])):
         assert r.returncode != 0, args
@@ -115,7 +117,7 @@ def test_gpu_ci_script_names_only_real_tasks_and_options():
 
     from harness import tune
 
-    stages = ["env", "build", "test", "slow", "sanitize", "tune", "bench", "quickall", "ncu", "nsys", "gpus"]
+    stages = ["env", "build", "test", "jobs", "slow", "sanitize", "tune", "bench", "quickall", "ncu", "nsys", "gpus"]
     r = subprocess.run(["bash", str(ROOT / ".ci" / "gpu"), "--dry-run", *stages], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
