@@ -68,9 +68,13 @@ FLAGS_STAMP := build/.flags
 FLAGS_TEXT  := $(NVCCFLAGS) | $(CFLAGS)
 # write_stamp(file, text): rewrite file only when its text differs, so its mtime marks real changes.
 write_stamp = $(shell mkdir -p $(dir $(1)); test "$$(cat $(1) 2>/dev/null)" = '$(2)' || printf '%s\n' '$(2)' > $(1))
+# Only goals that build write the stamps: `make arch ARCH=sm_80` is a question, and rewriting the stamp
+# there (then back) would make the next build recompile everything.
+ifneq ($(or $(filter-out arch list clean,$(MAKECMDGOALS)),$(if $(MAKECMDGOALS),,all)),)
 $(call write_stamp,$(FLAGS_STAMP),$(FLAGS_TEXT))
 # Each program's own flags (from its build.mk) get a stamp of their own: changing them rebuilds that program only.
 $(foreach p,$(PROGRAMS),$(call write_stamp,build/obj/$(p)/.flags,$($(p)_NVCCFLAGS) | $($(p)_LDLIBS)$(if $($(p)_GENCODE), | $($(p)_GENCODE))))
+endif
 
 # Compile one .cu; ptxas -v's report goes to <obj>.log. Diagnostics other than ptxas's report are
 # shown, and on failure the whole log is shown so harness/build.py can parse nvcc's file:line lines.
@@ -95,7 +99,7 @@ define BIN_RULE
 build/bin/$(1): build/obj/$(1)/main.o build/obj/$(1)/$(1).o $(COMMON_OBJ) build/obj/$(1)/.flags
 	@mkdir -p $$(@D)
 	@echo "  LINK    $$@"
-	@$(NVCC) $(or $($(1)_GENCODE),$(GENCODE)) -o $$@ $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS)
+	@$(NVCC) $(or $($(1)_GENCODE),$(GENCODE)) -o $$@.tmp $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS) && mv -f $$@.tmp $$@ || { rm -f $$@.tmp; exit 1; }
 endef
 define NO_MAIN_RULE
 build/bin/$(1):
@@ -111,7 +115,9 @@ build/obj/$(1)/%.o: cuda/$(1)/%.cu $(FLAGS_STAMP) build/obj/$(1)/.flags
 build/lib/lib$(1).so: build/obj/$(1)/$(1).o $(COMMON_OBJ) build/obj/$(1)/.flags
 	@mkdir -p $$(@D)
 	@echo "  LINK    $$@"
-	@$(NVCC) $(or $($(1)_GENCODE),$(GENCODE)) -shared -o $$@ $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS)
+	@# Linked beside it, then renamed over it: a process that has the library loaded (a test worker,
+	@# a notebook) keeps the old file, and a dlopen meanwhile sees the old or the new one, never half of one.
+	@$(NVCC) $(or $($(1)_GENCODE),$(GENCODE)) -shared -o $$@.tmp $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS) && mv -f $$@.tmp $$@ || { rm -f $$@.tmp; exit 1; }
 
 $(if $(wildcard cuda/$(1)/main.cu),$(call BIN_RULE,$(1)),$(call NO_MAIN_RULE,$(1)))
 
@@ -122,7 +128,7 @@ build/ptxas/$(1).txt: $(if $(wildcard cuda/$(1)/main.cu),build/obj/$(1)/main.o) 
 build/bin/$(1)_cpu: cuda/$(1)/$(1)_cpu.c $(FLAGS_STAMP)
 	@mkdir -p $$(@D) build/obj/$(1)
 	@echo "  CC      $$<"
-	@$(CC) $(CFLAGS) -MMD -MP -MF build/obj/$(1)/$(1)_cpu.d -o $$@ $$< -lm
+	@$(CC) $(CFLAGS) -MMD -MP -MF build/obj/$(1)/$(1)_cpu.d -o $$@.tmp $$< -lm && mv -f $$@.tmp $$@ || { rm -f $$@.tmp; exit 1; }
 endef
 $(foreach p,$(PROGRAMS),$(eval $(call PROGRAM_RULES,$(p))))
 

@@ -12,6 +12,7 @@ pictures in analysis/. Every failure a user can cause ends in one line on stderr
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -134,8 +135,9 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
     if n > 1:
         # loadgroup: tests marked xdist_group (tests/conftest.py: the profilers, the slow ones) share one worker.
         cmd += ["-n", str(n), "--dist", "loadgroup"]
+        env = hg.share_cores(n, os.environ)
     if chosen:
-        env = hg.worker_env(chosen)
+        env = hg.worker_env(chosen, env)
         if n == 1:  # no workers to pin themselves: this process's child sees only the one GPU
             env["CUDA_VISIBLE_DEVICES"] = chosen[0]
         print(f"test: {n} worker(s) over GPU(s) {', '.join(chosen)}")

@@ -110,3 +110,18 @@ def test_workers(jobs: str, n_gpus: int = 0, cpus: int | None = None, xdist: boo
         raise ValueError(f"{n} workers need pytest-xdist, which is not installed: pip install -e '.[dev]' "
                          "(or --jobs 1)")
     return n
+
+
+BLAS_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def share_cores(n_workers: int, environ: dict, cpus: int | None = None) -> dict:
+    """`environ` with the BLAS thread counts set so that n_workers processes share the cores: each
+    numpy reference would otherwise start one thread per core, n_workers times over. A count the user
+    set is kept."""
+    cpus = (os.cpu_count() or 1) if cpus is None else cpus
+    env = dict(environ)
+    if n_workers > 1:
+        for var in BLAS_THREAD_VARS:
+            env.setdefault(var, str(max(1, cpus // n_workers)))
+    return env

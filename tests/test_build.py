@@ -159,8 +159,13 @@ def test_arch_defaults_and_override():
         return subprocess.run(["make", "-s", "-C", str(build.ROOT), "arch", *extra], capture_output=True,
                               text=True, check=True).stdout.strip()
 
+    stamp = build.ROOT / "build" / ".flags"
+    before = stamp.stat().st_mtime_ns if stamp.exists() else None
     assert arch("ARCH=sm_80") == "80"
     assert arch("ARCH=86") == "86"
+    # Asking is not building: the flags stamp is untouched, so the next build has nothing to redo
+    # (it used to be rewritten to sm_80 and back, and every later build recompiled everything).
+    assert (stamp.stat().st_mtime_ns if stamp.exists() else None) == before
     visible = subprocess.run("nvidia-smi --query-gpu=compute_cap --format=csv,noheader", shell=True,
                              capture_output=True, text=True).stdout.strip().replace(".", "")
     assert arch() == (visible.splitlines()[0] if visible else "90")

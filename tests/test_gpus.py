@@ -83,6 +83,7 @@ def test_jobs_gives_the_number_of_workers():
 def test_profiler_and_slow_tests_share_one_worker(tmp_path):
     """The real thing, on a tiny suite with this project's conftest: under -n 2 --dist loadgroup (what
     `invoke test --jobs 2` runs) every profiler or slow test lands on one worker; the others spread."""
+    import os
     import shutil
     import subprocess
     import sys
@@ -103,7 +104,9 @@ def test_profiler_and_slow_tests_share_one_worker(tmp_path):
         "@pytest.mark.parametrize('i', range(12))\n"
         "def test_free(i): _note('free', i)\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    profiler\n    slow\n")
-    env = {**__import__("os").environ, "PYTHONPATH": str(build.ROOT)}
+    env = dict(os.environ)
+    # The project first, then whatever made cffi and the rest importable here (a --target folder, say).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(build.ROOT), env.get("PYTHONPATH")) if p)
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider",
                         "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path)],
                        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
@@ -114,3 +117,11 @@ def test_profiler_and_slow_tests_share_one_worker(tmp_path):
 
     assert len(list(tmp_path.glob("grouped-*"))) == 8 and len(workers("grouped")) == 1
     assert workers("free") == {"gw0", "gw1"}  # the control: ungrouped tests do spread
+
+
+def test_workers_share_the_cores_among_their_blas_threads():
+    env = gpus.share_cores(8, {"PATH": "/bin"}, cpus=16)
+    assert {env[v] for v in gpus.BLAS_THREAD_VARS} == {"2"} and env["PATH"] == "/bin"
+    assert gpus.share_cores(8, {}, cpus=4)["OMP_NUM_THREADS"] == "1"
+    assert gpus.share_cores(8, {"OMP_NUM_THREADS": "3"}, cpus=16)["OMP_NUM_THREADS"] == "3"  # the user's wins
+    assert "OMP_NUM_THREADS" not in gpus.share_cores(1, {}, cpus=16)
