@@ -114,7 +114,7 @@ def build(c, jobs="", arch="", programs=""):
 @task(help={"marker": "pytest -m expression: gpu, 'not gpu', slow, ...",
             "keyword": "pytest -k expression (test names)",
             "args": "extra pytest arguments, quoted: --args '-x --durations=20'",
-            "jobs": "pytest-xdist workers: `auto` (default: one per CPU core, at most 8; one process where "
+            "jobs": "pytest-xdist workers: `auto` (default: one per CPU core, at most 16; one process where "
                     "pytest-xdist is missing) or a number; 1 runs everything in one process",
             "gpus": "`all` or GPU numbers 0,1,...: the workers take these GPUs in turn, at least one each "
                     "(default: the first GPU)"})

@@ -16,9 +16,10 @@ import re
 import subprocess
 
 ENV = "CUDALAB_GPUS"
-# `--jobs auto` stops here: the workers share one GPU and the small tests are bound by Python and
-# the launch path, so past 8 a 16-core H100 host gained nothing (NOTES in bench/results/h100).
-MAX_AUTO_JOBS = 8
+# `--jobs auto` stops here. The default suite on a 16-core H100 host (bench/results/h100/NOTES-tests.md):
+# 188 s in one process, 53 s with 8 workers, 43 s with 16; every worker holds a CUDA context (about
+# half a GiB of GPU memory) and a Python with numpy, and more than 16 was not measured.
+MAX_AUTO_JOBS = 16
 
 
 def physical_gpus() -> list[str]:
