@@ -33,7 +33,8 @@ int main(int argc, char **argv) {
     const char *variant = nullptr, *config = nullptr;
     int causal = 0, reps = 5;
     unsigned long long seed = 0;
-    std::vector<const char *> pos;
+    const char *pos[4];
+    int npos = 0;
     cudalab_handle_help(argc, argv, kUsage);
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
@@ -47,14 +48,11 @@ int main(int argc, char **argv) {
             reps = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, kUsage), "--reps");
         } else if (strcmp(a, "--seed") == 0) {
             seed = cudalab_parse_seed(cudalab_option_value(argc, argv, &i, kUsage));
-        } else if (cudalab_is_option(a)) {
-            CUDALAB_USAGE_ERROR("unknown option %s\n%s", a, kUsage);
         } else {
-            if (pos.size() == 4) CUDALAB_USAGE_ERROR("unexpected argument '%s'\n%s", a, kUsage);
-            pos.push_back(a);
+            cudalab_take_positional(a, pos, &npos, 4, kUsage);
         }
     }
-    if (pos.size() != 4) CUDALAB_USAGE_ERROR("B, H, S and D are needed\n%s", kUsage);
+    if (npos != 4) CUDALAB_USAGE_ERROR("B, H, S and D are needed\n%s", kUsage);
     const int B = cudalab_parse_positive(pos[0], "B"), H = cudalab_parse_positive(pos[1], "H");
     const int S = (int)cudalab_parse_range(pos[2], "S", 1, ATTN_MAX_S), D = cudalab_parse_positive(pos[3], "D");
     if (variant == nullptr) variant = config ? "03_flash_bf16" : "02_flash";

@@ -90,6 +90,15 @@ static inline bool cudalab_is_option(const char *a) {
     return a[0] == '-' && a[1] != '\0' && !(a[1] >= '0' && a[1] <= '9');
 }
 
+// The tail of every executable's option loop, for an argument none of its options took: an unknown
+// option, or one positional argument more than the program's `max`, is a usage error naming it (exit 2);
+// otherwise the string is kept in pos[*npos], for the program to parse after the loop.
+static inline void cudalab_take_positional(const char *a, const char **pos, int *npos, int max, const char *usage) {
+    if (cudalab_is_option(a)) CUDALAB_USAGE_ERROR("unknown option %s\n%s", a, usage);
+    if (*npos >= max) CUDALAB_USAGE_ERROR("unexpected argument '%s'\n%s", a, usage);
+    pos[(*npos)++] = a;
+}
+
 // A coordinate: finite, since inf or nan would make every later comparison false.
 static inline double cudalab_parse_double(const char *s, const char *what) {
     char *end = nullptr;

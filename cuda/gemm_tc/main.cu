@@ -81,7 +81,8 @@ static bool run_variant(const char *variant, int reps, int m, int n, int k, cons
 
 int main(int argc, char **argv) {
     const char *variant = "02_mma_sync";
-    int reps = 5, pos[3], npos = 0;
+    int reps = 5, npos = 0;
+    const char *pos[3];
     cudalab_handle_help(argc, argv, kUsage);
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
@@ -89,17 +90,13 @@ int main(int argc, char **argv) {
             variant = cudalab_option_value(argc, argv, &i, kUsage);
         } else if (strcmp(a, "--reps") == 0) {
             reps = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, kUsage), "--reps");
-        } else if (cudalab_is_option(a)) {
-            CUDALAB_USAGE_ERROR("unknown option %s\n%s", a, kUsage);
         } else {
-            if (npos == 3) CUDALAB_USAGE_ERROR("unexpected argument '%s'\n%s", a, kUsage);
-            static const char *names[3] = {"M", "N", "K"};
-            pos[npos] = cudalab_parse_positive(a, names[npos]);
-            ++npos;
+            cudalab_take_positional(a, pos, &npos, 3, kUsage);
         }
     }
     if (npos != 3) CUDALAB_USAGE_ERROR("M, N and K are needed\n%s", kUsage);
-    const int m = pos[0], n = pos[1], k = pos[2];
+    const int m = cudalab_parse_positive(pos[0], "M"), n = cudalab_parse_positive(pos[1], "N"),
+              k = cudalab_parse_positive(pos[2], "K");
     const bool run_all = strcmp(variant, "all") == 0;
     if (!run_all) {
         bool known = false;

@@ -47,23 +47,20 @@ static bool run_variant(const char *variant, int reps, int h, int w, const std::
 
 int main(int argc, char **argv) {
     const char *variant = "03_vectorized";
-    int reps = 5, pos[2], npos = 0;
+    int reps = 5, npos = 0;
+    const char *pos[2];
     cudalab_handle_help(argc, argv, kUsage);
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--variant") == 0) {
             variant = cudalab_option_value(argc, argv, &i, kUsage);
         } else if (strcmp(argv[i], "--reps") == 0) {
             reps = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, kUsage), "--reps");
-        } else if (cudalab_is_option(argv[i])) {
-            CUDALAB_USAGE_ERROR("unknown option %s\n%s", argv[i], kUsage);
         } else {
-            if (npos == 2) CUDALAB_USAGE_ERROR("unexpected argument '%s'\n%s", argv[i], kUsage);
-            pos[npos] = cudalab_parse_positive(argv[i], npos == 0 ? "H" : "W");
-            ++npos;
+            cudalab_take_positional(argv[i], pos, &npos, 2, kUsage);
         }
     }
     if (npos != 2) CUDALAB_USAGE_ERROR("H and W are needed\n%s", kUsage);
-    const int h = pos[0], w = pos[1];
+    const int h = cudalab_parse_positive(pos[0], "H"), w = cudalab_parse_positive(pos[1], "W");
     if ((long long)h * w > INT_MAX)
         CUDALAB_USAGE_ERROR("H*W must be at most %d pixels, got %lld", INT_MAX, (long long)h * w);
     const bool run_all = strcmp(variant, "all") == 0;

@@ -71,7 +71,8 @@ int main(int argc, char **argv) {
     const char *variant = "01_naive";
     int dtype_bits = 32, reps = 3;
     double x0 = -2.0, x1 = 1.0, y0 = -1.5, y1 = 1.5;
-    std::vector<const char *> pos;
+    const char *pos[3];
+    int npos = 0;
     cudalab_handle_help(argc, argv, kUsage);
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
@@ -90,14 +91,11 @@ int main(int argc, char **argv) {
             y1 = cudalab_parse_double(argv[++i], "Y1");
         } else if (strcmp(a, "--reps") == 0) {
             reps = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, kUsage), "--reps");
-        } else if (cudalab_is_option(a)) {
-            CUDALAB_USAGE_ERROR("unknown option %s\n%s", a, kUsage);
         } else {
-            if (pos.size() == 3) CUDALAB_USAGE_ERROR("unexpected argument '%s'\n%s", a, kUsage);
-            pos.push_back(a);
+            cudalab_take_positional(a, pos, &npos, 3, kUsage);
         }
     }
-    if (pos.size() != 3) CUDALAB_USAGE_ERROR("WIDTH, HEIGHT and MAX_ITERS are needed\n%s", kUsage);
+    if (npos != 3) CUDALAB_USAGE_ERROR("WIDTH, HEIGHT and MAX_ITERS are needed\n%s", kUsage);
     const int max_edge = mandelbrot_max_edge();
     const int width = (int)cudalab_parse_range(pos[0], "WIDTH", 1, max_edge);
     const int height = (int)cudalab_parse_range(pos[1], "HEIGHT", 1, max_edge);

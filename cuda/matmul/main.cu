@@ -145,7 +145,8 @@ int main(int argc, char **argv) {
     const char *variant = nullptr;
     const char *config = nullptr;
     int tile = 16, reps = 5;
-    int pos[3], npos = 0;
+    const char *pos[3];
+    int npos = 0;
     const std::string usage_str = usage_text();
     const char *usage = usage_str.c_str();
     cudalab_handle_help(argc, argv, usage);
@@ -159,17 +160,13 @@ int main(int argc, char **argv) {
             tile = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, usage), "--tile");
         } else if (strcmp(a, "--reps") == 0) {
             reps = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, usage), "--reps");
-        } else if (cudalab_is_option(a)) {
-            CUDALAB_USAGE_ERROR("unknown option %s\n%s", a, usage);
         } else {
-            if (npos == 3) CUDALAB_USAGE_ERROR("unexpected argument '%s'\n%s", a, usage);
-            static const char *names[3] = {"M", "N", "K"};
-            pos[npos] = cudalab_parse_positive(a, names[npos]);
-            ++npos;
+            cudalab_take_positional(a, pos, &npos, 3, usage);
         }
     }
     if (npos != 3) CUDALAB_USAGE_ERROR("M, N and K are needed\n%s", usage);
-    const int m = pos[0], n = pos[1], k = pos[2];
+    const int m = cudalab_parse_positive(pos[0], "M"), n = cudalab_parse_positive(pos[1], "N"),
+              k = cudalab_parse_positive(pos[2], "K");
     if (variant == nullptr) variant = config ? "09_tuned" : "02_tiled";
     const bool run_all = strcmp(variant, "all") == 0;
     if (!run_all) {

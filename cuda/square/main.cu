@@ -36,7 +36,8 @@ static int expected(long long i) {
 int main(int argc, char **argv) {
     long long n = 100000, threads = 256, print_rows = 0, skip_every = 0;
     bool oob = false;
-    int positional = 0;
+    const char *pos[2];  // N, THREADS
+    int npos = 0;
     cudalab_handle_help(argc, argv, kUsage);
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
@@ -46,18 +47,12 @@ int main(int argc, char **argv) {
             (strcmp(a, "--print") == 0 ? print_rows : skip_every) = v;
         } else if (strcmp(a, "--oob") == 0) {
             oob = true;
-        } else if (cudalab_is_option(a)) {
-            CUDALAB_USAGE_ERROR("unknown option %s\n%s", a, kUsage);
-        } else if (positional == 0) {
-            n = cudalab_parse_int(a, "N", kUsage);
-            ++positional;
-        } else if (positional == 1) {
-            threads = cudalab_parse_int(a, "THREADS", kUsage);
-            ++positional;
         } else {
-            CUDALAB_USAGE_ERROR("unexpected argument '%s'\n%s", a, kUsage);
+            cudalab_take_positional(a, pos, &npos, 2, kUsage);
         }
     }
+    if (npos > 0) n = cudalab_parse_int(pos[0], "N", kUsage);
+    if (npos > 1) threads = cudalab_parse_int(pos[1], "THREADS", kUsage);
     if (n <= 0) CUDALAB_USAGE_ERROR("N must be a positive number of elements, got %lld", n);
     if (n > INT_MAX) CUDALAB_USAGE_ERROR("N must be at most %d (the values 1..N are int), got %lld", INT_MAX, n);
     if (threads <= 0) CUDALAB_USAGE_ERROR("THREADS must be a positive number of threads per block, got %lld", threads);

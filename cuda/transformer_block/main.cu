@@ -76,7 +76,7 @@ static void cpu_rows(int b, const std::vector<int> &rows, int S, int E, int H, i
 int main(int argc, char **argv) {
     const char *variant = "02_flash";
     const char *dtype = "f32";
-    int B = 32, E = 256, H = 4, causal = 0, reps = 5;
+    int B = 32, E = 256, H = 4, causal = 0, reps = 5, no_positionals = 0;
     unsigned long long seed = 0;
     std::vector<int> seqs;
     cudalab_handle_help(argc, argv, kUsage);
@@ -100,10 +100,8 @@ int main(int argc, char **argv) {
             seed = cudalab_parse_seed(cudalab_option_value(argc, argv, &i, kUsage));
         } else if (strcmp(a, "--reps") == 0) {
             reps = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, kUsage), "--reps");
-        } else if (cudalab_is_option(a)) {
-            CUDALAB_USAGE_ERROR("unknown option %s\n%s", a, kUsage);
         } else {
-            CUDALAB_USAGE_ERROR("unexpected argument '%s'\n%s", a, kUsage);  // every input is an option
+            cudalab_take_positional(a, nullptr, &no_positionals, 0, kUsage);  // every input is an option
         }
     }
     if (strcmp(variant, "naive") == 0) variant = "01_naive";
