@@ -120,7 +120,7 @@ def build(c, jobs="", arch="", programs=""):
                     "(default: the first GPU)"})
 def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
     """Run the tests with pytest (gpu-marked tests skip, with the reason, without a GPU), spread over
-    pytest-xdist workers; the profiler and slow end-to-end tests run one at a time."""
+    pytest-xdist workers; the profiler and slow end-to-end tests never overlap each other."""
     from harness import gpus as hg
 
     # The junit file feeds the test summary of `invoke report`.
@@ -133,8 +133,8 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
     if any(a in ("-n", "--numprocesses") or a.startswith(("-n", "--numprocesses=")) for a in extra):
         n = 1  # the user's own -n in --args wins
     if n > 1:
-        # loadgroup: tests marked xdist_group (tests/conftest.py: the profilers, the slow ones) share one worker.
-        cmd += ["-n", str(n), "--dist", "loadgroup"]
+        # The profiler, slow and serial tests take a lock (tests/conftest.py), so never overlap each other.
+        cmd += ["-n", str(n)]
         env = hg.share_cores(n, os.environ)
     if chosen:
         env = hg.worker_env(chosen, env)

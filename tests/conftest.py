@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -25,17 +30,35 @@ def _gpu_state() -> tuple[bool, str]:
 GPU_OK, GPU_WHY = _gpu_state()
 
 
-# tryfirst: pytest-xdist reads the xdist_group marks in its own hook of this name (--dist loadgroup).
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    skip = None if GPU_OK else pytest.mark.skip(reason=f"needs a GPU: {GPU_WHY}")
+    if GPU_OK:
+        return
+    skip = pytest.mark.skip(reason=f"needs a GPU: {GPU_WHY}")
     for item in items:
-        if skip is not None and "gpu" in item.keywords:
+        if "gpu" in item.keywords:
             item.add_marker(skip)
-        # Under `invoke test --jobs N` these share one worker, one after another: a profiler owns the
-        # GPU's counters while it replays a kernel, and the slow tests time and profile whole programs.
-        if "profiler" in item.keywords or "slow" in item.keywords:
-            item.add_marker(pytest.mark.xdist_group("one_at_a_time"))
+
+
+# Tests that must not overlap with each other under `invoke test --jobs N`: a profiler owns the GPU's
+# counters while it replays a kernel, the slow tests time and profile whole programs, and `serial` ones
+# share some state of the tree. Each holds this machine-wide lock while it runs, whichever worker it is
+# on. (pytest-xdist's own grouping, --dist loadgroup with xdist_group marks, silently stopped working
+# with pytest 9.2: pytest-dev/pytest-xdist#1386.)
+SERIAL_MARKS = ("serial", "profiler", "slow")
+SERIAL_LOCK = Path(tempfile.gettempdir()) / f"cudalab-serial-tests-{os.getuid()}.lock"  # one per user
+
+
+@pytest.fixture(autouse=True)
+def _one_at_a_time(request):
+    if not any(m in request.node.keywords for m in SERIAL_MARKS):
+        yield
+        return
+    with open(SERIAL_LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 @pytest.fixture(params=SEEDS, ids=[f"seed{s}" for s in SEEDS])

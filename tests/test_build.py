@@ -57,16 +57,16 @@ def test_ptxas_resource_usage_is_parsed(built):
     assert (df["registers"] > 0).all()
 
 
-# One worker for both under `invoke test --jobs N`: the second moves a source's mtime, which the first
-# would see as a pending change.
-@pytest.mark.xdist_group("source_mtimes")
+# Never at the same time as each other under `invoke test --jobs N` (tests/conftest.py): the second
+# moves a source's mtime, which the first would see as a pending change.
+@pytest.mark.serial
 def test_no_change_build_runs_no_compiler(built):
     assert build.pending_steps() == []
     res = build.build()
     assert res.steps == []
 
 
-@pytest.mark.xdist_group("source_mtimes")
+@pytest.mark.serial
 def test_one_changed_file_rebuilds_only_its_targets(built):
     src = build.CUDA_DIR / "hello" / "hello.cu"
     st = src.stat()

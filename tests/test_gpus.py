@@ -80,9 +80,10 @@ def test_jobs_gives_the_number_of_workers():
         gpus.test_workers("4", xdist=False)
 
 
-def test_profiler_and_slow_tests_share_one_worker(tmp_path):
-    """The real thing, on a tiny suite with this project's conftest: under -n 2 --dist loadgroup (what
-    `invoke test --jobs 2` runs) every profiler or slow test lands on one worker; the others spread."""
+def test_profiler_slow_and_serial_tests_never_overlap(tmp_path):
+    """The real thing, on a tiny suite with this project's conftest under -n 2 (what `invoke test
+    --jobs 2` runs): the profiler, slow and serial tests never run at the same time, whichever worker
+    has them; the others do spread over both workers."""
     import os
     import shutil
     import subprocess
@@ -92,31 +93,38 @@ def test_profiler_and_slow_tests_share_one_worker(tmp_path):
 
     shutil.copy(build.ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "test_x.py").write_text(
-        "import os, pytest\n"
-        "def _note(kind, i):\n"
-        "    open(f'{kind}-{i}', 'w').write(os.environ['PYTEST_XDIST_WORKER'])\n"
-        "@pytest.mark.parametrize('i', range(4))\n"
+        "import os, time, pytest\n"
+        "def _note(kind, i, nap=0.0):\n"
+        "    t0 = time.monotonic(); time.sleep(nap)\n"
+        "    open(f'{kind}-{i}', 'w').write(f\"{os.environ['PYTEST_XDIST_WORKER']} {t0} {time.monotonic()}\")\n"
+        "@pytest.mark.parametrize('i', range(3))\n"
         "@pytest.mark.profiler\n"
-        "def test_p(i): _note('grouped', i)\n"
-        "@pytest.mark.parametrize('i', range(4))\n"
+        "def test_p(i): _note('locked', i, 0.3)\n"
+        "@pytest.mark.parametrize('i', range(3))\n"
         "@pytest.mark.slow\n"
-        "def test_s(i): _note('grouped', 10 + i)\n"
+        "def test_s(i): _note('locked', 10 + i, 0.3)\n"
+        "@pytest.mark.parametrize('i', range(3))\n"
+        "@pytest.mark.serial\n"
+        "def test_r(i): _note('locked', 20 + i, 0.3)\n"
         "@pytest.mark.parametrize('i', range(12))\n"
-        "def test_free(i): _note('free', i)\n")
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    profiler\n    slow\n")
+        "def test_free(i): _note('free', i, 0.05)\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    profiler\n    slow\n    serial\n")
     env = dict(os.environ)
     # The project first, then whatever made cffi and the rest importable here (a --target folder, say).
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(build.ROOT), env.get("PYTHONPATH")) if p)
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider",
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
                         "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path)],
                        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
-    def workers(kind):
-        return {p.read_text() for p in tmp_path.glob(f"{kind}-*")}
+    def runs(kind):
+        return [(w, float(a), float(b)) for w, a, b in (p.read_text().split() for p in tmp_path.glob(f"{kind}-*"))]
 
-    assert len(list(tmp_path.glob("grouped-*"))) == 8 and len(workers("grouped")) == 1
-    assert workers("free") == {"gw0", "gw1"}  # the control: ungrouped tests do spread
+    locked = sorted(runs("locked"), key=lambda x: x[1])
+    assert len(locked) == 9
+    overlaps = [(x, y) for x, y in zip(locked, locked[1:]) if y[1] < x[2]]
+    assert not overlaps, overlaps
+    assert len({w for w, _, _ in runs("free")}) == 2  # the control: the other tests do spread
 
 
 def test_workers_share_the_cores_among_their_blas_threads():
