@@ -134,7 +134,10 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
         n = 1  # the user's own -n in --args wins
     if n > 1:
         # The profiler, slow and serial tests take a lock (tests/conftest.py), so never overlap each other.
-        cmd += ["-n", str(n)]
+        # --dist loadgroup is here for its scheduler, which hands tests out one at a time to whichever
+        # worker is free: the default suite took 41 s with it and 67 s with the default `load` on the H100
+        # (one run each, bench/results/h100/NOTES-tests.md). Its grouping is not relied on.
+        cmd += ["-n", str(n), "--dist", "loadgroup"]
         env = hg.share_cores(n, os.environ)
     if chosen:
         env = hg.worker_env(chosen, env)
