@@ -130,6 +130,9 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
         chosen = hg.select(gpus) if gpus else []
         extra = shlex.split(args)
         n = hg.test_workers(jobs, len(chosen))
+    if n == 1 and str(jobs).strip() == "auto" and not hg.have_xdist():
+        print("test: pytest-xdist is not installed, so the tests run in one process "
+              "(pip install -e '.[dev]' for one worker per core)", file=sys.stderr)
     if any(a in ("-n", "--numprocesses") or a.startswith(("-n", "--numprocesses=")) for a in extra):
         n = 1  # the user's own -n in --args wins
     if n > 1:

@@ -133,3 +133,35 @@ def test_workers_share_the_cores_among_their_blas_threads():
     assert gpus.share_cores(8, {}, cpus=4)["OMP_NUM_THREADS"] == "1"
     assert gpus.share_cores(8, {"OMP_NUM_THREADS": "3"}, cpus=16)["OMP_NUM_THREADS"] == "3"  # the user's wins
     assert "OMP_NUM_THREADS" not in gpus.share_cores(1, {}, cpus=16)
+
+
+def test_invoke_test_builds_the_pytest_command(monkeypatch, capsys):
+    """The command `invoke test` runs, from the task itself with a mock context: the workers and the
+    scheduler when pytest-xdist is there; one process and a hint when it is not; --jobs 1 and a
+    user's own -n give one process without the hint."""
+    import importlib.util
+    import re
+
+    from invoke import MockContext, Result
+
+    from harness import build
+
+    spec = importlib.util.spec_from_file_location("cudalab_tasks", build.ROOT / "tasks.py")
+    tasks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tasks)
+
+    def command(jobs="auto", args="", xdist=True):
+        monkeypatch.setattr(gpus, "have_xdist", lambda: xdist)
+        c = MockContext(run={re.compile(".*"): Result(exited=0)}, repeat=True)
+        tasks.test.body(c, jobs=jobs, args=args)
+        return c.run.call_args[0][0]
+
+    monkeypatch.setattr(gpus.os, "cpu_count", lambda: 4)
+    cmd = command()
+    assert " -n 4 --dist loadgroup" in cmd and "--junitxml=" in cmd
+    assert "not installed" not in capsys.readouterr().err
+    cmd = command(xdist=False)
+    assert " -n " not in cmd and "pytest-xdist is not installed" in capsys.readouterr().err
+    assert " -n " not in command(jobs="1") and not capsys.readouterr().err
+    cmd = command(args="-x -n 2")
+    assert cmd.count(" -n ") == 1 and cmd.endswith("-x -n 2")
