@@ -150,10 +150,10 @@ def test_invoke_test_builds_the_pytest_command(monkeypatch, capsys):
     tasks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tasks)
 
-    def command(jobs="auto", args="", xdist=True):
+    def command(jobs="auto", args="", xdist=True, marker=""):
         monkeypatch.setattr(gpus, "have_xdist", lambda: xdist)
         c = MockContext(run={re.compile(".*"): Result(exited=0)}, repeat=True)
-        tasks.test.body(c, jobs=jobs, args=args)
+        tasks.test.body(c, jobs=jobs, args=args, marker=marker)
         return c.run.call_args[0][0]
 
     monkeypatch.setattr(gpus.os, "cpu_count", lambda: 4)
@@ -165,3 +165,6 @@ def test_invoke_test_builds_the_pytest_command(monkeypatch, capsys):
     assert " -n " not in command(jobs="1") and not capsys.readouterr().err
     cmd = command(args="-x -n 2")
     assert cmd.count(" -n ") == 1 and cmd.endswith("-x -n 2")
+    # The slow tests alone: one process under auto (they take turns anyway); workers when asked.
+    assert " -n " not in command(marker="slow") and " -n 3 " in command(marker="slow", jobs="3")
+    assert " -n 4 " in command(marker="gpu and not slow")
