@@ -129,11 +129,12 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
     with _one_line("test"):
         chosen = hg.select(gpus) if gpus else []
         extra = shlex.split(args)
+        auto = str(jobs).strip() == "auto"
         slow_only = "slow" in marker and "not slow" not in marker
         # The slow tests run one at a time anyway (the lock in tests/conftest.py), and a worker left
         # waiting on it for long would run into pytest-timeout: one process for them under `auto`.
-        n = hg.test_workers("1" if slow_only and str(jobs).strip() == "auto" else jobs, len(chosen))
-    if n == 1 and str(jobs).strip() == "auto" and not hg.have_xdist():
+        n = hg.test_workers("1" if slow_only and auto else jobs, len(chosen))
+    if n == 1 and auto and not slow_only and not hg.have_xdist():
         print("test: pytest-xdist is not installed, so the tests run in one process "
               "(pip install -e '.[dev]' for one worker per core)", file=sys.stderr)
     if any(a in ("-n", "--numprocesses") or a.startswith(("-n", "--numprocesses=")) for a in extra):

@@ -148,17 +148,21 @@ def count_steps(targets_: list[str] | None = None, arch: str | None = None) -> i
 
 
 @contextlib.contextmanager
-def _lock(root: Path):
-    """One make at a time per tree: pytest-xdist workers (`invoke test --gpus all`) and a user's
-    `invoke build` in another terminal would otherwise compile the same object at once."""
-    path = root / "build" / ".lock"
+def file_lock(path: Path):
+    """Hold an exclusive lock on `path` (created if missing) across processes, for the block."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
+    with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _lock(root: Path):
+    """One make at a time per tree: pytest-xdist workers (`invoke test --jobs N`) and a user's
+    `invoke build` in another terminal would otherwise compile the same object at once."""
+    return file_lock(root / "build" / ".lock")
 
 
 @dataclass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import tempfile
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import gpus
+from harness import build, gpus
 
 # Under `invoke test --gpus ...` each pytest-xdist worker takes one GPU: set before CUDA starts below.
 gpus.pin_worker()
@@ -53,12 +52,8 @@ def _one_at_a_time(request):
     if not any(m in request.node.keywords for m in SERIAL_MARKS):
         yield
         return
-    with open(SERIAL_LOCK, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with build.file_lock(SERIAL_LOCK):
+        yield
 
 
 @pytest.fixture(params=SEEDS, ids=[f"seed{s}" for s in SEEDS])
