@@ -260,34 +260,89 @@ def viz(c, what, n="", blocks="", threads="", simulate=False, width="", height="
 
 @task(help={"programs": "comma-separated programs (default: all with bench cases: "
                         + ", ".join(_registry.bench_programs()) + ")",
-            "quick": "small sizes, a fast look (under a minute)",
-            "save": "copy the CSV to bench/results/<gpu>/ (the committed reference runs)",
-            "gpus": "`all` or GPU numbers 0,1,...: the cases spread over one pytest-xdist worker per GPU, "
+            "quick": "small sizes, 2 rounds, shorter measurements: a fast look",
+            "save": "copy the CSV(s) to bench/results/<gpu>/ (the committed reference runs)",
+            "rounds": "rounds of (ceiling, case, ceiling, ...) per ceiling group (default 3; 2 with --quick)",
+            "repeat": "run the whole suite N times and print how far each ratio moved between runs "
+                      "(writes repeat-<gpu>-<date>.csv and repeat.png)",
+            "gpus": "`all` or GPU numbers 0,1,...: the ceiling groups spread over one worker process per GPU, "
                     "each GPU with its own ceilings and its own CSV"})
-def bench(c, programs="", quick=False, save=False, gpus=""):
-    """Time every program's bench cases against ceilings measured in the same run, on the same GPU."""
+def bench(c, programs="", quick=False, save=False, rounds="", repeat="", gpus=""):
+    """Time every bench case as a ratio to its ceiling, in interleaved rounds on the same GPU (NVBench).
+
+    Each row prints the median ratio over the rounds and its 25th-75th percentile spread; a row that
+    ran with the SM clock under 90% of the run's highest gets a warning line."""
     from harness import bench as hbench
     from harness import gpus as hg
 
     names = _names(programs) or None
+    n_rounds = _int(rounds, "--rounds", lo=1) if rounds else None
+    n_repeat = _int(repeat, "--repeat", lo=1) if repeat else 1
+    if gpus and n_repeat > 1:
+        raise Exit("bench: --repeat runs on one GPU; leave out --gpus")
     if gpus:
         with _one_line("bench"):
             chosen = hg.select(gpus)
             paths = hbench.run_on_gpus(names, quick=quick, gpus=chosen)
+        frames = None
     else:
+        frames, paths = [], []
         with _one_line("bench"), _progress("bench") as bar:
             t = bar.add_task("", total=None)
-            df, ceil = hbench.run(names, quick=quick, on_total=lambda k: bar.update(t, total=k),
-                                  on_progress=lambda d: bar.update(t, advance=1, description=d))
-            paths = [hbench.write_csv(df, hbench.metadata(), ceil)]
-    for path in paths:
+            for run_no in range(1, n_repeat + 1):
+                tag = f"run {run_no}/{n_repeat}: " if n_repeat > 1 else ""
+                df, ceil = hbench.run(names, quick=quick, rounds=n_rounds,
+                                      on_total=lambda k: bar.update(t, total=k * n_repeat),
+                                      on_progress=lambda d, tag=tag: bar.update(t, advance=1, description=tag + d))
+                paths.append(hbench.write_csv(df, hbench.metadata(), ceil))
+                frames.append(df)
+    for i, path in enumerate(paths):
         frame, meta, ceilings = hbench.read_result(path)
-        _print_table(frame[hbench.SHOWN], f"bench on {meta['device']}" + (f" (GPU {meta['gpu']})" if meta.get("gpu") else ""))
+        shown = [col for col in hbench.SHOWN if col in frame]
+        _print_table(frame[shown], f"bench on {meta['device']}" + (f" (GPU {meta['gpu']})" if meta.get("gpu") else "")
+                     + (f", run {i + 1} of {len(paths)}" if len(paths) > 1 else ""))
         for line in ceilings:
             print(line)
+        if frames is not None:
+            for line in hbench.throttle_warnings(frames[i]):
+                print(line)
+            for key, why in frames[i].attrs.get("errors", {}).items():
+                print(f"not measured: {key}: {why}")
+            cons = frames[i].attrs.get("consistency")
+            if cons is not None and len(cons):
+                for r in cons.itertuples():
+                    flag = "" if r.diff_pct <= hbench.REPEAT_TOLERANCE_PCT else "  (more than 3% apart)"
+                    print(f"same call as ceiling and row: {r.ceiling} {r.ceiling_value:.4g} vs {r.row} "
+                          f"{r.row_value:.4g} {r.unit}: {r.diff_pct:.1f}% apart{flag}")
         print(f"wrote {path}")
         if save:
             print(f"saved {hbench.save(path, meta['device'])}")
+    if n_repeat > 1:
+        _report_repeat(frames, save)
+
+
+def _report_repeat(frames, save: bool) -> None:
+    """--repeat: the long table (one row per case and run), the spread per row, and its figure."""
+    from analysis import repeat as arepeat
+    from harness import bench as hbench
+
+    meta = hbench.metadata()
+    long = hbench.repeat_frame(frames, meta)
+    stamp = meta["date"].replace(":", "").replace("-", "")
+    path = hbench.BUILD_BENCH / f"repeat-{hbench.gpu_slug(meta['device'])}-{stamp}.csv"
+    long.to_csv(path, index=False)
+    summ = arepeat.summary(long, hbench.REPEAT_TOLERANCE_PCT)
+    _print_table(summ[["program", "variant", "size", "goal", "ratio_median", "ratio_min", "ratio_max", "spread_pct",
+                       "within"]], f"ratio across {len(frames)} runs (goal: within {hbench.REPEAT_TOLERANCE_PCT:g}%)")
+    held = summ[summ["goal"].astype(bool)]
+    print(f"rows held to the goal: {int(held['within'].sum())} of {len(held)} within "
+          f"{hbench.REPEAT_TOLERANCE_PCT:g}% (largest spread {held['spread_pct'].max():.2f}%)" if len(held)
+          else "no row is held to the repeatability goal in this selection")
+    for p in arepeat.plot(long, path.parent):
+        print(p)
+    print(f"wrote {path}")
+    if save:
+        print(f"saved {hbench.save(path, meta['device'])}")
 
 
 @task(help={"prog": f"the program: {_PROGRAMS}",
@@ -403,17 +458,16 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots"):
 @task(help={"prog": "the program to tune: matmul (ladder configurations for 09_tuned) or attention "
                     "(03_flash_bf16's warps, rows per warp, key tile and stages, per head size)",
             "size": "matmul: m = n = k; attention: the sequence length S (default 4096)",
-            "reps": "timed repetitions per configuration (harness.timing, at least 10)",
             "save": "cache the winner under bench/results/<gpu>/ (default on; --no-save only prints)"})
-def tune(c, prog, size="4096", reps="10", save=True):
+def tune(c, prog, size="4096", save=True):
     """A program's parameter search: `invoke tune matmul` times every compiled ladder configuration and
     caches the fastest for this GPU (bench/results/<gpu>/matmul-tune.json), which 09_tuned then runs;
     `invoke tune attention` does the same for 03_flash_bf16's choices at each head size."""
     from harness import tune as htune
 
-    edge, n_reps = _int(size, "--size", lo=1), _int(reps, "--reps", lo=10)
+    edge = _int(size, "--size", lo=1)
     with _one_line(f"tune {prog}"):
-        df, path = htune.run(prog, size=edge, reps=n_reps, save=save,
+        df, path = htune.run(prog, size=edge, save=save,
                              on_progress=lambda name: print(f"tune {prog}: {name}", file=sys.stderr))
     _print_table(df, f"tune {prog} at size {edge}")
     won = df[df["winner"]] if "winner" in df else df.iloc[:0]

@@ -3,7 +3,9 @@ a roofline (arithmetic intensity against achieved FLOP/s, under the memory and c
 were measured in the same run).
 
 Input: a CSV written by harness.bench.write_csv (cases, then `program=ceiling` rows), or the
-DataFrames themselves: `plot((cases, ceilings), outdir)`. Nothing here launches anything.
+DataFrames themselves: `plot((cases, ceilings), outdir)`. A CSV measured in interleaved rounds has
+`ratio_p25`/`ratio_p75` (the spread of the per-round ratios): each bar then carries it as an error bar.
+An older CSV without them plots as before. Nothing here launches anything.
 """
 
 from __future__ import annotations
@@ -94,15 +96,51 @@ def _ceiling_frame(ceil) -> pd.DataFrame:
 
 # --- ratio bars ------------------------------------------------------------------------------------
 
+SPREAD = ("ratio_p25", "ratio_p75")  # the per-round ratios' 25th-75th percentiles (absent in older CSVs)
+
+
 def ratio_table(cases: pd.DataFrame) -> pd.DataFrame:
     """family (the ceiling the ratio is taken to), label (program, variant, size), ratio, target:
-    the numbers behind the bars. A ratio to cuBLAS and a ratio to a naive kernel never share an axis."""
+    the numbers behind the bars, with ratio_p25, ratio_p75 and rounds when the run measured them.
+    A ratio to cuBLAS and a ratio to a naive kernel never share an axis."""
     df = cases.copy()
     df["family"] = df["ceiling"].astype(str) if "ceiling" in df else df["program"].astype(str)
     size = df["size"].astype(str).where(df["size"].notna(), "")
     df["label"] = df["program"].astype(str) + " " + df["variant"].astype(str) + np.where(size != "", " " + size, "")
-    cols = ["family", "label", "program", "variant", "size", "ratio", "target", "value", "unit", "ceiling"]
+    for c in ("ratio", *SPREAD):
+        if c in df:
+            df[c] = pd.to_numeric(df[c], errors="coerce")
+    cols = ["family", "label", "program", "variant", "size", "ratio", *SPREAD, "rounds", "target", "value", "unit",
+            "ceiling"]
     return df[[c for c in cols if c in df.columns]].reset_index(drop=True)
+
+
+def spread_bars(d: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a ratio table whose ratio and p25-p75 spread are all finite: (position, ratio, p25,
+    p75), position being the row's index. Empty when the table has no spread columns (an older CSV)."""
+    cols = ["position", "ratio", *SPREAD]
+    if not set(SPREAD) <= set(d.columns) or not len(d):
+        return pd.DataFrame(columns=cols)
+    vals = d[["ratio", *SPREAD]].apply(pd.to_numeric, errors="coerce")
+    ok = np.isfinite(vals.to_numpy(dtype=float)).all(axis=1)
+    out = vals[ok].copy()
+    out.insert(0, "position", np.flatnonzero(ok))
+    return out.reset_index(drop=True)
+
+
+def draw_spread(ax, pos, mid, lo, hi, horizontal: bool = True, **kw):
+    """Error bars from lo to hi around mid at the given positions; None when there is nothing to draw.
+    Whiskers that would point the wrong way (a percentile on the wrong side of the median) are drawn to
+    the median, not refused."""
+    mid = np.asarray(mid, dtype=float)
+    if not mid.size:
+        return None
+    err = [np.clip(mid - np.asarray(lo, dtype=float), 0, None), np.clip(np.asarray(hi, dtype=float) - mid, 0, None)]
+    style = dict(fmt="none", ecolor="black", elinewidth=1.1, capsize=3, zorder=3)
+    style.update(kw)
+    if horizontal:
+        return ax.errorbar(mid, pos, xerr=err, **style)
+    return ax.errorbar(pos, mid, yerr=err, **style)
 
 
 def _ceiling_text(name: str, ceilings: pd.DataFrame | None) -> str:
@@ -131,14 +169,18 @@ def ratio_figure(cases: pd.DataFrame, title: str = "", ceilings: pd.DataFrame | 
     height = 0.9 * len(families) + 0.34 * sum(sizes) + 1.4
     fig, axes = plt.subplots(len(families), 1, figsize=(11, height), squeeze=False, layout="constrained",
                              gridspec_kw={"height_ratios": [s + 1.0 for s in sizes]})
-    finite = data["ratio"][np.isfinite(data["ratio"])] if len(data) else pd.Series(dtype=float)
+    reach = pd.concat([data[c] for c in ("ratio", "ratio_p75") if c in data]) if len(data) else pd.Series(dtype=float)
+    finite = reach[np.isfinite(reach)]
     top = max(1.1, float(finite.max()) * 1.08) if len(finite) else 1.1
+    any_spread = False
     blue, green, red = sns.color_palette()[0], sns.color_palette()[2], sns.color_palette()[3]
     for ax, fam in zip(axes[:, 0], families, strict=False):
         d = data[data["family"] == fam].reset_index(drop=True)
         colors = [blue if pd.isna(t) or not np.isfinite(r) else (green if r >= t else red)
                   for r, t in zip(d["ratio"], d["target"], strict=False)]
         ax.barh(range(len(d)), d["ratio"].fillna(0.0), color=colors, height=0.7)
+        sp = spread_bars(d)
+        any_spread |= draw_spread(ax, sp["position"], sp["ratio"], sp["ratio_p25"], sp["ratio_p75"]) is not None
         ax.set_yticks(range(len(d)), d["label"], fontsize=9)
         ax.set_ylim(len(d) - 0.5, -0.5)
         right = blended_transform_factory(ax.transAxes, ax.transData)
@@ -146,6 +188,8 @@ def ratio_figure(cases: pd.DataFrame, title: str = "", ceilings: pd.DataFrame | 
             if pd.notna(r["target"]):
                 ax.plot([r["target"]] * 2, [i - 0.45, i + 0.45], color="crimson", ls="--", lw=1.4)
             text = f"{r['ratio']:.2f}  ({r['value']:.4g} {r['unit']})" if np.isfinite(r["ratio"]) else "no ceiling"
+            if np.isfinite(r["ratio"]) and all(np.isfinite(r.get(c, np.nan)) for c in SPREAD):
+                text += f"  p25-p75 {r['ratio_p25']:.3f}-{r['ratio_p75']:.3f}"
             ax.text(1.01, i, text, va="center", fontsize=8, transform=right)
         ax.axvline(1.0, color="grey", lw=1.0)
         ax.set_xlim(0, top)
@@ -156,7 +200,10 @@ def ratio_figure(cases: pd.DataFrame, title: str = "", ceilings: pd.DataFrame | 
                Patch(color=blue, label="no target"),
                Line2D([], [], color="crimson", ls="--", lw=1.4, label="target (the issue's goal)"),
                Line2D([], [], color="grey", lw=1.0, label="the ceiling (1.0)")]
-    fig.legend(handles=handles, loc="outside lower center", ncol=5, fontsize=8, frameon=False)
+    if any_spread:
+        handles.append(Line2D([], [], color="black", lw=1.1, marker="|", markersize=7,
+                              label="p25-p75 of the per-round ratios"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
     fig.suptitle(title or "bench: ratio to ceiling")
     return fig
 

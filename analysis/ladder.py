@@ -8,6 +8,11 @@ One figure per program that has ladder rows in the CSV:
 A ladder row is a TFLOP/s case of that program whose ceiling is its library ceiling; rows measured
 against anything else (a baseline kernel, the peak itself) are not rungs. Input: a bench CSV
 (harness.bench.write_csv) or (cases, ceilings) DataFrames. Nothing here launches anything.
+
+A CSV measured in interleaved rounds gives each row its ratio's 25th-75th percentile spread
+(ratio_p25, ratio_p75): each bar then carries it as a whisker, scaled to the bar (TFLOP/s x p25/ratio
+to TFLOP/s x p75/ratio), so the whisker's length relative to the bar is the ratio's relative spread.
+An older CSV without those columns draws bars without whiskers.
 """
 
 from __future__ import annotations
@@ -39,9 +44,13 @@ def _is_library_ceiling(name: str, base: str) -> bool:
 
 def ladder_table(cases: pd.DataFrame, program: str) -> pd.DataFrame:
     """size, variant, tflops, ceiling_tflops, ratio: the numbers behind one program's bars, in the
-    order the rungs appear in the CSV (the order the bench ran them)."""
+    order the rungs appear in the CSV (the order the bench ran them). ratio is the CSV's own (the
+    median of the per-round ratios) where it has one, else tflops / ceiling_tflops. ratio_p25,
+    ratio_p75 (NaN where not measured) and tflops_p25, tflops_p75 (the whisker's ends: the ratio's
+    spread scaled to the bar) come with them."""
     base = LADDERS[program][0]
-    cols = ["size", "variant", "tflops", "ceiling_tflops", "ratio"]
+    cols = ["size", "variant", "tflops", "ceiling_tflops", "ratio", "ratio_p25", "ratio_p75", "tflops_p25",
+            "tflops_p75"]
     if cases is None or cases.empty or not {"program", "unit", "ceiling", "value", "size"} <= set(cases):
         return pd.DataFrame(columns=cols)
     df = cases[(cases["program"] == program) & (cases["unit"] == "TFLOP/s")].copy()
@@ -52,8 +61,15 @@ def ladder_table(cases: pd.DataFrame, program: str) -> pd.DataFrame:
     out = pd.DataFrame({"size": df["size"].astype(str), "variant": df["variant"].astype(str),
                         "tflops": pd.to_numeric(df["value"], errors="coerce"),
                         "ceiling_tflops": pd.to_numeric(cval, errors="coerce")})
-    out["ratio"] = out["tflops"] / out["ceiling_tflops"]
-    return out.reset_index(drop=True)
+    computed = out["tflops"] / out["ceiling_tflops"]
+    own = pd.to_numeric(df["ratio"], errors="coerce") if "ratio" in df else pd.Series(np.nan, index=df.index)
+    out["ratio"] = own.where(np.isfinite(own), computed)
+    for q in ("p25", "p75"):
+        col = f"ratio_{q}"
+        out[col] = pd.to_numeric(df[col], errors="coerce") if col in df else np.nan
+        # The whisker scales with the bar: the ratio's spread relative to its median, applied to the TFLOP/s.
+        out[f"tflops_{q}"] = out["tflops"] * out[col] / out["ratio"]
+    return out[cols].reset_index(drop=True)
 
 
 def peak(ceilings: pd.DataFrame, program: str) -> float | None:
@@ -73,15 +89,25 @@ def ladder_figure(table: pd.DataFrame, program: str, peak_tflops: float | None =
     """Bars of TFLOP/s per rung, one panel per size; the library ceiling and the peak as lines."""
     _, clabel, _, plabel = LADDERS[program]
     sizes = list(dict.fromkeys(table["size"]))
+    for c in ("ratio_p25", "ratio_p75", "tflops_p25", "tflops_p75"):  # a table built by hand may lack them
+        if c not in table:
+            table = table.assign(**{c: np.nan})
+    whiskers = False
     fig, axes = plt.subplots(1, max(len(sizes), 1), figsize=(max(8.0, 4.2 * len(sizes) + 1), 6.0), squeeze=False,
                              sharey=True)
     for ax, size in zip(axes[0], sizes):
         t = table[table["size"] == size]
         x = np.arange(len(t))
         ax.bar(x, t["tflops"], color="#4c72b0")
-        for xi, (v, r) in enumerate(zip(t["tflops"], t["ratio"])):
-            if np.isfinite(v):
-                ax.text(xi, v, f"{r:.2f}" if np.isfinite(r) else "", ha="center", va="bottom", fontsize=7)
+        ok = np.isfinite(t[["tflops", "tflops_p25", "tflops_p75"]].to_numpy(dtype=float)).all(axis=1)
+        if ok.any():
+            abench.draw_spread(ax, x[ok], t["tflops"][ok], t["tflops_p25"][ok], t["tflops_p75"][ok], horizontal=False,
+                               capsize=2.5)
+            whiskers = True
+        for xi, (v, r, top) in enumerate(zip(t["tflops"], t["ratio"], t["tflops_p75"])):
+            if np.isfinite(v):  # the label sits above the whisker, where there is one
+                ax.text(xi, max(v, top) if np.isfinite(top) else v, f"{r:.2f}" if np.isfinite(r) else "",
+                        ha="center", va="bottom", fontsize=7)
         ceil = t["ceiling_tflops"].dropna()
         if len(ceil):
             ax.axhline(float(ceil.iloc[0]), color="black", ls="--", lw=1.2,
@@ -96,7 +122,8 @@ def ladder_figure(table: pd.DataFrame, program: str, peak_tflops: float | None =
     if not peak_tflops:
         fig.text(0.01, 0.01, "no peak ceiling in this run", fontsize=8)
     fig.suptitle((title or f"{program}: the ladder, TFLOP/s per rung")
-                 + f"\nbar labels: fraction of {clabel} at the same size, same run", fontsize=10)
+                 + f"\nbar labels: fraction of {clabel} at the same size, same run"
+                 + ("; whiskers: its p25-p75 over the rounds" if whiskers else ""), fontsize=10)
     fig.tight_layout()
     return fig
 

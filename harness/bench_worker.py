@@ -1,60 +1,48 @@
-"""The bench as pytest items, for `invoke bench --gpus ...` (harness.bench.run_on_gpus): pytest-xdist
-starts one worker per GPU, each worker pins itself to its GPU, takes its share of the cases, measures
-the ceilings those cases need on that GPU, and writes its own CSV when it finishes.
+"""One GPU's share of `invoke bench --gpus ...` (harness.bench.run_on_gpus starts one of these per GPU,
+side by side, each with $CUDA_VISIBLE_DEVICES set to its GPU before anything touches CUDA).
 
-Not a test file: pytest runs it only when given its path. Configuration comes from the environment
-($CUDALAB_BENCH_PROGRAMS, $CUDALAB_BENCH_QUICK, $CUDALAB_BENCH_OUT, $CUDALAB_GPUS).
+    python -m harness.bench_worker INDEX COUNT OUTDIR [PROGRAMS] [--quick]
+
+The worker takes every COUNT-th group of cases that share a ceiling (starting at INDEX), so each case
+is still timed in rounds beside its own ceiling on the same GPU, and writes its own CSV, named after
+its GPU, into OUTDIR.
 """
 
 from __future__ import annotations
 
-from harness import gpus
-
-gpus.pin_worker()  # before anything below can start CUDA
-
-import os  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
-
-from harness import bench  # noqa: E402
-
-NAMES = [p for p in os.environ.get("CUDALAB_BENCH_PROGRAMS", "").split(",") if p] or None
-QUICK = bool(os.environ.get("CUDALAB_BENCH_QUICK"))
-OUT = Path(os.environ.get("CUDALAB_BENCH_OUT") or bench.BUILD_BENCH)
-# Every worker collects the same list (xdist requires it); only setup() touches the GPU.
-CASES = bench.collect(NAMES, QUICK)
+import sys
+from pathlib import Path
 
 
-class _Worker:
-    def __init__(self):
-        self.rows: list[dict] = []
-        self.ceilings: dict[str, bench.Ceiling] = {}
-        self.tried: set[str] = set()
-
-    def ceiling(self, case: bench.BenchCase) -> bench.Ceiling | None:
-        if case.ceiling not in self.tried:  # measured once per worker, on its GPU, when first needed
-            self.tried.add(case.ceiling)
-            self.ceilings.update(bench.measure_ceilings([case.ceiling], [case.program], QUICK))
-        return self.ceilings.get(case.ceiling)
-
-    def write(self) -> None:
-        if self.rows:
-            meta = bench.metadata()
-            path = bench.write_csv(pd.DataFrame(self.rows), meta, self.ceilings)  # named after its GPU
-            if OUT != bench.BUILD_BENCH:
-                path.replace(OUT / path.name)
+def share(cases: list, index: int, count: int) -> list:
+    """The cases of every count-th ceiling group, starting at `index` (groups in order of appearance)."""
+    groups = list(dict.fromkeys(c.ceiling for c in cases))
+    mine = set(groups[index::count])
+    return [c for c in cases if c.ceiling in mine]
 
 
-@pytest.fixture(scope="module")
-def worker():
-    w = _Worker()
-    yield w
-    w.write()
+def main(argv: list[str]) -> int:
+    quick = "--quick" in argv
+    args = [a for a in argv if a != "--quick"]
+    if len(args) not in (3, 4):
+        print(__doc__, file=sys.stderr)
+        return 2
+    index, count, out = int(args[0]), int(args[1]), Path(args[2])
+    names = [p for p in (args[3] if len(args) == 4 else "").split(",") if p] or None
+    import pandas as pd  # noqa: F401  (imported after the argument check: the usage error stays fast)
+
+    from harness import bench
+
+    bench.check_built(names)
+    cases = share(bench.collect(names, quick), index, count)
+    if not cases:
+        print(f"worker {index}: no cases in its share", file=sys.stderr)
+        return 0
+    df, ceil = bench.run(names, quick=quick, cases=cases)
+    path = bench.write_csv(df, bench.metadata(), ceil)
+    path.replace(out / path.name)
+    return 0
 
 
-@pytest.mark.parametrize("index", range(len(CASES)), ids=[f"{c.program}-{c.variant}-{c.size}" for c in CASES])
-def test_bench_case(index, worker):
-    case = CASES[index]
-    worker.rows.append(bench.run_case(case, worker.ceiling(case), QUICK))
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -372,8 +372,9 @@ def save_kernels(res: ProfileResult, outdir: Path) -> Path:
 
 def event_timing(prog: str, variants: list[str | None] | None = None, quick: bool = True,
                  reps: int = 10) -> pd.DataFrame:
-    """Time the program's bench cases with harness.timing (CUDA events, L2 flushed): one row per
-    case, in the kernel table's columns. Needs the program's bench_cases and a GPU."""
+    """Time the program's bench cases with harness.timing (NVBench cold measurements, L2 flushed): one
+    row per case, in the kernel table's columns (instances = NVBench's samples). Needs the program's
+    bench_cases, a GPU and cuda-bench."""
     from . import timing
 
     mod = program_module(prog)
@@ -385,17 +386,16 @@ def event_timing(prog: str, variants: list[str | None] | None = None, quick: boo
         cases = [c for c in mod.bench_cases(quick) if not wanted or c.variant in wanted]
     if not cases:
         raise CudalabError(f"{prog} has no bench cases for {sorted(wanted)}")
+    from . import bench
+
+    items = [bench.case_item(c, quick, f"case:{i}") for i, c in enumerate(cases)]
+    got = timing.run_plan(items)
     rows = []
-    for case in cases:
-        prep = case.setup()
-        try:
-            t = timing.time_launch(prep.launch, reps=max(reps, timing.MIN_REPS))
-        finally:
-            prep.close()
-        samples = np.asarray(t.samples_ms) * 1e6
+    for i, case in enumerate(cases):
+        t = got[f"case:{i}"]
         rows.append({"variant": case.variant, "kernel": f"{prog} {case.variant} {case.size}",
-                     "total_ns": float(samples.sum()), "instances": len(samples), "avg_ns": float(samples.mean()),
-                     "med_ns": t.median_ms * 1e6, "min_ns": float(samples.min()), "max_ns": float(samples.max())})
+                     "total_ns": t.median_ms * 1e6 * t.samples, "instances": t.samples, "avg_ns": t.median_ms * 1e6,
+                     "med_ns": t.median_ms * 1e6, "min_ns": np.nan, "max_ns": np.nan})  # NVBench keeps quartiles, not extremes
     df = pd.DataFrame(rows)
     df["time_pct"] = 100.0 * df["total_ns"] / df.groupby("variant")["total_ns"].transform("sum")
     return df[["variant"] + KERNEL_COLUMNS]

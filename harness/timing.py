@@ -1,25 +1,81 @@
-"""The one timing loop (DESIGN.md, Benchmarks).
+"""The one timing engine: NVIDIA's NVBench, through its Python package `cuda-bench` (DESIGN.md, Benchmarks).
 
-    warm up; before each timed repetition flush the L2 with a cudaMemsetAsync over a buffer at
-    least twice the L2 size; time each repetition with a pair of events on the launch's stream;
-    at least 10 repetitions; report the median and the 25th-75th percentile spread.
+Why NVBench and not our own event loop: the old loop (3 warm-up launches, an L2-flush memset, a host
+synchronisation after every repetition) let the short, fast calls swing by 40% between runs: the GPU
+drained between repetitions, so the start event fired before the host had queued the launch, and the
+clocks fell between bursts. NVBench's cold measurement holds the stream with a blocking kernel while
+the launch is queued (no host latency inside the timed span), flushes the L2 before each sample,
+discards samples taken while the SM clock is throttled, and stops on a noise criterion (relative
+standard deviation under `max_noise_pct`, after at least `min_time_s` of GPU time) instead of a fixed
+count. Its statistics (median, first and third quartiles) are what a Timing holds.
 
-`launch(stream)` must enqueue the work on the given stream (a device-pointer entry point) and
-return without synchronising. It must do nothing else: the start event is recorded right before it
-is called, so Python work inside it (checking and converting arguments: tens of microseconds, as
-long as a small kernel) would be timed as the kernel's. Marshal once, before timing: a bench case's
-`setup()` builds the call with `harness.library.Library.prepare(fname, ..., library.STREAM)`, whose
-result is exactly such a `launch`.
+NVBench runs its registered benchmarks once per process (`run_all_benchmarks` refuses a second call),
+so every measurement session runs in a child process, `python -m harness.timing PLAN OUTDIR`. A plan
+is a list of Items, run in order: that order is how the bench interleaves a ceiling with its cases. An
+Item names its setup by import path, `"package.module:function"` with JSON keyword arguments, because
+closures cannot cross the process boundary; the function returns an object with `launch(stream)`
+(enqueue one run on `stream`, no synchronisation), `close()`, and optionally `work` and `note`
+(harness.bench.Prepared). A setup used by several Items is built once, at its first Item, and closed
+after its last. While each Item is timed, harness.conditions samples the SM clock, power and
+temperature through NVML.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-MIN_REPS = 10
+from .errors import CudalabError
+
+PROGRESS = "cudalab-timing:"  # the child's progress lines on stdout: PROGRESS <index> <key>
+INSTALL_HINT = "pip install -e '.[bench]' (NVIDIA's cuda-bench[cu13], CPython 3.10-3.13)"
+
+
+class EngineMissing(CudalabError):
+    """NVBench's Python package is not importable here."""
+
+
+class TimingError(CudalabError):
+    """A measurement session failed. `timings` holds what was measured before the failure, `log` the
+    tail of NVBench's own output."""
+
+    def __init__(self, message: str, timings: dict | None = None, log: str = ""):
+        self.timings = dict(timings or {})
+        self.log = log
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Options:
+    """NVBench's knobs, the same for every Item of a plan unless an Item overrides warmup_s."""
+
+    min_time_s: float = 0.1  # GPU time accumulated before the noise criterion may stop a measurement
+    max_noise_pct: float = 0.5  # stop once the relative standard deviation is under this (NVBench's default)
+    warmup_s: float = 0.1  # time-based warm-up: cold runs until this much walltime has passed
+    timeout_s: float = 10.0  # per Item, walltime; a measurement that hits it is flagged timed_out
+    throttle: float = 0.75  # NVBench drops samples taken below this fraction of the default SM clock
+
+
+QUICK = Options(min_time_s=0.03, warmup_s=0.05, timeout_s=5.0)
+
+
+@dataclass(frozen=True)
+class Item:
+    key: str  # unique within a plan
+    target: str  # "package.module:function" -> a Prepared
+    kwargs: dict = field(default_factory=dict)
+    warmup_s: float | None = None  # None: the plan's Options.warmup_s
 
 
 @dataclass(frozen=True)
@@ -28,6 +84,14 @@ class Timing:
     p25_ms: float
     p75_ms: float
     samples_ms: tuple = field(repr=False, default=())
+    samples: int = 0  # how many cold samples NVBench kept
+    noise: float = float("nan")  # NVBench's relative standard deviation of the GPU times (fraction)
+    walltime_s: float = float("nan")
+    sm_clock_mhz: float = float("nan")  # NVBench's mean SM clock over the kept samples
+    timed_out: bool = False
+    conditions: dict = field(default_factory=dict, repr=False)  # harness.conditions.Sampler.summary()
+    work: float | None = None  # Prepared.work, when the setup knew it only at run time
+    note: str = ""
 
     @property
     def iqr_ms(self) -> float:
@@ -39,64 +103,264 @@ class Timing:
 
 
 def summarize(samples_ms) -> Timing:
+    """Median and quartiles of raw samples (the CPU tests' and the round statistics' arithmetic)."""
     s = np.asarray(list(samples_ms), dtype=np.float64)
     if s.size == 0:
         raise ValueError("no samples to summarize")
     if not np.all(np.isfinite(s)) or np.any(s < 0):
         raise ValueError(f"timing samples must be finite and non-negative, got {s}")
     p25, med, p75 = np.percentile(s, [25, 50, 75])
-    return Timing(float(med), float(p25), float(p75), tuple(float(x) for x in s))
+    return Timing(float(med), float(p25), float(p75), tuple(float(x) for x in s), samples=int(s.size))
 
 
-class L2Flusher:
-    """A device buffer of 2 x L2 that a memset sweeps, evicting whatever the last run left in L2."""
+# --- the parent side ---------------------------------------------------------------------------------
 
-    def __init__(self, device: int = 0):
-        from . import cudart
-
-        self.nbytes = max(2 * cudart.attribute("l2_bytes", device), 1 << 20)
-        self.buf = cudart.DeviceBuffer(self.nbytes)
-        self._value = 0
-
-    def flush(self, stream) -> None:
-        # A different byte each time so no layer can treat the memset as a no-op.
-        self._value = (self._value + 1) & 0xFF
-        self.buf.fill_bytes(self._value, stream)
-
-    def close(self) -> None:
-        self.buf.close()
-
-
-def time_launch(launch: Callable[[object], None], *, warmup: int = 3, reps: int = 20, flush: bool = True,
-                stream=None, flusher: L2Flusher | None = None) -> Timing:
-    """Time `launch(stream)` with CUDA events; returns median and IQR over `reps` repetitions."""
-    from . import cudart
-
-    if reps < MIN_REPS:
-        raise ValueError(f"reps must be at least {MIN_REPS}, got {reps}")
-    own_stream = stream is None
-    s = cudart.Stream() if own_stream else stream
-    handle = s.handle if isinstance(s, cudart.Stream) else s
-    own_flusher = flush and flusher is None
-    fl = L2Flusher() if own_flusher else flusher
-    start, end = cudart.Event(), cudart.Event()
+def engine_version() -> str | None:
+    """cuda-bench's version when it is installed, without importing it (it loads the CUDA bindings)."""
     try:
-        for _ in range(warmup):
-            launch(handle)
-        samples = []
-        for _ in range(reps):
-            if flush:
-                fl.flush(handle)
-            start.record(handle)
-            launch(handle)
-            end.record(handle)
-            end.synchronize()
-            samples.append(start.elapsed_ms(end))
-        return summarize(samples)
+        if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.bench") is None:
+            return None
+    except (ImportError, ValueError):
+        return None
+    try:
+        from importlib.metadata import version
+
+        return version("cuda-bench")
+    except Exception:
+        return "unknown"
+
+
+def require_engine() -> str:
+    v = engine_version()
+    if v is None:
+        raise EngineMissing(f"timing needs NVIDIA's NVBench for Python, which is not installed here: {INSTALL_HINT}")
+    return v
+
+
+def run_plan(items: list[Item], options: Options | None = None, *, on_progress: Callable[[int, str], None] | None = None,
+             timeout: float | None = None, workdir: Path | None = None,
+             errors: dict | None = None) -> dict[str, Timing]:
+    """Time every Item, in order, in one NVBench session (a child process). Returns key -> Timing.
+    Raises TimingError (with the partial results) when the child fails or runs past `timeout`. An Item
+    whose setup raised, or that gave no samples, raises too, unless an `errors` dict is passed: then
+    its key and reason go there and the others are returned."""
+    if not items:
+        return {}
+    keys = [it.key for it in items]
+    if len(set(keys)) != len(keys):
+        raise ValueError("plan keys must be unique")
+    require_engine()
+    opts = options or Options()
+    from . import build as _build
+
+    base = _build.BUILD / "timing"
+    base.mkdir(parents=True, exist_ok=True)
+    out = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="session-", dir=base))
+    out.mkdir(parents=True, exist_ok=True)
+    plan = out / "plan.json"
+    plan.write_text(json.dumps({"options": asdict(opts), "items": [asdict(it) for it in items]}, indent=1))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(_build.ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONUNBUFFERED"] = "1"
+    limit = timeout if timeout is not None else 120.0 + sum(
+        (it.warmup_s if it.warmup_s is not None else opts.warmup_s) + opts.timeout_s for it in items)
+    log: list[str] = []
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "harness.timing", str(plan), str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, cwd=_build.ROOT)
+    timed_out = False
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith(PROGRESS):
+                _, idx, key = line.rstrip("\n").split(" ", 2)
+                if on_progress:
+                    on_progress(int(idx), key)
+            else:
+                log.append(line.rstrip("\n"))
+            if time.monotonic() - t0 > limit:
+                timed_out = True
+                break
     finally:
-        start.close()
-        end.close()
-        if own_flusher:
-            fl.close()
-        if own_stream:
-            s.close()
+        if timed_out:
+            proc.kill()
+        rc = proc.wait()
+    (out / "child.log").write_text("\n".join(log) + "\n")
+    timings, setup_errors = read_session(out)
+    tail = "\n".join(log[-15:])
+    if timed_out:
+        raise TimingError(f"the timing session ran past {limit:.0f} s and was stopped; {len(timings)} of {len(items)} "
+                          f"measurements done (logs in {out})", timings, tail)
+    if rc != 0:
+        raise TimingError(f"the timing session failed (status {rc}) after {len(timings)} of {len(items)} "
+                          f"measurements (logs in {out}):\n{tail}", timings, tail)
+    missing = [k for k in keys if k not in timings and k not in setup_errors]
+    if errors is not None:
+        errors.update(setup_errors)
+        errors.update({k: "NVBench kept no sample (see nvbench.md in the session folder)" for k in missing})
+        return timings
+    if setup_errors:
+        first = next(iter(setup_errors.items()))
+        raise TimingError(f"{len(setup_errors)} measurement(s) could not be set up; first: {first[0]}: {first[1]}",
+                          timings, tail)
+    if missing:
+        raise TimingError(f"NVBench returned no samples for {len(missing)} measurement(s), first {missing[0]!r} "
+                          f"(logs in {out}):\n{tail}", timings, tail)
+    return timings
+
+
+def time_one(target: str, options: Options | None = None, **kwargs) -> Timing:
+    """One setup, timed alone (a session of one Item)."""
+    return run_plan([Item("only", target, kwargs)], options)["only"]
+
+
+# --- reading a session's results (CPU-tested on a recorded H100 session) -----------------------------------
+
+def summaries(state: dict) -> dict[str, dict]:
+    """tag -> {name: value} for one NVBench JSON state."""
+    out = {}
+    for s in state.get("summaries") or []:
+        out[s["tag"]] = {d["name"]: d.get("value") for d in s.get("data", [])}
+    return out
+
+
+def timing_from_state(state: dict, timeout_s: float | None = None) -> Timing | None:
+    """A Timing from NVBench's cold-measurement summaries (seconds -> ms); None without samples."""
+    s = summaries(state)
+
+    def num(tag, default=float("nan")):
+        v = s.get(tag, {}).get("value")
+        return float(v) if v is not None else default
+
+    n = int(num("nv/cold/sample_size", 0))
+    if n == 0 or "nv/cold/time/gpu/median" not in s:
+        return None
+    wall = num("nv/cold/walltime")
+    return Timing(median_ms=num("nv/cold/time/gpu/median") * 1e3, p25_ms=num("nv/cold/time/gpu/q1") * 1e3,
+                  p75_ms=num("nv/cold/time/gpu/q3") * 1e3, samples=n, noise=num("nv/cold/time/gpu/stdev/relative"),
+                  walltime_s=wall, sm_clock_mhz=num("nv/cold/sm_clock_rate/mean") / 1e6,
+                  timed_out=bool(timeout_s is not None and np.isfinite(wall) and wall >= timeout_s))
+
+
+def read_session(out: Path) -> tuple[dict[str, Timing], dict[str, str]]:
+    """(key -> Timing, key -> setup error) from a session folder: NVBench's JSON (benchmarks named
+    m<index>) joined with the child's side file (keys, conditions, work, notes, errors)."""
+    out = Path(out)
+    plan = json.loads((out / "plan.json").read_text())
+    side = json.loads((out / "side.json").read_text()) if (out / "side.json").exists() else {}
+    errors = {k: v["error"] for k, v in side.items() if isinstance(v, dict) and v.get("error")}
+    path = out / "nvbench.json"
+    if not path.exists():
+        return {}, errors
+    try:
+        data = json.loads(path.read_text())
+    except ValueError:
+        return {}, errors
+    timeout_s = plan["options"]["timeout_s"]
+    timings = {}
+    for bm in data.get("benchmarks", []):
+        name = bm.get("name", "")
+        if not name.startswith("m") or not name[1:].isdigit():
+            continue
+        i = int(name[1:])
+        if i >= len(plan["items"]):
+            continue
+        key = plan["items"][i]["key"]
+        for st in bm.get("states", []):
+            if st.get("is_skipped"):
+                continue
+            t = timing_from_state(st, timeout_s)
+            if t is None:
+                continue
+            extra = side.get(key) or {}
+            timings[key] = Timing(**{**asdict(t), "conditions": extra.get("conditions") or {},
+                                     "work": extra.get("work"), "note": extra.get("note") or ""})
+    return timings, errors
+
+
+# --- the child side: python -m harness.timing PLAN OUTDIR ------------------------------------------------
+
+def resolve(target: str) -> Callable:
+    mod, _, fn = target.partition(":")
+    if not mod or not fn:
+        raise ValueError(f"a setup target is 'package.module:function', got {target!r}")
+    return getattr(importlib.import_module(mod), fn)
+
+
+def _ident(item: dict) -> str:
+    return item["target"] + " " + json.dumps(item["kwargs"], sort_keys=True)
+
+
+def _child(plan_path: str, outdir: str) -> int:
+    import cuda.bench as nvb
+
+    from . import conditions, cudart
+
+    out = Path(outdir)
+    plan = json.loads(Path(plan_path).read_text())
+    opts = Options(**plan["options"])
+    items = plan["items"]
+    last_use = {_ident(it): i for i, it in enumerate(items)}
+    live: dict[str, object] = {}
+    side: dict[str, dict] = {}
+
+    def save_side():
+        tmp = out / "side.json.tmp"
+        tmp.write_text(json.dumps(side, default=float))
+        tmp.replace(out / "side.json")
+
+    def make(i: int, it: dict):
+        ident = _ident(it)
+
+        def body(state):
+            try:
+                prep = live.get(ident)
+                if prep is None:
+                    prep = live[ident] = resolve(it["target"])(**it["kwargs"])
+            except Exception as e:  # reported by the parent with the Item's key; the session goes on
+                side[it["key"]] = {"error": f"{type(e).__name__}: {e}"}
+                save_side()
+                state.skip(f"setup failed: {type(e).__name__}")
+                return
+            launch = prep.launch
+            cast = [None, None]  # NVBench's stream as a cudaStream_t, converted once per stream
+
+            def run(launch_ctx):
+                s = launch_ctx.get_stream().addressof()
+                if cast[0] != s:
+                    cast[0], cast[1] = s, cudart.ffi.cast("cudaStream_t", s)
+                launch(cast[1])
+
+            with conditions.Sampler(0) as sampler:
+                state.exec(run, batched=False)  # cold measurements only: L2 flushed, blocking kernel
+            side[it["key"]] = {"conditions": sampler.summary(), "work": getattr(prep, "work", None),
+                               "note": getattr(prep, "note", "") or ""}
+            if last_use[ident] == i:
+                live.pop(ident, None)
+                prep.close()
+            save_side()
+            print(f"{PROGRESS} {i} {it['key']}", flush=True)
+
+        body.__name__ = f"m{i:05d}"
+        return body
+
+    for i, it in enumerate(items):
+        bm = nvb.register(make(i, it))
+        bm.set_stopping_criterion("stdrel")
+        bm.set_criterion_param_float64("min-time", opts.min_time_s)
+        bm.set_criterion_param_float64("max-noise", opts.max_noise_pct)
+        warm = it.get("warmup_s")
+        bm.set_cold_warmup_runs(1_000_000)  # bounded by the walltime below: a time-based warm-up
+        bm.set_cold_max_warmup_walltime(opts.warmup_s if warm is None else warm)
+        bm.set_timeout(opts.timeout_s)
+        bm.set_throttle_threshold(opts.throttle)
+    nvb.run_all_benchmarks(["cudalab", "--json", str(out / "nvbench.json"), "--md", str(out / "nvbench.md"),
+                            "--devices", "0"])
+    save_side()
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit("usage: python -m harness.timing PLAN.json OUTDIR")
+    sys.exit(_child(sys.argv[1], sys.argv[2]))

@@ -1,7 +1,7 @@
 """`invoke tune <prog>`: a program's small parameter search, timed with harness.timing and cached per
 GPU under bench/results/<gpu>/ (the program decides the file and what "the winner" means).
 
-A program that can be tuned offers `tune(size, reps, save, on_progress) -> (table, path)` in its
+A program that can be tuned offers `tune(size, save, on_progress) -> (table, path)` in its
 module; matmul times its compiled ladder configurations and caches the fastest for "09_tuned";
 attention times 03_flash_bf16's choices (warps, rows per warp, key tile, stages) per head size. The cache is one JSON file
 per program and GPU model, bench/results/<gpu>/<prog>-tune.json, read and written only here.
@@ -30,11 +30,12 @@ def tunable(prog: str):
     return registry.module(prog)
 
 
-def run(prog: str, size: int = 4096, reps: int = 10, save: bool = True, on_progress=None):
-    """Run `prog`'s search; returns (table, path of the cached result or None)."""
-    if size < 1 or reps < 10:
-        raise ValueError(f"size must be >= 1 and reps >= 10 (harness.timing's minimum), got size={size} reps={reps}")
-    return tunable(prog).tune(size=size, reps=reps, save=save, on_progress=on_progress)
+def run(prog: str, size: int = 4096, save: bool = True, on_progress=None):
+    """Run `prog`'s search (one NVBench session, harness.timing); returns (table, path of the cached
+    result or None)."""
+    if size < 1:
+        raise ValueError(f"size must be >= 1, got size={size}")
+    return tunable(prog).tune(size=size, save=save, on_progress=on_progress)
 
 
 # --- the cache: bench/results/<gpu>/<prog>-tune.json -------------------------------------------------
@@ -61,7 +62,7 @@ def cached(prog: str, device: str) -> tuple[dict | None, str]:
     return data, f"tuned on this device ({path})"
 
 
-def save(prog: str, device: str, result: dict, table, reps: int) -> Path:
+def save(prog: str, device: str, result: dict, table) -> Path:
     """Write the search's `result` (the winner(s)) with the device, toolchain, date and whole table."""
     from . import bench
 
@@ -69,7 +70,7 @@ def save(prog: str, device: str, result: dict, table, reps: int) -> Path:
     path = cache_path(prog, device)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"program": prog, "device": device, **result, "driver": meta["driver"], "nvcc": meta["nvcc"],
-               "date": meta["date"], "timing": f"harness.timing, L2 flushed, median of {reps}",
+               "date": meta["date"], "timing": "harness.timing: NVBench cold measurements (L2 flushed), median, stopped on noise",
                "table": json.loads(table.to_json(orient="records"))}
     path.write_text(json.dumps(payload, indent=1) + "\n")
     return path

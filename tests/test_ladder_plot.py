@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from analysis import ladder
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Each test draws several figures; close them so the run does not pile up open figures."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
 
 
 def rows():
@@ -76,3 +86,73 @@ def test_both_ladders_from_the_recorded_h100_bench(tmp_path):
     assert set(m["size"]) == {"2048^3", "4096^3", "8192^3", "5120x256x5120"}
     paths = ladder.plot(csv, tmp_path)
     assert sorted(p.name for p in paths) == ["ladder_gemm_tc.png", "ladder_matmul.png"]
+
+
+def _whiskers(ax):
+    """(x, y_from, y_to) of every vertical error bar drawn on ax."""
+    from matplotlib.container import ErrorbarContainer
+
+    out = [(seg[0][0], seg[0][1], seg[1][1]) for c in ax.containers if isinstance(c, ErrorbarContainer)
+           for lc in c.lines[2] for seg in lc.get_segments()]
+    return np.array(sorted(out)).reshape(-1, 3)
+
+
+def with_spread():
+    """rows() measured in rounds: each rung's ratio with its p25-p75; one rung without (NaN)."""
+    cases, ceil = rows()
+    cases["ratio_p25"] = cases["ratio"] * 0.98
+    cases["ratio_p75"] = cases["ratio"] * 1.05
+    cases.loc[1, ["ratio_p25", "ratio_p75"]] = np.nan  # 07_warptile 4096^3: no spread
+    return cases, ceil
+
+
+def test_ladder_table_carries_the_ratio_spread_scaled_to_the_bar():
+    cases, _ = with_spread()
+    cases.loc[2, "ratio"] = 0.78  # the CSV's median of per-round ratios, not value / ceiling_value (0.8)
+    cases.loc[2, ["ratio_p25", "ratio_p75"]] = [0.76, 0.82]
+    t = ladder.ladder_table(cases, "matmul")
+    np.testing.assert_allclose(t["ratio"], [0.1, 0.6, 0.78, 0.75])  # the CSV's own ratio where it has one
+    np.testing.assert_allclose(t["ratio_p25"], [0.098, np.nan, 0.76, 0.735])
+    # The whisker's ends: TFLOP/s x p/ratio, so the whisker is the ratio's relative spread around the bar.
+    np.testing.assert_allclose(t["tflops_p25"], [4.9, np.nan, 40.0 * 0.76 / 0.78, 29.4])
+    np.testing.assert_allclose(t["tflops_p75"], [5.25, np.nan, 40.0 * 0.82 / 0.78, 31.5])
+
+
+def test_figure_draws_each_rungs_spread_as_a_whisker():
+    cases, _ = with_spread()
+    fig = ladder.ladder_figure(ladder.ladder_table(cases, "matmul"), "matmul", 67.0)
+    big, small = fig.axes
+    # 01_naive at x=0 and 08_pipelined at x=2; 07_warptile (x=1) has no spread, so no whisker.
+    np.testing.assert_allclose(_whiskers(big), [(0, 4.9, 5.25), (2, 39.2, 42.0)])
+    np.testing.assert_allclose(_whiskers(small), [(0, 29.4, 31.5)])
+    assert [p.get_height() for p in big.patches] == [5.0, 30.0, 40.0]  # the bars are as before
+    labels = {t.get_text(): t.get_position()[1] for t in big.texts}
+    assert labels == pytest.approx({"0.10": 5.25, "0.60": 30.0, "0.80": 42.0})  # each ratio label above its whisker
+    assert "whiskers: its p25-p75 over the rounds" in fig.get_suptitle()
+
+
+def test_ladders_without_spread_draw_no_whiskers(tmp_path):
+    cases, ceil = rows()
+    fig = ladder.ladder_figure(ladder.ladder_table(cases, "matmul"), "matmul", 67.0)
+    assert all(len(_whiskers(ax)) == 0 for ax in fig.axes)
+    assert "whiskers" not in fig.get_suptitle()
+    cases["ratio_p25"], cases["ratio_p75"] = np.nan, np.nan
+    fig = ladder.ladder_figure(ladder.ladder_table(cases, "matmul"), "matmul", 67.0)
+    assert all(len(_whiskers(ax)) == 0 for ax in fig.axes)
+    # A table made by hand with only the old five columns still draws.
+    old = ladder.ladder_table(cases, "matmul")[["size", "variant", "tflops", "ceiling_tflops", "ratio"]]
+    assert [p.get_height() for p in ladder.ladder_figure(old, "matmul").axes[0].patches] == [5.0, 30.0, 40.0]
+
+
+def test_recorded_h100_ladders_have_no_whiskers():
+    """The committed H100 CSV predates the rounds (no ratio_p25/p75): bars and labels as before, no whisker."""
+    from harness import bench
+
+    frame, _, _ = bench.read_result(bench.RESULTS_DIR / "h100" / "bench-h100-80gb-hbm3-20261123T134326.csv")
+    assert "ratio_p25" not in frame
+    for program in ("matmul", "gemm_tc"):
+        t = ladder.ladder_table(frame, program)
+        np.testing.assert_allclose(t["ratio"], t["tflops"] / t["ceiling_tflops"])
+        fig = ladder.ladder_figure(t, program)
+        assert all(len(_whiskers(ax)) == 0 for ax in fig.axes)
+        assert sum(len(ax.patches) for ax in fig.axes) == len(t)

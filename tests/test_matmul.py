@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import poison
-from harness import library, runner
+from harness import cudart, library, runner
 from harness.programs import matmul as mm
 
 LIMITS = {"max_threads_per_block": 1024, "smem_per_block": 48 * 1024}  # an H100's, for CPU-only checks
@@ -502,10 +503,23 @@ def test_gpu_executable_ladder_table():
 
 @pytest.mark.gpu
 def test_gpu_executable_refuses_what_cannot_fit():
-    """Issue 13: 100000^3 needs 3 x 40 GB; refused with the need and the limit, status 2, no bad_alloc."""
-    res = runner.run("matmul", "100000", "100000", "100000", check=False)
+    """Issue 13: sizes whose A, B and C cannot fit are refused with the need and the limit, status 2,
+    no bad_alloc. The size comes from the device in hand: a fixed 100000^3 (3 x 40 GB) fits an H200's
+    141 GB, and then the executable set out to fill and multiply it instead of refusing."""
+    _, total = cudart.mem_info()
+    # A square side whose three float32 matrices (4 * 3 * side^2 bytes) need 1.5 x the device's total
+    # memory, so more than it has free whatever else holds memory now.
+    side = math.isqrt(int(1.5 * total) // 12) + 1
+    assert 4 * 3 * side**2 > 1.5 * total
+    # Inside the executable's own limits, so that memory is what it refuses: each size a positive int
+    # (cudalab_parse_positive) and M within 02_tiled's grid (matmul_max_m; check_rows raises past it).
+    assert side <= 2**31 - 1
+    mm.check_rows(side, "02_tiled", 16)
+    # The refusal comes before any allocation or fill: seconds. A timeout here is the bug coming back.
+    res = runner.run("matmul", side, side, side, check=False, timeout=120)
     assert res.returncode == 2, res.stderr
     assert "GiB of device memory" in res.stderr and "at most" in res.stderr
+    assert f"needs {12 * side**2 / 2**30:.2f} GiB" in res.stderr  # the need it names is this size's
     assert "bad_alloc" not in res.stderr
 
 

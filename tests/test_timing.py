@@ -1,11 +1,19 @@
-"""The timing loop: its statistics, and the order of flush, events and launches."""
+"""The timing engine (harness.timing, NVBench in a child process): its statistics, the reading of
+NVBench's JSON recorded on an H100, the session folder's join of plan, results and side file, its
+refusals, and on a GPU a real session."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from harness import cudart, timing
+from harness import timing
+
+FIX = Path(__file__).parent / "fixtures"
+PROBE = FIX / "nvbench_0.3.0_h100_probe.json"  # NVIDIA H100 80GB HBM3, cuda-bench 0.3.0, device run 1
 
 
 def test_summarize_median_and_iqr():
@@ -15,77 +23,137 @@ def test_summarize_median_and_iqr():
     assert t.p25_ms == np.percentile(s, 25) and t.p75_ms == np.percentile(s, 75)
     assert t.iqr_ms == pytest.approx(np.percentile(s, 75) - np.percentile(s, 25))
     assert t.rate(3e6) == pytest.approx(1e9)  # 3e6 bytes in 3 ms = 1 GB/s
+    assert t.samples == 10
     with pytest.raises(ValueError):
         timing.summarize([])
     with pytest.raises(ValueError):
         timing.summarize([1.0, float("nan")])
 
 
-class _Log:
-    def __init__(self):
-        self.calls = []
+def _probe():
+    return json.loads(PROBE.read_text())
 
 
-def test_loop_flushes_l2_before_every_timed_rep(monkeypatch):
-    log = _Log()
-    clock = iter(np.arange(1.0, 1000.0))
+def test_the_recorded_json_names_its_device():
+    d = _probe()
+    assert d["devices"][0]["name"] == "NVIDIA H100 80GB HBM3"
 
-    class FakeEvent:
-        def __init__(self):
-            self.t = None
 
-        def record(self, stream):
-            self.t = next(clock)
-            log.calls.append("record")
+def test_timing_from_a_recorded_state():
+    """cuBLAS BF16 2048^3 on the H100: the summaries are seconds; a Timing holds milliseconds."""
+    bm = next(b for b in _probe()["benchmarks"] if b["name"] == "cublas_r0")
+    t = timing.timing_from_state(bm["states"][0], timeout_s=10.0)
+    s = timing.summaries(bm["states"][0])
+    assert t.median_ms == pytest.approx(float(s["nv/cold/time/gpu/median"]["value"]) * 1e3)
+    assert t.p25_ms == pytest.approx(float(s["nv/cold/time/gpu/q1"]["value"]) * 1e3)
+    assert t.p75_ms == pytest.approx(float(s["nv/cold/time/gpu/q3"]["value"]) * 1e3)
+    assert t.p25_ms < t.median_ms < t.p75_ms
+    assert 0.02 < t.median_ms < 0.04  # 29 us: 2 * 2048^3 FLOP at ~580 TFLOP/s
+    assert 550 < t.rate(2.0 * 2048**3) / 1e12 < 620
+    assert t.samples == 6783 and t.noise == pytest.approx(0.0141, abs=1e-3)
+    assert 1700 < t.sm_clock_mhz < 2000
+    assert not t.timed_out
+    assert timing.timing_from_state(bm["states"][0], timeout_s=0.5).timed_out  # walltime 0.78 s
 
-        def synchronize(self):
-            log.calls.append("sync")
 
-        def elapsed_ms(self, end):
-            return end.t - self.t
+def test_a_state_without_samples_gives_none():
+    assert timing.timing_from_state({"summaries": [{"tag": "nv/cold/sample_size", "data": [
+        {"name": "value", "type": "int64", "value": "0"}]}]}) is None
+    assert timing.timing_from_state({"summaries": []}) is None
 
-        def close(self):
-            pass
 
-    class FakeStream:
-        handle = "stream"
+def _session(tmp_path, names_to_keys, side=None):
+    """A session folder as the child leaves it: plan.json, nvbench.json (the recorded states, renamed
+    m<index> as the child names them) and side.json."""
+    d = _probe()
+    by_name = {b["name"]: b for b in d["benchmarks"]}
+    items, bms = [], []
+    for i, (recorded, key) in enumerate(names_to_keys):
+        items.append({"key": key, "target": "x:y", "kwargs": {}, "warmup_s": None})
+        if recorded is not None:
+            bm = json.loads(json.dumps(by_name[recorded]))
+            bm["name"] = f"m{i:05d}"
+            bms.append(bm)
+    (tmp_path / "plan.json").write_text(json.dumps({"options": {**timing.Options().__dict__}, "items": items}))
+    (tmp_path / "nvbench.json").write_text(json.dumps({**d, "benchmarks": bms}))
+    if side is not None:
+        (tmp_path / "side.json").write_text(json.dumps(side))
+    return tmp_path
 
-        def close(self):
-            pass
 
-    class FakeFlusher:
-        def flush(self, stream):
-            assert stream == "stream"
-            log.calls.append("flush")
+def test_read_session_joins_keys_conditions_and_errors(tmp_path):
+    side = {"ceil:a:r0:0": {"conditions": {"sm_clock_min_mhz": 1755.0}, "work": None, "note": ""},
+            "case:0:r0": {"conditions": {}, "work": 123.0, "note": "ran w4m2s2"},
+            "case:1:r0": {"error": "LookupError: no bench case"}}
+    out = _session(tmp_path, [("cublas_r0", "ceil:a:r0:0"), ("wgmma_r0", "case:0:r0"), (None, "case:1:r0")], side)
+    got, errors = timing.read_session(out)
+    assert set(got) == {"ceil:a:r0:0", "case:0:r0"}
+    assert got["ceil:a:r0:0"].conditions == {"sm_clock_min_mhz": 1755.0}
+    assert got["case:0:r0"].work == 123.0 and got["case:0:r0"].note == "ran w4m2s2"
+    assert got["case:0:r0"].median_ms > got["ceil:a:r0:0"].median_ms  # 03_wgmma is slower than cuBLAS there
+    assert errors == {"case:1:r0": "LookupError: no bench case"}
 
-        def close(self):
-            pass
 
-    monkeypatch.setattr(cudart, "Event", FakeEvent)
-    monkeypatch.setattr(cudart, "Stream", FakeStream)
-    monkeypatch.setattr(timing, "L2Flusher", FakeFlusher)
+def test_read_session_without_results(tmp_path):
+    out = _session(tmp_path, [("memcpy", "k")])
+    (out / "nvbench.json").unlink()
+    assert timing.read_session(out) == ({}, {})
 
-    def launch(stream):
-        assert stream == "stream"
-        log.calls.append("launch")
 
-    t = timing.time_launch(launch, warmup=2, reps=10)
-    assert log.calls[:2] == ["launch", "launch"]  # warm-up, untimed
-    body = log.calls[2:]
-    assert body == ["flush", "record", "launch", "record", "sync"] * 10
-    assert t.median_ms == 1.0 and len(t.samples_ms) == 10
-    with pytest.raises(ValueError, match="at least 10"):
-        timing.time_launch(launch, reps=5)
+def test_plan_refusals_before_anything_runs(monkeypatch):
+    with pytest.raises(ValueError, match="unique"):
+        timing.run_plan([timing.Item("a", "m:f"), timing.Item("a", "m:f")])
+    assert timing.run_plan([]) == {}
+    monkeypatch.setattr(timing, "engine_version", lambda: None)
+    with pytest.raises(timing.EngineMissing, match=r"cuda-bench"):
+        timing.run_plan([timing.Item("a", "m:f")])
+
+
+def test_resolve_names_the_target_format():
+    assert timing.resolve("harness.bench:memcpy_setup").__name__ == "memcpy_setup"
+    with pytest.raises(ValueError, match="module:function"):
+        timing.resolve("harness.bench.memcpy_setup")
+
+
+def test_a_failing_child_raises_with_its_log(tmp_path, monkeypatch):
+    """The parent's side of a session whose child dies: TimingError with the child's last lines."""
+    monkeypatch.setattr(timing, "engine_version", lambda: "0.3.0")
+    fake = tmp_path / "fakechild"
+    fake.mkdir()
+    (fake / "harness").mkdir()
+    # A stand-in `python -m harness.timing` that prints progress for one item and fails.
+    (fake / "harness" / "__init__.py").write_text("")
+    (fake / "harness" / "timing.py").write_text(
+        f"import sys\nprint({timing.PROGRESS!r} + ' 0 a', flush=True)\nprint('boom: no device')\nsys.exit(3)\n")
+    monkeypatch.setattr(timing.subprocess, "Popen", _popen_in(fake, timing.subprocess.Popen))
+    seen = []
+    with pytest.raises(timing.TimingError, match=r"status 3.*\n.*boom: no device"):
+        timing.run_plan([timing.Item("a", "m:f"), timing.Item("b", "m:f")], on_progress=lambda i, k: seen.append((i, k)),
+                        workdir=tmp_path / "s")
+    assert seen == [(0, "a")]
+    assert (tmp_path / "s" / "plan.json").exists() and "boom" in (tmp_path / "s" / "child.log").read_text()
+
+
+def _popen_in(folder, real):
+    def popen(cmd, **kw):
+        kw["cwd"] = folder
+        kw["env"] = {**kw["env"], "PYTHONPATH": str(folder)}
+        return real(cmd, **kw)
+    return popen
 
 
 @pytest.mark.gpu
-def test_timing_a_real_copy():
+def test_a_real_session_times_a_copy(tmp_path):
+    """One NVBench session of two Items sharing a setup: both timed, the copy faster than 100 GB/s,
+    the conditions sampled, and the session folder left with NVBench's own JSON."""
+    if timing.engine_version() is None:
+        pytest.skip(f"cuda-bench is not installed: {timing.INSTALL_HINT}")
     n = 64 << 20
-    a, b = cudart.DeviceBuffer(n), cudart.DeviceBuffer(n)
-    try:
-        t = timing.time_launch(lambda s: cudart.memcpy_dtod(b.ptr, a.ptr, n, s), reps=10)
-    finally:
-        a.close()
-        b.close()
-    assert 0 < t.p25_ms <= t.median_ms <= t.p75_ms
-    assert t.rate(2 * n) / 1e9 > 100  # any modern GPU copies faster than 100 GB/s
+    items = [timing.Item(k, "harness.bench:memcpy_setup", {"nbytes": n}) for k in ("first", "second")]
+    got = timing.run_plan(items, timing.QUICK, workdir=tmp_path / "s")
+    for t in got.values():
+        assert 0 < t.p25_ms <= t.median_ms <= t.p75_ms and t.samples >= 10
+        assert t.rate(2 * n) / 1e9 > 100
+        assert "sm_clock_mean_mhz" in t.conditions
+    data = json.loads((tmp_path / "s" / "nvbench.json").read_text())
+    assert [b["name"] for b in data["benchmarks"]] == ["m00000", "m00001"]

@@ -63,8 +63,8 @@ def test_tune_front_door():
     with pytest.raises(ValueError, match="tunable programs: .*matmul"):
         tune.tunable("square")
     assert tune.tunable("matmul") is mm
-    with pytest.raises(ValueError, match="reps"):
-        tune.run("matmul", size=64, reps=3)
+    with pytest.raises(ValueError, match="size must be >= 1"):
+        tune.run("matmul", size=0)
 
 
 def test_default_tuned_config_is_a_pipelined_one():
@@ -84,7 +84,7 @@ def test_default_tuned_config_is_a_pipelined_one():
 
 @pytest.mark.gpu
 def test_gpu_tune_small(results_dir):
-    df, path = mm.tune(size=256, reps=10, save=True)
+    df, path = mm.tune(size=256, save=True)
     ok = df[df["status"] == "ok"]
     assert len(ok) >= 5 and (ok["tflops"] > 0).all()
     assert df["winner"].sum() == 1 and df.loc[df["winner"], "status"].iloc[0] == "ok"
@@ -141,7 +141,7 @@ def test_gpu_attention_tune_small(results_dir, monkeypatch):
     monkeypatch.setattr(at, "_tuned", {})
     choices = at.TUNING_VARIANTS + ("flash_bf16_skip_last_tile",)
     monkeypatch.setattr(at, "TUNING_VARIANTS", choices)
-    df, path = at.tune(size=200, reps=10, save=True)
+    df, path = at.tune(size=200, save=True)
     assert len(df) == len(at.TC_D) * len(choices)
     bad = df[df["config"] == "flash_bf16_skip_last_tile"]
     assert bad["status"].str.startswith("wrong answer").all() and not bad["winner"].any()

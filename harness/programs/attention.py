@@ -277,72 +277,63 @@ def _ceiling_name(dtype: str, D: int, S: int = BENCH_S, causal: bool = False) ->
     return f"sdpa_bf16_d{D}_s{S}" + ("_causal" if causal else "")
 
 
-def _torch_sdpa(dtype: str, D: int, S: int, causal: bool, quick: bool):
-    """torch's scaled_dot_product_attention at B=4, H=16 and (S, D, causal), default backend, timed
-    by harness.timing on the harness's stream. float32: allow_tf32 off (matmul and cuDNN); torch then
-    dispatches to its memory-efficient kernel (3xTF32 products on the tensor cores); the math backend
-    (cuBLAS SGEMMs + softmax) is timed too and named in the detail. bfloat16: whatever torch picks
-    (flash or cuDNN attention on Hopper), named in the detail when torch says."""
-    try:
-        import torch
-        import torch.nn.functional as F
-    except Exception:  # torch missing or broken: no ceiling, ratios stay NaN
-        return None
-    if not torch.cuda.is_available():
-        return None
-    from .. import bench, timing
+def sdpa_setup(dtype: str, D: int, S: int, causal: bool, backend: str | None = None):
+    """harness.timing's target: torch's scaled_dot_product_attention at B=4, H=16 and (S, D, causal) on
+    random inputs, enqueued on the timing session's stream. backend None is torch's default choice;
+    else a torch.nn.attention.SDPBackend name (FLASH_ATTENTION, CUDNN_ATTENTION, ...). float32 runs
+    with allow_tf32 off (matmul and cuDNN): torch then takes its memory-efficient kernel."""
+    import torch
+    import torch.nn.functional as F
 
+    from .. import bench
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("torch sees no CUDA device")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     tdt = torch.float32 if dtype == "float32" else torch.bfloat16
-    B, H = BENCH_B, BENCH_H
     g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.rand(B, H, S, D, device="cuda", dtype=tdt, generator=g) * 2 - 1 for _ in range(3))
+    q, k, v = (torch.rand(BENCH_B, BENCH_H, S, D, device="cuda", dtype=tdt, generator=g) * 2 - 1 for _ in range(3))
+    ctx = None
+    if backend is not None:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        ctx = lambda: sdpa_kernel(getattr(SDPBackend, backend))  # noqa: E731
+    streams: dict = {}
 
-    def timed(backend=None):
-        def launch(stream):
-            ext = torch.cuda.ExternalStream(int(cudart.ffi.cast("uintptr_t", stream)))
-            with torch.cuda.stream(ext):
-                if backend is None:
+    def launch(stream):
+        key = 0 if stream is None else int(cudart.ffi.cast("uintptr_t", stream))
+        ext = streams.get(key)
+        if ext is None:
+            ext = streams[key] = torch.cuda.ExternalStream(key) if key else torch.cuda.current_stream()
+        with torch.cuda.stream(ext):
+            if ctx is None:
+                F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            else:
+                with ctx():
                     F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                else:
-                    from torch.nn.attention import sdpa_kernel
-                    with sdpa_kernel(backend):
-                        F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        return timing.time_launch(launch, reps=10 if quick else 20)
 
-    f = flops(B, H, S, D, causal)
-    t_default = timed()
-    detail = (f"torch {torch.__version__} SDPA, default backend, {dtype}, allow_tf32=False, B*H={B * H} S={S} "
-              f"D={D} causal={causal}")
-    try:
-        from torch.nn.attention import SDPBackend
-        if dtype == "float32":
-            t_math = timed(SDPBackend.MATH)
-            detail += f"; math backend {t_math.rate(f) / 1e12:.1f} TFLOP/s"
-        else:
-            for name in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"):
-                try:
-                    tb = timed(getattr(SDPBackend, name))
-                    detail += f"; {name.lower()} {tb.rate(f) / 1e12:.0f} TFLOP/s"
-                except Exception as e:  # a backend that refuses these inputs
-                    detail += f"; {name.lower()} n/a ({type(e).__name__})"
-    except Exception as e:  # older torch: only the default backend
-        detail += f"; (other backends not timed: {type(e).__name__})"
+    launch(None)  # a backend that refuses these inputs raises here, before timing
     torch.cuda.synchronize()
-    return bench.Ceiling(_ceiling_name(dtype, D, S, causal), t_default.rate(f) / 1e12, "TFLOP/s", detail, t_default)
+    return bench.Prepared(launch, lambda: torch.cuda.synchronize())
 
 
 def _sdpa_ceiling(dtype: str, D: int, S: int, causal: bool, quick: bool):
-    """A torch failure leaves the ratio NaN (and says why) instead of aborting the whole bench run."""
-    import sys
+    """torch SDPA (default backend), timed beside the cases; the other backends are timed once and
+    named in the detail. None when torch is not installed (the ratios stay NaN)."""
+    import importlib.util
 
-    try:
-        return _torch_sdpa(dtype, D, S, causal, quick)
-    except Exception as e:
-        print(f"attention: torch SDPA ceiling ({dtype} D={D} S={S} causal={causal}) not measured: "
-              f"{type(e).__name__}: {e}", file=sys.stderr)
+    from .. import bench
+
+    if importlib.util.find_spec("torch") is None:
         return None
+    kw = {"dtype": dtype, "D": D, "S": S, "causal": causal}
+    detail = (f"torch SDPA, default backend, {dtype}, allow_tf32=False, B*H={BENCH_B * BENCH_H} S={S} D={D} "
+              f"causal={causal}")
+    others = ("MATH",) if dtype == "float32" else ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION")
+    extras = () if quick else tuple((b.lower(), "harness.programs.attention:sdpa_setup", {**kw, "backend": b})
+                                    for b in others)
+    return bench.TimedCeiling(_ceiling_name(dtype, D, S, causal), "TFLOP/s", flops(BENCH_B, BENCH_H, S, D, causal),
+                              "harness.programs.attention:sdpa_setup", kw, detail, extras=extras)
 
 
 # (dtype, D, S, causal, quick) of every bench shape; the 16384 ones only without --quick.
@@ -406,6 +397,11 @@ def _bench_case(variant: str, D: int, S: int, causal: bool, quick: bool):
         note=f"{'causal' if causal else 'non-causal'}; ratio to torch SDPA {dtype} (default backend, same run)")
 
 
+def variant_setup(variant: str, D: int, S: int, causal: bool):
+    """harness.timing's target: one attention variant (or tuning choice) at B=4, H=16, (S, D, causal)."""
+    return _bench_case(variant, D, S, causal, quick=False).setup()
+
+
 def bench_cases(quick: bool = False):
     """FP32 variants at S=4096 (D=64, 128); 03_flash_bf16 at S=4096 (causal too) and 1024, and,
     without `quick`, 16384. With quick=True only the quick cases are returned."""
@@ -467,7 +463,7 @@ def _tune_check(variant: str, D: int) -> str | None:
     return None
 
 
-def tune(size: int = BENCH_S, reps: int = 10, save: bool = True, on_progress=None):
+def tune(size: int = BENCH_S, save: bool = True, on_progress=None):
     """Time every choice in TUNING_VARIANTS (03_flash_bf16's warps, rows per warp, key tile and
     stages) at B=4, H=16, S=size for D = 64 and 128, causal and not, with harness.timing; per D the
     winner has the least total time. Each choice is first checked against the float64 reference on
@@ -484,7 +480,7 @@ def tune(size: int = BENCH_S, reps: int = 10, save: bool = True, on_progress=Non
     if not 1 <= size <= MAX_S:
         raise ValueError(f"size is the sequence length S: at least 1 and at most {MAX_S}, got {size}")
     device = cudart.device_name(0)
-    rows = []
+    rows, items = [], []
     for D in TC_D:
         for v in TUNING_VARIANTS:
             r = {"D": D, "config": v, "status": "ok"}
@@ -497,19 +493,21 @@ def tune(size: int = BENCH_S, reps: int = 10, save: bool = True, on_progress=Non
             if why:
                 rows.append({**r, "status": why})
                 continue
-            for causal in (False, True):
-                if on_progress:
-                    on_progress(f"{v} D={D}" + (" causal" if causal else ""))
-                case = _bench_case(v, D, size, causal, quick=False)
-                prep = case.setup()
-                try:
-                    t = timing.time_launch(prep.launch, reps=reps)
-                finally:
-                    prep.close()
-                key = "causal" if causal else "full"
-                r[f"tflops_{key}"] = t.rate(case.amount) / 1e12
-                r[f"ms_{key}"] = t.median_ms
             rows.append(r)
+            for causal in (False, True):
+                items.append(timing.Item(f"{v} D={D}" + (" causal" if causal else ""),
+                                         "harness.programs.attention:variant_setup",
+                                         {"variant": v, "D": D, "S": size, "causal": causal}))
+    # One NVBench session for every choice (harness.timing): cold measurements stopped on noise.
+    got = timing.run_plan(items, on_progress=(lambda i, key: on_progress(key)) if on_progress else None)
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        for causal in (False, True):
+            t = got[f"{r['config']} D={r['D']}" + (" causal" if causal else "")]
+            key = "causal" if causal else "full"
+            r[f"tflops_{key}"] = t.rate(flops(BENCH_B, BENCH_H, size, r["D"], causal)) / 1e12
+            r[f"ms_{key}"] = t.median_ms
     df = pd.DataFrame(rows)
     for c in ("tflops_full", "tflops_causal", "ms_full", "ms_causal"):
         if c not in df:
@@ -527,7 +525,7 @@ def tune(size: int = BENCH_S, reps: int = 10, save: bool = True, on_progress=Non
     path = None
     if save:
         path = htune.save("attention", device, {"size": f"B{BENCH_B}xH{BENCH_H}xS{size}", "winners": winners},
-                          df, reps)
+                          df)
         _tuned.clear()
     return df, path
 

@@ -259,16 +259,19 @@ def _bench_buffers(size: int, tf32: bool):
     return bufs
 
 
-def _time(variant: str, size: int, reps: int):
-    from .. import timing
+def variant_setup(variant: str, size: int):
+    """harness.timing's target: random bf16 operands (float32 copies for cublas_tf32) and one launch of
+    `variant` at size^3."""
+    from .. import bench
 
     bufs = _bench_buffers(size, variant == "cublas_tf32")
     a, b, c = bufs
-    try:
-        return timing.time_launch(lambda s: gemm_device(variant, size, size, size, a.ptr, b.ptr, c.ptr, s), reps=reps)
-    finally:
+
+    def close():
         for buf in bufs:
             buf.close()
+
+    return bench.Prepared(lambda s: gemm_device(variant, size, size, size, a.ptr, b.ptr, c.ptr, s), close)
 
 
 def _cublas_ceiling(size: int):
@@ -277,9 +280,10 @@ def _cublas_ceiling(size: int):
 
         if not have_cublas():
             return None
-        t = _time("cublas_bf16", size, 10 if quick else 20)
-        return bench.Ceiling(f"cublas_bf16_{size}", t.rate(2.0 * size**3) / 1e12, "TFLOP/s",
-                             f"cuBLAS BF16 GemmEx {size}^3 (TN, FP32 compute)", t)
+        return bench.TimedCeiling(f"cublas_bf16_{size}", "TFLOP/s", 2.0 * size**3, "harness.programs.gemm_tc:variant_setup",
+                                  {"variant": "cublas_bf16", "size": size},
+                                  f"cuBLAS BF16 GemmEx {size}^3 (TN, FP32 compute)",
+                                  same_as=("gemm_tc", "cublas_bf16-peak", f"{size}^3"))
     return measure
 
 
@@ -325,16 +329,7 @@ def bench_cases(quick: bool = False):
         flops = 2.0 * size**3
 
         def make_setup(variant, size=size):
-            def setup():
-                bufs = _bench_buffers(size, variant == "cublas_tf32")
-                a, b, c = bufs
-
-                def close():
-                    for buf in bufs:
-                        buf.close()
-
-                return bench.Prepared(lambda s: gemm_device(variant, size, size, size, a.ptr, b.ptr, c.ptr, s), close)
-            return setup
+            return lambda: variant_setup(variant, size)
 
         nbytes = 2.0 * 2 * size * size + 4.0 * size * size  # read A and B (bf16), write C (float32)
         for v in runnable:

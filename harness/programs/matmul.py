@@ -313,7 +313,7 @@ def apply_tuned() -> str:
     return _applied["name"]
 
 
-def tune(size: int = 4096, reps: int = 10, kinds=TUNE_KINDS, save: bool = True, on_progress=None):
+def tune(size: int = 4096, kinds=TUNE_KINDS, save: bool = True, on_progress=None):
     """Time every configuration of `kinds` at size^3 with harness.timing; cache the fastest for this GPU.
 
     Configurations the device cannot hold are listed with the limit they exceed, never launched.
@@ -326,26 +326,22 @@ def tune(size: int = 4096, reps: int = 10, kinds=TUNE_KINDS, save: bool = True, 
     from .. import tune as htune
 
     device = cudart.device_name(0)
-    a, b, c = _bench_buffers(size, size, size)
-    rows = []
-    try:
-        for name in configs():
-            if not name.startswith(tuple(kinds)):
-                continue
-            if on_progress:
-                on_progress(name)
-            why = config_problem(config_info(name))
-            if why:
-                rows.append({"config": name, "status": "refused: " + why, "ms": np.nan, "iqr_ms": np.nan,
-                             "tflops": np.nan})
-                continue
-            t = timing.time_launch(prepared_launch("", 0, size, size, size, a.ptr, b.ptr, c.ptr, config=name),
-                                   reps=reps)
-            rows.append({"config": name, "status": "ok", "ms": t.median_ms, "iqr_ms": t.iqr_ms,
-                         "tflops": t.rate(2.0 * size**3) / 1e12})
-    finally:
-        for buf in (a, b, c):
-            buf.close()
+    rows, items = [], []
+    for name in configs():
+        if not name.startswith(tuple(kinds)):
+            continue
+        why = config_problem(config_info(name))
+        if why:
+            rows.append({"config": name, "status": "refused: " + why, "ms": np.nan, "iqr_ms": np.nan, "tflops": np.nan})
+            continue
+        rows.append({"config": name, "status": "ok"})
+        items.append(timing.Item(name, "harness.programs.matmul:config_setup", {"config": name, "size": size}))
+    # One NVBench session for every choice (harness.timing), each a cold measurement stopped on noise.
+    got = timing.run_plan(items, on_progress=(lambda i, key: on_progress(key)) if on_progress else None)
+    for r in rows:
+        t = got.get(r["config"])
+        if t is not None:
+            r.update({"ms": t.median_ms, "iqr_ms": t.iqr_ms, "tflops": t.rate(2.0 * size**3) / 1e12})
     df = pd.DataFrame(rows)
     ok = df[df["status"] == "ok"]
     if ok.empty:
@@ -354,7 +350,7 @@ def tune(size: int = 4096, reps: int = 10, kinds=TUNE_KINDS, save: bool = True, 
     df["winner"] = df["config"] == winner
     path = None
     if save:
-        path = htune.save("matmul", device, {"size": f"{size}^3", "winner": winner}, df, reps)
+        path = htune.save("matmul", device, {"size": f"{size}^3", "winner": winner}, df)
         _applied.clear()
     return df, path
 
@@ -515,36 +511,61 @@ def prepared_launch(variant: str, tile: int, m: int, n: int, k: int, a_ptr, b_pt
     return lib.prepare("matmul_device", variant, int(tile), m, n, k, a_ptr, b_ptr, c_ptr, library.STREAM)
 
 
-def _time_variant(variant: str, tile: int, m: int, n: int, k: int, reps: int = 20):
-    from .. import timing
+def variant_setup(variant: str, tile: int, m: int, n: int, k: int, config: str | None = None):
+    """harness.timing's target: random A and B on the device and a prepared launch of `variant` (or of
+    a tuning configuration by name) at m x n x k."""
+    from .. import bench
 
     a, b, c = _bench_buffers(m, n, k)
-    try:
-        return timing.time_launch(prepared_launch(variant, tile, m, n, k, a.ptr, b.ptr, c.ptr), reps=reps)
-    finally:
+
+    def close():
         for buf in (a, b, c):
             buf.close()
+
+    try:
+        launch = prepared_launch(variant, tile, m, n, k, a.ptr, b.ptr, c.ptr, config=config)
+    except BaseException:
+        close()
+        raise
+    return bench.Prepared(launch, close)
+
+
+@functools.lru_cache(maxsize=2)
+def _shared_buffers(m: int, n: int, k: int):
+    """One set of operands per shape for a tuning session (kept until the session's process exits)."""
+    return _bench_buffers(m, n, k)
+
+
+def config_setup(config: str, size: int):
+    """harness.timing's target for `invoke tune matmul`: one tuning configuration at size^3."""
+    from .. import bench
+
+    a, b, c = _shared_buffers(size, size, size)
+    return bench.Prepared(prepared_launch("", 0, size, size, size, a.ptr, b.ptr, c.ptr, config=config))
 
 
 def _make_cublas_ceiling(label: str, m: int, n: int, k: int):
     def ceiling(quick: bool = False):
-        """cuBLAS SGEMM TFLOP/s at this size, measured in the same run; None without cuBLAS."""
+        """cuBLAS SGEMM at this size, timed beside the cases; None without cuBLAS."""
         from .. import bench
 
         if not have_cublas():
             return None
-        t = _time_variant("cublas", 0, m, n, k, reps=10 if quick else 20)
-        return bench.Ceiling(cublas_ceiling_name(label), t.rate(2.0 * m * n * k) / 1e12, "TFLOP/s",
-                             f"cuBLAS SGEMM {label} FP32", t)
+        return bench.TimedCeiling(cublas_ceiling_name(label), "TFLOP/s", 2.0 * m * n * k,
+                                  "harness.programs.matmul:variant_setup",
+                                  {"variant": "cublas", "tile": 0, "m": m, "n": n, "k": k},
+                                  f"cuBLAS SGEMM {label} FP32",
+                                  same_as=("matmul", "cublas", label) if label == f"{BENCH_N}^3" else None)
     return ceiling
 
 
 def _naive_ceiling(quick: bool = False):
-    """01_naive's TFLOP/s at 4096^3: the yardstick for "02_tiled >= 1.5x 01_naive"."""
+    """01_naive at 4096^3: the yardstick for "02_tiled >= 1.5x 01_naive"."""
     from .. import bench
 
-    t = _time_variant("01_naive", 16, BENCH_N, BENCH_N, BENCH_N, reps=10 if quick else 20)
-    return bench.Ceiling("matmul_01_naive", t.rate(2.0 * BENCH_N**3) / 1e12, "TFLOP/s", f"01_naive {BENCH_N}^3", t)
+    return bench.TimedCeiling("matmul_01_naive", "TFLOP/s", 2.0 * BENCH_N**3, "harness.programs.matmul:variant_setup",
+                              {"variant": "01_naive", "tile": 16, "m": BENCH_N, "n": BENCH_N, "k": BENCH_N},
+                              f"01_naive {BENCH_N}^3", same_as=("matmul", "01_naive", f"{BENCH_N}^3"))
 
 
 def ceilings() -> dict:
@@ -566,15 +587,7 @@ def bench_cases(quick: bool = False):
     from .. import bench
 
     def make_setup(variant, tile, m, n, k):
-        def setup():
-            a, b, c = _bench_buffers(m, n, k)
-
-            def close():
-                for buf in (a, b, c):
-                    buf.close()
-
-            return bench.Prepared(prepared_launch(variant, tile, m, n, k, a.ptr, b.ptr, c.ptr), close)
-        return setup
+        return lambda: variant_setup(variant, tile, m, n, k)
 
     def case(variant, tile, size, m, n, k, ceiling, label=None, target=None, note="", is_quick=False):
         flops = 2.0 * m * n * k
