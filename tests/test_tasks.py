@@ -117,7 +117,8 @@ def test_gpu_ci_script_names_only_real_tasks_and_options():
 
     from harness import tune
 
-    stages = ["env", "build", "test", "jobs", "slow", "sanitize", "tune", "bench", "quickall", "ncu", "nsys", "gpus"]
+    stages = ["env", "build", "test", "jobs", "slow", "sanitize", "tune", "bench", "bench2", "quickall", "ncu", "nsys",
+              "gpus"]
     r = subprocess.run(["bash", str(ROOT / ".ci" / "gpu"), "--dry-run", *stages], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
