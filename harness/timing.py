@@ -68,6 +68,8 @@ class Options:
 
 
 QUICK = Options(min_time_s=0.03, warmup_s=0.05, timeout_s=5.0)
+# For tests of a flow (tuning, profiling fallbacks) that need a number, not a trustworthy one.
+SMOKE = Options(min_time_s=0.002, warmup_s=0.005, timeout_s=2.0)
 
 
 @dataclass(frozen=True)

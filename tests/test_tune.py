@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness import bench, tune
+from harness import bench, timing, tune
 from harness.programs import matmul as mm
 
 DEVICE = "NVIDIA H100 80GB HBM3"
@@ -84,7 +84,7 @@ def test_default_tuned_config_is_a_pipelined_one():
 
 @pytest.mark.gpu
 def test_gpu_tune_small(results_dir):
-    df, path = mm.tune(size=256, save=True)
+    df, path = mm.tune(size=256, save=True, options=timing.SMOKE)
     ok = df[df["status"] == "ok"]
     assert len(ok) >= 5 and (ok["tflops"] > 0).all()
     assert df["winner"].sum() == 1 and df.loc[df["winner"], "status"].iloc[0] == "ok"
@@ -141,7 +141,7 @@ def test_gpu_attention_tune_small(results_dir, monkeypatch):
     monkeypatch.setattr(at, "_tuned", {})
     choices = at.TUNING_VARIANTS + ("flash_bf16_skip_last_tile",)
     monkeypatch.setattr(at, "TUNING_VARIANTS", choices)
-    df, path = at.tune(size=200, save=True)
+    df, path = at.tune(size=200, save=True, options=timing.SMOKE)
     assert len(df) == len(at.TC_D) * len(choices)
     bad = df[df["config"] == "flash_bf16_skip_last_tile"]
     assert bad["status"].str.startswith("wrong answer").all() and not bad["winner"].any()

@@ -463,12 +463,13 @@ def _tune_check(variant: str, D: int) -> str | None:
     return None
 
 
-def tune(size: int = BENCH_S, save: bool = True, on_progress=None):
+def tune(size: int = BENCH_S, save: bool = True, on_progress=None, options=None):
     """Time every choice in TUNING_VARIANTS (03_flash_bf16's warps, rows per warp, key tile and
     stages) at B=4, H=16, S=size for D = 64 and 128, causal and not, with harness.timing; per D the
     winner has the least total time. Each choice is first checked against the float64 reference on
     a small ragged problem; one that is wrong, or that the device refuses, is listed, never chosen.
 
+    `options` (harness.timing.Options) sets NVBench's knobs; the default is the bench's.
     Returns (table, path): one row per (D, choice) with TFLOP/s both ways and a status, and the
     JSON written (None when save=False): the device, the winner per D and the whole table."""
     import pandas as pd
@@ -499,7 +500,7 @@ def tune(size: int = BENCH_S, save: bool = True, on_progress=None):
                                          "harness.programs.attention:variant_setup",
                                          {"variant": v, "D": D, "S": size, "causal": causal}))
     # One NVBench session for every choice (harness.timing): cold measurements stopped on noise.
-    got = timing.run_plan(items, on_progress=(lambda i, key: on_progress(key)) if on_progress else None)
+    got = timing.run_plan(items, options, on_progress=(lambda i, key: on_progress(key)) if on_progress else None)
     for r in rows:
         if r["status"] != "ok":
             continue

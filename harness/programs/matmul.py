@@ -313,10 +313,11 @@ def apply_tuned() -> str:
     return _applied["name"]
 
 
-def tune(size: int = 4096, kinds=TUNE_KINDS, save: bool = True, on_progress=None):
+def tune(size: int = 4096, kinds=TUNE_KINDS, save: bool = True, on_progress=None, options=None):
     """Time every configuration of `kinds` at size^3 with harness.timing; cache the fastest for this GPU.
 
     Configurations the device cannot hold are listed with the limit they exceed, never launched.
+    `options` (harness.timing.Options) sets NVBench's knobs; the default is the bench's.
     Returns (table, path): one row per configuration (tflops, ms, iqr_ms, status) and the JSON file
     written (None when save=False). The JSON holds the device name, the winner and the whole table.
     """
@@ -337,7 +338,7 @@ def tune(size: int = 4096, kinds=TUNE_KINDS, save: bool = True, on_progress=None
         rows.append({"config": name, "status": "ok"})
         items.append(timing.Item(name, "harness.programs.matmul:config_setup", {"config": name, "size": size}))
     # One NVBench session for every choice (harness.timing), each a cold measurement stopped on noise.
-    got = timing.run_plan(items, on_progress=(lambda i, key: on_progress(key)) if on_progress else None)
+    got = timing.run_plan(items, options, on_progress=(lambda i, key: on_progress(key)) if on_progress else None)
     for r in rows:
         t = got.get(r["config"])
         if t is not None:
