@@ -14,9 +14,11 @@ from harness.errors import CudalabError
 from harness.programs import gemm_tc as gt
 
 # (m, n, k): 1x1x1, primes, 2^k +- 1, non-multiples of every tile (16, 32, 64, 128), k not a
-# multiple of 8 (02's element-wise path; 03 refuses), and one shape of several full tiles.
+# multiple of 8 (02's element-wise path; 03 and 04 refuse), one shape of several full tiles, and one of
+# more 128x256 tiles (8 x 17 = 136) than an H100 or H200 has SMs (132), so some of 04's persistent
+# blocks take a second, ragged tile.
 SHAPES = [(1, 1, 1), (2, 3, 5), (7, 13, 11), (16, 16, 16), (17, 33, 31), (65, 129, 64), (127, 255, 72),
-          (129, 7, 136), (200, 136, 72), (1, 257, 1000), (300, 1, 24), (256, 384, 512)]
+          (129, 7, 136), (200, 136, 72), (1, 257, 1000), (300, 1, 24), (256, 384, 512), (1000, 4097, 72)]
 
 
 def bf16(rng, *shape):
@@ -117,7 +119,7 @@ def test_library_variant_table_and_rules():
     ok, why = _lib_state()
     if not ok:
         pytest.skip(why)
-    assert gt.variants() == ["01_wmma", "02_mma_sync", "03_wgmma", "cublas_bf16", "cublas_tf32"]
+    assert gt.variants() == ["01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent", "cublas_bf16", "cublas_tf32"]
     assert gt.requirement("02_mma_sync", 7, 9, 13) is None
     assert "multiple of 8" in gt.requirement("03_wgmma", 128, 128, 100)
     assert gt.requirement("03_wgmma", 100, 37, 64) is None
@@ -192,7 +194,7 @@ def test_matmul_takes_k_by_n(rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["02_mma_sync", "03_wgmma"])
+@pytest.mark.parametrize("variant", ["02_mma_sync", "03_wgmma", "04_wgmma_persistent"])
 def test_checker_rejects_kernel_that_drops_last_k_tile(variant, rng):
     skip_unless_runnable(variant)
     a, b = bf16(rng, 256, 256), bf16(rng, 256, 256)
@@ -253,7 +255,8 @@ def test_errors_are_typed():
 
 def test_bench_cases_and_ceilings(monkeypatch):
     # As on an H100 with cuBLAS: every rung against cuBLAS BF16 of the same size, targets at 4096^3 only.
-    monkeypatch.setattr(gt, "variants", lambda: ["01_wmma", "02_mma_sync", "03_wgmma", "cublas_bf16", "cublas_tf32"])
+    monkeypatch.setattr(gt, "variants", lambda: ["01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent",
+                                                 "cublas_bf16", "cublas_tf32"])
     monkeypatch.setattr(gt, "unsupported_reason", lambda v: None)
     monkeypatch.setattr(gt, "requirement", lambda v, m, n, k: None)
     monkeypatch.setattr(gt, "have_cublas", lambda: True)
@@ -263,9 +266,10 @@ def test_bench_cases_and_ceilings(monkeypatch):
     assert vs_cublas[("03_wgmma", "4096^3")].target == 0.90
     assert vs_cublas[("02_mma_sync", "4096^3")].target == 0.50
     assert vs_cublas[("03_wgmma", "8192^3")].target is None
+    assert vs_cublas[("04_wgmma_persistent", "4096^3")].target == 1.05  # issue 20
     assert all(c.ceiling == f"cublas_bf16_{c.size[:-2]}" for c in vs_cublas.values())
     peak = [c for c in cases if c.ceiling == "bf16_peak"]
-    assert len(peak) == 5 * len(gt.BENCH_SIZES)
+    assert len(peak) == 6 * len(gt.BENCH_SIZES)
     assert {c.ceiling for c in cases} <= set(gt.ceilings())
     assert all(c.flops == 2.0 * int(c.size[:-2]) ** 3 for c in cases)
     assert {c.size for c in gt.bench_cases(quick=True)} == {"2048^3"}

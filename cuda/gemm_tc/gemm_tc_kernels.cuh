@@ -28,9 +28,18 @@
 
 namespace gemm_tc {
 
-enum Variant { V01_WMMA = 0, V02_MMA_SYNC = 1, V03_WGMMA = 2, VCUBLAS_BF16 = 3, VCUBLAS_TF32 = 4, VCOUNT = 5 };
+enum Variant {
+    V01_WMMA = 0,
+    V02_MMA_SYNC = 1,
+    V03_WGMMA = 2,
+    V04_WGMMA_PERSISTENT = 3,
+    VCUBLAS_BF16 = 4,
+    VCUBLAS_TF32 = 5,
+    VCOUNT = 6
+};
 // THE variant table: gemm_tc_variant_name(i) and the executable read it; order = the learner's order.
-static const char *const kVariantNames[VCOUNT] = {"01_wmma", "02_mma_sync", "03_wgmma", "cublas_bf16", "cublas_tf32"};
+static const char *const kVariantNames[VCOUNT] = {"01_wmma",     "02_mma_sync", "03_wgmma", "04_wgmma_persistent",
+                                                  "cublas_bf16", "cublas_tf32"};
 
 static inline int variant_index(const char *name) {
     if (name == nullptr) return -1;
@@ -251,8 +260,14 @@ static cudaError_t launch_02(int M, int N, int K, const uint16_t *A, const uint1
 //   mbarrier; it then waits on the stage's `empty` barrier before refilling it.
 //   warpgroups 1 and 2, the consumers: each owns 64 rows of C (128 FP32 accumulators per thread)
 //   and, per stage, issues four wgmma m64n256k16 (K = 64) straight from shared memory.
-// setmaxnreg moves registers from the producer (40) to the consumers (232). The grid walks the
-// tiles in the same grouped order as 02, so resident blocks share A and B panels in L2.
+// setmaxnreg moves registers from the producer (40) to the consumers (232). The tiles are walked in
+// the same grouped order as 02, so resident blocks share A and B panels in L2.
+//
+// 04_wgmma_persistent is the same body launched with one block per SM instead of one per tile: each
+// block takes tiles blockIdx.x, blockIdx.x + gridDim.x, ... The ring's stage counter (`it`) runs on
+// across tiles, so while the consumers store tile i (the epilogue, tensor cores idle) the producer is
+// already loading tile i+1's first stages: the pipeline fill hides behind the epilogue. (03, one
+// tile per block, runs the loop once.)
 constexpr int H_BM = 128, H_BN = 256, H_BK = 64, H_STAGES = 4, H_THREADS = 384;
 constexpr int H_TILE_A = H_BM * H_BK * 2, H_TILE_B = H_BN * H_BK * 2, H_STAGE = H_TILE_A + H_TILE_B;
 constexpr int H_SMEM = H_STAGES * H_STAGE + 1024 /* alignment slack */ + 2 * H_STAGES * 8 /* barriers */;
@@ -283,23 +298,33 @@ __global__ void __launch_bounds__(H_THREADS, 1)
     }
     __syncthreads();  // barriers initialised before anyone waits on them; no block barrier after this
 
-    const int tiles_m = (int)cdiv(M, H_BM), tiles_n = (int)cdiv(N, H_BN);
-    const int per_group = S_GROUP_M * tiles_n, group = blockIdx.x / per_group;
-    const int first_m = group * S_GROUP_M, group_m = min(tiles_m - first_m, S_GROUP_M);
-    const int in_group = blockIdx.x % per_group;
-    const int m0 = (first_m + in_group % group_m) * H_BM, n0 = (in_group / group_m) * H_BN;
+    const int tiles_m = (int)cdiv(M, H_BM), tiles_n = (int)cdiv(N, H_BN), tiles = tiles_m * tiles_n;
+    const int per_group = S_GROUP_M * tiles_n;
+    // Tile number -> its top-left corner, in the grouped (L2-friendly) order.
+    auto corner = [&](int tile, int &m0, int &n0) {
+        const int group = tile / per_group, first_m = group * S_GROUP_M;
+        const int group_m = min(tiles_m - first_m, S_GROUP_M), in_group = tile % per_group;
+        m0 = (first_m + in_group % group_m) * H_BM;
+        n0 = (in_group / group_m) * H_BN;
+    };
     const int KT = (int)cdiv(K, H_BK) - drop_last_k_tiles;
+    if (KT <= 0) return;  // the host writes k = 0 as zeros; a test fault may drop every tile
 
     if (wg == 0) {
         tc::setmaxnreg_dec<40>();
         if (tid_in_wg == 0) {
-            for (int kt = 0; kt < KT; ++kt) {
-                const int s = kt % H_STAGES;
-                // Stage s was used by tile kt - STAGES: wait until both consumers released it.
-                if (kt >= H_STAGES) tc::mbar_wait(empty(s), ((kt / H_STAGES) - 1) & 1);
-                tc::mbar_arrive_expect_tx(full(s), H_STAGE);
-                tc::tma_load_2d(tileA(s), &tmA, kt * H_BK, m0, full(s));
-                tc::tma_load_2d(tileB(s), &tmB, kt * H_BK, n0, full(s));
+            int it = 0;  // stage uses so far, over every tile of this block
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                int m0, n0;
+                corner(tile, m0, n0);
+                for (int kt = 0; kt < KT; ++kt, ++it) {
+                    const int s = it % H_STAGES;
+                    // Stage s was used STAGES uses ago: wait until both consumers released it.
+                    if (it >= H_STAGES) tc::mbar_wait(empty(s), ((it / H_STAGES) - 1) & 1);
+                    tc::mbar_arrive_expect_tx(full(s), H_STAGE);
+                    tc::tma_load_2d(tileA(s), &tmA, kt * H_BK, m0, full(s));
+                    tc::tma_load_2d(tileB(s), &tmB, kt * H_BK, n0, full(s));
+                }
             }
         }
         return;
@@ -307,42 +332,50 @@ __global__ void __launch_bounds__(H_THREADS, 1)
 
     tc::setmaxnreg_inc<232>();
     const int c = wg - 1;  // this consumer's 64 rows: m0 + 64c ...
-    float acc[128];
-#pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-
-    for (int kt = 0; kt < KT; ++kt) {
-        const int s = kt % H_STAGES;
-        tc::mbar_wait(full(s), (kt / H_STAGES) & 1);  // the stage's bytes have landed
-        const uint64_t da = tc::wgmma_desc_sw128(tileA(s) + c * 64 * 128), db = tc::wgmma_desc_sw128(tileB(s));
-        tc::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < H_BK / 16; ++kk) tc::wgmma_m64n256k16_bf16(acc, da + 2 * kk, db + 2 * kk);
-        tc::wgmma_commit();
-        // Keep one group in flight: once the previous stage's wgmmas are done, hand it back.
-        tc::wgmma_wait<1>();
-        if (kt > 0 && tid_in_wg == 0) tc::mbar_arrive(empty((kt - 1) % H_STAGES));
-    }
-    tc::wgmma_wait<0>();
-
-    // Epilogue: warp w of this warpgroup holds rows 16w + g (+8); n8 block j holds cols 8j + 2t (+1).
     const int w = tid_in_wg / 32, lane = tid_in_wg % 32, g = lane / 4, t = lane % 4;
     const bool pairs = (N % 2) == 0;
+    float acc[128];
+    int it = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int m0, n0;
+        corner(tile, m0, n0);
 #pragma unroll
-    for (int j = 0; j < 32; ++j)
+        for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+
+        for (int kt = 0; kt < KT; ++kt, ++it) {
+            const int s = it % H_STAGES;
+            tc::mbar_wait(full(s), (it / H_STAGES) & 1);  // the stage's bytes have landed
+            const uint64_t da = tc::wgmma_desc_sw128(tileA(s) + c * 64 * 128), db = tc::wgmma_desc_sw128(tileB(s));
+            tc::wgmma_fence();
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int r = m0 + 64 * c + 16 * w + g + 8 * h, col = n0 + 8 * j + 2 * t;
-            if (r >= M || col >= N) continue;
-            float *dst = C + (size_t)r * N + col;
-            const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-            if (pairs && col + 1 < N) {
-                *reinterpret_cast<float2 *>(dst) = make_float2(v0, v1);
-            } else {
-                dst[0] = v0;
-                if (col + 1 < N) dst[1] = v1;
-            }
+            for (int kk = 0; kk < H_BK / 16; ++kk) tc::wgmma_m64n256k16_bf16(acc, da + 2 * kk, db + 2 * kk);
+            tc::wgmma_commit();
+            // Keep one group in flight: once the previous stage's wgmmas are done, hand it back.
+            tc::wgmma_wait<1>();
+            if (kt > 0 && tid_in_wg == 0) tc::mbar_arrive(empty((it - 1) % H_STAGES));
         }
+        tc::wgmma_wait<0>();
+        // The tile's last stage is free too: the producer may refill it for the next tile while
+        // this warpgroup stores.
+        if (tid_in_wg == 0) tc::mbar_arrive(empty((it - 1) % H_STAGES));
+
+        // Epilogue: warp w of this warpgroup holds rows 16w + g (+8); n8 block j holds cols 8j + 2t (+1).
+#pragma unroll
+        for (int j = 0; j < 32; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = m0 + 64 * c + 16 * w + g + 8 * h, col = n0 + 8 * j + 2 * t;
+                if (r >= M || col >= N) continue;
+                float *dst = C + (size_t)r * N + col;
+                const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+                if (pairs && col + 1 < N) {
+                    *reinterpret_cast<float2 *>(dst) = make_float2(v0, v1);
+                } else {
+                    dst[0] = v0;
+                    if (col + 1 < N) dst[1] = v1;
+                }
+            }
+    }
 #else
     // Built without sm_90a: the host never launches this (wgmma_unsupported_reason says why).
     (void)M, (void)N, (void)K, (void)tmA, (void)tmB, (void)C, (void)drop_last_k_tiles;
@@ -391,7 +424,8 @@ static inline const char *wgmma_unsupported_reason() {
 }
 static inline bool wgmma_available() { return wgmma_unsupported_reason() == nullptr; }
 static inline const char *wgmma_requirement(int, int, int K) {
-    return K % 8 != 0 ? "03_wgmma needs k to be a multiple of 8 (TMA: 16-byte row strides)" : nullptr;
+    return K % 8 != 0 ? "03_wgmma and 04_wgmma_persistent need k to be a multiple of 8 (TMA: 16-byte row strides)"
+                      : nullptr;
 }
 
 // A 2-D bf16 tensor map over a K-contiguous rows x K matrix, box = box_rows x 64 (128 bytes), 128B swizzle.
@@ -421,8 +455,9 @@ static inline cudaError_t cached_map(MapCache &c, const uint16_t *ptr, int rows,
     return cudaSuccess;
 }
 
+// 03: one block per tile. 04 (persistent): one block per SM, at most one per tile.
 static inline cudaError_t launch_03(int M, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
-                                    cudaStream_t stream, int drop_last_k_tiles) {
+                                    cudaStream_t stream, int drop_last_k_tiles, bool persistent = false) {
     if (((uintptr_t)A | (uintptr_t)B) % 16 != 0) return cudaErrorInvalidValue;  // TMA: 16-byte aligned bases
     static MapCache ca, cb;
     cudaError_t e = cudalab_allow_dynamic_smem(k03_wgmma, H_SMEM);
@@ -431,7 +466,17 @@ static inline cudaError_t launch_03(int M, int N, int K, const uint16_t *A, cons
     if (e != cudaSuccess) return e;
     e = cached_map(cb, B, N, K, H_BN);
     if (e != cudaSuccess) return e;
-    const long long blocks = cdiv(M, H_BM) * cdiv(N, H_BN);
+    long long blocks = cdiv(M, H_BM) * cdiv(N, H_BN);
+    if (persistent) {
+        static int sms = 0;  // asked once: the attribute query costs host time on every launch
+        if (sms == 0) {
+            int dev = 0;
+            e = cudaGetDevice(&dev);
+            if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+            if (e != cudaSuccess) return e;
+        }
+        blocks = blocks < sms ? blocks : sms;
+    }
     k03_wgmma<<<(unsigned)blocks, H_THREADS, H_SMEM, stream>>>(M, N, K, ca.map, cb.map, C, drop_last_k_tiles);
     return cudaGetLastError();
 }
@@ -447,17 +492,17 @@ static inline const char *requirement(int variant, int M, int N, int K) {
     static_assert(CUDALAB_MAX_GRID_YZ * W_BM == 2097120, "the sentence below names this limit");
     if (variant == V01_WMMA && cdiv(M, W_BM) > CUDALAB_MAX_GRID_YZ)
         return "01_wmma takes m at most 2097120 (the grid's y limit: 65535 blocks of 32 rows)";
-    if (variant == V03_WGMMA) return wgmma_requirement(M, N, K);
+    if (variant == V03_WGMMA || variant == V04_WGMMA_PERSISTENT) return wgmma_requirement(M, N, K);
     return nullptr;
 }
 
 // Enqueue C = A . B^T (A: M x K, B: N x K, bf16 bits; C: M x N float32) on `stream` with variant
-// 01_wmma, 02_mma_sync or 03_wgmma. No synchronisation. k = 0 writes zeros. Returns
+// 01_wmma, 02_mma_sync, 03_wgmma or 04_wgmma_persistent. No synchronisation. k = 0 writes zeros. Returns
 // cudaErrorInvalidValue for another variant or a shape `requirement` refuses, and
 // cudaErrorNotSupported for 03 where it was not built for (or cannot run on) sm_90a.
 static inline cudaError_t launch(int variant, int M, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
                                  cudaStream_t stream, int drop_last_k_tiles = 0) {
-    if (variant == V03_WGMMA && !wgmma_available()) return cudaErrorNotSupported;
+    if ((variant == V03_WGMMA || variant == V04_WGMMA_PERSISTENT) && !wgmma_available()) return cudaErrorNotSupported;
     if (requirement(variant, M, N, K) != nullptr) return cudaErrorInvalidValue;
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) return cudaMemsetAsync(C, 0, (size_t)M * N * sizeof(float), stream);
@@ -472,6 +517,8 @@ static inline cudaError_t launch(int variant, int M, int N, int K, const uint16_
                               : launch_02<false>(M, N, K, A, B, C, stream, drop_last_k_tiles);
         case V03_WGMMA:
             return launch_03(M, N, K, A, B, C, stream, drop_last_k_tiles);
+        case V04_WGMMA_PERSISTENT:
+            return launch_03(M, N, K, A, B, C, stream, drop_last_k_tiles, true);
         default:
             return cudaErrorInvalidValue;
     }
