@@ -14,7 +14,7 @@ from harness.errors import CudalabError
 from harness.programs import gemm_tc as gt
 
 # (m, n, k): 1x1x1, primes, 2^k +- 1, non-multiples of every tile (16, 32, 64, 128), k not a
-# multiple of 8 (02's element-wise path; 03 and 04 refuse), one shape of several full tiles, and one of
+# multiple of 8 (02's element-wise path; 03's and 04's padded copy), one shape of several full tiles, and one of
 # more 128x256 tiles (8 x 17 = 136) than an H100 or H200 has SMs (132), so some of 04's persistent
 # blocks take a second, ragged tile.
 SHAPES = [(1, 1, 1), (2, 3, 5), (7, 13, 11), (16, 16, 16), (17, 33, 31), (65, 129, 64), (127, 255, 72),
@@ -121,7 +121,9 @@ def test_library_variant_table_and_rules():
         pytest.skip(why)
     assert gt.variants() == ["01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent", "cublas_bf16", "cublas_tf32"]
     assert gt.requirement("02_mma_sync", 7, 9, 13) is None
-    assert "multiple of 8" in gt.requirement("03_wgmma", 128, 128, 100)
+    # k not a multiple of 8 takes 03/04's padded-copy path instead of a refusal (issue 20).
+    assert gt.requirement("03_wgmma", 128, 128, 100) is None
+    assert gt.requirement("04_wgmma_persistent", 128, 128, 4095) is None
     assert gt.requirement("03_wgmma", 100, 37, 64) is None
     # 01's row blocks sit on the grid's y axis (65535 of 32 rows); 02 numbers its tiles on x.
     assert gt.requirement("01_wmma", 65535 * 32, 8, 16) is None
@@ -207,10 +209,16 @@ def test_checker_rejects_kernel_that_drops_last_k_tile(variant, rng):
 
 
 @pytest.mark.gpu
-def test_wgmma_refuses_ragged_k_before_launch(rng):
-    skip_unless_runnable("03_wgmma")
-    with pytest.raises(ValueError, match="multiple of 8"):
-        gt.gemm(bf16(rng, 128, 100), bf16(rng, 128, 100), "03_wgmma")
+@pytest.mark.parametrize("variant", ["03_wgmma", "04_wgmma_persistent"])
+@pytest.mark.parametrize("mnk", [(128, 128, 100), (300, 4097, 1001), (33, 65, 7)], ids=lambda t: "x".join(map(str, t)))
+def test_wgmma_takes_ragged_k_through_a_padded_copy(variant, mnk, rng):
+    """k % 8 != 0: A and B are copied into zero-padded buffers (TMA needs 16-byte row strides). The
+    checker sees the whole product, so a padding that leaked non-zeros, or a dropped column, fails."""
+    skip_unless_runnable(variant)
+    m, n, k = mnk
+    a, b = bf16(rng, m, k), bf16(rng, n, k)
+    ok, e = gt.check(gt.gemm(a, b, variant), gt.reference(a, b), k)
+    assert ok, f"{variant} {mnk}: relative error {e:.3e}"
 
 
 @pytest.mark.gpu

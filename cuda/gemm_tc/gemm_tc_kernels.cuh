@@ -423,10 +423,7 @@ static inline const char *wgmma_unsupported_reason() {
 #endif
 }
 static inline bool wgmma_available() { return wgmma_unsupported_reason() == nullptr; }
-static inline const char *wgmma_requirement(int, int, int K) {
-    return K % 8 != 0 ? "03_wgmma and 04_wgmma_persistent need k to be a multiple of 8 (TMA: 16-byte row strides)"
-                      : nullptr;
-}
+static inline const char *wgmma_requirement(int, int, int) { return nullptr; }
 
 // A 2-D bf16 tensor map over a K-contiguous rows x K matrix, box = box_rows x 64 (128 bytes), 128B swizzle.
 static inline cudaError_t make_map(CUtensorMap *map, const uint16_t *ptr, int rows, int K, int box_rows) {
@@ -481,6 +478,29 @@ static inline cudaError_t launch_03(int M, int N, int K, const uint16_t *A, cons
     return cudaGetLastError();
 }
 
+// k not a multiple of 8: TMA needs 16-byte row strides, so A and B are copied, stream-ordered, into
+// zero-padded (rows x k8) buffers, k8 = k rounded up to 8; the zero columns add nothing to C. This
+// costs one read and write of A and B (for a 4096 x 4096 x 4095 product, ~64 MiB against ~0.2 ms of
+// MMA), so it is the fallback, not the fast path.
+static inline cudaError_t launch_03_padded(int M, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
+                                           cudaStream_t stream, int drop_last_k_tiles, bool persistent) {
+    const int K8 = (int)cdiv(K, 8) * 8;
+    const size_t bytes_a = (size_t)M * K8 * 2, bytes_b = (size_t)N * K8 * 2;
+    void *pa = nullptr, *pb = nullptr;
+    cudaError_t e = cudaMallocAsync(&pa, bytes_a + bytes_b, stream);
+    if (e != cudaSuccess) return e;
+    pb = (char *)pa + bytes_a;  // 256-byte aligned pool allocation; bytes_a is a multiple of 16
+    e = cudaMemsetAsync(pa, 0, bytes_a + bytes_b, stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpy2DAsync(pa, (size_t)K8 * 2, A, (size_t)K * 2, (size_t)K * 2, M, cudaMemcpyDeviceToDevice, stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpy2DAsync(pb, (size_t)K8 * 2, B, (size_t)K * 2, (size_t)K * 2, N, cudaMemcpyDeviceToDevice, stream);
+    if (e == cudaSuccess)
+        e = launch_03(M, N, K8, (const uint16_t *)pa, (const uint16_t *)pb, C, stream, drop_last_k_tiles, persistent);
+    const cudaError_t f = cudaFreeAsync(pa, stream);
+    return e != cudaSuccess ? e : f;
+}
+
 // ================================================================================================
 // The plain launch function
 // ================================================================================================
@@ -516,9 +536,10 @@ static inline cudaError_t launch(int variant, int M, int N, int K, const uint16_
             return K % 8 == 0 ? launch_02<true>(M, N, K, A, B, C, stream, drop_last_k_tiles)
                               : launch_02<false>(M, N, K, A, B, C, stream, drop_last_k_tiles);
         case V03_WGMMA:
-            return launch_03(M, N, K, A, B, C, stream, drop_last_k_tiles);
         case V04_WGMMA_PERSISTENT:
-            return launch_03(M, N, K, A, B, C, stream, drop_last_k_tiles, true);
+            return K % 8 == 0 ? launch_03(M, N, K, A, B, C, stream, drop_last_k_tiles, variant == V04_WGMMA_PERSISTENT)
+                              : launch_03_padded(M, N, K, A, B, C, stream, drop_last_k_tiles,
+                                                 variant == V04_WGMMA_PERSISTENT);
         default:
             return cudaErrorInvalidValue;
     }

@@ -20,8 +20,9 @@ dtypes: the API takes `ml_dtypes.bfloat16` arrays. float32 is never rounded sile
 array is refused with TypeError; round it yourself with `to_bf16(x)` (round-to-nearest-even).
 
 Ragged shapes: 01 and 02 take any m, n, k >= 0 (02 with k % 8 != 0 takes a slower element-wise
-load path); 03 and 04 take any m, n but need k % 8 == 0 (TMA's 16-byte row strides). A refused shape
-raises ValueError naming the multiple, before anything is launched.
+load path); 03 and 04 take any m, n, and a k that is not a multiple of 8 (TMA needs 16-byte row
+strides) through zero-padded copies of A and B made on the stream before the launch. A refused shape
+(01's grid limit on m) raises ValueError naming the limit, before anything is launched.
 
 Tolerance: the reference is the float64 product of the same bf16 values, so the products are exact
 and only the FP32 accumulation differs: random-sign rounding grows like sqrt(k) * 2^-24 (4e-6 at
@@ -240,6 +241,7 @@ def sanitize_args() -> dict[str, list[str]]:
     """Small ragged runs for compute-sanitizer (every rung; 03 with k % 8 == 0)."""
     out = {v: ["--variant", v, "--reps", "1", "200", "136", "72"] for v in KERNELS + ("cublas_bf16",)}
     out["02_mma_sync-k_unaligned"] = ["--variant", "02_mma_sync", "--reps", "1", "67", "33", "131"]
+    out["04_wgmma_persistent-k_unaligned"] = ["--variant", "04_wgmma_persistent", "--reps", "1", "67", "33", "131"]
     return out
 
 
