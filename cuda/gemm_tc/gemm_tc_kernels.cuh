@@ -479,9 +479,9 @@ static inline cudaError_t launch_03(int M, int N, int K, const uint16_t *A, cons
 }
 
 // k not a multiple of 8: TMA needs 16-byte row strides, so A and B are copied, stream-ordered, into
-// zero-padded (rows x k8) buffers, k8 = k rounded up to 8; the zero columns add nothing to C. This
-// costs one read and write of A and B (for a 4096 x 4096 x 4095 product, ~64 MiB against ~0.2 ms of
-// MMA), so it is the fallback, not the fast path.
+// zero-padded (rows x k8) buffers, k8 = k rounded up to 8; the zero columns add nothing to C. It is
+// the fallback, not a fast path: on the H100, 4096 x 4096 x 4095 took 0.372 ms against 0.193 ms at
+// k = 4096 (the memset and the two odd-pitch 2-D copies cost as much as the product).
 static inline cudaError_t launch_03_padded(int M, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
                                            cudaStream_t stream, int drop_last_k_tiles, bool persistent) {
     const int K8 = (int)cdiv(K, 8) * 8;
