@@ -27,18 +27,19 @@ BENCH_DIR = ROOT / "build" / "bench"
 REQUIRED = ("program", "variant", "size", "ratio", "unit", "date")
 
 
-def read_checked(path) -> pd.DataFrame:
-    """A bench CSV as written by harness.bench, or ValueError saying what the file is not."""
+def read_checked(path, required=REQUIRED, what: str = "bench CSV", writer: str = "`invoke bench`") -> pd.DataFrame:
+    """A CSV written by `writer` (a bench CSV unless told), or ValueError (FileNotFoundError) saying in
+    one line what the file is not."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
     try:
         df = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not a bench CSV (it does not read as CSV: {str(e).splitlines()[0]})") from None
-    missing = [c for c in REQUIRED if c not in df.columns]
+        raise ValueError(f"{path} is not a {what} (it does not read as CSV: {str(e).splitlines()[0]})") from None
+    missing = [c for c in required if c not in df.columns]
     if missing:
-        raise ValueError(f"{path} is not a bench CSV written by `invoke bench`: no column(s) {', '.join(missing)}")
+        raise ValueError(f"{path} is not a {what} written by {writer}: no column(s) {', '.join(missing)}")
     return df
 
 

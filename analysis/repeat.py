@@ -37,18 +37,9 @@ CLIP = 0.25  # points further than this (as a fraction) from their row's median 
 
 def read_checked(path) -> pd.DataFrame:
     """A --repeat CSV, or ValueError (FileNotFoundError) saying in one line what the file is not."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist")
-    try:
-        df = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not a repeat CSV (it does not read as CSV: {str(e).splitlines()[0]})") from None
-    missing = [c for c in REQUIRED if c not in df.columns]
-    if missing:
-        raise ValueError(f"{path} is not a repeat CSV written by `invoke bench --repeat`: "
-                         f"no column(s) {', '.join(missing)}")
-    return df
+    from .bench import read_checked as read_csv_checked
+
+    return read_csv_checked(path, REQUIRED, "repeat CSV", "`invoke bench --repeat`")
 
 
 def _bools(col: pd.Series) -> pd.Series:

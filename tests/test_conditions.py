@@ -124,15 +124,20 @@ def test_summary_of_the_entry_and_exit_samples(nvml):
     assert nv.calls == ["init", "shutdown"]
 
 
+def _sample_until(d, n: int) -> dict:
+    """A Sampler at 1 ms held open until the fake device has answered `n` clock queries (1 s at most)."""
+    with Sampler(period_s=0.001) as s:
+        deadline = time.monotonic() + 1.0
+        while len(d.given["clock"]) < n and time.monotonic() < deadline:
+            time.sleep(0.002)
+    return s.summary()
+
+
 def test_the_thread_samples_between_entry_and_exit(nvml):
     d = dev(clocks=(1980, 1755, 1410, 1830, 1980), power_mw=(300_000, 700_000, 650_000), temps=(40, 83, 70),
             reasons=(0, 0x40, 0x4, 0))
     nvml(d)
-    with Sampler(period_s=0.001) as s:
-        deadline = time.monotonic() + 1.0
-        while len(d.given["clock"]) < 6 and time.monotonic() < deadline:
-            time.sleep(0.002)
-    out = s.summary()
+    out = _sample_until(d, 6)
     clocks, watts = d.given["clock"], [p / 1000 for p in d.given["power"]]
     assert out["nvml_samples"] == len(clocks) >= 6  # entry + the thread's + exit
     assert out["sm_clock_mean_mhz"] == pytest.approx(sum(clocks) / len(clocks))
@@ -151,11 +156,7 @@ def test_idle_samples_are_left_out_of_the_clock_statistics(nvml):
     d = dev(clocks=(345, 1980, 1410, 600), power_mw=(70_000, 650_000, 690_000, 90_000), temps=(40, 60, 70, 65),
             reasons=(0x1, 0x0, 0x4, 0x1))
     nvml(d)
-    with Sampler(period_s=0.001) as s:
-        deadline = time.monotonic() + 1.0
-        while len(d.given["clock"]) < 4 and time.monotonic() < deadline:
-            time.sleep(0.002)
-    out = s.summary()
+    out = _sample_until(d, 4)
     busy = [c for c, r in zip(d.given["clock"], d.given["reasons"]) if not r & 0x1]
     assert min(busy) == 1410 and out["sm_clock_min_mhz"] == 1410.0 and out["sm_clock_max_mhz"] == 1980.0
     assert out["sm_clock_mean_mhz"] == pytest.approx(sum(busy) / len(busy))
