@@ -29,9 +29,7 @@ def main(argv: list[str]) -> int:
         return 2
     index, count, out = int(args[0]), int(args[1]), Path(args[2])
     names = [p for p in (args[3] if len(args) == 4 else "").split(",") if p] or None
-    import pandas as pd  # noqa: F401  (imported after the argument check: the usage error stays fast)
-
-    from harness import bench
+    from harness import bench  # after the argument check: the usage error stays fast
 
     bench.check_built(names)
     cases = share(bench.collect(names, quick), index, count)

@@ -29,7 +29,7 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -167,10 +167,18 @@ def run_plan(items: list[Item], options: Options | None = None, *, on_progress: 
     limit = timeout if timeout is not None else 120.0 + sum(
         (it.warmup_s if it.warmup_s is not None else opts.warmup_s) + opts.timeout_s for it in items)
     log: list[str] = []
-    t0 = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "harness.timing", str(plan), str(out)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, cwd=_build.ROOT)
-    timed_out = False
+    # A watchdog, not a check between lines: a child that hangs (a deadlocked launch) prints nothing.
+    fired = threading.Event()
+
+    def kill():
+        fired.set()
+        proc.kill()
+
+    watchdog = threading.Timer(limit, kill)
+    watchdog.daemon = True
+    watchdog.start()
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -180,13 +188,10 @@ def run_plan(items: list[Item], options: Options | None = None, *, on_progress: 
                     on_progress(int(idx), key)
             else:
                 log.append(line.rstrip("\n"))
-            if time.monotonic() - t0 > limit:
-                timed_out = True
-                break
     finally:
-        if timed_out:
-            proc.kill()
         rc = proc.wait()
+        watchdog.cancel()
+    timed_out = fired.is_set()
     (out / "child.log").write_text("\n".join(log) + "\n")
     timings, setup_errors = read_session(out)
     tail = "\n".join(log[-15:])

@@ -355,3 +355,16 @@ def test_two_runs_agree_within_5_percent():
         assert np.isfinite(a["ratio"]) and np.isfinite(b["ratio"]), (a["variant"], a["ratio"], b["ratio"])
         spread = max(a["ratio"], b["ratio"]) / min(a["ratio"], b["ratio"]) - 1
         assert spread <= 0.05, f"{a['program']} {a['variant']} {a['size']}: {a['ratio']:.4f} then {b['ratio']:.4f}"
+
+
+def test_gpu_workers_share_whole_ceiling_groups():
+    """invoke bench --gpus: each worker takes every n-th ceiling group whole, so a case is timed beside
+    its own ceiling on its own GPU, and together the workers cover every case once."""
+    from harness import bench_worker
+
+    cases = [_case(variant=v, ceiling=c) for v, c in
+             [("a", "memcpy"), ("b", "memcpy"), ("c", "cublas"), ("d", "fp32"), ("e", "cublas")]]
+    shares = [bench_worker.share(cases, i, 2) for i in range(2)]
+    assert [c.variant for c in shares[0]] == ["a", "b", "d"] and [c.variant for c in shares[1]] == ["c", "e"]
+    assert sorted(c.variant for s in shares for c in s) == ["a", "b", "c", "d", "e"]
+    assert bench_worker.main(["0"]) == 2  # usage, before anything is imported or timed

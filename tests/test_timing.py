@@ -157,3 +157,20 @@ def test_a_real_session_times_a_copy(tmp_path):
         assert "sm_clock_mean_mhz" in t.conditions
     data = json.loads((tmp_path / "s" / "nvbench.json").read_text())
     assert [b["name"] for b in data["benchmarks"]] == ["m00000", "m00001"]
+
+
+def test_a_silent_hanging_child_is_killed_at_the_limit(tmp_path, monkeypatch):
+    """A session that hangs without printing (a launch deadlocked behind NVBench's blocking kernel,
+    say) is stopped by the watchdog, not waited on forever."""
+    monkeypatch.setattr(timing, "engine_version", lambda: "0.3.0")
+    fake = tmp_path / "fakechild"
+    (fake / "harness").mkdir(parents=True)
+    (fake / "harness" / "__init__.py").write_text("")
+    (fake / "harness" / "timing.py").write_text("import time\ntime.sleep(60)\n")
+    monkeypatch.setattr(timing.subprocess, "Popen", _popen_in(fake, timing.subprocess.Popen))
+    import time
+
+    t0 = time.monotonic()
+    with pytest.raises(timing.TimingError, match=r"ran past 1 s and was stopped; 0 of 1"):
+        timing.run_plan([timing.Item("a", "m:f")], timeout=1.0, workdir=tmp_path / "s")
+    assert time.monotonic() - t0 < 30
