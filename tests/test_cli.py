@@ -26,7 +26,7 @@ def _run(prog, *args):
 HELP_SAYS = {"attention": (["1", "2"], ["--seed S", "--config NAME"]),
              "transformer_block": (["--batch", "2"], ["--seed N"]),
              "matmul": (["4"], ["variants: ", "09_tuned"]),
-             "gemm_tc": (["8"], ["03_wgmma", "04_wgmma_persistent"])}
+             "gemm_tc": (["8"], ["03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster"])}
 
 
 @pytest.mark.parametrize("prog", MINE)

@@ -119,7 +119,8 @@ def test_library_variant_table_and_rules():
     ok, why = _lib_state()
     if not ok:
         pytest.skip(why)
-    assert gt.variants() == ["01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent", "cublas_bf16", "cublas_tf32"]
+    assert gt.variants() == ["01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster",
+                             "cublas_bf16", "cublas_tf32"]
     assert gt.requirement("02_mma_sync", 7, 9, 13) is None
     # k not a multiple of 8 takes 03/04's padded-copy path instead of a refusal (issue 20).
     assert gt.requirement("03_wgmma", 128, 128, 100) is None
@@ -196,7 +197,7 @@ def test_matmul_takes_k_by_n(rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["02_mma_sync", "03_wgmma", "04_wgmma_persistent"])
+@pytest.mark.parametrize("variant", ["02_mma_sync", "03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster"])
 def test_checker_rejects_kernel_that_drops_last_k_tile(variant, rng):
     skip_unless_runnable(variant)
     a, b = bf16(rng, 256, 256), bf16(rng, 256, 256)
@@ -209,7 +210,7 @@ def test_checker_rejects_kernel_that_drops_last_k_tile(variant, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["03_wgmma", "04_wgmma_persistent"])
+@pytest.mark.parametrize("variant", ["03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster"])
 @pytest.mark.parametrize("mnk", [(128, 128, 100), (300, 4097, 1001), (33, 65, 7)], ids=lambda t: "x".join(map(str, t)))
 def test_wgmma_takes_ragged_k_through_a_padded_copy(variant, mnk, rng):
     """k % 8 != 0: A and B are copied into zero-padded buffers (TMA needs 16-byte row strides). The
@@ -264,7 +265,7 @@ def test_errors_are_typed():
 def test_bench_cases_and_ceilings(monkeypatch):
     # As on an H100 with cuBLAS: every rung against cuBLAS BF16 of the same size, targets at 4096^3 only.
     monkeypatch.setattr(gt, "variants", lambda: ["01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent",
-                                                 "cublas_bf16", "cublas_tf32"])
+                                                 "05_wgmma_cluster", "cublas_bf16", "cublas_tf32"])
     monkeypatch.setattr(gt, "unsupported_reason", lambda v: None)
     monkeypatch.setattr(gt, "requirement", lambda v, m, n, k: None)
     monkeypatch.setattr(gt, "have_cublas", lambda: True)
@@ -277,7 +278,7 @@ def test_bench_cases_and_ceilings(monkeypatch):
     assert vs_cublas[("04_wgmma_persistent", "4096^3")].target == 1.05  # issue 20
     assert all(c.ceiling == f"cublas_bf16_{c.size[:-2]}" for c in vs_cublas.values())
     peak = [c for c in cases if c.ceiling == "bf16_peak"]
-    assert len(peak) == 6 * len(gt.BENCH_SIZES)
+    assert len(peak) == 7 * len(gt.BENCH_SIZES)
     assert {c.ceiling for c in cases} <= set(gt.ceilings())
     assert all(c.flops == 2.0 * int(c.size[:-2]) ** 3 for c in cases)
     assert {c.size for c in gt.bench_cases(quick=True)} == {"2048^3"}

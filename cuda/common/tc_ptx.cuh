@@ -219,6 +219,46 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *tensor_map
         : "memory");
 }
 
+// The same copy, multicast: the box lands at the same shared-memory offset in every CTA of the
+// cluster named in `cta_mask` (bit i = cluster rank i), and each destination's mbarrier at offset
+// `bar` counts its bytes. A cluster that shares one operand loads it once from L2 this way.
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const void *tensor_map, int x, int y, uint32_t bar,
+                                                      uint16_t cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+        "l"(tensor_map), "r"(x), "r"(y), "r"(bar), "h"(cta_mask)
+        : "memory");
+}
+
+// ---- clusters ----------------------------------------------------------------------------------
+// %cluster_ctarank: this CTA's rank within its cluster.
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+
+// barrier.cluster.arrive.release + wait.acquire: every thread of every CTA in the cluster arrives
+// before any goes on (barrier set-up visible cluster-wide; no CTA leaves while a peer may still
+// write into its shared memory or arrive on its barriers).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// mapa.shared::cluster: the address of the same shared-memory offset in cluster CTA `rank`.
+__device__ __forceinline__ uint32_t cluster_map(uint32_t smem_addr, uint32_t rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(smem_addr), "r"(rank));
+    return r;
+}
+
+// mbarrier.arrive.release.cluster.shared::cluster: one arrival on a barrier of any CTA in the cluster
+// (an address from cluster_map): a consumer releasing a stage that a peer multicasts into.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t cluster_bar) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_bar) : "memory");
+}
+
 // prefetch.tensormap [map]: fetch the descriptor into the cache ahead of the first copy.
 __device__ __forceinline__ void tma_prefetch_map(const void *tensor_map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(tensor_map) : "memory");

@@ -47,7 +47,7 @@ extern "C" const char *gemm_tc_unsupported_reason(const char *variant) {
     if (v < 0) return "unknown variant";
     if (v == gemm_tc::VCUBLAS_BF16 || v == gemm_tc::VCUBLAS_TF32)
         return gemm_tc_have_cublas() ? nullptr : "built without cuBLAS (not found beside nvcc; see `invoke doctor`)";
-    if (v == gemm_tc::V03_WGMMA || v == gemm_tc::V04_WGMMA_PERSISTENT) return gemm_tc::wgmma_unsupported_reason();
+    if (gemm_tc::is_wgmma(v)) return gemm_tc::wgmma_unsupported_reason();
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
         cudaGetLastError();

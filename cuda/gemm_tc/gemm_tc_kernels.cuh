@@ -33,13 +33,17 @@ enum Variant {
     V02_MMA_SYNC = 1,
     V03_WGMMA = 2,
     V04_WGMMA_PERSISTENT = 3,
-    VCUBLAS_BF16 = 4,
-    VCUBLAS_TF32 = 5,
-    VCOUNT = 6
+    V05_WGMMA_CLUSTER = 4,
+    VCUBLAS_BF16 = 5,
+    VCUBLAS_TF32 = 6,
+    VCOUNT = 7
 };
 // THE variant table: gemm_tc_variant_name(i) and the executable read it; order = the learner's order.
-static const char *const kVariantNames[VCOUNT] = {"01_wmma",     "02_mma_sync", "03_wgmma", "04_wgmma_persistent",
-                                                  "cublas_bf16", "cublas_tf32"};
+static const char *const kVariantNames[VCOUNT] = {"01_wmma",          "02_mma_sync", "03_wgmma",   "04_wgmma_persistent",
+                                                  "05_wgmma_cluster", "cublas_bf16", "cublas_tf32"};
+
+// The rungs that run 03's sm_90a kernel body (03, 04, 05).
+static inline bool is_wgmma(int v) { return v == V03_WGMMA || v == V04_WGMMA_PERSISTENT || v == V05_WGMMA_CLUSTER; }
 
 static inline int variant_index(const char *name) {
     if (name == nullptr) return -1;
@@ -272,12 +276,22 @@ constexpr int H_BM = 128, H_BN = 256, H_BK = 64, H_STAGES = 4, H_THREADS = 384;
 constexpr int H_TILE_A = H_BM * H_BK * 2, H_TILE_B = H_BN * H_BK * 2, H_STAGE = H_TILE_A + H_TILE_B;
 constexpr int H_SMEM = H_STAGES * H_STAGE + 1024 /* alignment slack */ + 2 * H_STAGES * 8 /* barriers */;
 
+// kCluster = 2 (05_wgmma_cluster): the two CTAs of a cluster take vertically adjacent tiles, which
+// need the same 256 x 64 B tile each stage. Each CTA's producer loads its own A and one 128-row half
+// of B, multicast into both CTAs, so each B byte leaves L2 once per cluster instead of twice (a stage
+// reads 32 KiB from L2 per CTA instead of 48). A stage may be refilled only when the consumers of
+// both CTAs have released it (the peer writes into it too), so each consumer arrives on the `empty`
+// barrier of both CTAs, and nobody leaves the kernel before the cluster's last barrier.
+template <int kCluster>
 __global__ void __launch_bounds__(H_THREADS, 1)
     k03_wgmma(int M, int N, int K, const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
               float *__restrict__ C, int drop_last_k_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
     extern __shared__ unsigned char smem_raw[];
     // 128B-swizzled TMA destinations must be 1024-byte aligned (the swizzle is on address bits 4-9).
+    // The dynamic shared window starts at the same offset in every CTA, so `base` is the same
+    // CTA-relative offset in both CTAs of a cluster, as multicast needs.
     const uint32_t raw = tc::smem_u32(smem_raw);
     const uint32_t base = (raw + 1023u) & ~1023u;
     const uint32_t bars = base + H_STAGES * H_STAGE;  // full[0..S), then empty[0..S)
@@ -287,95 +301,117 @@ __global__ void __launch_bounds__(H_THREADS, 1)
     auto tileB = [&](int s) { return base + (uint32_t)(s * H_STAGE + H_TILE_A); };
 
     const int wg = threadIdx.x / 128, tid_in_wg = threadIdx.x % 128;
+    const int rank = kCluster == 1 ? 0 : (int)tc::cluster_rank();
     if (threadIdx.x == 0) {
         tc::tma_prefetch_map(&tmA);
         tc::tma_prefetch_map(&tmB);
         for (int s = 0; s < H_STAGES; ++s) {
-            tc::mbar_init(full(s), 1);   // the producer's arrive.expect_tx (+ the stage's bytes)
-            tc::mbar_init(empty(s), 2);  // one arrival from each consumer warpgroup
+            tc::mbar_init(full(s), 1);              // the producer's arrive.expect_tx (+ the stage's bytes)
+            tc::mbar_init(empty(s), 2 * kCluster);  // each consumer warpgroup of each CTA of the cluster
         }
         tc::mbar_fence_init();
     }
-    __syncthreads();  // barriers initialised before anyone waits on them; no block barrier after this
+    // Barriers initialised before anyone (a peer's multicast included) uses them.
+    if constexpr (kCluster == 1) __syncthreads();
+    else tc::cluster_sync();
 
-    const int tiles_m = (int)cdiv(M, H_BM), tiles_n = (int)cdiv(N, H_BN), tiles = tiles_m * tiles_n;
-    const int per_group = S_GROUP_M * tiles_n;
-    // Tile number -> its top-left corner, in the grouped (L2-friendly) order.
-    auto corner = [&](int tile, int &m0, int &n0) {
-        const int group = tile / per_group, first_m = group * S_GROUP_M;
-        const int group_m = min(tiles_m - first_m, S_GROUP_M), in_group = tile % per_group;
-        m0 = (first_m + in_group % group_m) * H_BM;
+    // Units of work: clusters of kCluster vertically adjacent tiles, in the grouped (L2-friendly)
+    // order; this CTA computes the tile at rank `rank` of its cluster's unit.
+    const int tiles_m = (int)cdiv(M, H_BM), tiles_n = (int)cdiv(N, H_BN);
+    const int units_m = (int)cdiv(tiles_m, kCluster), units = units_m * tiles_n;
+    constexpr int kGroup = S_GROUP_M / kCluster;
+    const int per_group = kGroup * tiles_n;
+    auto corner = [&](int unit, int &m0, int &n0) {
+        const int group = unit / per_group, first_m = group * kGroup;
+        const int group_m = min(units_m - first_m, kGroup), in_group = unit % per_group;
+        m0 = ((first_m + in_group % group_m) * kCluster + rank) * H_BM;  // past M for a ragged last unit: TMA fills 0
         n0 = (in_group / group_m) * H_BN;
     };
+    const int unit0 = blockIdx.x / kCluster, unit_step = gridDim.x / kCluster;
     const int KT = (int)cdiv(K, H_BK) - drop_last_k_tiles;
-    if (KT <= 0) return;  // the host writes k = 0 as zeros; a test fault may drop every tile
 
-    if (wg == 0) {
+    if (KT > 0 && wg == 0) {
         tc::setmaxnreg_dec<40>();
         if (tid_in_wg == 0) {
-            int it = 0;  // stage uses so far, over every tile of this block
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            int it = 0;  // stage uses so far, over every unit of this block
+            for (int unit = unit0; unit < units; unit += unit_step) {
                 int m0, n0;
-                corner(tile, m0, n0);
+                corner(unit, m0, n0);
                 for (int kt = 0; kt < KT; ++kt, ++it) {
                     const int s = it % H_STAGES;
-                    // Stage s was used STAGES uses ago: wait until both consumers released it.
+                    // Stage s was used STAGES uses ago: wait until every consumer that reads it released it.
                     if (it >= H_STAGES) tc::mbar_wait(empty(s), ((it / H_STAGES) - 1) & 1);
-                    tc::mbar_arrive_expect_tx(full(s), H_STAGE);
+                    tc::mbar_arrive_expect_tx(full(s), H_STAGE);  // A, and all of B (both halves under multicast)
                     tc::tma_load_2d(tileA(s), &tmA, kt * H_BK, m0, full(s));
-                    tc::tma_load_2d(tileB(s), &tmB, kt * H_BK, n0, full(s));
+                    if constexpr (kCluster == 1) {
+                        tc::tma_load_2d(tileB(s), &tmB, kt * H_BK, n0, full(s));
+                    } else {
+                        constexpr int half = H_BN / kCluster;  // rows of B this CTA fetches for the cluster
+                        tc::tma_load_2d_multicast(tileB(s) + rank * half * H_BK * 2, &tmB, kt * H_BK, n0 + rank * half,
+                                                  full(s), (uint16_t)((1u << kCluster) - 1));
+                    }
                 }
             }
         }
-        return;
-    }
-
-    tc::setmaxnreg_inc<232>();
-    const int c = wg - 1;  // this consumer's 64 rows: m0 + 64c ...
-    const int w = tid_in_wg / 32, lane = tid_in_wg % 32, g = lane / 4, t = lane % 4;
-    const bool pairs = (N % 2) == 0;
-    float acc[128];
-    int it = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        int m0, n0;
-        corner(tile, m0, n0);
+    } else if (KT > 0) {
+        tc::setmaxnreg_inc<232>();
+        const int c = wg - 1;  // this consumer's 64 rows: m0 + 64c ...
+        const int w = tid_in_wg / 32, lane = tid_in_wg % 32, g = lane / 4, t = lane % 4;
+        const bool pairs = (N % 2) == 0;
+        auto release = [&](int s) {  // one arrival per consumer warpgroup on stage s's `empty`, in every CTA
+            if (tid_in_wg != 0) return;
+            if constexpr (kCluster == 1) {
+                tc::mbar_arrive(empty(s));
+            } else {
 #pragma unroll
-        for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-
-        for (int kt = 0; kt < KT; ++kt, ++it) {
-            const int s = it % H_STAGES;
-            tc::mbar_wait(full(s), (it / H_STAGES) & 1);  // the stage's bytes have landed
-            const uint64_t da = tc::wgmma_desc_sw128(tileA(s) + c * 64 * 128), db = tc::wgmma_desc_sw128(tileB(s));
-            tc::wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < H_BK / 16; ++kk) tc::wgmma_m64n256k16_bf16(acc, da + 2 * kk, db + 2 * kk);
-            tc::wgmma_commit();
-            // Keep one group in flight: once the previous stage's wgmmas are done, hand it back.
-            tc::wgmma_wait<1>();
-            if (kt > 0 && tid_in_wg == 0) tc::mbar_arrive(empty((it - 1) % H_STAGES));
-        }
-        tc::wgmma_wait<0>();
-        // The tile's last stage is free too: the producer may refill it for the next tile while
-        // this warpgroup stores.
-        if (tid_in_wg == 0) tc::mbar_arrive(empty((it - 1) % H_STAGES));
-
-        // Epilogue: warp w of this warpgroup holds rows 16w + g (+8); n8 block j holds cols 8j + 2t (+1).
-#pragma unroll
-        for (int j = 0; j < 32; ++j)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = m0 + 64 * c + 16 * w + g + 8 * h, col = n0 + 8 * j + 2 * t;
-                if (r >= M || col >= N) continue;
-                float *dst = C + (size_t)r * N + col;
-                const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-                if (pairs && col + 1 < N) {
-                    *reinterpret_cast<float2 *>(dst) = make_float2(v0, v1);
-                } else {
-                    dst[0] = v0;
-                    if (col + 1 < N) dst[1] = v1;
-                }
+                for (int r = 0; r < kCluster; ++r) tc::mbar_arrive_cluster(tc::cluster_map(empty(s), r));
             }
+        };
+        float acc[128];
+        int it = 0;
+        for (int unit = unit0; unit < units; unit += unit_step) {
+            int m0, n0;
+            corner(unit, m0, n0);
+#pragma unroll
+            for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+
+            for (int kt = 0; kt < KT; ++kt, ++it) {
+                const int s = it % H_STAGES;
+                tc::mbar_wait(full(s), (it / H_STAGES) & 1);  // the stage's bytes have landed
+                const uint64_t da = tc::wgmma_desc_sw128(tileA(s) + c * 64 * 128), db = tc::wgmma_desc_sw128(tileB(s));
+                tc::wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < H_BK / 16; ++kk) tc::wgmma_m64n256k16_bf16(acc, da + 2 * kk, db + 2 * kk);
+                tc::wgmma_commit();
+                // Keep one group in flight: once the previous stage's wgmmas are done, hand it back.
+                tc::wgmma_wait<1>();
+                if (kt > 0) release((it - 1) % H_STAGES);
+            }
+            tc::wgmma_wait<0>();
+            // The tile's last stage is free too: the producer may refill it for the next tile while
+            // this warpgroup stores.
+            release((it - 1) % H_STAGES);
+
+            // Epilogue: warp w of this warpgroup holds rows 16w + g (+8); n8 block j holds cols 8j + 2t (+1).
+#pragma unroll
+            for (int j = 0; j < 32; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = m0 + 64 * c + 16 * w + g + 8 * h, col = n0 + 8 * j + 2 * t;
+                    if (r >= M || col >= N) continue;
+                    float *dst = C + (size_t)r * N + col;
+                    const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+                    if (pairs && col + 1 < N) {
+                        *reinterpret_cast<float2 *>(dst) = make_float2(v0, v1);
+                    } else {
+                        dst[0] = v0;
+                        if (col + 1 < N) dst[1] = v1;
+                    }
+                }
+        }
     }
+    // No CTA of a cluster leaves while its peer may still multicast into it or arrive on its barriers.
+    if constexpr (kCluster > 1) tc::cluster_sync();
 #else
     // Built without sm_90a: the host never launches this (wgmma_unsupported_reason says why).
     (void)M, (void)N, (void)K, (void)tmA, (void)tmB, (void)C, (void)drop_last_k_tiles;
@@ -452,19 +488,25 @@ static inline cudaError_t cached_map(MapCache &c, const uint16_t *ptr, int rows,
     return cudaSuccess;
 }
 
-// 03: one block per tile. 04 (persistent): one block per SM, at most one per tile.
+// How 03's kernel body is launched: 03 one block per tile; 04 (persistent) one block per SM, at most
+// one per tile; 05 persistent clusters of two CTAs sharing B by multicast, as many as fit at once.
+enum class Schedule { PerTile, Persistent, Cluster2 };
+
 static inline cudaError_t launch_03(int M, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
-                                    cudaStream_t stream, int drop_last_k_tiles, bool persistent = false) {
+                                    cudaStream_t stream, int drop_last_k_tiles, Schedule how = Schedule::PerTile) {
     if (((uintptr_t)A | (uintptr_t)B) % 16 != 0) return cudaErrorInvalidValue;  // TMA: 16-byte aligned bases
-    static MapCache ca, cb;
-    cudaError_t e = cudalab_allow_dynamic_smem(k03_wgmma, H_SMEM);
+    const bool cluster = how == Schedule::Cluster2;
+    // One cached map pair per box shape: 05 fetches B in 128-row halves.
+    static MapCache ca, cb, cb_half;
+    cudaError_t e = cudalab_allow_dynamic_smem(cluster ? k03_wgmma<2> : k03_wgmma<1>, H_SMEM);
     if (e != cudaSuccess) return e;
     e = cached_map(ca, A, M, K, H_BM);
     if (e != cudaSuccess) return e;
-    e = cached_map(cb, B, N, K, H_BN);
+    MapCache &mb = cluster ? cb_half : cb;
+    e = cached_map(mb, B, N, K, cluster ? H_BN / 2 : H_BN);
     if (e != cudaSuccess) return e;
     long long blocks = cdiv(M, H_BM) * cdiv(N, H_BN);
-    if (persistent) {
+    if (how == Schedule::Persistent) {
         static int sms = 0;  // asked once: the attribute query costs host time on every launch
         if (sms == 0) {
             int dev = 0;
@@ -474,8 +516,30 @@ static inline cudaError_t launch_03(int M, int N, int K, const uint16_t *A, cons
         }
         blocks = blocks < sms ? blocks : sms;
     }
-    k03_wgmma<<<(unsigned)blocks, H_THREADS, H_SMEM, stream>>>(M, N, K, ca.map, cb.map, C, drop_last_k_tiles);
-    return cudaGetLastError();
+    if (!cluster) {
+        k03_wgmma<1><<<(unsigned)blocks, H_THREADS, H_SMEM, stream>>>(M, N, K, ca.map, mb.map, C, drop_last_k_tiles);
+        return cudaGetLastError();
+    }
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.blockDim = dim3(H_THREADS);
+    cfg.dynamicSmemBytes = H_SMEM;
+    cfg.stream = stream;
+    cfg.attrs = attr, cfg.numAttrs = 1;
+    // As many clusters as can be resident at once (a GPC's SM count may be odd, so fewer than SMs / 2).
+    static int fit = 0;
+    if (fit == 0) {
+        cfg.gridDim = dim3(2 * 66);
+        e = cudaOccupancyMaxActiveClusters(&fit, k03_wgmma<2>, &cfg);
+        if (e != cudaSuccess) return e;
+        if (fit < 1) return cudaErrorInvalidConfiguration;
+    }
+    const long long units = cdiv(cdiv(M, H_BM), 2) * cdiv(N, H_BN);
+    cfg.gridDim = dim3((unsigned)(2 * (units < fit ? units : fit)));
+    e = cudaLaunchKernelEx(&cfg, k03_wgmma<2>, M, N, K, ca.map, mb.map, C, drop_last_k_tiles);
+    return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 // k not a multiple of 8: TMA needs 16-byte row strides, so A and B are copied, stream-ordered, into
@@ -483,7 +547,7 @@ static inline cudaError_t launch_03(int M, int N, int K, const uint16_t *A, cons
 // the fallback, not a fast path: on the H100, 4096 x 4096 x 4095 took 0.372 ms against 0.193 ms at
 // k = 4096 (the memset and the two odd-pitch 2-D copies cost as much as the product).
 static inline cudaError_t launch_03_padded(int M, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
-                                           cudaStream_t stream, int drop_last_k_tiles, bool persistent) {
+                                           cudaStream_t stream, int drop_last_k_tiles, Schedule how) {
     const int K8 = (int)cdiv(K, 8) * 8;
     const size_t bytes_a = (size_t)M * K8 * 2, bytes_b = (size_t)N * K8 * 2;
     void *pa = nullptr, *pb = nullptr;
@@ -496,7 +560,7 @@ static inline cudaError_t launch_03_padded(int M, int N, int K, const uint16_t *
     if (e == cudaSuccess)
         e = cudaMemcpy2DAsync(pb, (size_t)K8 * 2, B, (size_t)K * 2, (size_t)K * 2, N, cudaMemcpyDeviceToDevice, stream);
     if (e == cudaSuccess)
-        e = launch_03(M, N, K8, (const uint16_t *)pa, (const uint16_t *)pb, C, stream, drop_last_k_tiles, persistent);
+        e = launch_03(M, N, K8, (const uint16_t *)pa, (const uint16_t *)pb, C, stream, drop_last_k_tiles, how);
     const cudaError_t f = cudaFreeAsync(pa, stream);
     return e != cudaSuccess ? e : f;
 }
@@ -512,17 +576,17 @@ static inline const char *requirement(int variant, int M, int N, int K) {
     static_assert(CUDALAB_MAX_GRID_YZ * W_BM == 2097120, "the sentence below names this limit");
     if (variant == V01_WMMA && cdiv(M, W_BM) > CUDALAB_MAX_GRID_YZ)
         return "01_wmma takes m at most 2097120 (the grid's y limit: 65535 blocks of 32 rows)";
-    if (variant == V03_WGMMA || variant == V04_WGMMA_PERSISTENT) return wgmma_requirement(M, N, K);
+    if (is_wgmma(variant)) return wgmma_requirement(M, N, K);
     return nullptr;
 }
 
 // Enqueue C = A . B^T (A: M x K, B: N x K, bf16 bits; C: M x N float32) on `stream` with variant
-// 01_wmma, 02_mma_sync, 03_wgmma or 04_wgmma_persistent. No synchronisation. k = 0 writes zeros. Returns
+// 01_wmma, 02_mma_sync, 03_wgmma, 04_wgmma_persistent or 05_wgmma_cluster. No synchronisation. k = 0 writes zeros. Returns
 // cudaErrorInvalidValue for another variant or a shape `requirement` refuses, and
 // cudaErrorNotSupported for 03 where it was not built for (or cannot run on) sm_90a.
 static inline cudaError_t launch(int variant, int M, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
                                  cudaStream_t stream, int drop_last_k_tiles = 0) {
-    if ((variant == V03_WGMMA || variant == V04_WGMMA_PERSISTENT) && !wgmma_available()) return cudaErrorNotSupported;
+    if (is_wgmma(variant) && !wgmma_available()) return cudaErrorNotSupported;
     if (requirement(variant, M, N, K) != nullptr) return cudaErrorInvalidValue;
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) return cudaMemsetAsync(C, 0, (size_t)M * N * sizeof(float), stream);
@@ -537,9 +601,13 @@ static inline cudaError_t launch(int variant, int M, int N, int K, const uint16_
                               : launch_02<false>(M, N, K, A, B, C, stream, drop_last_k_tiles);
         case V03_WGMMA:
         case V04_WGMMA_PERSISTENT:
-            return K % 8 == 0 ? launch_03(M, N, K, A, B, C, stream, drop_last_k_tiles, variant == V04_WGMMA_PERSISTENT)
-                              : launch_03_padded(M, N, K, A, B, C, stream, drop_last_k_tiles,
-                                                 variant == V04_WGMMA_PERSISTENT);
+        case V05_WGMMA_CLUSTER: {
+            const Schedule how = variant == V03_WGMMA              ? Schedule::PerTile
+                                 : variant == V04_WGMMA_PERSISTENT ? Schedule::Persistent
+                                                                   : Schedule::Cluster2;
+            return K % 8 == 0 ? launch_03(M, N, K, A, B, C, stream, drop_last_k_tiles, how)
+                              : launch_03_padded(M, N, K, A, B, C, stream, drop_last_k_tiles, how);
+        }
         default:
             return cudaErrorInvalidValue;
     }

@@ -1,6 +1,6 @@
 // build/bin/gemm_tc: time one variant (or all) on random bf16 A (M x K) and B (N x K), C = A . B^T in
 // float32, and check a sample of C against a double-precision product of the same bf16 inputs.
-//   gemm_tc [--variant 01_wmma|02_mma_sync|03_wgmma|04_wgmma_persistent|cublas_bf16|cublas_tf32|all] [--reps R] M N K
+//   gemm_tc [--variant 01_wmma|02_mma_sync|03_wgmma|04_wgmma_persistent|05_wgmma_cluster|cublas_bf16|cublas_tf32|all] [--reps R] M N K
 // Prints `result program=gemm_tc variant=V m= n= k= ms= tflops= relerr= check=pass|fail` per variant
 // (`skip program=gemm_tc variant=V reason="..."` for one this build or GPU cannot run, under `all`);
 // exit 0 only when every check passed, 2 on a bad argument or a shape the variant refuses.
@@ -16,7 +16,7 @@
 #include "gemm_tc.h"
 
 static const char *kUsage =
-    "usage: gemm_tc [--variant 01_wmma|02_mma_sync|03_wgmma|04_wgmma_persistent|cublas_bf16|cublas_tf32|all] [--reps R] M N K";
+    "usage: gemm_tc [--variant 01_wmma|02_mma_sync|03_wgmma|04_wgmma_persistent|05_wgmma_cluster|cublas_bf16|cublas_tf32|all] [--reps R] M N K";
 
 // Tolerance on ||C - ref|| / ||ref||: bf16 products are exact in FP32, so the error is the FP32
 // accumulation's, about sqrt(k) * 2^-24 (4e-6 at k = 4096); 1e-4 leaves room for the tensor cores'

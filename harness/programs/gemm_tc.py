@@ -13,6 +13,8 @@ Variants (the C table, read through gemm_tc_variant_count/_name):
                warpgroups issuing wgmma (elsewhere: "needs sm_90a", and its tests skip with that reason)
   04_wgmma_persistent  03's kernel on a persistent grid (one block per SM walking the tiles): the
                next tile's loads start during this tile's epilogue (issue 20's first rung)
+  05_wgmma_cluster  04 with clusters of two CTAs on vertically adjacent tiles: each fetches half of
+               the shared B tile and multicasts it to both (TMA multicast), a third fewer L2 bytes
   cublas_bf16  cublasGemmEx, bf16 in, FP32 compute: the ceiling of the bench
   cublas_tf32  cublasGemmEx on float32 copies of the same values with TF32 tensor cores (for reference)
 
@@ -20,7 +22,7 @@ dtypes: the API takes `ml_dtypes.bfloat16` arrays. float32 is never rounded sile
 array is refused with TypeError; round it yourself with `to_bf16(x)` (round-to-nearest-even).
 
 Ragged shapes: 01 and 02 take any m, n, k >= 0 (02 with k % 8 != 0 takes a slower element-wise
-load path); 03 and 04 take any m, n, and a k that is not a multiple of 8 (TMA needs 16-byte row
+load path); 03, 04 and 05 take any m, n, and a k that is not a multiple of 8 (TMA needs 16-byte row
 strides) through zero-padded copies of A and B made on the stream before the launch. A refused shape
 (01's grid limit on m) raises ValueError naming the limit, before anything is launched.
 
@@ -43,7 +45,7 @@ from .. import library
 from .. import results as _results
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-KERNELS = ("01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent")
+KERNELS = ("01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster")
 PROFILE_VARIANTS = KERNELS + ("cublas_bf16",)
 TOL = 1e-4
 INT_MAX = 2**31 - 1
@@ -242,6 +244,8 @@ def sanitize_args() -> dict[str, list[str]]:
     out = {v: ["--variant", v, "--reps", "1", "200", "136", "72"] for v in KERNELS + ("cublas_bf16",)}
     out["02_mma_sync-k_unaligned"] = ["--variant", "02_mma_sync", "--reps", "1", "67", "33", "131"]
     out["04_wgmma_persistent-k_unaligned"] = ["--variant", "04_wgmma_persistent", "--reps", "1", "67", "33", "131"]
+    # 05 with an odd number of 128-row tiles: the cluster's second CTA reads a tile wholly past m.
+    out["05_wgmma_cluster-odd_tiles"] = ["--variant", "05_wgmma_cluster", "--reps", "1", "300", "260", "64"]
     return out
 
 
@@ -250,7 +254,7 @@ def sanitize_args() -> dict[str, list[str]]:
 BENCH_SIZES = (2048, 4096, 8192)
 # Issue 11's targets for 02 and 03; issue 20's for 04 (1.05 at 4096^3 and 8192^3, 1.0 at 2048^3; only the
 # 4096^3 one is a target column here).
-TARGETS_4096 = {"04_wgmma_persistent": 1.05, "03_wgmma": 0.90, "02_mma_sync": 0.50}
+TARGETS_4096 = {"05_wgmma_cluster": 1.05, "04_wgmma_persistent": 1.05, "03_wgmma": 0.90, "02_mma_sync": 0.50}
 
 
 def _bench_buffers(size: int, tf32: bool):
