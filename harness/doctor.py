@@ -133,6 +133,18 @@ def check_packages() -> list[Check]:
             out.append(Check(f"python:{name}", True, getattr(m, "__version__", "installed")))
         except ImportError:
             out.append(Check(f"python:{name}", False, "not importable", "pip install -e '.[dev]'"))
+    # The timing engine (NVBench) is looked up without importing it: its import loads the CUDA bindings.
+    from . import timing
+
+    v = timing.engine_version()
+    out.append(Check("python:cuda-bench", v is not None, f"{v} (NVBench, the timing engine)" if v else "not installed",
+                     "" if v else timing.INSTALL_HINT))
+    try:
+        import pynvml  # noqa: F401  (nvidia-ml-py: the clocks, power and temperature beside each bench row)
+
+        out.append(Check("python:nvidia-ml-py", True, "installed"))
+    except ImportError:
+        out.append(Check("python:nvidia-ml-py", False, "not importable", "pip install -e '.[dev]'"))
     for name in ["hypothesis", "ruff", "IPython"]:
         try:
             m = importlib.import_module(name)

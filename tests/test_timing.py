@@ -174,3 +174,14 @@ def test_a_silent_hanging_child_is_killed_at_the_limit(tmp_path, monkeypatch):
     with pytest.raises(timing.TimingError, match=r"ran past 1 s and was stopped; 0 of 1"):
         timing.run_plan([timing.Item("a", "m:f")], timeout=1.0, workdir=tmp_path / "s")
     assert time.monotonic() - t0 < 30
+
+
+def test_doctor_names_the_timing_engine(monkeypatch):
+    from harness import doctor
+
+    monkeypatch.setattr(timing, "engine_version", lambda: None)
+    row = next(c for c in doctor.check_packages() if c.item == "python:cuda-bench")
+    assert not row.ok and not row.optional and "cuda-bench" in row.fix
+    monkeypatch.setattr(timing, "engine_version", lambda: "0.3.0")
+    row = next(c for c in doctor.check_packages() if c.item == "python:cuda-bench")
+    assert row.ok and row.detail.startswith("0.3.0")
