@@ -63,7 +63,6 @@ class BenchCase:
     flops: float = 0.0
     ceiling_divisor: float = 1.0  # e.g. instructions per iteration for an instruction ceiling
     note: str = ""
-    reps: int = 20  # unused by the NVBench engine (it stops on noise); kept for the programs' tables
 
 
 @dataclass

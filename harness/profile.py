@@ -370,8 +370,7 @@ def save_kernels(res: ProfileResult, outdir: Path) -> Path:
 
 # --- the fallback: the harness's own event timing --------------------------------------------------
 
-def event_timing(prog: str, variants: list[str | None] | None = None, quick: bool = True,
-                 reps: int = 10) -> pd.DataFrame:
+def event_timing(prog: str, variants: list[str | None] | None = None, quick: bool = True) -> pd.DataFrame:
     """Time the program's bench cases with harness.timing (NVBench cold measurements, L2 flushed): one
     row per case, in the kernel table's columns (instances = NVBench's samples). Needs the program's
     bench_cases, a GPU and cuda-bench."""
@@ -431,8 +430,8 @@ def profile(prog: str, tool: str = "auto", variant: str | None = None, args: lis
     except (CudalabError, FileNotFoundError) as e:
         raise NoReport(failures, str(e)) from None
     res = ProfileResult(prog, "event timing", kernels, failures=failures,
-                        note="no profiler produced a report; these are harness.timing's CUDA-event times of the "
-                             "program's bench cases (one row per case, L2 flushed before each repetition)")
+                        note="no profiler produced a report; these are harness.timing's NVBench cold times of the "
+                             "program's bench cases (one row per case, L2 flushed before each sample)")
     save_kernels(res, outdir)
     return res
 

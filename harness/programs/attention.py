@@ -393,7 +393,7 @@ def _bench_case(variant: str, D: int, S: int, causal: bool, quick: bool):
     return bench.BenchCase(
         program="attention", variant=variant, size=f"B{B}xH{H}xS{S}xD{D}" + ("-causal" if causal else ""),
         setup=setup, unit="TFLOP/s", amount=f, ceiling=_ceiling_name(dtype, D, S, causal),
-        target=TARGETS.get(variant), quick=quick, flops=f, bytes=4.0 * B * H * S * D * esize, reps=10,
+        target=TARGETS.get(variant), quick=quick, flops=f, bytes=4.0 * B * H * S * D * esize,
         note=f"{'causal' if causal else 'non-causal'}; ratio to torch SDPA {dtype} (default backend, same run)")
 
 

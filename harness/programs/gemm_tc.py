@@ -349,8 +349,8 @@ def bench_cases(quick: bool = False):
                 target = TARGETS_4096.get(v) if size == 4096 else None
                 cases.append(bench.BenchCase("gemm_tc", v, f"{size}^3", make_setup(v), "TFLOP/s", flops,
                                              f"cublas_bf16_{size}", target=target, quick=True, bytes=nbytes,
-                                             flops=flops, note="fraction of cuBLAS BF16 (same run)", reps=20))
+                                             flops=flops, note="fraction of cuBLAS BF16 (same run)"))
             cases.append(bench.BenchCase("gemm_tc", f"{v}-peak", f"{size}^3", make_setup(v), "TFLOP/s", flops,
                                          "bf16_peak", quick=True, bytes=nbytes, flops=flops,
-                                         note="fraction of the dense BF16 peak", reps=20))
+                                         note="fraction of the dense BF16 peak"))
     return cases

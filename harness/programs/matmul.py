@@ -594,7 +594,7 @@ def bench_cases(quick: bool = False):
         flops = 2.0 * m * n * k
         nbytes = 4.0 * (m * k + k * n + m * n)  # compulsory traffic: read A and B, write C
         return bench.BenchCase("matmul", label or variant, size, make_setup(variant, tile, m, n, k), "TFLOP/s", flops,
-                               ceiling, target=target, quick=is_quick, bytes=nbytes, flops=flops, note=note, reps=20)
+                               ceiling, target=target, quick=is_quick, bytes=nbytes, flops=flops, note=note)
 
     size, n4 = f"{BENCH_N}^3", BENCH_N
     kernels = [("01_naive", 16), ("02_tiled", 16), ("02_tiled", 32), ("03_tiled_dynamic", 8),

@@ -255,9 +255,8 @@ def kernel_setup(n: int, threads: int = DEFAULT_THREADS):
     return bench.Prepared(lambda s: fn(buf, n, threads, s), buf.close)
 
 
-def kernel_ms(n: int, threads: int = DEFAULT_THREADS, reps: int = 20) -> float:
-    """The int32 kernel alone, data already on the device, timed by harness.timing (NVBench; median ms).
-    `reps` is kept for callers; NVBench stops on noise instead."""
+def kernel_ms(n: int, threads: int = DEFAULT_THREADS) -> float:
+    """The int32 kernel alone, data already on the device, timed by harness.timing (NVBench; median ms)."""
     from .. import timing
 
     return timing.time_one("harness.programs.square:kernel_setup", n=int(n), threads=int(threads)).median_ms
