@@ -2,18 +2,36 @@
 #include "attention.h"
 #include "attention_kernels.cuh"
 
-static const char *const kVariants[] = {"01_naive", "02_flash", "03_flash_bf16", "04_flash_3xtf32"};
+static const char *const kVariants[] = {"01_naive", "02_flash", "03_flash_bf16", "04_flash_3xtf32", "05_flash_wgmma"};
 static const int kNumVariants = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
 
-// 03_flash_bf16's choices of warps per block, query rows per warp, keys per tile and pipeline
-// stages (attn_variant_id knows each name): the search space of `invoke tune attention`.
+// The search space of `invoke tune attention` (attn_variant_id knows each name): 03_flash_bf16's
+// choices of warps per block, query rows per warp, keys per tile and pipeline stages, then
+// 05_flash_wgmma's of keys per tile, stages and schedule (ATTN_WGMMA_CONFIGS).
+#define ATTN_WGMMA_NAME(NAME, ID, BC, ST, SCHED) NAME,
 static const char *const kConfigs[] = {"flash_bf16_w8s2",      "flash_bf16_w8s3",      "flash_bf16_w4s2",
                                        "flash_bf16_w4s3",      "flash_bf16_w4k32s2",   "flash_bf16_w4k32s3",
-                                       "flash_bf16_w4m2s2",    "flash_bf16_w4m2k32s2", "flash_bf16_w4m2k32s3"};
+                                       "flash_bf16_w4m2s2",    "flash_bf16_w4m2k32s2", "flash_bf16_w4m2k32s3",
+                                       ATTN_WGMMA_CONFIGS(ATTN_WGMMA_NAME)};
+#undef ATTN_WGMMA_NAME
 static const int kNumConfigs = (int)(sizeof(kConfigs) / sizeof(kConfigs[0]));
 
 extern "C" int attention_config_count(void) { return kNumConfigs; }
 extern "C" const char *attention_config_name(int i) { return (i >= 0 && i < kNumConfigs) ? kConfigs[i] : nullptr; }
+
+extern "C" const char *attention_config_variant(const char *config) {
+    const int id = attn_variant_id(config);
+    bool listed = false;
+    for (const char *c : kConfigs) listed = listed || (config != nullptr && strcmp(c, config) == 0);
+    if (!listed) return nullptr;
+    return attn_is_wgmma(id) ? "05_flash_wgmma" : "03_flash_bf16";
+}
+
+extern "C" const char *attention_unsupported_reason(const char *variant) {
+    const int id = attn_variant_id(variant);
+    if (id == 0) return "unknown variant";
+    return attn_is_wgmma(id) ? tma_host::sm90a_unsupported_reason() : nullptr;
+}
 
 extern "C" int attention_variant_count(void) { return kNumVariants; }
 extern "C" const char *attention_variant_name(int i) { return (i >= 0 && i < kNumVariants) ? kVariants[i] : nullptr; }

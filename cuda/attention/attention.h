@@ -6,12 +6,17 @@
      "02_flash"       float32; one fused kernel with an online softmax; D must be 32, 64 or 128
      "03_flash_bf16"  bf16 in and out, FP32 accumulation and softmax statistics: FlashAttention-2
                       on the tensor cores (mma.sync m16n8k16); D must be 64 or 128; scale > 0
+     "04_flash_3xtf32" float32 on the tensor cores, 3xTF32 error compensation; D 64 or 128
+     "05_flash_wgmma" sm_90a (Hopper) only: FlashAttention-3's design (TMA, wgmma, warp
+                      specialisation, ping-pong and intra-warpgroup pipelining); bf16 as 03;
+                      elsewhere cudaErrorNotSupported, attention_unsupported_reason says why
    Test-only, deliberately wrong: "flash_skip_last_tile" (02_flash without its last key tile),
    "flash_bf16_skip_last_tile" and "flash_bf16_no_causal_mask" (03_flash_bf16 sabotaged).
    Tuning-only: "flash_bf16_w8s2", "_w8s3", "_w4s2", "_w4s3" (03_flash_bf16 with warps per block and
    pipeline stages fixed), "_w4k32s2", "_w4k32s3" (32-key tiles), "_w4m2s2" (32 query rows per warp
    instead of 16) and "_w4m2k32s2", "_w4m2k32s3" (both): `invoke tune attention` picks one per head
-   size and GPU (attention_config_name lists them).
+   size and GPU (attention_config_name lists them). "flash_wgmma_<schedule>_k<keys>s<stages>" are
+   05_flash_wgmma's (schedule plain, pp = ping-pong, ip = intra-warpgroup pipelining, ppip = both).
    causal != 0 masks key j > query i. scale is usually 1/sqrt(D). Status returns are cudaError_t
    codes (0 = success); bad arguments, an unknown variant or a variant of the other dtype give
    cudaErrorInvalidValue before any launch. */
@@ -31,6 +36,11 @@ const char *attention_variant_name(int i);
 /* 03_flash_bf16's tuning choices (the "flash_bf16_w..." names above), a table like the variants'. */
 int attention_config_count(void);
 const char *attention_config_name(int i);
+/* The variant a tuning choice configures ("03_flash_bf16" or "05_flash_wgmma"), NULL for another name. */
+const char *attention_config_variant(const char *config);
+/* NULL when the variant (or tuning choice) can run on this build and device, else why not
+   ("needs sm_90a: ..."); "unknown variant" for a name the library does not know. */
+const char *attention_unsupported_reason(const char *variant);
 /* 1 when the variant (test-only ones included) takes bf16 arrays, 0 for float32, -1 unknown. */
 int attention_variant_is_bf16(const char *variant);
 /* Device workspace the variant needs, in bytes (0 for flash); -1 for invalid arguments. */

@@ -12,6 +12,8 @@
 //             D must be 32, 64 or 128.
 //   03_flash_bf16  FlashAttention-2 forward on the tensor cores, bf16 in and out (flash_bf16.cuh).
 //   04_flash_3xtf32  float32 on the tensor cores with 3xTF32 error compensation (flash_3xtf32.cuh).
+//   05_flash_wgmma  sm_90a: FlashAttention-3's design, bf16: TMA, wgmma, warp specialisation,
+//             ping-pong and intra-warpgroup pipelining (flash_wgmma.cuh).
 // Test-only variants, wrong answers that the checkers must reject: "flash_skip_last_tile" runs
 // 02_flash without its last key tile; "flash_bf16_skip_last_tile" and "flash_bf16_no_causal_mask"
 // sabotage 03_flash_bf16 the same way and by leaving the diagonal tiles unmasked.
@@ -26,6 +28,7 @@
 #include "../matmul/matmul_kernels.cuh"
 #include "flash_bf16.cuh"
 #include "flash_3xtf32.cuh"
+#include "flash_wgmma.cuh"
 
 // The matmul variant and tile width the naive attention uses for its two products.
 #define ATTN_NAIVE_MATMUL "02_tiled"
@@ -36,6 +39,9 @@ enum attn_variant_id_t {
     ATTN_02_FLASH = 2,
     ATTN_03_FLASH_BF16 = 3,
     ATTN_04_FLASH_3XTF32 = 4,
+    ATTN_05_FLASH_WGMMA = 5,
+    ATTN_FLASH_WGMMA_FIRST = 60,  // tuning: 05_flash_wgmma's choices, ATTN_WGMMA_CONFIGS below
+    ATTN_FLASH_WGMMA_LAST = 79,
     ATTN_FLASH_BF16_W8S2 = 80,  // tuning: 03_flash_bf16 with (warps, stages) fixed, any D
     ATTN_FLASH_BF16_W8S3 = 81,
     ATTN_FLASH_BF16_W4S2 = 82,
@@ -50,8 +56,26 @@ enum attn_variant_id_t {
     ATTN_FLASH_SKIP_LAST_TILE = 99
 };
 
+// 05_flash_wgmma's tuning choices: (name, id, keys per tile, stages, schedule). "plain" issues
+// S = Q·Kᵀ and waits for it before the softmax, then P·V; "pp" adds the ping-pong of the two consumer
+// warpgroups, "ip" the intra-warpgroup overlap of softmax_j with P_{j-1}·V_{j-1}, "ppip" both.
+// attention.cu's config table lists the same names (a test checks the two agree).
+#define ATTN_WGMMA_CONFIGS(X)                                               \
+    X("flash_wgmma_plain_k128s2", 60, 128, 2, 0)                            \
+    X("flash_wgmma_pp_k128s2", 61, 128, 2, FW_PINGPONG)                     \
+    X("flash_wgmma_ip_k128s2", 62, 128, 2, FW_INTRA)                        \
+    X("flash_wgmma_ppip_k128s2", 63, 128, 2, FW_PINGPONG | FW_INTRA)        \
+    X("flash_wgmma_ppip_k128s3", 64, 128, 3, FW_PINGPONG | FW_INTRA)        \
+    X("flash_wgmma_ppip_k64s2", 65, 64, 2, FW_PINGPONG | FW_INTRA)          \
+    X("flash_wgmma_ppip_k64s3", 66, 64, 3, FW_PINGPONG | FW_INTRA)
+
 static inline int attn_variant_id(const char *variant) {
     if (variant == nullptr) return 0;
+#define ATTN_WGMMA_ID(NAME, ID, BC, ST, SCHED) \
+    if (strcmp(variant, NAME) == 0) return ID;
+    ATTN_WGMMA_CONFIGS(ATTN_WGMMA_ID)
+#undef ATTN_WGMMA_ID
+    if (strcmp(variant, "05_flash_wgmma") == 0) return ATTN_05_FLASH_WGMMA;
     if (strcmp(variant, "01_naive") == 0) return ATTN_01_NAIVE;
     if (strcmp(variant, "02_flash") == 0) return ATTN_02_FLASH;
     if (strcmp(variant, "03_flash_bf16") == 0) return ATTN_03_FLASH_BF16;
@@ -71,9 +95,14 @@ static inline int attn_variant_id(const char *variant) {
     return 0;
 }
 
+// 05_flash_wgmma and its tuning choices: the sm_90a kernel.
+static inline bool attn_is_wgmma(int id) {
+    return id == ATTN_05_FLASH_WGMMA || (id >= ATTN_FLASH_WGMMA_FIRST && id <= ATTN_FLASH_WGMMA_LAST);
+}
+
 // Variants whose Q, K, V and O are bf16 (the others are float32).
 static inline bool attn_is_bf16(int id) {
-    return id == ATTN_03_FLASH_BF16 || id == ATTN_FLASH_BF16_SKIP_LAST_TILE || id == ATTN_FLASH_BF16_NO_CAUSAL_MASK ||
+    return id == ATTN_03_FLASH_BF16 || attn_is_wgmma(id) || id == ATTN_FLASH_BF16_SKIP_LAST_TILE || id == ATTN_FLASH_BF16_NO_CAUSAL_MASK ||
            (id >= ATTN_FLASH_BF16_W8S2 && id <= ATTN_FLASH_BF16_W4M2K32S3);
 }
 
@@ -446,6 +475,16 @@ static inline cudaError_t attention_launch_bf16(const char *variant, int B, int 
                       : id == ATTN_FLASH_BF16_NO_CAUSAL_MASK ? FB_FLAG_NO_CAUSAL_MASK
                                                              : 0;
     const int BH = B * H;
+    if (attn_is_wgmma(id)) {
+#define ATTN_WGMMA_LAUNCH(NAME, ID, BC, ST, SCHED)                                                              \
+    if (id == ID)                                                                                               \
+        return D == 64 ? attn_flash_wgmma_launch<64, BC, ST, SCHED>(BH, S, q, k, v, o, scale, causal, stream)   \
+                       : attn_flash_wgmma_launch<128, BC, ST, SCHED>(BH, S, q, k, v, o, scale, causal, stream);
+        ATTN_WGMMA_CONFIGS(ATTN_WGMMA_LAUNCH)
+#undef ATTN_WGMMA_LAUNCH
+        if (D == 64) return attn_flash_wgmma_launch<64>(BH, S, q, k, v, o, scale, causal, stream);
+        return attn_flash_wgmma_launch<128>(BH, S, q, k, v, o, scale, causal, stream);
+    }
 #define ATTN_BF16_TUNED(ID, NW, ST, MT, BC)                                                                        \
     if (id == ID)                                                                                                  \
         return D == 64 ? attn_flash_bf16_launch<64, NW, ST, MT, BC>(BH, S, q, k, v, o, scale, causal, flags, stream) \

@@ -103,12 +103,13 @@ __device__ __forceinline__ void flash_mask_tile(float (&s)[NJ][4], int k0, int q
 
 // Online softmax over one tile (the algebra is at 02_flash in attention_kernels.cuh), in base 2: a
 // score x weighs 2^((x - m)·scale·log2 e), m the running max in raw score units. Replaces s by the
-// weights p, updates the running max m and sum l of rows g (h = 0) and g+8 (h = 1), and rescales
-// the output accumulators o (same row layout) by alpha = 2^((m_old - m_new)·scale·log2 e).
+// weights p, updates the running max m and sum l of rows g (h = 0) and g+8 (h = 1), and returns in
+// alpha the factor 2^((m_old - m_new)·scale·log2 e) by which the output accumulators of those rows
+// must be rescaled (05_flash_wgmma applies it later, once its P·V in flight has finished).
 // A row lives on the 4 lanes of a group: xor-shuffles 1 and 2 reduce it.
-template <int NJ, int NO>
-__device__ __forceinline__ void flash_online_softmax(float (&s)[NJ][4], float (&m)[2], float (&l)[2],
-                                                     float (&o)[NO][4], float scale_log2e) {
+template <int NJ>
+__device__ __forceinline__ void flash_softmax_tile(float (&s)[NJ][4], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                                   float scale_log2e) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float mt = m[h];
@@ -119,7 +120,7 @@ __device__ __forceinline__ void flash_online_softmax(float (&s)[NJ][4], float (&
         // A row that has seen only masked keys keeps m = -inf; 0 as the offset then makes
         // exp2(-inf - offset) = 0 instead of NaN (only the test-only sabotage can get here).
         const float mo = mt == -INFINITY ? 0.0f : mt * scale_log2e;
-        const float alpha = tc::exp2_approx(m[h] * scale_log2e - mo);  // 0 on the first tile
+        alpha[h] = tc::exp2_approx(m[h] * scale_log2e - mo);  // 0 on the first tile
         m[h] = mt;
         float rs = 0.0f;
 #pragma unroll
@@ -130,13 +131,29 @@ __device__ __forceinline__ void flash_online_softmax(float (&s)[NJ][4], float (&
         }
         rs += __shfl_xor_sync(0xffffffffu, rs, 1);
         rs += __shfl_xor_sync(0xffffffffu, rs, 2);
-        l[h] = l[h] * alpha + rs;
-#pragma unroll
-        for (int n = 0; n < NO; ++n) {
-            o[n][2 * h] *= alpha;
-            o[n][2 * h + 1] *= alpha;
-        }
+        l[h] = l[h] * alpha[h] + rs;
     }
+}
+
+// Rows g (h = 0) and g+8 (h = 1) of the output accumulators times alpha[h].
+template <int NO>
+__device__ __forceinline__ void flash_rescale_o(float (&o)[NO][4], const float (&alpha)[2]) {
+#pragma unroll
+    for (int n = 0; n < NO; ++n) {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
+    }
+}
+
+// The two together: the mma.sync kernels (03, 04) rescale O at once.
+template <int NJ, int NO>
+__device__ __forceinline__ void flash_online_softmax(float (&s)[NJ][4], float (&m)[2], float (&l)[2],
+                                                     float (&o)[NO][4], float scale_log2e) {
+    float alpha[2];
+    flash_softmax_tile(s, m, l, alpha, scale_log2e);
+    flash_rescale_o(o, alpha);
 }
 
 // One element pair (row, 8n+2t .. 8n+2t+1) of O, stored together: a float2, or two bf16 in 32 bits.

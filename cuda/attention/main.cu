@@ -1,8 +1,10 @@
 // build/bin/attention: run one attention variant on random inputs, time it, check sampled rows.
-//   attention [--variant 01_naive|02_flash|03_flash_bf16|04_flash_3xtf32] [--config NAME] [--causal]
-//             [--reps N] [--seed S] B H S D
-// --config runs one of 03_flash_bf16's tuning choices (attention_config_name: warps, rows per warp,
-// key tile, stages), e.g. the one `invoke tune attention` chose; without it 03 runs its default.
+//   attention [--variant 01_naive|02_flash|03_flash_bf16|04_flash_3xtf32|05_flash_wgmma] [--config NAME]
+//             [--causal] [--reps N] [--seed S] B H S D
+// --config runs one of the tuning choices (attention_config_name) of 03_flash_bf16 (warps, rows per
+// warp, key tile, stages) or of 05_flash_wgmma (key tile, stages, schedule), e.g. the one `invoke
+// tune attention` chose; without it the variant runs its compiled default. A variant this build or
+// GPU cannot run (05 without sm_90a) is a usage error that names the reason.
 // Prints `result program=attention ... dtype=... tflops=... check=pass|fail`; exit 0 only when the
 // check passed. The check recomputes a few query rows of a few (b, h) slabs in double precision on
 // the CPU (from the bf16-rounded inputs for 03_flash_bf16) and asks ||out - ref|| / ||ref|| <= 1e-4
@@ -19,7 +21,8 @@
 #include "cli.cuh"
 
 static const char *kUsage =
-    "usage: attention [--variant 01_naive|02_flash|03_flash_bf16|04_flash_3xtf32] [--config NAME] [--causal] "
+    "usage: attention [--variant 01_naive|02_flash|03_flash_bf16|04_flash_3xtf32|05_flash_wgmma] [--config NAME] "
+    "[--causal] "
     "[--reps N] [--seed S] B H S D";
 
 // The tuning choices, comma-separated, for the usage error of a bad --config.
@@ -55,24 +58,26 @@ int main(int argc, char **argv) {
     if (npos != 4) CUDALAB_USAGE_ERROR("B, H, S and D are needed\n%s", kUsage);
     const int B = cudalab_parse_positive(pos[0], "B"), H = cudalab_parse_positive(pos[1], "H");
     const int S = (int)cudalab_parse_range(pos[2], "S", 1, ATTN_MAX_S), D = cudalab_parse_positive(pos[3], "D");
-    if (variant == nullptr) variant = config ? "03_flash_bf16" : "02_flash";
+    const char *config_of = config ? attention_config_variant(config) : nullptr;
+    if (config != nullptr && config_of == nullptr)
+        CUDALAB_USAGE_ERROR("unknown --config '%s' (valid: %s)", config, config_list().c_str());
+    if (variant == nullptr) variant = config ? config_of : "02_flash";
     bool known = false;
     for (int i = 0; i < attention_variant_count(); ++i) known = known || strcmp(variant, attention_variant_name(i)) == 0;
     if (!known)
-        CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: 01_naive, 02_flash, 03_flash_bf16, 04_flash_3xtf32)", variant);
-    if (config != nullptr) {
-        bool is_config = false;
-        for (int i = 0; i < attention_config_count(); ++i) is_config = is_config || strcmp(config, attention_config_name(i)) == 0;
-        if (!is_config) CUDALAB_USAGE_ERROR("unknown --config '%s' (valid: %s)", config, config_list().c_str());
-        if (strcmp(variant, "03_flash_bf16") != 0)
-            CUDALAB_USAGE_ERROR("--config chooses how 03_flash_bf16 runs; it does not apply to %s", variant);
-    }
+        CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: 01_naive, 02_flash, 03_flash_bf16, 04_flash_3xtf32, "
+                            "05_flash_wgmma)", variant);
+    if (config != nullptr && strcmp(variant, config_of) != 0)
+        CUDALAB_USAGE_ERROR("--config %s chooses how %s runs; it does not apply to %s", config, config_of, variant);
     const char *runs = config ? config : variant;  // the name the library is called with
+    const char *why = attention_unsupported_reason(runs);
+    if (why != nullptr) CUDALAB_USAGE_ERROR("variant %s cannot run here: %s", variant, why);
     if ((long long)B * H > CUDALAB_MAX_GRID_YZ)
         CUDALAB_USAGE_ERROR("B*H must be at most %d, got %lld", CUDALAB_MAX_GRID_YZ, (long long)B * H);
     if (strcmp(variant, "02_flash") == 0 && D != 32 && D != 64 && D != 128)
         CUDALAB_USAGE_ERROR("02_flash needs D in {32, 64, 128}, got %d", D);
-    if ((strcmp(variant, "03_flash_bf16") == 0 || strcmp(variant, "04_flash_3xtf32") == 0) && D != 64 && D != 128)
+    if ((strcmp(variant, "03_flash_bf16") == 0 || strcmp(variant, "04_flash_3xtf32") == 0 ||
+         strcmp(variant, "05_flash_wgmma") == 0) && D != 64 && D != 128)
         CUDALAB_USAGE_ERROR("%s needs D in {64, 128}, got %d", variant, D);
     const bool bf16 = attention_variant_is_bf16(variant) == 1;
     const long long ws_bytes = attention_workspace_bytes(runs, B, H, S, D);

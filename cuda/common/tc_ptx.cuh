@@ -219,6 +219,16 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *tensor_map
         : "memory");
 }
 
+// The 3-D form, coordinates {x, y, z} (x contiguous): attention's Q, K and V as {D, S, B*H}, so a
+// box past row S of one head reads zeros instead of the next head's rows.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void *tensor_map, int x, int y, int z, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
+            dst),
+        "l"(tensor_map), "r"(x), "r"(y), "r"(z), "r"(bar)
+        : "memory");
+}
+
 // The same copy, multicast: the box lands at the same shared-memory offset in every CTA of the
 // cluster named in `cta_mask` (bit i = cluster rank i), and each destination's mbarrier at offset
 // `bar` counts its bytes. A cluster that shares one operand loads it once from L2 this way.
@@ -322,6 +332,118 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t 
           TC_F8(72), TC_F8(80), TC_F8(88), TC_F8(96), TC_F8(104), TC_F8(112), TC_F8(120)
         : "l"(desc_a), "l"(desc_b), "r"(1));
 #undef TC_F8
+}
+
+// ---- wgmma for flash attention (05_flash_wgmma): N = 64 or 128, scale-d from a register --------
+// scale_d = 0 overwrites the accumulator (D = A.B), 1 accumulates (D += A.B): the first k16 step of
+// S = Q.K^T passes 0, so the score registers need no zeroing.
+// _ss: A and B from shared memory, both K-major (the descriptor of wgmma_desc_sw128).
+// _rs_tb: A from registers (four bf16x2 per thread: exactly mma.sync m16n8k16's A fragment, warp w
+// of the group holding rows 16w..16w+15), B from shared memory MN-major ("transposed", imm-trans-b
+// = 1: stored K x N with N contiguous, the layout V has), descriptor wgmma_desc_sw128_mn.
+// Accumulator layout as wgmma_m64n256k16_bf16: d[4j..4j+3] = rows 16w+g, 16w+g+8 of n8 block j.
+#define TC_F8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                 "+f"(d[i + 6]), "+f"(d[i + 7])
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : TC_F8(0), TC_F8(8), TC_F8(16), TC_F8(24)
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : TC_F8(0), TC_F8(8), TC_F8(16), TC_F8(24), TC_F8(32), TC_F8(40), TC_F8(48), TC_F8(56)
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+__device__ __forceinline__ void wgmma_m64n64k16_rs_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : TC_F8(0), TC_F8(8), TC_F8(16), TC_F8(24)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+__device__ __forceinline__ void wgmma_m64n128k16_rs_tb(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : TC_F8(0), TC_F8(8), TC_F8(16), TC_F8(24), TC_F8(32), TC_F8(40), TC_F8(48), TC_F8(56)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+#undef TC_F8
+
+// The same four behind one name per operand source, for kernels templated on N.
+template <int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    static_assert(N == 64 || N == 128, "wgmma_ss: N = 64 or 128");
+    if constexpr (N == 64) wgmma_m64n64k16_ss(d, desc_a, desc_b, scale_d);
+    else wgmma_m64n128k16_ss(d, desc_a, desc_b, scale_d);
+}
+template <int N>
+__device__ __forceinline__ void wgmma_rs_tb(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+    static_assert(N == 64 || N == 128, "wgmma_rs_tb: N = 64 or 128");
+    if constexpr (N == 64) wgmma_m64n64k16_rs_tb(d, a, desc_b, scale_d);
+    else wgmma_m64n128k16_rs_tb(d, a, desc_b, scale_d);
+}
+
+// An MN-major operand (B stored K x N, N contiguous) in the 128-byte swizzle TMA writes for a box of
+// 64 bf16 columns: each 128-byte row holds 64 consecutive N at one k, 8 rows (k .. k+7) form a
+// 1024-byte swizzle atom. The stride-dimension offset is then the step between 8-row groups along K
+// (1024 B) and the leading-dimension offset the step between 64-column panels along N (`panel_bytes`,
+// the size of one TMA box; unused when N = 64). The k16 step kk starts 2 * 1024 * kk bytes in.
+__device__ __forceinline__ uint64_t wgmma_desc_sw128_mn(uint32_t smem_addr, uint32_t panel_bytes) {
+    uint64_t d = 0;
+    d |= (uint64_t)((smem_addr & 0x3FFFF) >> 4);
+    d |= (uint64_t)((panel_bytes >> 4) & 0x3FFF) << 16;
+    d |= (uint64_t)(1024 >> 4) << 32;
+    d |= (uint64_t)1 << 62;
+    return d;
+}
+
+// Keep the compiler from moving reads of wgmma results above the wgmma_wait that makes them valid
+// (the asm that waits names no registers): an empty asm that "rewrites" each register, placed after
+// the wait, orders every later use behind it.
+template <int N>
+__device__ __forceinline__ void reg_fence(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+// The same for an A fragment in registers (wgmma reads it asynchronously too: fenced after the wait,
+// its registers stay live, so nothing else is allocated to them while the tensor cores read them).
+template <int N>
+__device__ __forceinline__ void reg_fence(uint32_t (&r)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(r[i][e])::"memory");
+}
+
+// bar.sync / bar.arrive id, count: a named barrier (ids 1..15; 0 is __syncthreads) for `count`
+// threads (a multiple of 32). arrive counts this warp in without waiting: the ping-pong schedule of
+// two warpgroups hands the tensor cores from one to the other with one sync and one arrive each.
+__device__ __forceinline__ void named_bar_sync(uint32_t id, uint32_t count) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(uint32_t id, uint32_t count) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
 // ---- registers ---------------------------------------------------------------------------------

@@ -12,12 +12,18 @@ Q, K, V and the output are B x H x S x D, C-contiguous. Variants (the C library'
                        FlashAttention-2 on the tensor cores (mma.sync m16n8k16). D in {64, 128}.
     "04_flash_3xtf32"  float32 on the tensor cores: every product as three TF32 products
                        (hi·hi + hi·lo + lo·hi), FP32 accuracy. D in {64, 128}.
+    "05_flash_wgmma"   sm_90a (Hopper) only, bf16 as 03: FlashAttention-3's design. TMA loads into a
+                       shared-memory ring guarded by mbarriers, wgmma from shared memory (Q·Kᵀ) and
+                       with P from registers (P·V), a producer warpgroup and two consumer
+                       warpgroups taking turns at the tensor cores (ping-pong), the softmax of one
+                       key tile overlapping the P·V of the one before. Elsewhere
+                       `unsupported_reason` says why, and nothing is launched.
 "naive" and "flash" are accepted for the first two. Test-only, deliberately wrong variants the
 checkers must reject: "flash_skip_last_tile" (02_flash without its last key tile),
 "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask" (03_flash_bf16 sabotaged).
 The tensor-core variants need scale > 0. Tuning-only: TUNING_VARIANTS, 03_flash_bf16 with its warps per
 block, query rows per warp, keys per tile and pipeline stages fixed; `invoke tune attention` picks one
-per head size and GPU (runs_as).
+per head size and GPU (runs_as); WGMMA_CONFIGS are 05_flash_wgmma's (key tile, stages, schedule).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ try:  # bfloat16 numpy arrays; harness/library.py maps cudalab_bf16 * parameters
 except ImportError:  # pragma: no cover - ml_dtypes is a dependency; only the bf16 variant needs it
     bfloat16 = None
 
-VARIANTS = ("01_naive", "02_flash", "03_flash_bf16", "04_flash_3xtf32")
+VARIANTS = ("01_naive", "02_flash", "03_flash_bf16", "04_flash_3xtf32", "05_flash_wgmma")
 ALIASES = {"naive": "01_naive", "flash": "02_flash"}
 # 03_flash_bf16 with (warps, stages) fixed; with 32-key tiles ("k32": fewer registers, more warps per
 # SM); with 32 query rows per warp ("m2": each K and V fragment read from shared memory feeds two
@@ -43,8 +49,18 @@ ALIASES = {"naive": "01_naive", "flash": "02_flash"}
 TUNING_VARIANTS = ("flash_bf16_w8s2", "flash_bf16_w8s3", "flash_bf16_w4s2", "flash_bf16_w4s3",
                    "flash_bf16_w4k32s2", "flash_bf16_w4k32s3",
                    "flash_bf16_w4m2s2", "flash_bf16_w4m2k32s2", "flash_bf16_w4m2k32s3")
-TEST_VARIANTS = ("flash_skip_last_tile", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask") + TUNING_VARIANTS
-BF16_VARIANTS = ("03_flash_bf16", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask") + TUNING_VARIANTS
+# 05_flash_wgmma's choices: schedule (plain; pp = the two consumer warpgroups ping-pong at the tensor
+# cores; ip = softmax of tile j overlapping P·V of tile j-1 inside a warpgroup; ppip = both), keys per
+# tile (k128, k64) and pipeline stages (s2, s3). ATTN_WGMMA_CONFIGS in attention_kernels.cuh.
+WGMMA_CONFIGS = ("flash_wgmma_plain_k128s2", "flash_wgmma_pp_k128s2", "flash_wgmma_ip_k128s2",
+                 "flash_wgmma_ppip_k128s2", "flash_wgmma_ppip_k128s3", "flash_wgmma_ppip_k64s2",
+                 "flash_wgmma_ppip_k64s3")
+# The tuned variants and their choices (`invoke tune attention` searches both).
+TUNED = {"03_flash_bf16": TUNING_VARIANTS, "05_flash_wgmma": WGMMA_CONFIGS}
+TEST_VARIANTS = ("flash_skip_last_tile", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask") + TUNING_VARIANTS \
+    + WGMMA_CONFIGS
+BF16_VARIANTS = ("03_flash_bf16", "05_flash_wgmma", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask") \
+    + TUNING_VARIANTS + WGMMA_CONFIGS
 FLASH_D = (32, 64, 128)  # 02_flash
 TC_D = (64, 128)         # the tensor-core variants
 MAX_BH = cudart.MAX_GRID_YZ  # B*H blocks on the grid's y (flash) or z (naive) axis
@@ -79,6 +95,32 @@ def canonical_variant(variant: str, allow_test: bool = True) -> str:
     return v
 
 
+def config_variant(config: str) -> str:
+    """The variant a tuning choice configures: 03_flash_bf16 or 05_flash_wgmma (ValueError otherwise)."""
+    for variant, choices in TUNED.items():
+        if config in choices:
+            return variant
+    raise ValueError(f"unknown tuning choice {config!r}; valid: {', '.join(c for cs in TUNED.values() for c in cs)}")
+
+
+def unsupported_reason(variant: str) -> str | None:
+    """None when `variant` (or a tuning choice) runs on this build and GPU, else why not: 05_flash_wgmma
+    and its choices need sm_90a ("needs sm_90a: ..."). Asks the library; nothing is launched."""
+    v = canonical_variant(variant)
+    lib = library.load("attention")
+    why = lib.attention_unsupported_reason(v)
+    return None if why == lib.ffi.NULL else lib.ffi.string(why).decode()
+
+
+def default_bf16_variant() -> str:
+    """The bf16 variant that runs when none is named: 05_flash_wgmma where it can run (Hopper, sm_90a
+    build), else 03_flash_bf16."""
+    try:
+        return "05_flash_wgmma" if unsupported_reason("05_flash_wgmma") is None else "03_flash_bf16"
+    except Exception:  # library not built or no GPU: the validation that follows still runs on the CPU
+        return "03_flash_bf16"
+
+
 def is_bf16(variant: str) -> bool:
     """Whether the variant takes ml_dtypes.bfloat16 arrays (else float32)."""
     return canonical_variant(variant) in BF16_VARIANTS
@@ -98,9 +140,10 @@ def head_sizes(variant: str) -> tuple[int, ...] | None:
 
 def validate(q, k, v, variant: str | None = None, scale=None):
     """Check the inputs before any launch; returns (q, k, v, variant, scale, (B, H, S, D)).
-    variant None: 03_flash_bf16 for bfloat16 inputs, 02_flash otherwise."""
+    variant None: default_bf16_variant() for bfloat16 inputs, 02_flash otherwise."""
     if variant is None:
-        variant = "03_flash_bf16" if bfloat16 is not None and getattr(q, "dtype", None) == bfloat16 else "02_flash"
+        bf = bfloat16 is not None and getattr(q, "dtype", None) == bfloat16
+        variant = default_bf16_variant() if bf else "02_flash"
     variant = canonical_variant(variant)
     if is_bf16(variant) and bfloat16 is None:
         raise TypeError(f"{variant} needs ml_dtypes (pip install ml_dtypes) for its bfloat16 arrays")
@@ -133,10 +176,14 @@ def validate(q, k, v, variant: str | None = None, scale=None):
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False, scale=None,
               variant: str | None = None, out: np.ndarray | None = None) -> np.ndarray:
     """O = softmax(scale·QKᵀ [+ causal mask])·V on the GPU; scale defaults to 1/sqrt(D).
-    float32 arrays for 01/02/04, ml_dtypes.bfloat16 for 03_flash_bf16 (the default variant follows
-    q's dtype: 02_flash or 03_flash_bf16). Written into `out` when given (q's dtype and shape,
-    C-contiguous)."""
+    float32 arrays for 01/02/04, ml_dtypes.bfloat16 for 03_flash_bf16 and 05_flash_wgmma (the default
+    variant follows q's dtype: 02_flash, or default_bf16_variant()). Written into `out` when given (q's
+    dtype and shape, C-contiguous). A variant that cannot run here raises ValueError with the reason,
+    before any launch."""
     q, k, v, variant, scale, (B, H, S, D) = validate(q, k, v, variant, scale)
+    why = unsupported_reason(variant)
+    if why:
+        raise ValueError(f"variant {variant!r} cannot run here: {why}")
     if out is None:
         out = np.empty_like(q)
     else:
@@ -170,8 +217,8 @@ def forward_device(variant: str, shape, causal: bool, q, k, v, o, workspace=None
 
 
 def configs() -> list[str]:
-    """03_flash_bf16's tuning choices from the library's table (TUNING_VARIANTS spells them out for the
-    CPU side; a test checks they agree)."""
+    """The tuning choices from the library's table: 03_flash_bf16's, then 05_flash_wgmma's
+    (TUNING_VARIANTS + WGMMA_CONFIGS spell them out for the CPU side; a test checks they agree)."""
     lib = library.load("attention")
     return [lib.ffi.string(lib.attention_config_name(i)).decode() for i in range(lib.attention_config_count())]
 
@@ -356,6 +403,14 @@ def ceilings():
 TARGETS = {"02_flash": 1.0, "03_flash_bf16": 0.5, "04_flash_3xtf32": 1.0}
 
 
+def target(variant: str, D: int, S: int) -> float | None:
+    """The ratio a bench row must reach. 05_flash_wgmma (issue 19): 0.90 at D=128 and 0.85 at D=64 for
+    S=4096, 0.75 at the other lengths, causal and not."""
+    if variant == "05_flash_wgmma":
+        return (0.90 if D == 128 else 0.85) if S == 4096 else 0.75
+    return TARGETS.get(variant)
+
+
 def _bench_case(variant: str, D: int, S: int, causal: bool, quick: bool):
     from .. import bench
 
@@ -393,7 +448,7 @@ def _bench_case(variant: str, D: int, S: int, causal: bool, quick: bool):
     return bench.BenchCase(
         program="attention", variant=variant, size=f"B{B}xH{H}xS{S}xD{D}" + ("-causal" if causal else ""),
         setup=setup, unit="TFLOP/s", amount=f, ceiling=_ceiling_name(dtype, D, S, causal),
-        target=TARGETS.get(variant), quick=quick, flops=f, bytes=4.0 * B * H * S * D * esize,
+        target=target(variant, D, S), quick=quick, flops=f, bytes=4.0 * B * H * S * D * esize,
         note=f"{'causal' if causal else 'non-causal'}; ratio to torch SDPA {dtype} (default backend, same run)")
 
 
@@ -409,23 +464,31 @@ def bench_cases(quick: bool = False):
     for D in (64, 128):
         for variant in ("01_naive", "02_flash", "04_flash_3xtf32"):
             cases.append(_bench_case(variant, D, BENCH_S, False, quick=True))
+    try:  # 05_flash_wgmma only where it runs (a Hopper GPU and an sm_90a build)
+        wgmma = unsupported_reason("05_flash_wgmma") is None
+    except Exception:
+        wgmma = False
     for D, S, causal, q in _BF16_SHAPES:
-        cases.append(_bench_case("03_flash_bf16", D, S, causal, quick=q))
+        for variant in ("03_flash_bf16",) + (("05_flash_wgmma",) if wgmma else ()):
+            cases.append(_bench_case(variant, D, S, causal, quick=q))
     return [c for c in cases if c.quick or not quick]
 
 
-# --- tuning: the choice 03_flash_bf16 runs at each head size on this GPU ----------------------------
-# TUNING_VARIANTS are 03_flash_bf16 with the choice fixed. `invoke tune attention` times each at
-# B=4, H=16, S=4096, causal and not, per D, and caches the one with the least total time; the library
-# calls (attention(), forward_device(), the bench) then run it for 03_flash_bf16. Without a cache
-# for this exact device the compiled default runs (FlashBf16Default in cuda/attention/flash_bf16.cuh),
-# which is also what build/bin/attention runs unless given --config.
+# --- tuning: the choice 03_flash_bf16 and 05_flash_wgmma run at each head size on this GPU ----------
+# TUNED[variant] are the variant with its choice fixed. `invoke tune attention` times each at B=4,
+# H=16, S=4096, causal and not, per D, and caches per variant the one with the least total time; the
+# library calls (attention(), forward_device(), the bench) then run it for that variant. Without a
+# cache for this exact device the compiled default runs (FlashBf16Default in flash_bf16.cuh,
+# FwDefault in flash_wgmma.cuh), which is also what build/bin/attention runs unless given --config.
+# The cache keeps 03's winners under "winners" (the format before 05 existed) and every variant's
+# under "winners_by_variant".
 
-_tuned: dict = {}  # per process: {D: (tuning variant or None, why)}
+_tuned: dict = {}  # per process: {(variant, D): (tuning choice or None, why)}
 
 
-def tuned_choice(D: int, device: str | None = None) -> tuple[str | None, str]:
-    """(tuning variant, why) that 03_flash_bf16 runs at head size D on `device` (None: the default)."""
+def tuned_choice(D: int, device: str | None = None, variant: str = "03_flash_bf16") -> tuple[str | None, str]:
+    """(tuning choice, why) that `variant` (03_flash_bf16 or 05_flash_wgmma) runs at head size D on
+    `device` (None: the compiled default)."""
     from .. import tune as htune
 
     if device is None:
@@ -433,21 +496,26 @@ def tuned_choice(D: int, device: str | None = None) -> tuple[str | None, str]:
     data, why = htune.cached("attention", device)
     if data is None:
         return None, why
-    winner = (data.get("winners") or {}).get(str(D))
-    if winner not in TUNING_VARIANTS:
-        return None, f"{htune.cache_path('attention', device)} names {winner!r} for D={D}, not one of " \
-                     f"{', '.join(TUNING_VARIANTS)}"
+    by_variant = data.get("winners_by_variant") or {}
+    winners = by_variant.get(variant) or (data.get("winners") if variant == "03_flash_bf16" else None) or {}
+    winner = winners.get(str(D))
+    if winner is None:
+        return None, f"{htune.cache_path('attention', device)} has no choice of {variant} for D={D} " \
+                     f"(run `invoke tune attention`)"
+    if winner not in TUNED[variant]:
+        return None, f"{htune.cache_path('attention', device)} names {winner!r} for {variant} at D={D}, not one " \
+                     f"of {', '.join(TUNED[variant])}"
     return winner, why
 
 
 def runs_as(variant: str, D: int) -> str:
-    """The variant the library is asked for: 03_flash_bf16 becomes this GPU's tuned choice at D (once
-    per process); every other variant is itself."""
-    if variant != "03_flash_bf16":
+    """The variant the library is asked for: 03_flash_bf16 and 05_flash_wgmma become this GPU's tuned
+    choice at D (looked up once per process); every other variant is itself."""
+    if variant not in TUNED:
         return variant
-    if D not in _tuned:
-        _tuned[D] = tuned_choice(D)
-    return _tuned[D][0] or variant
+    if (variant, D) not in _tuned:
+        _tuned[(variant, D)] = tuned_choice(D, variant=variant)
+    return _tuned[(variant, D)][0] or variant
 
 
 def _tune_check(variant: str, D: int) -> str | None:
@@ -464,14 +532,15 @@ def _tune_check(variant: str, D: int) -> str | None:
 
 
 def tune(size: int = BENCH_S, save: bool = True, on_progress=None, options=None):
-    """Time every choice in TUNING_VARIANTS (03_flash_bf16's warps, rows per warp, key tile and
-    stages) at B=4, H=16, S=size for D = 64 and 128, causal and not, with harness.timing; per D the
-    winner has the least total time. Each choice is first checked against the float64 reference on
-    a small ragged problem; one that is wrong, or that the device refuses, is listed, never chosen.
+    """Time every tuning choice of 03_flash_bf16 (warps, rows per warp, key tile, stages) and, where it
+    runs, of 05_flash_wgmma (key tile, stages, schedule) at B=4, H=16, S=size for D = 64 and 128,
+    causal and not, with harness.timing; per variant and D the winner has the least total time. Each
+    choice is first checked against the float64 reference on a small ragged problem; one that is
+    wrong, or that the device refuses, is listed, never chosen.
 
     `options` (harness.timing.Options) sets NVBench's knobs; the default is the bench's.
-    Returns (table, path): one row per (D, choice) with TFLOP/s both ways and a status, and the
-    JSON written (None when save=False): the device, the winner per D and the whole table."""
+    Returns (table, path): one row per (variant, D, choice) with TFLOP/s both ways and a status, and
+    the JSON written (None when save=False): the device, the winners and the whole table."""
     import pandas as pd
 
     from .. import timing
@@ -481,24 +550,26 @@ def tune(size: int = BENCH_S, save: bool = True, on_progress=None, options=None)
     if not 1 <= size <= MAX_S:
         raise ValueError(f"size is the sequence length S: at least 1 and at most {MAX_S}, got {size}")
     device = cudart.device_name(0)
+    searched = [v for v in TUNED if unsupported_reason(v) is None]
     rows, items = [], []
-    for D in TC_D:
-        for v in TUNING_VARIANTS:
-            r = {"D": D, "config": v, "status": "ok"}
-            try:
-                why = _tune_check(v, D)
-            except ContextLostError:
-                raise
-            except CudaError as e:  # e.g. more shared memory than this GPU has: not a candidate here
-                why = f"refused: {e}"
-            if why:
-                rows.append({**r, "status": why})
-                continue
-            rows.append(r)
-            for causal in (False, True):
-                items.append(timing.Item(f"{v} D={D}" + (" causal" if causal else ""),
-                                         "harness.programs.attention:variant_setup",
-                                         {"variant": v, "D": D, "S": size, "causal": causal}))
+    for variant in searched:
+        for D in TC_D:
+            for c in TUNED[variant]:
+                r = {"variant": variant, "D": D, "config": c, "status": "ok"}
+                try:
+                    why = _tune_check(c, D)
+                except ContextLostError:
+                    raise
+                except CudaError as e:  # e.g. more shared memory than this GPU has: not a candidate here
+                    why = f"refused: {e}"
+                if why:
+                    rows.append({**r, "status": why})
+                    continue
+                rows.append(r)
+                for causal in (False, True):
+                    items.append(timing.Item(f"{c} D={D}" + (" causal" if causal else ""),
+                                             "harness.programs.attention:variant_setup",
+                                             {"variant": c, "D": D, "S": size, "causal": causal}))
     # One NVBench session for every choice (harness.timing): cold measurements stopped on noise.
     got = timing.run_plan(items, options, on_progress=(lambda i, key: on_progress(key)) if on_progress else None)
     for r in rows:
@@ -514,19 +585,20 @@ def tune(size: int = BENCH_S, save: bool = True, on_progress=None, options=None)
         if c not in df:
             df[c] = np.nan
     df["ms_total"] = df["ms_full"] + df["ms_causal"]
-    winners = {}
-    for D, g in df[df["status"] == "ok"].groupby("D"):
-        winners[str(D)] = str(g.loc[g["ms_total"].idxmin(), "config"])
-    missing = [str(D) for D in TC_D if str(D) not in winners]
+    by_variant: dict = {}
+    for (variant, D), g in df[df["status"] == "ok"].groupby(["variant", "D"]):
+        by_variant.setdefault(variant, {})[str(D)] = str(g.loc[g["ms_total"].idxmin(), "config"])
+    missing = [f"{v} D={D}" for v in searched for D in TC_D if str(D) not in by_variant.get(v, {})]
     if missing:
-        raise RuntimeError(f"no choice of 03_flash_bf16 ran correctly at D={', '.join(missing)}: "
+        raise RuntimeError(f"no choice ran correctly for {', '.join(missing)}: "
                            + "; ".join(f"{r.config} D={r.D}: {r.status}" for r in df.itertuples() if r.status != "ok"))
-    df["winner"] = [winners.get(str(d)) == c for d, c in zip(df["D"], df["config"])]
-    df = df[["D", "config", "tflops_full", "tflops_causal", "ms_total", "status", "winner"]]
+    df["winner"] = [by_variant.get(v, {}).get(str(d)) == c for v, d, c in zip(df["variant"], df["D"], df["config"])]
+    df = df[["variant", "D", "config", "tflops_full", "tflops_causal", "ms_total", "status", "winner"]]
     path = None
     if save:
-        path = htune.save("attention", device, {"size": f"B{BENCH_B}xH{BENCH_H}xS{size}", "winners": winners},
-                          df)
+        path = htune.save("attention", device, {"size": f"B{BENCH_B}xH{BENCH_H}xS{size}",
+                                                "winners": by_variant["03_flash_bf16"],
+                                                "winners_by_variant": by_variant}, df)
         _tuned.clear()
     return df, path
 
@@ -560,11 +632,12 @@ def sanitize_args() -> dict[str, list[str]]:
     for v in VARIANTS:
         out[v] = ["--variant", v, "--reps", "1", "1", "3", "67", "64"]
         out[f"{v}-causal"] = ["--variant", v, "--causal", "--reps", "1", "1", "3", "130", "64"]
-        if v in ("03_flash_bf16", "04_flash_3xtf32"):
+        if v in ("03_flash_bf16", "04_flash_3xtf32", "05_flash_wgmma"):
             out[f"{v}-d128"] = ["--variant", v, "--causal", "--reps", "1", "3", "1", "67", "128"]
     # Each tuning choice of 03 (the tuner may pick any): causal at D=128, S=130 (ragged for 32- and
     # 64-key tiles), and at D=64, where 32 rows a warp keep Q in registers.
-    for c in TUNING_VARIANTS:
-        out[f"03_flash_bf16-{c}-d128"] = ["--config", c, "--causal", "--reps", "1", "1", "3", "130", "128"]
-        out[f"03_flash_bf16-{c}-d64"] = ["--config", c, "--reps", "1", "3", "1", "67", "64"]
+    for c in TUNING_VARIANTS + WGMMA_CONFIGS:
+        v = config_variant(c)
+        out[f"{v}-{c}-d128"] = ["--config", c, "--causal", "--reps", "1", "1", "3", "130", "128"]
+        out[f"{v}-{c}-d64"] = ["--config", c, "--reps", "1", "3", "1", "67", "64"]
     return out
