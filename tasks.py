@@ -462,7 +462,8 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots"):
 def tune(c, prog, size="4096", save=True):
     """A program's parameter search: `invoke tune matmul` times every compiled ladder configuration and
     caches the fastest for this GPU (bench/results/<gpu>/matmul-tune.json), which 09_tuned then runs;
-    `invoke tune attention` does the same for 03_flash_bf16's choices at each head size."""
+    `invoke tune attention` does the same for 03_flash_bf16's choices at each head size, and
+    `invoke tune gemm_tc` for the wgmma configurations (schedule, stages, raster) that 06_wgmma_tuned runs."""
     from harness import tune as htune
 
     edge = _int(size, "--size", lo=1)

@@ -3,7 +3,8 @@ GPU under bench/results/<gpu>/ (the program decides the file and what "the winne
 
 A program that can be tuned offers `tune(size, save, on_progress) -> (table, path)` in its
 module; matmul times its compiled ladder configurations and caches the fastest for "09_tuned";
-attention times 03_flash_bf16's choices (warps, rows per warp, key tile, stages) per head size. The cache is one JSON file
+attention times 03_flash_bf16's choices (warps, rows per warp, key tile, stages) per head size; gemm_tc
+times its wgmma configurations (schedule, stages, raster) for "06_wgmma_tuned". The cache is one JSON file
 per program and GPU model, bench/results/<gpu>/<prog>-tune.json, read and written only here.
 """
 

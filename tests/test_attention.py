@@ -241,7 +241,8 @@ def test_bf16_validation():
             att.attention(w, w, w, causal=True, variant=variant, scale=0.0)
     with pytest.raises(TypeError):
         att.attention(x, x, x, out=np.zeros((1, 1, 4, 64), np.float32))
-    assert att.validate(x, x, x)[3] == "03_flash_bf16"  # the default follows the dtype
+    assert att.validate(x, x, x)[3] == att.default_bf16_variant()  # the default follows the dtype (and GPU)
+    assert att.default_bf16_variant() in ("03_flash_bf16", "05_flash_wgmma")
     assert att.is_bf16("flash_bf16_no_causal_mask") and not att.is_bf16("04_flash_3xtf32")
 
 

@@ -120,7 +120,7 @@ def test_library_variant_table_and_rules():
     if not ok:
         pytest.skip(why)
     assert gt.variants() == ["01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster",
-                             "cublas_bf16", "cublas_tf32"]
+                             "06_wgmma_tuned", "cublas_bf16", "cublas_tf32"]
     assert gt.requirement("02_mma_sync", 7, 9, 13) is None
     # k not a multiple of 8 takes 03/04's padded-copy path instead of a refusal (issue 20).
     assert gt.requirement("03_wgmma", 128, 128, 100) is None
@@ -265,7 +265,7 @@ def test_errors_are_typed():
 def test_bench_cases_and_ceilings(monkeypatch):
     # As on an H100 with cuBLAS: every rung against cuBLAS BF16 of the same size, targets at 4096^3 only.
     monkeypatch.setattr(gt, "variants", lambda: ["01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent",
-                                                 "05_wgmma_cluster", "cublas_bf16", "cublas_tf32"])
+                                                 "05_wgmma_cluster", "06_wgmma_tuned", "cublas_bf16", "cublas_tf32"])
     monkeypatch.setattr(gt, "unsupported_reason", lambda v: None)
     monkeypatch.setattr(gt, "requirement", lambda v, m, n, k: None)
     monkeypatch.setattr(gt, "have_cublas", lambda: True)
@@ -276,9 +276,299 @@ def test_bench_cases_and_ceilings(monkeypatch):
     assert vs_cublas[("02_mma_sync", "4096^3")].target == 0.50
     assert vs_cublas[("03_wgmma", "8192^3")].target is None
     assert vs_cublas[("04_wgmma_persistent", "4096^3")].target == 1.05  # issue 20
+    assert vs_cublas[("06_wgmma_tuned", "4096^3")].target == 1.05
     assert all(c.ceiling == f"cublas_bf16_{c.size[:-2]}" for c in vs_cublas.values())
     peak = [c for c in cases if c.ceiling == "bf16_peak"]
-    assert len(peak) == 7 * len(gt.BENCH_SIZES)
+    assert len(peak) == 8 * len(gt.BENCH_SIZES)
     assert {c.ceiling for c in cases} <= set(gt.ceilings())
     assert all(c.flops == 2.0 * int(c.size[:-2]) ** 3 for c in cases)
     assert {c.size for c in gt.bench_cases(quick=True)} == {"2048^3"}
+
+
+# --- the wgmma configurations and `invoke tune gemm_tc` (issue 20) -----------------------------------
+# CPU: the library's table, the names, the defaults and the cache run anywhere the library is built;
+# the tuner's selection runs with a fake timing session. GPU: every configuration on ragged shapes.
+
+def _need_lib():
+    ok, why = _lib_state()
+    if not ok:
+        pytest.skip(why)
+
+
+def test_config_table_names_parse_and_cover_the_search():
+    _need_lib()
+    cs = gt.configs()
+    assert len(cs) == len(set(cs)) == 36
+    parts = [gt.config_parts(c) for c in cs]
+    assert {p["rung"] for p in parts} == set(gt.TUNE_KINDS)
+    assert {(p["bm"], p["bn"], p["bk"]) for p in parts} == {(128, 256, 64)}
+    # Every (schedule, stages, order, group) once: the search is the full product.
+    assert {(p["schedule"], p["stages"], p["order"], p["group"]) for p in parts} == {
+        (s, st, o, g) for s in ("per_tile", "persistent", "cluster2") for st in (3, 4) for o in "mn" for g in (4, 8, 16)}
+    assert all(gt.config_index(c) == i for i, c in enumerate(cs))
+    assert all(gt._lib().gemm_tc_config_index(c.encode()) == i for i, c in enumerate(cs))
+    assert gt._lib().gemm_tc_config_index(b"04_wgmma_persistent-128x256x64-s5-gm8") == -1
+    with pytest.raises(ValueError, match="unknown gemm_tc configuration"):
+        gt.config_index("nope")
+    with pytest.raises(ValueError, match="not a gemm_tc configuration name"):
+        gt.config_parts("04_wgmma_persistent-128x256x64-s4")
+
+
+def test_rungs_run_their_defaults():
+    """03, 04 and 05 keep what they ran before issue 20's tuner: 4 stages, groups of 8 tiles down M."""
+    _need_lib()
+    lib = gt._lib()
+    for v in ("03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster"):
+        assert gt.configs()[lib.gemm_tc_variant_config(v.encode())] == f"{v}-128x256x64-s4-gm8"
+    for v in ("01_wmma", "02_mma_sync", "cublas_bf16", "nope"):
+        assert lib.gemm_tc_variant_config(v.encode()) == -1
+
+
+def test_tuned_rung_default_and_set_in_a_fresh_process():
+    """The compiled default of 06 (04's), and gemm_tc_set_tuned, in a fresh process: in this one an
+    earlier test may have applied this GPU's cached winner."""
+    import subprocess
+    import sys
+
+    from harness import build
+
+    code = ("from harness.programs import gemm_tc as gt; lib = gt._lib(); "
+            "print(gt.configs()[lib.gemm_tc_tuned_config()]); "
+            "lib.gemm_tc_set_tuned(7); print(gt.configs()[lib.gemm_tc_variant_config(b'06_wgmma_tuned')]); "
+            "import harness.errors as e\n"
+            "try:\n    lib.gemm_tc_set_tuned(36)\nexcept e.CudaError as x:\n    print('refused', x.code)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=build.ROOT)
+    if r.returncode != 0 and "LibraryNotBuilt" in r.stderr:
+        pytest.skip("libgemm_tc.so not built")
+    assert r.returncode == 0, r.stderr
+    first, second, third = r.stdout.strip().splitlines()
+    assert first == "04_wgmma_persistent-128x256x64-s4-gm8"
+    assert second == gt.configs()[7]
+    assert third == "refused 1"  # cudaErrorInvalidValue: an index past the table
+
+
+DEVICE = "NVIDIA H100 80GB HBM3"
+
+
+@pytest.fixture
+def results_dir(tmp_path, monkeypatch):
+    from harness import bench
+
+    monkeypatch.setattr(bench, "RESULTS_DIR", tmp_path)
+    return tmp_path
+
+
+def _write(path, **data):
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def test_tuned_choice_reads_the_cache(results_dir):
+    _need_lib()
+    path = results_dir / "h100" / "gemm_tc-tune.json"
+    winner, why = gt.tuned_choice(DEVICE)
+    assert winner is None and "invoke tune gemm_tc" in why
+    cfg = gt.configs()[20]
+    _write(path, device=DEVICE, winner=cfg)
+    assert gt.tuned_choice(DEVICE) == (cfg, f"tuned on this device ({path})")
+    # Another device's file, a name this build lacks, or a broken file: the compiled default.
+    _write(path, device="NVIDIA H100 PCIe", winner=cfg)
+    winner, why = gt.tuned_choice(DEVICE)
+    assert winner is None and "H100 PCIe" in why
+    _write(path, device=DEVICE, winner="04_wgmma_persistent-128x256x64-s9-gm8")
+    winner, why = gt.tuned_choice(DEVICE)
+    assert winner is None and "does not have" in why
+    path.write_text("{not json")
+    assert gt.tuned_choice(DEVICE)[0] is None
+
+
+def test_apply_tuned_points_06_at_the_cached_winner(results_dir, monkeypatch):
+    _need_lib()
+    from harness import cudart
+
+    lib = gt._lib()
+    before = lib.gemm_tc_tuned_config()
+    cfg = gt.configs()[31]
+    _write(results_dir / "h100" / "gemm_tc-tune.json", device=DEVICE, winner=cfg)
+    monkeypatch.setattr(cudart, "device_name", lambda i=0: DEVICE)
+    monkeypatch.setattr(gt, "_applied", {})
+    try:
+        assert gt.apply_tuned() == cfg
+        assert gt.variant_config("06_wgmma_tuned") == cfg and gt.runs_as("06_wgmma_tuned") == cfg
+        assert gt.runs_as("04_wgmma_persistent") == "04_wgmma_persistent-128x256x64-s4-gm8"
+        assert gt.runs_as("02_mma_sync") == "02_mma_sync"
+    finally:
+        lib.gemm_tc_set_tuned(before)
+
+
+def test_tune_front_door():
+    from harness import tune
+
+    assert "gemm_tc" in tune.tunables()
+    assert tune.tunable("gemm_tc") is gt
+
+
+class _FakeTiming:
+    def __init__(self, ms):
+        self.median_ms, self.iqr_ms = ms, 0.001
+
+    def rate(self, amount):
+        return amount / (self.median_ms * 1e-3)
+
+
+def test_tuner_checks_first_and_picks_the_fastest_correct(results_dir, monkeypatch):
+    """The selection with a fake timing session: a wrong configuration (here also the fastest) and a
+    refused one are listed, never timed nor chosen; the winner is the fastest correct one and is cached."""
+    import json
+
+    from harness import bench, cudart, timing
+
+    _need_lib()
+    cs = [c for c in gt.configs() if c.startswith("04_")]
+    wrong, refused, best = cs[0], cs[1], cs[5]
+    checks = {wrong: "wrong answer (1000x4097x200: relative error 1.2e-01)", refused: "refused: no room"}
+    monkeypatch.setattr(gt, "_tune_check", lambda c: checks.get(c))
+    monkeypatch.setattr(cudart, "device_name", lambda i=0: DEVICE)
+    monkeypatch.setattr(bench, "metadata", lambda: {"driver": "x", "nvcc": "13.0", "date": "today"})
+    timed = []
+
+    def fake_run_plan(items, options=None, on_progress=None):
+        timed.extend(it.key for it in items)
+        for i, it in enumerate(items):
+            assert it.target == "harness.programs.gemm_tc:config_setup" and it.kwargs == {"config": it.key, "size": 64}
+            if on_progress:
+                on_progress(i, it.key)
+        return {it.key: _FakeTiming(0.5 if it.key == best else 1.0 + 0.01 * i) for i, it in enumerate(items)}
+
+    monkeypatch.setattr(timing, "run_plan", fake_run_plan)
+    seen = []
+    df, path = gt.tune(size=64, save=True, on_progress=seen.append, kinds=("04_wgmma_persistent",))
+    assert list(df["config"]) == cs and timed == [c for c in cs if c not in checks] == seen
+    assert df.loc[df["config"] == wrong, "status"].iloc[0].startswith("wrong answer")
+    assert df.loc[df["config"] == refused, "status"].iloc[0].startswith("refused")
+    assert df["winner"].sum() == 1 and df.loc[df["winner"], "config"].iloc[0] == best
+    assert df.loc[df["config"] == best, "tflops"].iloc[0] == pytest.approx(2 * 64**3 / 0.5e-3 / 1e12)
+    data = json.loads(path.read_text())
+    assert path == results_dir / "h100" / "gemm_tc-tune.json"
+    assert data["winner"] == best and data["device"] == DEVICE and data["size"] == "64^3"
+    assert len(data["table"]) == len(cs)
+    assert gt.tuned_choice(DEVICE)[0] == best
+    # Nothing correct: an error naming each reason, nothing timed.
+    monkeypatch.setattr(gt, "_tune_check", lambda c: "refused: needs sm_90a: no usable GPU")
+    timed.clear()
+    with pytest.raises(RuntimeError, match="needs sm_90a"):
+        gt.tune(size=64, save=False, kinds=("04_wgmma_persistent",))
+    assert timed == []
+
+
+@pytest.mark.parametrize("cluster", [1, 2])
+@pytest.mark.parametrize("order", ["m", "n"])
+@pytest.mark.parametrize("group", [4, 8, 16])
+def test_raster_twin_covers_every_tile_once(group, order, cluster):
+    """corner()'s arithmetic (its Python twin): every tile exactly once, for ragged grids too, and the
+    default raster (8 down M) is 02's: consecutive units walk down a group of 8 tile rows first."""
+    for tiles_m, tiles_n in ((32, 16), (8, 17), (1, 1), (3, 2), (17, 5), (33, 1)):
+        got = gt.raster_twin(tiles_m, tiles_n, group, order, cluster)
+        real = [t for t in got if t[0] < tiles_m]
+        assert sorted(real) == [(i, j) for i in range(tiles_m) for j in range(tiles_n)]
+        assert len(got) - len(real) == (tiles_m % cluster and tiles_n)  # the idle halves of ragged clusters
+    assert gt.raster_twin(32, 16, 8, "m")[:9] == [(i, 0) for i in range(8)] + [(0, 1)]
+    assert gt.raster_twin(32, 16, 4, "n")[:5] == [(0, j) for j in range(4)] + [(1, 0)]
+
+
+def test_pick_winner_ignores_failed_rows():
+    import pandas as pd
+
+    df = pd.DataFrame([{"config": "a", "status": "ok", "tflops": 600.0},
+                       {"config": "b", "status": "wrong answer", "tflops": float("nan")},
+                       {"config": "c", "status": "ok", "tflops": 700.0}])
+    assert gt.pick_winner(df) == "c"
+    with pytest.raises(RuntimeError, match="no gemm_tc configuration was timed"):
+        gt.pick_winner(df[df["config"] == "b"])
+
+
+def test_sanitize_args_cover_every_kernel_instantiation():
+    _need_lib()
+    runs = gt.sanitize_args()
+    cfgs = [argv[argv.index("--config") + 1] for argv in runs.values() if "--config" in argv]
+    got = {(p["rung"], p["stages"], p["order"]) for p in map(gt.config_parts, cfgs)}
+    assert got == {(r, s, o) for r in gt.TUNE_KINDS for s in (3, 4) for o in "mn"}
+    assert "06_wgmma_tuned" in runs
+
+
+def test_executable_refuses_a_bad_config():
+    # Argument errors are found before any CUDA call, so this runs without a GPU too.
+    if not runner_exists():
+        pytest.skip("build/bin/gemm_tc not built")
+    r = runner.run("gemm_tc", "--config", "nope", "8", "8", "8", check=False)
+    assert r.returncode == 2 and "unknown --config 'nope'" in r.stderr and "04_wgmma_persistent-128x256x64-s4-gm8" in r.stderr
+    r = runner.run("gemm_tc", "--config", gt.configs()[0] if _lib_state()[0] else "03_wgmma-128x256x64-s4-gm4",
+                   "--variant", "02_mma_sync", "8", "8", "8", check=False)
+    assert r.returncode == 2 and "does not apply to 02_mma_sync" in r.stderr
+
+
+# (m, n, k) for every configuration: small, ragged against the 128 x 256 x 64 tile. 1000 x 4097 is
+# 8 x 17 = 136 tiles, more than an H100's 132 SMs (persistent blocks walk a second tile; 68 units of two
+# for the clusters), with groups of 16 wider than its 8 tile rows; 33 x 7 x 1000 wraps the ring; k = 33
+# and 4097 take the padded copy.
+CONFIG_SHAPES = [(1000, 4097, 33), (33, 7, 1000), (7, 1, 4097)]
+
+
+def _all_configs() -> list[str]:
+    try:
+        return list(gt.configs())
+    except Exception:  # not built: the GPU tests below are skipped anyway
+        return ["03_wgmma-128x256x64-s4-gm8"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", _all_configs())
+def test_every_config_matches_reference(config):
+    skip_unless_runnable("03_wgmma")
+    rng = np.random.default_rng(sum(map(ord, config)))
+    for m, n, k in CONFIG_SHAPES:
+        a, b = bf16(rng, m, k), bf16(rng, n, k)
+        ok, e = gt.check(gt.gemm(a, b, config=config), gt.reference(a, b), k)
+        assert ok, f"{config} {m}x{n}x{k}: relative error {e:.3e}"
+
+
+@pytest.mark.gpu
+def test_checker_rejects_a_config_that_drops_last_k_tile():
+    """The tuner's check would catch a configuration that forgets part of the reduction."""
+    skip_unless_runnable("03_wgmma")
+    cfg = "05_wgmma_cluster-128x256x64-s3-gn16"
+    with gt.dropped_k_tiles(1):
+        assert gt._tune_check(cfg).startswith("wrong answer")
+    assert gt._tune_check(cfg) is None
+
+
+@pytest.mark.gpu
+def test_executable_runs_a_config():
+    if not runner_exists():
+        pytest.skip("build/bin/gemm_tc not built")
+    skip_unless_runnable("03_wgmma")
+    cfg = "04_wgmma_persistent-128x256x64-s3-gn4"
+    df = gt.run("--config", cfg, "--reps", "2", "300", "260", "200")
+    assert list(df["variant"]) == ["06_wgmma_tuned"] and list(df["config"]) == [cfg]
+    assert set(df["check"]) == {"pass"}
+
+
+@pytest.mark.gpu
+def test_gpu_tune_small(results_dir):
+    """A small real search over 05's choices (checks on the ragged shapes, then NVBench's smoke timing)."""
+    import json
+
+    from harness import timing
+
+    skip_unless_runnable("03_wgmma")
+    df, path = gt.tune(size=512, save=True, options=timing.SMOKE, kinds=("05_wgmma_cluster",))
+    assert (df["status"] == "ok").all(), df[df["status"] != "ok"][["config", "status"]]
+    assert len(df) == 12 and (df["tflops"] > 0).all() and df["winner"].sum() == 1
+    data = json.loads(path.read_text())
+    gt._applied.clear()
+    try:
+        assert gt.apply_tuned() == data["winner"]
+    finally:
+        gt._applied.clear()

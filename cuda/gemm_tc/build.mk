@@ -7,8 +7,8 @@ endif
 # 03_wgmma needs the architecture-specific target sm_90a (wgmma, setmaxnreg): on ARCH=90 this
 # program compiles and links for compute_90a/sm_90a instead of the global GENCODE (sm_90a code runs
 # on compute capability 9.0 only, which is what ARCH=90 means). Any other ARCH keeps the global
-# GENCODE, and 03_wgmma then reports "needs sm_90a". GEMM_TC_HAVE_SM90A tells the host code.
+# GENCODE, and 03_wgmma then reports "needs sm_90a". CUDALAB_HAVE_SM90A tells the host code (cuda/common/tma_host.cuh).
 ifeq ($(ARCH),90)
 gemm_tc_GENCODE := -gencode arch=compute_90a,code=[sm_90a,compute_90a]
-gemm_tc_NVCCFLAGS += -DGEMM_TC_HAVE_SM90A
+gemm_tc_NVCCFLAGS += -DCUDALAB_HAVE_SM90A
 endif

@@ -13,6 +13,19 @@ static int g_drop_k_tiles = 0;  // gemm_tc_set_fault_drop_k_tiles: test-only
 extern "C" int gemm_tc_variant_count(void) { return VCOUNT; }
 extern "C" const char *gemm_tc_variant_name(int i) { return i >= 0 && i < VCOUNT ? kVariantNames[i] : nullptr; }
 
+extern "C" int gemm_tc_config_count(void) { return gemm_tc::kWgmmaConfigCount; }
+extern "C" const char *gemm_tc_config_name(int i) {
+    return i >= 0 && i < gemm_tc::kWgmmaConfigCount ? gemm_tc::kWgmmaConfigs[i].name : nullptr;
+}
+extern "C" int gemm_tc_config_index(const char *name) { return gemm_tc::config_index(name); }
+extern "C" int gemm_tc_variant_config(const char *variant) {
+    return gemm_tc::variant_config(gemm_tc::variant_index(variant));
+}
+extern "C" int gemm_tc_set_tuned(int i) {
+    return gemm_tc::set_tuned_config(i) ? 0 : (int)cudaErrorInvalidValue;
+}
+extern "C" int gemm_tc_tuned_config(void) { return gemm_tc::tuned_config(); }
+
 extern "C" int gemm_tc_have_cublas(void) {
 #ifdef CUDALAB_HAVE_CUBLAS
     return 1;
@@ -82,8 +95,13 @@ extern "C" int gemm_tc_tf32_device(int m, int n, int k, const float *a, const fl
 #endif
 }
 
-// The one dispatcher for bf16 operands.
-static int dispatch(int v, int m, int n, int k, const uint16_t *a, const uint16_t *b, float *c, cudaStream_t s) {
+// The one dispatcher for bf16 operands: variant v, or (v < 0) tuning configuration cfg.
+static int dispatch(int v, int cfg, int m, int n, int k, const uint16_t *a, const uint16_t *b, float *c,
+                    cudaStream_t s) {
+    if (v < 0) {
+        CUDA_TRY(gemm_tc::launch_config(cfg, m, n, k, a, b, c, s, g_drop_k_tiles));
+        return 0;
+    }
     if (v == gemm_tc::VCUBLAS_BF16) {
 #ifdef CUDALAB_HAVE_CUBLAS
         if (m == 0 || n == 0) return 0;
@@ -105,14 +123,16 @@ extern "C" int gemm_tc_device(const char *variant, int m, int n, int k, const cu
                               float *c, void *stream) {
     const int v = gemm_tc::variant_index(variant);
     if (v < 0 || gemm_tc_requirement(variant, m, n, k) != nullptr) return (int)cudaErrorInvalidValue;
-    return dispatch(v, m, n, k, a, b, c, (cudaStream_t)stream);
+    return dispatch(v, -1, m, n, k, a, b, c, (cudaStream_t)stream);
 }
 
-extern "C" int gemm_tc_host(const char *variant, int m, int n, int k, const cudalab_bf16 *a, const cudalab_bf16 *b,
-                            float *c) {
-    const int v = gemm_tc::variant_index(variant);
-    if (v < 0 || gemm_tc_requirement(variant, m, n, k) != nullptr) return (int)cudaErrorInvalidValue;
-    if (gemm_tc_unsupported_reason(variant) != nullptr) return (int)cudaErrorNotSupported;
+extern "C" int gemm_tc_config_device(int i, int m, int n, int k, const cudalab_bf16 *a, const cudalab_bf16 *b,
+                                     float *c, void *stream) {
+    return dispatch(-1, i, m, n, k, a, b, c, (cudaStream_t)stream);
+}
+
+// Copy in, run variant v (or configuration cfg when v < 0), copy out; C poisoned first.
+static int host_roundtrip(int v, int cfg, int m, int n, int k, const uint16_t *a, const uint16_t *b, float *c) {
     const size_t na = (size_t)m * k, nb = (size_t)n * k, nc = (size_t)m * n;
     if (nc == 0) return 0;
     uint16_t *dA = nullptr, *dB = nullptr;
@@ -134,7 +154,7 @@ extern "C" int gemm_tc_host(const char *variant, int m, int n, int k, const cuda
             CUDA_TRY_LAUNCH();
             CUDA_TRY((cudaError_t)gemm_tc_tf32_device(m, n, k, fA, fB, dC, nullptr));
         } else {
-            CUDA_TRY((cudaError_t)dispatch(v, m, n, k, dA, dB, dC, 0));
+            CUDA_TRY((cudaError_t)dispatch(v, cfg, m, n, k, dA, dB, dC, 0));
         }
         CUDA_TRY(cudaMemcpy(c, dC, nc * sizeof(float), cudaMemcpyDeviceToHost));
         return 0;
@@ -148,6 +168,21 @@ extern "C" int gemm_tc_host(const char *variant, int m, int n, int k, const cuda
     CUDA_TRY(e4);
     CUDA_TRY(e5);
     return 0;
+}
+
+extern "C" int gemm_tc_host(const char *variant, int m, int n, int k, const cudalab_bf16 *a, const cudalab_bf16 *b,
+                            float *c) {
+    const int v = gemm_tc::variant_index(variant);
+    if (v < 0 || gemm_tc_requirement(variant, m, n, k) != nullptr) return (int)cudaErrorInvalidValue;
+    if (gemm_tc_unsupported_reason(variant) != nullptr) return (int)cudaErrorNotSupported;
+    return host_roundtrip(v, -1, m, n, k, a, b, c);
+}
+
+extern "C" int gemm_tc_config_host(int i, int m, int n, int k, const cudalab_bf16 *a, const cudalab_bf16 *b,
+                                   float *c) {
+    if (i < 0 || i >= gemm_tc::kWgmmaConfigCount || m < 0 || n < 0 || k < 0) return (int)cudaErrorInvalidValue;
+    if (gemm_tc::wgmma_unsupported_reason() != nullptr) return (int)cudaErrorNotSupported;
+    return host_roundtrip(-1, i, m, n, k, a, b, c);
 }
 
 extern "C" int gemm_tc_set_fault_drop_k_tiles(int t) {

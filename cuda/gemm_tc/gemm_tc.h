@@ -2,8 +2,10 @@
    C (m x n, float32, row-major) = A (m x k, bf16, row-major) . B^T with B given as n x k bf16
    row-major (the "TN" layout: both operands K-contiguous, like nn.Linear's weight); the cuBLAS
    baselines compute the same layout. bf16 is passed as its raw bits (cudalab_bf16, cudalab.h).
-   Variants (one table, gemm_tc_variant_name): 01_wmma, 02_mma_sync, 03_wgmma (sm_90a only),
-   cublas_bf16 (cublasGemmEx, bf16 in, FP32 compute), cublas_tf32 (float32 in, TF32 tensor cores).
+   Variants (one table, gemm_tc_variant_name): 01_wmma, 02_mma_sync, 03_wgmma, 04_wgmma_persistent,
+   05_wgmma_cluster, 06_wgmma_tuned (sm_90a only: 03's kernel body, each running one entry of the
+   configuration table below), cublas_bf16 (cublasGemmEx, bf16 in, FP32 compute), cublas_tf32
+   (float32 in, TF32 tensor cores).
    Status codes: an unknown variant or a shape the variant refuses is cudaErrorInvalidValue (1; see
    gemm_tc_requirement for the sentence); a variant this build or device cannot run is
    cudaErrorNotSupported (801; see gemm_tc_unsupported_reason). */
@@ -41,7 +43,30 @@ cudalab_status gemm_tc_device(const char *variant, int m, int n, int k, const cu
 /* cublas_tf32 on float32 device operands (same layout): the TF32 reference line of the bench. */
 cudalab_status gemm_tc_tf32_device(int m, int n, int k, const float *a, const float *b, float *c, void *stream);
 
-/* Test-only fault injection: while set to t > 0, 02_mma_sync and 03_wgmma skip their last t K tiles
+/* --- the wgmma configurations (the tuner's search space; issue 20) ---
+   Each is 03's kernel with the schedule, pipeline depth and tile raster fixed, named
+   "<rung>-128x256x64-s<stages>-g<m|n><group>", e.g. "04_wgmma_persistent-128x256x64-s3-gn16":
+   the rung whose schedule it uses (03 one block per tile, 04 persistent, 05 clusters of two with B
+   multicast), the block tile, the mbarrier ring's depth (3 or 4 stages of 48 KiB), and the order
+   the tiles are handed out (groups of 4, 8 or 16 tiles down M or along N). */
+int gemm_tc_config_count(void);
+const char *gemm_tc_config_name(int i);     /* NULL past the end */
+int gemm_tc_config_index(const char *name); /* -1 when unknown */
+/* The configuration a variant runs (03-05 their "-s4-gm8" defaults, 06 the tuned one), -1 for the others. */
+int gemm_tc_variant_config(const char *variant);
+/* One configuration by index: host pointers (like gemm_tc_host) and device pointers (like gemm_tc_device).
+   cudaErrorInvalidValue for an unknown index or negative sizes, cudaErrorNotSupported off sm_90a. */
+cudalab_status gemm_tc_config_host(int i, int m, int n, int k, const cudalab_bf16 *a, const cudalab_bf16 *b,
+                                   float *c);
+cudalab_status gemm_tc_config_device(int i, int m, int n, int k, const cudalab_bf16 *a, const cudalab_bf16 *b,
+                                     float *c, void *stream);
+/* The configuration 06_wgmma_tuned runs in this process: set (cudaErrorInvalidValue for an unknown
+   index) and read back. Before any set: 04's default. The C side never reads the tuning cache; the
+   Python side (gemm_tc.apply_tuned) and the executable's --config pass the winner in. */
+cudalab_status gemm_tc_set_tuned(int i);
+int gemm_tc_tuned_config(void);
+
+/* Test-only fault injection: while set to t > 0, 02_mma_sync and 03-06 skip their last t K tiles
    (the tests show the checker rejects that). 0 restores normal operation. */
 cudalab_status gemm_tc_set_fault_drop_k_tiles(int t);
 

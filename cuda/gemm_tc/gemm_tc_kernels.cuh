@@ -9,6 +9,8 @@
 //                cp.async pipeline (4 stages) into a 128-byte-swizzled (conflict-free) shared layout.
 //   03_wgmma     sm_90a: TMA (cp.async.bulk.tensor) into 128B-swizzled shared memory, an mbarrier
 //                pipeline, one producer warpgroup and two consumer warpgroups issuing wgmma.
+//   04_wgmma_persistent, 05_wgmma_cluster, 06_wgmma_tuned: 03's body under another schedule; each of
+//                03-06 runs one entry of kWgmmaConfigs (schedule, stages, raster; 06: the tuned one).
 //
 // Ragged shapes: 01 takes any M, N, K. 02 takes any M, N, K (K a multiple of 8 uses 16-byte
 // cp.async; any other K takes a slower element-wise load path with the same layout). 03 takes any
@@ -16,7 +18,6 @@
 // zeros); `requirement()` names the rule before any launch.
 #pragma once
 
-#include <cuda.h>  // CUtensorMap and its enums (the driver function itself is fetched at run time)
 #include <cuda_bf16.h>
 #include <mma.h>
 
@@ -25,6 +26,7 @@
 
 #include "check.cuh"
 #include "tc_ptx.cuh"
+#include "tma_host.cuh"
 
 namespace gemm_tc {
 
@@ -34,16 +36,20 @@ enum Variant {
     V03_WGMMA = 2,
     V04_WGMMA_PERSISTENT = 3,
     V05_WGMMA_CLUSTER = 4,
-    VCUBLAS_BF16 = 5,
-    VCUBLAS_TF32 = 6,
-    VCOUNT = 7
+    V06_WGMMA_TUNED = 5,
+    VCUBLAS_BF16 = 6,
+    VCUBLAS_TF32 = 7,
+    VCOUNT = 8
 };
 // THE variant table: gemm_tc_variant_name(i) and the executable read it; order = the learner's order.
-static const char *const kVariantNames[VCOUNT] = {"01_wmma",          "02_mma_sync", "03_wgmma",   "04_wgmma_persistent",
-                                                  "05_wgmma_cluster", "cublas_bf16", "cublas_tf32"};
+static const char *const kVariantNames[VCOUNT] = {"01_wmma",          "02_mma_sync",    "03_wgmma",
+                                                  "04_wgmma_persistent", "05_wgmma_cluster", "06_wgmma_tuned",
+                                                  "cublas_bf16",      "cublas_tf32"};
 
-// The rungs that run 03's sm_90a kernel body (03, 04, 05).
-static inline bool is_wgmma(int v) { return v == V03_WGMMA || v == V04_WGMMA_PERSISTENT || v == V05_WGMMA_CLUSTER; }
+// The rungs that run 03's sm_90a kernel body (03, 04, 05, and 06 with whichever configuration it runs).
+static inline bool is_wgmma(int v) {
+    return v == V03_WGMMA || v == V04_WGMMA_PERSISTENT || v == V05_WGMMA_CLUSTER || v == V06_WGMMA_TUNED;
+}
 
 static inline int variant_index(const char *name) {
     if (name == nullptr) return -1;
@@ -272,9 +278,28 @@ static cudaError_t launch_02(int M, int N, int K, const uint16_t *A, const uint1
 // across tiles, so while the consumers store tile i (the epilogue, tensor cores idle) the producer is
 // already loading tile i+1's first stages: the pipeline fill hides behind the epilogue. (03, one
 // tile per block, runs the loop once.)
-constexpr int H_BM = 128, H_BN = 256, H_BK = 64, H_STAGES = 4, H_THREADS = 384;
+//
+// The tuner's choices (issue 20; `invoke tune gemm_tc`): the schedule (03's one block per tile, 04's
+// persistent blocks, 05's clusters), the ring's depth kStages (4 by default; 3 also fits, 5 would need
+// 240 KiB of the 227 the SM gives a block) and the raster (below). 03, 04 and 05 run their defaults;
+// 06_wgmma_tuned runs whichever configuration the tuner cached for this GPU (kWgmmaConfigs).
+constexpr int H_BM = 128, H_BN = 256, H_BK = 64, H_STAGES = 4 /* the rungs' default */, H_THREADS = 384;
 constexpr int H_TILE_A = H_BM * H_BK * 2, H_TILE_B = H_BN * H_BK * 2, H_STAGE = H_TILE_A + H_TILE_B;
-constexpr int H_SMEM = H_STAGES * H_STAGE + 1024 /* alignment slack */ + 2 * H_STAGES * 8 /* barriers */;
+__host__ __device__ constexpr int h_smem(int stages) { return stages * H_STAGE + 1024 /* alignment slack */ + 2 * stages * 8 /* barriers */; }
+constexpr int H_SMEM = h_smem(H_STAGES);
+static_assert(h_smem(4) <= 227 * 1024 && h_smem(5) > 227 * 1024, "4 stages is the deepest ring that fits");
+
+// The order in which output tiles are handed out (to blocks under 03, to a persistent block's walk
+// under 04 and 05): groups of `group` tiles along one axis, walked fastest along that axis, the
+// groups one after another along the other. n_major = 0 groups down M: the blocks resident together
+// share a few A panels and every B panel of a stripe; n_major = 1 groups along N, the other way round.
+// Under 05 a unit is a cluster's pair of vertically adjacent tiles, so a group down M holds group / 2
+// units. The default, 8 down M, is 02's raster.
+struct Raster {
+    int group;    // tiles per group: 4, 8 or 16 in the configuration table
+    int n_major;  // 0: groups down M; 1: groups along N
+};
+constexpr Raster kDefaultRaster = {8, 0};
 
 // kCluster = 2 (05_wgmma_cluster): the two CTAs of a cluster take vertically adjacent tiles, which
 // need the same 256 x 64 B tile each stage. Each CTA's producer loads its own A and one 128-row half
@@ -282,21 +307,22 @@ constexpr int H_SMEM = H_STAGES * H_STAGE + 1024 /* alignment slack */ + 2 * H_S
 // reads 32 KiB from L2 per CTA instead of 48). A stage may be refilled only when the consumers of
 // both CTAs have released it (the peer writes into it too), so each consumer arrives on the `empty`
 // barrier of both CTAs, and nobody leaves the kernel before the cluster's last barrier.
-template <int kCluster>
+template <int kCluster, int kStages>
 __global__ void __launch_bounds__(H_THREADS, 1)
     k03_wgmma(int M, int N, int K, const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-              float *__restrict__ C, int drop_last_k_tiles) {
+              float *__restrict__ C, Raster raster, int drop_last_k_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
+    static_assert(kStages >= 2 && h_smem(kStages) <= 227 * 1024, "the ring must fit the SM's shared memory");
     extern __shared__ unsigned char smem_raw[];
     // 128B-swizzled TMA destinations must be 1024-byte aligned (the swizzle is on address bits 4-9).
     // The dynamic shared window starts at the same offset in every CTA, so `base` is the same
     // CTA-relative offset in both CTAs of a cluster, as multicast needs.
     const uint32_t raw = tc::smem_u32(smem_raw);
     const uint32_t base = (raw + 1023u) & ~1023u;
-    const uint32_t bars = base + H_STAGES * H_STAGE;  // full[0..S), then empty[0..S)
+    const uint32_t bars = base + kStages * H_STAGE;  // full[0..S), then empty[0..S)
     auto full = [&](int s) { return bars + 8u * s; };
-    auto empty = [&](int s) { return bars + 8u * (H_STAGES + s); };
+    auto empty = [&](int s) { return bars + 8u * (kStages + s); };
     auto tileA = [&](int s) { return base + (uint32_t)(s * H_STAGE); };
     auto tileB = [&](int s) { return base + (uint32_t)(s * H_STAGE + H_TILE_A); };
 
@@ -305,7 +331,7 @@ __global__ void __launch_bounds__(H_THREADS, 1)
     if (threadIdx.x == 0) {
         tc::tma_prefetch_map(&tmA);
         tc::tma_prefetch_map(&tmB);
-        for (int s = 0; s < H_STAGES; ++s) {
+        for (int s = 0; s < kStages; ++s) {
             tc::mbar_init(full(s), 1);              // the producer's arrive.expect_tx (+ the stage's bytes)
             tc::mbar_init(empty(s), 2 * kCluster);  // each consumer warpgroup of each CTA of the cluster
         }
@@ -316,16 +342,21 @@ __global__ void __launch_bounds__(H_THREADS, 1)
     else tc::cluster_sync();
 
     // Units of work: clusters of kCluster vertically adjacent tiles, in the grouped (L2-friendly)
-    // order; this CTA computes the tile at rank `rank` of its cluster's unit.
+    // order of `raster`; this CTA computes the tile at rank `rank` of its cluster's unit.
     const int tiles_m = (int)cdiv(M, H_BM), tiles_n = (int)cdiv(N, H_BN);
     const int units_m = (int)cdiv(tiles_m, kCluster), units = units_m * tiles_n;
-    constexpr int kGroup = S_GROUP_M / kCluster;
-    const int per_group = kGroup * tiles_n;
+    // The grouped axis (`along`, `per` units to a group) and the other one (`across`).
+    const bool n_major = raster.n_major != 0;
+    const int per = n_major ? raster.group : max(1, raster.group / kCluster);
+    const int along = n_major ? tiles_n : units_m, across = n_major ? units_m : tiles_n;
+    const int per_group = per * across;
     auto corner = [&](int unit, int &m0, int &n0) {
-        const int group = unit / per_group, first_m = group * kGroup;
-        const int group_m = min(units_m - first_m, kGroup), in_group = unit % per_group;
-        m0 = ((first_m + in_group % group_m) * kCluster + rank) * H_BM;  // past M for a ragged last unit: TMA fills 0
-        n0 = (in_group / group_m) * H_BN;
+        const int group = unit / per_group, first = group * per;
+        const int width = min(along - first, per), in_group = unit % per_group;  // the last group may be narrower
+        const int a = first + in_group % width, b = in_group / width;
+        const int um = n_major ? b : a, tn = n_major ? a : b;
+        m0 = (um * kCluster + rank) * H_BM;  // past M for a ragged last unit: TMA fills 0
+        n0 = tn * H_BN;
     };
     const int unit0 = blockIdx.x / kCluster, unit_step = gridDim.x / kCluster;
     const int KT = (int)cdiv(K, H_BK) - drop_last_k_tiles;
@@ -338,9 +369,9 @@ __global__ void __launch_bounds__(H_THREADS, 1)
                 int m0, n0;
                 corner(unit, m0, n0);
                 for (int kt = 0; kt < KT; ++kt, ++it) {
-                    const int s = it % H_STAGES;
+                    const int s = it % kStages;
                     // Stage s was used STAGES uses ago: wait until every consumer that reads it released it.
-                    if (it >= H_STAGES) tc::mbar_wait(empty(s), ((it / H_STAGES) - 1) & 1);
+                    if (it >= kStages) tc::mbar_wait(empty(s), ((it / kStages) - 1) & 1);
                     tc::mbar_arrive_expect_tx(full(s), H_STAGE);  // A, and all of B (both halves under multicast)
                     tc::tma_load_2d(tileA(s), &tmA, kt * H_BK, m0, full(s));
                     if constexpr (kCluster == 1) {
@@ -376,8 +407,8 @@ __global__ void __launch_bounds__(H_THREADS, 1)
             for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
 
             for (int kt = 0; kt < KT; ++kt, ++it) {
-                const int s = it % H_STAGES;
-                tc::mbar_wait(full(s), (it / H_STAGES) & 1);  // the stage's bytes have landed
+                const int s = it % kStages;
+                tc::mbar_wait(full(s), (it / kStages) & 1);  // the stage's bytes have landed
                 const uint64_t da = tc::wgmma_desc_sw128(tileA(s) + c * 64 * 128), db = tc::wgmma_desc_sw128(tileB(s));
                 tc::wgmma_fence();
 #pragma unroll
@@ -385,12 +416,12 @@ __global__ void __launch_bounds__(H_THREADS, 1)
                 tc::wgmma_commit();
                 // Keep one group in flight: once the previous stage's wgmmas are done, hand it back.
                 tc::wgmma_wait<1>();
-                if (kt > 0) release((it - 1) % H_STAGES);
+                if (kt > 0) release((it - 1) % kStages);
             }
             tc::wgmma_wait<0>();
             // The tile's last stage is free too: the producer may refill it for the next tile while
             // this warpgroup stores.
-            release((it - 1) % H_STAGES);
+            release((it - 1) % kStages);
 
             // Epilogue: warp w of this warpgroup holds rows 16w + g (+8); n8 block j holds cols 8j + 2t (+1).
 #pragma unroll
@@ -414,63 +445,22 @@ __global__ void __launch_bounds__(H_THREADS, 1)
     if constexpr (kCluster > 1) tc::cluster_sync();
 #else
     // Built without sm_90a: the host never launches this (wgmma_unsupported_reason says why).
-    (void)M, (void)N, (void)K, (void)tmA, (void)tmB, (void)C, (void)drop_last_k_tiles;
+    (void)M, (void)N, (void)K, (void)tmA, (void)tmB, (void)C, (void)raster, (void)drop_last_k_tiles;
 #endif
 }
 
-// cuTensorMapEncodeTiled is a driver-API function. It is fetched through the runtime
-// (cudaGetDriverEntryPointByVersion) instead of linking -lcuda: the runtime has already loaded the
-// driver, and the build (on a machine with no GPU, CI's) then needs no libcuda stub.
-typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
-                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-static inline EncodeTiledFn encode_tiled_fn() {
-    static EncodeTiledFn fn = nullptr;
-    static bool tried = false;
-    if (!tried) {
-        tried = true;
-        void *p = nullptr;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
-                cudaSuccess &&
-            q == cudaDriverEntryPointSuccess)
-            fn = (EncodeTiledFn)p;
-        else
-            cudaGetLastError();
-    }
-    return fn;
-}
-
-static inline const char *wgmma_unsupported_reason() {
-#if defined(GEMM_TC_HAVE_SM90A)
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-        cudaGetLastError();
-        return "needs sm_90a: no usable GPU";
-    }
-    if (major != 9 || minor != 0) return "needs sm_90a: this GPU is not compute capability 9.0 (Hopper)";
-    if (encode_tiled_fn() == nullptr) return "needs sm_90a: the driver has no cuTensorMapEncodeTiled";
-    return nullptr;
-#else
-    return "needs sm_90a: this build has no sm_90a code (build with ARCH=90)";
-#endif
-}
+// The driver's tensor-map encoder and the sentence that says why sm_90a code cannot run here are
+// shared with attention's 05_flash_wgmma (cuda/common/tma_host.cuh).
+static inline const char *wgmma_unsupported_reason() { return tma_host::sm90a_unsupported_reason(); }
 static inline bool wgmma_available() { return wgmma_unsupported_reason() == nullptr; }
 static inline const char *wgmma_requirement(int, int, int) { return nullptr; }
 
 // A 2-D bf16 tensor map over a K-contiguous rows x K matrix, box = box_rows x 64 (128 bytes), 128B swizzle.
 static inline cudaError_t make_map(CUtensorMap *map, const uint16_t *ptr, int rows, int K, int box_rows) {
+    static_assert(H_BK == 64, "tma_host's boxes are 64 elements wide");
     const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows};
     const cuuint64_t strides[1] = {(cuuint64_t)K * 2};  // bytes between rows (dimension 1)
-    const cuuint32_t box[2] = {(cuuint32_t)H_BK, (cuuint32_t)box_rows};
-    const cuuint32_t elem[2] = {1, 1};
-    const CUresult r = encode_tiled_fn()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, elem,
-                                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+    return tma_host::encode_bf16_sw128(map, ptr, 2, dims, strides, box_rows);
 }
 
 // One cached map per operand: encoding costs host time, and the bench launches the same buffers.
@@ -492,54 +482,135 @@ static inline cudaError_t cached_map(MapCache &c, const uint16_t *ptr, int rows,
 // one per tile; 05 persistent clusters of two CTAs sharing B by multicast, as many as fit at once.
 enum class Schedule { PerTile, Persistent, Cluster2 };
 
+// ================================================================================================
+// The tuning configurations: every (schedule, stages, raster) the tuner times
+// ================================================================================================
+// One named entry per choice, "<rung>-128x256x64-s<stages>-g<m|n><group>": the rung whose schedule
+// it uses, the block tile (fixed: the one wgmma shape tc_ptx.cuh has is m64n256k16), the ring's
+// depth, and the raster (groups of `group` tiles down M or along N). gemm_tc_config_name(i) reads
+// this table; 03, 04 and 05 run their "-s4-gm8" entries, 06_wgmma_tuned the one set by
+// gemm_tc_set_tuned (the Python side passes the cached winner: the C side never reads the cache).
+struct WgmmaConfig {
+    const char *name;
+    Schedule how;
+    int stages;
+    Raster raster;
+};
+#define GEMM_TC_CFG(rung, how, s, o, g) \
+    {rung "-128x256x64-s" #s "-g" #o #g, Schedule::how, s, {g, (#o)[0] == 'n' ? 1 : 0}}
+#define GEMM_TC_CFG_RASTERS(rung, how, s)                                                      \
+    GEMM_TC_CFG(rung, how, s, m, 4), GEMM_TC_CFG(rung, how, s, m, 8), GEMM_TC_CFG(rung, how, s, m, 16), \
+        GEMM_TC_CFG(rung, how, s, n, 4), GEMM_TC_CFG(rung, how, s, n, 8), GEMM_TC_CFG(rung, how, s, n, 16)
+static const WgmmaConfig kWgmmaConfigs[] = {
+    GEMM_TC_CFG_RASTERS("03_wgmma", PerTile, 4),           GEMM_TC_CFG_RASTERS("03_wgmma", PerTile, 3),
+    GEMM_TC_CFG_RASTERS("04_wgmma_persistent", Persistent, 4), GEMM_TC_CFG_RASTERS("04_wgmma_persistent", Persistent, 3),
+    GEMM_TC_CFG_RASTERS("05_wgmma_cluster", Cluster2, 4),  GEMM_TC_CFG_RASTERS("05_wgmma_cluster", Cluster2, 3),
+};
+#undef GEMM_TC_CFG_RASTERS
+#undef GEMM_TC_CFG
+constexpr int kWgmmaConfigCount = (int)(sizeof(kWgmmaConfigs) / sizeof(kWgmmaConfigs[0]));
+
+static inline int config_index(const char *name) {
+    if (name == nullptr) return -1;
+    for (int i = 0; i < kWgmmaConfigCount; ++i)
+        if (strcmp(name, kWgmmaConfigs[i].name) == 0) return i;
+    return -1;
+}
+
+// The compiled defaults: what 03, 04 and 05 always run, and what 06 runs until set_tuned_config.
+static const char *const kDefault03 = "03_wgmma-128x256x64-s4-gm8";
+static const char *const kDefault04 = "04_wgmma_persistent-128x256x64-s4-gm8";
+static const char *const kDefault05 = "05_wgmma_cluster-128x256x64-s4-gm8";
+static const char *const kDefaultTuned = kDefault04;  // 04 and 05 measured equal (0.952 / 0.949 of cuBLAS at 4096^3)
+
+// 06_wgmma_tuned's configuration (per process; gemm_tc_set_tuned).
+static inline int &tuned_config_slot() {
+    static int slot = config_index(kDefaultTuned);
+    return slot;
+}
+static inline int tuned_config() { return tuned_config_slot(); }
+static inline bool set_tuned_config(int i) {
+    if (i < 0 || i >= kWgmmaConfigCount) return false;
+    tuned_config_slot() = i;
+    return true;
+}
+
+// The configuration a wgmma variant runs, -1 for the others.
+static inline int variant_config(int v) {
+    static const int c03 = config_index(kDefault03), c04 = config_index(kDefault04), c05 = config_index(kDefault05);
+    switch (v) {
+        case V03_WGMMA: return c03;
+        case V04_WGMMA_PERSISTENT: return c04;
+        case V05_WGMMA_CLUSTER: return c05;
+        case V06_WGMMA_TUNED: return tuned_config();
+        default: return -1;
+    }
+}
+
+template <int kCluster, int kStages>
+static inline cudaError_t launch_wgmma(int M, int N, int K, const CUtensorMap &mapA, const CUtensorMap &mapB,
+                                       float *C, cudaStream_t stream, int drop_last_k_tiles, Schedule how,
+                                       Raster raster) {
+    constexpr int smem = h_smem(kStages);
+    cudaError_t e = cudalab_allow_dynamic_smem(k03_wgmma<kCluster, kStages>, smem);
+    if (e != cudaSuccess) return e;
+    long long blocks = cdiv(M, H_BM) * cdiv(N, H_BN);
+    if constexpr (kCluster == 1) {
+        if (how == Schedule::Persistent) {
+            static int sms = 0;  // asked once: the attribute query costs host time on every launch
+            if (sms == 0) {
+                int dev = 0;
+                e = cudaGetDevice(&dev);
+                if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+                if (e != cudaSuccess) return e;
+            }
+            blocks = blocks < sms ? blocks : sms;
+        }
+        k03_wgmma<1, kStages><<<(unsigned)blocks, H_THREADS, smem, stream>>>(M, N, K, mapA, mapB, C, raster,
+                                                                               drop_last_k_tiles);
+        return cudaGetLastError();
+    } else {
+        (void)how;
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = kCluster, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+        cfg.blockDim = dim3(H_THREADS);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = stream;
+        cfg.attrs = attr, cfg.numAttrs = 1;
+        // As many clusters as can be resident at once (a GPC's SM count may be odd, so fewer than SMs / 2).
+        // One answer per instantiation: the ring's depth changes the shared memory it asks about.
+        static int fit = 0;
+        if (fit == 0) {
+            cfg.gridDim = dim3(kCluster * 66);
+            e = cudaOccupancyMaxActiveClusters(&fit, k03_wgmma<kCluster, kStages>, &cfg);
+            if (e != cudaSuccess) return e;
+            if (fit < 1) return cudaErrorInvalidConfiguration;
+        }
+        const long long units = cdiv(cdiv(M, H_BM), kCluster) * cdiv(N, H_BN);
+        cfg.gridDim = dim3((unsigned)(kCluster * (units < fit ? units : fit)));
+        e = cudaLaunchKernelEx(&cfg, k03_wgmma<kCluster, kStages>, M, N, K, mapA, mapB, C, raster, drop_last_k_tiles);
+        return e != cudaSuccess ? e : cudaGetLastError();
+    }
+}
+
 static inline cudaError_t launch_03(int M, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
-                                    cudaStream_t stream, int drop_last_k_tiles, Schedule how = Schedule::PerTile) {
+                                    cudaStream_t stream, int drop_last_k_tiles, const WgmmaConfig &cf) {
     if (((uintptr_t)A | (uintptr_t)B) % 16 != 0) return cudaErrorInvalidValue;  // TMA: 16-byte aligned bases
-    const bool cluster = how == Schedule::Cluster2;
+    const bool cluster = cf.how == Schedule::Cluster2;
     // One cached map pair per box shape: 05 fetches B in 128-row halves.
     static MapCache ca, cb, cb_half;
-    cudaError_t e = cudalab_allow_dynamic_smem(cluster ? k03_wgmma<2> : k03_wgmma<1>, H_SMEM);
-    if (e != cudaSuccess) return e;
-    e = cached_map(ca, A, M, K, H_BM);
+    cudaError_t e = cached_map(ca, A, M, K, H_BM);
     if (e != cudaSuccess) return e;
     MapCache &mb = cluster ? cb_half : cb;
     e = cached_map(mb, B, N, K, cluster ? H_BN / 2 : H_BN);
     if (e != cudaSuccess) return e;
-    long long blocks = cdiv(M, H_BM) * cdiv(N, H_BN);
-    if (how == Schedule::Persistent) {
-        static int sms = 0;  // asked once: the attribute query costs host time on every launch
-        if (sms == 0) {
-            int dev = 0;
-            e = cudaGetDevice(&dev);
-            if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-            if (e != cudaSuccess) return e;
-        }
-        blocks = blocks < sms ? blocks : sms;
-    }
-    if (!cluster) {
-        k03_wgmma<1><<<(unsigned)blocks, H_THREADS, H_SMEM, stream>>>(M, N, K, ca.map, mb.map, C, drop_last_k_tiles);
-        return cudaGetLastError();
-    }
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    cfg.blockDim = dim3(H_THREADS);
-    cfg.dynamicSmemBytes = H_SMEM;
-    cfg.stream = stream;
-    cfg.attrs = attr, cfg.numAttrs = 1;
-    // As many clusters as can be resident at once (a GPC's SM count may be odd, so fewer than SMs / 2).
-    static int fit = 0;
-    if (fit == 0) {
-        cfg.gridDim = dim3(2 * 66);
-        e = cudaOccupancyMaxActiveClusters(&fit, k03_wgmma<2>, &cfg);
-        if (e != cudaSuccess) return e;
-        if (fit < 1) return cudaErrorInvalidConfiguration;
-    }
-    const long long units = cdiv(cdiv(M, H_BM), 2) * cdiv(N, H_BN);
-    cfg.gridDim = dim3((unsigned)(2 * (units < fit ? units : fit)));
-    e = cudaLaunchKernelEx(&cfg, k03_wgmma<2>, M, N, K, ca.map, mb.map, C, drop_last_k_tiles);
-    return e != cudaSuccess ? e : cudaGetLastError();
+    if (cluster)
+        return cf.stages == 3 ? launch_wgmma<2, 3>(M, N, K, ca.map, mb.map, C, stream, drop_last_k_tiles, cf.how, cf.raster)
+                              : launch_wgmma<2, 4>(M, N, K, ca.map, mb.map, C, stream, drop_last_k_tiles, cf.how, cf.raster);
+    return cf.stages == 3 ? launch_wgmma<1, 3>(M, N, K, ca.map, mb.map, C, stream, drop_last_k_tiles, cf.how, cf.raster)
+                          : launch_wgmma<1, 4>(M, N, K, ca.map, mb.map, C, stream, drop_last_k_tiles, cf.how, cf.raster);
 }
 
 // k not a multiple of 8: TMA needs 16-byte row strides, so A and B are copied, stream-ordered, into
@@ -547,7 +618,7 @@ static inline cudaError_t launch_03(int M, int N, int K, const uint16_t *A, cons
 // the fallback, not a fast path: on the H100, 4096 x 4096 x 4095 took 0.372 ms against 0.193 ms at
 // k = 4096 (the memset and the two odd-pitch 2-D copies cost as much as the product).
 static inline cudaError_t launch_03_padded(int M, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
-                                           cudaStream_t stream, int drop_last_k_tiles, Schedule how) {
+                                           cudaStream_t stream, int drop_last_k_tiles, const WgmmaConfig &cf) {
     const int K8 = (int)cdiv(K, 8) * 8;
     const size_t bytes_a = (size_t)M * K8 * 2, bytes_b = (size_t)N * K8 * 2;
     void *pa = nullptr, *pb = nullptr;
@@ -560,7 +631,7 @@ static inline cudaError_t launch_03_padded(int M, int N, int K, const uint16_t *
     if (e == cudaSuccess)
         e = cudaMemcpy2DAsync(pb, (size_t)K8 * 2, B, (size_t)K * 2, (size_t)K * 2, N, cudaMemcpyDeviceToDevice, stream);
     if (e == cudaSuccess)
-        e = launch_03(M, N, K8, (const uint16_t *)pa, (const uint16_t *)pb, C, stream, drop_last_k_tiles, how);
+        e = launch_03(M, N, K8, (const uint16_t *)pa, (const uint16_t *)pb, C, stream, drop_last_k_tiles, cf);
     const cudaError_t f = cudaFreeAsync(pa, stream);
     return e != cudaSuccess ? e : f;
 }
@@ -580,14 +651,30 @@ static inline const char *requirement(int variant, int M, int N, int K) {
     return nullptr;
 }
 
+// Enqueue C = A . B^T with tuning configuration `config` (an index into kWgmmaConfigs). k = 0 writes
+// zeros; k not a multiple of 8 takes the padded copy. cudaErrorInvalidValue for an unknown index,
+// cudaErrorNotSupported where there is no sm_90a.
+static inline cudaError_t launch_config(int config, int M, int N, int K, const uint16_t *A, const uint16_t *B,
+                                        float *C, cudaStream_t stream, int drop_last_k_tiles = 0) {
+    if (config < 0 || config >= kWgmmaConfigCount || M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    if (!wgmma_available()) return cudaErrorNotSupported;
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) return cudaMemsetAsync(C, 0, (size_t)M * N * sizeof(float), stream);
+    const WgmmaConfig &cf = kWgmmaConfigs[config];
+    return K % 8 == 0 ? launch_03(M, N, K, A, B, C, stream, drop_last_k_tiles, cf)
+                      : launch_03_padded(M, N, K, A, B, C, stream, drop_last_k_tiles, cf);
+}
+
 // Enqueue C = A . B^T (A: M x K, B: N x K, bf16 bits; C: M x N float32) on `stream` with variant
-// 01_wmma, 02_mma_sync, 03_wgmma, 04_wgmma_persistent or 05_wgmma_cluster. No synchronisation. k = 0 writes zeros. Returns
-// cudaErrorInvalidValue for another variant or a shape `requirement` refuses, and
-// cudaErrorNotSupported for 03 where it was not built for (or cannot run on) sm_90a.
+// 01_wmma, 02_mma_sync, 03_wgmma, 04_wgmma_persistent, 05_wgmma_cluster or 06_wgmma_tuned. No
+// synchronisation. k = 0 writes zeros. Returns cudaErrorInvalidValue for another variant or a shape
+// `requirement` refuses, and cudaErrorNotSupported for 03-06 where it was not built for (or cannot
+// run on) sm_90a.
 static inline cudaError_t launch(int variant, int M, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
                                  cudaStream_t stream, int drop_last_k_tiles = 0) {
     if (is_wgmma(variant) && !wgmma_available()) return cudaErrorNotSupported;
     if (requirement(variant, M, N, K) != nullptr) return cudaErrorInvalidValue;
+    if (is_wgmma(variant)) return launch_config(variant_config(variant), M, N, K, A, B, C, stream, drop_last_k_tiles);
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) return cudaMemsetAsync(C, 0, (size_t)M * N * sizeof(float), stream);
     switch (variant) {
@@ -599,15 +686,6 @@ static inline cudaError_t launch(int variant, int M, int N, int K, const uint16_
         case V02_MMA_SYNC:
             return K % 8 == 0 ? launch_02<true>(M, N, K, A, B, C, stream, drop_last_k_tiles)
                               : launch_02<false>(M, N, K, A, B, C, stream, drop_last_k_tiles);
-        case V03_WGMMA:
-        case V04_WGMMA_PERSISTENT:
-        case V05_WGMMA_CLUSTER: {
-            const Schedule how = variant == V03_WGMMA              ? Schedule::PerTile
-                                 : variant == V04_WGMMA_PERSISTENT ? Schedule::Persistent
-                                                                   : Schedule::Cluster2;
-            return K % 8 == 0 ? launch_03(M, N, K, A, B, C, stream, drop_last_k_tiles, how)
-                              : launch_03_padded(M, N, K, A, B, C, stream, drop_last_k_tiles, how);
-        }
         default:
             return cudaErrorInvalidValue;
     }

@@ -1,7 +1,10 @@
 // build/bin/gemm_tc: time one variant (or all) on random bf16 A (M x K) and B (N x K), C = A . B^T in
 // float32, and check a sample of C against a double-precision product of the same bf16 inputs.
-//   gemm_tc [--variant 01_wmma|02_mma_sync|03_wgmma|04_wgmma_persistent|05_wgmma_cluster|cublas_bf16|cublas_tf32|all] [--reps R] M N K
-// Prints `result program=gemm_tc variant=V m= n= k= ms= tflops= relerr= check=pass|fail` per variant
+//   gemm_tc [--variant NAME|all] [--config NAME] [--reps R] M N K
+// --config picks the wgmma configuration (gemm_tc_config_name: schedule, stages, raster) that
+// 06_wgmma_tuned runs, and implies --variant 06_wgmma_tuned when no variant is given: the executable
+// cannot read the tuning cache, so `invoke run gemm_tc` passes the cached winner this way.
+// Prints `result program=gemm_tc variant=V [config=C] m= n= k= ms= tflops= relerr= check=pass|fail` per variant
 // (`skip program=gemm_tc variant=V reason="..."` for one this build or GPU cannot run, under `all`);
 // exit 0 only when every check passed, 2 on a bad argument or a shape the variant refuses.
 #include <algorithm>
@@ -16,7 +19,17 @@
 #include "gemm_tc.h"
 
 static const char *kUsage =
-    "usage: gemm_tc [--variant 01_wmma|02_mma_sync|03_wgmma|04_wgmma_persistent|05_wgmma_cluster|cublas_bf16|cublas_tf32|all] [--reps R] M N K";
+    "usage: gemm_tc [--variant 01_wmma|02_mma_sync|03_wgmma|04_wgmma_persistent|05_wgmma_cluster|06_wgmma_tuned|"
+    "cublas_bf16|cublas_tf32|all] [--config NAME] [--reps R] M N K\n"
+    "  --config NAME  the wgmma configuration 06_wgmma_tuned runs (\"<rung>-128x256x64-s<stages>-g<m|n><group>\";\n"
+    "                 a bad name lists them); implies --variant 06_wgmma_tuned";
+
+// The configuration names, comma-separated, for the usage error of a bad --config.
+static std::string config_list() {
+    std::string s;
+    for (int i = 0; i < gemm_tc_config_count(); ++i) s += std::string(i ? ", " : "") + gemm_tc_config_name(i);
+    return s;
+}
 
 // Tolerance on ||C - ref|| / ||ref||: bf16 products are exact in FP32, so the error is the FP32
 // accumulation's, about sqrt(k) * 2^-24 (4e-6 at k = 4096); 1e-4 leaves room for the tensor cores'
@@ -73,14 +86,16 @@ static bool run_variant(const char *variant, int reps, int m, int n, int k, cons
     CUDA_CHECK(cudaMemcpy(C.data(), op.dC, C.size() * sizeof(float), cudaMemcpyDeviceToHost));
     const double err = sampled_relerr(op.A, op.B, C, m, n, k);
     const bool pass = std::isfinite(err) && err <= kTol;
-    printf("result program=gemm_tc variant=%s m=%d n=%d k=%d ms=%.4f tflops=%.3f relerr=%.3e check=%s\n", variant, m,
-           n, k, med, 2.0 * m * n * k / (med * 1e-3) / 1e12, err, pass ? "pass" : "fail");
+    const int cfg = gemm_tc_variant_config(variant);
+    const std::string config = cfg >= 0 ? std::string(" config=") + gemm_tc_config_name(cfg) : std::string();
+    printf("result program=gemm_tc variant=%s%s m=%d n=%d k=%d ms=%.4f tflops=%.3f relerr=%.3e check=%s\n", variant,
+           config.c_str(), m, n, k, med, 2.0 * m * n * k / (med * 1e-3) / 1e12, err, pass ? "pass" : "fail");
     fflush(stdout);
     return pass;
 }
 
 int main(int argc, char **argv) {
-    const char *variant = "02_mma_sync";
+    const char *variant = nullptr, *config = nullptr;
     int reps = 5, npos = 0;
     const char *pos[3];
     cudalab_handle_help(argc, argv, kUsage);
@@ -88,6 +103,8 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         if (strcmp(a, "--variant") == 0) {
             variant = cudalab_option_value(argc, argv, &i, kUsage);
+        } else if (strcmp(a, "--config") == 0) {
+            config = cudalab_option_value(argc, argv, &i, kUsage);
         } else if (strcmp(a, "--reps") == 0) {
             reps = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, kUsage), "--reps");
         } else {
@@ -97,7 +114,15 @@ int main(int argc, char **argv) {
     if (npos != 3) CUDALAB_USAGE_ERROR("M, N and K are needed\n%s", kUsage);
     const int m = cudalab_parse_positive(pos[0], "M"), n = cudalab_parse_positive(pos[1], "N"),
               k = cudalab_parse_positive(pos[2], "K");
+    if (variant == nullptr) variant = config ? "06_wgmma_tuned" : "02_mma_sync";
     const bool run_all = strcmp(variant, "all") == 0;
+    if (config != nullptr) {
+        const int cfg = gemm_tc_config_index(config);
+        if (cfg < 0) CUDALAB_USAGE_ERROR("unknown --config '%s' (valid: %s)", config, config_list().c_str());
+        if (!run_all && strcmp(variant, "06_wgmma_tuned") != 0)
+            CUDALAB_USAGE_ERROR("--config chooses what 06_wgmma_tuned runs; it does not apply to %s", variant);
+        CUDA_CHECK((cudaError_t)gemm_tc_set_tuned(cfg));  // a table lookup: no CUDA call yet
+    }
     if (!run_all) {
         bool known = false;
         std::string names;

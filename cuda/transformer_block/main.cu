@@ -2,8 +2,9 @@
 // seed), timed, with sampled output rows checked against a double-precision CPU implementation.
 //   transformer_block [--variant 01_naive|02_flash|naive|flash] [--dtype f32|bf16] [--batch B] [--seq S]...
 //                     [--embed E] [--heads H] [--causal] [--seed N] [--reps N]
-// --dtype bf16 runs the block on the tensor cores (variant 03_flash_bf16: bf16 projection on
-// gemm_tc's 02_mma_sync, bf16 flash attention); its check allows 2e-2 instead of 1e-4 (x and the
+// --dtype bf16 runs the block on the tensor cores (bf16 projection on gemm_tc's 02_mma_sync, bf16
+// flash attention: 05_flash_wgmma on a Hopper GPU, else 03_flash_bf16, whichever
+// transformer_block_bf16_variant() names); its check allows 2e-2 instead of 1e-4 (x and the
 // weights are rounded to bf16, ~3e-3 relative each, then Q/K/V and the attention output).
 // Defaults are the course's: B=32, E=256, and S=100 then S=1000 (one result line each; --seq may be
 // given several times). H=4 heads of D=64 (flash needs D in {32, 64, 128}, the course's one head
@@ -106,11 +107,12 @@ int main(int argc, char **argv) {
     }
     if (strcmp(variant, "naive") == 0) variant = "01_naive";
     if (strcmp(variant, "flash") == 0) variant = "02_flash";
-    if (strcmp(variant, "01_naive") != 0 && strcmp(variant, "02_flash") != 0 && strcmp(variant, "03_flash_bf16") != 0)
+    if (strcmp(variant, "01_naive") != 0 && strcmp(variant, "02_flash") != 0 && strcmp(variant, "03_flash_bf16") != 0 &&
+        strcmp(variant, "05_flash_wgmma") != 0)
         CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: 01_naive, 02_flash, or naive, flash)", variant);
-    if (strcmp(dtype, "bf16") == 0) variant = "03_flash_bf16";
+    if (strcmp(dtype, "bf16") == 0) variant = transformer_block_bf16_variant();
     else if (strcmp(dtype, "f32") != 0) CUDALAB_USAGE_ERROR("unknown --dtype '%s' (valid: f32, bf16)", dtype);
-    const bool bf16 = strcmp(variant, "03_flash_bf16") == 0;
+    const bool bf16 = strcmp(variant, "03_flash_bf16") == 0 || strcmp(variant, "05_flash_wgmma") == 0;
     if (bf16 && E / H != 64 && E / H != 128)
         CUDALAB_USAGE_ERROR("--dtype bf16 needs a head size E/H in {64, 128}, got %d", E / H);
     if (E % H != 0) CUDALAB_USAGE_ERROR("--embed %d is not a multiple of --heads %d", E, H);

@@ -5,10 +5,12 @@
 // reads like the course's: matmul_02_tiled<16, true> (the Q/K/V projection), qkv_bias_split_heads,
 // matmul_02_tiled<32, ...> + attn_naive_softmax (naive) or attn_flash_fwd<D> (flash),
 // residual_layernorm.
-// The bf16 path (attn_variant "03_flash_bf16", the executable's --dtype bf16) runs the same block on
+// The bf16 path (attn_variant "03_flash_bf16" or "05_flash_wgmma"; the executable's --dtype bf16 takes
+// transformer_block_bf16_variant(), the fastest that runs on the GPU) runs the same block on
 // the tensor cores: x and the weights are rounded to bf16 (f32_to_bf16), the projection is the
 // gemm_tc program's 02_mma_sync (bf16 in, FP32 out, cuda/gemm_tc/gemm_tc_kernels.cuh), the bias
-// and head split write bf16 Q/K/V (qkv_bias_split_heads_bf16), attention is attn_flash_bf16_fwd,
+// and head split write bf16 Q/K/V (qkv_bias_split_heads_bf16), attention is attn_flash_bf16_fwd
+// (03) or attn_flash_wgmma_fwd (05, Hopper),
 // and residual_layernorm<bf16> adds the bf16 attention output to the float32 x. Input and output
 // stay float32 in both paths.
 #include "transformer_block.h"
@@ -16,11 +18,17 @@
 #include "../gemm_tc/gemm_tc_kernels.cuh"
 
 // The variant table (attention variants the block runs), read through transformer_block_variant_*.
-static const char *const kTbVariants[] = {"01_naive", "02_flash", "03_flash_bf16"};
+static const char *const kTbVariants[] = {"01_naive", "02_flash", "03_flash_bf16", "05_flash_wgmma"};
 static const int kTbNumVariants = (int)(sizeof(kTbVariants) / sizeof(kTbVariants[0]));
 extern "C" int transformer_block_variant_count(void) { return kTbNumVariants; }
 extern "C" const char *transformer_block_variant_name(int i) {
     return (i >= 0 && i < kTbNumVariants) ? kTbVariants[i] : nullptr;
+}
+
+// 05_flash_wgmma where this build and GPU run it (sm_90a), else 03_flash_bf16: on an H100 at
+// B=4 H=16 S=4096 05 runs 2.0x faster than 03 (bench/results/h100/NOTES-attention.md, section 8).
+extern "C" const char *transformer_block_bf16_variant(void) {
+    return tma_host::sm90a_unsupported_reason() == nullptr ? "05_flash_wgmma" : "03_flash_bf16";
 }
 
 // The projection uses 16-wide tiles so that it has its own row in a kernel table instead of

@@ -4,7 +4,8 @@
      out     = LayerNorm(A + x) · gamma + beta          (eps 1e-5, biased variance, as torch)
    x and out are B x S x E row-major float32. attn_variant is the attention program's variant
    name, one of this program's table (transformer_block_variant_count / _name): "01_naive",
-   "02_flash" (D in {32, 64, 128}) or "03_flash_bf16" (D in {64, 128}): the whole block in bf16 on
+   "02_flash" (D in {32, 64, 128}), "03_flash_bf16" or "05_flash_wgmma" (sm_90a only; D in {64, 128}
+   for both): the whole block in bf16 on
    the tensor cores (x and the weights rounded to bf16, projection on gemm_tc's 02_mma_sync with
    FP32 accumulation, bf16 flash attention, LayerNorm in FP32 on the bf16 attention output plus the
    float32 x). Status returns are cudaError_t codes, 0 = success. */
@@ -17,6 +18,9 @@ extern "C" {
 
 int transformer_block_variant_count(void);
 const char *transformer_block_variant_name(int i);
+/* The bf16 variant the block runs by default here: "05_flash_wgmma" on a GPU and build with sm_90a,
+   else "03_flash_bf16" (the fastest bf16 attention that runs). */
+const char *transformer_block_bf16_variant(void);
 
 /* Device workspace for one forward, in bytes; -1 for invalid arguments. */
 long long transformer_block_workspace_bytes(const char *attn_variant, int B, int S, int E, int H);

@@ -15,14 +15,23 @@ Variants (the C table, read through gemm_tc_variant_count/_name):
                next tile's loads start during this tile's epilogue (issue 20's first rung)
   05_wgmma_cluster  04 with clusters of two CTAs on vertically adjacent tiles: each fetches half of
                the shared B tile and multicasts it to both (TMA multicast), a third fewer L2 bytes
+  06_wgmma_tuned  the wgmma configuration `invoke tune gemm_tc` found fastest on this GPU (cached in
+               bench/results/<gpu>/gemm_tc-tune.json), else 04's
   cublas_bf16  cublasGemmEx, bf16 in, FP32 compute: the ceiling of the bench
   cublas_tf32  cublasGemmEx on float32 copies of the same values with TF32 tensor cores (for reference)
 
 dtypes: the API takes `ml_dtypes.bfloat16` arrays. float32 is never rounded silently: a float32
 array is refused with TypeError; round it yourself with `to_bf16(x)` (round-to-nearest-even).
 
+Tuning (issue 20): 03-06 each run one entry of the library's configuration table (`configs()`):
+03's kernel body with the schedule (03 per tile, 04 persistent, 05 clusters of two), the mbarrier
+ring's depth (3 or 4 stages) and the tile raster (groups of 4, 8 or 16 tiles down M or along N)
+fixed, e.g. "04_wgmma_persistent-128x256x64-s4-gm8" (04's default). `gemm(..., config=NAME)` runs
+any entry; `tune()` checks each against the reference on ragged shapes, times them at size^3 and
+caches the fastest per GPU, which 06_wgmma_tuned then runs (`variant_config`, `apply_tuned`).
+
 Ragged shapes: 01 and 02 take any m, n, k >= 0 (02 with k % 8 != 0 takes a slower element-wise
-load path); 03, 04 and 05 take any m, n, and a k that is not a multiple of 8 (TMA needs 16-byte row
+load path); 03-06 take any m, n, and a k that is not a multiple of 8 (TMA needs 16-byte row
 strides) through zero-padded copies of A and B made on the stream before the launch. A refused shape
 (01's grid limit on m) raises ValueError naming the limit, before anything is launched.
 
@@ -36,7 +45,9 @@ k <= 4096 (tests/test_gemm_tc.py shows the checker rejecting exactly that).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
+import re
 
 import ml_dtypes
 import numpy as np
@@ -45,7 +56,9 @@ from .. import library
 from .. import results as _results
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-KERNELS = ("01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster")
+TUNED = "06_wgmma_tuned"
+KERNELS = ("01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster", TUNED)
+WGMMA = ("03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster", TUNED)  # 03's kernel body, one configuration each
 PROFILE_VARIANTS = KERNELS + ("cublas_bf16",)
 TOL = 1e-4
 INT_MAX = 2**31 - 1
@@ -128,15 +141,28 @@ def check_runnable(variant: str, m: int, n: int, k: int) -> None:
         raise ValueError(f"variant {variant!r} refuses m={m} n={n} k={k}: {rule}")
 
 
-def gemm(a: np.ndarray, b: np.ndarray, variant: str = "02_mma_sync") -> np.ndarray:
+def gemm(a: np.ndarray, b: np.ndarray, variant: str = "02_mma_sync", config: str | None = None) -> np.ndarray:
     """a (m, k) @ b.T with b (n, k), both ml_dtypes.bfloat16 and C-contiguous (else TypeError /
-    ValueError); returns a new (m, n) float32 array. Every check happens before any launch."""
+    ValueError); returns a new (m, n) float32 array. Every check happens before any launch.
+    `config` runs one wgmma configuration by name (see configs()) instead of a variant; 06_wgmma_tuned
+    runs this GPU's cached winner (apply_tuned)."""
     a, b = _check_operands(a, b)
     (m, k), n = a.shape, b.shape[0]
-    check_runnable(variant, m, n, k)
+    if config is not None:
+        ci = config_index(config)
+        why = unsupported_reason("03_wgmma")
+        if why:
+            raise ValueError(f"configuration {config!r} cannot run here: {why}")
+    else:
+        check_runnable(variant, m, n, k)
     out = np.empty((m, n), dtype=np.float32)
     if out.size == 0:
         return out
+    if config is not None:
+        _lib().gemm_tc_config_host(ci, m, n, k, a, b, out)
+        return out
+    if variant == TUNED:
+        apply_tuned()
     _lib().gemm_tc_host(variant, m, n, k, a, b, out)
     return out
 
@@ -155,7 +181,97 @@ def gemm_device(variant: str, m: int, n: int, k: int, a_ptr, b_ptr, c_ptr, strea
     if variant == "cublas_tf32":
         lib.gemm_tc_tf32_device(int(m), int(n), int(k), a_ptr, b_ptr, c_ptr, stream)
     else:
+        if variant == TUNED:
+            apply_tuned()
         lib.gemm_tc_device(variant, int(m), int(n), int(k), a_ptr, b_ptr, c_ptr, stream)
+
+
+def config_device(config: str, m: int, n: int, k: int, a_ptr, b_ptr, c_ptr, stream=None) -> None:
+    """One wgmma configuration on device pointers, enqueued on `stream` (the tuner's launch)."""
+    if min(m, n, k) < 0:
+        raise ValueError(f"sizes must be >= 0, got m={m} n={n} k={k}")
+    _lib().gemm_tc_config_device(config_index(config), int(m), int(n), int(k), a_ptr, b_ptr, c_ptr, stream)
+
+
+# --- the wgmma configurations (the tuner's search space) ----------------------------------------
+
+@functools.cache
+def configs() -> tuple[str, ...]:
+    """The wgmma configurations compiled into the library, by name (gemm_tc_config_name), e.g.
+    "04_wgmma_persistent-128x256x64-s4-gm8": schedule (the rung), block tile, stages, raster."""
+    lib = _lib()
+    return tuple(lib.ffi.string(lib.gemm_tc_config_name(i)).decode() for i in range(lib.gemm_tc_config_count()))
+
+
+def config_index(name: str) -> int:
+    cs = configs()
+    if name not in cs:
+        raise ValueError(f"unknown gemm_tc configuration {name!r}; valid: {', '.join(cs)}")
+    return cs.index(name)
+
+
+_CONFIG_RE = re.compile(r"^(?P<rung>0[345]_wgmma[a-z_]*)-(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)-s(?P<stages>\d+)"
+                        r"-g(?P<order>[mn])(?P<group>\d+)$")
+SCHEDULES = {"03_wgmma": "per_tile", "04_wgmma_persistent": "persistent", "05_wgmma_cluster": "cluster2"}
+
+
+def config_parts(name: str) -> dict:
+    """A configuration's name read back into its choices: rung, schedule, tile (bm, bn, bk), stages,
+    raster order ("m": groups down M, "n": along N) and group (tiles per group). ValueError otherwise."""
+    m = _CONFIG_RE.match(name)
+    if m is None or m["rung"] not in SCHEDULES:
+        raise ValueError(f"not a gemm_tc configuration name: {name!r} "
+                         "(expected <rung>-<bm>x<bn>x<bk>-s<stages>-g<m|n><group>)")
+    d = m.groupdict()
+    return {"rung": d["rung"], "schedule": SCHEDULES[d["rung"]], "bm": int(d["bm"]), "bn": int(d["bn"]),
+            "bk": int(d["bk"]), "stages": int(d["stages"]), "order": d["order"], "group": int(d["group"])}
+
+
+def variant_config(variant: str) -> str | None:
+    """The configuration a wgmma variant runs (06_wgmma_tuned: this GPU's tuned one), None for the others."""
+    _check_variant(variant)
+    if variant == TUNED:
+        apply_tuned()
+    i = _lib().gemm_tc_variant_config(variant)
+    return configs()[i] if i >= 0 else None
+
+
+def runs_as(variant: str) -> str:
+    """What the library runs for `variant`: its configuration's name for 03-06, else the variant itself."""
+    return variant_config(variant) or variant
+
+
+def tuned_choice(device: str | None = None) -> tuple[str | None, str]:
+    """(configuration, why) for 06_wgmma_tuned on `device`: the cached winner when `invoke tune gemm_tc`
+    ran on this exact device and names a configuration this build has, else (None, why 04's default runs)."""
+    from .. import tune as htune
+
+    if device is None:
+        from .. import cudart
+
+        device = cudart.device_name(0)
+    data, why = htune.cached("gemm_tc", device)
+    if data is None:
+        return None, why
+    winner = data.get("winner")
+    if winner not in configs():
+        return None, f"{htune.cache_path('gemm_tc', device)} names {winner!r}, which this build does not have"
+    return winner, why
+
+
+_applied: dict = {}
+
+
+def apply_tuned() -> str:
+    """Point 06_wgmma_tuned at this GPU's cached winner (once per process); returns the configuration it runs."""
+    if "name" not in _applied:
+        winner, why = tuned_choice()
+        lib = _lib()
+        if winner is not None:
+            lib.gemm_tc_set_tuned(config_index(winner))
+        _applied["name"] = configs()[lib.gemm_tc_tuned_config()]
+        _applied["why"] = why
+    return _applied["name"]
 
 
 @contextlib.contextmanager
@@ -222,6 +338,27 @@ def mma_m16n8k16_twin(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return d
 
 
+# --- Python twin: the wgmma kernels' tile raster (corner() in k03_wgmma) ----------------------------
+
+def raster_twin(tiles_m: int, tiles_n: int, group: int, order: str, cluster: int = 1) -> list[tuple[int, int]]:
+    """The tile (row, column) each CTA computes, in unit order, as k03_wgmma's corner() hands them out:
+    units of `cluster` vertically adjacent tiles, in groups of `group` tiles down M (order "m"; group /
+    cluster units) or along N ("n"). A tile row past tiles_m is the cluster's idle half (zeros by TMA)."""
+    units_m = -(-tiles_m // cluster)
+    n_major = order == "n"
+    per = group if n_major else max(1, group // cluster)
+    along, across = (tiles_n, units_m) if n_major else (units_m, tiles_n)
+    out = []
+    for unit in range(units_m * tiles_n):
+        g, in_group = divmod(unit, per * across)
+        first = g * per
+        width = min(along - first, per)
+        a, b = first + in_group % width, in_group // width
+        um, tn = (b, a) if n_major else (a, b)
+        out += [(um * cluster + rank, tn) for rank in range(cluster)]
+    return out
+
+
 # --- the executable -----------------------------------------------------------------------------
 
 def parse_output(text: str):
@@ -246,7 +383,23 @@ def sanitize_args() -> dict[str, list[str]]:
     out["04_wgmma_persistent-k_unaligned"] = ["--variant", "04_wgmma_persistent", "--reps", "1", "67", "33", "131"]
     # 05 with an odd number of 128-row tiles: the cluster's second CTA reads a tile wholly past m.
     out["05_wgmma_cluster-odd_tiles"] = ["--variant", "05_wgmma_cluster", "--reps", "1", "300", "260", "64"]
+    # The tuner may pick any configuration (06_wgmma_tuned runs it): every kernel instantiation
+    # (schedule x stages) in both raster orders, groups of 16 (wider than this shape's 3 x 2 tiles, so
+    # the last group is the ragged one). The group size is only index arithmetic in the tile walk;
+    # tests/test_gemm_tc.py checks every configuration's answer.
+    for c in configs_by_name():
+        p = config_parts(c)
+        if p["group"] == 16:
+            out[f"06_wgmma_tuned-{c}"] = ["--config", c, "--reps", "1", "300", "260", "200"]
     return out
+
+
+def configs_by_name() -> tuple[str, ...]:
+    """configs() when the library loads, else () (sanitize_args is also asked on machines without a build)."""
+    try:
+        return configs()
+    except Exception:
+        return ()
 
 
 # --- benchmarks ---------------------------------------------------------------------------------
@@ -254,7 +407,8 @@ def sanitize_args() -> dict[str, list[str]]:
 BENCH_SIZES = (2048, 4096, 8192)
 # Issue 11's targets for 02 and 03; issue 20's for 04 (1.05 at 4096^3 and 8192^3, 1.0 at 2048^3; only the
 # 4096^3 one is a target column here).
-TARGETS_4096 = {"05_wgmma_cluster": 1.05, "04_wgmma_persistent": 1.05, "03_wgmma": 0.90, "02_mma_sync": 0.50}
+TARGETS_4096 = {TUNED: 1.05, "05_wgmma_cluster": 1.05, "04_wgmma_persistent": 1.05, "03_wgmma": 0.90,
+                "02_mma_sync": 0.50}
 
 
 def _bench_buffers(size: int, tf32: bool):
@@ -281,7 +435,26 @@ def variant_setup(variant: str, size: int):
         for buf in bufs:
             buf.close()
 
-    return bench.Prepared(lambda s: gemm_device(variant, size, size, size, a.ptr, b.ptr, c.ptr, s), close)
+    # 06 runs this GPU's tuned configuration (set once here, not inside the timed launch); the note says which.
+    note = f"ran {apply_tuned()}" if variant == TUNED else ""
+    return bench.Prepared(lambda s: gemm_device(variant, size, size, size, a.ptr, b.ptr, c.ptr, s), close, note=note)
+
+
+@functools.lru_cache(maxsize=1)
+def _shared_buffers(size: int):
+    """One set of operands per size for a tuning session (kept until the session's process exits)."""
+    return _bench_buffers(size, False)
+
+
+def config_setup(config: str, size: int):
+    """harness.timing's target for `invoke tune gemm_tc`: one wgmma configuration at size^3, marshalled
+    once (Library.prepare), so the timed launch is the C call alone."""
+    from .. import bench
+
+    a, b, c = _shared_buffers(size)
+    launch = _lib().prepare("gemm_tc_config_device", config_index(config), size, size, size, a.ptr, b.ptr, c.ptr,
+                            library.STREAM)
+    return bench.Prepared(launch)
 
 
 def _cublas_ceiling(size: int):
@@ -354,3 +527,126 @@ def bench_cases(quick: bool = False):
                                          "bf16_peak", quick=True, bytes=nbytes, flops=flops,
                                          note="fraction of the dense BF16 peak"))
     return cases
+
+
+# --- tuning: which configuration 06_wgmma_tuned runs on this GPU ------------------------------------
+# `invoke tune gemm_tc` (harness/tune.py) checks every configuration against the float64 reference on
+# TUNE_CHECK_SHAPES, times the correct ones at size^3 in one NVBench session (harness.timing, cold:
+# L2 flushed) and caches the fastest in bench/results/<gpu>/gemm_tc-tune.json; 06_wgmma_tuned then
+# runs it (apply_tuned; the executable through --config, which `invoke run gemm_tc` passes).
+
+TUNE_KINDS = ("03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster")  # every schedule
+# Ragged against every tile and raster: 1000 x 4097 is 8 x 17 = 136 tiles (more than an H100's 132
+# SMs, so persistent blocks walk a second tile, and 68 two-tile units for 05's clusters), the last
+# row and column of tiles partial, a group of 16 wider than the 8 tile rows, and k = 200 ends in a
+# partial K tile; 33 x 7 x 1000: one tile, the ring wrapping 16 times; k = 4097: the padded copy.
+TUNE_CHECK_SHAPES = ((1000, 4097, 200), (33, 7, 1000), (7, 1, 4097))
+
+
+@functools.cache
+def _tune_check_cases():
+    rng = np.random.default_rng(20)
+    cases = []
+    for m, n, k in TUNE_CHECK_SHAPES:
+        a, b = to_bf16(rng.uniform(-1, 1, (m, k))), to_bf16(rng.uniform(-1, 1, (n, k)))
+        cases.append((a, b, reference(a, b)))
+    return tuple(cases)
+
+
+def _tune_check(config: str) -> str | None:
+    """Why `config` must not be chosen ("refused: ..." where it cannot run here, "wrong answer ..."),
+    or None: the search never times, let alone picks, a fast kernel that is wrong."""
+    why = unsupported_reason("03_wgmma")
+    if why:
+        return f"refused: {why}"
+    for a, b, ref in _tune_check_cases():
+        (m, k), n = a.shape, b.shape[0]
+        ok, e = check(gemm(a, b, config=config), ref, k)
+        if not ok:
+            return f"wrong answer ({m}x{n}x{k}: relative error {e:.2e})"
+    return None
+
+
+def tune(size: int = 4096, save: bool = True, on_progress=None, options=None, kinds=TUNE_KINDS):
+    """Check, then time, every wgmma configuration of `kinds` (schedule, stages, raster) at size^3 with
+    harness.timing; cache the fastest for this GPU, which 06_wgmma_tuned then runs.
+
+    A configuration that gives a wrong answer on TUNE_CHECK_SHAPES, or that this GPU or build cannot
+    run, is listed with the reason and never timed. `options` (harness.timing.Options) sets NVBench's
+    knobs; the default is the bench's. Returns (table, path): one row per configuration (tflops, ms,
+    iqr_ms, status, winner) and the JSON written (None when save=False): the device, the winner, the table.
+    """
+    import pandas as pd
+
+    from .. import cudart, timing
+    from .. import tune as htune
+    from ..errors import ContextLostError, CudaError
+
+    device = cudart.device_name(0)
+    rows, items = [], []
+    for name in configs():
+        if not name.startswith(tuple(kinds)):
+            continue
+        try:
+            why = _tune_check(name)
+        except ContextLostError:
+            raise
+        except CudaError as e:  # e.g. no room for a cluster of two on this GPU: not a candidate here
+            why = f"refused: {e}"
+        if why:
+            rows.append({"config": name, "status": why, "ms": np.nan, "iqr_ms": np.nan, "tflops": np.nan})
+            continue
+        rows.append({"config": name, "status": "ok"})
+        items.append(timing.Item(name, "harness.programs.gemm_tc:config_setup", {"config": name, "size": size}))
+    if not items:
+        raise RuntimeError("no gemm_tc configuration could run correctly on this device: "
+                           + "; ".join(f"{r['config']}: {r['status']}" for r in rows))
+    # One NVBench session for every choice (harness.timing), each a cold measurement stopped on noise.
+    got = timing.run_plan(items, options, on_progress=(lambda i, key: on_progress(key)) if on_progress else None)
+    for r in rows:
+        t = got.get(r["config"])
+        if t is not None:
+            r.update({"ms": t.median_ms, "iqr_ms": t.iqr_ms, "tflops": t.rate(2.0 * size**3) / 1e12})
+    df = pd.DataFrame(rows)
+    winner = pick_winner(df)
+    df["winner"] = df["config"] == winner
+    path = None
+    if save:
+        path = htune.save("gemm_tc", device, {"size": f"{size}^3", "winner": winner}, df)
+        _applied.clear()
+    return df, path
+
+
+def pick_winner(df) -> str:
+    """The fastest configuration whose status is "ok" (highest TFLOP/s); RuntimeError when none was timed."""
+    ok = df[(df["status"] == "ok") & df["tflops"].notna()] if "tflops" in df else df.iloc[:0]
+    if ok.empty:
+        raise RuntimeError("no gemm_tc configuration was timed: " + "; ".join(map(str, df["status"])))
+    return str(ok.loc[ok["tflops"].idxmax(), "config"])
+
+
+# --- `invoke run gemm_tc -- ...` ------------------------------------------------------------------
+def cli(args: list[str], variant: str | None = None, **_) -> int:
+    """tasks.run's hook: build/bin/gemm_tc with the tuned configuration passed as --config when the run
+    includes 06_wgmma_tuned (the executable cannot read the JSON cache itself). Returns the exit status."""
+    import sys
+
+    from .. import runner
+
+    argv = list(args)
+    if variant is not None:
+        argv = ["--variant", variant] + argv
+    chosen = argv[argv.index("--variant") + 1] if "--variant" in argv[:-1] else None
+    if "--config" not in argv and chosen in (TUNED, "all"):
+        try:
+            winner, why = tuned_choice()
+        except Exception as e:  # no GPU, library missing: the executable will say so itself
+            winner, why = None, str(e)
+        if winner is not None:
+            argv = ["--config", winner] + argv
+        else:
+            print(f"{TUNED}: 04's default configuration ({why})", file=sys.stderr)
+    res = runner.run("gemm_tc", *argv, check=False, timeout=600)
+    sys.stdout.write(res.stdout)
+    sys.stderr.write(res.stderr)
+    return res.returncode

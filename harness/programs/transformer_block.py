@@ -8,8 +8,9 @@ x is B x S x E float32. The course's defaults are B=32, E=256 and S=100 or 1000;
 uses H=4 heads of D=64 by default, because the flash kernel takes D in {32, 64, 128} and the
 course's single head of 256 does not fit it (H=1 works with 01_naive).
 Variants (the library's table): "01_naive", "02_flash" (float32 on the CUDA cores) and
-"03_flash_bf16" (dtype="bf16": the block on the tensor cores: x and the weights rounded to bf16,
-the projection on gemm_tc's 02_mma_sync, bf16 flash attention, FP32 LayerNorm; D in {64, 128}).
+"03_flash_bf16" and "05_flash_wgmma" (the block on the tensor cores: x and the weights rounded to
+bf16, the projection on gemm_tc's 02_mma_sync, bf16 flash attention, FP32 LayerNorm; D in {64, 128};
+05 on sm_90a only). dtype="bf16" picks the fastest of the two that runs here (bf16_variant()).
 The executable build/bin/transformer_block makes its own weights from a seed and checks sampled
 rows against a double-precision CPU implementation; this module checks whole outputs against
 `reference` (numpy, float64).
@@ -26,13 +27,13 @@ from .. import library, results
 from . import attention as _attention
 
 LN_EPS = 1e-5
-VARIANTS = ("01_naive", "02_flash", "03_flash_bf16")
+VARIANTS = ("01_naive", "02_flash", "03_flash_bf16", "05_flash_wgmma")
 # ||out - ref|| / ||ref|| against the float64 reference of the float32 inputs. float32: 1e-4, as for
 # attention (its error dominates: the projections are float32 sums of E=256 terms, ~1e-6, and
 # LayerNorm divides by a standard deviation of order 1). bf16: x and W rounded to bf16 give Q, K, V
 # ~3e-3 relative errors, the attention output is rounded to bf16 (~1e-3) and is added to the exact x
 # before LayerNorm; ~3e-3 expected, 2e-2 allowed (the executable's check uses the same numbers).
-TOLERANCES = {"01_naive": 1e-4, "02_flash": 1e-4, "03_flash_bf16": 2e-2}
+TOLERANCES = {"01_naive": 1e-4, "02_flash": 1e-4, "03_flash_bf16": 2e-2, "05_flash_wgmma": 2e-2}
 DEFAULTS = {"batch": 32, "embed": 256, "heads": 4, "seqs": (100, 1000)}
 
 
@@ -85,9 +86,13 @@ def validate(x, params: Params, heads: int, variant: str):
 def forward(x: np.ndarray, params: Params, heads: int = 4, variant: str = "02_flash",
             causal: bool = False, dtype: str | None = None) -> np.ndarray:
     """The block on the GPU (host-pointer entry point); returns B x S x E float32.
-    dtype="bf16" is variant "03_flash_bf16" (the tensor-core block); "f32" keeps `variant`."""
+    dtype="bf16" is the tensor-core block (bf16_variant()); "f32" keeps `variant`. A variant that
+    cannot run here (05_flash_wgmma off sm_90a) raises ValueError with the reason before any launch."""
     variant = _variant_for(variant, dtype)
     x, p, heads, variant = validate(x, params, heads, variant)
+    why = _attention.unsupported_reason(variant)
+    if why:
+        raise ValueError(f"variant {variant!r} cannot run here: {why}")
     B, S, E = x.shape
     out = np.empty_like(x)
     lib = library.load("transformer_block")
@@ -156,7 +161,14 @@ def parse_output(text: str):
 def _variant_for(variant: str, dtype: str | None) -> str:
     if dtype not in (None, "f32", "bf16"):
         raise ValueError(f"dtype must be 'f32' or 'bf16', got {dtype!r}")
-    return "03_flash_bf16" if dtype == "bf16" else variant
+    return bf16_variant() if dtype == "bf16" else variant
+
+
+def bf16_variant() -> str:
+    """The bf16 block's attention here: 05_flash_wgmma on a Hopper GPU with an sm_90a build, else
+    03_flash_bf16 (the library's transformer_block_bf16_variant)."""
+    lib = library.load("transformer_block")
+    return lib.ffi.string(lib.transformer_block_bf16_variant()).decode()
 
 
 def run(variant: str = "02_flash", batch: int | None = None, seqs=(), embed: int | None = None,
