@@ -120,7 +120,7 @@ def test_dtype_ndim_contiguity():
 
 def test_unknown_variant_lists_valid_ones():
     a = np.ones((2, 2), np.float32)
-    with pytest.raises(ValueError, match="01_naive, 02_tiled, 03_tiled_dynamic, 04_blocktile_1d.*09_tuned, cublas"):
+    with pytest.raises(ValueError, match="01_naive, 02_tiled, 03_tiled_dynamic, 04_blocktile_1d.*09_tuned, 10_regtile, 11_splitk_tail, cublas"):
         mm.matmul(a, a, variant="04_magic")
     with pytest.raises(ValueError, match="valid"):
         mm.matmul_device("nope", 16, 1, 1, 1, None, None, None)
@@ -203,6 +203,10 @@ def test_bench_cases_describe_the_goals():
             assert c.ceiling == mm.cublas_ceiling_name(label) and c.amount == 2.0 * m * n * k
             assert c.bytes == 4.0 * (m * k + k * n + m * n)
     assert cases[("09_tuned", "4096^3")].target == 0.9
+    # Issue 20's goals sit on the last rung.
+    assert mm.LADDER[-1] == mm.LAST_RUNG
+    assert {label: cases[(mm.LAST_RUNG, label)].target for label, *_ in mm.LADDER_SIZES} == {
+        "2048^3": 0.95, "4096^3": 1.0, "8192^3": 1.0, "5120x256x5120": None}
     assert cases[("08_pipelined", "5120x256x5120")].ceiling == "cublas@5120x256x5120"
     from harness import bench
 
@@ -218,14 +222,15 @@ def test_quick_bench_is_only_the_best_rungs_at_4096():
 
 def test_variant_table_comes_from_the_library():
     names = mm.variants()
-    assert names[:3] == mm.CLASSIC and names[3:9] == mm.LADDER and names[-1] == "cublas"
+    assert names[:3] == mm.CLASSIC and names[3:3 + len(mm.LADDER)] == mm.LADDER and names[-1] == "cublas"
     assert mm.VARIANTS == names
     lib = library.load("matmul")
     assert lib.matmul_variant_count() == len(names)
     assert lib.raw("matmul_variant_name")(len(names)) == lib.ffi.NULL
     # Every rung runs a configuration of the table; the classic ones do not.
-    for v in mm.LADDER[:-1]:
-        assert mm.variant_config(v).startswith(v + "-")
+    for v in mm.LADDER:
+        if v != mm.TUNED:
+            assert mm.variant_config(v).startswith(v + "-")
     assert lib.matmul_variant_config("02_tiled") == -1 and lib.matmul_config_index("nope") == -1
 
 
@@ -238,6 +243,17 @@ def test_config_limits_are_named():
     assert mm.config_problem(dict(info, dynamic_smem=1024)) is None
     with pytest.raises(ValueError, match="unknown matmul configuration"):
         mm.config_index("08_pipelined-1x1x1")
+
+
+def test_issue20_rungs_and_their_tuning_configurations():
+    """10 and 11 follow 09 in the table, each runs a configuration of its own kind, and the tuner times them."""
+    assert mm.LADDER[-3:] == ("09_tuned", "10_regtile", "11_splitk_tail")
+    cfgs = mm.configs()
+    for kind in ("10_regtile", "11_splitk_tail"):
+        assert kind in mm.TUNE_KINDS
+        assert sum(c.startswith(kind + "-") for c in cfgs) >= 2
+    assert mm.variant_config("10_regtile") == "10_regtile-256x128x16-w64x64-t16x8-s3"
+    assert mm.variant_config("11_splitk_tail") == "11_splitk_tail-256x128x16-w64x64-t16x8-s3"
 
 
 def test_ladder_refuses_transposed_b():
@@ -398,7 +414,8 @@ def test_gpu_executable_checks_itself():
 # (m, k, n): the issue's ragged sizes (1, 7, 33, 1000, 4097), aligned-but-ragged shapes (the 16-byte
 # paths with partial tiles), and k = 4 (one chunk).
 LADDER_SHAPES = [(1, 1, 1), (7, 7, 7), (33, 33, 33), (1, 4097, 1), (4097, 7, 33), (33, 1000, 7), (7, 33, 4097),
-                 (129, 36, 68), (260, 512, 132), (1000, 4, 1000), (64, 64, 64), (127, 129, 255)]
+                 (129, 36, 68), (260, 512, 132), (1000, 4, 1000), (64, 64, 64), (127, 129, 255),
+                 (1000, 1000, 1000), (4097, 33, 7), (1000, 4097, 33)]
 
 
 def fitting_configs():
@@ -415,6 +432,38 @@ def fitting_configs():
 def test_gpu_ladder(variant, mkn, seed):
     a, b, ref = operands(seed, *mkn)
     assert_close(mm.matmul(a, b, variant), ref, f"{variant} {mkn}")
+
+
+# 11_splitk_tail's two paths together (m, k, n): more 256x128 tiles than an H100's 132 SMs hold, so whole
+# tiles and k-split tail tiles side by side (4097 x 1000: 17 x 8 = 136 tiles, 4 split up to 33 ways), with
+# ragged edges and k not a multiple of the tile depth; and a grid that is all tail (1000^2: 32 tiles).
+SPLIT_SHAPES = [(4097, 300, 1000), (4097, 1001, 1000), (4096, 256, 1028), (1000, 4097, 1000), (7, 4097, 4097)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["10_regtile", "11_splitk_tail"])
+@pytest.mark.parametrize("mkn", SPLIT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gpu_split_tail_shapes(variant, mkn):
+    a, b, ref = operands(5, *mkn)
+    assert_close(mm.matmul(a, b, variant), ref, f"{variant} {mkn}")
+
+
+@pytest.mark.gpu
+def test_gpu_split_tail_writes_only_c(rng):
+    """11 zeroes the rows of C that its split tiles cover before adding into them: device pointers with a
+    NaN guard band after C show it writes every element of C and nothing past it."""
+    from harness import cudart
+
+    m, k, n = 4097, 64, 1001
+    a, b = rand(rng, m, k), rand(rng, k, n)
+    out = poison((m * n + 256,), np.float32)
+    with cudart.DeviceBuffer.from_array(a) as da, cudart.DeviceBuffer.from_array(b) as db, \
+            cudart.DeviceBuffer.from_array(out) as dc:
+        mm.matmul_device("11_splitk_tail", 0, m, n, k, da.ptr, db.ptr, dc.ptr)
+        cudart.synchronize()
+        dc.to_host(out)
+    assert_close(out[:m * n].reshape(m, n), mm.reference(a, b), "11_splitk_tail device form")
+    assert np.isnan(out[m * n:]).all(), "wrote past the end of C"
 
 
 @pytest.mark.gpu

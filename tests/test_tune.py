@@ -140,16 +140,22 @@ def test_gpu_attention_tune_small(results_dir, monkeypatch):
 
     monkeypatch.setattr(at, "_tuned", {})
     choices = at.TUNING_VARIANTS + ("flash_bf16_skip_last_tile",)
-    monkeypatch.setattr(at, "TUNING_VARIANTS", choices)
+    monkeypatch.setitem(at.TUNED, "03_flash_bf16", choices)
+    searched = {v: cs for v, cs in at.TUNED.items() if at.unsupported_reason(v) is None}
     df, path = at.tune(size=200, save=True, options=timing.SMOKE)
-    assert len(df) == len(at.TC_D) * len(choices)
+    assert len(df) == len(at.TC_D) * sum(len(cs) for cs in searched.values())
     bad = df[df["config"] == "flash_bf16_skip_last_tile"]
     assert bad["status"].str.startswith("wrong answer").all() and not bad["winner"].any()
     ok = df[df["config"] != "flash_bf16_skip_last_tile"]
     assert (ok["status"] == "ok").all(), ok[ok["status"] != "ok"][["D", "config", "status"]]
     assert (ok["tflops_full"] > 0).all() and (ok["tflops_causal"] > 0).all()
-    assert df.groupby("D")["winner"].sum().tolist() == [1] * len(at.TC_D)
+    # One winner per (variant, D), each one of that variant's own choices.
+    assert df.groupby(["variant", "D"])["winner"].sum().tolist() == [1] * (len(at.TC_D) * len(searched))
     data = json.loads(path.read_text())
     assert set(data["winners"]) == {"64", "128"}
     assert set(data["winners"].values()) <= set(choices) - {"flash_bf16_skip_last_tile"}
+    assert set(data["winners_by_variant"]) == set(searched)
+    for v, w in data["winners_by_variant"].items():
+        assert set(w) == {"64", "128"} and set(w.values()) <= set(searched[v])
+        assert at.runs_as(v, 64) == w["64"]
     assert at.runs_as("03_flash_bf16", 128) == data["winners"]["128"]

@@ -1,5 +1,5 @@
 // matmul: the library entry points and the one variant table. The kernels live in
-// matmul_kernels.cuh (01-03, shared with attention) and sgemm_ladder.cuh (the ladder, 04-08).
+// matmul_kernels.cuh (01-03, shared with attention) and sgemm_ladder.cuh (the ladder, 04-11).
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -47,7 +47,7 @@ extern "C" int matmul_have_cublas(void) {
 
 // ---------------------------------------------------------------------------------------------
 // Ladder configurations: every compiled instantiation of a ladder kernel, with what it needs.
-// The rungs 04-08 each run their default entry; the tuner times the 07/08 entries and
+// The rungs 04-08, 10 and 11 each run their default entry; the tuner times the 07/08/10/11 entries and
 // "09_tuned" runs its winner. One entry per line; the name spells the template arguments.
 // ---------------------------------------------------------------------------------------------
 namespace {
@@ -58,6 +58,8 @@ struct LadderConfig {
     size_t smem;         // dynamic shared memory per block, bytes
     const void *kvec;    // the VEC = true kernel (16-byte accesses)
     const void *kscalar; // the VEC = false kernel (any alignment)
+    bool split_tail = false;  // 11_splitk_tail: a 1-D grid whose partial last wave is split along k
+    int bk = 0;               // k-depth of a tile (where split_tail needs it)
 };
 
 #define LADDER_04(BM, BN, BK, TM)                                                                      \
@@ -83,6 +85,16 @@ struct LadderConfig {
      Sgemm08aShape<BM, BN, BK, WM, WN, ST>::SMEM,                                                      \
      (const void *)sgemm_08_pipelined_arow<BM, BN, BK, WM, WN, ST, true>,                              \
      (const void *)sgemm_08_pipelined_arow<BM, BN, BK, WM, WN, ST, false>}
+#define LADDER_10(BM, BN, BK, WM, WN, TM, TN, ST)                                                      \
+    {"10_regtile-" #BM "x" #BN "x" #BK "-w" #WM "x" #WN "-t" #TM "x" #TN "-s" #ST, BM, BN,                  \
+     (BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, ST>::SMEM,                    \
+     (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, false, true>,                      \
+     (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, false, false>, false}
+#define LADDER_11(BM, BN, BK, WM, WN, TM, TN, ST)                                                      \
+    {"11_splitk_tail-" #BM "x" #BN "x" #BK "-w" #WM "x" #WN "-t" #TM "x" #TN "-s" #ST, BM, BN,              \
+     (BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, ST>::SMEM,                    \
+     (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, true, true>,                       \
+     (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, true, false>, true, BK}
 
 const LadderConfig kConfigs[] = {
     LADDER_04(64, 64, 8, 8),
@@ -104,6 +116,16 @@ const LadderConfig kConfigs[] = {
     LADDER_08A(128, 128, 16, 64, 32, 3),
     LADDER_08A(128, 128, 16, 64, 32, 4),
     LADDER_08A(128, 128, 32, 64, 32, 3),
+    // 10: 16×8 (or 8×16) per thread. 256 threads: one block per SM; 128 threads: two.
+    LADDER_10(256, 128, 16, 64, 64, 16, 8, 3),
+    LADDER_10(256, 128, 8, 64, 64, 16, 8, 4),
+    LADDER_10(256, 128, 32, 64, 64, 16, 8, 3),
+    LADDER_10(128, 256, 16, 64, 64, 16, 8, 3),
+    LADDER_10(256, 128, 16, 64, 64, 8, 16, 3),
+    LADDER_10(128, 128, 16, 64, 64, 16, 8, 3),
+    LADDER_10(128, 128, 32, 64, 64, 16, 8, 3),
+    LADDER_11(256, 128, 16, 64, 64, 16, 8, 3),
+    LADDER_11(128, 128, 16, 64, 64, 16, 8, 3),
     // Needs 4·(64·132 + 64·128)·4 = 266240 bytes of shared memory, more than any current GPU gives a
     // block (227 KiB on Hopper): kept so that the refusal path is exercised on every device.
     LADDER_08(128, 128, 64, 64, 32, 4),
@@ -130,6 +152,8 @@ const Variant kVariants[] = {
     {"07_warptile", "07_warptile-128x128x8-w64x32"},
     {"08_pipelined", "08_pipelined-128x128x16-w64x32-s3"},
     {"09_tuned", kTunedName},
+    {"10_regtile", "10_regtile-256x128x16-w64x64-t16x8-s3"},
+    {"11_splitk_tail", "11_splitk_tail-256x128x16-w64x64-t16x8-s3"},
     {"cublas", nullptr},
 };
 constexpr int kVariantCount = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
@@ -187,6 +211,32 @@ cudaError_t config_check(int i) {
     return cudaSuccess;
 }
 
+// 11_splitk_tail's plan (sgemm_ladder.cuh says why): with P blocks resident at once and N tiles,
+// the last N mod P tiles are cut into s = min(k-tiles, P / (N mod P)) k-slices; the rows of C those
+// tiles cover are zeroed on `stream` first, since their slices add into C. s = 1 (or batch > 1):
+// every tile whole, as 10. Fills p's tiles_n, dp_tiles and splits.
+cudaError_t split_tail_plan(const void *kernel, const LadderConfig &c, int batch, int m, int n, int k, float *C,
+                            LadderArgs *p, cudaStream_t stream) {
+    const long long gx = cdiv(n, c.bn), gy = cdiv(m, c.bm), tiles = gx * gy, ktiles = cdiv(k, c.bk);
+    int dev = 0, sms = 0, per_sm = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, c.threads, c.smem);
+    if (err != cudaSuccess) return err;
+    const long long slots = (long long)sms * std::max(per_sm, 1), tail = tiles % slots;
+    long long splits = tail > 0 ? std::min<long long>(ktiles, slots / tail) : 1;
+    if (batch != 1 || splits < 2 || tiles + tail * (splits - 1) > 0x7fffffffLL) splits = 1;
+    p->tiles_n = (int)gx;
+    p->dp_tiles = (int)(splits > 1 ? tiles - tail : tiles);
+    p->splits = (int)splits;
+    if (splits > 1) {
+        const long long r0 = (p->dp_tiles / gx) * c.bm;  // first row of C that a split tile covers
+        err = cudaMemsetAsync(C + r0 * n, 0, (size_t)(m - r0) * n * sizeof(float), stream);
+        if (err != cudaSuccess) return err;
+    }
+    return cudaSuccess;
+}
+
 // Enqueue configuration i on `stream`. Device pointers; nothing to do (m, n or batch 0) launches
 // nothing; k = 0 launches and writes zeros.
 cudaError_t ladder_run(int i, bool trans_b, int batch, int m, int n, int k, float alpha, const float *A,
@@ -199,13 +249,18 @@ cudaError_t ladder_run(int i, bool trans_b, int batch, int m, int n, int k, floa
     const LadderConfig &c = kConfigs[i];
     const long long gy = cdiv(m, c.bm), gx = cdiv(n, c.bn);
     if (gy > CUDALAB_MAX_GRID_YZ || batch > CUDALAB_MAX_GRID_YZ || gx > 0x7fffffffLL) return cudaErrorInvalidValue;
-    const LadderArgs p{m, n, k, A, B, C, alpha, sa, sb, sc};
+    LadderArgs p{m, n, k, A, B, C, alpha, sa, sb, sc};
     const void *kernel = ladder_vec_ok(p) ? c.kvec : c.kscalar;
     err = cudalab_allow_dynamic_smem(kernel, c.smem);
     if (err != cudaSuccess) return err;
-    void *args[] = {const_cast<LadderArgs *>(&p)};
-    err = cudaLaunchKernel(kernel, dim3((unsigned)gx, (unsigned)gy, (unsigned)batch), dim3(c.threads), args, c.smem,
-                           stream);
+    dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)batch);
+    if (c.split_tail) {
+        err = split_tail_plan(kernel, c, batch, m, n, k, C, &p, stream);
+        if (err != cudaSuccess) return err;
+        grid = dim3((unsigned)(p.dp_tiles + (gx * gy - p.dp_tiles) * p.splits), 1, (unsigned)batch);
+    }
+    void *args[] = {&p};
+    err = cudaLaunchKernel(kernel, grid, dim3(c.threads), args, c.smem, stream);
     if (err != cudaSuccess) return err;
     return cudaGetLastError();
 }

@@ -1,7 +1,7 @@
 // The SGEMM ladder: FP32 row-major C = alpha * A·B from the tiled kernel towards cuBLAS, one rung
 // at a time (issue 10). matmul_kernels.cuh keeps 01-03 (shared with attention); this header holds
-// 04-08. Every kernel takes a LadderArgs (batch index = blockIdx.z, strides in elements) and is
-// exact for any m, n, k >= 0: partial tiles are zero-filled on load and masked on store.
+// 04-08 and (issue 20) 10-11. Every kernel takes a LadderArgs (batch index = blockIdx.z, strides in
+// elements) and is exact for any m, n, k >= 0: partial tiles are zero-filled on load and masked on store.
 //
 // VEC template flag: true = 16-byte global accesses (float4 loads, 16-byte cp.async, float4 stores).
 // It is only legal when every row of A, B and C starts on a 16-byte boundary: k % 4 == 0,
@@ -27,6 +27,10 @@ struct LadderArgs {
     float *C;        // m×n
     float alpha;
     long long stride_a, stride_b, stride_c;  // per batch index, elements
+    // 11_splitk_tail only (a 1-D grid): blocks below dp_tiles each own a whole output tile, in
+    // row-major tile order over a grid `tiles_n` tiles wide; the `splits` blocks after that for
+    // each remaining tile each own a slice of its k-tiles and add their part into C (zeroed first).
+    int tiles_n = 0, dp_tiles = 0, splits = 1;
 };
 
 // Can the 16-byte paths be used? (see VEC above)
@@ -656,3 +660,224 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, ladder_min_blocks(
                                acc[i][4 * h + 2], acc[i][4 * h + 3]);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// 10_regtile
+//   Change: a 16×8 thread tile (TM×TN, 128 accumulators) instead of 8×8, with one 256-thread block
+//   of 256×128 per SM (8 warps, up to 255 registers a thread) as cuBLAS's sm80 SGEMM runs; the next
+//   tile's first fragments are read before the last k-step's FFMAs (the barrier moves there); the
+//   outer product walks the thread tile as a serpentine.
+//   Why (08/09's SASS, 128×128×32): the k-loop is 2048 FFMA + 128 LDS.128 + ~100 copy and address
+//   instructions, ~89 % FFMA, yet the FMA pipe runs at ~72 %: the slots go to the 4 LDS.128 per
+//   64 FFMA (12 shared wavefronts per warp k-step, 3/4 of the SM's shared bandwidth at full FFMA
+//   rate), to 2.2 register-file reads per FFMA (the operand reuse cache catches one operand at most,
+//   often none), and to the barrier, whose wait and the LDS after it start every tile with no FFMA
+//   ready. 16×8 needs 6 LDS.128 per 128 FFMA (shared traffic per FFMA −25 %, load slots 5.9 % →
+//   4.5 %); with the barrier before the last k-step, that step's 128 FFMA cover the next tile's
+//   first LDS; the serpentine (row i walks j up, row i+1 walks it down) keeps one operand the same
+//   for every pair of consecutive FFMA, turning at a row's end on the shared B value, so ptxas can
+//   mark it .reuse and each FFMA reads at most two operands from the register banks.
+// Layout and copies as 08's (As[k][BM + 4] by 4-byte cp.async, Bs[k][BN] by 16-byte ones). A
+// thread's A fragment is TM/4 chunks of 4 rows, 4·LM rows apart (LM = WM/TM lanes down the warp
+// tile), its B fragment TN/4 chunks 4·LN columns apart: a warp's LDS.128 reads LM (or LN)
+// consecutive 16-byte chunks, broadcast to the other lanes, with no bank conflict.
+// MINB: 1 block of 256 threads (2 of 128) per SM, which lets ptxas use up to 255 registers.
+// ---------------------------------------------------------------------------------------------
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES>
+struct Sgemm10Shape {
+    static constexpr int T = (BM / WM) * (BN / WN) * 32;
+    static constexpr int AS = BM + 4;  // padded row of the transposed A tile
+    static constexpr int A_TILE = BK * AS, B_TILE = BK * BN;
+    static constexpr size_t SMEM = (size_t)STAGES * (A_TILE + B_TILE) * sizeof(float);
+    static constexpr int MINB = T >= 256 ? 1 : 256 / T;
+};
+
+// Component c (0-3) of a float4, for unrolled loops (c is a compile-time constant there).
+__device__ __forceinline__ float ladder_f4(const float4 &v, int c) {
+    return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;
+}
+
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, bool SPLIT, bool VEC>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, STAGES>::MINB)
+    sgemm_10_regtile(const LadderArgs p) {
+    using S = Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
+    constexpr int T = S::T, AS = S::AS;
+    constexpr int LM = WM / TM, LN = WN / TN;  // the warp's lanes as an LM × LN grid
+    constexpr int GM = TM / 4, GN = TN / 4;    // 16-byte chunks in a thread's A and B fragments
+    static_assert(TM % 4 == 0 && TN % 4 == 0 && LM * LN == 32, "a warp's lanes tile its warp tile in 4-wide chunks");
+    static_assert(BK % 4 == 0 && STAGES >= 2, "float4 along k; at least double buffering");
+    static_assert((BM * BK) % T == 0 && (BK * BN / 4) % T == 0, "tiles load in whole rounds");
+    extern __shared__ __align__(16) float ladder_smem[];
+    float *As = ladder_smem;                       // STAGES × [BK][BM + 4]
+    float *Bs = ladder_smem + STAGES * S::A_TILE;  // STAGES × [BK][BN]
+    const int m = p.m, n = p.n, k = p.k;
+    const float *__restrict__ A = p.A + blockIdx.z * p.stride_a;
+    const float *__restrict__ B = p.B + blockIdx.z * p.stride_b;
+    float *__restrict__ C = p.C + blockIdx.z * p.stride_c;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int wm = warp / (BN / WN), wn = warp % (BN / WN);
+    const int tm = lane / LN, tn = lane % LN;
+    const int a_off = wm * WM + tm * 4, b_off = wn * WN + tn * 4;
+    // The block's output tile and its k-tiles [kt0, kt0 + ktiles) (11_splitk_tail: see LadderArgs).
+    int by = blockIdx.y, bx = blockIdx.x, kt0 = 0, ktiles = (int)cdiv(k, BK);
+    bool partial = false;  // true: add alpha·(this slice's sum) into C instead of storing
+    if constexpr (SPLIT) {
+        int tile = blockIdx.x;
+        if (tile >= p.dp_tiles) {
+            const int piece = tile - p.dp_tiles, part = piece % p.splits;
+            tile = p.dp_tiles + piece / p.splits;
+            const int kt_all = ktiles;
+            kt0 = (int)((long long)part * kt_all / p.splits);
+            ktiles = (int)((long long)(part + 1) * kt_all / p.splits) - kt0;
+            partial = true;
+        }
+        by = tile / p.tiles_n;
+        bx = tile % p.tiles_n;
+    }
+    const int row0 = by * BM, col0 = bx * BN;
+
+    // The copies, as 08's: one column of the tile per thread, its rows A_ROWS (B_ROWS) apart.
+    static_assert(T % BK == 0 && T % (BN / 4) == 0 && T % BN == 0, "a thread's copies keep one column");
+    static_assert((BM * BK) / T <= 32, "one bit per A copy");
+    constexpr int A_ROWS = T / BK;
+    constexpr int B_ROWS = VEC ? T / (BN / 4) : T / BN;
+    constexpr int B_N = VEC ? (BK * BN / 4) / T : (BK * BN) / T;
+    const int a_r = tid / BK, a_c = tid % BK;
+    const int b_r = VEC ? tid / (BN / 4) : tid / BN, b_c = VEC ? (tid % (BN / 4)) * 4 : tid % BN;
+    const bool b_col_ok = col0 + b_c < n;
+    unsigned a_rows_ok = 0;  // bit it: row a_r + it·A_ROWS of this block exists
+#pragma unroll
+    for (int it = 0; it < (BM * BK) / T; ++it) a_rows_ok |= (row0 + a_r + it * A_ROWS < m ? 1u : 0u) << it;
+    const float *a_src = A + (size_t)min(row0 + a_r, m - 1) * k + a_c;  // k-tile 0; + BK per k-tile
+    const float *b_src = B + (size_t)b_r * n + min(col0 + b_c, n - 1);  // k-tile 0; + BK·n per k-tile
+    const bool block_inside = row0 + BM <= m && col0 + BN <= n;
+    // Enqueue the block's t-th k-tile into buffer `s`; outside the matrices zero-filled (08's comment).
+    auto load_tile = [&](int s, int t) {
+        const int k0 = (kt0 + t) * BK;
+        float *as = As + s * S::A_TILE + a_c * AS + a_r, *bs = Bs + s * S::B_TILE + b_r * BN + b_c;
+        const float *ap = a_src + k0, *bp = b_src + (size_t)k0 * n;
+        if (block_inside && k0 + BK <= k) {
+#pragma unroll
+            for (int it = 0; it < (BM * BK) / T; ++it) ladder_cp_async4_in(as + it * A_ROWS, ap + (size_t)it * A_ROWS * k);
+#pragma unroll
+            for (int it = 0; it < B_N; ++it) {
+                if constexpr (VEC)
+                    ladder_cp_async16_in(bs + it * B_ROWS * BN, bp + (size_t)it * B_ROWS * n);
+                else
+                    ladder_cp_async4_in(bs + it * B_ROWS * BN, bp + (size_t)it * B_ROWS * n);
+            }
+            return;
+        }
+        const bool a_k_ok = k0 + a_c < k;
+#pragma unroll
+        for (int it = 0; it < (BM * BK) / T; ++it) {
+            const bool ok = a_k_ok && ((a_rows_ok >> it) & 1u);
+            ladder_cp_async4(as + it * A_ROWS, ok ? ap + (size_t)it * A_ROWS * k : A, ok);
+        }
+#pragma unroll
+        for (int it = 0; it < B_N; ++it) {
+            const bool ok = b_col_ok && k0 + b_r + it * B_ROWS < k;
+            if constexpr (VEC)
+                ladder_cp_async16(bs + it * B_ROWS * BN, ok ? bp + (size_t)it * B_ROWS * n : B, ok);
+            else
+                ladder_cp_async4(bs + it * B_ROWS * BN, ok ? bp + (size_t)it * B_ROWS * n : B, ok);
+        }
+    };
+
+    float acc[TM][TN] = {};
+    float4 fa[2][GM], fb[2][GN];  // fragments of the step being multiplied and of the next one
+    // A thread's fragments of step kk of the tile in buffer s, into register set `r`.
+    auto load_frags = [&](int r, int s, int kk) {
+        const float *as = As + s * S::A_TILE + kk * AS + a_off;
+        const float *bs = Bs + s * S::B_TILE + kk * BN + b_off;
+#pragma unroll
+        for (int g = 0; g < GM; ++g) fa[r][g] = *reinterpret_cast<const float4 *>(as + g * (4 * LM));
+#pragma unroll
+        for (int g = 0; g < GN; ++g) fb[r][g] = *reinterpret_cast<const float4 *>(bs + g * (4 * LN));
+    };
+
+    // Prologue: STAGES-1 tiles in flight (every step commits one group, empty past the last tile,
+    // so "at most STAGES-2 groups pending" always means "the next tile has landed").
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < ktiles) load_tile(s, s);
+        ladder_cp_async_commit();
+    }
+    if (ktiles > 0) {
+        ladder_cp_async_wait<STAGES - 2>();
+        // Tile 0 has landed for every thread's copies.
+        __syncthreads();
+        load_frags(0, 0, 0);
+    }
+    int s_use = 0, s_load = STAGES - 1;  // buffers of tile t and of tile t + STAGES - 1
+    for (int t = 0; t < ktiles; ++t) {
+        // Buffer s_load held tile t-1: every thread read its last fragments before the barrier
+        // that preceded this tile's first fragments, so it can be refilled now.
+        if (t + STAGES - 1 < ktiles) load_tile(s_load, t + STAGES - 1);
+        ladder_cp_async_commit();
+        s_load = s_load + 1 == STAGES ? 0 : s_load + 1;
+        const int s_next = s_use + 1 == STAGES ? 0 : s_use + 1;
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            const int cur = kk % 2, nxt = (kk + 1) % 2;
+            if (kk + 1 < BK) {
+                load_frags(nxt, s_use, kk + 1);
+            } else if (t + 1 < ktiles) {
+                ladder_cp_async_wait<STAGES - 2>();
+                // Tile t+1 has landed for every thread's copies, and every thread holds tile t's
+                // last fragments in registers: from here on, tile t's buffer may be refilled.
+                __syncthreads();
+                load_frags(nxt, s_next, 0);
+            }
+#pragma unroll
+            for (int i = 0; i < TM; ++i) {
+                const float a = ladder_f4(fa[cur][i / 4], i % 4);
+#pragma unroll
+                for (int jj = 0; jj < TN; ++jj) {
+                    const int j = (i % 2) ? TN - 1 - jj : jj;  // serpentine: see the header comment
+                    acc[i][j] = fmaf(a, ladder_f4(fb[cur][j / 4], j % 4), acc[i][j]);
+                }
+            }
+        }
+        s_use = s_next;
+    }
+    ladder_cp_async_wait<0>();  // only empty groups can remain; leave none behind
+    if (SPLIT && partial) {
+        // Several blocks own slices of this tile's k: each adds its part (C was zeroed before).
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const int r = row0 + a_off + (i / 4) * (4 * LM) + i % 4;
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const int c = col0 + b_off + (j / 4) * (4 * LN) + j % 4;
+                if (r < m && c < n) atomicAdd(C + (size_t)r * n + c, p.alpha * acc[i][j]);
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int r = row0 + a_off + (i / 4) * (4 * LM) + i % 4;
+#pragma unroll
+        for (int h = 0; h < GN; ++h)
+            ladder_store4<VEC>(C, m, n, r, col0 + b_off + h * (4 * LN), p.alpha, acc[i][4 * h], acc[i][4 * h + 1],
+                               acc[i][4 * h + 2], acc[i][4 * h + 3]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 11_splitk_tail
+//   Change: 10's kernel on a 1-D grid whose last, partly filled wave is split along k. With P
+//   blocks resident at once (SMs × blocks per SM) and N output tiles, the first N - N mod P tiles
+//   run whole, as in 10; each of the N mod P tiles left is cut into s = min(k-tiles, P / (N mod P))
+//   slices of its k-tiles, one block each, which add their sums into C (atomicAdd; the rows of C
+//   holding those tiles are zeroed first). Sizes whose whole grid is one partial wave (N < P: the
+//   small sizes) are all tail. Where s would be 1 nothing is split and 11 runs as 10.
+//   Why: 10's 256×128 tiles leave waves partly idle. 5120×256×5120 is 800 tiles for 132 SMs:
+//   6 full waves and one of 8 tiles, i.e. 7 waves' time for 6.06 waves' work (87 %); with the 8
+//   tail tiles cut 16 ways along their 16 k-tiles the last wave is 128 blocks of one k-tile each,
+//   ~1/16 of a wave. 1024³ is 32 tiles for 132 SMs (24 %): split 4 ways, 128 blocks. The price is
+//   a memset of the tail rows and k-slice sums that meet in C in whatever order the atomics land
+//   (the tail tiles are not bit-reproducible run to run; still a float32 sum of k products).
+// The host (ladder_run) picks dp_tiles and splits; batch > 1 runs unsplit.
+// ---------------------------------------------------------------------------------------------
