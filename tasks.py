@@ -455,14 +455,15 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots"):
         raise Exit(f"plot: nothing called {what!r}; choose bench, profile or tune")
 
 
-@task(help={"prog": "the program to tune: matmul (ladder configurations for 09_tuned) or attention "
-                    "(03_flash_bf16's warps, rows per warp, key tile and stages, per head size)",
-            "size": "matmul: m = n = k; attention: the sequence length S (default 4096)",
+@task(help={"prog": "the program to tune: matmul (ladder configurations for 09_tuned), gemm_tc (wgmma "
+                    "schedule, stages and raster for 06_wgmma_tuned) or attention (03_flash_bf16's warps, rows "
+                    "per warp, key tile and stages; 05_flash_wgmma's schedule, key tile and stages; per head size)",
+            "size": "matmul and gemm_tc: m = n = k; attention: the sequence length S (default 4096)",
             "save": "cache the winner under bench/results/<gpu>/ (default on; --no-save only prints)"})
 def tune(c, prog, size="4096", save=True):
     """A program's parameter search: `invoke tune matmul` times every compiled ladder configuration and
     caches the fastest for this GPU (bench/results/<gpu>/matmul-tune.json), which 09_tuned then runs;
-    `invoke tune attention` does the same for 03_flash_bf16's choices at each head size, and
+    `invoke tune attention` does the same for 03_flash_bf16's and 05_flash_wgmma's choices at each head size, and
     `invoke tune gemm_tc` for the wgmma configurations (schedule, stages, raster) that 06_wgmma_tuned runs."""
     from harness import tune as htune
 

@@ -126,6 +126,30 @@ def test_attention_tuned_choice_per_head_size(results_dir, monkeypatch):
     assert set(at.TUNING_VARIANTS) <= set(at.BF16_VARIANTS)
 
 
+def test_attention_tuned_choice_per_variant(results_dir, monkeypatch):
+    """05_flash_wgmma's winners live under winners_by_variant; a cache written before 05 existed
+    (only "winners") leaves 05 on its compiled default, and one variant's choice is never given to
+    the other."""
+    from harness.programs import attention as at
+
+    path = results_dir / "h100" / "attention-tune.json"
+    write(path, device=DEVICE, winners={"64": "flash_bf16_w8s3", "128": "flash_bf16_w4s2"})
+    winner, why = at.tuned_choice(128, DEVICE, variant="05_flash_wgmma")
+    assert winner is None and "no choice of 05_flash_wgmma" in why
+    write(path, device=DEVICE, winners={"64": "flash_bf16_w8s3", "128": "flash_bf16_w4s2"},
+          winners_by_variant={"03_flash_bf16": {"64": "flash_bf16_w8s3", "128": "flash_bf16_w4s2"},
+                              "05_flash_wgmma": {"64": "flash_wgmma_ppip_k128s2", "128": "flash_bf16_w4s2"}})
+    assert at.tuned_choice(64, DEVICE, variant="05_flash_wgmma")[0] == "flash_wgmma_ppip_k128s2"
+    winner, why = at.tuned_choice(128, DEVICE, variant="05_flash_wgmma")
+    assert winner is None and "not one of" in why  # 03's choice named for 05: refused
+    assert at.tuned_choice(128, DEVICE)[0] == "flash_bf16_w4s2"
+    monkeypatch.setattr(at.cudart, "device_name", lambda i=0: DEVICE)
+    monkeypatch.setattr(at, "_tuned", {})
+    assert at.runs_as("05_flash_wgmma", 64) == "flash_wgmma_ppip_k128s2"
+    assert at.runs_as("05_flash_wgmma", 128) == "05_flash_wgmma"
+    assert at.runs_as("flash_wgmma_pp_k128s2", 64) == "flash_wgmma_pp_k128s2"
+
+
 def test_attention_tune_refuses_a_bad_size():
     with pytest.raises(ValueError, match="at most 92680"):
         tune.run("attention", size=10**6)
