@@ -256,6 +256,18 @@ def test_issue20_rungs_and_their_tuning_configurations():
     assert mm.variant_config("11_splitk_tail") == "11_splitk_tail-256x128x16-w64x64-t16x8-s3"
 
 
+def test_run6_regtile_configurations_are_tuner_candidates():
+    """Run 6 (issue 20): 10's k-depth, stages, 8x16 and the conflict-free-copy ("-cf") variants are compiled
+    into the table under unique names; test_gpu_every_config_is_exact checks each on ragged shapes."""
+    cfgs = mm.configs()
+    assert len(set(cfgs)) == len(cfgs)
+    for name in ("10_regtile-128x256x8-w64x64-t16x8-s4", "10_regtile-128x256x32-w64x64-t16x8-s3",
+                 "10_regtile-128x256x16-w64x64-t8x16-s3", "10_regtile-256x128x8-w64x64-t16x8-s3",
+                 "10_regtile-128x256x16-w64x64-t16x8-s3-cf", "10_regtile-128x256x32-w64x64-t16x8-s3-cf"):
+        assert name in cfgs, name
+    assert sum(c.startswith("10_regtile-") and c.endswith("-cf") for c in cfgs) == 5
+
+
 def test_ladder_refuses_transposed_b():
     with pytest.raises(ValueError, match="trans_b"):
         mm.check_tile("07_warptile", 0, trans_b=True)

@@ -85,16 +85,16 @@ struct LadderConfig {
      Sgemm08aShape<BM, BN, BK, WM, WN, ST>::SMEM,                                                      \
      (const void *)sgemm_08_pipelined_arow<BM, BN, BK, WM, WN, ST, true>,                              \
      (const void *)sgemm_08_pipelined_arow<BM, BN, BK, WM, WN, ST, false>}
-#define LADDER_10(BM, BN, BK, WM, WN, TM, TN, ST)                                                      \
-    {"10_regtile-" #BM "x" #BN "x" #BK "-w" #WM "x" #WN "-t" #TM "x" #TN "-s" #ST, BM, BN,                  \
+// 10 and 11 share one kernel: KIND names it, SPLIT picks 11's split tail, CF (suffix "-cf") the
+// conflict-free A copies (sgemm_ladder.cuh, 10_regtile's header).
+#define LADDER_10K(KIND, SPLIT, CF, SUFFIX, BM, BN, BK, WM, WN, TM, TN, ST)                              \
+    {KIND "-" #BM "x" #BN "x" #BK "-w" #WM "x" #WN "-t" #TM "x" #TN "-s" #ST SUFFIX, BM, BN,                \
      (BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, ST>::SMEM,                    \
-     (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, false, true>,                      \
-     (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, false, false>, false}
-#define LADDER_11(BM, BN, BK, WM, WN, TM, TN, ST)                                                      \
-    {"11_splitk_tail-" #BM "x" #BN "x" #BK "-w" #WM "x" #WN "-t" #TM "x" #TN "-s" #ST, BM, BN,              \
-     (BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, ST>::SMEM,                    \
-     (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, true, true>,                       \
-     (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, true, false>, true, BK}
+     (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, SPLIT, true, CF>,                  \
+     (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, SPLIT, false, CF>, SPLIT, BK}
+#define LADDER_10(...) LADDER_10K("10_regtile", false, false, "", __VA_ARGS__)
+#define LADDER_10CF(...) LADDER_10K("10_regtile", false, true, "-cf", __VA_ARGS__)
+#define LADDER_11(...) LADDER_10K("11_splitk_tail", true, false, "", __VA_ARGS__)
 
 const LadderConfig kConfigs[] = {
     LADDER_04(64, 64, 8, 8),
@@ -124,6 +124,18 @@ const LadderConfig kConfigs[] = {
     LADDER_10(256, 128, 16, 64, 64, 8, 16, 3),
     LADDER_10(128, 128, 16, 64, 64, 16, 8, 3),
     LADDER_10(128, 128, 32, 64, 64, 16, 8, 3),
+    // Run 6 (issue 20): around the H100's winner 128x256x16-s3: its k-depth (8, 32) and stages (4),
+    // 8x16 per thread, and the conflict-free A copies ("-cf") at 128x256, 256x128 and 128x128.
+    LADDER_10(128, 256, 8, 64, 64, 16, 8, 4),
+    LADDER_10(128, 256, 16, 64, 64, 16, 8, 4),
+    LADDER_10(128, 256, 32, 64, 64, 16, 8, 3),
+    LADDER_10(128, 256, 16, 64, 64, 8, 16, 3),
+    LADDER_10(256, 128, 8, 64, 64, 16, 8, 3),
+    LADDER_10CF(128, 256, 16, 64, 64, 16, 8, 3),
+    LADDER_10CF(128, 256, 16, 64, 64, 16, 8, 4),
+    LADDER_10CF(128, 256, 32, 64, 64, 16, 8, 3),
+    LADDER_10CF(256, 128, 16, 64, 64, 16, 8, 3),
+    LADDER_10CF(128, 128, 16, 64, 64, 16, 8, 3),
     LADDER_11(256, 128, 16, 64, 64, 16, 8, 3),
     LADDER_11(128, 128, 16, 64, 64, 16, 8, 3),
     // Needs 4·(64·132 + 64·128)·4 = 266240 bytes of shared memory, more than any current GPU gives a

@@ -11,6 +11,8 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "check.cuh"
 #include "tc_ptx.cuh"
@@ -682,6 +684,18 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, ladder_min_blocks(
 // tile), its B fragment TN/4 chunks 4·LN columns apart: a warp's LDS.128 reads LM (or LN)
 // consecutive 16-byte chunks, broadcast to the other lanes, with no bank conflict.
 // MINB: 1 block of 256 threads (2 of 128) per SM, which lets ptxas use up to 255 registers.
+// CF (issue 20, run 6; configurations named "...-cf"): two changes, neither to the layout the
+// fragments read or to the arithmetic.
+// - Conflict-free A copies. The transposing 4-byte cp.async writes As[a_c][a_r]; with rows of
+//   BM + 4 floats (BM % 32 == 0) element (c, r) sits in bank (4c + r) % 32. CF = false gives a
+//   warp's lanes BK consecutive k of 32/BK rows: conflict-free at BK = 8, but 2-way at BK = 16 (k and
+//   k + 8 share a bank) and 4-way at BK = 32, and those writes share the shared-memory pipe with the
+//   fragment reads that bound the k-loop. CF = true gives a warp 8 consecutive k of 4 consecutive
+//   rows (banks 4c + r: all 32 distinct) at any BK % 8 == 0; the warps take the tile's k-groups and
+//   row-groups in turn. Each row's 8 floats are one 32-byte sector, as before.
+// - The k-steps of a tile unrolled by a fold (ladder_static_for) instead of #pragma unroll, which
+//   nvcc honours only 8 steps at a time at BK = 32 (the SASS keeps an inner loop and its branch).
+//   At BK <= 16 both give straight-line code.
 // ---------------------------------------------------------------------------------------------
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES>
 struct Sgemm10Shape {
@@ -692,12 +706,22 @@ struct Sgemm10Shape {
     static constexpr int MINB = T >= 256 ? 1 : 256 / T;
 };
 
+// f(std::integral_constant<int, I>{}) for I = 0, 1, ...: a loop unrolled by construction.
+template <class F, int... I>
+__device__ __forceinline__ void ladder_static_for(F &&f, std::integer_sequence<int, I...>) {
+    (f(std::integral_constant<int, I>{}), ...);
+}
+// The value of a loop index that is an int or such a std::integral_constant.
+__device__ __forceinline__ int ladder_index(int i) { return i; }
+template <int I>
+__device__ __forceinline__ int ladder_index(std::integral_constant<int, I>) { return I; }
+
 // Component c (0-3) of a float4, for unrolled loops (c is a compile-time constant there).
 __device__ __forceinline__ float ladder_f4(const float4 &v, int c) {
     return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;
 }
 
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, bool SPLIT, bool VEC>
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, bool SPLIT, bool VEC, bool CF = false>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, STAGES>::MINB)
     sgemm_10_regtile(const LadderArgs p) {
     using S = Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
@@ -742,7 +766,11 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
     constexpr int A_ROWS = T / BK;
     constexpr int B_ROWS = VEC ? T / (BN / 4) : T / BN;
     constexpr int B_N = VEC ? (BK * BN / 4) / T : (BK * BN) / T;
-    const int a_r = tid / BK, a_c = tid % BK;
+    static_assert(!CF || (BK % 8 == 0 && (T / 32) % (BK / 8) == 0 && BM % 32 == 0),
+                  "CF: a warp copies 4 rows x 8 k; the warps cover the tile's k-groups evenly");
+    // Row and column (k) of this thread's first A copy; CF: see the header comment.
+    const int a_r = CF ? (warp / (BK / 8)) * 4 + lane / 8 : tid / BK;
+    const int a_c = CF ? (warp % (BK / 8)) * 8 + lane % 8 : tid % BK;
     const int b_r = VEC ? tid / (BN / 4) : tid / BN, b_c = VEC ? (tid % (BN / 4)) * 4 : tid % BN;
     const bool b_col_ok = col0 + b_c < n;
     unsigned a_rows_ok = 0;  // bit it: row a_r + it·A_ROWS of this block exists
@@ -817,8 +845,9 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
         ladder_cp_async_commit();
         s_load = s_load + 1 == STAGES ? 0 : s_load + 1;
         const int s_next = s_use + 1 == STAGES ? 0 : s_use + 1;
-#pragma unroll
-        for (int kk = 0; kk < BK; ++kk) {
+        // Step kk of the tile (kk: an int, or a std::integral_constant where CF unrolls by a fold).
+        auto kstep = [&](auto kk_c) {
+            const int kk = ladder_index(kk_c);
             const int cur = kk % 2, nxt = (kk + 1) % 2;
             if (kk + 1 < BK) {
                 load_frags(nxt, s_use, kk + 1);
@@ -838,6 +867,12 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
                     acc[i][j] = fmaf(a, ladder_f4(fb[cur][j / 4], j % 4), acc[i][j]);
                 }
             }
+        };
+        if constexpr (CF) {
+            ladder_static_for(kstep, std::make_integer_sequence<int, BK>{});
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < BK; ++kk) kstep(kk);
         }
         s_use = s_next;
     }
