@@ -63,6 +63,24 @@ def cached(prog: str, device: str) -> tuple[dict | None, str]:
     return data, f"tuned on this device ({path})"
 
 
+def cached_winner(prog: str, device: str | None, valid) -> tuple[str | None, str]:
+    """(winner, why) for a program whose search has one winner (matmul's 09_tuned, gemm_tc's
+    06_wgmma_tuned): the cached "winner" when `invoke tune <prog>` ran on this exact device and names
+    one of `valid()` (the configurations this build has; asked only when there is a cache to check),
+    else (None, why the compiled default runs)."""
+    if device is None:
+        from . import cudart
+
+        device = cudart.device_name(0)
+    data, why = cached(prog, device)
+    if data is None:
+        return None, why
+    winner = data.get("winner")
+    if winner not in valid():
+        return None, f"{cache_path(prog, device)} names {winner!r}, which this build does not have"
+    return winner, why
+
+
 def save(prog: str, device: str, result: dict, table) -> Path:
     """Write the search's `result` (the winner(s)) with the device, toolchain, date and whole table."""
     from . import bench

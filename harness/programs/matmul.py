@@ -292,17 +292,7 @@ def tuned_choice(device: str | None = None) -> tuple[str | None, str]:
     this exact device and names a configuration this build has, else (None, why the default is used)."""
     from .. import tune as htune
 
-    if device is None:
-        from .. import cudart
-
-        device = cudart.device_name(0)
-    data, why = htune.cached("matmul", device)
-    if data is None:
-        return None, why
-    winner = data.get("winner")
-    if winner not in configs():
-        return None, f"{htune.cache_path('matmul', device)} names {winner!r}, which this build does not have"
-    return winner, why
+    return htune.cached_winner("matmul", device, configs)
 
 
 _applied: dict = {}
