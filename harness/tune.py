@@ -93,3 +93,33 @@ def save(prog: str, device: str, result: dict, table) -> Path:
                "table": json.loads(table.to_json(orient="records"))}
     path.write_text(json.dumps(payload, indent=1) + "\n")
     return path
+
+
+def run_with_tuned(prog: str, args: list[str], variant: str | None, tuned_variant: str, tuned_choice,
+                   default_note: str) -> int:
+    """The `invoke run <prog>` hook of a program with a tuned rung (matmul's 09_tuned, gemm_tc's
+    06_wgmma_tuned): build/bin/<prog> with the cached winner passed as --config when the run includes
+    the tuned rung (the executable cannot read the JSON cache itself); without one, a line on stderr
+    says which configuration runs and why. Returns the exit status."""
+    import sys
+
+    from . import runner
+
+    argv = list(args)
+    if variant is not None:
+        argv = ["--variant", variant] + argv
+    chosen = argv[argv.index("--variant") + 1] if "--variant" in argv[:-1] else None
+    if "--config" not in argv and chosen in (tuned_variant, "all"):
+        try:
+            winner, why = tuned_choice()
+        except Exception as e:  # no GPU, library missing: the executable will say so itself
+            winner, why = None, str(e)
+        if winner is not None:
+            argv = ["--config", winner] + argv
+        else:
+            print(f"{tuned_variant}: {default_note} ({why})", file=sys.stderr)
+    res = runner.run(prog, *argv, check=False, timeout=600)
+    sys.stdout.write(res.stdout)
+    sys.stderr.write(res.stderr)
+    return res.returncode
+

@@ -120,12 +120,13 @@ def test_library_variant_table_and_rules():
     if not ok:
         pytest.skip(why)
     assert gt.variants() == ["01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster",
-                             "06_wgmma_tuned", "cublas_bf16", "cublas_tf32"]
+                             "06_wgmma_tuned", "07_wgmma_pingpong", "cublas_bf16", "cublas_tf32"]
     assert gt.requirement("02_mma_sync", 7, 9, 13) is None
     # k not a multiple of 8 takes 03/04's padded-copy path instead of a refusal (issue 20).
     assert gt.requirement("03_wgmma", 128, 128, 100) is None
     assert gt.requirement("04_wgmma_persistent", 128, 128, 4095) is None
     assert gt.requirement("03_wgmma", 100, 37, 64) is None
+    assert gt.requirement("07_wgmma_pingpong", 1, 4097, 33) is None
     # 01's row blocks sit on the grid's y axis (65535 of 32 rows); 02 numbers its tiles on x.
     assert gt.requirement("01_wmma", 65535 * 32, 8, 16) is None
     assert "at most 2097120" in gt.requirement("01_wmma", 65535 * 32 + 1, 8, 16)
@@ -197,7 +198,8 @@ def test_matmul_takes_k_by_n(rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["02_mma_sync", "03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster"])
+@pytest.mark.parametrize("variant", ["02_mma_sync", "03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster",
+                                     "07_wgmma_pingpong"])
 def test_checker_rejects_kernel_that_drops_last_k_tile(variant, rng):
     skip_unless_runnable(variant)
     a, b = bf16(rng, 256, 256), bf16(rng, 256, 256)
@@ -210,7 +212,7 @@ def test_checker_rejects_kernel_that_drops_last_k_tile(variant, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster"])
+@pytest.mark.parametrize("variant", ["03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster", "07_wgmma_pingpong"])
 @pytest.mark.parametrize("mnk", [(128, 128, 100), (300, 4097, 1001), (33, 65, 7)], ids=lambda t: "x".join(map(str, t)))
 def test_wgmma_takes_ragged_k_through_a_padded_copy(variant, mnk, rng):
     """k % 8 != 0: A and B are copied into zero-padded buffers (TMA needs 16-byte row strides). The
@@ -220,6 +222,36 @@ def test_wgmma_takes_ragged_k_through_a_padded_copy(variant, mnk, rng):
     a, b = bf16(rng, m, k), bf16(rng, n, k)
     ok, e = gt.check(gt.gemm(a, b, variant), gt.reference(a, b), k)
     assert ok, f"{variant} {mnk}: relative error {e:.3e}"
+
+
+# 07's tile counts (128 x 128 tiles; one block per SM, at most one per tile; an H100 or H200 has 132
+# SMs, an H100 PCIe 114): the two consumers take the block's tiles alternately and hand the tensor
+# cores over through named barriers, whose arrivals must balance however many tiles a block holds.
+PINGPONG_SHAPES = [
+    (1, 1, 1),           # 1 tile, 1 block: consumer 1 has no tile (its opening arrival only)
+    (300, 260, 200),     # 3 x 3 = 9 tiles, fewer than the SMs: one per block; k ends in a partial step
+    (1000, 2100, 1000),  # 8 x 17 = 136: a few blocks hold two (both consumers), the ring wraps mid-tile
+    (2049, 2049, 136),   # 17 x 17 = 289, more than twice the SMs: blocks of 3 tiles (consumer 0 has one more) and 2
+    (4097, 1000, 33),    # 33 x 8 = 264: k through the padded copy, one K step per tile
+    (7, 4097, 4097),     # 1 x 33 = 33 tiles, 65 K steps each (the padded copy, k = 4097)
+    (1000, 4097, 72),    # 8 x 33 = 264 = 2 x 132: every H100 block two tiles, both rasters' groups ragged
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mnk", PINGPONG_SHAPES, ids=lambda t: "x".join(map(str, t)))
+def test_pingpong_tile_counts(mnk):
+    skip_unless_runnable("07_wgmma_pingpong")
+    m, n, k = mnk
+    rng = np.random.default_rng(m * 7 + n * 13 + k)
+    a, b = bf16(rng, m, k), bf16(rng, n, k)
+    ref = gt.reference(a, b)
+    ok, e = gt.check(gt.gemm(a, b, "07_wgmma_pingpong"), ref, k)
+    assert ok, f"07_wgmma_pingpong {m}x{n}x{k}: relative error {e:.3e}"
+    # Every ring depth and raster: the raster moves which block holds which tiles, not how many.
+    for config in (c for c in gt.configs() if c.startswith("07_wgmma_pingpong-")):
+        ok, e = gt.check(gt.gemm(a, b, config=config), ref, k)
+        assert ok, f"{config} {m}x{n}x{k}: relative error {e:.3e}"
 
 
 @pytest.mark.gpu
@@ -265,7 +297,8 @@ def test_errors_are_typed():
 def test_bench_cases_and_ceilings(monkeypatch):
     # As on an H100 with cuBLAS: every rung against cuBLAS BF16 of the same size, targets at 4096^3 only.
     monkeypatch.setattr(gt, "variants", lambda: ["01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent",
-                                                 "05_wgmma_cluster", "06_wgmma_tuned", "cublas_bf16", "cublas_tf32"])
+                                                 "05_wgmma_cluster", "06_wgmma_tuned", "07_wgmma_pingpong",
+                                                 "cublas_bf16", "cublas_tf32"])
     monkeypatch.setattr(gt, "unsupported_reason", lambda v: None)
     monkeypatch.setattr(gt, "requirement", lambda v, m, n, k: None)
     monkeypatch.setattr(gt, "have_cublas", lambda: True)
@@ -277,9 +310,10 @@ def test_bench_cases_and_ceilings(monkeypatch):
     assert vs_cublas[("03_wgmma", "8192^3")].target is None
     assert vs_cublas[("04_wgmma_persistent", "4096^3")].target == 1.05  # issue 20
     assert vs_cublas[("06_wgmma_tuned", "4096^3")].target == 1.05
+    assert vs_cublas[("07_wgmma_pingpong", "4096^3")].target == 1.05
     assert all(c.ceiling == f"cublas_bf16_{c.size[:-2]}" for c in vs_cublas.values())
     peak = [c for c in cases if c.ceiling == "bf16_peak"]
-    assert len(peak) == 8 * len(gt.BENCH_SIZES)
+    assert len(peak) == 9 * len(gt.BENCH_SIZES)
     assert {c.ceiling for c in cases} <= set(gt.ceilings())
     assert all(c.flops == 2.0 * int(c.size[:-2]) ** 3 for c in cases)
     assert {c.size for c in gt.bench_cases(quick=True)} == {"2048^3"}
@@ -295,16 +329,24 @@ def _need_lib():
         pytest.skip(why)
 
 
+# The ring depths each kernel is compiled for: 03's body 48 KiB stages, 07's 32 KiB ones.
+STAGES = {"per_tile": (3, 4), "persistent": (3, 4), "cluster2": (3, 4), "pingpong": (4, 6)}
+
+
 def test_config_table_names_parse_and_cover_the_search():
     _need_lib()
     cs = gt.configs()
-    assert len(cs) == len(set(cs)) == 36
+    assert len(cs) == len(set(cs)) == 48
     parts = [gt.config_parts(c) for c in cs]
     assert {p["rung"] for p in parts} == set(gt.TUNE_KINDS)
-    assert {(p["bm"], p["bn"], p["bk"]) for p in parts} == {(128, 256, 64)}
+    assert {(p["schedule"], p["bm"], p["bn"], p["bk"]) for p in parts} == {
+        ("per_tile", 128, 256, 64), ("persistent", 128, 256, 64), ("cluster2", 128, 256, 64),
+        ("pingpong", 128, 128, 64)}
     # Every (schedule, stages, order, group) once: the search is the full product.
     assert {(p["schedule"], p["stages"], p["order"], p["group"]) for p in parts} == {
-        (s, st, o, g) for s in ("per_tile", "persistent", "cluster2") for st in (3, 4) for o in "mn" for g in (4, 8, 16)}
+        (s, st, o, g) for s in STAGES for st in STAGES[s] for o in "mn" for g in (4, 8, 16)}
+    # The 36 configurations of 03-05 kept their indices (caches and tests name some by index).
+    assert all(gt.config_parts(c)["schedule"] != "pingpong" for c in cs[:36])
     assert all(gt.config_index(c) == i for i, c in enumerate(cs))
     assert all(gt._lib().gemm_tc_config_index(c.encode()) == i for i, c in enumerate(cs))
     assert gt._lib().gemm_tc_config_index(b"04_wgmma_persistent-128x256x64-s5-gm8") == -1
@@ -315,11 +357,13 @@ def test_config_table_names_parse_and_cover_the_search():
 
 
 def test_rungs_run_their_defaults():
-    """03, 04 and 05 keep what they ran before issue 20's tuner: 4 stages, groups of 8 tiles down M."""
+    """03, 04 and 05 keep what they ran before issue 20's tuner: 4 stages, groups of 8 tiles down M;
+    07 runs its 6-stage ring in the same raster."""
     _need_lib()
     lib = gt._lib()
     for v in ("03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster"):
         assert gt.configs()[lib.gemm_tc_variant_config(v.encode())] == f"{v}-128x256x64-s4-gm8"
+    assert gt.configs()[lib.gemm_tc_variant_config(b"07_wgmma_pingpong")] == "07_wgmma_pingpong-128x128x64-s6-gm8"
     for v in ("01_wmma", "02_mma_sync", "cublas_bf16", "nope"):
         assert lib.gemm_tc_variant_config(v.encode()) == -1
 
@@ -336,7 +380,8 @@ def test_tuned_rung_default_and_set_in_a_fresh_process():
             "print(gt.configs()[lib.gemm_tc_tuned_config()]); "
             "lib.gemm_tc_set_tuned(7); print(gt.configs()[lib.gemm_tc_variant_config(b'06_wgmma_tuned')]); "
             "import harness.errors as e\n"
-            "try:\n    lib.gemm_tc_set_tuned(36)\nexcept e.CudaError as x:\n    print('refused', x.code)")
+            "try:\n    lib.gemm_tc_set_tuned(lib.gemm_tc_config_count())\nexcept e.CudaError as x:\n"
+            "    print('refused', x.code)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=build.ROOT)
     if r.returncode != 0 and "LibraryNotBuilt" in r.stderr:
         pytest.skip("libgemm_tc.so not built")
@@ -494,8 +539,10 @@ def test_sanitize_args_cover_every_kernel_instantiation():
     runs = gt.sanitize_args()
     cfgs = [argv[argv.index("--config") + 1] for argv in runs.values() if "--config" in argv]
     got = {(p["rung"], p["stages"], p["order"]) for p in map(gt.config_parts, cfgs)}
-    assert got == {(r, s, o) for r in gt.TUNE_KINDS for s in (3, 4) for o in "mn"}
+    assert got == {(r, s, o) for r in gt.TUNE_KINDS for s in STAGES[gt.SCHEDULES[r]] for o in "mn"}
     assert "06_wgmma_tuned" in runs
+    # 07 beside its configurations: a ragged k, and blocks whose two consumers both hold tiles.
+    assert {"07_wgmma_pingpong-k_unaligned", "07_wgmma_pingpong-both_consumers"} <= set(runs)
 
 
 def test_executable_refuses_a_bad_config():

@@ -11,11 +11,16 @@
 //                pipeline, one producer warpgroup and two consumer warpgroups issuing wgmma.
 //   04_wgmma_persistent, 05_wgmma_cluster, 06_wgmma_tuned: 03's body under another schedule; each of
 //                03-06 runs one entry of kWgmmaConfigs (schedule, stages, raster; 06: the tuned one).
+//   07_wgmma_pingpong  sm_90a, issue 20: CUTLASS's "ping-pong" schedule. Persistent, one block per SM;
+//                each consumer warpgroup owns whole 128x128 tiles, the two take alternate tiles and
+//                take turns on the tensor cores (named barriers), so one's epilogue runs under the
+//                other's mainloop.
 //
 // Ragged shapes: 01 takes any M, N, K. 02 takes any M, N, K (K a multiple of 8 uses 16-byte
-// cp.async; any other K takes a slower element-wise load path with the same layout). 03 takes any
-// M, N with K a multiple of 8 (TMA needs 16-byte global row strides; its out-of-bounds boxes read as
-// zeros); `requirement()` names the rule before any launch.
+// cp.async; any other K takes a slower element-wise load path with the same layout). 03-07 take any
+// M, N (TMA's out-of-bounds boxes read as zeros, stores are masked) and any K: TMA needs 16-byte
+// global row strides, so a K that is not a multiple of 8 runs on zero-padded copies
+// (launch_03_padded). `requirement()` names any rule before a launch.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -37,18 +42,21 @@ enum Variant {
     V04_WGMMA_PERSISTENT = 3,
     V05_WGMMA_CLUSTER = 4,
     V06_WGMMA_TUNED = 5,
-    VCUBLAS_BF16 = 6,
-    VCUBLAS_TF32 = 7,
-    VCOUNT = 8
+    V07_WGMMA_PINGPONG = 6,
+    VCUBLAS_BF16 = 7,
+    VCUBLAS_TF32 = 8,
+    VCOUNT = 9
 };
 // THE variant table: gemm_tc_variant_name(i) and the executable read it; order = the learner's order.
 static const char *const kVariantNames[VCOUNT] = {"01_wmma",          "02_mma_sync",    "03_wgmma",
                                                   "04_wgmma_persistent", "05_wgmma_cluster", "06_wgmma_tuned",
-                                                  "cublas_bf16",      "cublas_tf32"};
+                                                  "07_wgmma_pingpong", "cublas_bf16",   "cublas_tf32"};
 
-// The rungs that run 03's sm_90a kernel body (03, 04, 05, and 06 with whichever configuration it runs).
+// The sm_90a rungs (TMA + mbarrier + wgmma): 03's kernel body under 03, 04, 05 (and 06 with whichever
+// configuration it runs), and 07's ping-pong kernel. All of them run one entry of kWgmmaConfigs.
 static inline bool is_wgmma(int v) {
-    return v == V03_WGMMA || v == V04_WGMMA_PERSISTENT || v == V05_WGMMA_CLUSTER || v == V06_WGMMA_TUNED;
+    return v == V03_WGMMA || v == V04_WGMMA_PERSISTENT || v == V05_WGMMA_CLUSTER || v == V06_WGMMA_TUNED ||
+           v == V07_WGMMA_PINGPONG;
 }
 
 static inline int variant_index(const char *name) {
@@ -301,6 +309,28 @@ struct Raster {
 };
 constexpr Raster kDefaultRaster = {8, 0};
 
+// The walk itself (corner() in 03-05, and 07's tile order): units_m rows of units (a unit is
+// `cluster` vertically adjacent tiles; 1 under 03, 04 and 07) by tiles_n columns. harness/programs/
+// gemm_tc.py's raster_twin is its Python twin, tested to cover every tile once.
+struct RasterWalk {
+    bool n_major;
+    int per, along, per_group;  // units to a group, units along the grouped axis, units to a whole group
+    __device__ __forceinline__ RasterWalk(Raster r, int units_m, int tiles_n, int cluster)
+        : n_major(r.n_major != 0) {
+        per = n_major ? r.group : max(1, r.group / cluster);
+        along = n_major ? tiles_n : units_m;
+        per_group = per * (n_major ? units_m : tiles_n);
+    }
+    // Unit number `unit` of the walk: its unit row um and tile column tn.
+    __device__ __forceinline__ void at(int unit, int &um, int &tn) const {
+        const int group = unit / per_group, first = group * per;
+        const int width = min(along - first, per), in_group = unit % per_group;  // the last group may be narrower
+        const int a = first + in_group % width, b = in_group / width;
+        um = n_major ? b : a;
+        tn = n_major ? a : b;
+    }
+};
+
 // kCluster = 2 (05_wgmma_cluster): the two CTAs of a cluster take vertically adjacent tiles, which
 // need the same 256 x 64 B tile each stage. Each CTA's producer loads its own A and one 128-row half
 // of B, multicast into both CTAs, so each B byte leaves L2 once per cluster instead of twice (a stage
@@ -345,16 +375,10 @@ __global__ void __launch_bounds__(H_THREADS, 1)
     // order of `raster`; this CTA computes the tile at rank `rank` of its cluster's unit.
     const int tiles_m = (int)cdiv(M, H_BM), tiles_n = (int)cdiv(N, H_BN);
     const int units_m = (int)cdiv(tiles_m, kCluster), units = units_m * tiles_n;
-    // The grouped axis (`along`, `per` units to a group) and the other one (`across`).
-    const bool n_major = raster.n_major != 0;
-    const int per = n_major ? raster.group : max(1, raster.group / kCluster);
-    const int along = n_major ? tiles_n : units_m, across = n_major ? units_m : tiles_n;
-    const int per_group = per * across;
+    const RasterWalk walk(raster, units_m, tiles_n, kCluster);
     auto corner = [&](int unit, int &m0, int &n0) {
-        const int group = unit / per_group, first = group * per;
-        const int width = min(along - first, per), in_group = unit % per_group;  // the last group may be narrower
-        const int a = first + in_group % width, b = in_group / width;
-        const int um = n_major ? b : a, tn = n_major ? a : b;
+        int um, tn;
+        walk.at(unit, um, tn);
         m0 = (um * kCluster + rank) * H_BM;  // past M for a ragged last unit: TMA fills 0
         n0 = tn * H_BN;
     };
@@ -478,34 +502,244 @@ static inline cudaError_t cached_map(MapCache &c, const uint16_t *ptr, int rows,
     return cudaSuccess;
 }
 
-// How 03's kernel body is launched: 03 one block per tile; 04 (persistent) one block per SM, at most
-// one per tile; 05 persistent clusters of two CTAs sharing B by multicast, as many as fit at once.
-enum class Schedule { PerTile, Persistent, Cluster2 };
+// How the wgmma kernels are launched: 03 one block per tile; 04 (persistent) one block per SM, at
+// most one per tile; 05 persistent clusters of two CTAs sharing B by multicast, as many as fit at
+// once; 07 (PingPong) k07_wgmma_pingpong, persistent, one block per SM.
+enum class Schedule { PerTile, Persistent, Cluster2, PingPong };
+
+// ================================================================================================
+// 07_wgmma_pingpong (sm_90a only; issue 20)
+// ================================================================================================
+// 04 leaves the tensor cores idle while its two consumer warpgroups store their 128 x 256 FP32 tile
+// (and the NOTES put most of its 5% gap to cuBLAS at 4096^3 there). Ping-pong, CUTLASS's other
+// Hopper schedule: each consumer warpgroup owns WHOLE tiles, the two take alternate tiles of the
+// block's persistent walk (consumer 0 the block's tiles 0, 2, 4, ..., consumer 1 tiles 1, 3, ...),
+// and they take turns on the tensor cores: consumer A issues its whole mainloop, hands the turn to
+// B, and stores its tile while B's mainloop runs. Only the block's last epilogue is exposed.
+//
+// The tile: a warpgroup's accumulator must stay at 128 FP32 per thread (16384 per warpgroup, 04's
+// budget under setmaxnreg 232), which allows 64 x 256 (one m64n256k16 per k16) or 128 x 128 (two
+// m64n128k16, rows 0-63 and 64-127, sharing B). We take 128 x 128:
+//   - L2 -> shared bytes per 2.1 MFLOP (a 64-deep k step of 128 x 128 or 64 x 256 outputs):
+//     128 x 128 loads (128 + 128) rows x 128 B = 32 KiB, 64 x 256 loads (64 + 256) x 128 B = 40 KiB.
+//     Either is more than 04's 128 x 256 block (24 KiB per 2.1 MFLOP): at 4096^3, 2.1 GB from L2
+//     (+33%) against 2.7 GB (+67%). That traffic is ping-pong's price; the smaller one wins.
+//   - shared -> tensor core bytes per k16: 2 x (A 64x16 + B 128x16) = 12 KiB per 128 clocks of
+//     tensor work (96 B/clk) against m64n256k16's 10 KiB (80 B/clk): both under the SM's 128 B/clk.
+//   - a stage is 32 KiB instead of 40: 6 stages fit (192 KiB of 227), against 5.
+// Synchronisation: the ring is shared and filled in the block's tile order (tile j's K steps are
+// stage uses j*KT .. j*KT + KT-1, whoever consumes them), so each `empty` barrier counts ONE
+// consumer's release. The turn is two named barriers: consumer c waits on barrier kTurnBar + c before
+// its mainloop and arrives on the other's once its last wgmma is issued (not finished: the other's
+// wgmmas queue behind it). Consumer 1 opens consumer 0's barrier once at the start, and the
+// arrival after the block's last tile is skipped, so with n tiles (consumer 0: ceil(n/2), consumer
+// 1: floor(n/2)) each barrier completes exactly as often as it is waited on:
+//   barrier of 0: waited ceil(n/2) times; arrivals 1 + floor(n/2), minus 1 when n is even.
+//   barrier of 1: waited floor(n/2) times; arrivals ceil(n/2), minus 1 when n is odd.
+constexpr int P_BM = 128, P_BN = 128, P_BK = 64, P_THREADS = 384;
+constexpr int P_STAGES = 6;  // the rung's default ring depth (4 is the other tuning choice)
+constexpr int P_TILE_A = P_BM * P_BK * 2, P_TILE_B = P_BN * P_BK * 2, P_STAGE = P_TILE_A + P_TILE_B;
+__host__ __device__ constexpr int p_smem(int stages) { return stages * P_STAGE + 1024 /* alignment slack */ + 2 * stages * 8 /* barriers */; }
+static_assert(p_smem(7) <= 227 * 1024 && p_smem(8) > 227 * 1024, "7 stages is the deepest ring that fits");
+constexpr uint32_t kTurnBar = 1;  // named barriers 1 (consumer 0's turn) and 2 (consumer 1's); 0 is __syncthreads
+
+template <int kStages>
+__global__ void __launch_bounds__(P_THREADS, 1)
+    k07_wgmma_pingpong(int M, int N, int K, const __grid_constant__ CUtensorMap tmA,
+                       const __grid_constant__ CUtensorMap tmB, float *__restrict__ C, Raster raster,
+                       int drop_last_k_tiles) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(kStages >= 2 && p_smem(kStages) <= 227 * 1024, "the ring must fit the SM's shared memory");
+    extern __shared__ unsigned char smem_raw[];
+    // 128B-swizzled TMA destinations must be 1024-byte aligned (the swizzle is on address bits 4-9).
+    const uint32_t base = (tc::smem_u32(smem_raw) + 1023u) & ~1023u;
+    const uint32_t bars = base + kStages * P_STAGE;  // full[0..S), then empty[0..S)
+    auto full = [&](int s) { return bars + 8u * s; };
+    auto empty = [&](int s) { return bars + 8u * (kStages + s); };
+    auto tileA = [&](int s) { return base + (uint32_t)(s * P_STAGE); };
+    auto tileB = [&](int s) { return base + (uint32_t)(s * P_STAGE + P_TILE_A); };
+
+    const int wg = threadIdx.x / 128, tid_in_wg = threadIdx.x % 128;
+    if (threadIdx.x == 0) {
+        tc::tma_prefetch_map(&tmA);
+        tc::tma_prefetch_map(&tmB);
+        for (int s = 0; s < kStages; ++s) {
+            tc::mbar_init(full(s), 1);   // the producer's arrive.expect_tx (+ the stage's bytes)
+            tc::mbar_init(empty(s), 1);  // the one consumer warpgroup whose tile the stage holds
+        }
+        tc::mbar_fence_init();
+    }
+    __syncthreads();  // barriers initialised before anyone uses them
+
+    // The block's tiles: blockIdx.x, blockIdx.x + gridDim.x, ... of the raster walk (03-05's order,
+    // one tile to a unit); `n_tiles` of them (the launch gives every block at least one).
+    const int tiles_m = (int)cdiv(M, P_BM), tiles_n = (int)cdiv(N, P_BN), tiles = tiles_m * tiles_n;
+    const RasterWalk walk(raster, tiles_m, tiles_n, 1);
+    auto corner = [&](int j, int &m0, int &n0) {  // the block's j-th tile
+        int tm, tn;
+        walk.at((int)blockIdx.x + j * (int)gridDim.x, tm, tn);
+        m0 = tm * P_BM;
+        n0 = tn * P_BN;
+    };
+    const int n_tiles = (int)blockIdx.x < tiles ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    const int KT = (int)cdiv(K, P_BK) - drop_last_k_tiles;
+    if (KT <= 0 || n_tiles == 0) return;  // the whole block, before any named barrier
+
+    if (wg == 0) {
+        tc::setmaxnreg_dec<40>();
+        if (tid_in_wg == 0) {
+            int s = 0;
+            uint32_t phase = 0;  // parity of the ring's current lap
+            bool lapped = false;  // past the first lap: a stage must be released before its refill
+            for (int j = 0; j < n_tiles; ++j) {
+                int m0, n0;
+                corner(j, m0, n0);
+                for (int kt = 0; kt < KT; ++kt) {
+                    // Stage s was filled one lap ago: wait until its consumer released it.
+                    if (lapped) tc::mbar_wait(empty(s), phase ^ 1);
+                    tc::mbar_arrive_expect_tx(full(s), P_STAGE);
+                    tc::tma_load_2d(tileA(s), &tmA, kt * P_BK, m0, full(s));  // past M or K: zeros
+                    tc::tma_load_2d(tileB(s), &tmB, kt * P_BK, n0, full(s));
+                    if (++s == kStages) s = 0, phase ^= 1, lapped = true;
+                }
+            }
+        }
+    } else {
+        tc::setmaxnreg_inc<232>();
+        const int c = wg - 1;
+        const int w = tid_in_wg / 32, lane = tid_in_wg % 32, g = lane / 4, t = lane % 4;
+        const bool pairs = (N % 2) == 0;  // float2 stores need 8-byte aligned rows
+        auto release = [&](int s) {  // one arrival on the stage's `empty`, once its wgmmas have read it
+            if (tid_in_wg == 0) tc::mbar_arrive(empty(s));
+        };
+        if (c == 1) tc::named_bar_arrive(kTurnBar, 256);  // consumer 0 (tile 0) goes first
+        float acc[2][64];  // rows 0-63 and 64-127 of the tile, each a m64n128 accumulator
+        for (int j = c; j < n_tiles; j += 2) {
+            int m0, n0;
+            corner(j, m0, n0);
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int i = 0; i < 64; ++i) acc[h][i] = 0.0f;
+            const int it = j * KT;  // the ring's use number of this tile's first K step
+            int s = it % kStages;
+            uint32_t phase = (uint32_t)(it / kStages) & 1u;
+            int prev = s;
+
+            tc::named_bar_sync(kTurnBar + c, 256);  // this warpgroup's turn on the tensor cores
+            for (int kt = 0; kt < KT; ++kt) {
+                tc::mbar_wait(full(s), phase);  // the stage's bytes have landed (waited before the fence)
+                const uint64_t da0 = tc::wgmma_desc_sw128(tileA(s)), da1 = tc::wgmma_desc_sw128(tileA(s) + 64 * 128);
+                const uint64_t db = tc::wgmma_desc_sw128(tileB(s));
+                tc::wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < P_BK / 16; ++kk) {
+                    tc::wgmma_ss<P_BN>(acc[0], da0 + 2 * kk, db + 2 * kk, 1);
+                    tc::wgmma_ss<P_BN>(acc[1], da1 + 2 * kk, db + 2 * kk, 1);
+                }
+                tc::wgmma_commit();
+                // Keep one group in flight: once the previous stage's wgmmas are done, hand it back.
+                tc::wgmma_wait<1>();
+                if (kt > 0) release(prev);
+                prev = s;
+                if (++s == kStages) s = 0, phase ^= 1u;
+            }
+            // Every wgmma of this tile is issued: the other consumer may queue its mainloop behind
+            // them (none left after the block's last tile: that arrival would never be waited on).
+            if (j + 1 < n_tiles) tc::named_bar_arrive(kTurnBar + (1 - c), 256);
+            tc::wgmma_wait<0>();
+            tc::reg_fence(acc[0]);
+            tc::reg_fence(acc[1]);
+            release(prev);  // the producer may refill it while this warpgroup stores
+
+            // Epilogue, under the other consumer's mainloop: warp w holds rows 16w + g (+8) of each
+            // 64-row half h; n8 block jn holds cols 8jn + 2t (+1).
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int jn = 0; jn < P_BN / 8; ++jn)
+#pragma unroll
+                    for (int hr = 0; hr < 2; ++hr) {
+                        const int r = m0 + 64 * h + 16 * w + g + 8 * hr, col = n0 + 8 * jn + 2 * t;
+                        if (r >= M || col >= N) continue;
+                        float *dst = C + (size_t)r * N + col;
+                        const float v0 = acc[h][4 * jn + 2 * hr], v1 = acc[h][4 * jn + 2 * hr + 1];
+                        if (pairs && col + 1 < N) {
+                            *reinterpret_cast<float2 *>(dst) = make_float2(v0, v1);
+                        } else {
+                            dst[0] = v0;
+                            if (col + 1 < N) dst[1] = v1;
+                        }
+                    }
+        }
+    }
+#else
+    // Built without sm_90a: the host never launches this (wgmma_unsupported_reason says why).
+    (void)M, (void)N, (void)K, (void)tmA, (void)tmB, (void)C, (void)raster, (void)drop_last_k_tiles;
+#endif
+}
+
+// The SM count, asked once: the attribute query costs host time on every launch.
+static inline cudaError_t sm_count(int *out) {
+    static int sms = 0;
+    if (sms == 0) {
+        int dev = 0;
+        cudaError_t e = cudaGetDevice(&dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        if (e != cudaSuccess) return e;
+    }
+    *out = sms;
+    return cudaSuccess;
+}
+
+// One block per SM, at most one per tile (a block with no tile would only wait).
+template <int kStages>
+static inline cudaError_t launch_pingpong(int M, int N, int K, const CUtensorMap &mapA, const CUtensorMap &mapB,
+                                          float *C, cudaStream_t stream, int drop_last_k_tiles, Raster raster) {
+    constexpr int smem = p_smem(kStages);
+    cudaError_t e = cudalab_allow_dynamic_smem(k07_wgmma_pingpong<kStages>, smem);
+    if (e != cudaSuccess) return e;
+    int sms = 0;
+    e = sm_count(&sms);
+    if (e != cudaSuccess) return e;
+    const long long tiles = cdiv(M, P_BM) * cdiv(N, P_BN);
+    const long long blocks = tiles < sms ? tiles : sms;
+    k07_wgmma_pingpong<kStages><<<(unsigned)blocks, P_THREADS, smem, stream>>>(M, N, K, mapA, mapB, C, raster,
+                                                                               drop_last_k_tiles);
+    return cudaGetLastError();
+}
 
 // ================================================================================================
 // The tuning configurations: every (schedule, stages, raster) the tuner times
 // ================================================================================================
-// One named entry per choice, "<rung>-128x256x64-s<stages>-g<m|n><group>": the rung whose schedule
-// it uses, the block tile (fixed: the one wgmma shape tc_ptx.cuh has is m64n256k16), the ring's
-// depth, and the raster (groups of `group` tiles down M or along N). gemm_tc_config_name(i) reads
-// this table; 03, 04 and 05 run their "-s4-gm8" entries, 06_wgmma_tuned the one set by
-// gemm_tc_set_tuned (the Python side passes the cached winner: the C side never reads the cache).
+// One named entry per choice, "<rung>-<tile>-s<stages>-g<m|n><group>": the rung whose schedule it
+// uses, its block tile (fixed per kernel: 128x256x64 for 03's body, 128x128x64 per consumer for 07),
+// the ring's depth, and the raster (groups of `group` tiles down M or along N). gemm_tc_config_name(i)
+// reads this table; 03, 04 and 05 run their "-s4-gm8" entries, 07 its "-s6-gm8" one, 06_wgmma_tuned
+// the one set by gemm_tc_set_tuned (the Python side passes the cached winner: the C side never reads
+// the cache). New entries go at the end: the indices of the old ones stay put.
 struct WgmmaConfig {
     const char *name;
     Schedule how;
     int stages;
     Raster raster;
 };
-#define GEMM_TC_CFG(rung, how, s, o, g) \
-    {rung "-128x256x64-s" #s "-g" #o #g, Schedule::how, s, {g, (#o)[0] == 'n' ? 1 : 0}}
-#define GEMM_TC_CFG_RASTERS(rung, how, s)                                                      \
-    GEMM_TC_CFG(rung, how, s, m, 4), GEMM_TC_CFG(rung, how, s, m, 8), GEMM_TC_CFG(rung, how, s, m, 16), \
-        GEMM_TC_CFG(rung, how, s, n, 4), GEMM_TC_CFG(rung, how, s, n, 8), GEMM_TC_CFG(rung, how, s, n, 16)
+#define GEMM_TC_CFG(rung, tile, how, s, o, g) \
+    {rung "-" tile "-s" #s "-g" #o #g, Schedule::how, s, {g, (#o)[0] == 'n' ? 1 : 0}}
+#define GEMM_TC_CFG_RASTERS_T(rung, tile, how, s)                                                      \
+    GEMM_TC_CFG(rung, tile, how, s, m, 4), GEMM_TC_CFG(rung, tile, how, s, m, 8),                        \
+        GEMM_TC_CFG(rung, tile, how, s, m, 16), GEMM_TC_CFG(rung, tile, how, s, n, 4),                   \
+        GEMM_TC_CFG(rung, tile, how, s, n, 8), GEMM_TC_CFG(rung, tile, how, s, n, 16)
+#define GEMM_TC_CFG_RASTERS(rung, how, s) GEMM_TC_CFG_RASTERS_T(rung, "128x256x64", how, s)
 static const WgmmaConfig kWgmmaConfigs[] = {
     GEMM_TC_CFG_RASTERS("03_wgmma", PerTile, 4),           GEMM_TC_CFG_RASTERS("03_wgmma", PerTile, 3),
     GEMM_TC_CFG_RASTERS("04_wgmma_persistent", Persistent, 4), GEMM_TC_CFG_RASTERS("04_wgmma_persistent", Persistent, 3),
     GEMM_TC_CFG_RASTERS("05_wgmma_cluster", Cluster2, 4),  GEMM_TC_CFG_RASTERS("05_wgmma_cluster", Cluster2, 3),
+    // 07's ring holds 32 KiB stages: 6 (its default) or 4 deep.
+    GEMM_TC_CFG_RASTERS_T("07_wgmma_pingpong", "128x128x64", PingPong, 6),
+    GEMM_TC_CFG_RASTERS_T("07_wgmma_pingpong", "128x128x64", PingPong, 4),
 };
+#undef GEMM_TC_CFG_RASTERS_T
 #undef GEMM_TC_CFG_RASTERS
 #undef GEMM_TC_CFG
 constexpr int kWgmmaConfigCount = (int)(sizeof(kWgmmaConfigs) / sizeof(kWgmmaConfigs[0]));
@@ -521,6 +755,7 @@ static inline int config_index(const char *name) {
 static const char *const kDefault03 = "03_wgmma-128x256x64-s4-gm8";
 static const char *const kDefault04 = "04_wgmma_persistent-128x256x64-s4-gm8";
 static const char *const kDefault05 = "05_wgmma_cluster-128x256x64-s4-gm8";
+static const char *const kDefault07 = "07_wgmma_pingpong-128x128x64-s6-gm8";
 static const char *const kDefaultTuned = kDefault04;  // 04 and 05 measured equal (0.952 / 0.949 of cuBLAS at 4096^3)
 
 // 06_wgmma_tuned's configuration (per process; gemm_tc_set_tuned).
@@ -537,11 +772,13 @@ static inline bool set_tuned_config(int i) {
 
 // The configuration a wgmma variant runs, -1 for the others.
 static inline int variant_config(int v) {
-    static const int c03 = config_index(kDefault03), c04 = config_index(kDefault04), c05 = config_index(kDefault05);
+    static const int c03 = config_index(kDefault03), c04 = config_index(kDefault04), c05 = config_index(kDefault05),
+                     c07 = config_index(kDefault07);
     switch (v) {
         case V03_WGMMA: return c03;
         case V04_WGMMA_PERSISTENT: return c04;
         case V05_WGMMA_CLUSTER: return c05;
+        case V07_WGMMA_PINGPONG: return c07;
         case V06_WGMMA_TUNED: return tuned_config();
         default: return -1;
     }
@@ -557,13 +794,9 @@ static inline cudaError_t launch_wgmma(int M, int N, int K, const CUtensorMap &m
     long long blocks = cdiv(M, H_BM) * cdiv(N, H_BN);
     if constexpr (kCluster == 1) {
         if (how == Schedule::Persistent) {
-            static int sms = 0;  // asked once: the attribute query costs host time on every launch
-            if (sms == 0) {
-                int dev = 0;
-                e = cudaGetDevice(&dev);
-                if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-                if (e != cudaSuccess) return e;
-            }
+            int sms = 0;
+            e = sm_count(&sms);
+            if (e != cudaSuccess) return e;
             blocks = blocks < sms ? blocks : sms;
         }
         k03_wgmma<1, kStages><<<(unsigned)blocks, H_THREADS, smem, stream>>>(M, N, K, mapA, mapB, C, raster,
@@ -595,9 +828,18 @@ static inline cudaError_t launch_wgmma(int M, int N, int K, const CUtensorMap &m
     }
 }
 
+// Any wgmma configuration (03's body under 03-05, 07's ping-pong kernel) on K a multiple of 8.
 static inline cudaError_t launch_03(int M, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
                                     cudaStream_t stream, int drop_last_k_tiles, const WgmmaConfig &cf) {
     if (((uintptr_t)A | (uintptr_t)B) % 16 != 0) return cudaErrorInvalidValue;  // TMA: 16-byte aligned bases
+    if (cf.how == Schedule::PingPong) {  // 128-row boxes of A and of B: maps of their own
+        static MapCache pa, pb;
+        cudaError_t e = cached_map(pa, A, M, K, P_BM);
+        if (e == cudaSuccess) e = cached_map(pb, B, N, K, P_BN);
+        if (e != cudaSuccess) return e;
+        return cf.stages == 4 ? launch_pingpong<4>(M, N, K, pa.map, pb.map, C, stream, drop_last_k_tiles, cf.raster)
+                              : launch_pingpong<P_STAGES>(M, N, K, pa.map, pb.map, C, stream, drop_last_k_tiles, cf.raster);
+    }
     const bool cluster = cf.how == Schedule::Cluster2;
     // One cached map pair per box shape: 05 fetches B in 128-row halves.
     static MapCache ca, cb, cb_half;
@@ -666,10 +908,10 @@ static inline cudaError_t launch_config(int config, int M, int N, int K, const u
 }
 
 // Enqueue C = A . B^T (A: M x K, B: N x K, bf16 bits; C: M x N float32) on `stream` with variant
-// 01_wmma, 02_mma_sync, 03_wgmma, 04_wgmma_persistent, 05_wgmma_cluster or 06_wgmma_tuned. No
-// synchronisation. k = 0 writes zeros. Returns cudaErrorInvalidValue for another variant or a shape
-// `requirement` refuses, and cudaErrorNotSupported for 03-06 where it was not built for (or cannot
-// run on) sm_90a.
+// 01_wmma, 02_mma_sync, 03_wgmma, 04_wgmma_persistent, 05_wgmma_cluster, 06_wgmma_tuned or
+// 07_wgmma_pingpong. No synchronisation. k = 0 writes zeros. Returns cudaErrorInvalidValue for another
+// variant or a shape `requirement` refuses, and cudaErrorNotSupported for 03-07 where it was not built
+// for (or cannot run on) sm_90a.
 static inline cudaError_t launch(int variant, int M, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
                                  cudaStream_t stream, int drop_last_k_tiles = 0) {
     if (is_wgmma(variant) && !wgmma_available()) return cudaErrorNotSupported;

@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-from .. import library, results, runner
+from .. import library, results
 from ..cudart import MAX_GRID_YZ
 from ..sim import blk_kernel2d, dim3, launch
 
@@ -642,22 +642,6 @@ def sanitize_args() -> dict[str, list[str]]:
 def cli(args: list[str], variant: str | None = None, **_) -> int:
     """tasks.run's hook: build/bin/matmul with the tuned configuration passed as --config when the run
     includes 09_tuned (the executable cannot read the JSON cache itself). Returns the exit status."""
-    import sys
+    from .. import tune as htune
 
-    argv = list(args)
-    if variant is not None:
-        argv = ["--variant", variant] + argv
-    chosen = argv[argv.index("--variant") + 1] if "--variant" in argv[:-1] else None
-    if "--config" not in argv and chosen in (TUNED, "all"):
-        try:
-            winner, why = tuned_choice()
-        except Exception as e:  # no GPU, library missing: the executable will say so itself
-            winner, why = None, str(e)
-        if winner is not None:
-            argv = ["--config", winner] + argv
-        else:
-            print(f"09_tuned: default configuration ({why})", file=sys.stderr)
-    res = runner.run("matmul", *argv, check=False, timeout=600)
-    sys.stdout.write(res.stdout)
-    sys.stderr.write(res.stderr)
-    return res.returncode
+    return htune.run_with_tuned("matmul", args, variant, TUNED, tuned_choice, "default configuration")
