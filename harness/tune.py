@@ -95,6 +95,56 @@ def save(prog: str, device: str, result: dict, table) -> Path:
     return path
 
 
+def pick_winner(df, prog: str) -> str:
+    """The fastest configuration of a single-winner search whose status is "ok" (highest TFLOP/s);
+    RuntimeError naming every status when none was timed."""
+    ok = df[(df["status"] == "ok") & df["tflops"].notna()] if "tflops" in df else df.iloc[:0]
+    if ok.empty:
+        raise RuntimeError(f"no {prog} configuration was timed: " + "; ".join(map(str, df["status"])))
+    return str(ok.loc[ok["tflops"].idxmax(), "config"])
+
+
+def time_and_pick(prog: str, device: str, rows: list[dict], items: list, size: int, options, on_progress,
+                  cache: bool, state: dict):
+    """The second half of a single-winner search (matmul, gemm_tc) at size^3: one NVBench session
+    (harness.timing) over `items`, the times put into `rows` (the checked configurations; the refused
+    and wrong ones keep their status), the fastest picked and, with `cache`, cached for this GPU and
+    `state` (the program's apply_tuned memo) cleared. Returns (table, path or None)."""
+    import pandas as pd
+
+    from . import timing
+
+    got = timing.run_plan(items, options, on_progress=(lambda i, key: on_progress(key)) if on_progress else None)
+    for r in rows:
+        t = got.get(r["config"])
+        if t is not None:
+            r.update({"ms": t.median_ms, "iqr_ms": t.iqr_ms, "tflops": t.rate(2.0 * size**3) / 1e12})
+    df = pd.DataFrame(rows)
+    winner = pick_winner(df, prog)
+    df["winner"] = df["config"] == winner
+    path = None
+    if cache:
+        path = save(prog, device, {"size": f"{size}^3", "winner": winner}, df)
+        state.clear()
+    return df, path
+
+
+def apply_tuned(prog: str, state: dict, tuned_choice, configs, config_index) -> str:
+    """Point a program's tuned rung (matmul's 09_tuned, gemm_tc's 06_wgmma_tuned) at this GPU's cached
+    winner, once per process (`state` is the program's module-level memo): the library's
+    <prog>_set_tuned(index) and <prog>_tuned_config() carry the choice. Returns the configuration it runs."""
+    if "name" not in state:
+        from . import library
+
+        winner, why = tuned_choice()
+        lib = library.load(prog)
+        if winner is not None:
+            getattr(lib, f"{prog}_set_tuned")(config_index(winner))
+        state["name"] = configs()[getattr(lib, f"{prog}_tuned_config")()]
+        state["why"] = why
+    return state["name"]
+
+
 def run_with_tuned(prog: str, args: list[str], variant: str | None, tuned_variant: str, tuned_choice,
                    default_note: str) -> int:
     """The `invoke run <prog>` hook of a program with a tuned rung (matmul's 09_tuned, gemm_tc's

@@ -68,3 +68,22 @@ def poison(shape, dtype) -> np.ndarray:
     if dt.kind == "f":
         return np.full(shape, np.nan, dtype=dt)
     return np.full(int(np.prod(shape)) * dt.itemsize, 0xAB, dtype=np.uint8).view(dt).reshape(shape)
+
+
+@pytest.fixture
+def results_dir(tmp_path, monkeypatch):
+    """bench/results/ moved to a temporary folder: the tuning caches and bench CSVs a test writes or
+    reads there never touch the committed ones."""
+    from harness import bench
+
+    monkeypatch.setattr(bench, "RESULTS_DIR", tmp_path)
+    return tmp_path
+
+
+def write_json(path, **data):
+    """A JSON file (a tuning cache, say) with `data`, its folder created."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+

@@ -9,7 +9,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from harness import library, runner
+from conftest import write_json
+from harness import library, runner, tune
 from harness.errors import CudalabError
 from harness.programs import gemm_tc as gt
 
@@ -395,20 +396,6 @@ def test_tuned_rung_default_and_set_in_a_fresh_process():
 DEVICE = "NVIDIA H100 80GB HBM3"
 
 
-@pytest.fixture
-def results_dir(tmp_path, monkeypatch):
-    from harness import bench
-
-    monkeypatch.setattr(bench, "RESULTS_DIR", tmp_path)
-    return tmp_path
-
-
-def _write(path, **data):
-    import json
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data))
-
 
 def test_tuned_choice_reads_the_cache(results_dir):
     _need_lib()
@@ -416,13 +403,13 @@ def test_tuned_choice_reads_the_cache(results_dir):
     winner, why = gt.tuned_choice(DEVICE)
     assert winner is None and "invoke tune gemm_tc" in why
     cfg = gt.configs()[20]
-    _write(path, device=DEVICE, winner=cfg)
+    write_json(path, device=DEVICE, winner=cfg)
     assert gt.tuned_choice(DEVICE) == (cfg, f"tuned on this device ({path})")
     # Another device's file, a name this build lacks, or a broken file: the compiled default.
-    _write(path, device="NVIDIA H100 PCIe", winner=cfg)
+    write_json(path, device="NVIDIA H100 PCIe", winner=cfg)
     winner, why = gt.tuned_choice(DEVICE)
     assert winner is None and "H100 PCIe" in why
-    _write(path, device=DEVICE, winner="04_wgmma_persistent-128x256x64-s9-gm8")
+    write_json(path, device=DEVICE, winner="04_wgmma_persistent-128x256x64-s9-gm8")
     winner, why = gt.tuned_choice(DEVICE)
     assert winner is None and "does not have" in why
     path.write_text("{not json")
@@ -436,7 +423,7 @@ def test_apply_tuned_points_06_at_the_cached_winner(results_dir, monkeypatch):
     lib = gt._lib()
     before = lib.gemm_tc_tuned_config()
     cfg = gt.configs()[31]
-    _write(results_dir / "h100" / "gemm_tc-tune.json", device=DEVICE, winner=cfg)
+    write_json(results_dir / "h100" / "gemm_tc-tune.json", device=DEVICE, winner=cfg)
     monkeypatch.setattr(cudart, "device_name", lambda i=0: DEVICE)
     monkeypatch.setattr(gt, "_applied", {})
     try:
@@ -529,9 +516,9 @@ def test_pick_winner_ignores_failed_rows():
     df = pd.DataFrame([{"config": "a", "status": "ok", "tflops": 600.0},
                        {"config": "b", "status": "wrong answer", "tflops": float("nan")},
                        {"config": "c", "status": "ok", "tflops": 700.0}])
-    assert gt.pick_winner(df) == "c"
+    assert tune.pick_winner(df, "gemm_tc") == "c"
     with pytest.raises(RuntimeError, match="no gemm_tc configuration was timed"):
-        gt.pick_winner(df[df["config"] == "b"])
+        tune.pick_winner(df[df["config"] == "b"], "gemm_tc")
 
 
 def test_sanitize_args_cover_every_kernel_instantiation():

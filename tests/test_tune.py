@@ -6,22 +6,13 @@ import json
 
 import pytest
 
+from conftest import write_json as write
 from harness import bench, timing, tune
 from harness.programs import matmul as mm
 
 DEVICE = "NVIDIA H100 80GB HBM3"
 TUNE_FILE = "matmul-tune.json"
 
-
-@pytest.fixture
-def results_dir(tmp_path, monkeypatch):
-    monkeypatch.setattr(bench, "RESULTS_DIR", tmp_path)
-    return tmp_path
-
-
-def write(path, **data):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data))
 
 
 def test_gpu_folder_is_the_model():

@@ -262,14 +262,9 @@ _applied: dict = {}
 
 def apply_tuned() -> str:
     """Point 06_wgmma_tuned at this GPU's cached winner (once per process); returns the configuration it runs."""
-    if "name" not in _applied:
-        winner, why = tuned_choice()
-        lib = _lib()
-        if winner is not None:
-            lib.gemm_tc_set_tuned(config_index(winner))
-        _applied["name"] = configs()[lib.gemm_tc_tuned_config()]
-        _applied["why"] = why
-    return _applied["name"]
+    from .. import tune as htune
+
+    return htune.apply_tuned("gemm_tc", _applied, tuned_choice, configs, config_index)
 
 
 @contextlib.contextmanager
@@ -581,7 +576,6 @@ def tune(size: int = 4096, save: bool = True, on_progress=None, options=None, ki
     knobs; the default is the bench's. Returns (table, path): one row per configuration (tflops, ms,
     iqr_ms, status, winner) and the JSON written (None when save=False): the device, the winner, the table.
     """
-    import pandas as pd
 
     from .. import cudart, timing
     from .. import tune as htune
@@ -607,27 +601,9 @@ def tune(size: int = 4096, save: bool = True, on_progress=None, options=None, ki
         raise RuntimeError("no gemm_tc configuration could run correctly on this device: "
                            + "; ".join(f"{r['config']}: {r['status']}" for r in rows))
     # One NVBench session for every choice (harness.timing), each a cold measurement stopped on noise.
-    got = timing.run_plan(items, options, on_progress=(lambda i, key: on_progress(key)) if on_progress else None)
-    for r in rows:
-        t = got.get(r["config"])
-        if t is not None:
-            r.update({"ms": t.median_ms, "iqr_ms": t.iqr_ms, "tflops": t.rate(2.0 * size**3) / 1e12})
-    df = pd.DataFrame(rows)
-    winner = pick_winner(df)
-    df["winner"] = df["config"] == winner
-    path = None
-    if save:
-        path = htune.save("gemm_tc", device, {"size": f"{size}^3", "winner": winner}, df)
-        _applied.clear()
-    return df, path
+    return htune.time_and_pick("gemm_tc", device, rows, items, size, options, on_progress, save, _applied)
 
 
-def pick_winner(df) -> str:
-    """The fastest configuration whose status is "ok" (highest TFLOP/s); RuntimeError when none was timed."""
-    ok = df[(df["status"] == "ok") & df["tflops"].notna()] if "tflops" in df else df.iloc[:0]
-    if ok.empty:
-        raise RuntimeError("no gemm_tc configuration was timed: " + "; ".join(map(str, df["status"])))
-    return str(ok.loc[ok["tflops"].idxmax(), "config"])
 
 
 # --- `invoke run gemm_tc -- ...` ------------------------------------------------------------------

@@ -300,14 +300,9 @@ _applied: dict = {}
 
 def apply_tuned() -> str:
     """Point 09_tuned at this GPU's cached winner (once per process); returns the configuration it runs."""
-    if "name" not in _applied:
-        winner, why = tuned_choice()
-        lib = _lib()
-        if winner is not None:
-            lib.matmul_set_tuned(config_index(winner))
-        _applied["name"] = configs()[lib.matmul_tuned_config()]
-        _applied["why"] = why
-    return _applied["name"]
+    from .. import tune as htune
+
+    return htune.apply_tuned("matmul", _applied, tuned_choice, configs, config_index)
 
 
 def tune(size: int = 4096, kinds=TUNE_KINDS, save: bool = True, on_progress=None, options=None):
@@ -318,7 +313,6 @@ def tune(size: int = 4096, kinds=TUNE_KINDS, save: bool = True, on_progress=None
     Returns (table, path): one row per configuration (tflops, ms, iqr_ms, status) and the JSON file
     written (None when save=False). The JSON holds the device name, the winner and the whole table.
     """
-    import pandas as pd
 
     from .. import cudart, timing
     from .. import tune as htune
@@ -335,22 +329,7 @@ def tune(size: int = 4096, kinds=TUNE_KINDS, save: bool = True, on_progress=None
         rows.append({"config": name, "status": "ok"})
         items.append(timing.Item(name, "harness.programs.matmul:config_setup", {"config": name, "size": size}))
     # One NVBench session for every choice (harness.timing), each a cold measurement stopped on noise.
-    got = timing.run_plan(items, options, on_progress=(lambda i, key: on_progress(key)) if on_progress else None)
-    for r in rows:
-        t = got.get(r["config"])
-        if t is not None:
-            r.update({"ms": t.median_ms, "iqr_ms": t.iqr_ms, "tflops": t.rate(2.0 * size**3) / 1e12})
-    df = pd.DataFrame(rows)
-    ok = df[df["status"] == "ok"]
-    if ok.empty:
-        raise RuntimeError("no configuration could run on this device: " + "; ".join(df["status"]))
-    winner = str(ok.loc[ok["tflops"].idxmax(), "config"])
-    df["winner"] = df["config"] == winner
-    path = None
-    if save:
-        path = htune.save("matmul", device, {"size": f"{size}^3", "winner": winner}, df)
-        _applied.clear()
-    return df, path
+    return htune.time_and_pick("matmul", device, rows, items, size, options, on_progress, save, _applied)
 
 
 # --- reference and checker -----------------------------------------------------------------------
