@@ -121,7 +121,8 @@ def test_library_variant_table_and_rules():
     if not ok:
         pytest.skip(why)
     assert gt.variants() == ["01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster",
-                             "06_wgmma_tuned", "07_wgmma_pingpong", "cublas_bf16", "cublas_tf32"]
+                             "06_wgmma_tuned", "07_wgmma_pingpong", "08_wgmma_tma_store", "cublas_bf16",
+                             "cublas_tf32"]
     assert gt.requirement("02_mma_sync", 7, 9, 13) is None
     # k not a multiple of 8 takes 03/04's padded-copy path instead of a refusal (issue 20).
     assert gt.requirement("03_wgmma", 128, 128, 100) is None
@@ -200,7 +201,7 @@ def test_matmul_takes_k_by_n(rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["02_mma_sync", "03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster",
-                                     "07_wgmma_pingpong"])
+                                     "07_wgmma_pingpong", "08_wgmma_tma_store"])
 def test_checker_rejects_kernel_that_drops_last_k_tile(variant, rng):
     skip_unless_runnable(variant)
     a, b = bf16(rng, 256, 256), bf16(rng, 256, 256)
@@ -213,7 +214,8 @@ def test_checker_rejects_kernel_that_drops_last_k_tile(variant, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster", "07_wgmma_pingpong"])
+@pytest.mark.parametrize("variant", ["03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster", "07_wgmma_pingpong",
+                                     "08_wgmma_tma_store"])
 @pytest.mark.parametrize("mnk", [(128, 128, 100), (300, 4097, 1001), (33, 65, 7)], ids=lambda t: "x".join(map(str, t)))
 def test_wgmma_takes_ragged_k_through_a_padded_copy(variant, mnk, rng):
     """k % 8 != 0: A and B are copied into zero-padded buffers (TMA needs 16-byte row strides). The
@@ -251,6 +253,33 @@ def test_pingpong_tile_counts(mnk):
     assert ok, f"07_wgmma_pingpong {m}x{n}x{k}: relative error {e:.3e}"
     # Every ring depth and raster: the raster moves which block holds which tiles, not how many.
     for config in (c for c in gt.configs() if c.startswith("07_wgmma_pingpong-")):
+        ok, e = gt.check(gt.gemm(a, b, config=config), ref, k)
+        assert ok, f"{config} {m}x{n}x{k}: relative error {e:.3e}"
+
+
+# 08's TMA-store epilogue (128 x 256 tiles, boxes of 64 rows x 32 columns per consumer warpgroup; the
+# balanced grid: the fewest blocks that keep ceil(tiles / SMs) rounds). Each shape aims at one edge.
+TMA_STORE_SHAPES = [
+    (1, 4, 8),            # one row: consumer 1 has no rows, consumer 0 one partial box
+    (130, 260, 64),       # 2 x 2 tiles: the second row tile's consumer 1 is wholly past m; a 4-column last box
+    (1000, 1000, 136),    # last box 8 columns wide, a last tile whose consumer 1 has 40 rows
+    (4097, 1000, 72),     # 33 x 4 = 132 tiles: one per block on an H100 (no second round)
+    (2049, 4104, 136),    # 17 x 17 = 289: 3 rounds on 132 SMs -> 97 blocks; boxes reused across tiles
+    (1000, 4100, 1001),   # k through the padded copy, with the TMA stores
+    (33, 7, 1000),        # n % 4 != 0: 04's direct stores instead (TMA needs 16-byte row pitches)
+    (7, 4097, 33),        # the same fallback with many tiles along n
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mnk", TMA_STORE_SHAPES, ids=lambda t: "x".join(map(str, t)))
+def test_tma_store_edges(mnk):
+    skip_unless_runnable("08_wgmma_tma_store")
+    m, n, k = mnk
+    rng = np.random.default_rng(m * 5 + n * 11 + k)
+    a, b = bf16(rng, m, k), bf16(rng, n, k)
+    ref = gt.reference(a, b)
+    for config in (c for c in gt.configs() if c.startswith("08_wgmma_tma_store-")):
         ok, e = gt.check(gt.gemm(a, b, config=config), ref, k)
         assert ok, f"{config} {m}x{n}x{k}: relative error {e:.3e}"
 
@@ -299,7 +328,7 @@ def test_bench_cases_and_ceilings(monkeypatch):
     # As on an H100 with cuBLAS: every rung against cuBLAS BF16 of the same size, targets at 4096^3 only.
     monkeypatch.setattr(gt, "variants", lambda: ["01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent",
                                                  "05_wgmma_cluster", "06_wgmma_tuned", "07_wgmma_pingpong",
-                                                 "cublas_bf16", "cublas_tf32"])
+                                                 "08_wgmma_tma_store", "cublas_bf16", "cublas_tf32"])
     monkeypatch.setattr(gt, "unsupported_reason", lambda v: None)
     monkeypatch.setattr(gt, "requirement", lambda v, m, n, k: None)
     monkeypatch.setattr(gt, "have_cublas", lambda: True)
@@ -312,9 +341,10 @@ def test_bench_cases_and_ceilings(monkeypatch):
     assert vs_cublas[("04_wgmma_persistent", "4096^3")].target == 1.05  # issue 20
     assert vs_cublas[("06_wgmma_tuned", "4096^3")].target == 1.05
     assert vs_cublas[("07_wgmma_pingpong", "4096^3")].target == 1.05
+    assert vs_cublas[("08_wgmma_tma_store", "4096^3")].target == 1.05
     assert all(c.ceiling == f"cublas_bf16_{c.size[:-2]}" for c in vs_cublas.values())
     peak = [c for c in cases if c.ceiling == "bf16_peak"]
-    assert len(peak) == 9 * len(gt.BENCH_SIZES)
+    assert len(peak) == 10 * len(gt.BENCH_SIZES)
     assert {c.ceiling for c in cases} <= set(gt.ceilings())
     assert all(c.flops == 2.0 * int(c.size[:-2]) ** 3 for c in cases)
     assert {c.size for c in gt.bench_cases(quick=True)} == {"2048^3"}
@@ -331,18 +361,19 @@ def _need_lib():
 
 
 # The ring depths each kernel is compiled for: 03's body 48 KiB stages, 07's 32 KiB ones.
-STAGES = {"per_tile": (3, 4), "persistent": (3, 4), "cluster2": (3, 4), "pingpong": (4, 6)}
+STAGES = {"per_tile": (3, 4), "persistent": (3, 4), "cluster2": (3, 4), "pingpong": (4, 6),
+          "persistent_tma_store": (4,)}
 
 
 def test_config_table_names_parse_and_cover_the_search():
     _need_lib()
     cs = gt.configs()
-    assert len(cs) == len(set(cs)) == 48
+    assert len(cs) == len(set(cs)) == 54
     parts = [gt.config_parts(c) for c in cs]
     assert {p["rung"] for p in parts} == set(gt.TUNE_KINDS)
     assert {(p["schedule"], p["bm"], p["bn"], p["bk"]) for p in parts} == {
         ("per_tile", 128, 256, 64), ("persistent", 128, 256, 64), ("cluster2", 128, 256, 64),
-        ("pingpong", 128, 128, 64)}
+        ("pingpong", 128, 128, 64), ("persistent_tma_store", 128, 256, 64)}
     # Every (schedule, stages, order, group) once: the search is the full product.
     assert {(p["schedule"], p["stages"], p["order"], p["group"]) for p in parts} == {
         (s, st, o, g) for s in STAGES for st in STAGES[s] for o in "mn" for g in (4, 8, 16)}
@@ -530,6 +561,8 @@ def test_sanitize_args_cover_every_kernel_instantiation():
     assert "06_wgmma_tuned" in runs
     # 07 beside its configurations: a ragged k, and blocks whose two consumers both hold tiles.
     assert {"07_wgmma_pingpong-k_unaligned", "07_wgmma_pingpong-both_consumers"} <= set(runs)
+    # 08 beside its configurations: ragged boxes, buffers reused across tiles, and the n % 4 fallback.
+    assert {"08_wgmma_tma_store-ragged", "08_wgmma_tma_store-many_tiles", "08_wgmma_tma_store-n_unaligned"} <= set(runs)
 
 
 def test_executable_refuses_a_bad_config():

@@ -241,6 +241,40 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const void *
         : "memory");
 }
 
+// ---- TMA stores (shared -> global) --------------------------------------------------------------
+// cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [map, {x, y}], [src]: write the box at
+// element (x, y) of the map's tensor from shared memory at src (laid out in the map's swizzle;
+// 1024-byte aligned for 128B). Elements of the box past the tensor's edge are not written, so a
+// ragged last tile needs no masking. Asynchronous: the issuing thread tracks it as part of its
+// current bulk group (bulk_commit closes the group).
+__device__ __forceinline__ void tma_store_2d(const void *tensor_map, uint32_t src, int x, int y) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(tensor_map),
+                 "r"(x), "r"(y), "r"(src)
+                 : "memory");
+}
+
+// cp.async.bulk.commit_group: close this thread's open group of bulk copies.
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+// cp.async.bulk.wait_group.read N: wait until at most N of this thread's bulk groups still READ their
+// shared-memory source (their global writes may still be in flight): the source may then be reused.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+
+// cp.async.bulk.wait_group N: wait until at most N of this thread's bulk groups are incomplete
+// (writes done and visible): before the kernel ends, so no store outlives the block's shared memory.
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// st.shared.v2.f32 [addr], {a, b}: two floats into shared memory (8-byte aligned).
+__device__ __forceinline__ void st_shared_f32x2(uint32_t addr, float a, float b) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+
 // ---- clusters ----------------------------------------------------------------------------------
 // %cluster_ctarank: this CTA's rank within its cluster.
 __device__ __forceinline__ uint32_t cluster_rank() {

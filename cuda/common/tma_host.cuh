@@ -53,17 +53,30 @@ static inline const char *sm90a_unsupported_reason() {
 #endif
 }
 
-// A bf16 tensor map of `rank` (2 or 3) dimensions, dims[0] contiguous, byte strides of the outer
-// dimensions in strides[0..rank-2], a box of 64 elements (128 bytes) by box_rows (by 1 ...), in the
-// 128-byte swizzle that wgmma's K-major and MN-major descriptors read.
-static inline cudaError_t encode_bf16_sw128(CUtensorMap *map, const void *ptr, int rank, const cuuint64_t *dims,
-                                            const cuuint64_t *strides, int box_rows) {
-    const cuuint32_t box[3] = {64u, (cuuint32_t)box_rows, 1u};
+// A tensor map of `rank` (2 or 3) dimensions in the 128-byte swizzle, dims[0] contiguous, byte
+// strides of the outer dimensions in strides[0..rank-2], a box of box_cols elements (box_cols x the
+// element size = 128 bytes, the swizzle's span) by box_rows (by 1 ...). The one encoder call.
+static inline cudaError_t encode_sw128(CUtensorMap *map, CUtensorMapDataType type, const void *ptr, int rank,
+                                       const cuuint64_t *dims, const cuuint64_t *strides, int box_cols, int box_rows) {
+    const cuuint32_t box[3] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows, 1u};
     const cuuint32_t elem[3] = {1u, 1u, 1u};
-    const CUresult r = encode_tiled_fn()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, (cuuint32_t)rank, (void *)ptr, dims,
-                                         strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+    const CUresult r = encode_tiled_fn()(map, type, (cuuint32_t)rank, (void *)ptr, dims, strides, box, elem,
+                                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+// bf16 operands: boxes of 64 elements (128 bytes) by box_rows, the layout wgmma's K-major and
+// MN-major descriptors read.
+static inline cudaError_t encode_bf16_sw128(CUtensorMap *map, const void *ptr, int rank, const cuuint64_t *dims,
+                                            const cuuint64_t *strides, int box_rows) {
+    return encode_sw128(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, ptr, rank, dims, strides, 64, box_rows);
+}
+
+// FP32 results (gemm_tc's TMA-store epilogue): boxes of 32 floats (128 bytes) by box_rows.
+static inline cudaError_t encode_f32_sw128(CUtensorMap *map, const void *ptr, int rank, const cuuint64_t *dims,
+                                           const cuuint64_t *strides, int box_rows) {
+    return encode_sw128(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, ptr, rank, dims, strides, 32, box_rows);
 }
 
 }  // namespace tma_host

@@ -5,7 +5,8 @@
    Variants (one table, gemm_tc_variant_name): 01_wmma, 02_mma_sync, 03_wgmma, 04_wgmma_persistent,
    05_wgmma_cluster (sm_90a only: 03's kernel body, each running one entry of the configuration
    table below), 06_wgmma_tuned (the entry the tuner picked, any schedule), 07_wgmma_pingpong (sm_90a only: the ping-pong schedule, two consumer
-   warpgroups taking turns on whole 128x128 tiles; also one entry of the table), cublas_bf16
+   warpgroups taking turns on whole 128x128 tiles; also one entry of the table), 08_wgmma_tma_store
+   (sm_90a only: 04 with a TMA-store epilogue through shared memory and a balanced grid), cublas_bf16
    (cublasGemmEx, bf16 in, FP32 compute), cublas_tf32 (float32 in, TF32 tensor cores).
    Status codes: an unknown variant or a shape the variant refuses is cudaErrorInvalidValue (1; see
    gemm_tc_requirement for the sentence); a variant this build or device cannot run is
@@ -49,12 +50,13 @@ cudalab_status gemm_tc_tf32_device(int m, int n, int k, const float *a, const fl
    "<rung>-<tile>-s<stages>-g<m|n><group>", e.g. "04_wgmma_persistent-128x256x64-s3-gn16":
    the rung whose schedule it uses (03 one block per tile, 04 persistent, 05 clusters of two with B
    multicast: 03's kernel, 128x256x64 block tile, 3 or 4 stages of 48 KiB; 07 ping-pong: 128x128x64
-   tiles per consumer warpgroup, 4 or 6 stages of 32 KiB), the mbarrier ring's depth, and the order
+   tiles per consumer warpgroup, 4 or 6 stages of 32 KiB; 08 04's kernel with the TMA-store epilogue,
+   4 stages), the mbarrier ring's depth, and the order
    the tiles are handed out (groups of 4, 8 or 16 tiles down M or along N). */
 int gemm_tc_config_count(void);
 const char *gemm_tc_config_name(int i);     /* NULL past the end */
 int gemm_tc_config_index(const char *name); /* -1 when unknown */
-/* The configuration a variant runs (03-05 their "-s4-gm8" defaults, 07 "-s6-gm8", 06 the tuned one), -1 for
+/* The configuration a variant runs (03-05 and 08 their "-s4-gm8" defaults, 07 "-s6-gm8", 06 the tuned one), -1 for
    the others. */
 int gemm_tc_variant_config(const char *variant);
 /* One configuration by index: host pointers (like gemm_tc_host) and device pointers (like gemm_tc_device).
@@ -69,7 +71,7 @@ cudalab_status gemm_tc_config_device(int i, int m, int n, int k, const cudalab_b
 cudalab_status gemm_tc_set_tuned(int i);
 int gemm_tc_tuned_config(void);
 
-/* Test-only fault injection: while set to t > 0, 02_mma_sync and 03-07 skip their last t K tiles
+/* Test-only fault injection: while set to t > 0, 02_mma_sync and 03-08 skip their last t K tiles
    (the tests show the checker rejects that). 0 restores normal operation. */
 cudalab_status gemm_tc_set_fault_drop_k_tiles(int t);
 

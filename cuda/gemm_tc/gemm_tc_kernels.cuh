@@ -15,9 +15,12 @@
 //                each consumer warpgroup owns whole 128x128 tiles, the two take alternate tiles and
 //                take turns on the tensor cores (named barriers), so one's epilogue runs under the
 //                other's mainloop.
+//   08_wgmma_tma_store  sm_90a, issue 20: 04 with the epilogue off the global-store path (registers ->
+//                swizzled shared memory -> TMA store, drained under the next tile's mainloop) and a
+//                balanced persistent grid (as few blocks as keep the same number of rounds).
 //
 // Ragged shapes: 01 takes any M, N, K. 02 takes any M, N, K (K a multiple of 8 uses 16-byte
-// cp.async; any other K takes a slower element-wise load path with the same layout). 03-07 take any
+// cp.async; any other K takes a slower element-wise load path with the same layout). 03-08 take any
 // M, N (TMA's out-of-bounds boxes read as zeros, stores are masked) and any K: TMA needs 16-byte
 // global row strides, so a K that is not a multiple of 8 runs on zero-padded copies
 // (launch_03_padded). `requirement()` names any rule before a launch.
@@ -43,20 +46,22 @@ enum Variant {
     V05_WGMMA_CLUSTER = 4,
     V06_WGMMA_TUNED = 5,
     V07_WGMMA_PINGPONG = 6,
-    VCUBLAS_BF16 = 7,
-    VCUBLAS_TF32 = 8,
-    VCOUNT = 9
+    V08_WGMMA_TMA_STORE = 7,
+    VCUBLAS_BF16 = 8,
+    VCUBLAS_TF32 = 9,
+    VCOUNT = 10
 };
 // THE variant table: gemm_tc_variant_name(i) and the executable read it; order = the learner's order.
 static const char *const kVariantNames[VCOUNT] = {"01_wmma",          "02_mma_sync",    "03_wgmma",
                                                   "04_wgmma_persistent", "05_wgmma_cluster", "06_wgmma_tuned",
-                                                  "07_wgmma_pingpong", "cublas_bf16",   "cublas_tf32"};
+                                                  "07_wgmma_pingpong", "08_wgmma_tma_store", "cublas_bf16",
+                                                  "cublas_tf32"};
 
 // The sm_90a rungs (TMA + mbarrier + wgmma): 03's kernel body under 03, 04, 05 (and 06 with whichever
 // configuration it runs), and 07's ping-pong kernel. All of them run one entry of kWgmmaConfigs.
 static inline bool is_wgmma(int v) {
     return v == V03_WGMMA || v == V04_WGMMA_PERSISTENT || v == V05_WGMMA_CLUSTER || v == V06_WGMMA_TUNED ||
-           v == V07_WGMMA_PINGPONG;
+           v == V07_WGMMA_PINGPONG || v == V08_WGMMA_TMA_STORE;
 }
 
 static inline int variant_index(const char *name) {
@@ -293,9 +298,15 @@ static cudaError_t launch_02(int M, int N, int K, const uint16_t *A, const uint1
 // 06_wgmma_tuned runs whichever configuration the tuner cached for this GPU (kWgmmaConfigs).
 constexpr int H_BM = 128, H_BN = 256, H_BK = 64, H_STAGES = 4 /* the rungs' default */, H_THREADS = 384;
 constexpr int H_TILE_A = H_BM * H_BK * 2, H_TILE_B = H_BN * H_BK * 2, H_STAGE = H_TILE_A + H_TILE_B;
-__host__ __device__ constexpr int h_smem(int stages) { return stages * H_STAGE + 1024 /* alignment slack */ + 2 * stages * 8 /* barriers */; }
+// 08's TMA-store epilogue stages C through shared memory: per consumer warpgroup two boxes of 64 rows x
+// 32 floats (8 KiB each, 128B-swizzled), one being filled while the TMA engine reads the other.
+constexpr int H_EPI_BOX_COLS = 32, H_EPI_BOX = 64 * H_EPI_BOX_COLS * 4, H_EPI = 2 /* consumers */ * 2 * H_EPI_BOX;
+__host__ __device__ constexpr int h_smem(int stages, bool tma_store = false) {
+    return stages * H_STAGE + (tma_store ? H_EPI : 0) + 1024 /* alignment slack */ + 2 * stages * 8 /* barriers */;
+}
 constexpr int H_SMEM = h_smem(H_STAGES);
 static_assert(h_smem(4) <= 227 * 1024 && h_smem(5) > 227 * 1024, "4 stages is the deepest ring that fits");
+static_assert(h_smem(4, true) <= 227 * 1024, "08's 32 KiB of C staging fits beside a 4-stage ring");
 
 // The order in which output tiles are handed out (to blocks under 03, to a persistent block's walk
 // under 04 and 05): groups of `group` tiles along one axis, walked fastest along that axis, the
@@ -337,20 +348,30 @@ struct RasterWalk {
 // reads 32 KiB from L2 per CTA instead of 48). A stage may be refilled only when the consumers of
 // both CTAs have released it (the peer writes into it too), so each consumer arrives on the `empty`
 // barrier of both CTAs, and nobody leaves the kernel before the cluster's last barrier.
-template <int kCluster, int kStages>
+//
+// kTmaStore (08_wgmma_tma_store): the epilogue goes registers -> shared memory -> TMA store instead of
+// straight to global memory. A consumer warpgroup writes its 64 x 256 accumulators as eight boxes of
+// 64 x 32 floats, alternating between two 8 KiB buffers in the 128-byte swizzle (a warp's float2
+// store covers 8 rows x 32 bytes; swizzled, each 16-byte bank group is hit by exactly two of them:
+// 2 wavefronts, the minimum for 256 bytes; unswizzled rows 128 bytes apart would take 8), and
+// one thread hands each box to the TMA engine. It waits only until the store two boxes back has READ
+// its buffer, never for a write to reach global memory: the stores drain while the warpgroup runs
+// the next tile's mainloop. A store past M or N writes nothing there, so ragged tiles need no masks.
+template <int kCluster, int kStages, bool kTmaStore = false>
 __global__ void __launch_bounds__(H_THREADS, 1)
     k03_wgmma(int M, int N, int K, const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-              float *__restrict__ C, Raster raster, int drop_last_k_tiles) {
+              const __grid_constant__ CUtensorMap tmC, float *__restrict__ C, Raster raster, int drop_last_k_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
-    static_assert(kStages >= 2 && h_smem(kStages) <= 227 * 1024, "the ring must fit the SM's shared memory");
+    static_assert(kStages >= 2 && h_smem(kStages, kTmaStore) <= 227 * 1024, "the ring must fit the SM's shared memory");
     extern __shared__ unsigned char smem_raw[];
     // 128B-swizzled TMA destinations must be 1024-byte aligned (the swizzle is on address bits 4-9).
     // The dynamic shared window starts at the same offset in every CTA, so `base` is the same
     // CTA-relative offset in both CTAs of a cluster, as multicast needs.
     const uint32_t raw = tc::smem_u32(smem_raw);
     const uint32_t base = (raw + 1023u) & ~1023u;
-    const uint32_t bars = base + kStages * H_STAGE;  // full[0..S), then empty[0..S)
+    const uint32_t epi = base + kStages * H_STAGE;               // 08: the C staging boxes (1024-aligned)
+    const uint32_t bars = epi + (kTmaStore ? H_EPI : 0);          // full[0..S), then empty[0..S)
     auto full = [&](int s) { return bars + 8u * s; };
     auto empty = [&](int s) { return bars + 8u * (kStages + s); };
     auto tileA = [&](int s) { return base + (uint32_t)(s * H_STAGE); };
@@ -361,6 +382,7 @@ __global__ void __launch_bounds__(H_THREADS, 1)
     if (threadIdx.x == 0) {
         tc::tma_prefetch_map(&tmA);
         tc::tma_prefetch_map(&tmB);
+        if constexpr (kTmaStore) tc::tma_prefetch_map(&tmC);
         for (int s = 0; s < kStages; ++s) {
             tc::mbar_init(full(s), 1);              // the producer's arrive.expect_tx (+ the stage's bytes)
             tc::mbar_init(empty(s), 2 * kCluster);  // each consumer warpgroup of each CTA of the cluster
@@ -448,28 +470,61 @@ __global__ void __launch_bounds__(H_THREADS, 1)
             release((it - 1) % kStages);
 
             // Epilogue: warp w of this warpgroup holds rows 16w + g (+8); n8 block j holds cols 8j + 2t (+1).
+            if constexpr (kTmaStore) {
+                const int r0 = m0 + 64 * c;
+                if (r0 >= M) continue;  // the whole warpgroup's rows are past M (a ragged last tile): next unit
+                const uint32_t mine = epi + (uint32_t)(c * 2 * H_EPI_BOX);
+                constexpr uint32_t kEpiBar = 1;  // named barriers 1 and 2: one per consumer warpgroup
 #pragma unroll
-            for (int j = 0; j < 32; ++j)
+                for (int bx = 0; bx < H_BN / H_EPI_BOX_COLS; ++bx) {
+                    if (n0 + bx * H_EPI_BOX_COLS >= N) break;  // uniform over the warpgroup
+                    const uint32_t buf = mine + (uint32_t)((bx & 1) * H_EPI_BOX);
+                    // The store issued two boxes ago (this tile's or the previous one's) read this buffer.
+                    if (tid_in_wg == 0) tc::bulk_wait_read<1>();
+                    tc::named_bar_sync(kEpiBar + c, 128);
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int r = m0 + 64 * c + 16 * w + g + 8 * h, col = n0 + 8 * j + 2 * t;
-                    if (r >= M || col >= N) continue;
-                    float *dst = C + (size_t)r * N + col;
-                    const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-                    if (pairs && col + 1 < N) {
-                        *reinterpret_cast<float2 *>(dst) = make_float2(v0, v1);
-                    } else {
-                        dst[0] = v0;
-                        if (col + 1 < N) dst[1] = v1;
+                    for (int q = 0; q < H_EPI_BOX_COLS / 8; ++q)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const int j = bx * (H_EPI_BOX_COLS / 8) + q, r = 16 * w + g + 8 * h;  // row in the box
+                            // 16-byte chunk (2q + t/2) of the row's 128 bytes, in TMA's 128B swizzle.
+                            const uint32_t at = buf + tc::swizzle_128b((uint32_t)r, (uint32_t)(2 * q + (t >> 1))) + 8u * (t & 1);
+                            tc::st_shared_f32x2(at, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                        }
+                    tc::fence_proxy_async();  // the generic-proxy writes, before the TMA engine reads them
+                    tc::named_bar_sync(kEpiBar + c, 128);
+                    if (tid_in_wg == 0) {
+                        tc::tma_store_2d(&tmC, buf, n0 + bx * H_EPI_BOX_COLS, r0);
+                        tc::bulk_commit();
                     }
                 }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 32; ++j)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int r = m0 + 64 * c + 16 * w + g + 8 * h, col = n0 + 8 * j + 2 * t;
+                        if (r >= M || col >= N) continue;
+                        float *dst = C + (size_t)r * N + col;
+                        const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+                        if (pairs && col + 1 < N) {
+                            *reinterpret_cast<float2 *>(dst) = make_float2(v0, v1);
+                        } else {
+                            dst[0] = v0;
+                            if (col + 1 < N) dst[1] = v1;
+                        }
+                    }
+            }
         }
+        // 08: no store may outlive the block (its source is this block's shared memory).
+        if constexpr (kTmaStore)
+            if (tid_in_wg == 0) tc::bulk_wait<0>();
     }
     // No CTA of a cluster leaves while its peer may still multicast into it or arrive on its barriers.
     if constexpr (kCluster > 1) tc::cluster_sync();
 #else
     // Built without sm_90a: the host never launches this (wgmma_unsupported_reason says why).
-    (void)M, (void)N, (void)K, (void)tmA, (void)tmB, (void)C, (void)raster, (void)drop_last_k_tiles;
+    (void)M, (void)N, (void)K, (void)tmA, (void)tmB, (void)tmC, (void)C, (void)raster, (void)drop_last_k_tiles;
 #endif
 }
 
@@ -489,7 +544,7 @@ static inline cudaError_t make_map(CUtensorMap *map, const uint16_t *ptr, int ro
 
 // One cached map per operand: encoding costs host time, and the bench launches the same buffers.
 struct MapCache {
-    const uint16_t *ptr = nullptr;
+    const void *ptr = nullptr;
     int rows = -1, K = -1;
     CUtensorMap map;
 };
@@ -501,11 +556,23 @@ static inline cudaError_t cached_map(MapCache &c, const uint16_t *ptr, int rows,
     c.ptr = ptr, c.rows = rows, c.K = K;
     return cudaSuccess;
 }
+// 08's C map: M x N floats, boxes of 64 rows x 32 floats in the 128-byte swizzle (the epilogue's
+// staging layout). Needs N % 4 == 0 and a 16-byte aligned C (TMA's row pitch and base rules).
+static inline cudaError_t cached_map_c(MapCache &c, const float *C, int M, int N) {
+    if (c.ptr == C && c.rows == M && c.K == N) return cudaSuccess;
+    const cuuint64_t dims[2] = {(cuuint64_t)N, (cuuint64_t)M};
+    const cuuint64_t strides[1] = {(cuuint64_t)N * 4};
+    cudaError_t e = tma_host::encode_f32_sw128(&c.map, C, 2, dims, strides, 64);
+    if (e != cudaSuccess) return e;
+    c.ptr = C, c.rows = M, c.K = N;
+    return cudaSuccess;
+}
 
 // How the wgmma kernels are launched: 03 one block per tile; 04 (persistent) one block per SM, at
 // most one per tile; 05 persistent clusters of two CTAs sharing B by multicast, as many as fit at
 // once; 07 (PingPong) k07_wgmma_pingpong, persistent, one block per SM.
-enum class Schedule { PerTile, Persistent, Cluster2, PingPong };
+// 08 (PersistentStore) is 04 with the TMA-store epilogue and the balanced persistent grid.
+enum class Schedule { PerTile, Persistent, Cluster2, PingPong, PersistentStore };
 
 // ================================================================================================
 // 07_wgmma_pingpong (sm_90a only; issue 20)
@@ -738,6 +805,8 @@ static const WgmmaConfig kWgmmaConfigs[] = {
     // 07's ring holds 32 KiB stages: 6 (its default) or 4 deep.
     GEMM_TC_CFG_RASTERS_T("07_wgmma_pingpong", "128x128x64", PingPong, 6),
     GEMM_TC_CFG_RASTERS_T("07_wgmma_pingpong", "128x128x64", PingPong, 4),
+    // 08: 04's body with the TMA-store epilogue; its 32 KiB of C staging leaves room for 4 stages only.
+    GEMM_TC_CFG_RASTERS("08_wgmma_tma_store", PersistentStore, 4),
 };
 #undef GEMM_TC_CFG_RASTERS_T
 #undef GEMM_TC_CFG_RASTERS
@@ -756,6 +825,7 @@ static const char *const kDefault03 = "03_wgmma-128x256x64-s4-gm8";
 static const char *const kDefault04 = "04_wgmma_persistent-128x256x64-s4-gm8";
 static const char *const kDefault05 = "05_wgmma_cluster-128x256x64-s4-gm8";
 static const char *const kDefault07 = "07_wgmma_pingpong-128x128x64-s6-gm8";
+static const char *const kDefault08 = "08_wgmma_tma_store-128x256x64-s4-gm8";
 static const char *const kDefaultTuned = kDefault04;  // 04 and 05 measured equal (0.952 / 0.949 of cuBLAS at 4096^3)
 
 // 06_wgmma_tuned's configuration (per process; gemm_tc_set_tuned).
@@ -773,34 +843,47 @@ static inline bool set_tuned_config(int i) {
 // The configuration a wgmma variant runs, -1 for the others.
 static inline int variant_config(int v) {
     static const int c03 = config_index(kDefault03), c04 = config_index(kDefault04), c05 = config_index(kDefault05),
-                     c07 = config_index(kDefault07);
+                     c07 = config_index(kDefault07), c08 = config_index(kDefault08);
     switch (v) {
         case V03_WGMMA: return c03;
         case V04_WGMMA_PERSISTENT: return c04;
         case V05_WGMMA_CLUSTER: return c05;
         case V07_WGMMA_PINGPONG: return c07;
+        case V08_WGMMA_TMA_STORE: return c08;
         case V06_WGMMA_TUNED: return tuned_config();
         default: return -1;
     }
 }
 
-template <int kCluster, int kStages>
+// Persistent grids: `slots` blocks (or clusters) fit at once and there are `units` units of work.
+// 04 and 05 launch min(units, slots). 08 launches the fewest that keep the same number of rounds:
+// ceil(units / rounds) with rounds = ceil(units / slots) (4096^3: 512 tiles on 132 SMs -> 4 rounds ->
+// 128 blocks, each with 4 tiles, instead of 116 blocks with 4 and 16 with 3). The makespan in tiles is
+// the same; the SMs left idle draw no power for it, and under the H100's power cap the rest clock higher.
+static inline long long persistent_grid(long long units, long long slots, bool balanced) {
+    if (units <= slots) return units;
+    if (!balanced) return slots;
+    const long long rounds = cdiv(units, slots);
+    return cdiv(units, rounds);
+}
+
+template <int kCluster, int kStages, bool kTmaStore>
 static inline cudaError_t launch_wgmma(int M, int N, int K, const CUtensorMap &mapA, const CUtensorMap &mapB,
-                                       float *C, cudaStream_t stream, int drop_last_k_tiles, Schedule how,
-                                       Raster raster) {
-    constexpr int smem = h_smem(kStages);
-    cudaError_t e = cudalab_allow_dynamic_smem(k03_wgmma<kCluster, kStages>, smem);
+                                       const CUtensorMap &mapC, float *C, cudaStream_t stream, int drop_last_k_tiles,
+                                       Schedule how, Raster raster) {
+    constexpr int smem = h_smem(kStages, kTmaStore);
+    auto kernel = k03_wgmma<kCluster, kStages, kTmaStore>;
+    cudaError_t e = cudalab_allow_dynamic_smem(kernel, smem);
     if (e != cudaSuccess) return e;
     long long blocks = cdiv(M, H_BM) * cdiv(N, H_BN);
     if constexpr (kCluster == 1) {
-        if (how == Schedule::Persistent) {
+        if (how != Schedule::PerTile) {
             int sms = 0;
             e = sm_count(&sms);
             if (e != cudaSuccess) return e;
-            blocks = blocks < sms ? blocks : sms;
+            blocks = persistent_grid(blocks, sms, kTmaStore);
         }
-        k03_wgmma<1, kStages><<<(unsigned)blocks, H_THREADS, smem, stream>>>(M, N, K, mapA, mapB, C, raster,
-                                                                               drop_last_k_tiles);
+        kernel<<<(unsigned)blocks, H_THREADS, smem, stream>>>(M, N, K, mapA, mapB, mapC, C, raster, drop_last_k_tiles);
         return cudaGetLastError();
     } else {
         (void)how;
@@ -817,13 +900,13 @@ static inline cudaError_t launch_wgmma(int M, int N, int K, const CUtensorMap &m
         static int fit = 0;
         if (fit == 0) {
             cfg.gridDim = dim3(kCluster * 66);
-            e = cudaOccupancyMaxActiveClusters(&fit, k03_wgmma<kCluster, kStages>, &cfg);
+            e = cudaOccupancyMaxActiveClusters(&fit, kernel, &cfg);
             if (e != cudaSuccess) return e;
             if (fit < 1) return cudaErrorInvalidConfiguration;
         }
         const long long units = cdiv(cdiv(M, H_BM), kCluster) * cdiv(N, H_BN);
-        cfg.gridDim = dim3((unsigned)(kCluster * (units < fit ? units : fit)));
-        e = cudaLaunchKernelEx(&cfg, k03_wgmma<kCluster, kStages>, M, N, K, mapA, mapB, C, raster, drop_last_k_tiles);
+        cfg.gridDim = dim3((unsigned)(kCluster * persistent_grid(units, fit, kTmaStore)));
+        e = cudaLaunchKernelEx(&cfg, kernel, M, N, K, mapA, mapB, mapC, C, raster, drop_last_k_tiles);
         return e != cudaSuccess ? e : cudaGetLastError();
     }
 }
@@ -842,17 +925,27 @@ static inline cudaError_t launch_03(int M, int N, int K, const uint16_t *A, cons
     }
     const bool cluster = cf.how == Schedule::Cluster2;
     // One cached map pair per box shape: 05 fetches B in 128-row halves.
-    static MapCache ca, cb, cb_half;
+    static MapCache ca, cb, cb_half, cc;
     cudaError_t e = cached_map(ca, A, M, K, H_BM);
     if (e != cudaSuccess) return e;
     MapCache &mb = cluster ? cb_half : cb;
     e = cached_map(mb, B, N, K, cluster ? H_BN / 2 : H_BN);
     if (e != cudaSuccess) return e;
+    // The kernels without a TMA store never read their C map: they get A's.
+    if (cf.how == Schedule::PersistentStore) {
+        // TMA stores need a 16-byte row pitch and base: any other N (or C) takes 04's direct stores.
+        if (N % 4 != 0 || (uintptr_t)C % 16 != 0)
+            return launch_wgmma<1, 4, false>(M, N, K, ca.map, mb.map, ca.map, C, stream, drop_last_k_tiles,
+                                             Schedule::Persistent, cf.raster);
+        e = cached_map_c(cc, C, M, N);
+        if (e != cudaSuccess) return e;
+        return launch_wgmma<1, 4, true>(M, N, K, ca.map, mb.map, cc.map, C, stream, drop_last_k_tiles, cf.how, cf.raster);
+    }
     if (cluster)
-        return cf.stages == 3 ? launch_wgmma<2, 3>(M, N, K, ca.map, mb.map, C, stream, drop_last_k_tiles, cf.how, cf.raster)
-                              : launch_wgmma<2, 4>(M, N, K, ca.map, mb.map, C, stream, drop_last_k_tiles, cf.how, cf.raster);
-    return cf.stages == 3 ? launch_wgmma<1, 3>(M, N, K, ca.map, mb.map, C, stream, drop_last_k_tiles, cf.how, cf.raster)
-                          : launch_wgmma<1, 4>(M, N, K, ca.map, mb.map, C, stream, drop_last_k_tiles, cf.how, cf.raster);
+        return cf.stages == 3 ? launch_wgmma<2, 3, false>(M, N, K, ca.map, mb.map, ca.map, C, stream, drop_last_k_tiles, cf.how, cf.raster)
+                              : launch_wgmma<2, 4, false>(M, N, K, ca.map, mb.map, ca.map, C, stream, drop_last_k_tiles, cf.how, cf.raster);
+    return cf.stages == 3 ? launch_wgmma<1, 3, false>(M, N, K, ca.map, mb.map, ca.map, C, stream, drop_last_k_tiles, cf.how, cf.raster)
+                          : launch_wgmma<1, 4, false>(M, N, K, ca.map, mb.map, ca.map, C, stream, drop_last_k_tiles, cf.how, cf.raster);
 }
 
 // k not a multiple of 8: TMA needs 16-byte row strides, so A and B are copied, stream-ordered, into
@@ -908,9 +1001,9 @@ static inline cudaError_t launch_config(int config, int M, int N, int K, const u
 }
 
 // Enqueue C = A . B^T (A: M x K, B: N x K, bf16 bits; C: M x N float32) on `stream` with variant
-// 01_wmma, 02_mma_sync, 03_wgmma, 04_wgmma_persistent, 05_wgmma_cluster, 06_wgmma_tuned or
-// 07_wgmma_pingpong. No synchronisation. k = 0 writes zeros. Returns cudaErrorInvalidValue for another
-// variant or a shape `requirement` refuses, and cudaErrorNotSupported for 03-07 where it was not built
+// 01_wmma, 02_mma_sync, 03_wgmma, 04_wgmma_persistent, 05_wgmma_cluster, 06_wgmma_tuned,
+// 07_wgmma_pingpong or 08_wgmma_tma_store. No synchronisation. k = 0 writes zeros. Returns cudaErrorInvalidValue for another
+// variant or a shape `requirement` refuses, and cudaErrorNotSupported for 03-08 where it was not built
 // for (or cannot run on) sm_90a.
 static inline cudaError_t launch(int variant, int M, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
                                  cudaStream_t stream, int drop_last_k_tiles = 0) {

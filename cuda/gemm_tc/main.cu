@@ -20,7 +20,7 @@
 
 static const char *kUsage =
     "usage: gemm_tc [--variant 01_wmma|02_mma_sync|03_wgmma|04_wgmma_persistent|05_wgmma_cluster|06_wgmma_tuned|"
-    "07_wgmma_pingpong|cublas_bf16|cublas_tf32|all] [--config NAME] [--reps R] M N K\n"
+    "07_wgmma_pingpong|08_wgmma_tma_store|cublas_bf16|cublas_tf32|all] [--config NAME] [--reps R] M N K\n"
     "  --config NAME  the wgmma configuration 06_wgmma_tuned runs (\"<rung>-<tile>-s<stages>-g<m|n><group>\";\n"
     "                 a bad name lists them); implies --variant 06_wgmma_tuned";
 

@@ -21,22 +21,27 @@ Variants (the C table, read through gemm_tc_variant_count/_name):
                warpgroups owns whole 128x128 tiles (alternate tiles of the block's walk), and they take
                turns on the tensor cores (named barriers), so one stores its tile while the other's
                mainloop runs (issue 20)
+  08_wgmma_tma_store  04 with the epilogue through shared memory: registers -> 128B-swizzled boxes ->
+               TMA store, drained while the next tile's mainloop runs, on a balanced persistent grid
+               (the fewest blocks that keep the same number of rounds); n % 4 != 0 (TMA's 16-byte row
+               pitch) takes 04's direct stores (issue 20)
   cublas_bf16  cublasGemmEx, bf16 in, FP32 compute: the ceiling of the bench
   cublas_tf32  cublasGemmEx on float32 copies of the same values with TF32 tensor cores (for reference)
 
 dtypes: the API takes `ml_dtypes.bfloat16` arrays. float32 is never rounded silently: a float32
 array is refused with TypeError; round it yourself with `to_bf16(x)` (round-to-nearest-even).
 
-Tuning (issue 20): 03-07 each run one entry of the library's configuration table (`configs()`):
+Tuning (issue 20): 03-08 each run one entry of the library's configuration table (`configs()`):
 a wgmma kernel with the schedule (03 per tile, 04 persistent, 05 clusters of two: 03's body with
-128x256x64 tiles and 3 or 4 stages; 07 ping-pong: 128x128x64 tiles, 4 or 6 stages), the mbarrier
+128x256x64 tiles and 3 or 4 stages; 07 ping-pong: 128x128x64 tiles, 4 or 6 stages; 08: 04 with the
+TMA-store epilogue, 4 stages), the mbarrier
 ring's depth and the tile raster (groups of 4, 8 or 16 tiles down M or along N) fixed, e.g.
 "04_wgmma_persistent-128x256x64-s4-gm8" (04's default), "07_wgmma_pingpong-128x128x64-s6-gm8" (07's). `gemm(..., config=NAME)` runs
 any entry; `tune()` checks each against the reference on ragged shapes, times them at size^3 and
 caches the fastest per GPU, which 06_wgmma_tuned then runs (`variant_config`, `apply_tuned`).
 
 Ragged shapes: 01 and 02 take any m, n, k >= 0 (02 with k % 8 != 0 takes a slower element-wise
-load path); 03-07 take any m, n, and a k that is not a multiple of 8 (TMA needs 16-byte row
+load path); 03-08 take any m, n, and a k that is not a multiple of 8 (TMA needs 16-byte row
 strides) through zero-padded copies of A and B made on the stream before the launch. A refused shape
 (01's grid limit on m) raises ValueError naming the limit, before anything is launched.
 
@@ -63,9 +68,11 @@ from .. import results as _results
 BF16 = np.dtype(ml_dtypes.bfloat16)
 TUNED = "06_wgmma_tuned"
 PINGPONG = "07_wgmma_pingpong"
-KERNELS = ("01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster", TUNED, PINGPONG)
-# The sm_90a rungs, one configuration each: 03's kernel body (03-06) or 07's ping-pong kernel.
-WGMMA = ("03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster", TUNED, PINGPONG)
+TMA_STORE = "08_wgmma_tma_store"
+KERNELS = ("01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster", TUNED, PINGPONG,
+           TMA_STORE)
+# The sm_90a rungs, one configuration each: 03's kernel body (03-06, 08) or 07's ping-pong kernel.
+WGMMA = ("03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster", TUNED, PINGPONG, TMA_STORE)
 PROFILE_VARIANTS = KERNELS + ("cublas_bf16",)
 TOL = 1e-4
 INT_MAX = 2**31 - 1
@@ -217,10 +224,10 @@ def config_index(name: str) -> int:
     return cs.index(name)
 
 
-_CONFIG_RE = re.compile(r"^(?P<rung>0[3457]_wgmma[a-z_]*)-(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)-s(?P<stages>\d+)"
+_CONFIG_RE = re.compile(r"^(?P<rung>0[34578]_wgmma[a-z_]*)-(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)-s(?P<stages>\d+)"
                         r"-g(?P<order>[mn])(?P<group>\d+)$")
 SCHEDULES = {"03_wgmma": "per_tile", "04_wgmma_persistent": "persistent", "05_wgmma_cluster": "cluster2",
-             PINGPONG: "pingpong"}
+             PINGPONG: "pingpong", TMA_STORE: "persistent_tma_store"}
 
 
 def config_parts(name: str) -> dict:
@@ -245,7 +252,7 @@ def variant_config(variant: str) -> str | None:
 
 
 def runs_as(variant: str) -> str:
-    """What the library runs for `variant`: its configuration's name for 03-07, else the variant itself."""
+    """What the library runs for `variant`: its configuration's name for 03-08, else the variant itself."""
     return variant_config(variant) or variant
 
 
@@ -269,7 +276,7 @@ def apply_tuned() -> str:
 
 @contextlib.contextmanager
 def dropped_k_tiles(t: int = 1):
-    """Test-only: inside the block 02_mma_sync and 03-07 skip their last `t` K tiles."""
+    """Test-only: inside the block 02_mma_sync and 03-08 skip their last `t` K tiles."""
     lib = _lib()
     lib.gemm_tc_set_fault_drop_k_tiles(int(t))
     try:
@@ -381,6 +388,12 @@ def sanitize_args() -> dict[str, list[str]]:
     # work, and with 3 consumer 0 has one tile more) while the ring wraps mid-tile (k = 136: 3 steps).
     out["07_wgmma_pingpong-k_unaligned"] = ["--variant", PINGPONG, "--reps", "1", "67", "33", "131"]
     out["07_wgmma_pingpong-both_consumers"] = ["--variant", PINGPONG, "--reps", "1", "2049", "2049", "136"]
+    # 08: the TMA stores' ragged edges (n = 1000: a last box of 8 columns; m = 1000: a tile whose second
+    # warpgroup has 40 rows), more tiles than SMs (the balanced grid, buffers reused across tiles), and
+    # n % 4 != 0 (04's direct stores instead).
+    out["08_wgmma_tma_store-ragged"] = ["--variant", TMA_STORE, "--reps", "1", "1000", "1000", "200"]
+    out["08_wgmma_tma_store-many_tiles"] = ["--variant", TMA_STORE, "--reps", "1", "2049", "4104", "136"]
+    out["08_wgmma_tma_store-n_unaligned"] = ["--variant", TMA_STORE, "--reps", "1", "67", "33", "131"]
     # The tuner may pick any configuration (06_wgmma_tuned runs it): every kernel instantiation
     # (schedule x stages) in both raster orders, groups of 16 (wider than this shape's 3 x 2 tiles, so
     # the last group is the ragged one). The group size is only index arithmetic in the tile walk;
@@ -403,9 +416,9 @@ def configs_by_name() -> tuple[str, ...]:
 # --- benchmarks ---------------------------------------------------------------------------------
 
 BENCH_SIZES = (2048, 4096, 8192)
-# Issue 11's targets for 02 and 03; issue 20's for 04-07 (1.05 at 4096^3 and 8192^3, 1.0 at 2048^3; only the
+# Issue 11's targets for 02 and 03; issue 20's for 04-08 (1.05 at 4096^3 and 8192^3, 1.0 at 2048^3; only the
 # 4096^3 one is a target column here).
-TARGETS_4096 = {TUNED: 1.05, PINGPONG: 1.05, "05_wgmma_cluster": 1.05, "04_wgmma_persistent": 1.05,
+TARGETS_4096 = {TUNED: 1.05, PINGPONG: 1.05, TMA_STORE: 1.05, "05_wgmma_cluster": 1.05, "04_wgmma_persistent": 1.05,
                 "03_wgmma": 0.90, "02_mma_sync": 0.50}
 
 
@@ -497,7 +510,7 @@ def ceilings() -> dict:
 
 def bench_cases(quick: bool = False):
     """2048^3, 4096^3, 8192^3 (2048^3 with --quick): every rung against cuBLAS BF16 timed in the same
-    run (targets at 4096^3: 04-07 >= 1.05, 03 >= 0.90, 02 >= 0.50), and every variant as a fraction of the
+    run (targets at 4096^3: 04-08 >= 1.05, 03 >= 0.90, 02 >= 0.50), and every variant as a fraction of the
     BF16 peak."""
     from .. import bench
 
@@ -534,13 +547,15 @@ def bench_cases(quick: bool = False):
 # L2 flushed) and caches the fastest in bench/results/<gpu>/gemm_tc-tune.json; 06_wgmma_tuned then
 # runs it (apply_tuned; the executable through --config, which `invoke run gemm_tc` passes).
 
-TUNE_KINDS = ("03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster", PINGPONG)  # every schedule
+TUNE_KINDS = ("03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster", PINGPONG, TMA_STORE)  # every schedule
 # Ragged against every tile and raster: 1000 x 4097 is 8 x 17 = 136 tiles (more than an H100's 132
 # SMs, so persistent blocks walk a second tile, and 68 two-tile units for 05's clusters; 8 x 33 = 264
 # of 07's 128 x 128 tiles, two per block: both of its consumers work), the last row and column of
 # tiles partial, a group of 16 wider than the 8 tile rows, and k = 200 ends in a partial K tile;
-# 33 x 7 x 1000: one tile, the ring wrapping 16 times; k = 4097: the padded copy.
-TUNE_CHECK_SHAPES = ((1000, 4097, 200), (33, 7, 1000), (7, 1, 4097))
+# 33 x 7 x 1000: one tile, the ring wrapping 16 times; k = 4097: the padded copy. Those three have
+# n % 4 != 0, where 08 falls back to direct stores; 1000 x 1000 x 136 runs 08's TMA stores over ragged
+# edges (a last box of 8 columns, a last tile whose second warpgroup has 40 rows).
+TUNE_CHECK_SHAPES = ((1000, 4097, 200), (33, 7, 1000), (7, 1, 4097), (1000, 1000, 136))
 
 
 @functools.cache
