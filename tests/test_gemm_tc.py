@@ -362,18 +362,18 @@ def _need_lib():
 
 # The ring depths each kernel is compiled for: 03's body 48 KiB stages, 07's 32 KiB ones.
 STAGES = {"per_tile": (3, 4), "persistent": (3, 4), "cluster2": (3, 4), "pingpong": (4, 6),
-          "persistent_tma_store": (4,)}
+          "persistent_tma_store": (4,), "cluster2_tma_store": (4,)}
 
 
 def test_config_table_names_parse_and_cover_the_search():
     _need_lib()
     cs = gt.configs()
-    assert len(cs) == len(set(cs)) == 54
+    assert len(cs) == len(set(cs)) == 60
     parts = [gt.config_parts(c) for c in cs]
     assert {p["rung"] for p in parts} == set(gt.TUNE_KINDS)
     assert {(p["schedule"], p["bm"], p["bn"], p["bk"]) for p in parts} == {
         ("per_tile", 128, 256, 64), ("persistent", 128, 256, 64), ("cluster2", 128, 256, 64),
-        ("pingpong", 128, 128, 64), ("persistent_tma_store", 128, 256, 64)}
+        ("pingpong", 128, 128, 64), ("persistent_tma_store", 128, 256, 64), ("cluster2_tma_store", 128, 256, 64)}
     # Every (schedule, stages, order, group) once: the search is the full product.
     assert {(p["schedule"], p["stages"], p["order"], p["group"]) for p in parts} == {
         (s, st, o, g) for s in STAGES for st in STAGES[s] for o in "mn" for g in (4, 8, 16)}
@@ -386,6 +386,9 @@ def test_config_table_names_parse_and_cover_the_search():
         gt.config_index("nope")
     with pytest.raises(ValueError, match="not a gemm_tc configuration name"):
         gt.config_parts("04_wgmma_persistent-128x256x64-s4")
+    with pytest.raises(ValueError, match="not a gemm_tc configuration name"):  # only 08 has a cluster twin
+        gt.config_parts("04_wgmma_persistent-128x256x64-c2-s4-gm8")
+    assert gt.config_parts("08_wgmma_tma_store-128x256x64-c2-s4-gn16")["schedule"] == "cluster2_tma_store"
 
 
 def test_rungs_run_their_defaults():
@@ -556,8 +559,8 @@ def test_sanitize_args_cover_every_kernel_instantiation():
     _need_lib()
     runs = gt.sanitize_args()
     cfgs = [argv[argv.index("--config") + 1] for argv in runs.values() if "--config" in argv]
-    got = {(p["rung"], p["stages"], p["order"]) for p in map(gt.config_parts, cfgs)}
-    assert got == {(r, s, o) for r in gt.TUNE_KINDS for s in STAGES[gt.SCHEDULES[r]] for o in "mn"}
+    got = {(p["schedule"], p["stages"], p["order"]) for p in map(gt.config_parts, cfgs)}
+    assert got == {(sc, s, o) for sc in STAGES for s in STAGES[sc] for o in "mn"}
     assert "06_wgmma_tuned" in runs
     # 07 beside its configurations: a ragged k, and blocks whose two consumers both hold tiles.
     assert {"07_wgmma_pingpong-k_unaligned", "07_wgmma_pingpong-both_consumers"} <= set(runs)

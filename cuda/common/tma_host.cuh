@@ -53,30 +53,34 @@ static inline const char *sm90a_unsupported_reason() {
 #endif
 }
 
-// A tensor map of `rank` (2 or 3) dimensions in the 128-byte swizzle, dims[0] contiguous, byte
-// strides of the outer dimensions in strides[0..rank-2], a box of box_cols elements (box_cols x the
-// element size = 128 bytes, the swizzle's span) by box_rows (by 1 ...). The one encoder call.
-static inline cudaError_t encode_sw128(CUtensorMap *map, CUtensorMapDataType type, const void *ptr, int rank,
-                                       const cuuint64_t *dims, const cuuint64_t *strides, int box_cols, int box_rows) {
+// A tensor map of `rank` (2 or 3) dimensions, dims[0] contiguous, byte strides of the outer
+// dimensions in strides[0..rank-2], a box of box_cols elements (box_cols x the element size = the
+// swizzle's span) by box_rows (by 1 ...). The one encoder call.
+static inline cudaError_t encode_swizzled(CUtensorMap *map, CUtensorMapDataType type, CUtensorMapSwizzle swizzle,
+                                          const void *ptr, int rank, const cuuint64_t *dims, const cuuint64_t *strides,
+                                          int box_cols, int box_rows) {
     const cuuint32_t box[3] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows, 1u};
     const cuuint32_t elem[3] = {1u, 1u, 1u};
     const CUresult r = encode_tiled_fn()(map, type, (cuuint32_t)rank, (void *)ptr, dims, strides, box, elem,
-                                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                         CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-// bf16 operands: boxes of 64 elements (128 bytes) by box_rows, the layout wgmma's K-major and
-// MN-major descriptors read.
+// bf16 operands: boxes of 64 elements (128 bytes) by box_rows in the 128-byte swizzle, the layout
+// wgmma's K-major and MN-major descriptors read.
 static inline cudaError_t encode_bf16_sw128(CUtensorMap *map, const void *ptr, int rank, const cuuint64_t *dims,
                                             const cuuint64_t *strides, int box_rows) {
-    return encode_sw128(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, ptr, rank, dims, strides, 64, box_rows);
+    return encode_swizzled(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, CU_TENSOR_MAP_SWIZZLE_128B, ptr, rank, dims,
+                           strides, 64, box_rows);
 }
 
-// FP32 results (gemm_tc's TMA-store epilogue): boxes of 32 floats (128 bytes) by box_rows.
-static inline cudaError_t encode_f32_sw128(CUtensorMap *map, const void *ptr, int rank, const cuuint64_t *dims,
-                                           const cuuint64_t *strides, int box_rows) {
-    return encode_sw128(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, ptr, rank, dims, strides, 32, box_rows);
+// FP32 results (gemm_tc's TMA-store epilogue): boxes of 8 floats (32 bytes: one wgmma n8 column
+// block) by box_rows in the 32-byte swizzle, where the accumulators' float2 stores are conflict-free.
+static inline cudaError_t encode_f32_sw32(CUtensorMap *map, const void *ptr, int rank, const cuuint64_t *dims,
+                                          const cuuint64_t *strides, int box_rows) {
+    return encode_swizzled(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, CU_TENSOR_MAP_SWIZZLE_32B, ptr, rank, dims, strides,
+                           8, box_rows);
 }
 
 }  // namespace tma_host

@@ -21,7 +21,7 @@ Variants (the C table, read through gemm_tc_variant_count/_name):
                warpgroups owns whole 128x128 tiles (alternate tiles of the block's walk), and they take
                turns on the tensor cores (named barriers), so one stores its tile while the other's
                mainloop runs (issue 20)
-  08_wgmma_tma_store  04 with the epilogue through shared memory: registers -> 128B-swizzled boxes ->
+  08_wgmma_tma_store  04 with the epilogue through shared memory: registers -> swizzled boxes ->
                TMA store, drained while the next tile's mainloop runs, on a balanced persistent grid
                (the fewest blocks that keep the same number of rounds); n % 4 != 0 (TMA's 16-byte row
                pitch) takes 04's direct stores (issue 20)
@@ -34,7 +34,7 @@ array is refused with TypeError; round it yourself with `to_bf16(x)` (round-to-n
 Tuning (issue 20): 03-08 each run one entry of the library's configuration table (`configs()`):
 a wgmma kernel with the schedule (03 per tile, 04 persistent, 05 clusters of two: 03's body with
 128x256x64 tiles and 3 or 4 stages; 07 ping-pong: 128x128x64 tiles, 4 or 6 stages; 08: 04 with the
-TMA-store epilogue, 4 stages), the mbarrier
+TMA-store epilogue, 4 stages, persistent or in clusters of two: "-c2" after the tile), the mbarrier
 ring's depth and the tile raster (groups of 4, 8 or 16 tiles down M or along N) fixed, e.g.
 "04_wgmma_persistent-128x256x64-s4-gm8" (04's default), "07_wgmma_pingpong-128x128x64-s6-gm8" (07's). `gemm(..., config=NAME)` runs
 any entry; `tune()` checks each against the reference on ragged shapes, times them at size^3 and
@@ -224,21 +224,25 @@ def config_index(name: str) -> int:
     return cs.index(name)
 
 
-_CONFIG_RE = re.compile(r"^(?P<rung>0[34578]_wgmma[a-z_]*)-(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)-s(?P<stages>\d+)"
+_CONFIG_RE = re.compile(r"^(?P<rung>0[34578]_wgmma[a-z_]*)-(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)(?:-c(?P<cluster>2))?"
+                        r"-s(?P<stages>\d+)"
                         r"-g(?P<order>[mn])(?P<group>\d+)$")
 SCHEDULES = {"03_wgmma": "per_tile", "04_wgmma_persistent": "persistent", "05_wgmma_cluster": "cluster2",
              PINGPONG: "pingpong", TMA_STORE: "persistent_tma_store"}
+# Rungs whose configurations may also run in clusters of two ("-c2" after the tile), and that schedule.
+CLUSTER_SCHEDULES = {TMA_STORE: "cluster2_tma_store"}
 
 
 def config_parts(name: str) -> dict:
     """A configuration's name read back into its choices: rung, schedule, tile (bm, bn, bk), stages,
     raster order ("m": groups down M, "n": along N) and group (tiles per group). ValueError otherwise."""
     m = _CONFIG_RE.match(name)
-    if m is None or m["rung"] not in SCHEDULES:
+    if m is None or m["rung"] not in SCHEDULES or (m["cluster"] and m["rung"] not in CLUSTER_SCHEDULES):
         raise ValueError(f"not a gemm_tc configuration name: {name!r} "
-                         "(expected <rung>-<bm>x<bn>x<bk>-s<stages>-g<m|n><group>)")
+                         "(expected <rung>-<bm>x<bn>x<bk>[-c2]-s<stages>-g<m|n><group>)")
     d = m.groupdict()
-    return {"rung": d["rung"], "schedule": SCHEDULES[d["rung"]], "bm": int(d["bm"]), "bn": int(d["bn"]),
+    schedule = CLUSTER_SCHEDULES[d["rung"]] if d["cluster"] else SCHEDULES[d["rung"]]
+    return {"rung": d["rung"], "schedule": schedule, "bm": int(d["bm"]), "bn": int(d["bn"]),
             "bk": int(d["bk"]), "stages": int(d["stages"]), "order": d["order"], "group": int(d["group"])}
 
 
