@@ -154,14 +154,6 @@ __host__ __device__ __forceinline__ uint32_t swizzle_128b(uint32_t row, uint32_t
 __host__ __device__ __forceinline__ uint32_t swizzle_64b(uint32_t row, uint32_t chunk) {
     return row * 64u + ((chunk ^ ((row >> 1) & 3u)) << 4);
 }
-// swizzle_32b(row, chunk): rows of 32 bytes = 2 chunks; four rows share a 128-byte bank line, so
-// the XOR uses row / 4: chunk' = chunk ^ ((row / 4) % 2). (TMA's SWIZZLE_32B pattern: address bit 4
-// ^= bit 7.) gemm_tc's 08 stages FP32 accumulators this way: a half-warp's float2 stores (rows g =
-// 0..3, both chunks) then fill 8 distinct 16-byte bank groups, one wavefront; in the 128-byte
-// swizzle rows g and g ^ 1 of a half-warp share chunk positions, two wavefronts.
-__host__ __device__ __forceinline__ uint32_t swizzle_32b(uint32_t row, uint32_t chunk) {
-    return row * 32u + ((chunk ^ ((row >> 2) & 1u)) << 4);
-}
 
 // ================================================================================================
 // Hopper (sm_90a): mbarrier, TMA, wgmma, setmaxnreg

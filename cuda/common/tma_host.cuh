@@ -75,12 +75,12 @@ static inline cudaError_t encode_bf16_sw128(CUtensorMap *map, const void *ptr, i
                            strides, 64, box_rows);
 }
 
-// FP32 results (gemm_tc's TMA-store epilogue): boxes of 8 floats (32 bytes: one wgmma n8 column
-// block) by box_rows in the 32-byte swizzle, where the accumulators' float2 stores are conflict-free.
-static inline cudaError_t encode_f32_sw32(CUtensorMap *map, const void *ptr, int rank, const cuuint64_t *dims,
-                                          const cuuint64_t *strides, int box_rows) {
-    return encode_swizzled(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, CU_TENSOR_MAP_SWIZZLE_32B, ptr, rank, dims, strides,
-                           8, box_rows);
+// FP32 results (gemm_tc's TMA-store epilogue): boxes of 32 floats (128 bytes) by box_rows in the
+// 128-byte swizzle.
+static inline cudaError_t encode_f32_sw128(CUtensorMap *map, const void *ptr, int rank, const cuuint64_t *dims,
+                                           const cuuint64_t *strides, int box_rows) {
+    return encode_swizzled(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, CU_TENSOR_MAP_SWIZZLE_128B, ptr, rank, dims, strides,
+                           32, box_rows);
 }
 
 }  // namespace tma_host

@@ -298,12 +298,9 @@ static cudaError_t launch_02(int M, int N, int K, const uint16_t *A, const uint1
 // 06_wgmma_tuned runs whichever configuration the tuner cached for this GPU (kWgmmaConfigs).
 constexpr int H_BM = 128, H_BN = 256, H_BK = 64, H_STAGES = 4 /* the rungs' default */, H_THREADS = 384;
 constexpr int H_TILE_A = H_BM * H_BK * 2, H_TILE_B = H_BN * H_BK * 2, H_STAGE = H_TILE_A + H_TILE_B;
-// 08's TMA-store epilogue stages C through shared memory: per consumer warpgroup two slabs of 64 rows x
-// 32 floats (8 KiB each), one being filled while the TMA engine reads the other. A slab is four TMA
-// boxes of 64 rows x 8 floats (one wgmma n8 column block, 2 KiB, 32-byte swizzle).
-constexpr int H_EPI_BOX_COLS = 8, H_EPI_BOX = 64 * H_EPI_BOX_COLS * 4;
-constexpr int H_EPI_SLAB_BOXES = 4, H_EPI_SLAB = H_EPI_SLAB_BOXES * H_EPI_BOX, H_EPI_SLAB_COLS = H_EPI_SLAB_BOXES * H_EPI_BOX_COLS;
-constexpr int H_EPI = 2 /* consumers */ * 2 * H_EPI_SLAB;
+// 08's TMA-store epilogue stages C through shared memory: per consumer warpgroup two boxes of 64 rows x
+// 32 floats (8 KiB each, 128B-swizzled), one being filled while the TMA engine reads the other.
+constexpr int H_EPI_BOX_COLS = 32, H_EPI_BOX = 64 * H_EPI_BOX_COLS * 4, H_EPI = 2 /* consumers */ * 2 * H_EPI_BOX;
 __host__ __device__ constexpr int h_smem(int stages, bool tma_store = false) {
     return stages * H_STAGE + (tma_store ? H_EPI : 0) + 1024 /* alignment slack */ + 2 * stages * 8 /* barriers */;
 }
@@ -353,16 +350,16 @@ struct RasterWalk {
 // barrier of both CTAs, and nobody leaves the kernel before the cluster's last barrier.
 //
 // kTmaStore (08_wgmma_tma_store): the epilogue goes registers -> shared memory -> TMA store instead of
-// straight to global memory. A consumer warpgroup writes its 64 x 256 accumulators as eight slabs of
-// 64 x 32 floats, alternating between two 8 KiB buffers, and one thread hands each slab to the TMA
-// engine as four stores of one n8 column block (64 rows x 32 bytes, 32-byte swizzle). It waits only
-// until the slab two back has been READ out of its buffer, never for a write to reach global memory:
-// the stores drain while the warpgroup runs the next tile's mainloop. A store past M or N writes
-// nothing there, so ragged tiles need no masks.
-// Why 32-byte boxes: a warp's float2 store covers rows g = 0..7 x 32 bytes, issued as two half-warps
-// of 128 bytes. In the 128-byte swizzle (boxes of 32 floats), rows g and g ^ 1 of a half-warp share
-// their two chunk positions: two wavefronts per half (ncu, first run: 705 K store bank conflicts at
-// 4096^3). In the 32-byte swizzle rows 0..3 sit in different quarters of the bank line: one each.
+// straight to global memory. A consumer warpgroup writes its 64 x 256 accumulators as eight boxes of
+// 64 x 32 floats, alternating between two 8 KiB buffers in the 128-byte swizzle, and one thread hands
+// each box to the TMA engine. It waits only until the store two boxes back has READ its buffer, never
+// for a write to reach global memory: the stores drain while the warpgroup runs the next tile's
+// mainloop. A store past M or N writes nothing there, so ragged tiles need no masks.
+// Bank conflicts, measured and kept: a warp's float2 store (rows g = 0..7 x 32 bytes) is issued as two
+// half-warps, and in this swizzle rows g and g ^ 1 of a half share their chunk positions: 2 wavefronts
+// per half instead of 1 (ncu at 4096^3: 705 K store conflicts). Boxes of 64 x 8 floats in the 32-byte
+// swizzle remove them (129 K left), but four times as many narrow TMA stores made 08 3.7% SLOWER
+// (185.0 -> 191.8 us under ncu; NOTES-gemm_tc.md): the TMA engine's rows, not the banks, cost more.
 template <int kCluster, int kStages, bool kTmaStore = false>
 __global__ void __launch_bounds__(H_THREADS, 1)
     k03_wgmma(int M, int N, int K, const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
@@ -479,33 +476,29 @@ __global__ void __launch_bounds__(H_THREADS, 1)
             if constexpr (kTmaStore) {
                 const int r0 = m0 + 64 * c;
                 if (r0 >= M) continue;  // the whole warpgroup's rows are past M (a ragged last tile): next unit
-                const uint32_t mine = epi + (uint32_t)(c * 2 * H_EPI_SLAB);
+                const uint32_t mine = epi + (uint32_t)(c * 2 * H_EPI_BOX);
                 constexpr uint32_t kEpiBar = 1;  // named barriers 1 and 2: one per consumer warpgroup
 #pragma unroll
-                for (int sl = 0; sl < H_BN / H_EPI_SLAB_COLS; ++sl) {
-                    const int col0 = n0 + sl * H_EPI_SLAB_COLS;
-                    if (col0 >= N) break;  // uniform over the warpgroup
-                    const uint32_t buf = mine + (uint32_t)((sl & 1) * H_EPI_SLAB);
-                    // The slab stored two slabs ago (this tile's or the previous one's) was read out of this buffer.
+                for (int bx = 0; bx < H_BN / H_EPI_BOX_COLS; ++bx) {
+                    if (n0 + bx * H_EPI_BOX_COLS >= N) break;  // uniform over the warpgroup
+                    const uint32_t buf = mine + (uint32_t)((bx & 1) * H_EPI_BOX);
+                    // The store issued two boxes ago (this tile's or the previous one's) read this buffer.
                     if (tid_in_wg == 0) tc::bulk_wait_read<1>();
                     tc::named_bar_sync(kEpiBar + c, 128);
 #pragma unroll
-                    for (int q = 0; q < H_EPI_SLAB_BOXES; ++q)
+                    for (int q = 0; q < H_EPI_BOX_COLS / 8; ++q)
 #pragma unroll
                         for (int h = 0; h < 2; ++h) {
-                            const int j = sl * H_EPI_SLAB_BOXES + q, r = 16 * w + g + 8 * h;  // n8 block, row in the box
-                            // 16-byte chunk t/2 of the row's 32 bytes, in TMA's 32-byte swizzle.
-                            const uint32_t at = buf + (uint32_t)(q * H_EPI_BOX) + tc::swizzle_32b((uint32_t)r, (uint32_t)(t >> 1)) + 8u * (t & 1);
+                            const int j = bx * (H_EPI_BOX_COLS / 8) + q, r = 16 * w + g + 8 * h;  // n8 block, row in the box
+                            // 16-byte chunk (2q + t/2) of the row's 128 bytes, in TMA's 128B swizzle.
+                            const uint32_t at = buf + tc::swizzle_128b((uint32_t)r, (uint32_t)(2 * q + (t >> 1))) + 8u * (t & 1);
                             tc::st_shared_f32x2(at, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
                         }
                     tc::fence_proxy_async();  // the generic-proxy writes, before the TMA engine reads them
                     tc::named_bar_sync(kEpiBar + c, 128);
                     if (tid_in_wg == 0) {
-#pragma unroll
-                        for (int q = 0; q < H_EPI_SLAB_BOXES; ++q)
-                            if (col0 + q * H_EPI_BOX_COLS < N)
-                                tc::tma_store_2d(&tmC, buf + (uint32_t)(q * H_EPI_BOX), col0 + q * H_EPI_BOX_COLS, r0);
-                        tc::bulk_commit();  // one group per slab
+                        tc::tma_store_2d(&tmC, buf, n0 + bx * H_EPI_BOX_COLS, r0);
+                        tc::bulk_commit();
                     }
                 }
             } else {
@@ -566,13 +559,13 @@ static inline cudaError_t cached_map(MapCache &c, const uint16_t *ptr, int rows,
     c.ptr = ptr, c.rows = rows, c.K = K;
     return cudaSuccess;
 }
-// 08's C map: M x N floats, boxes of 64 rows x 8 floats in the 32-byte swizzle (the epilogue's
+// 08's C map: M x N floats, boxes of 64 rows x 32 floats in the 128-byte swizzle (the epilogue's
 // staging layout). Needs N % 4 == 0 and a 16-byte aligned C (TMA's row pitch and base rules).
 static inline cudaError_t cached_map_c(MapCache &c, const float *C, int M, int N) {
     if (c.ptr == C && c.rows == M && c.K == N) return cudaSuccess;
     const cuuint64_t dims[2] = {(cuuint64_t)N, (cuuint64_t)M};
     const cuuint64_t strides[1] = {(cuuint64_t)N * 4};
-    cudaError_t e = tma_host::encode_f32_sw32(&c.map, C, 2, dims, strides, 64);
+    cudaError_t e = tma_host::encode_f32_sw128(&c.map, C, 2, dims, strides, 64);
     if (e != cudaSuccess) return e;
     c.ptr = C, c.rows = M, c.K = N;
     return cudaSuccess;
