@@ -119,9 +119,9 @@ def tensor_core_checks(cc: str) -> list[Check]:
         Check("tensor cores: mma.sync bf16 (gemm_tc 01, 02)", (major, minor) >= (8, 0),
               f"compute capability {cc}" + ("" if (major, minor) >= (8, 0) else ": needs sm_80 or newer"),
               "01_wmma and 02_mma_sync need an Ampere or newer GPU; their tests skip", optional=True),
-        Check("tensor cores: wgmma + TMA (gemm_tc 03-07, attention 05)", (major, minor) == (9, 0),
+        Check("tensor cores: wgmma + TMA (gemm_tc 03-08, attention 05)", (major, minor) == (9, 0),
               f"compute capability {cc}" + ("" if (major, minor) == (9, 0) else ": needs sm_90a (Hopper, 9.0)"),
-              "gemm_tc's 03_wgmma ... 07_wgmma_pingpong and attention's 05_flash_wgmma need a Hopper GPU "
+              "gemm_tc's 03_wgmma ... 08_wgmma_tma_store and attention's 05_flash_wgmma need a Hopper GPU "
               "(sm_90a code runs on 9.0 only); they report 'needs sm_90a', their tests skip, and bf16 "
               "attention runs 03_flash_bf16", optional=True),
     ]
