@@ -253,7 +253,7 @@ def test_issue20_rungs_and_their_tuning_configurations():
         assert kind in mm.TUNE_KINDS
         assert sum(c.startswith(kind + "-") for c in cfgs) >= 2
     assert mm.variant_config("10_regtile") == "10_regtile-128x256x16-w64x64-t16x8-s3"
-    assert mm.variant_config("11_splitk_tail") == "11_splitk_tail-256x128x16-w64x64-t16x8-s3"
+    assert mm.variant_config("11_splitk_tail") == "11_splitk_tail-128x256x32-w64x64-t16x8-s3-cf"
 
 
 def test_run6_regtile_configurations_are_tuner_candidates():
@@ -446,10 +446,13 @@ def test_gpu_ladder(variant, mkn, seed):
     assert_close(mm.matmul(a, b, variant), ref, f"{variant} {mkn}")
 
 
-# 11_splitk_tail's two paths together (m, k, n): more 256x128 tiles than an H100's 132 SMs hold, so whole
-# tiles and k-split tail tiles side by side (4097 x 1000: 17 x 8 = 136 tiles, 4 split up to 33 ways), with
-# ragged edges and k not a multiple of the tile depth; and a grid that is all tail (1000^2: 32 tiles).
-SPLIT_SHAPES = [(4097, 300, 1000), (4097, 1001, 1000), (4096, 256, 1028), (1000, 4097, 1000), (7, 4097, 4097)]
+# 11_splitk_tail's two paths together (m, k, n), on its 128x256 tiles (one block per SM: an H100 holds
+# 132): whole tiles and k-split tail tiles side by side, with ragged edges and k not a multiple of the
+# tile depth (4097 x 2049: 33 x 9 = 297 tiles, the 33 past two waves split 4 ways); a tail of more than
+# half a wave (3965 x 2044: 31 x 8 = 248 tiles, 116 of them cut 9 ways, run 7's rule), grids that are
+# all tail (1000 x 1000: 32 tiles; 7 x 4097), and shapes of exactly one wave (4097 x 1000: 132 tiles).
+SPLIT_SHAPES = [(4097, 300, 1000), (4097, 1001, 2049), (4096, 256, 1028), (1000, 4097, 1000), (7, 4097, 4097),
+                (3965, 1160, 2044)]
 
 
 @pytest.mark.gpu

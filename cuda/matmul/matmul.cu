@@ -95,6 +95,7 @@ struct LadderConfig {
 #define LADDER_10(...) LADDER_10K("10_regtile", false, false, "", __VA_ARGS__)
 #define LADDER_10CF(...) LADDER_10K("10_regtile", false, true, "-cf", __VA_ARGS__)
 #define LADDER_11(...) LADDER_10K("11_splitk_tail", true, false, "", __VA_ARGS__)
+#define LADDER_11CF(...) LADDER_10K("11_splitk_tail", true, true, "-cf", __VA_ARGS__)
 
 const LadderConfig kConfigs[] = {
     LADDER_04(64, 64, 8, 8),
@@ -138,6 +139,10 @@ const LadderConfig kConfigs[] = {
     LADDER_10CF(128, 128, 16, 64, 64, 16, 8, 3),
     LADDER_11(256, 128, 16, 64, 64, 16, 8, 3),
     LADDER_11(128, 128, 16, 64, 64, 16, 8, 3),
+    // Run 7 (issue 20): 11 on the tiles the H100's tuner picked for 10 (128x256, BK 16 and 32-cf), so
+    // that 11 against 09_tuned measures the split alone.
+    LADDER_11(128, 256, 16, 64, 64, 16, 8, 3),
+    LADDER_11CF(128, 256, 32, 64, 64, 16, 8, 3),
     // Needs 4·(64·132 + 64·128)·4 = 266240 bytes of shared memory, more than any current GPU gives a
     // block (227 KiB on Hopper): kept so that the refusal path is exercised on every device.
     LADDER_08(128, 128, 64, 64, 32, 4),
@@ -165,7 +170,7 @@ const Variant kVariants[] = {
     {"08_pipelined", "08_pipelined-128x128x16-w64x32-s3"},
     {"09_tuned", kTunedName},
     {"10_regtile", "10_regtile-128x256x16-w64x64-t16x8-s3"},  // the H100 tuner's winner (+3% over 256x128)
-    {"11_splitk_tail", "11_splitk_tail-256x128x16-w64x64-t16x8-s3"},
+    {"11_splitk_tail", "11_splitk_tail-128x256x32-w64x64-t16x8-s3-cf"},  // 09's H100 winner's tile (run 7)
     {"cublas", nullptr},
 };
 constexpr int kVariantCount = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
@@ -223,10 +228,30 @@ cudaError_t config_check(int i) {
     return cudaSuccess;
 }
 
-// 11_splitk_tail's plan (sgemm_ladder.cuh says why): with P blocks resident at once and N tiles,
-// the last N mod P tiles are cut into s = min(k-tiles, P / (N mod P)) k-slices; the rows of C those
-// tiles cover are zeroed on `stream` first, since their slices add into C. s = 1 (or batch > 1):
-// every tile whole, as 10. Fills p's tiles_n, dp_tiles and splits.
+// How many k-slices each of the `tail` tiles of the last, partial wave is cut into (sgemm_ladder.cuh
+// says why). With s slices, the tail takes ceil(tail * s / slots) rounds of 1/s of a tile's time,
+// against one round whole. Run 5's rule, s = slots / tail, kept that to one round of slices and so
+// never split a tail of more than half a wave (4096^3 at 128x256: 116 tiles on 132 SMs, s = 1). Here
+// s runs over 1..min(16, k-tiles / 4) (a slice keeps at least 4 k-tiles to amortise its pipeline
+// fill), and a larger s is taken only when it saves more than 2% of a tile's time: each slice costs a
+// pipeline fill and atomics. 4096^3: s = 9, 1044 slices in 8 rounds of 1/9 (0.89 of a round);
+// 8192^3 (68 tail tiles): s = 11 (0.55); 5120x256x5120 (40 tiles, all tail): s = 13 (0.31, not 1/3).
+static long long tail_splits(long long tail, long long slots, long long ktiles) {
+    if (tail <= 0) return 1;
+    const long long smax = std::max(1LL, std::min(16LL, ktiles / 4));
+    long long best = 1;
+    double best_time = (double)cdiv(tail, slots);
+    for (long long s = 2; s <= smax; ++s) {
+        const double time = (double)cdiv(tail * s, slots) / (double)s;
+        if (time < best_time - 0.02) best = s, best_time = time;
+    }
+    return best;
+}
+
+// 11_splitk_tail's plan: with P blocks resident at once and N tiles, the last N mod P tiles are cut
+// into tail_splits(...) k-slices; the rows of C those tiles cover are zeroed on `stream` first, since
+// their slices add into C. s = 1 (or batch > 1): every tile whole, as 10. Fills p's tiles_n, dp_tiles
+// and splits.
 cudaError_t split_tail_plan(const void *kernel, const LadderConfig &c, int batch, int m, int n, int k, float *C,
                             LadderArgs *p, cudaStream_t stream) {
     const long long gx = cdiv(n, c.bn), gy = cdiv(m, c.bm), tiles = gx * gy, ktiles = cdiv(k, c.bk);
@@ -236,7 +261,7 @@ cudaError_t split_tail_plan(const void *kernel, const LadderConfig &c, int batch
     if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, c.threads, c.smem);
     if (err != cudaSuccess) return err;
     const long long slots = (long long)sms * std::max(per_sm, 1), tail = tiles % slots;
-    long long splits = tail > 0 ? std::min<long long>(ktiles, slots / tail) : 1;
+    long long splits = tail_splits(tail, slots, ktiles);
     if (batch != 1 || splits < 2 || tiles + tail * (splits - 1) > 0x7fffffffLL) splits = 1;
     p->tiles_n = (int)gx;
     p->dp_tiles = (int)(splits > 1 ? tiles - tail : tiles);

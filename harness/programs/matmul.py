@@ -14,7 +14,8 @@ Variants (the one table is in cuda/matmul/matmul.cu; `variants()` reads it from 
   10_regtile        a 16x8 tile per thread, one 256x128 block of 8 warps per SM (cuBLAS's shape); the barrier
                     moves before the last k-step so the next tile's first fragments load under its FFMAs
   11_splitk_tail    10 on a 1-D grid whose last, partial wave of tiles is split along k (atomicAdd into a
-                    zeroed C): the skinny 5120x256x5120 and the small sizes fill every SM
+                    zeroed C) into as many slices (<= 16) as finish it soonest: the cubes' last wave, the
+                    skinny 5120x256x5120 and the small sizes fill every SM (its tile: 09's H100 winner's)
   cublas            cuBLAS SGEMM (plain FP32, no TF32), only when the library was built against cuBLAS
 04-11 ignore `tile` and take B as (k, n) only (no trans_b). Each ladder variant runs one entry of the
 library's configuration table (`configs()`: block/warp tile and stages); `matmul(..., config=NAME)`
