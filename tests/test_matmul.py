@@ -449,7 +449,8 @@ def test_gpu_ladder(variant, mkn, seed):
 # 11_splitk_tail's two paths together (m, k, n), on its 128x256 tiles (one block per SM: an H100 holds
 # 132): whole tiles and k-split tail tiles side by side, with ragged edges and k not a multiple of the
 # tile depth (4097 x 2049: 33 x 9 = 297 tiles, the 33 past two waves split 4 ways); a tail of more than
-# half a wave (3965 x 2044: 31 x 8 = 248 tiles, 116 of them cut 9 ways, run 7's rule), grids that are
+# half a wave (3965 x 2044: 31 x 8 = 248 tiles; run 7's rule cut the 116 in the tail 9 ways, run 8's
+# keeps them whole, since with k = 1160 a slice costs more than it saves), grids that are
 # all tail (1000 x 1000: 32 tiles; 7 x 4097), and shapes of exactly one wave (4097 x 1000: 132 tiles).
 SPLIT_SHAPES = [(4097, 300, 1000), (4097, 1001, 2049), (4096, 256, 1028), (1000, 4097, 1000), (7, 4097, 4097),
                 (3965, 1160, 2044)]

@@ -229,21 +229,21 @@ cudaError_t config_check(int i) {
 }
 
 // How many k-slices each of the `tail` tiles of the last, partial wave is cut into (sgemm_ladder.cuh
-// says why). With s slices, the tail takes ceil(tail * s / slots) rounds of 1/s of a tile's time,
-// against one round whole. Run 5's rule, s = slots / tail, kept that to one round of slices and so
-// never split a tail of more than half a wave (4096^3 at 128x256: 116 tiles on 132 SMs, s = 1). Here
-// s runs over 1..min(16, k-tiles / 4) (a slice keeps at least 4 k-tiles to amortise its pipeline
-// fill), and a larger s is taken only when it saves more than 2% of a tile's time: each slice costs a
-// pipeline fill and atomics. 4096^3: s = 9, 1044 slices in 8 rounds of 1/9 (0.89 of a round);
-// 8192^3 (68 tail tiles): s = 11 (0.55); 5120x256x5120 (40 tiles, all tail): s = 13 (0.31, not 1/3).
+// says why). With s slices the tail takes ceil(tail * s / slots) rounds, each of 1/s of a tile's
+// time plus kSliceCost: a slice's own pipeline fill and its atomics into C. Run 7 measured that cost
+// on the H100 (4096^3, 128x256x32 tiles, s = 9: the tail took 1.12 rounds where 8/9 were modelled
+// without it, c = 0.03); run 5's rule (s = slots / tail, one round of slices) ignored it. The s in
+// 1..min(16, k-tiles / 4) with the least time wins, ties to the smaller: 4096^3 (116 tail tiles on
+// 132 SMs) no split; 8192^3 (68) s = 5; 5120x256x5120 (40 tiles, all tail) s = 3.
+constexpr double kSliceCost = 0.03;
 static long long tail_splits(long long tail, long long slots, long long ktiles) {
     if (tail <= 0) return 1;
     const long long smax = std::max(1LL, std::min(16LL, ktiles / 4));
     long long best = 1;
     double best_time = (double)cdiv(tail, slots);
     for (long long s = 2; s <= smax; ++s) {
-        const double time = (double)cdiv(tail * s, slots) / (double)s;
-        if (time < best_time - 0.02) best = s, best_time = time;
+        const double time = (double)cdiv(tail * s, slots) * (1.0 / (double)s + kSliceCost);
+        if (time < best_time - 1e-9) best = s, best_time = time;
     }
     return best;
 }

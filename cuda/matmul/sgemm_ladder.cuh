@@ -908,8 +908,8 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
 //   Change: 10's kernel on a 1-D grid whose last, partly filled wave is split along k. With P
 //   blocks resident at once (SMs × blocks per SM) and N output tiles, the first N - N mod P tiles
 //   run whole, as in 10; each of the N mod P tiles left is cut into s slices of its k-tiles (s from
-//   matmul.cu's tail_splits: the s <= 16 that finishes the tail soonest, since run 7 not only s <= P /
-//   (N mod P)), one block each, which add their sums into C (atomicAdd; the rows of C
+//   matmul.cu's tail_splits: the s <= 16 that finishes the tail soonest, counting each slice's
+//   measured cost), one block each, which add their sums into C (atomicAdd; the rows of C
 //   holding those tiles are zeroed first). Sizes whose whole grid is one partial wave (N < P: the
 //   small sizes) are all tail. Where s would be 1 nothing is split and 11 runs as 10.
 //   Why: 10's 256×128 tiles leave waves partly idle. 5120×256×5120 is 800 tiles for 132 SMs:
