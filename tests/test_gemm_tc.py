@@ -241,20 +241,22 @@ PINGPONG_SHAPES = [
 ]
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("mnk", PINGPONG_SHAPES, ids=lambda t: "x".join(map(str, t)))
-def test_pingpong_tile_counts(mnk):
-    skip_unless_runnable("07_wgmma_pingpong")
-    m, n, k = mnk
+def check_every_config(rung: str, m: int, n: int, k: int) -> None:
+    """Every configuration of `rung` (its default among them) exact on one m x n x k product: each ring
+    depth, raster and schedule moves which block holds which tiles, not how many rows they cover."""
+    skip_unless_runnable(rung)
     rng = np.random.default_rng(m * 7 + n * 13 + k)
     a, b = bf16(rng, m, k), bf16(rng, n, k)
     ref = gt.reference(a, b)
-    ok, e = gt.check(gt.gemm(a, b, "07_wgmma_pingpong"), ref, k)
-    assert ok, f"07_wgmma_pingpong {m}x{n}x{k}: relative error {e:.3e}"
-    # Every ring depth and raster: the raster moves which block holds which tiles, not how many.
-    for config in (c for c in gt.configs() if c.startswith("07_wgmma_pingpong-")):
+    for config in (c for c in gt.configs() if c.startswith(rung + "-")):
         ok, e = gt.check(gt.gemm(a, b, config=config), ref, k)
         assert ok, f"{config} {m}x{n}x{k}: relative error {e:.3e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mnk", PINGPONG_SHAPES, ids=lambda t: "x".join(map(str, t)))
+def test_pingpong_tile_counts(mnk):
+    check_every_config("07_wgmma_pingpong", *mnk)
 
 
 # 08's TMA-store epilogue (128 x 256 tiles, boxes of 64 rows x 32 columns per consumer warpgroup; the
@@ -274,14 +276,7 @@ TMA_STORE_SHAPES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("mnk", TMA_STORE_SHAPES, ids=lambda t: "x".join(map(str, t)))
 def test_tma_store_edges(mnk):
-    skip_unless_runnable("08_wgmma_tma_store")
-    m, n, k = mnk
-    rng = np.random.default_rng(m * 5 + n * 11 + k)
-    a, b = bf16(rng, m, k), bf16(rng, n, k)
-    ref = gt.reference(a, b)
-    for config in (c for c in gt.configs() if c.startswith("08_wgmma_tma_store-")):
-        ok, e = gt.check(gt.gemm(a, b, config=config), ref, k)
-        assert ok, f"{config} {m}x{n}x{k}: relative error {e:.3e}"
+    check_every_config("08_wgmma_tma_store", *mnk)
 
 
 @pytest.mark.gpu
