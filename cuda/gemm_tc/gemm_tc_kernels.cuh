@@ -548,26 +548,26 @@ static inline cudaError_t make_map(CUtensorMap *map, const uint16_t *ptr, int ro
 // One cached map per operand: encoding costs host time, and the bench launches the same buffers.
 struct MapCache {
     const void *ptr = nullptr;
-    int rows = -1, K = -1;
+    int rows = -1, cols = -1;  // the matrix the map covers (A, B: cols = K; C: cols = N)
     CUtensorMap map;
 };
 
 static inline cudaError_t cached_map(MapCache &c, const uint16_t *ptr, int rows, int K, int box_rows) {
-    if (c.ptr == ptr && c.rows == rows && c.K == K) return cudaSuccess;
+    if (c.ptr == ptr && c.rows == rows && c.cols == K) return cudaSuccess;
     cudaError_t e = make_map(&c.map, ptr, rows, K, box_rows);
     if (e != cudaSuccess) return e;
-    c.ptr = ptr, c.rows = rows, c.K = K;
+    c.ptr = ptr, c.rows = rows, c.cols = K;
     return cudaSuccess;
 }
 // 08's C map: M x N floats, boxes of 64 rows x 32 floats in the 128-byte swizzle (the epilogue's
 // staging layout). Needs N % 4 == 0 and a 16-byte aligned C (TMA's row pitch and base rules).
 static inline cudaError_t cached_map_c(MapCache &c, const float *C, int M, int N) {
-    if (c.ptr == C && c.rows == M && c.K == N) return cudaSuccess;
+    if (c.ptr == C && c.rows == M && c.cols == N) return cudaSuccess;
     const cuuint64_t dims[2] = {(cuuint64_t)N, (cuuint64_t)M};
     const cuuint64_t strides[1] = {(cuuint64_t)N * 4};
     cudaError_t e = tma_host::encode_f32_sw128(&c.map, C, 2, dims, strides, 64);
     if (e != cudaSuccess) return e;
-    c.ptr = C, c.rows = M, c.K = N;
+    c.ptr = C, c.rows = M, c.cols = N;
     return cudaSuccess;
 }
 
@@ -866,9 +866,9 @@ static inline int variant_config(int v) {
 // ceil(units / rounds) with rounds = ceil(units / slots) (4096^3: 512 tiles on 132 SMs -> 4 rounds ->
 // 128 blocks, each with 4 tiles, instead of 116 blocks with 4 and 16 with 3). The makespan in tiles is
 // the same; the SMs left idle draw no power for it, and under the H100's power cap the rest clock higher.
-static inline long long persistent_grid(long long units, long long slots, bool balanced) {
+static inline long long persistent_grid(long long units, long long slots, Schedule how) {
     if (units <= slots) return units;
-    if (!balanced) return slots;
+    if (how != Schedule::PersistentStore && how != Schedule::Cluster2Store) return slots;
     const long long rounds = cdiv(units, slots);
     return cdiv(units, rounds);
 }
@@ -887,12 +887,11 @@ static inline cudaError_t launch_wgmma(int M, int N, int K, const CUtensorMap &m
             int sms = 0;
             e = sm_count(&sms);
             if (e != cudaSuccess) return e;
-            blocks = persistent_grid(blocks, sms, kTmaStore);
+            blocks = persistent_grid(blocks, sms, how);
         }
         kernel<<<(unsigned)blocks, H_THREADS, smem, stream>>>(M, N, K, mapA, mapB, mapC, C, raster, drop_last_k_tiles);
         return cudaGetLastError();
     } else {
-        (void)how;
         cudaLaunchConfig_t cfg = {};
         cudaLaunchAttribute attr[1];
         attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -911,7 +910,7 @@ static inline cudaError_t launch_wgmma(int M, int N, int K, const CUtensorMap &m
             if (fit < 1) return cudaErrorInvalidConfiguration;
         }
         const long long units = cdiv(cdiv(M, H_BM), kCluster) * cdiv(N, H_BN);
-        cfg.gridDim = dim3((unsigned)(kCluster * persistent_grid(units, fit, kTmaStore)));
+        cfg.gridDim = dim3((unsigned)(kCluster * persistent_grid(units, fit, how)));
         e = cudaLaunchKernelEx(&cfg, kernel, M, N, K, mapA, mapB, mapC, C, raster, drop_last_k_tiles);
         return e != cudaSuccess ? e : cudaGetLastError();
     }
@@ -939,12 +938,11 @@ static inline cudaError_t launch_03(int M, int N, int K, const uint16_t *A, cons
     if (e != cudaSuccess) return e;
     // The kernels without a TMA store never read their C map: they get A's.
     if (cf.how == Schedule::PersistentStore || cf.how == Schedule::Cluster2Store) {
-        // TMA stores need a 16-byte row pitch and base: any other N (or C) takes 04's (05's) direct stores.
+        // TMA stores need a 16-byte row pitch and base: any other N (or C) keeps 08's grid with 04's
+        // (05's) direct stores.
         if (N % 4 != 0 || (uintptr_t)C % 16 != 0)
-            return cluster ? launch_wgmma<2, 4, false>(M, N, K, ca.map, mb.map, ca.map, C, stream, drop_last_k_tiles,
-                                                       Schedule::Cluster2, cf.raster)
-                           : launch_wgmma<1, 4, false>(M, N, K, ca.map, mb.map, ca.map, C, stream, drop_last_k_tiles,
-                                                       Schedule::Persistent, cf.raster);
+            return cluster ? launch_wgmma<2, 4, false>(M, N, K, ca.map, mb.map, ca.map, C, stream, drop_last_k_tiles, cf.how, cf.raster)
+                           : launch_wgmma<1, 4, false>(M, N, K, ca.map, mb.map, ca.map, C, stream, drop_last_k_tiles, cf.how, cf.raster);
         e = cached_map_c(cc, C, M, N);
         if (e != cudaSuccess) return e;
         return cluster ? launch_wgmma<2, 4, true>(M, N, K, ca.map, mb.map, cc.map, C, stream, drop_last_k_tiles, cf.how, cf.raster)
