@@ -754,14 +754,22 @@ __device__ __forceinline__ float ladder_f4(const float4 &v, int c) {
     return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;
 }
 
-// The schedules of the 10_regtile kernel body: 10's grid of whole tiles, 11's split tail, 12's
-// persistent data-parallel + stream-K walk.
+// The schedules of the 10_regtile kernel body (LadderMode), and what a segment does with its sums
+// (LadderRole): store them; add them into C (11's k-slices); hand them over through the block's
+// workspace slot (12: the tail of a tile another block finishes); collect the later blocks' slots,
+// then store (12: the head of a tile).
 enum LadderMode { kWholeTiles = 0, kSplitTail = 1, kStreamK = 2 };
+enum LadderRole { kStore = 0, kAtomicAdd = 1, kHandOver = 2, kCollect = 3 };
 
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MODE, bool VEC, bool CF = false>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, STAGES>::MINB)
-    sgemm_10_regtile(const LadderArgs p) {
-    constexpr bool SPLIT = MODE == kSplitTail, SK = MODE == kStreamK;
+// 12_streamk: block b's streamed k-tiles are [ladder_sk_begin(b), ladder_sk_begin(b + 1)), numbered
+// tile by tile from tile dp_tiles on.
+__device__ __forceinline__ long long ladder_sk_begin(const LadderArgs &p, int kt_tile, int b, int blocks) {
+    return (long long)(p.tiles - p.dp_tiles) * kt_tile * b / blocks;
+}
+
+// The body of 10, 11 and 12: output tile (by, bx), its k-tiles [kt0, kt0 + ktiles), and `role`.
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MODE, bool VEC, bool CF>
+__device__ __forceinline__ void sgemm_10_segment(const LadderArgs &p, int by, int bx, int kt0, int ktiles, int role) {
     using S = Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
     constexpr int T = S::T, AS = S::AS;
     constexpr int LM = WM / TM, LN = WN / TN;  // the warp's lanes as an LM × LN grid
@@ -780,56 +788,6 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
     const int wm = warp / (BN / WN), wn = warp % (BN / WN);
     const int tm = lane / LN, tn = lane % LN;
     const int a_off = wm * WM + tm * 4, b_off = wn * WN + tn * 4;
-    const int kt_tile = (int)cdiv(k, BK);  // k-tiles in a whole tile
-    // 12_streamk: this block's next whole tile, and its range of streamed k-tiles [sk_it, sk_end),
-    // numbered tile by tile from tile dp_tiles on. sk_begin(b) is block b's first.
-    const long long sk_total = SK ? (long long)(p.tiles - p.dp_tiles) * kt_tile : 0;
-    auto sk_begin = [&](int b) { return sk_total * b / gridDim.x; };
-    int dp_next = blockIdx.x;
-    long long sk_it = SK ? sk_begin(blockIdx.x) : 0;
-    const long long sk_end = SK ? sk_begin(blockIdx.x + 1) : 0;
-    // Segment loop: one pass (10, 11), or one per whole tile and per streamed piece (12).
-    for (int pass = 0;; ++pass) {
-    // The block's output tile and its k-tiles [kt0, kt0 + ktiles) (11_splitk_tail: see LadderArgs).
-    int by = blockIdx.y, bx = blockIdx.x, kt0 = 0, ktiles = kt_tile;
-    bool partial = false;  // true: add alpha·(this slice's sum) into C instead of storing
-    bool sk_head = false;  // 12: this piece holds the tile's first k-tile but not its last (it finishes the tile)
-    if constexpr (!SK) {
-        if (pass > 0) break;
-    } else {
-        int tile;
-        if (dp_next < p.dp_tiles) {
-            tile = dp_next;
-            dp_next += gridDim.x;
-        } else if (sk_it < sk_end) {
-            const long long t = sk_it / kt_tile;
-            kt0 = (int)(sk_it - t * kt_tile);
-            ktiles = (int)min((long long)(kt_tile - kt0), sk_end - sk_it);
-            sk_it += ktiles;
-            tile = p.dp_tiles + (int)t;
-            partial = kt0 > 0;                       // the tile's head is another block's: hand this part over
-            sk_head = kt0 == 0 && ktiles < kt_tile;  // the tile's tail is other blocks': collect theirs
-        } else {
-            break;
-        }
-        by = tile / p.tiles_n;
-        bx = tile % p.tiles_n;
-        // Every thread is done reading the previous segment's buffers before they are refilled.
-        if (pass > 0) __syncthreads();
-    }
-    if constexpr (SPLIT) {
-        int tile = blockIdx.x;
-        if (tile >= p.dp_tiles) {
-            const int piece = tile - p.dp_tiles, part = piece % p.splits;
-            tile = p.dp_tiles + piece / p.splits;
-            const int kt_all = ktiles;
-            kt0 = (int)((long long)part * kt_all / p.splits);
-            ktiles = (int)((long long)(part + 1) * kt_all / p.splits) - kt0;
-            partial = true;
-        }
-        by = tile / p.tiles_n;
-        bx = tile % p.tiles_n;
-    }
     const int row0 = by * BM, col0 = bx * BN;
 
     // The copies, as 08's: one column of the tile per thread, its rows A_ROWS (B_ROWS) apart. Why
@@ -952,10 +910,10 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
         s_use = s_next;
     }
     ladder_cp_async_wait<0>();  // only empty groups can remain; leave none behind
-    if constexpr (SK) {
+    if constexpr (MODE == kStreamK) {
         // A thread's accumulators in a slot: float4 (i, h) of thread tid at (i·GN + h)·T + tid, so a
         // warp's stores and loads are whole 512-byte runs.
-        if (partial) {
+        if (role == kHandOver) {
             float4 *slot = reinterpret_cast<float4 *>(p.sk_partial) + (size_t)blockIdx.x * (BM * BN / 4);
 #pragma unroll
             for (int i = 0; i < TM; ++i)
@@ -965,14 +923,16 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
                            make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]));
             __syncthreads();  // every thread's part is written ...
             if (tid == 0) ladder_flag_release(p.sk_flags + blockIdx.x);  // ... before the flag says so
-            continue;
+            return;
         }
-        if (sk_head) {
+        if (role == kCollect) {
             // The blocks after this one whose ranges start inside this tile each left their part in
             // their slot; they did it first thing in their streamed range, so the wait is normally over.
+            const int blocks = (int)gridDim.x, kt_tile = (int)cdiv(k, BK);
             const long long tile_end = ((long long)(by * p.tiles_n + bx - p.dp_tiles) + 1) * kt_tile;
-            for (int c = blockIdx.x + 1; c < (int)gridDim.x && sk_begin(c) < tile_end; ++c) {
-                if (sk_begin(c) == sk_begin(c + 1)) continue;  // an empty range wrote nothing
+            for (int c = blockIdx.x + 1; c < blocks && ladder_sk_begin(p, kt_tile, c, blocks) < tile_end; ++c) {
+                if (ladder_sk_begin(p, kt_tile, c, blocks) == ladder_sk_begin(p, kt_tile, c + 1, blocks))
+                    continue;  // an empty range wrote nothing
                 if (tid == 0) ladder_flag_acquire(p.sk_flags + c);
                 __syncthreads();
                 const float4 *slot = reinterpret_cast<const float4 *>(p.sk_partial) + (size_t)c * (BM * BN / 4);
@@ -986,7 +946,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
             }
         }
     }
-    if (SPLIT && partial) {
+    if (MODE == kSplitTail && role == kAtomicAdd) {
         // Several blocks own slices of this tile's k: each adds its part (C was zeroed before).
 #pragma unroll
         for (int i = 0; i < TM; ++i) {
@@ -1007,7 +967,68 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
             ladder_store4<VEC>(C, m, n, r, col0 + b_off + h * (4 * LN), p.alpha, acc[i][4 * h], acc[i][4 * h + 1],
                                acc[i][4 * h + 2], acc[i][4 * h + 3]);
     }
-    }  // segment loop
+}
+
+
+// 12 calls the body once per segment, from a loop. Inlined there, the loop kept its own state and the
+// thread's offsets live across the k-loop, and ptxas spilled at 255 registers: the first build of 12
+// ran its whole tiles 11-15% slower than 11 (run 9). As a call, the body is compiled once on its own,
+// with every register to itself; the loop's few values are saved around it, once per segment.
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, bool VEC, bool CF>
+__device__ __noinline__ void sgemm_10_segment_call(const LadderArgs &p, int by, int bx, int kt0, int ktiles, int role) {
+    sgemm_10_segment<BM, BN, BK, WM, WN, TM, TN, STAGES, kStreamK, VEC, CF>(p, by, bx, kt0, ktiles, role);
+}
+
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MODE, bool VEC, bool CF = false>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, STAGES>::MINB)
+    sgemm_10_regtile(const __grid_constant__ LadderArgs p) {
+    const int kt_tile = (int)cdiv(p.k, BK);  // k-tiles in a whole tile
+    if constexpr (MODE != kStreamK) {
+        // The block's output tile and its k-tiles [kt0, kt0 + ktiles) (11_splitk_tail: see LadderArgs).
+        int by = blockIdx.y, bx = blockIdx.x, kt0 = 0, ktiles = kt_tile;
+        bool partial = false;  // true: add alpha·(this slice's sum) into C instead of storing
+        if constexpr (MODE == kSplitTail) {
+            int tile = blockIdx.x;
+            if (tile >= p.dp_tiles) {
+                const int piece = tile - p.dp_tiles, part = piece % p.splits;
+                tile = p.dp_tiles + piece / p.splits;
+                kt0 = (int)((long long)part * kt_tile / p.splits);
+                ktiles = (int)((long long)(part + 1) * kt_tile / p.splits) - kt0;
+                partial = true;
+            }
+            by = tile / p.tiles_n;
+            bx = tile % p.tiles_n;
+        }
+        sgemm_10_segment<BM, BN, BK, WM, WN, TM, TN, STAGES, MODE, VEC, CF>(p, by, bx, kt0, ktiles,
+                                                                            partial ? kAtomicAdd : kStore);
+    } else {
+        // 12: the block's whole tiles b, b + P, ... below dp_tiles, then the pieces of its streamed range:
+        // the first from the range's start, each next from a tile's first k-tile.
+        const int b = blockIdx.x, blocks = gridDim.x;
+        const long long first = ladder_sk_begin(p, kt_tile, b, blocks), end = ladder_sk_begin(p, kt_tile, b + 1, blocks);
+        int tile = b;
+        long long it = first;
+        for (int pass = 0;; ++pass) {
+            int kt0 = 0, ktiles = kt_tile, role = kStore, t;
+            if (tile < p.dp_tiles) {
+                t = tile;
+                tile += blocks;
+            } else if (it < end) {
+                const long long q = it / kt_tile;
+                kt0 = (int)(it - q * kt_tile);
+                ktiles = (int)min((long long)(kt_tile - kt0), end - it);
+                it += ktiles;
+                t = p.dp_tiles + (int)q;
+                if (kt0 > 0) role = kHandOver;               // the tile's head is another block's
+                else if (ktiles < kt_tile) role = kCollect;  // the tile's tail is other blocks'
+            } else {
+                break;
+            }
+            if (pass > 0) __syncthreads();  // every thread is done with the previous segment's buffers
+            sgemm_10_segment_call<BM, BN, BK, WM, WN, TM, TN, STAGES, VEC, CF>(p, t / p.tiles_n, t % p.tiles_n, kt0,
+                                                                             ktiles, role);
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
