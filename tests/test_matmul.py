@@ -203,9 +203,10 @@ def test_bench_cases_describe_the_goals():
             assert c.ceiling == mm.cublas_ceiling_name(label) and c.amount == 2.0 * m * n * k
             assert c.bytes == 4.0 * (m * k + k * n + m * n)
     assert cases[("09_tuned", "4096^3")].target == 0.9
-    # Issue 20's goals sit on the last rung.
-    assert mm.LADDER[-1] == mm.LAST_RUNG
-    assert {label: cases[(mm.LAST_RUNG, label)].target for label, *_ in mm.LADDER_SIZES} == {
+    # Issue 20's goals sit on 11, the fastest rung, and on no other.
+    assert mm.TARGET_RUNG == "11_splitk_tail"
+    assert not any(cases[(v, label)].target for v in mm.LADDER[-3:] if v != mm.TARGET_RUNG for label, *_ in mm.LADDER_SIZES)
+    assert {label: cases[(mm.TARGET_RUNG, label)].target for label, *_ in mm.LADDER_SIZES} == {
         "2048^3": 0.95, "4096^3": 1.0, "8192^3": 1.0, "5120x256x5120": None}
     assert cases[("08_pipelined", "5120x256x5120")].ceiling == "cublas@5120x256x5120"
     from harness import bench
@@ -256,7 +257,6 @@ def test_issue20_rungs_and_their_tuning_configurations():
     assert mm.variant_config("11_splitk_tail") == "11_splitk_tail-128x256x32-w64x64-t16x8-s3-cf"
     # 12 runs 11's tile, so that 12 against 09 and 11 measures the schedule alone.
     assert mm.variant_config("12_streamk") == "12_streamk-128x256x32-w64x64-t16x8-s3-cf"
-    assert mm.LAST_RUNG == "12_streamk"
 
 
 def test_run6_regtile_configurations_are_tuner_candidates():
