@@ -566,7 +566,7 @@ def bench_cases(quick: bool = False):
 
     The ladder (04-12) at 2048^3, 4096^3, 8192^3 and 5120x256x5120, each against cuBLAS at that size;
     01-03 at 4096^3 (02_tiled also against 01_naive, issue 4's 1.5x); cuBLAS against the FP32 peak.
-    Quick (`invoke bench --quick`): only 07-11 at 4096^3 and cuBLAS against the peak.
+    Quick (`invoke bench --quick`): only 07-12 at 4096^3 and cuBLAS against the peak.
     09_tuned's target is issue 10's: 0.9 of cuBLAS at 4096^3; 11's are issue 20's (ISSUE20_TARGETS).
     """
     from .. import bench
