@@ -120,7 +120,7 @@ def test_dtype_ndim_contiguity():
 
 def test_unknown_variant_lists_valid_ones():
     a = np.ones((2, 2), np.float32)
-    with pytest.raises(ValueError, match="01_naive, 02_tiled, 03_tiled_dynamic, 04_blocktile_1d.*09_tuned, 10_regtile, 11_splitk_tail, 12_streamk, cublas"):
+    with pytest.raises(ValueError, match="01_naive, 02_tiled, 03_tiled_dynamic, 04_blocktile_1d.*09_tuned, 10_regtile, 11_splitk_tail, cublas"):
         mm.matmul(a, a, variant="04_magic")
     with pytest.raises(ValueError, match="valid"):
         mm.matmul_device("nope", 16, 1, 1, 1, None, None, None)
@@ -203,10 +203,9 @@ def test_bench_cases_describe_the_goals():
             assert c.ceiling == mm.cublas_ceiling_name(label) and c.amount == 2.0 * m * n * k
             assert c.bytes == 4.0 * (m * k + k * n + m * n)
     assert cases[("09_tuned", "4096^3")].target == 0.9
-    # Issue 20's goals sit on 11, the fastest rung, and on no other.
-    assert mm.TARGET_RUNG == "11_splitk_tail"
-    assert not any(cases[(v, label)].target for v in mm.LADDER[-3:] if v != mm.TARGET_RUNG for label, *_ in mm.LADDER_SIZES)
-    assert {label: cases[(mm.TARGET_RUNG, label)].target for label, *_ in mm.LADDER_SIZES} == {
+    # Issue 20's goals sit on the last rung.
+    assert mm.LADDER[-1] == mm.LAST_RUNG
+    assert {label: cases[(mm.LAST_RUNG, label)].target for label, *_ in mm.LADDER_SIZES} == {
         "2048^3": 0.95, "4096^3": 1.0, "8192^3": 1.0, "5120x256x5120": None}
     assert cases[("08_pipelined", "5120x256x5120")].ceiling == "cublas@5120x256x5120"
     from harness import bench
@@ -247,16 +246,14 @@ def test_config_limits_are_named():
 
 
 def test_issue20_rungs_and_their_tuning_configurations():
-    """10-12 follow 09 in the table, each runs a configuration of its own kind, and the tuner times them."""
-    assert mm.LADDER[-4:] == ("09_tuned", "10_regtile", "11_splitk_tail", "12_streamk")
+    """10 and 11 follow 09 in the table, each runs a configuration of its own kind, and the tuner times them."""
+    assert mm.LADDER[-3:] == ("09_tuned", "10_regtile", "11_splitk_tail")
     cfgs = mm.configs()
-    for kind in ("10_regtile", "11_splitk_tail", "12_streamk"):
+    for kind in ("10_regtile", "11_splitk_tail"):
         assert kind in mm.TUNE_KINDS
         assert sum(c.startswith(kind + "-") for c in cfgs) >= 2
     assert mm.variant_config("10_regtile") == "10_regtile-128x256x16-w64x64-t16x8-s3"
     assert mm.variant_config("11_splitk_tail") == "11_splitk_tail-128x256x32-w64x64-t16x8-s3-cf"
-    # 12 runs 11's tile, so that 12 against 09 and 11 measures the schedule alone.
-    assert mm.variant_config("12_streamk") == "12_streamk-128x256x32-w64x64-t16x8-s3-cf"
 
 
 def test_run6_regtile_configurations_are_tuner_candidates():
@@ -459,13 +456,8 @@ SPLIT_SHAPES = [(4097, 300, 1000), (4097, 1001, 2049), (4096, 256, 1028), (1000,
                 (3965, 1160, 2044)]
 
 
-# 12_streamk's plan on an H100 (132 blocks of 128x256): 4097 x 1001 x 2049 (297 tiles: 132 whole, 165
-# streamed, 1.25 each); 3965 x 1160 x 2044 (248 tiles < 2 waves: all streamed); 1000 x 4097 x 1000 (32
-# tiles < 132 blocks: each tile's k-tiles spread over 4 blocks, a head waiting on 3 slots); 7 x 4097 x 4097
-# (17 tiles of 129 k-tiles: 8 blocks to a tile); 4096 x 256 x 1028 (160 tiles: all streamed, 8 k-tiles
-# each); 4097 x 300 x 1000 (exactly 132 tiles: every tile whole, no workspace).
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["10_regtile", "11_splitk_tail", "12_streamk"])
+@pytest.mark.parametrize("variant", ["10_regtile", "11_splitk_tail"])
 @pytest.mark.parametrize("mkn", SPLIT_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_gpu_split_tail_shapes(variant, mkn):
     a, b, ref = operands(5, *mkn)
@@ -488,32 +480,6 @@ def test_gpu_split_tail_writes_only_c(rng):
         dc.to_host(out)
     assert_close(out[:m * n].reshape(m, n), mm.reference(a, b), "11_splitk_tail device form")
     assert np.isnan(out[m * n:]).all(), "wrote past the end of C"
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("mkn", [(4097, 1001, 2049), (1000, 4097, 1000), (1, 1, 1), (33, 4097, 7)],
-                         ids=lambda s: "x".join(map(str, s)))
-def test_gpu_streamk_writes_only_c_and_repeats_bit_for_bit(rng, mkn):
-    """12 hands partial tiles over through its workspace, never through C: device pointers with a NaN guard
-    band after C show it writes every element of C and nothing past it; the sums of a tile meet in a fixed
-    order, so a second launch (on the same workspace, whose flags the first must have left at zero) gives
-    the same bits; and C's old contents (NaN) never leak in."""
-    from harness import cudart
-
-    m, k, n = mkn
-    a, b = rand(rng, m, k), rand(rng, k, n)
-    outs = []
-    with cudart.DeviceBuffer.from_array(a) as da, cudart.DeviceBuffer.from_array(b) as db:
-        for _ in range(2):
-            out = poison((m * n + 256,), np.float32)
-            with cudart.DeviceBuffer.from_array(out) as dc:
-                mm.matmul_device("12_streamk", 0, m, n, k, da.ptr, db.ptr, dc.ptr)
-                cudart.synchronize()
-                dc.to_host(out)
-            assert np.isnan(out[m * n:]).all(), "wrote past the end of C"
-            outs.append(out[:m * n].reshape(m, n).copy())
-    assert_close(outs[0], mm.reference(a, b), f"12_streamk device form {mkn}")
-    assert np.array_equal(outs[0], outs[1]), "12_streamk gave different bits on a second launch"
 
 
 @pytest.mark.gpu

@@ -1,10 +1,8 @@
 // matmul: the library entry points and the one variant table. The kernels live in
-// matmul_kernels.cuh (01-03, shared with attention) and sgemm_ladder.cuh (the ladder, 04-12).
+// matmul_kernels.cuh (01-03, shared with attention) and sgemm_ladder.cuh (the ladder, 04-11).
 #include <algorithm>
 #include <climits>
 #include <cstring>
-#include <mutex>
-#include <vector>
 
 #include "matmul.h"
 #include "matmul_kernels.cuh"
@@ -49,7 +47,7 @@ extern "C" int matmul_have_cublas(void) {
 
 // ---------------------------------------------------------------------------------------------
 // Ladder configurations: every compiled instantiation of a ladder kernel, with what it needs.
-// The rungs 04-08 and 10-12 each run their default entry; the tuner times the 07/08/10-12 entries and
+// The rungs 04-08, 10 and 11 each run their default entry; the tuner times the 07/08/10/11 entries and
 // "09_tuned" runs its winner. One entry per line; the name spells the template arguments.
 // ---------------------------------------------------------------------------------------------
 namespace {
@@ -60,8 +58,8 @@ struct LadderConfig {
     size_t smem;         // dynamic shared memory per block, bytes
     const void *kvec;    // the VEC = true kernel (16-byte accesses)
     const void *kscalar; // the VEC = false kernel (any alignment)
-    int mode = kWholeTiles;  // LadderMode: 11's split tail and 12's stream-K plan their own grids
-    int bk = 0;              // k-depth of a tile (where mode needs it)
+    bool split_tail = false;  // 11_splitk_tail: a 1-D grid whose partial last wave is split along k
+    int bk = 0;               // k-depth of a tile (where split_tail needs it)
 };
 
 #define LADDER_04(BM, BN, BK, TM)                                                                      \
@@ -87,18 +85,17 @@ struct LadderConfig {
      Sgemm08aShape<BM, BN, BK, WM, WN, ST>::SMEM,                                                      \
      (const void *)sgemm_08_pipelined_arow<BM, BN, BK, WM, WN, ST, true>,                              \
      (const void *)sgemm_08_pipelined_arow<BM, BN, BK, WM, WN, ST, false>}
-// 10, 11 and 12 share one kernel: KIND names it, MODE picks the schedule (LadderMode: 11's split
-// tail, 12's stream-K), CF (suffix "-cf") the conflict-free A copies (sgemm_ladder.cuh, 10's header).
-#define LADDER_10K(KIND, MODE, CF, SUFFIX, BM, BN, BK, WM, WN, TM, TN, ST)                               \
+// 10 and 11 share one kernel: KIND names it, SPLIT picks 11's split tail, CF (suffix "-cf") the
+// conflict-free A copies (sgemm_ladder.cuh, 10_regtile's header).
+#define LADDER_10K(KIND, SPLIT, CF, SUFFIX, BM, BN, BK, WM, WN, TM, TN, ST)                              \
     {KIND "-" #BM "x" #BN "x" #BK "-w" #WM "x" #WN "-t" #TM "x" #TN "-s" #ST SUFFIX, BM, BN,                \
      (BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, ST>::SMEM,                    \
-     (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, MODE, true, CF>,                   \
-     (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, MODE, false, CF>, MODE, BK}
-#define LADDER_10(...) LADDER_10K("10_regtile", kWholeTiles, false, "", __VA_ARGS__)
-#define LADDER_10CF(...) LADDER_10K("10_regtile", kWholeTiles, true, "-cf", __VA_ARGS__)
-#define LADDER_11(...) LADDER_10K("11_splitk_tail", kSplitTail, false, "", __VA_ARGS__)
-#define LADDER_11CF(...) LADDER_10K("11_splitk_tail", kSplitTail, true, "-cf", __VA_ARGS__)
-#define LADDER_12CF(...) LADDER_10K("12_streamk", kStreamK, true, "-cf", __VA_ARGS__)
+     (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, SPLIT, true, CF>,                  \
+     (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, SPLIT, false, CF>, SPLIT, BK}
+#define LADDER_10(...) LADDER_10K("10_regtile", false, false, "", __VA_ARGS__)
+#define LADDER_10CF(...) LADDER_10K("10_regtile", false, true, "-cf", __VA_ARGS__)
+#define LADDER_11(...) LADDER_10K("11_splitk_tail", true, false, "", __VA_ARGS__)
+#define LADDER_11CF(...) LADDER_10K("11_splitk_tail", true, true, "-cf", __VA_ARGS__)
 
 const LadderConfig kConfigs[] = {
     LADDER_04(64, 64, 8, 8),
@@ -146,10 +143,6 @@ const LadderConfig kConfigs[] = {
     // that 11 against 09_tuned measures the split alone.
     LADDER_11(128, 256, 16, 64, 64, 16, 8, 3),
     LADDER_11CF(128, 256, 32, 64, 64, 16, 8, 3),
-    // Run 9 (issue 20): 12 on the same tile, so that 12 against 09 and 11 measures the schedule alone;
-    // and on 10's 2048^3 tile (BK 16).
-    LADDER_12CF(128, 256, 32, 64, 64, 16, 8, 3),
-    LADDER_12CF(128, 256, 16, 64, 64, 16, 8, 3),
     // Needs 4·(64·132 + 64·128)·4 = 266240 bytes of shared memory, more than any current GPU gives a
     // block (227 KiB on Hopper): kept so that the refusal path is exercised on every device.
     LADDER_08(128, 128, 64, 64, 32, 4),
@@ -178,7 +171,6 @@ const Variant kVariants[] = {
     {"09_tuned", kTunedName},
     {"10_regtile", "10_regtile-128x256x16-w64x64-t16x8-s3"},  // the H100 tuner's winner (+3% over 256x128)
     {"11_splitk_tail", "11_splitk_tail-128x256x32-w64x64-t16x8-s3-cf"},  // 09's H100 winner's tile (run 7)
-    {"12_streamk", "12_streamk-128x256x32-w64x64-t16x8-s3-cf"},          // the same tile (run 9)
     {"cublas", nullptr},
 };
 constexpr int kVariantCount = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
@@ -244,7 +236,7 @@ cudaError_t config_check(int i) {
 // 1..min(16, k-tiles / 4) with the least time wins, ties to the smaller: 4096^3 (116 tail tiles on
 // 132 SMs) no split; 8192^3 (68) s = 5; the executable's lecture5 shape, m = 5120, n = 256,
 // k = 5120 (40 tiles, all tail) s = 3; the bench's "5120x256x5120" (m = n = 5120, k = 256: 800 tiles
-// of 8 k-tiles, tail 8) s = 2. (Those are two shapes: run 8's "exe against NVBench" puzzle.)
+// of 8 k-tiles, tail 8) s = 2. (Two shapes under one name: run 8's "executable against NVBench" puzzle.)
 constexpr double kSliceCost = 0.03;
 static long long tail_splits(long long tail, long long slots, long long ktiles) {
     if (tail <= 0) return 1;
@@ -284,86 +276,6 @@ cudaError_t split_tail_plan(const void *kernel, const LadderConfig &c, int batch
     return cudaSuccess;
 }
 
-// 12_streamk's workspace: one BM x BN float slot and one flag per block of the persistent grid.
-// Kept per (device, stream) and only ever grown: launches on one stream run in order and can share
-// it, launches on two streams get two. The flags are zeroed once, at allocation, and every launch
-// leaves them zero (each is reset by the block that consumed it).
-struct SkWorkspace {
-    int dev;
-    cudaStream_t stream;
-    size_t floats;
-    int flags_n;
-    float *partial;
-    int *flags;
-};
-std::mutex g_sk_mutex;
-std::vector<SkWorkspace> g_sk;
-
-cudaError_t sk_workspace(cudaStream_t stream, size_t floats, int flags_n, float **partial, int **flags) {
-    int dev = 0;
-    cudaError_t err = cudaGetDevice(&dev);
-    if (err != cudaSuccess) return err;
-    std::lock_guard<std::mutex> lock(g_sk_mutex);
-    SkWorkspace *w = nullptr;
-    for (SkWorkspace &e : g_sk)
-        if (e.dev == dev && e.stream == stream) w = &e;
-    if (w == nullptr) {
-        g_sk.push_back(SkWorkspace{dev, stream, 0, 0, nullptr, nullptr});
-        w = &g_sk.back();
-    }
-    if (w->floats < floats || w->flags_n < flags_n) {
-        // A smaller one may still be read by a launch in flight on this stream.
-        if (w->partial != nullptr || w->flags != nullptr) {
-            err = cudaStreamSynchronize(stream);
-            if (err == cudaSuccess) err = cudaFree(w->partial);
-            if (err == cudaSuccess) err = cudaFree(w->flags);
-            w->partial = nullptr, w->flags = nullptr, w->floats = 0, w->flags_n = 0;
-            if (err != cudaSuccess) return err;
-        }
-        float *np = nullptr;
-        int *nf = nullptr;
-        err = cudaMalloc(&np, floats * sizeof(float));
-        if (err == cudaSuccess) err = cudaMalloc(&nf, (size_t)flags_n * sizeof(int));
-        if (err == cudaSuccess) err = cudaMemset(nf, 0, (size_t)flags_n * sizeof(int));
-        if (err != cudaSuccess) {
-            cudaFree(np);
-            cudaFree(nf);
-            return err;
-        }
-        w->partial = np, w->flags = nf, w->floats = floats, w->flags_n = flags_n;
-    }
-    *partial = w->partial;
-    *flags = w->flags;
-    return cudaSuccess;
-}
-
-// 12_streamk's plan (sgemm_ladder.cuh says why): with P blocks resident at once and N tiles of KT
-// k-tiles, a grid of P persistent blocks runs the first (floor(N / P) - 1)·P tiles whole, and splits
-// the k-tiles of the rest (one to two waves' worth) into P equal ranges. N a multiple of P, k = 0
-// or batch > 1: every tile whole, min(N, P) blocks. Fills p's tiles, tiles_n, dp_tiles and the
-// workspace; *blocks is the grid's width.
-cudaError_t streamk_plan(const void *kernel, const LadderConfig &c, int batch, int m, int n, int k, LadderArgs *p,
-                         unsigned *blocks, cudaStream_t stream) {
-    const long long gx = cdiv(n, c.bn), gy = cdiv(m, c.bm), tiles = gx * gy, ktiles = cdiv(k, c.bk);
-    if (tiles > INT_MAX) return cudaErrorInvalidValue;
-    int dev = 0, sms = 0, per_sm = 0;
-    cudaError_t err = cudaGetDevice(&dev);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, c.threads, c.smem);
-    if (err != cudaSuccess) return err;
-    const long long slots = (long long)sms * std::max(per_sm, 1), full = tiles / slots;
-    p->tiles = (int)tiles;
-    p->tiles_n = (int)gx;
-    if (batch != 1 || ktiles == 0 || tiles % slots == 0) {
-        p->dp_tiles = (int)tiles;
-        *blocks = (unsigned)std::min(tiles, slots);
-        return cudaSuccess;
-    }
-    p->dp_tiles = (int)(full >= 2 ? (full - 1) * slots : 0);
-    *blocks = (unsigned)slots;
-    return sk_workspace(stream, (size_t)slots * c.bm * c.bn, (int)slots, &p->sk_partial, &p->sk_flags);
-}
-
 // Enqueue configuration i on `stream`. Device pointers; nothing to do (m, n or batch 0) launches
 // nothing; k = 0 launches and writes zeros.
 cudaError_t ladder_run(int i, bool trans_b, int batch, int m, int n, int k, float alpha, const float *A,
@@ -381,15 +293,10 @@ cudaError_t ladder_run(int i, bool trans_b, int batch, int m, int n, int k, floa
     err = cudalab_allow_dynamic_smem(kernel, c.smem);
     if (err != cudaSuccess) return err;
     dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)batch);
-    if (c.mode == kSplitTail) {
+    if (c.split_tail) {
         err = split_tail_plan(kernel, c, batch, m, n, k, C, &p, stream);
         if (err != cudaSuccess) return err;
         grid = dim3((unsigned)(p.dp_tiles + (gx * gy - p.dp_tiles) * p.splits), 1, (unsigned)batch);
-    } else if (c.mode == kStreamK) {
-        unsigned blocks = 0;
-        err = streamk_plan(kernel, c, batch, m, n, k, &p, &blocks, stream);
-        if (err != cudaSuccess) return err;
-        grid = dim3(blocks, 1, (unsigned)batch);
     }
     void *args[] = {&p};
     err = cudaLaunchKernel(kernel, grid, dim3(c.threads), args, c.smem, stream);

@@ -7,14 +7,12 @@
                                                   -- sgemm_ladder.cuh; the tile argument is ignored
      "09_tuned"   the ladder configuration chosen by `invoke tune matmul` (matmul_set_tuned), else
                   the default one (matmul_tuned_config() before any set)
-     "10_regtile", "11_splitk_tail", "12_streamk" -- sgemm_ladder.cuh (issue 20): a 16×8 thread tile,
-                  then its partial last wave split along k (11 zeroes part of C and adds into it),
-                  then a persistent grid whose last one or two waves are shared out by k-tiles
-                  (12: a device workspace per stream, allocated at its first launch and kept)
+     "10_regtile", "11_splitk_tail"               -- sgemm_ladder.cuh (issue 20): a 16×8 thread tile,
+                  then its partial last wave split along k (11 zeroes part of C and adds into it)
      "cublas"     only when built with cuBLAS.
    The ladder variants take B as k×n only (trans_b = 1 is cudaErrorInvalidValue).
    Configurations: the fixed list of compiled ladder instantiations (block/warp tile, stages),
-   matmul_config_count/_name; each rung 04-08 and 10-12 runs its default configuration.
+   matmul_config_count/_name; each rung 04-08, 10 and 11 runs its default configuration.
    Statuses are cudaError_t as int (0 = success): an unknown variant or a tile the variant does not
    take is cudaErrorInvalidValue (1); a tile or configuration the device cannot hold is
    cudaErrorInvalidConfiguration (9); "cublas" without cuBLAS is cudaErrorNotSupported (801). */
@@ -54,7 +52,7 @@ cudalab_status matmul_device(const char *variant, int tile, int m, int n, int k,
 int matmul_config_count(void);
 const char *matmul_config_name(int i); /* e.g. "08_pipelined-128x128x16-w64x32-s3"; NULL past the end */
 int matmul_config_index(const char *name); /* -1 when unknown */
-/* The configuration a variant runs (04-12), -1 for the others. */
+/* The configuration a variant runs (04-11), -1 for the others. */
 int matmul_variant_config(const char *variant);
 /* What configuration i needs and what the device allows, for messages that name the limit:
    out[0] threads per block, out[1] dynamic shared bytes, out[2] static shared bytes,
@@ -69,7 +67,7 @@ cudalab_status matmul_config_device(int i, int m, int n, int k, const float *a, 
                                     void *stream);
 /* The largest m a variant (or configuration i) takes: the grid's y dimension holds at most
    CUDALAB_MAX_GRID_YZ (65535) blocks of the variant's rows (16 for 01_naive, the tile for 02/03, the
-   configuration's block rows for 04-12; 09_tuned: the configuration it runs now), capped at INT_MAX
+   configuration's block rows for 04-11; 09_tuned: the configuration it runs now), capped at INT_MAX
    (cublas). -1 for an unknown variant or configuration, or a tile below 1. */
 long long matmul_max_m(const char *variant, int tile);
 long long matmul_config_max_m(int i);

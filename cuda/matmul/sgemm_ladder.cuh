@@ -1,6 +1,6 @@
 // The SGEMM ladder: FP32 row-major C = alpha * A·B from the tiled kernel towards cuBLAS, one rung
 // at a time (issue 10). matmul_kernels.cuh keeps 01-03 (shared with attention); this header holds
-// 04-08 and (issue 20) 10-12. Every kernel takes a LadderArgs (batch index = blockIdx.z, strides in
+// 04-08 and (issue 20) 10-11. Every kernel takes a LadderArgs (batch index = blockIdx.z, strides in
 // elements) and is exact for any m, n, k >= 0: partial tiles are zero-filled on load and masked on store.
 //
 // VEC template flag: true = 16-byte global accesses (float4 loads, 16-byte cp.async, float4 stores).
@@ -33,13 +33,6 @@ struct LadderArgs {
     // row-major tile order over a grid `tiles_n` tiles wide; the `splits` blocks after that for
     // each remaining tile each own a slice of its k-tiles and add their part into C (zeroed first).
     int tiles_n = 0, dp_tiles = 0, splits = 1;
-    // 12_streamk only (a persistent 1-D grid of gridDim.x blocks): block b takes the whole tiles
-    // b, b + gridDim.x, ... below dp_tiles, then its share of the k-tiles of tiles [dp_tiles, tiles)
-    // (see 12_streamk below). sk_partial holds one BM x BN slot per block, sk_flags one int per block
-    // (0 between launches: the block that consumes a slot resets its flag).
-    int tiles = 0;
-    float *sk_partial = nullptr;
-    int *sk_flags = nullptr;
 };
 
 // Can the 16-byte paths be used? (see VEC above)
@@ -47,32 +40,6 @@ static inline bool ladder_vec_ok(const LadderArgs &p) {
     auto aligned = [](const void *q) { return ((uintptr_t)q & 15u) == 0; };
     return p.k % 4 == 0 && p.n % 4 == 0 && aligned(p.A) && aligned(p.B) && aligned(p.C) && p.stride_a % 4 == 0 &&
            p.stride_b % 4 == 0 && p.stride_c % 4 == 0;
-}
-
-// 12_streamk's hand-over between blocks. The writer: every thread stored its part of the slot, then
-// __syncthreads, then thread 0 runs ladder_flag_release (the fence makes the block's stores visible
-// at GPU scope before the flag). The reader: thread 0 waits in ladder_flag_acquire, then
-// __syncthreads, then every thread reads the slot with __ldcg (from L2, never a stale L1 line).
-__device__ __forceinline__ void ladder_flag_release(int *flag) {
-    __threadfence();
-    asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(flag), "r"(1) : "memory");
-}
-// Waits for *flag == 1 and resets it to 0 for the next launch (one reader per flag). The writer runs
-// on a co-resident block, so the wait is short; if it has not come in 20 s (a grid that could not be
-// resident at once: another process on the GPU), trap instead of hanging: the launch fails with
-// cudaErrorLaunchFailure, which reaches Python as a CUDA error.
-__device__ __forceinline__ void ladder_flag_acquire(int *flag) {
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    for (;;) {
-        int v;
-        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
-        if (v != 0) break;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        if (t - t0 > 20000000000ull) __trap();
-        __nanosleep(100);
-    }
-    *flag = 0;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -754,22 +721,9 @@ __device__ __forceinline__ float ladder_f4(const float4 &v, int c) {
     return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;
 }
 
-// The schedules of the 10_regtile kernel body (LadderMode), and what a segment does with its sums
-// (LadderRole): store them; add them into C (11's k-slices); hand them over through the block's
-// workspace slot (12: the tail of a tile another block finishes); collect the later blocks' slots,
-// then store (12: the head of a tile).
-enum LadderMode { kWholeTiles = 0, kSplitTail = 1, kStreamK = 2 };
-enum LadderRole { kStore = 0, kAtomicAdd = 1, kHandOver = 2, kCollect = 3 };
-
-// 12_streamk: block b's streamed k-tiles are [ladder_sk_begin(b), ladder_sk_begin(b + 1)), numbered
-// tile by tile from tile dp_tiles on.
-__device__ __forceinline__ long long ladder_sk_begin(const LadderArgs &p, int kt_tile, int b, int blocks) {
-    return (long long)(p.tiles - p.dp_tiles) * kt_tile * b / blocks;
-}
-
-// The body of 10, 11 and 12: output tile (by, bx), its k-tiles [kt0, kt0 + ktiles), and `role`.
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MODE, bool VEC, bool CF>
-__device__ __forceinline__ void sgemm_10_segment(const LadderArgs &p, int by, int bx, int kt0, int ktiles, int role) {
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, bool SPLIT, bool VEC, bool CF = false>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, STAGES>::MINB)
+    sgemm_10_regtile(const LadderArgs p) {
     using S = Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
     constexpr int T = S::T, AS = S::AS;
     constexpr int LM = WM / TM, LN = WN / TN;  // the warp's lanes as an LM × LN grid
@@ -788,6 +742,22 @@ __device__ __forceinline__ void sgemm_10_segment(const LadderArgs &p, int by, in
     const int wm = warp / (BN / WN), wn = warp % (BN / WN);
     const int tm = lane / LN, tn = lane % LN;
     const int a_off = wm * WM + tm * 4, b_off = wn * WN + tn * 4;
+    // The block's output tile and its k-tiles [kt0, kt0 + ktiles) (11_splitk_tail: see LadderArgs).
+    int by = blockIdx.y, bx = blockIdx.x, kt0 = 0, ktiles = (int)cdiv(k, BK);
+    bool partial = false;  // true: add alpha·(this slice's sum) into C instead of storing
+    if constexpr (SPLIT) {
+        int tile = blockIdx.x;
+        if (tile >= p.dp_tiles) {
+            const int piece = tile - p.dp_tiles, part = piece % p.splits;
+            tile = p.dp_tiles + piece / p.splits;
+            const int kt_all = ktiles;
+            kt0 = (int)((long long)part * kt_all / p.splits);
+            ktiles = (int)((long long)(part + 1) * kt_all / p.splits) - kt0;
+            partial = true;
+        }
+        by = tile / p.tiles_n;
+        bx = tile % p.tiles_n;
+    }
     const int row0 = by * BM, col0 = bx * BN;
 
     // The copies, as 08's: one column of the tile per thread, its rows A_ROWS (B_ROWS) apart. Why
@@ -910,43 +880,7 @@ __device__ __forceinline__ void sgemm_10_segment(const LadderArgs &p, int by, in
         s_use = s_next;
     }
     ladder_cp_async_wait<0>();  // only empty groups can remain; leave none behind
-    if constexpr (MODE == kStreamK) {
-        // A thread's accumulators in a slot: float4 (i, h) of thread tid at (i·GN + h)·T + tid, so a
-        // warp's stores and loads are whole 512-byte runs.
-        if (role == kHandOver) {
-            float4 *slot = reinterpret_cast<float4 *>(p.sk_partial) + (size_t)blockIdx.x * (BM * BN / 4);
-#pragma unroll
-            for (int i = 0; i < TM; ++i)
-#pragma unroll
-                for (int h = 0; h < GN; ++h)
-                    __stcg(slot + (i * GN + h) * T + tid,
-                           make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]));
-            __syncthreads();  // every thread's part is written ...
-            if (tid == 0) ladder_flag_release(p.sk_flags + blockIdx.x);  // ... before the flag says so
-            return;
-        }
-        if (role == kCollect) {
-            // The blocks after this one whose ranges start inside this tile each left their part in
-            // their slot; they did it first thing in their streamed range, so the wait is normally over.
-            const int blocks = (int)gridDim.x, kt_tile = (int)cdiv(k, BK);
-            const long long tile_end = ((long long)(by * p.tiles_n + bx - p.dp_tiles) + 1) * kt_tile;
-            for (int c = blockIdx.x + 1; c < blocks && ladder_sk_begin(p, kt_tile, c, blocks) < tile_end; ++c) {
-                if (ladder_sk_begin(p, kt_tile, c, blocks) == ladder_sk_begin(p, kt_tile, c + 1, blocks))
-                    continue;  // an empty range wrote nothing
-                if (tid == 0) ladder_flag_acquire(p.sk_flags + c);
-                __syncthreads();
-                const float4 *slot = reinterpret_cast<const float4 *>(p.sk_partial) + (size_t)c * (BM * BN / 4);
-#pragma unroll
-                for (int i = 0; i < TM; ++i)
-#pragma unroll
-                    for (int h = 0; h < GN; ++h) {
-                        const float4 v = __ldcg(slot + (i * GN + h) * T + tid);
-                        acc[i][4 * h] += v.x, acc[i][4 * h + 1] += v.y, acc[i][4 * h + 2] += v.z, acc[i][4 * h + 3] += v.w;
-                    }
-            }
-        }
-    }
-    if (MODE == kSplitTail && role == kAtomicAdd) {
+    if (SPLIT && partial) {
         // Several blocks own slices of this tile's k: each adds its part (C was zeroed before).
 #pragma unroll
         for (int i = 0; i < TM; ++i) {
@@ -969,68 +903,6 @@ __device__ __forceinline__ void sgemm_10_segment(const LadderArgs &p, int by, in
     }
 }
 
-
-// 12 calls the body once per segment, from a loop. Inlined there, the loop kept its own state and the
-// thread's offsets live across the k-loop, and ptxas spilled at 255 registers: the first build of 12
-// ran its whole tiles 11-15% slower than 11 (run 9). As a call, the body is compiled once on its own,
-// with every register to itself; the loop's few values are saved around it, once per segment.
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, bool VEC, bool CF>
-__device__ __noinline__ void sgemm_10_segment_call(const LadderArgs &p, int by, int bx, int kt0, int ktiles, int role) {
-    sgemm_10_segment<BM, BN, BK, WM, WN, TM, TN, STAGES, kStreamK, VEC, CF>(p, by, bx, kt0, ktiles, role);
-}
-
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int MODE, bool VEC, bool CF = false>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, STAGES>::MINB)
-    sgemm_10_regtile(const __grid_constant__ LadderArgs p) {
-    const int kt_tile = (int)cdiv(p.k, BK);  // k-tiles in a whole tile
-    if constexpr (MODE != kStreamK) {
-        // The block's output tile and its k-tiles [kt0, kt0 + ktiles) (11_splitk_tail: see LadderArgs).
-        int by = blockIdx.y, bx = blockIdx.x, kt0 = 0, ktiles = kt_tile;
-        bool partial = false;  // true: add alpha·(this slice's sum) into C instead of storing
-        if constexpr (MODE == kSplitTail) {
-            int tile = blockIdx.x;
-            if (tile >= p.dp_tiles) {
-                const int piece = tile - p.dp_tiles, part = piece % p.splits;
-                tile = p.dp_tiles + piece / p.splits;
-                kt0 = (int)((long long)part * kt_tile / p.splits);
-                ktiles = (int)((long long)(part + 1) * kt_tile / p.splits) - kt0;
-                partial = true;
-            }
-            by = tile / p.tiles_n;
-            bx = tile % p.tiles_n;
-        }
-        sgemm_10_segment<BM, BN, BK, WM, WN, TM, TN, STAGES, MODE, VEC, CF>(p, by, bx, kt0, ktiles,
-                                                                            partial ? kAtomicAdd : kStore);
-    } else {
-        // 12: the block's whole tiles b, b + P, ... below dp_tiles, then the pieces of its streamed range:
-        // the first from the range's start, each next from a tile's first k-tile.
-        const int b = blockIdx.x, blocks = gridDim.x;
-        const long long first = ladder_sk_begin(p, kt_tile, b, blocks), end = ladder_sk_begin(p, kt_tile, b + 1, blocks);
-        int tile = b;
-        long long it = first;
-        for (int pass = 0;; ++pass) {
-            int kt0 = 0, ktiles = kt_tile, role = kStore, t;
-            if (tile < p.dp_tiles) {
-                t = tile;
-                tile += blocks;
-            } else if (it < end) {
-                const long long q = it / kt_tile;
-                kt0 = (int)(it - q * kt_tile);
-                ktiles = (int)min((long long)(kt_tile - kt0), end - it);
-                it += ktiles;
-                t = p.dp_tiles + (int)q;
-                if (kt0 > 0) role = kHandOver;               // the tile's head is another block's
-                else if (ktiles < kt_tile) role = kCollect;  // the tile's tail is other blocks'
-            } else {
-                break;
-            }
-            if (pass > 0) __syncthreads();  // every thread is done with the previous segment's buffers
-            sgemm_10_segment_call<BM, BN, BK, WM, WN, TM, TN, STAGES, VEC, CF>(p, t / p.tiles_n, t % p.tiles_n, kt0,
-                                                                             ktiles, role);
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // 11_splitk_tail
 //   Change: 10's kernel on a 1-D grid whose last, partly filled wave is split along k. With P
@@ -1047,24 +919,4 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
 //   a memset of the tail rows and k-slice sums that meet in C in whatever order the atomics land
 //   (the tail tiles are not bit-reproducible run to run; still a float32 sum of k products).
 // The host (ladder_run) picks dp_tiles and splits; batch > 1 runs unsplit.
-// ---------------------------------------------------------------------------------------------
-
-// ---------------------------------------------------------------------------------------------
-// 12_streamk
-//   Change: 10's kernel body in a persistent grid of P blocks (SMs × blocks per SM, all resident at
-//   once) with CUTLASS's data-parallel + stream-K schedule. With N tiles of KT k-tiles, the first
-//   (floor(N/P) - 1)·P tiles run whole (block b: tiles b, b + P, ...); the k-tiles of the other
-//   tiles, between one and two waves' worth, are numbered tile by tile and cut into P equal,
-//   contiguous ranges, one per block (matmul.cu's streamk_plan). A range starts and ends inside
-//   tiles, so a block has at most two pieces of a tile: first the TAIL of the tile whose head an
-//   earlier block holds (it writes its sums to its workspace slot and raises its flag), last the HEAD
-//   of a tile whose tail later blocks hold (it waits for their flags, adds their slots, and stores
-//   the tile). The tails are every block's first streamed piece and the heads its last, so by the
-//   time a head is done its tails are long written: the wait is normally zero.
-//   Why: 11 only splits the partial last wave, and each slice costs a pipeline fill and 32 K
-//   atomics (0.03 of a tile, measured). At 4096^3 (512 tiles on 132 SMs) the tail is 116 tiles, 88%
-//   of a wave, and no split pays, so 3% of the run is idle SMs. Here every block does 3.879 tiles'
-//   work and at most one 128 KiB slot write and read: makespan 3.879 tiles instead of 4. The sums
-//   of a tile meet in a fixed order (head + slot b+1 + slot b+2 ...), so C is bit-reproducible,
-//   unlike 11's atomics. k = 0, batch > 1, or N a multiple of P: every tile whole, min(N, P) blocks.
 // ---------------------------------------------------------------------------------------------

@@ -16,11 +16,8 @@ Variants (the one table is in cuda/matmul/matmul.cu; `variants()` reads it from 
   11_splitk_tail    10 on a 1-D grid whose last, partial wave of tiles is split along k (atomicAdd into a
                     zeroed C) into as many slices (<= 16) as finish it soonest: the cubes' last wave, the
                     skinny 5120x256x5120 and the small sizes fill every SM (its tile: 09's H100 winner's)
-  12_streamk        10 on a persistent grid (one block per SM): whole tiles, then the last one or two waves'
-                    k-tiles shared out evenly, the blocks handing partial tiles over through a workspace
-                    (CUTLASS's data-parallel + stream-K); no idle SMs at the end, C bit-reproducible
   cublas            cuBLAS SGEMM (plain FP32, no TF32), only when the library was built against cuBLAS
-04-12 ignore `tile` and take B as (k, n) only (no trans_b). Each ladder variant runs one entry of the
+04-11 ignore `tile` and take B as (k, n) only (no trans_b). Each ladder variant runs one entry of the
 library's configuration table (`configs()`: block/warp tile and stages); `matmul(..., config=NAME)`
 runs any entry.
 
@@ -44,7 +41,7 @@ from ..sim import blk_kernel2d, dim3, launch
 
 CLASSIC = ("01_naive", "02_tiled", "03_tiled_dynamic")
 LADDER = ("04_blocktile_1d", "05_blocktile_2d", "06_vectorized", "07_warptile", "08_pipelined", "09_tuned",
-          "10_regtile", "11_splitk_tail", "12_streamk")
+          "10_regtile", "11_splitk_tail")
 STATIC_TILES = (16, 32)
 NAIVE_BLOCK = 16
 TOL = 1e-5
@@ -286,9 +283,9 @@ def config_device(config: str, m: int, n: int, k: int, a_ptr, b_ptr, c_ptr, stre
 
 # --- tuning: which configuration 09_tuned runs on this GPU ------------------------------------------
 
-# The configurations the search times. 10's, 11's and 12's are in it (issue 20), so after a tuning run
-# 09_tuned may run one of theirs: 09 is "the tuner's pick", 10-12 their own default configurations.
-TUNE_KINDS = ("07_warptile", "08_pipelined", "10_regtile", "11_splitk_tail", "12_streamk")
+# The configurations the search times. 10's and 11's are in it (issue 20), so after a tuning run 09_tuned
+# may run one of theirs: 09 is "the tuner's pick", 10 and 11 their own default configurations.
+TUNE_KINDS = ("07_warptile", "08_pipelined", "10_regtile", "11_splitk_tail")
 
 
 def tuned_choice(device: str | None = None) -> tuple[str | None, str]:
@@ -451,11 +448,10 @@ BENCH_N = 4096
 # The ladder's sizes: (label, m, n, k). 5120x256x5120 is the lectures' A (5120 x 256) @ B (256 x 5120).
 LADDER_SIZES = (("2048^3", 2048, 2048, 2048), ("4096^3", 4096, 4096, 4096), ("8192^3", 8192, 8192, 8192),
                 ("5120x256x5120", 5120, 5120, 256))
-QUICK_RUNGS = ("07_warptile", "08_pipelined", TUNED, "10_regtile", "11_splitk_tail", "12_streamk")  # `invoke bench --quick`: 4096^3 only
-# Issue 20's goals for the SGEMM ladder's best rung, as a fraction of cuBLAS SGEMM at the same size.
+QUICK_RUNGS = ("07_warptile", "08_pipelined", TUNED, "10_regtile", "11_splitk_tail")  # `invoke bench --quick`: 4096^3 only
+# Issue 20's goals for the last rung, as a fraction of cuBLAS SGEMM at the same size.
 ISSUE20_TARGETS = {"2048^3": 0.95, "4096^3": 1.0, "8192^3": 1.0}
-# They sit on 11, the fastest rung; 12 after it measured slower (NOTES-matmul.md, run 9).
-TARGET_RUNG = "11_splitk_tail"
+LAST_RUNG = "11_splitk_tail"
 
 
 def cublas_ceiling_name(size: str) -> str:
@@ -564,10 +560,10 @@ def ceilings() -> dict:
 def bench_cases(quick: bool = False):
     """Every variant against cuBLAS SGEMM measured in the same run, TFLOP/s = 2mnk / time.
 
-    The ladder (04-12) at 2048^3, 4096^3, 8192^3 and 5120x256x5120, each against cuBLAS at that size;
+    The ladder (04-11) at 2048^3, 4096^3, 8192^3 and 5120x256x5120, each against cuBLAS at that size;
     01-03 at 4096^3 (02_tiled also against 01_naive, issue 4's 1.5x); cuBLAS against the FP32 peak.
-    Quick (`invoke bench --quick`): only 07-12 at 4096^3 and cuBLAS against the peak.
-    09_tuned's target is issue 10's: 0.9 of cuBLAS at 4096^3; 11's are issue 20's (ISSUE20_TARGETS).
+    Quick (`invoke bench --quick`): only 07-11 at 4096^3 and cuBLAS against the peak.
+    09_tuned's target is issue 10's: 0.9 of cuBLAS at 4096^3; the last rung's are issue 20's (ISSUE20_TARGETS).
     """
     from .. import bench
 
@@ -592,7 +588,7 @@ def bench_cases(quick: bool = False):
             target, note = None, "fraction of cuBLAS SGEMM at this size"
             if v == TUNED and label == size:
                 target, note = 0.9, note + " (issue 10: best rung >= 0.9 at 4096^3)"
-            elif v == TARGET_RUNG and label in ISSUE20_TARGETS:
+            elif v == LAST_RUNG and label in ISSUE20_TARGETS:
                 target = ISSUE20_TARGETS[label]
                 note += f" (issue 20: >= {target} at {label})"
             cases.append(case(v, 0, label, m, n, k, cublas_ceiling_name(label), target=target, note=note,
@@ -619,9 +615,6 @@ def sanitize_args() -> dict[str, list[str]]:
     runs = {v: profile_args(v) for v in variants() if v != "cublas"}
     for v in LADDER:
         runs[f"{v}-vec"] = ["--variant", v, "--reps", "1", "129", "68", "36"]
-    # 12's whole tiles and streamed ones in one launch (17 x 17 = 289 tiles on an H100's 132 blocks:
-    # 132 whole, 157 streamed), with ragged edges: the workspace hand-over under memcheck and racecheck.
-    runs["12_streamk-dp+sk"] = ["--variant", "12_streamk", "--reps", "1", "2100", "4100", "40"]
     return runs
 
 
