@@ -157,12 +157,14 @@ def program_modules(names: list[str] | None = None) -> dict:
 
 
 def check_built(names: list[str] | None = None) -> None:
-    """One line, before anything is timed, when a program's library is missing (`invoke build`)."""
+    """One line, before anything is timed, when a library the run needs is missing: the selected programs'
+    and device_info's (the peak ceilings read the SM count and clocks from it)."""
     from . import library
 
-    missing = [p for p in program_modules(names) if not _build.lib_path(p).exists()]
+    needed = dict.fromkeys([*program_modules(names), "device_info"])
+    missing = [p for p in needed if not _build.lib_path(p).exists()]
     if missing:
-        raise library.LibraryNotBuilt(f"not built: {', '.join(missing)} (no build/lib/lib<prog>.so): run `invoke build` first")
+        raise library.LibraryNotBuilt(_build.not_built([_build.lib_path(p) for p in missing], missing))
 
 
 def collect(names: list[str] | None = None, quick: bool = False) -> list[BenchCase]:

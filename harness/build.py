@@ -35,6 +35,15 @@ def bin_path(prog: str) -> Path:
     return BUILD / "bin" / prog
 
 
+def not_built(paths, progs) -> str:
+    """The one message for missing build outputs: which, and the command that builds only those programs."""
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    progs = [progs] if isinstance(progs, str) else list(progs)
+    verb = "is" if len(paths) == 1 else "are"
+    return (f"{', '.join(map(str, paths))} {verb} missing: run `invoke build -p {','.join(progs)}` "
+            "(or `invoke build` for every program)")
+
+
 def targets_of(progs: list[str] | None, root: Path | None = None) -> list[str] | None:
     """The make targets of these programs; None (everything) for an empty selection."""
     if not progs:
@@ -280,7 +289,7 @@ def resource_usage(prog: str) -> pd.DataFrame:
     """Registers, shared memory, stack and spills per kernel, from build/ptxas/<prog>.txt."""
     path = BUILD / "ptxas" / f"{prog}.txt"
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run `invoke build` first")
+        raise FileNotFoundError(not_built(path, prog))
     return parse_ptxas(path.read_text())
 
 

@@ -283,7 +283,7 @@ def load(prog: str) -> Library:
         raise LibraryNotBuilt(f"no program {prog!r}: {header} does not exist")
     path = _build.lib_path(prog)
     if not path.exists():
-        raise LibraryNotBuilt(f"{path} is missing: run `invoke build` first")
+        raise LibraryNotBuilt(_build.not_built(path, prog))
     return Library(prog, path, header_to_cdef(header.read_text()))
 
 

@@ -221,7 +221,7 @@ def _run(argv: list[str], env: dict | None = None, timeout: float = DEFAULT_TIME
 def _exe(prog: str) -> Path:
     p = _build.bin_path(prog)
     if not p.exists():
-        raise FileNotFoundError(f"{p} is missing: run `invoke build` first")
+        raise FileNotFoundError(_build.not_built(p, prog))
     return p
 
 

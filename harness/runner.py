@@ -30,7 +30,7 @@ class Result:
 def executable(prog: str) -> Path:
     path = _build.bin_path(prog)
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run `invoke build` first")
+        raise FileNotFoundError(_build.not_built(path, prog))
     return path
 
 

@@ -142,7 +142,7 @@ def run_case(case: Case, tool: str, sanitizer: str | None = None, timeout: float
     sanitizer = sanitizer or find_sanitizer()
     exe = _build.bin_path(case.program)
     if not exe.exists():
-        raise FileNotFoundError(f"{exe} is missing: run `invoke build` first")
+        raise FileNotFoundError(_build.not_built(exe, case.program))
     cmd = command(tool, exe, list(case.argv), sanitizer)
     logdir = logdir or SANITIZE_DIR / case.program
     logdir.mkdir(parents=True, exist_ok=True)

@@ -147,7 +147,13 @@ def test_an_unbuilt_program_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(build, "BUILD", tmp_path)
     from harness import library
 
-    with pytest.raises(library.LibraryNotBuilt, match=r"^not built: square .*run `invoke build` first$"):
+    with pytest.raises(library.LibraryNotBuilt, match=r"libsquare.so, .*libdevice_info.so are missing: run "
+                       r"`invoke build -p square,device_info` \(or `invoke build` for every program\)$"):
+        bench.check_built(["square"])
+    # The message names only what is missing, and the one command that builds it.
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libdevice_info.so").write_bytes(b"")
+    with pytest.raises(library.LibraryNotBuilt, match=r"libsquare.so is missing: run `invoke build -p square` "):
         bench.check_built(["square"])
 
 
