@@ -346,6 +346,19 @@ def assemble(cases: list[BenchCase], resolved: dict, layout: dict, timings: dict
     return df, measured
 
 
+def not_measured(df: pd.DataFrame, layout: dict, errors: dict[str, str], labels: dict[str, str]) -> dict[str, str]:
+    """Rounds that got no measurement: each row's note gains why (so the CSV keeps the reason), and the
+    returned {label: why} names the case and round ("gemm_tc 07_wgmma_pingpong 8192^3 (round 1/3)")
+    instead of the plan's key, for the printed "not measured" lines. Row i is case i (assemble's order)."""
+    for i in range(len(df)):
+        whys = sorted({errors[key] for key, _, _ in layout.get(i, []) if key in errors})
+        if whys:
+            note = df.at[i, "note"]
+            df.at[i, "note"] = "; ".join(n for n in [note if isinstance(note, str) else "",
+                                                      "not measured: " + " / ".join(whys)] if n)
+    return {labels.get(k, k): why for k, why in errors.items()}
+
+
 def consistency(df: pd.DataFrame, resolved: dict, measured: dict[str, Ceiling]) -> pd.DataFrame:
     """Each library call timed both as a ceiling and as a case row: the two figures and how far apart
     they are (issue 18: within 3% in one CSV)."""
@@ -403,7 +416,7 @@ def run(names: list[str] | None = None, quick: bool = False, on_progress: Callab
     errors: dict[str, str] = {}
     timings = timing.run_plan(items, opts, on_progress=progress, errors=errors)
     df, measured = assemble(cases, resolved, layout, timings, engine)
-    df.attrs["errors"] = errors
+    df.attrs["errors"] = not_measured(df, layout, errors, labels)
     df.attrs["consistency"] = consistency(df, resolved, measured)
     return df, measured
 

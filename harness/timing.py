@@ -64,7 +64,12 @@ class Options:
     max_noise_pct: float = 0.5  # stop once the relative standard deviation is under this (NVBench's default)
     warmup_s: float = 0.1  # time-based warm-up: cold runs until this much walltime has passed
     timeout_s: float = 10.0  # per Item, walltime; a measurement that hits it is flagged timed_out
-    throttle: float = 0.75  # NVBench drops samples taken below this fraction of the default SM clock
+    # NVBench drops a sample taken below this fraction of the default SM clock. Its own default, 0.75, is
+    # where a power-capped H200 sits for a whole 8192^3 GEMM (1455-1500 of 1980 MHz): 07's row there kept
+    # no sample at all, and rows near the line kept only their faster samples. The bench records the
+    # clock of every row and flags the throttled ones instead (NOTES-bench.md); 0.5 drops only the
+    # samples of a card that is badly wrong.
+    throttle: float = 0.5
 
 
 QUICK = Options(min_time_s=0.03, warmup_s=0.05, timeout_s=5.0)
@@ -204,7 +209,8 @@ def run_plan(items: list[Item], options: Options | None = None, *, on_progress: 
     missing = [k for k in keys if k not in timings and k not in setup_errors]
     if errors is not None:
         errors.update(setup_errors)
-        errors.update({k: "NVBench kept no sample (see nvbench.md in the session folder)" for k in missing})
+        errors.update({k: f"NVBench kept no sample (it drops those taken under {opts.throttle:.0%} of the default "
+                          f"SM clock; its report: {out / 'nvbench.md'})" for k in missing})
         return timings
     if setup_errors:
         first = next(iter(setup_errors.items()))

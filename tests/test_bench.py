@@ -121,6 +121,15 @@ def test_assemble_static_and_missing_ceilings_and_run_time_work():
     # A case whose measurement is missing keeps its row, with NaNs.
     df, _ = bench.assemble(cases[:1], resolved, layout, {})
     assert np.isnan(df.iloc[0]["value"]) and np.isnan(df.iloc[0]["ratio"])
+    # ... and not_measured writes why into that row's note (the CSV keeps it) and names the round by its
+    # case, not by the plan's key; the measured rows' notes are left alone.
+    df, _ = bench.assemble(cases, resolved, layout, {k: v for k, v in tim.items() if k != "case:2:r0"})
+    before = df["note"].tolist()
+    why = {"case:2:r0": "NVBench kept no sample (it drops those taken under 50% of the default SM clock)"}
+    named = bench.not_measured(df, layout, why, {"case:2:r0": "prog v3 size (round 1/1)"})
+    assert named == {"prog v3 size (round 1/1)": why["case:2:r0"]}
+    assert df.iloc[2]["note"].endswith("not measured: " + why["case:2:r0"])
+    assert df["note"].tolist()[:2] == before[:2]
 
 
 def test_repeat_goal_rows():
