@@ -67,8 +67,8 @@ class Options:
     # NVBench drops a sample taken below this fraction of the default SM clock. Its own default, 0.75, is
     # where a power-capped H200 sits for a whole 8192^3 GEMM (1455-1500 of 1980 MHz): 07's row there kept
     # no sample at all, and rows near the line kept only their faster samples. The bench records the
-    # clock of every row and flags the throttled ones instead (NOTES-bench.md); 0.5 drops only the
-    # samples of a card that is badly wrong.
+    # clock of every row and flags the throttled ones instead; 0.5 drops only the samples of a card that
+    # is badly wrong (bench/results/h100/NOTES-bench.md, section 5).
     throttle: float = 0.5
 
 
