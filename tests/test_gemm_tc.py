@@ -425,7 +425,6 @@ def test_tuned_rung_default_and_set_in_a_fresh_process():
 DEVICE = "NVIDIA H100 80GB HBM3"
 
 
-
 def test_tuned_choice_reads_the_cache(results_dir):
     _need_lib()
     path = results_dir / "h100" / "gemm_tc-tune.json"

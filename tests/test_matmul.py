@@ -256,6 +256,18 @@ def test_issue20_rungs_and_their_tuning_configurations():
     assert mm.variant_config("11_splitk_tail") == "11_splitk_tail-128x256x32-w64x64-t16x8-s3-cf"
 
 
+def test_tail_split_rule_decides_as_measured():
+    """11's rule (no GPU needed: pure arithmetic in the library). On 132 SMs with 128x256x32 tiles: the
+    116-tile tail of 4096^3 stays whole (a 9-way split measured 3% slower, run 7); 8192^3's 68 split 5 ways;
+    the lecture shape's 40 tiles 3 ways; the bench's 5120x5120x256 (tail 8, 8 k-tiles) 2 ways, the most
+    its k allows (k-tiles / 4). No tail, or too few k-tiles, is no split."""
+    assert mm.tail_splits(116, 132, 128) == 1
+    assert mm.tail_splits(68, 132, 256) == 5
+    assert mm.tail_splits(40, 132, 160) == 3
+    assert mm.tail_splits(8, 132, 8) == 2
+    assert mm.tail_splits(0, 132, 128) == 1 and mm.tail_splits(8, 132, 7) == 1
+
+
 def test_run6_regtile_configurations_are_tuner_candidates():
     """Run 6 (issue 20): 10's k-depth, stages, 8x16 and the conflict-free-copy ("-cf") variants are compiled
     into the table under unique names; test_gpu_every_config_is_exact checks each on ragged shapes."""

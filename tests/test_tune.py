@@ -14,7 +14,6 @@ DEVICE = "NVIDIA H100 80GB HBM3"
 TUNE_FILE = "matmul-tune.json"
 
 
-
 def test_gpu_folder_is_the_model():
     assert bench.gpu_folder(DEVICE) == "h100"
     assert bench.gpu_folder("NVIDIA H200") == "h200"

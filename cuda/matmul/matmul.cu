@@ -383,6 +383,10 @@ extern "C" long long matmul_config_max_m(int i) {
     return std::min<long long>(INT_MAX, (long long)CUDALAB_MAX_GRID_YZ * kConfigs[i].bm);
 }
 
+extern "C" long long matmul_tail_splits(long long tail, long long slots, long long ktiles) {
+    return tail_splits(tail, slots, ktiles);
+}
+
 extern "C" long long matmul_max_m(const char *variant, int tile) {
     if (is_cublas(variant)) return INT_MAX;
     const int cfg = ladder_config_of(variant);

@@ -595,7 +595,6 @@ def tune(size: int = 4096, save: bool = True, on_progress=None, options=None, ki
     knobs; the default is the bench's. Returns (table, path): one row per configuration (tflops, ms,
     iqr_ms, status, winner) and the JSON written (None when save=False): the device, the winner, the table.
     """
-
     from .. import cudart, timing
     from .. import tune as htune
     from ..errors import ContextLostError, CudaError
@@ -621,8 +620,6 @@ def tune(size: int = 4096, save: bool = True, on_progress=None, options=None, ki
                            + "; ".join(f"{r['config']}: {r['status']}" for r in rows))
     # One NVBench session for every choice (harness.timing), each a cold measurement stopped on noise.
     return htune.time_and_pick("gemm_tc", device, rows, items, size, options, on_progress, save, _applied)
-
-
 
 
 # --- `invoke run gemm_tc -- ...` ------------------------------------------------------------------

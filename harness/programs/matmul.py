@@ -69,6 +69,12 @@ def have_cublas() -> bool:
     return bool(_lib().matmul_have_cublas())
 
 
+def tail_splits(tail: int, slots: int, ktiles: int) -> int:
+    """11_splitk_tail's rule, from the library (matmul.cu's tail_splits): the k-slices each of the `tail`
+    tiles of a partial last wave is cut into, with `slots` blocks resident and `ktiles` k-tiles a tile."""
+    return int(_lib().matmul_tail_splits(tail, slots, ktiles))
+
+
 @functools.cache
 def variants() -> tuple[str, ...]:
     """The variant names, from the library's one table (matmul_variant_count / matmul_variant_name)."""
@@ -314,7 +320,6 @@ def tune(size: int = 4096, kinds=TUNE_KINDS, save: bool = True, on_progress=None
     Returns (table, path): one row per configuration (tflops, ms, iqr_ms, status) and the JSON file
     written (None when save=False). The JSON holds the device name, the winner and the whole table.
     """
-
     from .. import cudart, timing
     from .. import tune as htune
 
