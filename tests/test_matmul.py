@@ -258,14 +258,37 @@ def test_issue20_rungs_and_their_tuning_configurations():
 
 def test_tail_split_rule_decides_as_measured():
     """11's rule (no GPU needed: pure arithmetic in the library). On 132 SMs with 128x256x32 tiles: the
-    116-tile tail of 4096^3 stays whole (a 9-way split measured 3% slower, run 7); 8192^3's 68 split 5 ways;
+    116-tile tail of 4096^3 is cut in two uneven pieces, heads of 117 k-tiles on 116 SMs and rests of 11
+    shared by the 16 idle ones (a 9-way equal split measured 3% slower, run 7); 8192^3's 68 split 5 ways;
     the lecture shape's 40 tiles 3 ways; the bench's 5120x5120x256 (tail 8, 8 k-tiles) 2 ways, the most
-    its k allows (k-tiles / 4). No tail, or too few k-tiles, is no split."""
-    assert mm.tail_splits(116, 132, 128) == 1
-    assert mm.tail_splits(68, 132, 256) == 5
-    assert mm.tail_splits(40, 132, 160) == 3
-    assert mm.tail_splits(8, 132, 8) == 2
-    assert mm.tail_splits(0, 132, 128) == 1 and mm.tail_splits(8, 132, 7) == 1
+    its k allows (k-tiles / 4). No tail, or too few k-tiles, is no split; a tail of at most half the
+    slots never takes the uneven cut (equal halves are as fast)."""
+    assert mm.tail_plan(116, 132, 128) == (2, 117)
+    assert mm.tail_plan(68, 132, 256) == (5, 0)
+    assert mm.tail_plan(40, 132, 160) == (3, 0)
+    assert mm.tail_plan(8, 132, 8) == (2, 0)
+    assert mm.tail_plan(0, 132, 128) == (1, 0) and mm.tail_plan(8, 132, 7) == (1, 0)
+    assert mm.tail_plan(116, 132, 37) == (2, 34)  # SPLIT_SHAPES' 3965 x 1160 x 2044
+    for tail in range(1, 67):
+        assert mm.tail_plan(tail, 132, 128)[1] == 0, tail
+
+
+def test_tail_plan_uneven_pieces_balance():
+    """Whenever the rule cuts two uneven pieces, its modelled time beats every equal split and whole tiles,
+    and the rests a slot carry (q of them) finish no later than a head plus one rest's cost."""
+    c = 0.03
+    for slots in (66, 132, 264):
+        for tail in range(1, slots):
+            for ktiles in (8, 37, 128, 256):
+                splits, kb = mm.tail_plan(tail, slots, ktiles)
+                if kb == 0:
+                    continue
+                assert splits == 2 and 0 < kb < ktiles
+                q = -(-tail // (slots - tail))
+                t = max(kb / ktiles + c, q * ((ktiles - kb) / ktiles + c))
+                assert t < -(-tail // slots) - 1e-9
+                smax = max(1, min(16, ktiles // 4))
+                assert all(t < -(-tail * s // slots) * (1 / s + c) - 1e-9 for s in range(2, smax + 1))
 
 
 def test_run6_regtile_configurations_are_tuner_candidates():
@@ -458,14 +481,15 @@ def test_gpu_ladder(variant, mkn, seed):
     assert_close(mm.matmul(a, b, variant), ref, f"{variant} {mkn}")
 
 
-# 11_splitk_tail's two paths together (m, k, n), on its 128x256 tiles (one block per SM: an H100 holds
-# 132): whole tiles and k-split tail tiles side by side, with ragged edges and k not a multiple of the
-# tile depth (4097 x 2049: 33 x 9 = 297 tiles, the 33 past two waves split 4 ways); a tail of more than
-# half a wave (3965 x 2044: 31 x 8 = 248 tiles; run 7's rule cut the 116 in the tail 9 ways, run 8's
-# keeps them whole, since with k = 1160 a slice costs more than it saves), grids that are
-# all tail (1000 x 1000: 32 tiles; 7 x 4097), and shapes of exactly one wave (4097 x 1000: 132 tiles).
+# 11_splitk_tail's paths together (m, k, n), on its 128x256 tiles (one block per SM: an H100 holds 132):
+# whole tiles and k-split tail tiles side by side, with ragged edges and k not a multiple of the tile
+# depth (4097 x 2049: 33 x 9 = 297 tiles, the 33 past two waves split 4 ways); a tail of more than half
+# a wave, cut in two uneven pieces (3965 x 2044: 31 x 8 = 248 tiles, 116 in the tail, heads of 34 of 37
+# k-tiles, on the 16-byte path; 4001 x 4095: 32 x 16 = 512 tiles, the 4096^3 tail on the scalar path),
+# grids that are all tail (1000 x 1000: 32 tiles; 7 x 4097), and shapes of exactly one wave (4097 x 1000:
+# 132 tiles).
 SPLIT_SHAPES = [(4097, 300, 1000), (4097, 1001, 2049), (4096, 256, 1028), (1000, 4097, 1000), (7, 4097, 4097),
-                (3965, 1160, 2044)]
+                (3965, 1160, 2044), (4001, 2050, 4095)]
 
 
 @pytest.mark.gpu
@@ -477,12 +501,16 @@ def test_gpu_split_tail_shapes(variant, mkn):
 
 
 @pytest.mark.gpu
-def test_gpu_split_tail_writes_only_c(rng):
-    """11 zeroes the rows of C that its split tiles cover before adding into them: device pointers with a
-    NaN guard band after C show it writes every element of C and nothing past it."""
+@pytest.mark.parametrize("mkn", [(4097, 64, 1001), (3965, 1160, 2044)], ids=lambda s: "x".join(map(str, s)))
+def test_gpu_split_tail_writes_only_c(rng, mkn):
+    """11 zeroes the rows of C that its equal slices cover before adding into them (4097 x 64 x 1001), or
+    hands each uneven tail tile from its head to its rest through a flag (3965 x 1160 x 2044): device
+    pointers with a NaN guard band after C show it writes every element of C and nothing past it. A second
+    launch on the same buffers gives the same bits (the flags were left lowered, and head + rest is summed
+    in one order)."""
     from harness import cudart
 
-    m, k, n = 4097, 64, 1001
+    m, k, n = mkn
     a, b = rand(rng, m, k), rand(rng, k, n)
     out = poison((m * n + 256,), np.float32)
     with cudart.DeviceBuffer.from_array(a) as da, cudart.DeviceBuffer.from_array(b) as db, \
@@ -490,8 +518,14 @@ def test_gpu_split_tail_writes_only_c(rng):
         mm.matmul_device("11_splitk_tail", 0, m, n, k, da.ptr, db.ptr, dc.ptr)
         cudart.synchronize()
         dc.to_host(out)
+        dc.fill_bytes(0xFF)  # NaN everywhere: what the second launch must overwrite
+        again = np.empty_like(out)
+        mm.matmul_device("11_splitk_tail", 0, m, n, k, da.ptr, db.ptr, dc.ptr)
+        cudart.synchronize()
+        dc.to_host(again)
     assert_close(out[:m * n].reshape(m, n), mm.reference(a, b), "11_splitk_tail device form")
     assert np.isnan(out[m * n:]).all(), "wrote past the end of C"
+    assert np.array_equal(out[:m * n], again[:m * n]), "a second launch gave other bits"
 
 
 @pytest.mark.gpu

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "matmul.h"
 #include "matmul_kernels.cuh"
@@ -228,32 +230,95 @@ cudaError_t config_check(int i) {
     return cudaSuccess;
 }
 
-// How many k-slices each of the `tail` tiles of the last, partial wave is cut into (sgemm_ladder.cuh
-// says why). With s slices the tail takes ceil(tail * s / slots) rounds, each of 1/s of a tile's
-// time plus kSliceCost: a slice's own pipeline fill and its atomics into C. Run 7 measured that cost
-// on the H100 (4096^3, 128x256x32 tiles, s = 9: the tail took 1.12 rounds where 8/9 were modelled
-// without it, c = 0.03); run 5's rule (s = slots / tail, one round of slices) ignored it. The s in
-// 1..min(16, k-tiles / 4) with the least time wins, ties to the smaller: 4096^3 (116 tail tiles on
-// 132 SMs) no split; 8192^3 (68) s = 5; the executable's lecture5 shape, m = 5120, n = 256,
-// k = 5120 (40 tiles, all tail) s = 3; the bench's "5120x256x5120" (m = n = 5120, k = 256: 800 tiles
-// of 8 k-tiles, tail 8) s = 2. (Two shapes under one name: run 8's "executable against NVBench" puzzle.)
+// How 11_splitk_tail cuts the `tail` tiles of the last, partial wave (sgemm_ladder.cuh says why),
+// with `slots` blocks resident and `ktiles` k-tiles a tile. Times are in tiles' times, and every
+// extra block pays kSliceCost: its own pipeline fill and its way into C. Run 7 measured that cost on
+// the H100 (4096^3, 128x256x32 tiles, s = 9: the tail took 1.12 rounds where 8/9 were modelled
+// without it, c = 0.03); run 5's rule (s = slots / tail, one round of slices) ignored it.
+// - Equal slices: s slices of 1/s take ceil(tail * s / slots) rounds of (1/s + c). The s in
+//   1..min(16, k-tiles / 4) with the least time, ties to the smaller.
+// - Two uneven pieces (NOTES-matmul run 11): each tail tile's first kt_big k-tiles are a head, run on
+//   the `tail` slots the tail already fills; the rest of its k-tiles go to the slots - tail slots it
+//   leaves idle, q = ceil(tail / (slots - tail)) rests a slot. Time max(kt_big / k-tiles + c,
+//   q * ((k-tiles - kt_big) / k-tiles + c)). Taken only when strictly faster than the best equal split.
+// Decisions: 4096^3 (116 tail tiles on 132 SMs, 128 k-tiles) two pieces, kt_big = 117; 8192^3 (68,
+// 256) s = 5; the executable's lecture5 shape, m = 5120, n = 256, k = 5120 (40 tiles, all tail)
+// s = 3; the bench's "5120x256x5120" (m = n = 5120, k = 256: 800 tiles of 8 k-tiles, tail 8) s = 2.
+// (Two shapes under one name: run 8's "executable against NVBench" puzzle.)
 constexpr double kSliceCost = 0.03;
-static long long tail_splits(long long tail, long long slots, long long ktiles) {
-    if (tail <= 0) return 1;
+struct TailPlan {
+    long long splits = 1;  // 1: every tile whole
+    long long kt_big = 0;  // > 0: two uneven pieces (splits = 2), the head's k-tiles
+};
+static TailPlan tail_plan(long long tail, long long slots, long long ktiles) {
+    TailPlan best;
+    if (tail <= 0 || slots <= 0) return best;
     const long long smax = std::max(1LL, std::min(16LL, ktiles / 4));
-    long long best = 1;
     double best_time = (double)cdiv(tail, slots);
     for (long long s = 2; s <= smax; ++s) {
         const double time = (double)cdiv(tail * s, slots) * (1.0 / (double)s + kSliceCost);
-        if (time < best_time - 1e-9) best = s, best_time = time;
+        if (time < best_time - 1e-9) best.splits = s, best_time = time;
+    }
+    if (tail < slots && smax > 1) {
+        const long long q = cdiv(tail, slots - tail);
+        for (long long kb = 1; kb < ktiles; ++kb) {
+            const double head = (double)kb / (double)ktiles + kSliceCost;
+            const double rest = (double)q * ((double)(ktiles - kb) / (double)ktiles + kSliceCost);
+            const double time = std::max(head, rest);
+            if (time < best_time - 1e-9) best.splits = 2, best.kt_big = kb, best_time = time;
+        }
     }
     return best;
 }
 
+// The uneven split's flags (one per tail tile), kept per (device, stream) and only ever grown:
+// launches on one stream run in order and can share them, launches on two streams get two. Zeroed
+// once, at allocation; every launch leaves them zero (each rest lowers its head's flag).
+struct TailFlags {
+    int dev;
+    cudaStream_t stream;
+    long long n;
+    unsigned *flags;
+};
+std::mutex g_tail_flags_mutex;
+std::vector<TailFlags> g_tail_flags;
+
+cudaError_t tail_flags(cudaStream_t stream, long long n, unsigned **flags) {
+    int dev = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess) return err;
+    std::lock_guard<std::mutex> lock(g_tail_flags_mutex);
+    TailFlags *w = nullptr;
+    for (TailFlags &e : g_tail_flags)
+        if (e.dev == dev && e.stream == stream) w = &e;
+    if (w == nullptr) {
+        g_tail_flags.push_back(TailFlags{dev, stream, 0, nullptr});
+        w = &g_tail_flags.back();
+    }
+    if (w->n < n) {
+        if (w->flags != nullptr) {  // a launch in flight on this stream may still use the smaller one
+            err = cudaStreamSynchronize(stream);
+            if (err == cudaSuccess) err = cudaFree(w->flags);
+            w->flags = nullptr, w->n = 0;
+            if (err != cudaSuccess) return err;
+        }
+        unsigned *f = nullptr;
+        err = cudaMalloc(&f, (size_t)n * sizeof(unsigned));
+        if (err == cudaSuccess) err = cudaMemset(f, 0, (size_t)n * sizeof(unsigned));
+        if (err != cudaSuccess) {
+            cudaFree(f);
+            return err;
+        }
+        w->flags = f, w->n = n;
+    }
+    *flags = w->flags;
+    return cudaSuccess;
+}
+
 // 11_splitk_tail's plan: with P blocks resident at once and N tiles, the last N mod P tiles are cut
-// into tail_splits(...) k-slices; the rows of C those tiles cover are zeroed on `stream` first, since
-// their slices add into C. s = 1 (or batch > 1): every tile whole, as 10. Fills p's tiles_n, dp_tiles
-// and splits.
+// as tail_plan says. Equal slices add into C, so the rows of C those tiles cover are zeroed on
+// `stream` first; two uneven pieces hand over through flags instead. s = 1 (or batch > 1): every
+// tile whole, as 10. Fills p's tiles_n, dp_tiles, splits, kt_big and flags.
 cudaError_t split_tail_plan(const void *kernel, const LadderConfig &c, int batch, int m, int n, int k, float *C,
                             LadderArgs *p, cudaStream_t stream) {
     const long long gx = cdiv(n, c.bn), gy = cdiv(m, c.bm), tiles = gx * gy, ktiles = cdiv(k, c.bk);
@@ -263,12 +328,14 @@ cudaError_t split_tail_plan(const void *kernel, const LadderConfig &c, int batch
     if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, c.threads, c.smem);
     if (err != cudaSuccess) return err;
     const long long slots = (long long)sms * std::max(per_sm, 1), tail = tiles % slots;
-    long long splits = tail_splits(tail, slots, ktiles);
-    if (batch != 1 || splits < 2 || tiles + tail * (splits - 1) > 0x7fffffffLL) splits = 1;
+    TailPlan plan = tail_plan(tail, slots, ktiles);
+    if (batch != 1 || plan.splits < 2 || tiles + tail * (plan.splits - 1) > 0x7fffffffLL) plan = TailPlan{};
     p->tiles_n = (int)gx;
-    p->dp_tiles = (int)(splits > 1 ? tiles - tail : tiles);
-    p->splits = (int)splits;
-    if (splits > 1) {
+    p->dp_tiles = (int)(plan.splits > 1 ? tiles - tail : tiles);
+    p->splits = (int)plan.splits;
+    p->kt_big = (int)plan.kt_big;
+    if (plan.kt_big > 0) return tail_flags(stream, tail, &p->flags);
+    if (plan.splits > 1) {
         const long long r0 = (p->dp_tiles / gx) * c.bm;  // first row of C that a split tile covers
         err = cudaMemsetAsync(C + r0 * n, 0, (size_t)(m - r0) * n * sizeof(float), stream);
         if (err != cudaSuccess) return err;
@@ -383,8 +450,10 @@ extern "C" long long matmul_config_max_m(int i) {
     return std::min<long long>(INT_MAX, (long long)CUDALAB_MAX_GRID_YZ * kConfigs[i].bm);
 }
 
-extern "C" long long matmul_tail_splits(long long tail, long long slots, long long ktiles) {
-    return tail_splits(tail, slots, ktiles);
+extern "C" long long matmul_tail_plan(long long tail, long long slots, long long ktiles, long long *kt_big) {
+    const TailPlan plan = tail_plan(tail, slots, ktiles);
+    if (kt_big != nullptr) *kt_big = plan.kt_big;
+    return plan.splits;
 }
 
 extern "C" long long matmul_max_m(const char *variant, int tile) {

@@ -71,9 +71,11 @@ cudalab_status matmul_config_device(int i, int m, int n, int k, const float *a, 
    (cublas). -1 for an unknown variant or configuration, or a tile below 1. */
 long long matmul_max_m(const char *variant, int tile);
 long long matmul_config_max_m(int i);
-/* 11_splitk_tail's rule: how many k-slices each of the `tail` tiles of a partial last wave is cut into,
-   with `slots` blocks resident at once and `ktiles` k-tiles to a tile (1: no split). Pure arithmetic. */
-long long matmul_tail_splits(long long tail, long long slots, long long ktiles);
+/* 11_splitk_tail's rule: how many pieces each of the `tail` tiles of a partial last wave is cut into,
+   with `slots` blocks resident at once and `ktiles` k-tiles to a tile (1: no split). *kt_big (may be
+   NULL) gets 0 for equal k-slices, or the first piece's k-tiles when the tile is cut in two uneven
+   pieces. Pure arithmetic. */
+long long matmul_tail_plan(long long tail, long long slots, long long ktiles, long long *kt_big);
 /* The configuration "09_tuned" runs: set (checked against the device first) and read back. */
 cudalab_status matmul_set_tuned(int i);
 int matmul_tuned_config(void);

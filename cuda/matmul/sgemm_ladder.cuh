@@ -33,6 +33,13 @@ struct LadderArgs {
     // row-major tile order over a grid `tiles_n` tiles wide; the `splits` blocks after that for
     // each remaining tile each own a slice of its k-tiles and add their part into C (zeroed first).
     int tiles_n = 0, dp_tiles = 0, splits = 1;
+    // 11's uneven two-piece split (kt_big > 0, then splits = 2; matmul.cu's tail_plan says when): the
+    // grid is [heads | whole tiles | rests]. Block j < tail is the head of tail tile j, its k-tiles
+    // [0, kt_big): it stores into C and then raises flags[j]. The last `tail` blocks are the rests,
+    // k-tiles [kt_big, k-tiles): each waits for its head's flag, adds into C and lowers the flag for
+    // the next launch. No memset and no atomics, and the sum is head + rest in that order every run.
+    int kt_big = 0;
+    unsigned *flags = nullptr;
 };
 
 // Can the 16-byte paths be used? (see VEC above)
@@ -207,6 +214,47 @@ __device__ __forceinline__ void ladder_store4(float *__restrict__ C, int m, int 
 #pragma unroll
         for (int i = 0; i < 4; ++i)
             if (c + i < n) C[(size_t)r * n + c + i] = alpha * v[i];
+    }
+}
+
+// 11's head -> rest hand-over (sm_70+ memory model): a gpu-scope release store and acquire load.
+// (Before sm_70 there is no release/acquire: a fence and a volatile access do the same job.)
+__device__ __forceinline__ void ladder_st_release(unsigned *flag, unsigned v) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 700
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flag), "r"(v) : "memory");
+#else
+    __threadfence();
+    *(volatile unsigned *)flag = v;
+#endif
+}
+__device__ __forceinline__ unsigned ladder_ld_acquire(const unsigned *flag) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 700
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+    return v;
+#else
+    const unsigned v = *(const volatile unsigned *)flag;
+    __threadfence();
+    return v;
+#endif
+}
+
+// 11's rest pieces: C(r, c..c+3) += alpha * (x, y, z, w), under the same bounds as ladder_store4. C is
+// read with ld.global.cg (L2): its head stored it from another SM.
+template <bool VEC>
+__device__ __forceinline__ void ladder_add4(float *__restrict__ C, int m, int n, int r, int c, float alpha, float x,
+                                            float y, float z, float w) {
+    if (r >= m) return;
+    float *dst = C + (size_t)r * n + c;
+    if constexpr (VEC) {
+        if (c >= n) return;
+        const float4 h = __ldcg(reinterpret_cast<const float4 *>(dst));
+        *reinterpret_cast<float4 *>(dst) = make_float4(h.x + alpha * x, h.y + alpha * y, h.z + alpha * z, h.w + alpha * w);
+    } else {
+        const float v[4] = {x, y, z, w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            if (c + i < n) dst[i] = __ldcg(dst + i) + alpha * v[i];
     }
 }
 
@@ -745,9 +793,19 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
     // The block's output tile and its k-tiles [kt0, kt0 + ktiles) (11_splitk_tail: see LadderArgs).
     int by = blockIdx.y, bx = blockIdx.x, kt0 = 0, ktiles = (int)cdiv(k, BK);
     bool partial = false;  // true: add alpha·(this slice's sum) into C instead of storing
+    int head = -1, rest = -1;  // the uneven split's tail tile j, when this block is its head (rest)
     if constexpr (SPLIT) {
         int tile = blockIdx.x;
-        if (tile >= p.dp_tiles) {
+        if (p.kt_big > 0) {
+            const int tail = (int)((gridDim.x - (unsigned)p.dp_tiles) / 2);
+            if (tile < tail) {
+                head = tile, tile += p.dp_tiles, ktiles = p.kt_big;
+            } else if (tile < tail + p.dp_tiles) {
+                tile -= tail;
+            } else {
+                tile -= tail, rest = tile - p.dp_tiles, kt0 = p.kt_big, ktiles -= p.kt_big;
+            }
+        } else if (tile >= p.dp_tiles) {
             const int piece = tile - p.dp_tiles, part = piece % p.splits;
             tile = p.dp_tiles + piece / p.splits;
             const int kt_all = ktiles;
@@ -893,6 +951,22 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
         }
         return;
     }
+    if (SPLIT && rest >= 0) {
+        // The head started a whole grid earlier and waits on nothing, so this wait ends.
+        if (tid == 0)
+            while (ladder_ld_acquire(p.flags + rest) == 0u) __nanosleep(256);
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const int r = row0 + a_off + (i / 4) * (4 * LM) + i % 4;
+#pragma unroll
+            for (int h = 0; h < GN; ++h)
+                ladder_add4<VEC>(C, m, n, r, col0 + b_off + h * (4 * LN), p.alpha, acc[i][4 * h], acc[i][4 * h + 1],
+                                 acc[i][4 * h + 2], acc[i][4 * h + 3]);
+        }
+        if (tid == 0) p.flags[rest] = 0u;  // for the next launch on this stream (kernels on it run in order)
+        return;
+    }
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
         const int r = row0 + a_off + (i / 4) * (4 * LM) + i % 4;
@@ -901,22 +975,32 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
             ladder_store4<VEC>(C, m, n, r, col0 + b_off + h * (4 * LN), p.alpha, acc[i][4 * h], acc[i][4 * h + 1],
                                acc[i][4 * h + 2], acc[i][4 * h + 3]);
     }
+    if (SPLIT && head >= 0) {
+        // Every thread's stores, then (the barrier orders them first) one gpu-scope release.
+        __syncthreads();
+        if (tid == 0) ladder_st_release(p.flags + head, 1u);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
 // 11_splitk_tail
 //   Change: 10's kernel on a 1-D grid whose last, partly filled wave is split along k. With P
 //   blocks resident at once (SMs × blocks per SM) and N output tiles, the first N - N mod P tiles
-//   run whole, as in 10; each of the N mod P tiles left is cut into s slices of its k-tiles (s from
-//   matmul.cu's tail_splits: the s <= 16 that finishes the tail soonest, counting each slice's
-//   measured cost), one block each, which add their sums into C (atomicAdd; the rows of C
-//   holding those tiles are zeroed first). Sizes whose whole grid is one partial wave (N < P: the
-//   small sizes) are all tail. Where s would be 1 nothing is split and 11 runs as 10.
+//   run whole, as in 10; each of the N mod P tiles left is cut as matmul.cu's tail_plan says, one
+//   block a piece. Either into s equal slices of its k-tiles (the s <= 16 that finishes the tail
+//   soonest, counting each slice's measured cost), which add their sums into C (atomicAdd; the rows
+//   of C holding those tiles are zeroed first). Or, when the tail fills more than half the slots,
+//   into two uneven pieces (run 11): a long head on the slots the tail fills and a short rest on the
+//   slots it leaves idle, several rests to a slot, handed over through a flag (LadderArgs). 4096³:
+//   116 heads of 117 of 128 k-tiles beside 116 rests of 11 shared by 16 SMs: ~0.94 of a tile's
+//   time for the tail instead of 1. Sizes whose whole grid is one partial wave (N < P: the small
+//   sizes) are all tail. Where nothing pays, nothing is split and 11 runs as 10.
 //   Why: 10's 256×128 tiles leave waves partly idle. 5120×256×5120 is 800 tiles for 132 SMs:
 //   6 full waves and one of 8 tiles, i.e. 7 waves' time for 6.06 waves' work (87 %); with the 8
 //   tail tiles cut 16 ways along their 16 k-tiles the last wave is 128 blocks of one k-tile each,
 //   ~1/16 of a wave. 1024³ is 32 tiles for 132 SMs (24 %): split 4 ways, 128 blocks. The price is
 //   a memset of the tail rows and k-slice sums that meet in C in whatever order the atomics land
-//   (the tail tiles are not bit-reproducible run to run; still a float32 sum of k products).
-// The host (ladder_run) picks dp_tiles and splits; batch > 1 runs unsplit.
+//   (the tail tiles are not bit-reproducible run to run; still a float32 sum of k products). The
+//   two uneven pieces need neither: the rest adds into what its head stored, in that order.
+// The host (ladder_run) picks dp_tiles, splits and kt_big; batch > 1 runs unsplit.
 // ---------------------------------------------------------------------------------------------

@@ -69,10 +69,14 @@ def have_cublas() -> bool:
     return bool(_lib().matmul_have_cublas())
 
 
-def tail_splits(tail: int, slots: int, ktiles: int) -> int:
-    """11_splitk_tail's rule, from the library (matmul.cu's tail_splits): the k-slices each of the `tail`
-    tiles of a partial last wave is cut into, with `slots` blocks resident and `ktiles` k-tiles a tile."""
-    return int(_lib().matmul_tail_splits(tail, slots, ktiles))
+def tail_plan(tail: int, slots: int, ktiles: int) -> tuple[int, int]:
+    """11_splitk_tail's rule, from the library (matmul.cu's tail_plan), for the `tail` tiles of a partial
+    last wave with `slots` blocks resident and `ktiles` k-tiles a tile: (pieces a tile, kt_big). kt_big is
+    0 for equal k-slices (or none, pieces = 1), else the k-tiles of the first of two uneven pieces."""
+    lib = _lib()
+    kt_big = lib.ffi.new("long long *")
+    splits = int(lib.matmul_tail_plan(tail, slots, ktiles, kt_big))
+    return splits, int(kt_big[0])
 
 
 @functools.cache
