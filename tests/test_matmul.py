@@ -314,6 +314,10 @@ def test_sanitize_covers_both_paths_of_every_rung():
         assert runs[v][-1] == "47"  # k % 4 != 0: the 4-byte path
         m, n, k = map(int, runs[f"{v}-vec"][-3:])
         assert n % 4 == 0 and k % 4 == 0 and m % 128 and n % 128  # 16-byte path, ragged tiles
+    # 11's uneven tail cut: 29 x 8 = 232 tiles of 128x256 leave a 100-tile tail on 132 SMs, 8 k-tiles.
+    m, n, k = map(int, runs["11_splitk_tail-uneven"][-3:])
+    tiles = -(-m // 128) * -(-n // 256)
+    assert tiles == 232 and m % 128 and n % 4 and mm.tail_plan(tiles % 132, 132, -(-k // 32))[1] > 0
 
 
 # --- the GPU ------------------------------------------------------------------------------------------

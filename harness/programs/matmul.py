@@ -620,10 +620,13 @@ def profile_args(variant: str | None = None) -> list[str]:
 def sanitize_args() -> dict[str, list[str]]:
     """compute-sanitizer runs: every variant on a small ragged shape (k = 47: the 4-byte paths), and
     every ladder rung also on one whose rows are 16-byte aligned but whose edges are ragged against
-    every tile (m = 129, n = 68, k = 36: the 16-byte and cp.async paths, partial tiles)."""
+    every tile (m = 129, n = 68, k = 36: the 16-byte and cp.async paths, partial tiles). 11 also runs a
+    grid of 232 tiles on ragged edges (m = 3700, n = 2045, k = 250): on 132 SMs its 100-tile tail is cut
+    in two uneven pieces, so the head -> rest hand-over runs under the sanitizers too."""
     runs = {v: profile_args(v) for v in variants() if v != "cublas"}
     for v in LADDER:
         runs[f"{v}-vec"] = ["--variant", v, "--reps", "1", "129", "68", "36"]
+    runs["11_splitk_tail-uneven"] = ["--variant", "11_splitk_tail", "--reps", "1", "3700", "2045", "250"]
     return runs
 
 
