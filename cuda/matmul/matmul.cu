@@ -237,15 +237,19 @@ cudaError_t config_check(int i) {
 // without it, c = 0.03); run 5's rule (s = slots / tail, one round of slices) ignored it.
 // - Equal slices: s slices of 1/s take ceil(tail * s / slots) rounds of (1/s + c). The s in
 //   1..min(16, k-tiles / 4) with the least time, ties to the smaller.
-// - Two uneven pieces (NOTES-matmul run 11): each tail tile's first kt_big k-tiles are a head, run on
-//   the `tail` slots the tail already fills; the rest of its k-tiles go to the slots - tail slots it
-//   leaves idle, q = ceil(tail / (slots - tail)) rests a slot. Time max(kt_big / k-tiles + c,
-//   q * ((k-tiles - kt_big) / k-tiles + c)). Taken only when strictly faster than the best equal split.
-// Decisions: 4096^3 (116 tail tiles on 132 SMs, 128 k-tiles) two pieces, kt_big = 117; 8192^3 (68,
+// - Two uneven pieces (NOTES-matmul runs 11-12): each tail tile's first kt_big k-tiles are a head, run
+//   on the `tail` slots the tail already fills; the rest of its k-tiles go to the slots - tail slots it
+//   leaves idle, q = ceil(tail / (slots - tail)) rests a slot. Time max(kt_big / k-tiles + c',
+//   q * ((k-tiles - kt_big) / k-tiles + c')), with c' = kPieceCost: a rest's fill and its batched
+//   read-add-write of C, no memset and no atomics. Taken only when it beats the best equal split
+//   (or whole tiles) by more than 0.02 of a tile: the equal splits' costs were measured (runs 7-8),
+//   the uneven cut's only where it pays most (4096^3), so a model's hair does not switch paths.
+// Decisions: 4096^3 (116 tail tiles on 132 SMs, 128 k-tiles) two pieces, kt_big = 115; 8192^3 (68,
 // 256) s = 5; the executable's lecture5 shape, m = 5120, n = 256, k = 5120 (40 tiles, all tail)
 // s = 3; the bench's "5120x256x5120" (m = n = 5120, k = 256: 800 tiles of 8 k-tiles, tail 8) s = 2.
 // (Two shapes under one name: run 8's "executable against NVBench" puzzle.)
 constexpr double kSliceCost = 0.03;
+constexpr double kPieceCost = 0.01;  // run 12's prediction; run 11's row-by-row rests cost ~0.026
 struct TailPlan {
     long long splits = 1;  // 1: every tile whole
     long long kt_big = 0;  // > 0: two uneven pieces (splits = 2), the head's k-tiles
@@ -260,13 +264,16 @@ static TailPlan tail_plan(long long tail, long long slots, long long ktiles) {
         if (time < best_time - 1e-9) best.splits = s, best_time = time;
     }
     if (tail < slots && smax > 1) {
+        TailPlan uneven;
+        double uneven_time = best_time;
         const long long q = cdiv(tail, slots - tail);
         for (long long kb = 1; kb < ktiles; ++kb) {
-            const double head = (double)kb / (double)ktiles + kSliceCost;
-            const double rest = (double)q * ((double)(ktiles - kb) / (double)ktiles + kSliceCost);
+            const double head = (double)kb / (double)ktiles + kPieceCost;
+            const double rest = (double)q * ((double)(ktiles - kb) / (double)ktiles + kPieceCost);
             const double time = std::max(head, rest);
-            if (time < best_time - 1e-9) best.splits = 2, best.kt_big = kb, best_time = time;
+            if (time < uneven_time - 1e-9) uneven.splits = 2, uneven.kt_big = kb, uneven_time = time;
         }
+        if (uneven.kt_big > 0 && uneven_time < best_time - 0.02) best = uneven;
     }
     return best;
 }
