@@ -62,6 +62,8 @@ struct LadderConfig {
     const void *kscalar; // the VEC = false kernel (any alignment)
     bool split_tail = false;  // 11_splitk_tail: a 1-D grid whose partial last wave is split along k
     int bk = 0;               // k-depth of a tile (where split_tail needs it)
+    // 11 only: the same kernel instantiated for the uneven cut (SPLIT = 2), VEC and not.
+    const void *kvec_uneven = nullptr, *kscalar_uneven = nullptr;
 };
 
 #define LADDER_04(BM, BN, BK, TM)                                                                      \
@@ -87,17 +89,22 @@ struct LadderConfig {
      Sgemm08aShape<BM, BN, BK, WM, WN, ST>::SMEM,                                                      \
      (const void *)sgemm_08_pipelined_arow<BM, BN, BK, WM, WN, ST, true>,                              \
      (const void *)sgemm_08_pipelined_arow<BM, BN, BK, WM, WN, ST, false>}
-// 10 and 11 share one kernel: KIND names it, SPLIT picks 11's split tail, CF (suffix "-cf") the
-// conflict-free A copies (sgemm_ladder.cuh, 10_regtile's header).
-#define LADDER_10K(KIND, SPLIT, CF, SUFFIX, BM, BN, BK, WM, WN, TM, TN, ST)                              \
+// 10 and 11 share one kernel: KIND names it, SPLIT picks 11's split tail (1: equal slices; 11 also
+// carries its SPLIT = 2 twin, the uneven cut), CF (suffix "-cf") the conflict-free A copies
+// (sgemm_ladder.cuh, 10_regtile's header).
+#define LADDER_10K(KIND, SPLIT, CF, SUFFIX, BM, BN, BK, WM, WN, TM, TN, ST, ...)                         \
     {KIND "-" #BM "x" #BN "x" #BK "-w" #WM "x" #WN "-t" #TM "x" #TN "-s" #ST SUFFIX, BM, BN,                \
      (BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, ST>::SMEM,                    \
      (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, SPLIT, true, CF>,                  \
-     (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, SPLIT, false, CF>, SPLIT, BK}
-#define LADDER_10(...) LADDER_10K("10_regtile", false, false, "", __VA_ARGS__)
-#define LADDER_10CF(...) LADDER_10K("10_regtile", false, true, "-cf", __VA_ARGS__)
-#define LADDER_11(...) LADDER_10K("11_splitk_tail", true, false, "", __VA_ARGS__)
-#define LADDER_11CF(...) LADDER_10K("11_splitk_tail", true, true, "-cf", __VA_ARGS__)
+     (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, SPLIT, false, CF>, SPLIT != 0, BK __VA_ARGS__}
+#define LADDER_10(...) LADDER_10K("10_regtile", 0, false, "", __VA_ARGS__)
+#define LADDER_10CF(...) LADDER_10K("10_regtile", 0, true, "-cf", __VA_ARGS__)
+#define LADDER_11K(CF, SUFFIX, BM, BN, BK, WM, WN, TM, TN, ST)                                            \
+    LADDER_10K("11_splitk_tail", 1, CF, SUFFIX, BM, BN, BK, WM, WN, TM, TN, ST,                           \
+               , (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, 2, true, CF>,              \
+               (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, 2, false, CF>)
+#define LADDER_11(...) LADDER_11K(false, "", __VA_ARGS__)
+#define LADDER_11CF(...) LADDER_11K(true, "-cf", __VA_ARGS__)
 
 const LadderConfig kConfigs[] = {
     LADDER_04(64, 64, 8, 8),
@@ -370,6 +377,11 @@ cudaError_t ladder_run(int i, bool trans_b, int batch, int m, int n, int k, floa
     if (c.split_tail) {
         err = split_tail_plan(kernel, c, batch, m, n, k, C, &p, stream);
         if (err != cudaSuccess) return err;
+        if (p.kt_big > 0) {  // the uneven cut runs the kernel's SPLIT = 2 twin
+            kernel = ladder_vec_ok(p) ? c.kvec_uneven : c.kscalar_uneven;
+            err = cudalab_allow_dynamic_smem(kernel, c.smem);
+            if (err != cudaSuccess) return err;
+        }
         grid = dim3((unsigned)(p.dp_tiles + (gx * gy - p.dp_tiles) * p.splits), 1, (unsigned)batch);
     }
     void *args[] = {&p};

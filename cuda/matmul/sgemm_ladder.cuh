@@ -757,7 +757,7 @@ __device__ __forceinline__ float ladder_f4(const float4 &v, int c) {
     return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;
 }
 
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, bool SPLIT, bool VEC, bool CF = false>
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int SPLIT, bool VEC, bool CF = false>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, STAGES>::MINB)
     sgemm_10_regtile(const LadderArgs p) {
     using S = Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
@@ -781,19 +781,26 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
     // The block's output tile and its k-tiles [kt0, kt0 + ktiles) (11_splitk_tail: see LadderArgs).
     int by = blockIdx.y, bx = blockIdx.x, kt0 = 0, ktiles = (int)cdiv(k, BK);
     bool partial = false;  // true: add alpha·(this slice's sum) into C instead of storing
-    int head = -1, rest = -1;  // the uneven split's tail tile j, when this block is its head (rest)
-    if constexpr (SPLIT) {
+    // SPLIT 2, the uneven cut: the tail tile j this block is the head (rest) of. It is a template
+    // value of its own so that SPLIT 1 (equal slices) compiles to the code it had before the cut
+    // existed: one more live value in the main loop moved ptxas's schedule and cost 1-2.6% at 8192³
+    // on some H100s and H200s (NOTES-matmul run 12).
+    int head = -1, rest = -1;
+    if constexpr (SPLIT == 2) {
         int tile = blockIdx.x;
-        if (p.kt_big > 0) {
-            const int tail = (int)((gridDim.x - (unsigned)p.dp_tiles) / 2);
-            if (tile < tail) {
-                head = tile, tile += p.dp_tiles, ktiles = p.kt_big;
-            } else if (tile < tail + p.dp_tiles) {
-                tile -= tail;
-            } else {
-                tile -= tail, rest = tile - p.dp_tiles, kt0 = p.kt_big, ktiles -= p.kt_big;
-            }
-        } else if (tile >= p.dp_tiles) {
+        const int tail = (int)((gridDim.x - (unsigned)p.dp_tiles) / 2);
+        if (tile < tail) {
+            head = tile, tile += p.dp_tiles, ktiles = p.kt_big;
+        } else if (tile < tail + p.dp_tiles) {
+            tile -= tail;
+        } else {
+            tile -= tail, rest = tile - p.dp_tiles, kt0 = p.kt_big, ktiles -= p.kt_big;
+        }
+        by = tile / p.tiles_n;
+        bx = tile % p.tiles_n;
+    } else if constexpr (SPLIT == 1) {
+        int tile = blockIdx.x;
+        if (tile >= p.dp_tiles) {
             const int piece = tile - p.dp_tiles, part = piece % p.splits;
             tile = p.dp_tiles + piece / p.splits;
             const int kt_all = ktiles;
@@ -926,7 +933,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
         s_use = s_next;
     }
     ladder_cp_async_wait<0>();  // only empty groups can remain; leave none behind
-    if (SPLIT && partial) {
+    if (SPLIT == 1 && partial) {
         // Several blocks own slices of this tile's k: each adds its part (C was zeroed before).
 #pragma unroll
         for (int i = 0; i < TM; ++i) {
@@ -939,7 +946,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
         }
         return;
     }
-    if (SPLIT && rest >= 0) {
+    if (SPLIT == 2 && rest >= 0) {
         // The head started a whole grid earlier and waits on nothing, so this wait ends.
         if (tid == 0)
             while (ladder_ld_acquire(p.flags + rest) == 0u) __nanosleep(256);
@@ -977,7 +984,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
             ladder_store4<VEC>(C, m, n, r, col0 + b_off + h * (4 * LN), p.alpha, acc[i][4 * h], acc[i][4 * h + 1],
                                acc[i][4 * h + 2], acc[i][4 * h + 3]);
     }
-    if (SPLIT && head >= 0) {
+    if (SPLIT == 2 && head >= 0) {
         // Every thread's stores, then (the barrier orders them first) one gpu-scope release.
         __syncthreads();
         if (tid == 0) ladder_st_release(p.flags + head, 1u);
