@@ -1000,9 +1000,9 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
 //   soonest, counting each slice's measured cost), which add their sums into C (atomicAdd; the rows
 //   of C holding those tiles are zeroed first). Or, when the tail fills more than half the slots,
 //   into two uneven pieces (run 11): a long head on the slots the tail fills and a short rest on the
-//   slots it leaves idle, several rests to a slot, handed over through a flag (LadderArgs). 4096³:
-//   116 heads of 117 of 128 k-tiles beside 116 rests of 11 shared by 16 SMs: ~0.94 of a tile's
-//   time for the tail instead of 1. Sizes whose whole grid is one partial wave (N < P: the small
+//   slots it leaves idle, several rests to a slot, handed over through a flag (LadderArgs; the
+//   SPLIT = 2 instantiation). 4096³: 116 heads of 115 of 128 k-tiles beside 116 rests of 13 shared
+//   by 16 SMs: ~0.91 of a tile's time for the tail instead of 1 (measured: -1.3% on the whole). Sizes whose whole grid is one partial wave (N < P: the small
 //   sizes) are all tail. Where nothing pays, nothing is split and 11 runs as 10.
 //   Why: 10's 256×128 tiles leave waves partly idle. 5120×256×5120 is 800 tiles for 132 SMs:
 //   6 full waves and one of 8 tiles, i.e. 7 waves' time for 6.06 waves' work (87 %); with the 8
