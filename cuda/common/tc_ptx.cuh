@@ -1,5 +1,6 @@
 // tc_ptx.cuh: the one header of named inline-PTX helpers: the tensor-core kernels (gemm_tc,
-// attention's BF16 and 3xTF32 paths) and the cp.async of matmul's SGEMM ladder. Every asm block in the lab lives here, each behind a small function with
+// attention's BF16 and 3xTF32 paths), and the cp.async and gpu-scope flags of matmul's SGEMM ladder.
+// Every asm block in the lab lives here, each behind a small function with
 // a one-line comment naming the PTX instruction and, for MMA operands, the fragment layout.
 //
 // Fragment notation used below, for one warp (lane = threadIdx.x % 32):
@@ -20,6 +21,30 @@ namespace tc {
 // PTX's .shared instructions take a 32-bit shared-window address, not a generic pointer.
 __device__ __forceinline__ uint32_t smem_u32(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// ---- gpu-scope flags: one block hands data to another (matmul 11's head -> rest) ----------------
+// st.release.gpu.global.u32: this thread's earlier writes (and, after a bar.sync, its block's) are
+// visible to any thread that reads v with an acquire. ld.acquire.gpu.global.u32: the reader's later
+// loads see them. Before sm_70 there is no release/acquire: a fence and a volatile access do the job.
+__device__ __forceinline__ void st_release_gpu(unsigned *flag, unsigned v) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 700
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flag), "r"(v) : "memory");
+#else
+    __threadfence();
+    *(volatile unsigned *)flag = v;
+#endif
+}
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned *flag) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 700
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+    return v;
+#else
+    const unsigned v = *(const volatile unsigned *)flag;
+    __threadfence();
+    return v;
+#endif
 }
 
 // ================================================================================================

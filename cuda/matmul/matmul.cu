@@ -89,22 +89,27 @@ struct LadderConfig {
      Sgemm08aShape<BM, BN, BK, WM, WN, ST>::SMEM,                                                      \
      (const void *)sgemm_08_pipelined_arow<BM, BN, BK, WM, WN, ST, true>,                              \
      (const void *)sgemm_08_pipelined_arow<BM, BN, BK, WM, WN, ST, false>}
-// 10 and 11 share one kernel: KIND names it, SPLIT picks 11's split tail (1: equal slices; 11 also
-// carries its SPLIT = 2 twin, the uneven cut), CF (suffix "-cf") the conflict-free A copies
+// 11's twin of a configuration for the uneven cut (the same kernel at SPLIT = 2); 10 has none, and
+// instantiates nothing here.
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int ST, int SPLIT, bool VEC, bool CF>
+const void *ladder_uneven() {
+    if constexpr (SPLIT == 1) return (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, 2, VEC, CF>;
+    else return nullptr;
+}
+// 10 and 11 share one kernel: KIND names it, SPLIT picks 11's split tail (0: none; 1: equal slices,
+// with the SPLIT = 2 twin for the uneven cut), CF (suffix "-cf") the conflict-free A copies
 // (sgemm_ladder.cuh, 10_regtile's header).
-#define LADDER_10K(KIND, SPLIT, CF, SUFFIX, BM, BN, BK, WM, WN, TM, TN, ST, ...)                         \
+#define LADDER_10K(KIND, SPLIT, CF, SUFFIX, BM, BN, BK, WM, WN, TM, TN, ST)                              \
     {KIND "-" #BM "x" #BN "x" #BK "-w" #WM "x" #WN "-t" #TM "x" #TN "-s" #ST SUFFIX, BM, BN,                \
      (BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, ST>::SMEM,                    \
      (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, SPLIT, true, CF>,                  \
-     (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, SPLIT, false, CF>, SPLIT != 0, BK __VA_ARGS__}
+     (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, SPLIT, false, CF>, SPLIT != 0, BK,  \
+     ladder_uneven<BM, BN, BK, WM, WN, TM, TN, ST, SPLIT, true, CF>(),                                 \
+     ladder_uneven<BM, BN, BK, WM, WN, TM, TN, ST, SPLIT, false, CF>()}
 #define LADDER_10(...) LADDER_10K("10_regtile", 0, false, "", __VA_ARGS__)
 #define LADDER_10CF(...) LADDER_10K("10_regtile", 0, true, "-cf", __VA_ARGS__)
-#define LADDER_11K(CF, SUFFIX, BM, BN, BK, WM, WN, TM, TN, ST)                                            \
-    LADDER_10K("11_splitk_tail", 1, CF, SUFFIX, BM, BN, BK, WM, WN, TM, TN, ST,                           \
-               , (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, 2, true, CF>,              \
-               (const void *)sgemm_10_regtile<BM, BN, BK, WM, WN, TM, TN, ST, 2, false, CF>)
-#define LADDER_11(...) LADDER_11K(false, "", __VA_ARGS__)
-#define LADDER_11CF(...) LADDER_11K(true, "-cf", __VA_ARGS__)
+#define LADDER_11(...) LADDER_10K("11_splitk_tail", 1, false, "", __VA_ARGS__)
+#define LADDER_11CF(...) LADDER_10K("11_splitk_tail", 1, true, "-cf", __VA_ARGS__)
 
 const LadderConfig kConfigs[] = {
     LADDER_04(64, 64, 8, 8),

@@ -224,28 +224,6 @@ __device__ __forceinline__ void ladder_store4(float *__restrict__ C, int m, int 
     }
 }
 
-// 11's head -> rest hand-over (sm_70+ memory model): a gpu-scope release store and acquire load.
-// (Before sm_70 there is no release/acquire: a fence and a volatile access do the same job.)
-__device__ __forceinline__ void ladder_st_release(unsigned *flag, unsigned v) {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 700
-    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flag), "r"(v) : "memory");
-#else
-    __threadfence();
-    *(volatile unsigned *)flag = v;
-#endif
-}
-__device__ __forceinline__ unsigned ladder_ld_acquire(const unsigned *flag) {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 700
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
-    return v;
-#else
-    const unsigned v = *(const volatile unsigned *)flag;
-    __threadfence();
-    return v;
-#endif
-}
-
 // ---------------------------------------------------------------------------------------------
 // 06_vectorized
 //   Change: 16-byte global loads (LDG.128) of both tiles, and A stored transposed (As[k][m]) so a
@@ -949,7 +927,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
     if (SPLIT == 2 && rest >= 0) {
         // The head started a whole grid earlier and waits on nothing, so this wait ends.
         if (tid == 0)
-            while (ladder_ld_acquire(p.flags + rest) == 0u) __nanosleep(256);
+            while (tc::ld_acquire_gpu(p.flags + rest) == 0u) __nanosleep(256);
         __syncthreads();
         // Four rows' loads first, then their stores: a load after a store to C must wait for it (they
         // may alias), so row by row the thread would pay one memory latency per float4 (32 in all,
@@ -987,7 +965,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
     if (SPLIT == 2 && head >= 0) {
         // Every thread's stores, then (the barrier orders them first) one gpu-scope release.
         __syncthreads();
-        if (tid == 0) ladder_st_release(p.flags + head, 1u);
+        if (tid == 0) tc::st_release_gpu(p.flags + head, 1u);
     }
 }
 
@@ -1002,8 +980,9 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
 //   into two uneven pieces (run 11): a long head on the slots the tail fills and a short rest on the
 //   slots it leaves idle, several rests to a slot, handed over through a flag (LadderArgs; the
 //   SPLIT = 2 instantiation). 4096³: 116 heads of 115 of 128 k-tiles beside 116 rests of 13 shared
-//   by 16 SMs: ~0.91 of a tile's time for the tail instead of 1 (measured: -1.3% on the whole). Sizes whose whole grid is one partial wave (N < P: the small
-//   sizes) are all tail. Where nothing pays, nothing is split and 11 runs as 10.
+//   by 16 SMs: ~0.91 of a tile's time for the tail instead of 1 (measured: -1.3% on the whole).
+//   Sizes whose whole grid is one partial wave (N < P: the small sizes) are all tail. Where
+//   nothing pays, nothing is split and 11 runs as 10.
 //   Why: 10's 256×128 tiles leave waves partly idle. 5120×256×5120 is 800 tiles for 132 SMs:
 //   6 full waves and one of 8 tiles, i.e. 7 waves' time for 6.06 waves' work (87 %); with the 8
 //   tail tiles cut 16 ways along their 16 k-tiles the last wave is 128 blocks of one k-tile each,
