@@ -417,7 +417,8 @@ def sanitize(c, programs="", tool="all", jobs=""):
             "outdir": "where the PNGs go (default build/plots)"})
 def plot(c, what, csv=None, prog=None, outdir="build/plots"):
     """Draw from saved results: `invoke plot bench` (ratio bars + roofline), `invoke plot profile --prog square`,
-    `invoke plot tune` (each cached parameter search, no GPU needed)."""
+    `invoke plot tune` (each cached parameter search, no GPU needed), `invoke plot timeline --csv F` (one
+    matmul launch's blocks on its SMs, from `matmul --timeline`)."""
     if what == "bench":
         from analysis import bench as abench
 
@@ -451,8 +452,24 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots"):
             raise Exit(f"plot tune: no tuning results under {hbench.RESULTS_DIR} (run `invoke tune <prog>` on a GPU)")
         for p in paths:
             print(p)
+    elif what == "timeline":
+        from analysis import timeline as atl
+
+        if not csv:
+            raise Exit("plot timeline: name the CSV with --csv (`build/bin/matmul --timeline FILE` writes it, from a "
+                       "build made with `make EXTRA_NVCCFLAGS=-DCUDALAB_TIMELINE`)")
+        with _one_line("plot timeline"):
+            df = atl.read_checked(csv)
+            path = atl.plot(df, Path(outdir), stem=Path(csv).stem)
+            s = atl.summary(df)
+        print(path)
+        print(f"{s['blocks']} blocks on {s['sms']} SMs: {s['makespan_us']:.1f} µs, a perfect balance "
+              f"{s['ideal_us']:.1f} µs, SMs busy {100 * s['busy_fraction']:.1f}%")
+        for role, r in s["roles"].items():
+            print(f"  {role:6s} {r['blocks']:5d} blocks, main loop {r['mainloop_us']:8.1f} µs, after it "
+                  f"{r['after_us']:6.1f} µs, {r['first_start_us']:8.1f} .. {r['last_end_us']:8.1f} µs")
     else:
-        raise Exit(f"plot: nothing called {what!r}; choose bench, profile or tune")
+        raise Exit(f"plot: nothing called {what!r}; choose bench, profile, tune or timeline")
 
 
 @task(help={"prog": "the program to tune: matmul (ladder configurations for 09_tuned), gemm_tc (wgmma "

@@ -23,6 +23,20 @@ __device__ __forceinline__ uint32_t smem_u32(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
 
+// ---- timestamps: matmul's opt-in block timeline (build with -DCUDALAB_TIMELINE) ----------------
+// %globaltimer: the GPU's nanosecond clock, one for all SMs (clock64 is per SM and not aligned across
+// them), so the blocks of one launch can be put on one time axis. %smid: the SM the block runs on.
+__device__ __forceinline__ unsigned long long globaltimer_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ unsigned smid() {
+    unsigned s;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+    return s;
+}
+
 // ---- gpu-scope flags: one block hands data to another (matmul 11's head -> rest) ----------------
 // st.release.gpu.global.u32: this thread's earlier writes (and, after a bar.sync, its block's) are
 // visible to any thread that reads v with an acquire. ld.acquire.gpu.global.u32: the reader's later

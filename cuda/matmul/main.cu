@@ -1,5 +1,5 @@
 // build/bin/matmul: time one variant (or all) on random M×K and K×N matrices and check the result.
-//   matmul [--variant NAME|all] [--config NAME] [--tile T] [--reps R] M N K
+//   matmul [--variant NAME|all] [--config NAME] [--tile T] [--reps R] [--timeline CSV] M N K
 // NAME is one of the library's variant table (matmul_variant_name); --config picks the ladder
 // configuration that 09_tuned runs (implies --variant 09_tuned when no variant is given).
 // Prints `result program=matmul variant=V tile=T m= n= k= ms= tflops= relerr= check=pass|fail`
@@ -7,6 +7,8 @@
 // when every check passed. Sizes whose matrices cannot fit the device's free memory (or this
 // machine's memory) are refused before any allocation: status 2, the need and the limit named.
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <cmath>
@@ -25,7 +27,45 @@ static std::string variant_list() {
     return s + ", all";
 }
 
-static const char *kUsage = "usage: matmul [--variant NAME|all] [--config NAME] [--tile T] [--reps R] M N K";
+static const char *kUsage =
+    "usage: matmul [--variant NAME|all] [--config NAME] [--tile T] [--reps R] [--timeline CSV] M N K";
+
+// --timeline: one more launch after the timed ones, whose blocks (10/11's kernel) record when and on
+// which SM they ran, written as CSV for `invoke plot timeline`. Only a build with -DCUDALAB_TIMELINE
+// has the recorder (sgemm_ladder.cuh says why it is not in the default build).
+#ifdef CUDALAB_TIMELINE
+extern "C" cudalab_status matmul_timeline_clear(void);
+extern "C" cudalab_status matmul_timeline_read(unsigned long long *out, int max_blocks);
+static void write_timeline(const char *path, const char *variant, int tile, int m, int n, int k, const float *dA,
+                           const float *dB, float *dC) {
+    constexpr int kMax = 16384;  // sgemm_ladder.cuh's kLadderTimelineBlocks
+    CUDA_CHECK((cudaError_t)matmul_timeline_clear());
+    CUDA_CHECK((cudaError_t)matmul_device(variant, tile, m, n, k, dA, dB, dC, nullptr));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<unsigned long long> w(4 * (size_t)kMax);
+    CUDA_CHECK((cudaError_t)matmul_timeline_read(w.data(), kMax));
+    unsigned long long t_min = ~0ull;
+    int blocks = 0;
+    for (int b = 0; b < kMax; ++b)
+        if (w[4 * b] != 0) t_min = std::min(t_min, w[4 * b]), ++blocks;
+    if (blocks == 0)
+        CUDALAB_USAGE_ERROR("--timeline: variant %s recorded no blocks (only 10_regtile and 11_splitk_tail's kernel has "
+                            "the recorder)",
+                            variant);
+    FILE *f = fopen(path, "w");
+    if (f == nullptr) CUDALAB_USAGE_ERROR("--timeline: cannot write %s: %s", path, strerror(errno));
+    fprintf(f, "variant,m,n,k,block,sm,role,tile,start_us,loop_end_us,end_us\n");
+    static const char *kRole[] = {"whole", "head", "rest", "slice"};
+    for (int b = 0; b < kMax; ++b) {
+        const unsigned long long *r = &w[4 * (size_t)b];
+        if (r[0] == 0) continue;
+        fprintf(f, "%s,%d,%d,%d,%d,%u,%s,%llu,%.3f,%.3f,%.3f\n", variant, m, n, k, b, (unsigned)(r[3] & 0xFF),
+                kRole[(r[3] >> 8) & 3], r[3] >> 32, (r[0] - t_min) * 1e-3, (r[1] - t_min) * 1e-3, (r[2] - t_min) * 1e-3);
+    }
+    fclose(f);
+    printf("timeline program=matmul variant=%s blocks=%d file=%s\n", variant, blocks, path);
+}
+#endif
 
 // The usage and, on its next line, the variant table's names (for --help and every usage error).
 static std::string usage_text() { return std::string(kUsage) + "\nvariants: " + variant_list(); }
@@ -80,7 +120,7 @@ struct Row {
 
 static bool run_variant(const char *variant, int tile, int reps, int m, int n, int k, const std::vector<float> &A,
                         const std::vector<float> &B, const float *dA, const float *dB, float *dC, bool run_all,
-                        std::vector<Row> &rows) {
+                        std::vector<Row> &rows, const char *timeline) {
     const int ok = matmul_check(variant, tile, 0);
     if (ok == (int)cudaErrorNotSupported) {
         if (!run_all) CUDALAB_USAGE_ERROR("variant cublas: this build has no cuBLAS (see `invoke doctor`)");
@@ -121,6 +161,11 @@ static bool run_variant(const char *variant, int tile, int reps, int m, int n, i
            variant, tiled ? tile : 0, config.c_str(), m, n, k, med, tflops, err, pass ? "pass" : "fail");
     fflush(stdout);
     rows.push_back({variant, med, tflops, err, pass});
+#ifdef CUDALAB_TIMELINE
+    if (timeline != nullptr) write_timeline(timeline, variant, tile, m, n, k, dA, dB, dC);
+#else
+    (void)timeline;
+#endif
     return pass;
 }
 
@@ -143,7 +188,7 @@ static void check_fits(int m, int n, int k) {
 
 int main(int argc, char **argv) {
     const char *variant = nullptr;
-    const char *config = nullptr;
+    const char *config = nullptr, *timeline = nullptr;
     int tile = 16, reps = 5;
     const char *pos[3];
     int npos = 0;
@@ -158,6 +203,8 @@ int main(int argc, char **argv) {
             config = cudalab_option_value(argc, argv, &i, usage);
         } else if (strcmp(a, "--tile") == 0) {
             tile = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, usage), "--tile");
+        } else if (strcmp(a, "--timeline") == 0) {
+            timeline = cudalab_option_value(argc, argv, &i, usage);
         } else if (strcmp(a, "--reps") == 0) {
             reps = cudalab_parse_positive(cudalab_option_value(argc, argv, &i, usage), "--reps");
         } else {
@@ -169,6 +216,13 @@ int main(int argc, char **argv) {
               k = cudalab_parse_positive(pos[2], "K");
     if (variant == nullptr) variant = config ? "09_tuned" : "02_tiled";
     const bool run_all = strcmp(variant, "all") == 0;
+#ifndef CUDALAB_TIMELINE
+    if (timeline != nullptr)
+        CUDALAB_USAGE_ERROR("--timeline: this build has no block recorder; build one with "
+                            "`make EXTRA_NVCCFLAGS=-DCUDALAB_TIMELINE build/bin/matmul` (a build of its own: it "
+                            "rebuilds everything)");
+#endif
+    if (timeline != nullptr && run_all) CUDALAB_USAGE_ERROR("--timeline takes one variant, not all");
     if (!run_all) {
         bool known = false;
         for (int i = 0; i < matmul_variant_count(); ++i) known = known || strcmp(matmul_variant_name(i), variant) == 0;
@@ -206,7 +260,7 @@ int main(int argc, char **argv) {
     std::vector<Row> rows;
     if (run_all) {
         for (int i = 0; i < matmul_variant_count(); ++i)
-            pass = run_variant(matmul_variant_name(i), tile, reps, m, n, k, A, B, dA, dB, dC, true, rows) && pass;
+            pass = run_variant(matmul_variant_name(i), tile, reps, m, n, k, A, B, dA, dB, dC, true, rows, nullptr) && pass;
         // One table: every variant against cuBLAS from this same run (when it ran).
         double cublas = 0;
         for (const Row &r : rows)
@@ -219,7 +273,7 @@ int main(int argc, char **argv) {
                    r.pass ? "pass" : "FAIL");
         }
     } else {
-        pass = run_variant(variant, tile, reps, m, n, k, A, B, dA, dB, dC, false, rows);
+        pass = run_variant(variant, tile, reps, m, n, k, A, B, dA, dB, dC, false, rows, timeline);
     }
     CUDA_CHECK(cudaFree(dA));
     CUDA_CHECK(cudaFree(dB));

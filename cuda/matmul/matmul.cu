@@ -249,19 +249,22 @@ cudaError_t config_check(int i) {
 // without it, c = 0.03); run 5's rule (s = slots / tail, one round of slices) ignored it.
 // - Equal slices: s slices of 1/s take ceil(tail * s / slots) rounds of (1/s + c). The s in
 //   1..min(16, k-tiles / 4) with the least time, ties to the smaller.
-// - Two uneven pieces (NOTES-matmul runs 11-12): each tail tile's first kt_big k-tiles are a head, run
-//   on the `tail` slots the tail already fills; the rest of its k-tiles go to the slots - tail slots it
-//   leaves idle, q = ceil(tail / (slots - tail)) rests a slot. Time max(kt_big / k-tiles + c',
-//   q * ((k-tiles - kt_big) / k-tiles + c')), with c' = kPieceCost: a rest's fill and its batched
-//   read-add-write of C, no memset and no atomics. Taken only when it beats the best equal split
-//   (or whole tiles) by more than 0.02 of a tile: the equal splits' costs were measured (runs 7-8),
+// - Two uneven pieces (NOTES-matmul runs 11-14): each tail tile's first kt_big k-tiles are a head, run
+//   on the first `tail` slots to finish the whole tiles; the rest of its k-tiles go to the slots - tail
+//   slots that finish last, q = ceil(tail / (slots - tail)) rests a slot. Time max(kt_big / k-tiles +
+//   c', kRestLag + q * ((k-tiles - kt_big) / k-tiles + c')), with c' = kPieceCost: a piece's fill and
+//   its hand-over, no memset and no atomics on C; and kRestLag: the rests' slots are the last to free
+//   up, ~0.04 of a tile after the heads' (run 14's timeline: the heads started over 2011-2041 µs, the
+//   rests from 2043, and 12 rests left over at the heads' end cost 72 µs). Taken only when it beats
+//   the best equal split (or whole tiles) by more than 0.02 of a tile: the equal splits' costs were measured (runs 7-8),
 //   the uneven cut's only where it pays most (4096^3), so a model's hair does not switch paths.
-// Decisions: 4096^3 (116 tail tiles on 132 SMs, 128 k-tiles) two pieces, kt_big = 115; 8192^3 (68,
+// Decisions: 4096^3 (116 tail tiles on 132 SMs, 128 k-tiles) two pieces, kt_big = 116; 8192^3 (68,
 // 256) s = 5; the executable's lecture5 shape, m = 5120, n = 256, k = 5120 (40 tiles, all tail)
 // s = 3; the bench's "5120x256x5120" (m = n = 5120, k = 256: 800 tiles of 8 k-tiles, tail 8) s = 2.
 // (Two shapes under one name: run 8's "executable against NVBench" puzzle.)
 constexpr double kSliceCost = 0.03;
-constexpr double kPieceCost = 0.01;  // run 12's prediction; run 11's row-by-row rests cost ~0.026
+constexpr double kPieceCost = 0.01;  // run 12's prediction; run 14's timeline: a rest 0.0096 beyond its k-tiles
+constexpr double kRestLag = 0.04;
 struct TailPlan {
     long long splits = 1;  // 1: every tile whole
     long long kt_big = 0;  // > 0: two uneven pieces (splits = 2), the head's k-tiles
@@ -281,7 +284,7 @@ static TailPlan tail_plan(long long tail, long long slots, long long ktiles) {
         const long long q = cdiv(tail, slots - tail);
         for (long long kb = 1; kb < ktiles; ++kb) {
             const double head = (double)kb / (double)ktiles + kPieceCost;
-            const double rest = (double)q * ((double)(ktiles - kb) / (double)ktiles + kPieceCost);
+            const double rest = kRestLag + (double)q * ((double)(ktiles - kb) / (double)ktiles + kPieceCost);
             const double time = std::max(head, rest);
             if (time < uneven_time - 1e-9) uneven.splits = 2, uneven.kt_big = kb, uneven_time = time;
         }
@@ -290,54 +293,64 @@ static TailPlan tail_plan(long long tail, long long slots, long long ktiles) {
     return best;
 }
 
-// The uneven split's flags (one per tail tile), kept per (device, stream) and only ever grown:
-// launches on one stream run in order and can share them, launches on two streams get two. Zeroed
-// once, at allocation; every launch leaves them zero (each rest lowers its head's flag).
-struct TailFlags {
+// The uneven split's workspace, kept per (device, stream) and only ever grown: launches on one stream
+// run in order and can share it, launches on two streams get two. Per tail tile two flags (arrived,
+// ready: LadderArgs) and one tile of partial sums. The flags are zeroed once, at allocation, and every
+// launch leaves them zero (the last piece of each tile lowers them); the partials need no zeroing,
+// each launch's first piece writes all of them before the last reads.
+struct TailWork {
     int dev;
     cudaStream_t stream;
-    long long n;
+    long long tiles, tile_elems;
     unsigned *flags;
+    float *partials;
 };
-std::mutex g_tail_flags_mutex;
-std::vector<TailFlags> g_tail_flags;
+std::mutex g_tail_work_mutex;
+std::vector<TailWork> g_tail_work;
 
-cudaError_t tail_flags(cudaStream_t stream, long long n, unsigned **flags) {
+cudaError_t tail_work(cudaStream_t stream, long long tiles, long long tile_elems, unsigned **flags, float **partials) {
     int dev = 0;
     cudaError_t err = cudaGetDevice(&dev);
     if (err != cudaSuccess) return err;
-    std::lock_guard<std::mutex> lock(g_tail_flags_mutex);
-    TailFlags *w = nullptr;
-    for (TailFlags &e : g_tail_flags)
+    std::lock_guard<std::mutex> lock(g_tail_work_mutex);
+    TailWork *w = nullptr;
+    for (TailWork &e : g_tail_work)
         if (e.dev == dev && e.stream == stream) w = &e;
     if (w == nullptr) {
-        g_tail_flags.push_back(TailFlags{dev, stream, 0, nullptr});
-        w = &g_tail_flags.back();
+        g_tail_work.push_back(TailWork{dev, stream, 0, 0, nullptr, nullptr});
+        w = &g_tail_work.back();
     }
-    if (w->n < n) {
+    if (w->tiles < tiles || w->tile_elems < tile_elems) {
+        tiles = std::max(tiles, w->tiles), tile_elems = std::max(tile_elems, w->tile_elems);
         if (w->flags != nullptr) {  // a launch in flight on this stream may still use the smaller one
             err = cudaStreamSynchronize(stream);
-            if (err == cudaSuccess) err = cudaFree(w->flags);
-            w->flags = nullptr, w->n = 0;
+            cudaError_t e2 = cudaFree(w->flags), e3 = cudaFree(w->partials);
+            if (err == cudaSuccess) err = e2 != cudaSuccess ? e2 : e3;
+            w->flags = nullptr, w->partials = nullptr, w->tiles = w->tile_elems = 0;
             if (err != cudaSuccess) return err;
         }
         unsigned *f = nullptr;
-        err = cudaMalloc(&f, (size_t)n * sizeof(unsigned));
-        if (err == cudaSuccess) err = cudaMemset(f, 0, (size_t)n * sizeof(unsigned));
+        float *part = nullptr;
+        err = cudaMalloc(&f, (size_t)(2 * tiles) * sizeof(unsigned));
+        if (err == cudaSuccess) err = cudaMalloc(&part, (size_t)(tiles * tile_elems) * sizeof(float));
+        if (err == cudaSuccess) err = cudaMemset(f, 0, (size_t)(2 * tiles) * sizeof(unsigned));
         if (err != cudaSuccess) {
             cudaFree(f);
+            cudaFree(part);
             return err;
         }
-        w->flags = f, w->n = n;
+        w->flags = f, w->partials = part, w->tiles = tiles, w->tile_elems = tile_elems;
     }
     *flags = w->flags;
+    *partials = w->partials;
     return cudaSuccess;
 }
 
 // 11_splitk_tail's plan: with P blocks resident at once and N tiles, the last N mod P tiles are cut
 // as tail_plan says. Equal slices add into C, so the rows of C those tiles cover are zeroed on
-// `stream` first; two uneven pieces hand over through flags instead. s = 1 (or batch > 1): every
-// tile whole, as 10. Fills p's tiles_n, dp_tiles, splits, kt_big and flags.
+// `stream` first; two uneven pieces hand over through tail_work's flags and partials instead.
+// s = 1 (or batch > 1): every tile whole, as 10. Fills p's tiles_n, dp_tiles, splits, kt_big, flags
+// and partials.
 cudaError_t split_tail_plan(const void *kernel, const LadderConfig &c, int batch, int m, int n, int k, float *C,
                             LadderArgs *p, cudaStream_t stream) {
     const long long gx = cdiv(n, c.bn), gy = cdiv(m, c.bm), tiles = gx * gy, ktiles = cdiv(k, c.bk);
@@ -353,7 +366,7 @@ cudaError_t split_tail_plan(const void *kernel, const LadderConfig &c, int batch
     p->dp_tiles = (int)(plan.splits > 1 ? tiles - tail : tiles);
     p->splits = (int)plan.splits;
     p->kt_big = (int)plan.kt_big;
-    if (plan.kt_big > 0) return tail_flags(stream, tail, &p->flags);
+    if (plan.kt_big > 0) return tail_work(stream, tail, (long long)c.bm * c.bn, &p->flags, &p->partials);
     if (plan.splits > 1) {
         const long long r0 = (p->dp_tiles / gx) * c.bm;  // first row of C that a split tile covers
         err = cudaMemsetAsync(C + r0 * n, 0, (size_t)(m - r0) * n * sizeof(float), stream);
@@ -535,3 +548,20 @@ extern "C" cudalab_status matmul_config_host(int i, int m, int n, int k, const f
                           (long long)m * n, 0);
     });
 }
+
+#ifdef CUDALAB_TIMELINE
+// The block timeline (sgemm_ladder.cuh's LadderSpan): cleared before a launch, read after it.
+extern "C" cudalab_status matmul_timeline_clear(void) {
+    void *p = nullptr;
+    CUDA_TRY(cudaGetSymbolAddress(&p, ladder_timeline));
+    CUDA_TRY(cudaMemset(p, 0, sizeof(ladder_timeline)));
+    return 0;
+}
+// Up to max_blocks blocks' 4 words into out; blocks that did not run (or a kernel without the
+// instrumentation) read as zeros.
+extern "C" cudalab_status matmul_timeline_read(unsigned long long *out, int max_blocks) {
+    const size_t words = 4 * (size_t)std::min(max_blocks, kLadderTimelineBlocks);
+    CUDA_TRY(cudaMemcpyFromSymbol(out, ladder_timeline, words * sizeof(unsigned long long)));
+    return 0;
+}
+#endif

@@ -34,12 +34,17 @@ struct LadderArgs {
     // each remaining tile each own a slice of its k-tiles and add their part into C (zeroed first).
     int tiles_n = 0, dp_tiles = 0, splits = 1;
     // 11's uneven two-piece split (kt_big > 0, then splits = 2; matmul.cu's tail_plan says when): the
-    // grid is [heads | whole tiles | rests]. Block j < tail is the head of tail tile j, its k-tiles
-    // [0, kt_big): it stores into C and then raises flags[j]. The last `tail` blocks are the rests,
-    // k-tiles [kt_big, k-tiles): each waits for its head's flag, adds into C and lowers the flag for
-    // the next launch. No memset and no atomics, and the sum is head + rest in that order every run.
+    // grid is [whole tiles | heads | rests], the largest pieces first, the smallest last (run 13).
+    // Block dp_tiles + j (j < tail) is the head of tail tile j, its k-tiles [0, kt_big); block
+    // dp_tiles + tail + j its rest, k-tiles [kt_big, k-tiles). Of the two, the first to finish leaves
+    // its sums in partials (BM·BN floats a tile) and raises ready; the last adds them to its own and
+    // stores C. arrived (flags[j]) says which is which; ready (flags[tail + j]) that the partials have
+    // landed. Neither piece waits on a block that has not started, so any dispatch order ends, and the
+    // result is fl(head + rest) whichever is last (float addition commutes): the same bits every run.
+    // The last one lowers both flags for the next launch on the stream.
     int kt_big = 0;
     unsigned *flags = nullptr;
+    float *partials = nullptr;
 };
 
 // Can the 16-byte paths be used? (see VEC above)
@@ -720,6 +725,31 @@ struct Sgemm10Shape {
     static constexpr int MINB = T >= 256 ? 1 : 256 / T;
 };
 
+#ifdef CUDALAB_TIMELINE
+// The opt-in block timeline of 10/11's kernel (`make EXTRA_NVCCFLAGS=-DCUDALAB_TIMELINE`, then
+// `matmul --timeline`): for each block of the launch, 4 words: its start, the end of its main loop
+// and its end (%globaltimer, ns; thread 0's view), and smid | role << 8 | tile << 32, role 0 whole
+// tile, 1 head, 2 rest, 3 equal slice. It is a separate build because a value live across the main
+// loop moves ptxas's schedule (run 12), so the default build carries none of it.
+constexpr int kLadderTimelineBlocks = 16384;
+__device__ unsigned long long ladder_timeline[4 * kLadderTimelineBlocks];
+struct LadderSpan {
+    unsigned long long t0, t1 = 0, info = 0;
+    __device__ LadderSpan() : t0(tc::globaltimer_ns()) {}
+    __device__ void loop_done(unsigned role, unsigned tile) {
+        t1 = tc::globaltimer_ns();
+        info = tc::smid() | role << 8 | (unsigned long long)tile << 32;
+    }
+    __device__ ~LadderSpan() {  // every return path of the kernel passes here
+        const unsigned long long b =
+            blockIdx.x + (unsigned long long)gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
+        if (threadIdx.x != 0 || b >= kLadderTimelineBlocks) return;
+        unsigned long long *w = ladder_timeline + 4 * b;
+        w[0] = t0, w[1] = t1, w[2] = tc::globaltimer_ns(), w[3] = info;
+    }
+};
+#endif
+
 // f(std::integral_constant<int, I>{}) for I = 0, 1, ...: a loop unrolled by construction.
 template <class F, int... I>
 __device__ __forceinline__ void ladder_static_for(F &&f, std::integer_sequence<int, I...>) {
@@ -738,6 +768,9 @@ __device__ __forceinline__ float ladder_f4(const float4 &v, int c) {
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int SPLIT, bool VEC, bool CF = false>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, STAGES>::MINB)
     sgemm_10_regtile(const LadderArgs p) {
+#ifdef CUDALAB_TIMELINE
+    LadderSpan span;
+#endif
     using S = Sgemm10Shape<BM, BN, BK, WM, WN, TM, TN, STAGES>;
     constexpr int T = S::T, AS = S::AS;
     constexpr int LM = WM / TM, LN = WN / TN;  // the warp's lanes as an LM × LN grid
@@ -763,16 +796,14 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
     // value of its own so that SPLIT 1 (equal slices) compiles to the code it had before the cut
     // existed: one more live value in the main loop moved ptxas's schedule and cost 1-2.6% at 8192³
     // on some H100s and H200s (NOTES-matmul run 12).
-    int head = -1, rest = -1;
+    int head = -1, rest = -1, tail = 0;
     if constexpr (SPLIT == 2) {
         int tile = blockIdx.x;
-        const int tail = (int)((gridDim.x - (unsigned)p.dp_tiles) / 2);
-        if (tile < tail) {
-            head = tile, tile += p.dp_tiles, ktiles = p.kt_big;
-        } else if (tile < tail + p.dp_tiles) {
-            tile -= tail;
-        } else {
-            tile -= tail, rest = tile - p.dp_tiles, kt0 = p.kt_big, ktiles -= p.kt_big;
+        tail = (int)((gridDim.x - (unsigned)p.dp_tiles) / 2);
+        if (tile >= p.dp_tiles + tail) {
+            rest = tile - p.dp_tiles - tail, tile = p.dp_tiles + rest, kt0 = p.kt_big, ktiles -= p.kt_big;
+        } else if (tile >= p.dp_tiles) {
+            head = tile - p.dp_tiles, ktiles = p.kt_big;
         }
         by = tile / p.tiles_n;
         bx = tile % p.tiles_n;
@@ -911,6 +942,9 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
         s_use = s_next;
     }
     ladder_cp_async_wait<0>();  // only empty groups can remain; leave none behind
+#ifdef CUDALAB_TIMELINE
+    span.loop_done(partial ? 3u : head >= 0 ? 1u : rest >= 0 ? 2u : 0u, (unsigned)(by * (SPLIT ? p.tiles_n : (int)gridDim.x) + bx));
+#endif
     if (SPLIT == 1 && partial) {
         // Several blocks own slices of this tile's k: each adds its part (C was zeroed before).
 #pragma unroll
@@ -924,34 +958,57 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
         }
         return;
     }
-    if (SPLIT == 2 && rest >= 0) {
-        // The head started a whole grid earlier and waits on nothing, so this wait ends.
+    if constexpr (SPLIT == 2) if (head >= 0 || rest >= 0) {
+        // The hand-over of LadderArgs: the first of the tile's two pieces to get here parks its sums,
+        // the last adds them. The partials keep each thread's accumulators in its own order, float4 c
+        // of thread tid at c·T + tid: whole-warp 512-byte runs, and no index arithmetic on C's edges.
+        const int j = head >= 0 ? head : rest;
+        // Thread 0 takes the ticket; the barrier's OR hands its answer to the whole block.
+        const bool first = __syncthreads_or(tid == 0 && atomicAdd(p.flags + j, 1u) == 0u) != 0;
+        float4 *ws = reinterpret_cast<float4 *>(p.partials) + (size_t)j * (BM * BN / 4) + tid;
+        if (first) {
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int h = 0; h < GN; ++h)
+                    __stcg(ws + (i * GN + h) * T,
+                           make_float4(__fmul_rn(p.alpha, acc[i][4 * h]), __fmul_rn(p.alpha, acc[i][4 * h + 1]),
+                                       __fmul_rn(p.alpha, acc[i][4 * h + 2]), __fmul_rn(p.alpha, acc[i][4 * h + 3])));
+            // Every thread's stores, then (the barrier orders them first) one gpu-scope release.
+            __syncthreads();
+            if (tid == 0) tc::st_release_gpu(p.flags + tail + j, 1u);
+            return;
+        }
+        // The other piece has arrived, so it is running its stores: this wait is a few µs at most.
         if (tid == 0)
-            while (tc::ld_acquire_gpu(p.flags + rest) == 0u) __nanosleep(256);
+            while (tc::ld_acquire_gpu(p.flags + tail + j) == 0u) __nanosleep(64);
         __syncthreads();
-        // Four rows' loads first, then their stores: a load after a store to C must wait for it (they
-        // may alias), so row by row the thread would pay one memory latency per float4 (32 in all,
-        // ~20 µs from DRAM: run 11 measured ~0.026 of a tile per rest), in fours it pays 4.
+        // Four rows' partials, then those rows of C: the stores to C (which may alias the partials, as far
+        // as the compiler knows) keep the next rows' loads behind them, so few registers are live here.
+        // C = fl(fl(α·mine) + fl(α·theirs)), rounded step by step (__fmul_rn/__fadd_rn: no FMA contraction),
+        // is the same whichever piece is last. And this epilogue decides how ptxas colours the main loop's
+        // registers: with α·(mine + theirs) instead, 3337 of its 4096 FFMAs read two non-reused sources
+        // from one register bank (691 now) and every tile ran 8% slower (NOTES-matmul run 14).
 #pragma unroll
         for (int i0 = 0; i0 < TM; i0 += 4) {
-            float4 hv[4][GN];
+            float4 v[4][GN];
 #pragma unroll
-            for (int ii = 0; ii < 4; ++ii) {
-                const int i = i0 + ii, r = row0 + a_off + (i / 4) * (4 * LM) + i % 4;
+            for (int ii = 0; ii < 4; ++ii)
 #pragma unroll
-                for (int h = 0; h < GN; ++h) hv[ii][h] = ladder_load4<VEC, true>(C, m, n, r, col0 + b_off + h * (4 * LN));
-            }
+                for (int h = 0; h < GN; ++h) v[ii][h] = __ldcg(ws + ((i0 + ii) * GN + h) * T);
 #pragma unroll
             for (int ii = 0; ii < 4; ++ii) {
                 const int i = i0 + ii, r = row0 + a_off + (i / 4) * (4 * LM) + i % 4;
 #pragma unroll
                 for (int h = 0; h < GN; ++h)
                     ladder_store4<VEC>(C, m, n, r, col0 + b_off + h * (4 * LN), 1.0f,
-                                       hv[ii][h].x + p.alpha * acc[i][4 * h], hv[ii][h].y + p.alpha * acc[i][4 * h + 1],
-                                       hv[ii][h].z + p.alpha * acc[i][4 * h + 2], hv[ii][h].w + p.alpha * acc[i][4 * h + 3]);
+                                       __fadd_rn(v[ii][h].x, __fmul_rn(p.alpha, acc[i][4 * h])),
+                                       __fadd_rn(v[ii][h].y, __fmul_rn(p.alpha, acc[i][4 * h + 1])),
+                                       __fadd_rn(v[ii][h].z, __fmul_rn(p.alpha, acc[i][4 * h + 2])),
+                                       __fadd_rn(v[ii][h].w, __fmul_rn(p.alpha, acc[i][4 * h + 3])));
             }
         }
-        if (tid == 0) p.flags[rest] = 0u;  // for the next launch on this stream (kernels on it run in order)
+        if (tid == 0) p.flags[j] = 0u, p.flags[tail + j] = 0u;  // kernels on the stream run in order
         return;
     }
 #pragma unroll
@@ -961,11 +1018,6 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
         for (int h = 0; h < GN; ++h)
             ladder_store4<VEC>(C, m, n, r, col0 + b_off + h * (4 * LN), p.alpha, acc[i][4 * h], acc[i][4 * h + 1],
                                acc[i][4 * h + 2], acc[i][4 * h + 3]);
-    }
-    if (SPLIT == 2 && head >= 0) {
-        // Every thread's stores, then (the barrier orders them first) one gpu-scope release.
-        __syncthreads();
-        if (tid == 0) tc::st_release_gpu(p.flags + head, 1u);
     }
 }
 
