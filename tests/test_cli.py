@@ -102,6 +102,9 @@ def test_help_prints_the_usage_and_exits_0(prog, flag):
     ("gemm_tc", ["8", "99999999999", "8"], "N must be at most 2147483647"),
     ("gemm_tc", ["--variant", "nope", "8", "8", "8"], "unknown variant 'nope' (valid: 01_wmma, 02_mma_sync, 03_wgmma"),
     ("gemm_tc", ["8", "8"], "M, N and K are needed"),
+    # The default build has no block recorder: the flag says how to get one, before any CUDA call.
+    ("matmul", ["--variant", "11_splitk_tail", "--timeline", "t.csv", "8", "8", "8"], "-DCUDALAB_TIMELINE"),
+    ("matmul", ["--timeline"], "--timeline needs a value"),
 ])
 def test_bad_argv_is_one_sentence_and_status_2(prog, args, match):
     r = _run(prog, *args)
