@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import math
 import re
-import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .. import build as _build
-from .. import library, sim, toolchain
+from .. import library, sass, sim
 from ..cudart import INT_MAX, MAX_GRID_YZ
+
+# The SASS parser is harness.sass's (one per format); tests reach it through this module too.
+from ..sass import FP32_OPS, SassLoop, find_cuobjdump, sass_functions, sass_loops  # noqa: F401
 
 VARIANTS = ("01_naive", "02_fast")
 DTYPES = {np.dtype(np.float32): 32, np.dtype(np.float64): 64}
@@ -296,76 +297,12 @@ def twin(width: int, height: int, max_iters: int, region=DEFAULT_REGION, dtype=n
 
 # --- SASS instruction counts ------------------------------------------------------------------
 
-FP32_OPS = ("FADD", "FMUL", "FFMA")
-_SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
-
-
-@dataclass(frozen=True)
-class SassLoop:
-    start: int
-    end: int
-    opcodes: tuple
-
-    @property
-    def total(self) -> int:
-        return len(self.opcodes)
-
-    @property
-    def fp32(self) -> int:
-        return sum(1 for op in self.opcodes if op.split(".")[0] in FP32_OPS)
-
-
-def find_cuobjdump() -> str | None:
-    p = shutil.which("cuobjdump")
-    if p:
-        return p
-    home = toolchain.cuda_home()
-    if home and (Path(home) / "bin" / "cuobjdump").is_file():
-        return str(Path(home) / "bin" / "cuobjdump")
-    return None
-
-
-def sass_functions(text: str) -> dict[str, list[tuple[int, str, str]]]:
-    """cuobjdump -sass text -> {mangled name: [(address, opcode, operands)]}."""
-    funcs: dict[str, list] = {}
-    cur = None
-    for line in text.splitlines():
-        m = re.search(r"Function : (\S+)", line)
-        if m:
-            cur = funcs.setdefault(m.group(1), [])
-            continue
-        m = _SASS_LINE.search(line)
-        if m and cur is not None:
-            cur.append((int(m.group(1), 16), m.group(3), m.group(4).strip()))
-    return funcs
-
-
-def sass_loops(instrs: list[tuple[int, str, str]]) -> list[SassLoop]:
-    """Every backward branch (BRA to a lower address) as a loop from its target to the branch."""
-    loops = []
-    for addr, op, args in instrs:
-        if op.split(".")[0] != "BRA":
-            continue
-        m = re.search(r"0x([0-9a-f]+)\s*$", args)
-        if not m:
-            continue
-        target = int(m.group(1), 16)
-        if target < addr:
-            body = tuple(o for a, o, _ in instrs if target <= a <= addr)
-            loops.append(SassLoop(target, addr, body))
-    return loops
-
-
 def sass_counts(lib_path: Path | None = None) -> dict[tuple[str, str], dict]:
     """Instructions per iteration of each float32 variant's hot loop, counted in the built library's
     SASS: the largest loop of the kernel, divided by the pixel-steps it makes (FAST_UNROLL steps of
     FAST_PIXELS pixels for 02_fast)."""
-    tool = find_cuobjdump()
-    if tool is None:
-        raise FileNotFoundError("cuobjdump not found (PATH or $CUDA_HOME/bin)")
     path = lib_path or _build.lib_path("mandelbrot")
-    text = subprocess.run([tool, "-sass", str(path)], capture_output=True, text=True, check=True).stdout
-    funcs = sass_functions(text)
+    funcs = sass_functions(sass.dump(path))
     names = {("01_naive", "float32"): "_Z19mandelbrot_01_naiveIfEvPjiiiT_S1_S1_S1_",
              ("02_fast", "float32"): "_Z18mandelbrot_02_fastPjiiiffff"}
     out = {}
