@@ -175,11 +175,12 @@ def test_executable_rejects_bad_argv(argv):
 # --- CPU: SASS counts and the picture -----------------------------------------------------------
 
 def test_sass_counts_match_recorded():
-    if mb.find_cuobjdump() is None:
-        pytest.skip("cuobjdump not found: SASS counts are not re-measured here")
     if not build.lib_path("mandelbrot").exists():
         pytest.skip("libmandelbrot.so not built")
-    counts = mb.sass_counts()
+    try:
+        counts = mb.sass_counts()
+    except FileNotFoundError as e:  # cuobjdump, or the nvdisasm it needs: SASS counts are not re-measured here
+        pytest.skip(str(e))
     for key, rec in mb.SASS_COUNTS.items():
         assert counts[key]["fp32"] == pytest.approx(rec["fp32"]), key
         assert counts[key]["total"] == pytest.approx(rec["total"]), key
