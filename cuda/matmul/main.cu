@@ -36,9 +36,10 @@ static const char *kUsage =
 #ifdef CUDALAB_TIMELINE
 extern "C" cudalab_status matmul_timeline_clear(void);
 extern "C" cudalab_status matmul_timeline_read(unsigned long long *out, int max_blocks);
+extern "C" int matmul_timeline_capacity(void);
 static void write_timeline(const char *path, const char *variant, int tile, int m, int n, int k, const float *dA,
                            const float *dB, float *dC) {
-    constexpr int kMax = 16384;  // sgemm_ladder.cuh's kLadderTimelineBlocks
+    const int kMax = matmul_timeline_capacity();
     CUDA_CHECK((cudaError_t)matmul_timeline_clear());
     CUDA_CHECK((cudaError_t)matmul_device(variant, tile, m, n, k, dA, dB, dC, nullptr));
     CUDA_CHECK(cudaDeviceSynchronize());

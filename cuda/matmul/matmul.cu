@@ -256,8 +256,9 @@ cudaError_t config_check(int i) {
 //   its hand-over, no memset and no atomics on C; and kRestLag: the rests' slots are the last to free
 //   up, ~0.04 of a tile after the heads' (run 14's timeline: the heads started over 2011-2041 µs, the
 //   rests from 2043, and 12 rests left over at the heads' end cost 72 µs). Taken only when it beats
-//   the best equal split (or whole tiles) by more than 0.02 of a tile: the equal splits' costs were measured (runs 7-8),
-//   the uneven cut's only where it pays most (4096^3), so a model's hair does not switch paths.
+//   the best equal split (or whole tiles) by more than 0.02 of a tile: the equal splits' costs were
+//   measured (runs 7-8), the uneven cut's only where it pays most (4096^3), so a model's hair does not
+//   switch paths.
 // Decisions: 4096^3 (116 tail tiles on 132 SMs, 128 k-tiles) two pieces, kt_big = 116; 8192^3 (68,
 // 256) s = 5; the executable's lecture5 shape, m = 5120, n = 256, k = 5120 (40 tiles, all tail)
 // s = 3; the bench's "5120x256x5120" (m = n = 5120, k = 256: 800 tiles of 8 k-tiles, tail 8) s = 2.
@@ -557,6 +558,8 @@ extern "C" cudalab_status matmul_timeline_clear(void) {
     CUDA_TRY(cudaMemset(p, 0, sizeof(ladder_timeline)));
     return 0;
 }
+// How many blocks it holds (a launch's later blocks are not recorded).
+extern "C" int matmul_timeline_capacity(void) { return kLadderTimelineBlocks; }
 // Up to max_blocks blocks' 4 words into out; blocks that did not run (or a kernel without the
 // instrumentation) read as zeros.
 extern "C" cudalab_status matmul_timeline_read(unsigned long long *out, int max_blocks) {

@@ -39,8 +39,8 @@ struct LadderArgs {
     // dp_tiles + tail + j its rest, k-tiles [kt_big, k-tiles). Of the two, the first to finish leaves
     // its sums in partials (BM·BN floats a tile) and raises ready; the last adds them to its own and
     // stores C. arrived (flags[j]) says which is which; ready (flags[tail + j]) that the partials have
-    // landed. Neither piece waits on a block that has not started, so any dispatch order ends, and the
-    // result is fl(head + rest) whichever is last (float addition commutes): the same bits every run.
+    // landed. Neither piece waits on a block that has not started, so any dispatch order ends, and C is
+    // fl(fl(α·head) + fl(α·rest)) whichever is last (float addition commutes): the same bits every run.
     // The last one lowers both flags for the next launch on the stream.
     int kt_big = 0;
     unsigned *flags = nullptr;
@@ -163,22 +163,15 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), ladder_min_blocks((BM /
 
 // Four consecutive elements of row `r` starting at column `c` of a rows×cols row-major matrix,
 // zeros outside it. VEC: one 16-byte load (the chunk is wholly in or out, see the file comment).
-// CG: ld.global.cg, from L2 (11's rests read what their head stored from another SM).
-template <bool VEC, bool CG = false>
+template <bool VEC>
 __device__ __forceinline__ float4 ladder_load4(const float *__restrict__ M, int rows, int cols, int r, int c) {
     if constexpr (VEC) {
-        if (r < rows && c < cols) {
-            const float4 *src = reinterpret_cast<const float4 *>(M + (size_t)r * cols + c);
-            return CG ? __ldcg(src) : *src;
-        }
+        if (r < rows && c < cols) return *reinterpret_cast<const float4 *>(M + (size_t)r * cols + c);
         return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     } else {
         float v[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const float *src = M + (size_t)r * cols + c + i;
-            v[i] = (r < rows && c + i < cols) ? (CG ? __ldcg(src) : *src) : 0.0f;
-        }
+        for (int i = 0; i < 4; ++i) v[i] = (r < rows && c + i < cols) ? M[(size_t)r * cols + c + i] : 0.0f;
         return make_float4(v[0], v[1], v[2], v[3]);
     }
 }
@@ -1029,10 +1022,12 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
 //   block a piece. Either into s equal slices of its k-tiles (the s <= 16 that finishes the tail
 //   soonest, counting each slice's measured cost), which add their sums into C (atomicAdd; the rows
 //   of C holding those tiles are zeroed first). Or, when the tail fills more than half the slots,
-//   into two uneven pieces (run 11): a long head on the slots the tail fills and a short rest on the
-//   slots it leaves idle, several rests to a slot, handed over through a flag (LadderArgs; the
-//   SPLIT = 2 instantiation). 4096³: 116 heads of 115 of 128 k-tiles beside 116 rests of 13 shared
-//   by 16 SMs: ~0.91 of a tile's time for the tail instead of 1 (measured: -1.3% on the whole).
+//   into two uneven pieces: a long head and a short rest per tail tile, handed out after the whole
+//   tiles (grid [whole | heads | rests], runs 13-14): the first slots to free up take the heads, the
+//   last ones several rests each, and the second piece of a tile to finish adds the first's parked
+//   sums (LadderArgs; the SPLIT = 2 instantiation). 4096³: 116 heads of 116 of 128 k-tiles and 116
+//   rests of 12 on 16 SMs: the timeline's makespan 2656 µs against 2808 for the first order and a
+//   perfect balance of 2621 (NOTES-matmul runs 13-15).
 //   Sizes whose whole grid is one partial wave (N < P: the small sizes) are all tail. Where
 //   nothing pays, nothing is split and 11 runs as 10.
 //   Why: 10's 256×128 tiles leave waves partly idle. 5120×256×5120 is 800 tiles for 132 SMs:
@@ -1041,6 +1036,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
 //   ~1/16 of a wave. 1024³ is 32 tiles for 132 SMs (24 %): split 4 ways, 128 blocks. The price is
 //   a memset of the tail rows and k-slice sums that meet in C in whatever order the atomics land
 //   (the tail tiles are not bit-reproducible run to run; still a float32 sum of k products). The
-//   two uneven pieces need neither: the rest adds into what its head stored, in that order.
+//   two uneven pieces need neither: the second to finish adds the first's parked sums, and the sum
+//   is the same whichever that is.
 // The host (ladder_run) picks dp_tiles, splits and kt_big; batch > 1 runs unsplit.
 // ---------------------------------------------------------------------------------------------
