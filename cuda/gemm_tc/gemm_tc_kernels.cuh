@@ -355,11 +355,12 @@ struct RasterWalk {
 // each box to the TMA engine. It waits only until the store two boxes back has READ its buffer, never
 // for a write to reach global memory: the stores drain while the warpgroup runs the next tile's
 // mainloop. A store past M or N writes nothing there, so ragged tiles need no masks.
-// Bank conflicts, measured and kept: a warp's float2 store (rows g = 0..7 x 32 bytes) is issued as two
-// half-warps, and in this swizzle rows g and g ^ 1 of a half share their chunk positions: 2 wavefronts
-// per half instead of 1 (ncu at 4096^3: 705 K store conflicts). Boxes of 64 x 8 floats in the 32-byte
-// swizzle remove them (129 K left), but four times as many narrow TMA stores made 08 3.7% SLOWER
-// (185.0 -> 191.8 us under ncu; NOTES-gemm_tc.md): the TMA engine's rows, not the banks, cost more.
+// Bank conflicts: a warp's float2 store (rows g = 0..7 x 32 bytes) is issued as two half-warps, and in
+// this swizzle rows g and g ^ 1 of a half would share their chunk positions: 2 wavefronts per half
+// instead of 1 (ncu at 4096^3: 705 K store conflicts). Boxes of 64 x 8 floats in the 32-byte swizzle
+// removed them, but four times as many narrow TMA stores made 08 3.7% SLOWER (185.0 -> 191.8 us under
+// ncu; NOTES-gemm_tc.md): the TMA engine's rows cost more than the banks. So the boxes stay 128-byte
+// and the lanes of odd g store the box's n8 blocks in another order (the epilogue's comment says how).
 template <int kCluster, int kStages, bool kTmaStore = false>
 __global__ void __launch_bounds__(H_THREADS, 1)
     k03_wgmma(int M, int N, int K, const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
@@ -477,6 +478,7 @@ __global__ void __launch_bounds__(H_THREADS, 1)
                 const int r0 = m0 + 64 * c;
                 if (r0 >= M) continue;  // the whole warpgroup's rows are past M (a ragged last tile): next unit
                 const uint32_t mine = epi + (uint32_t)(c * 2 * H_EPI_BOX);
+                const bool odd_g = (g & 1) != 0;
                 constexpr uint32_t kEpiBar = 1;  // named barriers 1 and 2: one per consumer warpgroup
 #pragma unroll
                 for (int bx = 0; bx < H_BN / H_EPI_BOX_COLS; ++bx) {
@@ -489,10 +491,18 @@ __global__ void __launch_bounds__(H_THREADS, 1)
                     for (int q = 0; q < H_EPI_BOX_COLS / 8; ++q)
 #pragma unroll
                         for (int h = 0; h < 2; ++h) {
-                            const int j = bx * (H_EPI_BOX_COLS / 8) + q, r = 16 * w + g + 8 * h;  // n8 block, row in the box
-                            // 16-byte chunk (2q + t/2) of the row's 128 bytes, in TMA's 128B swizzle.
-                            const uint32_t at = buf + tc::swizzle_128b((uint32_t)r, (uint32_t)(2 * q + (t >> 1))) + 8u * (t & 1);
-                            tc::st_shared_f32x2(at, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                            // The lanes of odd g store n8 block q ^ 2 of the box, the others block q:
+                            // a row's 16-byte pair in the swizzle is then b ^ (g / 2), distinct over
+                            // the 4 rows of each half-warp, so each half-warp's 128 bytes take one
+                            // wavefront instead of two (NOTES-gemm_tc.md, seventh session). The block is
+                            // a lane-dependent choice between two registers: selects, not indexing.
+                            const int j = bx * (H_EPI_BOX_COLS / 8) + q, j2 = bx * (H_EPI_BOX_COLS / 8) + (q ^ 2);
+                            const int b = odd_g ? (q ^ 2) : q, r = 16 * w + g + 8 * h;  // n8 block, row in the box
+                            // 16-byte chunk (2b + t/2) of the row's 128 bytes, in TMA's 128B swizzle.
+                            const uint32_t at = buf + tc::swizzle_128b((uint32_t)r, (uint32_t)(2 * b + (t >> 1))) + 8u * (t & 1);
+                            const float v0 = odd_g ? acc[4 * j2 + 2 * h] : acc[4 * j + 2 * h];
+                            const float v1 = odd_g ? acc[4 * j2 + 2 * h + 1] : acc[4 * j + 2 * h + 1];
+                            tc::st_shared_f32x2(at, v0, v1);
                         }
                     tc::fence_proxy_async();  // the generic-proxy writes, before the TMA engine reads them
                     tc::named_bar_sync(kEpiBar + c, 128);
