@@ -475,28 +475,18 @@ __global__ void __launch_bounds__(H_THREADS, 1)
 
             // Epilogue: warp w of this warpgroup holds rows 16w + g (+8); n8 block j holds cols 8j + 2t (+1).
             if constexpr (kTmaStore) {
-                // The block's last tile stages all of C in the ring, which no load will use again: each
-                // consumer writes its eight boxes back to back and hands them to the TMA engine together,
-                // with no wait for a buffer to be read (a block with one tile, 2048^3, has no mainloop
-                // left to hide the two-buffer chain under). The ring is free once BOTH consumers' wgmmas
-                // have read it: named barrier 3, before any consumer may skip its epilogue.
-                const bool last = unit + unit_step >= units;
-                constexpr uint32_t kEpiBar = 1, kRingBar = 3;  // 1 and 2: one per consumer warpgroup
-                static_assert(kStages * H_STAGE >= 2 * 64 * H_BN * 4, "the ring holds the whole C tile");
-                if (last) tc::named_bar_sync(kRingBar, 256);
                 const int r0 = m0 + 64 * c;
                 if (r0 >= M) continue;  // the whole warpgroup's rows are past M (a ragged last tile): next unit
-                const uint32_t mine = last ? base + (uint32_t)(c * 64 * H_BN * 4) : epi + (uint32_t)(c * 2 * H_EPI_BOX);
+                const uint32_t mine = epi + (uint32_t)(c * 2 * H_EPI_BOX);
                 const bool odd_g = (g & 1) != 0;
+                constexpr uint32_t kEpiBar = 1;  // named barriers 1 and 2: one per consumer warpgroup
 #pragma unroll
                 for (int bx = 0; bx < H_BN / H_EPI_BOX_COLS; ++bx) {
                     if (n0 + bx * H_EPI_BOX_COLS >= N) break;  // uniform over the warpgroup
-                    const uint32_t buf = mine + (uint32_t)((last ? bx : (bx & 1)) * H_EPI_BOX);
-                    if (!last) {
-                        // The store issued two boxes ago (this tile's or the previous one's) read this buffer.
-                        if (tid_in_wg == 0) tc::bulk_wait_read<1>();
-                        tc::named_bar_sync(kEpiBar + c, 128);
-                    }
+                    const uint32_t buf = mine + (uint32_t)((bx & 1) * H_EPI_BOX);
+                    // The store issued two boxes ago (this tile's or the previous one's) read this buffer.
+                    if (tid_in_wg == 0) tc::bulk_wait_read<1>();
+                    tc::named_bar_sync(kEpiBar + c, 128);
 #pragma unroll
                     for (int q = 0; q < H_EPI_BOX_COLS / 8; ++q)
 #pragma unroll
@@ -514,23 +504,10 @@ __global__ void __launch_bounds__(H_THREADS, 1)
                             const float v1 = odd_g ? acc[4 * j2 + 2 * h + 1] : acc[4 * j + 2 * h + 1];
                             tc::st_shared_f32x2(at, v0, v1);
                         }
-                    if (last) continue;
                     tc::fence_proxy_async();  // the generic-proxy writes, before the TMA engine reads them
                     tc::named_bar_sync(kEpiBar + c, 128);
                     if (tid_in_wg == 0) {
                         tc::tma_store_2d(&tmC, buf, n0 + bx * H_EPI_BOX_COLS, r0);
-                        tc::bulk_commit();
-                    }
-                }
-                if (last) {
-                    tc::fence_proxy_async();
-                    tc::named_bar_sync(kEpiBar + c, 128);
-                    if (tid_in_wg == 0) {
-#pragma unroll
-                        for (int bx = 0; bx < H_BN / H_EPI_BOX_COLS; ++bx) {
-                            if (n0 + bx * H_EPI_BOX_COLS >= N) break;
-                            tc::tma_store_2d(&tmC, mine + (uint32_t)(bx * H_EPI_BOX), n0 + bx * H_EPI_BOX_COLS, r0);
-                        }
                         tc::bulk_commit();
                     }
                 }
