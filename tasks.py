@@ -12,8 +12,11 @@ pictures in analysis/. Every failure a user can cause ends in one line on stderr
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import os
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -52,6 +55,23 @@ def _names(value: str, what: str = "program") -> list[str]:
         if p not in _hb.programs():
             raise Exit(f"unknown {what} {p!r}; programs: {_PROGRAMS}")
     return names
+
+
+def _help_if_asked(body):
+    """For a task whose first argument is positional (`invoke plot bench`): invoke hands `invoke plot --help`
+    to the task as that argument's value, so the task answered "nothing called '--help'". Print the task's
+    help instead, as `invoke --help plot` does, and exit 0."""
+    first = list(inspect.signature(body).parameters)[1]  # after the context
+
+    @functools.wraps(body)
+    def wrapper(c, *args, **kwargs):
+        value = args[0] if args else kwargs.get(first)
+        if value in ("-h", "--help"):
+            r = subprocess.run([sys.executable, "-m", "invoke", "--help", body.__name__], cwd=ROOT)
+            raise Exit(code=r.returncode)
+        return body(c, *args, **kwargs)
+
+    return wrapper
 
 
 @contextlib.contextmanager
@@ -167,6 +187,7 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
             "variant": "kernel variant, where the program has several (see `invoke run <prog> -- --help`)",
             "image": "grayscale: input image, any format Pillow reads (default: a generated test picture)",
             "out": "grayscale: where the grey PNG goes"})
+@_help_if_asked
 def run(c, prog, variant=None, image=None, out=None):
     """Run one program's executable: `invoke run hello -- all`, `invoke run grayscale --image in.png --out g.png`.
     Arguments after `--` go to the program (`-- --help` lists them)."""
@@ -213,6 +234,7 @@ def clean(c):
 
 @task(help={"prog": "the program with a CPU twin: square",
             "n": "number of elements, a positive integer (default 100000)"})
+@_help_if_asked
 def compare(c, prog, n="100000"):
     """Time a program's CPU twin against its CUDA executable and its kernel (e.g. `compare square -n 1000000`)."""
     count = _int(n, "-n", lo=1, hi=2**31 - 1)
@@ -237,6 +259,7 @@ def compare(c, prog, n="100000"):
             "region": "mandelbrot: 'x0 x1 y0 y1' with x0 < x1, y0 < y1 (default '-2 1 -1.5 1.5')",
             "variant": "mandelbrot: 01_naive or 02_fast",
             "outdir": "where the PNGs go (default build/plots)"})
+@_help_if_asked
 def viz(c, what, n="", blocks="", threads="", simulate=False, width="", height="", iters="", region=None,
         variant=None, outdir="build/plots"):
     """Draw a program's pictures: `viz gridstride -n 500 --blocks 8 --threads 32`, `viz mandelbrot`."""
@@ -350,6 +373,7 @@ def _report_repeat(frames, save: bool) -> None:
             "variant": "kernel variant, or `all` for one run per variant (default: the program's choice)",
             "metrics": "ncu: comma-separated metrics instead of the default short list",
             "clock_control": "ncu: lock the clocks to base (default: measure the card as it is)"})
+@_help_if_asked
 def profile(c, prog, tool="auto", variant=None, metrics=None, clock_control=False):
     """Profile a program's kernels: `invoke profile square --tool nsys`, `invoke profile matmul --tool ncu -- 256 256 256`.
 
@@ -415,6 +439,7 @@ def sanitize(c, programs="", tool="all", jobs=""):
             "csv": "bench: the CSV to draw (default: the build/bench/*.csv with the newest date inside)",
             "prog": f"profile: the program whose build/profiles/<prog>/kernels.csv to draw: {_PROGRAMS}",
             "outdir": "where the PNGs go (default build/plots)"})
+@_help_if_asked
 def plot(c, what, csv=None, prog=None, outdir="build/plots"):
     """Draw from saved results: `invoke plot bench` (ratio bars + roofline), `invoke plot profile --prog square`,
     `invoke plot tune` (each cached parameter search, no GPU needed), `invoke plot timeline --csv F` (one
@@ -477,6 +502,7 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots"):
                     "per warp, key tile and stages; 05_flash_wgmma's schedule, key tile and stages; per head size)",
             "size": "matmul and gemm_tc: m = n = k; attention: the sequence length S (default 4096)",
             "save": "cache the winner under bench/results/<gpu>/ (default on; --no-save only prints)"})
+@_help_if_asked
 def tune(c, prog, size="4096", save=True):
     """A program's parameter search: `invoke tune matmul` times every compiled ladder configuration and
     caches the fastest for this GPU (bench/results/<gpu>/matmul-tune.json), which 09_tuned then runs;

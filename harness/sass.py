@@ -6,7 +6,6 @@ Nothing here runs a GPU; cuobjdump reads the built library.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -94,7 +93,7 @@ def ffma_same_bank(instrs) -> tuple[int, int]:
             m = _REG.match(src)
             if m and not m.group(2):
                 banks.append(int(m.group(1)) % 2)
-        if max(banks.count(0), banks.count(1), 0) >= 2:
+        if max(banks.count(0), banks.count(1)) >= 2:
             pairs += 1
     return total, pairs
 
@@ -106,7 +105,7 @@ def dump(path: Path, function: str | None = None) -> str:
     if tool is None:
         raise FileNotFoundError("cuobjdump not found (PATH or $CUDA_HOME/bin)")
     beside = Path(tool).parent / "nvdisasm"
-    if not (beside.is_file() or shutil.which("nvdisasm") or os.environ.get("NVDISASM_PATH")):
+    if not (beside.is_file() or shutil.which("nvdisasm")):
         raise FileNotFoundError(f"cuobjdump ({tool}) needs nvdisasm to print SASS, and it is not beside it or on PATH")
     cmd = [tool, "-sass", *(["-fun", function] if function else []), str(path)]
     return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout

@@ -143,3 +143,15 @@ def test_gpu_ci_script_names_only_real_tasks_and_options():
     r = subprocess.run(["bash", str(ROOT / ".ci" / "gpu"), "--dry-run", "nosuch"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 2 and "unknown stage 'nosuch'" in r.stdout
+
+
+def test_task_then_help_prints_the_help():
+    """`invoke plot --help` (the order people type): invoke hands `--help` to a task whose first argument is
+    positional as that argument's value, and those tasks used to answer "nothing called '--help'"."""
+    names = ("run", "compare", "viz", "profile", "plot", "tune")
+    for name, r, ref in zip(names, inv_many([(n, "--help") for n in names]),
+                            inv_many([("--help", n) for n in names])):
+        assert r.returncode == 0, (name, r.stderr)
+        assert r.stdout == ref.stdout and f"] {name} [--options]" in r.stdout, name
+    r = inv("plot", "-h")
+    assert r.returncode == 0 and "Usage:" in r.stdout
