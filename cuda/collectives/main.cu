@@ -3,7 +3,7 @@
 //   collectives [--variant V] [--n N] [--dtype f32|bf16|i32] [--world W] [--virtual] [--iters K]
 //               [--blocks B] [--timeout-ms T] [--direction 0to1|1to0|both]
 //               [--tokens T --hidden H --ffn F --chunks C]          (tp_mlp, tp_mlp_overlap)
-//               [--id-file PATH]                                      (one process per rank)
+//               [--id-file PATH]          (one process per rank; default $CUDALAB_ID_FILE)
 //
 // One process, W ranks: one rank per GPU when W GPUs are visible with peer access (and no
 // --virtual), else W virtual ranks on GPU 0 (the lab's kernels only; NCCL needs one GPU per rank).
@@ -149,6 +149,7 @@ int main(int argc, char **argv) {
             if (!direction) CUDALAB_USAGE_ERROR("--direction must be 0to1, 1to0 or both, got '%s'", d);
         } else CUDALAB_USAGE_ERROR("unknown argument %s\n%s", a, kUsage);
     }
+    if (!id_file) id_file = getenv("CUDALAB_ID_FILE");  // set by harness/launch.py
     const int v = variant_index(variant);
     if (v < 0) CUDALAB_USAGE_ERROR("unknown variant '%s'\n%s", variant, kUsage);
 
