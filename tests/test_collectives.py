@@ -330,7 +330,8 @@ def test_launcher_refuses_bad_rank_counts():
 
 def _inv(*args, timeout=300):
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
 
 
 def test_invoke_run_ranks_refuses_in_one_line():
