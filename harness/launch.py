@@ -96,7 +96,7 @@ def _stop(procs: dict[int, subprocess.Popen]) -> list[int]:
             procs[r].wait(timeout=max(0.0, end - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
-    for r, p in procs.items():
+    for p in procs.values():
         # The leader may be gone while its group still has members (a child it started): SIGKILL the
         # group in any case; a group with nobody left raises ProcessLookupError.
         try:
