@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from invoke import Exit, task
+from invoke import Exit, Task, task
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
@@ -566,7 +566,36 @@ def demo(c, bench=True, profile=True):
         raise Exit(f"demo: {len(result.failed)} step(s) failed", code=1)
 
 
-@task(positional=["action", "name"], help={"action": "list, start, check, hint or solution",
+def _exercise_arguments(args: list) -> list:
+    """`invoke exercise list` takes no NAME while `invoke exercise start NAME` needs one: invoke
+    requires every positional argument, so NAME counts as given when the action is `list`. (The parser
+    deep-copies its contexts: the action's Argument is kept as an attribute, copied along with it.)"""
+    from invoke.parser import Argument
+
+    class NameArgument(Argument):
+        @property
+        def value(self):
+            v = self._value if self._value is not None else self.default
+            return "" if v is None and self.action_arg.value == "list" else v
+
+        @value.setter
+        def value(self, arg):
+            self.set_value(arg, cast=True)
+
+    action = next(a for a in args if a.name == "action")
+    for a in args:
+        if a.name == "name":
+            a.__class__ = NameArgument
+            a.action_arg = action
+    return args
+
+
+class _ExerciseTask(Task):
+    def get_arguments(self, *args, **kwargs):
+        return _exercise_arguments(super().get_arguments(*args, **kwargs))
+
+
+@task(klass=_ExerciseTask, positional=["action", "name"], help={"action": "list, start, check, hint or solution",
             "name": "the exercise (invoke exercise list names them)",
             "track": "python (harness.sim, no GPU) or cuda (default: python, or the track whose file exists)",
             "dir": "the learner's folder (default: exercises/ in the current folder)",

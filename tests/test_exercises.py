@@ -439,3 +439,28 @@ def test_gpu_cuda_hang_is_stopped_and_said(tmp_path):
                                                     "    const long long stride = 0;\n"))
     v = hcheck.check("grid_stride", "cuda", tmp_path, deadline=20, sanitize=False, timing=False)
     assert not v.passed and "stopped after 20 s" in v.first_fix
+
+
+# --- the invoke task ------------------------------------------------------------------------------
+
+def _invoke(*args, cwd):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "exercise", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_invoke_exercise_list_start_and_bad_input_in_one_line(tmp_path):
+    r = _invoke("list", cwd=tmp_path)
+    assert r.returncode == 0 and "flash_softmax" in r.stdout and "mandelbrot_zoom" in r.stdout
+    r = _invoke("start", "grayscale", cwd=tmp_path)
+    assert r.returncode == 0 and (tmp_path / "exercises" / "grayscale.py").exists()
+    r = _invoke("start", "grayscale", cwd=tmp_path)
+    assert r.returncode == 0 and "already there (your work is kept)" in r.stdout
+    for args, says in [(("check", "nosuch"), "no exercise called 'nosuch'"), (("frobnicate", "square"), "no action"),
+                       (("check", "square"), "run `invoke exercise start square` first")]:
+        r = _invoke(*args, cwd=tmp_path)
+        assert r.returncode != 0 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
