@@ -186,15 +186,20 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
 @task(help={"prog": f"the program: {_PROGRAMS}",
             "variant": "kernel variant, where the program has several (see `invoke run <prog> -- --help`)",
             "image": "grayscale: input image, any format Pillow reads (default: a generated test picture)",
-            "out": "grayscale: where the grey PNG goes"})
+            "out": "grayscale: where the grey PNG goes",
+            "ranks": "collectives: start this many processes, one rank each (RANK/WORLD_SIZE/LOCAL_RANK, NCCL); "
+                     "all are stopped when one fails"})
 @_help_if_asked
-def run(c, prog, variant=None, image=None, out=None):
+def run(c, prog, variant=None, image=None, out=None, ranks=""):
     """Run one program's executable: `invoke run hello -- all`, `invoke run grayscale --image in.png --out g.png`.
     Arguments after `--` go to the program (`-- --help` lists them)."""
     from harness import runner
 
     _names(prog)
     args = shlex.split(c.remainder or "")  # what followed a standalone `--`
+    if ranks:
+        _run_ranks(prog, _int(ranks, "--ranks", lo=1), variant, args)
+        return
     cli = _registry.hook(prog, "cli")
     with _one_line(prog):
         if cli is not None:
@@ -209,6 +214,27 @@ def run(c, prog, variant=None, image=None, out=None):
     sys.stderr.write(res.stderr)
     if res.returncode != 0:
         raise Exit(f"{prog} exited with status {res.returncode}", code=res.returncode)
+
+
+def _run_ranks(prog: str, n: int, variant, args: list[str]) -> None:
+    """`invoke run <prog> --ranks N`: N processes of build/bin/<prog> (harness/launch.py)."""
+    from harness import launch
+
+    if prog != "collectives":
+        raise Exit(f"--ranks starts one process per rank of a program that reads its rank from the environment: "
+                   f"collectives; not {prog}")
+    if variant is not None:
+        args = ["--variant", variant] + args
+    try:
+        res = launch.run_program(prog, n, args)
+    except launch.RankFailure as e:
+        sys.stdout.write(e.stdout)
+        raise Exit(f"{prog}: {e}") from None
+    except (OSError, ValueError) as e:
+        raise Exit(f"{prog}: {e}") from None
+    sys.stdout.write(res.stdout)
+    for r in res.ranks:
+        sys.stderr.write(r.stderr)
 
 
 @task
