@@ -21,6 +21,7 @@ from harness import bench, timing  # noqa: E402
 from harness import profile as hp  # noqa: E402
 
 FIX = Path(__file__).parent / "fixtures"
+RECORDED = Path(__file__).parent.parent / "harness" / "data"
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0" failures="1"
 skipped="2" tests="10"><testcase classname="tests.test_x" name="test_ok"/><testcase classname="tests.test_x"
@@ -46,7 +47,7 @@ def build_dir(tmp_path) -> Path:
     _png(b / "plots" / "gridstride_n500_b8_t32_sim_scatter.png", "grid")
     _png(b / "plots" / "gridstride_n500_b8_t32_sim_heatmap.png", "grid2")
     _png(b / "plots" / "odd_one.png", "other")
-    k = hp.nsys_kernel_table(hp.parse_nsys_stats((FIX / "nsys_2025.3.1_h200_stats_grayscale.csv").read_text()))
+    k = hp.nsys_kernel_table(hp.parse_nsys_stats((RECORDED / "nsys_2025.3.1_h200_stats_grayscale.csv").read_text()))
     prof = b / "profiles" / "grayscale"
     prof.mkdir(parents=True)
     k.assign(variant="default", tool="nsys", program="grayscale").to_csv(prof / "kernels.csv", index=False)
