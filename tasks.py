@@ -196,7 +196,8 @@ def run(c, prog, variant=None, image=None, out=None):
     _names(prog)
     args = shlex.split(c.remainder or "")  # what followed a standalone `--`
     cli = _registry.hook(prog, "cli")
-    if _registry.has(prog, "on_cpu") and not _registry.gpu_here()[0]:
+    if (_registry.has(prog, "on_cpu") and not {"-h", "--help"} & set(args)  # --help needs no GPU
+            and not _registry.gpu_here()[0]):
         return _run_on_cpu(prog, args, variant)
     with _one_line(prog):
         if cli is not None:
