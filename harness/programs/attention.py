@@ -29,11 +29,15 @@ per head size and GPU (runs_as); WGMMA_CONFIGS are 05_flash_wgmma's (key tile, s
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import cudart, library, results, sim
 from ..results import relative_error
+
+if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
+    import pandas as pd
 
 try:  # bfloat16 numpy arrays; harness/library.py maps cudalab_bf16 * parameters to this dtype
     from ml_dtypes import bfloat16
@@ -308,7 +312,7 @@ def twin(q, k, v, causal: bool = False, scale=None, br: int = 4, bc: int = 4) ->
 
 # --- without a GPU ------------------------------------------------------------------------------
 
-def on_cpu(args: list[str]) -> tuple["pd.DataFrame", str]:
+def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
     """`invoke run attention` without a GPU: the float64 numpy reference at a small ragged shape,
     and 02_flash's online softmax (the Python twin on harness.sim: key tiles in shared memory, a
     running max, a rescaled sum) checked against it, causal and not."""

@@ -16,6 +16,7 @@ import math
 import re
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +26,9 @@ from ..cudart import INT_MAX, MAX_GRID_YZ
 
 # The SASS parser is harness.sass's (one per format); tests reach it through this module too.
 from ..sass import FP32_OPS, SassLoop, find_cuobjdump, sass_functions, sass_loops  # noqa: F401
+
+if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
+    import pandas as pd
 
 VARIANTS = ("01_naive", "02_fast")
 DTYPES = {np.dtype(np.float32): 32, np.dtype(np.float64): 64}
@@ -350,7 +354,7 @@ def viz_data(width: int = 1024, height: int = 1024, iters: int = 256, region=Non
             "computed_on": cpu_label(f"numpy twin of {variant}'s float32 arithmetic")}
 
 
-def on_cpu(args: list[str]) -> tuple["pd.DataFrame", str]:
+def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
     """`invoke run mandelbrot` without a GPU: 01_naive's Python twin (harness.sim, 16x16 blocks)
     and 02_fast's numpy twin on a small image, each checked pixel for pixel against the numpy
     reference of its arithmetic."""

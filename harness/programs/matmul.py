@@ -32,12 +32,16 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import library, results
 from ..cudart import MAX_GRID_YZ
 from ..sim import blk_kernel2d, dim3, launch
+
+if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
+    import pandas as pd
 
 CLASSIC = ("01_naive", "02_tiled", "03_tiled_dynamic")
 LADDER = ("04_blocktile_1d", "05_blocktile_2d", "06_vectorized", "07_warptile", "08_pipelined", "09_tuned",
@@ -434,7 +438,7 @@ def matmul_tiled_sim(a: np.ndarray, b: np.ndarray, tw: int = 4, sync: bool = Tru
 CPU_MAX_EDGE = 96  # the simulator runs one Python call per thread and k steps each: small shapes only
 
 
-def on_cpu(args: list[str]) -> tuple["pd.DataFrame", str]:
+def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
     """`invoke run matmul [-- m k n]` without a GPU: lecture 3's naive kernel and lecture 5's tiled
     kernel (shared tiles, both barriers) on the simulator, at a small ragged shape (default
     37 x 29 @ 29 x 41, not a multiple of any tile), each checked against the float64 reference."""
