@@ -201,6 +201,9 @@ def run(c, prog, variant=None, image=None, out=None, ranks=""):
         _run_ranks(prog, _int(ranks, "--ranks", lo=1), variant, args)
         return
     cli = _registry.hook(prog, "cli")
+    if (_registry.has(prog, "on_cpu") and not {"-h", "--help"} & set(args)  # --help needs no GPU
+            and not _registry.gpu_here()[0]):
+        return _run_on_cpu(prog, args, variant)
     with _one_line(prog):
         if cli is not None:
             status = cli(args, variant=variant, image=image, out=out)
@@ -235,6 +238,19 @@ def _run_ranks(prog: str, n: int, variant, args: list[str]) -> None:
     sys.stdout.write(res.stdout)
     for r in res.ranks:
         sys.stderr.write(r.stderr)
+
+
+def _run_on_cpu(prog: str, args: list[str], variant: str | None) -> None:
+    """`invoke run <prog>` where there is no GPU: the program's CPU twin, labelled as such."""
+    if variant is not None:
+        raise Exit(f"{prog}: --variant {variant} runs a CUDA kernel, which needs a GPU; without --variant, "
+                   f"`invoke run {prog}` computes its result on the CPU")
+    with _one_line(prog):
+        df, how = _registry.hook(prog, "on_cpu")(args)
+    _print_table(df, f"{prog}: {_registry.cpu_label(how)}")
+    print(f"{prog}: {_registry.cpu_label('see the table above')}. A GPU runs the CUDA kernels themselves.")
+    if "check" in df and (df["check"] != "pass").any():
+        raise Exit(f"{prog}: a CPU check failed", code=1)
 
 
 @task
@@ -305,6 +321,8 @@ def viz(c, what, n="", blocks="", threads="", simulate=False, width="", height="
         paths = draw.plot(data, Path(outdir))
     for p in paths:
         print(p)
+    if isinstance(data, dict) and data.get("computed_on"):
+        print(f"viz {what}: {data['computed_on']}")
 
 
 @task(help={"programs": "comma-separated programs (default: all with bench cases: "

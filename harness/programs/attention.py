@@ -29,11 +29,15 @@ per head size and GPU (runs_as); WGMMA_CONFIGS are 05_flash_wgmma's (key tile, s
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import cudart, library, results, sim
 from ..results import relative_error
+
+if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
+    import pandas as pd
 
 try:  # bfloat16 numpy arrays; harness/library.py maps cudalab_bf16 * parameters to this dtype
     from ml_dtypes import bfloat16
@@ -312,6 +316,35 @@ def twin(q, k, v, causal: bool = False, scale=None, br: int = 4, bc: int = 4) ->
     sim.launch(flash_bk, sim.dim3(-(-S // br), B * H), sim.dim3(br), q3, k3, v3, out, S, D, scale, bool(causal),
                br, bc, shared={"k": ((bc, D), np.float64), "v": ((bc, D), np.float64)})
     return out.reshape(B, H, S, D)
+
+
+# --- without a GPU ------------------------------------------------------------------------------
+
+def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
+    """`invoke run attention` without a GPU: the float64 numpy reference at a small ragged shape,
+    and 02_flash's online softmax (the Python twin on harness.sim: key tiles in shared memory, a
+    running max, a rescaled sum) checked against it, causal and not."""
+    import time
+
+    import pandas as pd
+
+    if args:
+        raise ValueError(f"on the CPU, attention takes no arguments (a fixed small shape), got: {' '.join(args)}")
+    B, H, S, D = 1, 2, 37, 16
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((B, H, S, D)).astype(np.float32) for _ in range(3))
+    rows = []
+    for causal in (False, True):
+        ref = reference(q, k, v, causal=causal)
+        t0 = time.perf_counter()
+        out = twin(q, k, v, causal=causal)
+        secs = time.perf_counter() - t0
+        err = relative_error(out, ref)
+        rows.append({"variant": "02_flash (Python twin: online softmax)", "shape": f"{B}x{H}x{S}x{D}",
+                     "causal": causal, "rel_error": float(f"{err:.3g}"), "seconds": round(secs, 2),
+                     "check": "pass" if check(out, ref, TOLERANCE_FP32_STRICT) else "fail"})
+    return pd.DataFrame(rows), (f"softmax(QKᵀ/√D)V by the float64 numpy reference, and the flash kernel's "
+                                f"Python twin on harness.sim against it (tolerance {TOLERANCE_FP32_STRICT:g})")
 
 
 # --- bench ------------------------------------------------------------------------------------

@@ -332,7 +332,8 @@ def save_image(grey: np.ndarray, path) -> Path:
     return p
 
 
-def cli(args: list[str], variant: str | None = None, image: str | None = None, out: str | None = None) -> int:
+def cli(args: list[str], variant: str | None = None, image: str | None = None, out: str | None = None,
+        cpu: bool | None = None) -> int:
     """`invoke run grayscale [--image in.png] [--out out.png] [--variant V]`.
 
     Without --image the generated test picture is used (and written beside the output as
@@ -341,6 +342,7 @@ def cli(args: list[str], variant: str | None = None, image: str | None = None, o
     """
     if args:
         raise ValueError(f"grayscale takes --image/--out/--variant, not extra arguments: {' '.join(args)}")
+    variant_given = variant is not None
     variant = check_variant(variant or DEFAULT_VARIANT)
     out_path = Path(out) if out else DEFAULT_OUT
     if image is None:
@@ -356,12 +358,50 @@ def cli(args: list[str], variant: str | None = None, image: str | None = None, o
         if note:
             print(f"{image}: {note}")
     x = planar(hwc)
+    from . import gpu_here
+
+    if cpu is None:
+        cpu = not gpu_here()[0]
+    if cpu:
+        return _cli_on_cpu(x, out_path, variant_given)
     grey = rgb2grey(x, variant)
     ok, bad = check(grey, reference(x))
     saved = save_image(grey, out_path)
     print(f"result program=grayscale variant={variant} h={grey.shape[0]} w={grey.shape[1]} "
           f"mismatches={bad} check={'pass' if ok else 'fail'} out={saved}")
     return 0 if ok else 1
+
+
+# --- without a GPU ------------------------------------------------------------------------------
+
+CPU_SAMPLE = 4096  # pixels the lecture's pixel loop recomputes to check the numpy result on the CPU
+
+
+def grey_on_cpu(x: np.ndarray, sample: int = CPU_SAMPLE, seed: int = 0) -> tuple[np.ndarray, int, int]:
+    """The grey image computed on the CPU by `reference` (numpy, float32 rounded at every step: the
+    GPU's bytes), checked against the lecture's pixel loop (`_grey`) on `sample` random pixels.
+    Returns (grey, pixels checked, mismatches)."""
+    x = check_planar(x)
+    grey = reference(x)
+    n = grey.size
+    if n == 0:
+        return grey, 0, 0
+    idx = np.random.default_rng(seed).choice(n, size=min(sample, n), replace=False)
+    flat, r, g, b = grey.ravel(), x[0].ravel(), x[1].ravel(), x[2].ravel()
+    bad = sum(int(flat[i]) != _grey(r[i], g[i], b[i]) for i in idx)
+    return grey, len(idx), bad
+
+
+def _cli_on_cpu(x: np.ndarray, out_path: Path, variant_given: bool) -> int:
+    from . import cpu_label
+
+    grey, checked, bad = grey_on_cpu(x)
+    saved = save_image(grey, out_path)
+    print(cpu_label("the numpy reference (the same float32 bytes the kernels write)")
+          + ("; the --variant kernels need a GPU" if variant_given else ""))
+    print(f"result program=grayscale variant=cpu_reference h={grey.shape[0]} w={grey.shape[1]} device=cpu "
+          f"sampled={checked} mismatches={bad} check={'pass' if bad == 0 else 'fail'} out={saved}")
+    return 0 if bad == 0 else 1
 
 
 # --- the executable -----------------------------------------------------------------------------

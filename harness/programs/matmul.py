@@ -32,12 +32,16 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import library, results
 from ..cudart import MAX_GRID_YZ
 from ..sim import blk_kernel2d, dim3, launch
+
+if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
+    import pandas as pd
 
 CLASSIC = ("01_naive", "02_tiled", "03_tiled_dynamic")
 LADDER = ("04_blocktile_1d", "05_blocktile_2d", "06_vectorized", "07_warptile", "08_pipelined", "09_tuned",
@@ -442,6 +446,42 @@ def matmul_tiled_sim(a: np.ndarray, b: np.ndarray, tw: int = 4, sync: bool = Tru
            a.ravel(), b.ravel(), out, h, w, k, tw, sync,
            shared={"ms": ((tw, tw), np.float32), "ns": ((tw, tw), np.float32)})
     return out.reshape(h, w)
+
+
+# --- without a GPU --------------------------------------------------------------------------------
+
+CPU_MAX_EDGE = 96  # the simulator runs one Python call per thread and k steps each: small shapes only
+
+
+def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
+    """`invoke run matmul [-- m k n]` without a GPU: lecture 3's naive kernel and lecture 5's tiled
+    kernel (shared tiles, both barriers) on the simulator, at a small ragged shape (default
+    37 x 29 @ 29 x 41, not a multiple of any tile), each checked against the float64 reference."""
+    import time
+
+    import pandas as pd
+
+    args = [str(a) for a in args]
+    if args and (len(args) != 3 or not all(a.isdigit() for a in args)):
+        raise ValueError(f"on the CPU, matmul takes m k n (three integers) or nothing, got: {' '.join(args)}")
+    m, k, n = (int(a) for a in args) if args else (37, 29, 41)
+    if not all(1 <= d <= CPU_MAX_EDGE for d in (m, k, n)):
+        raise ValueError(f"on the CPU (the simulator) m, k and n must be 1..{CPU_MAX_EDGE}, got {m} {k} {n}")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    ref = reference(a, b)
+    rows = []
+    for what, fn in (("01_naive (lecture 3, 16x16 blocks)", lambda: matmul_2d(a, b)),
+                     ("02_tiled (lecture 5, 8x8 shared tiles)", lambda: matmul_tiled_sim(a, b, tw=8))):
+        t0 = time.perf_counter()
+        out = fn()
+        secs = time.perf_counter() - t0
+        ok, err = check(out, ref)
+        rows.append({"variant": what, "shape": f"{m}x{k} @ {k}x{n}", "rel_error": float(f"{err:.3g}"),
+                     "seconds": round(secs, 2), "check": "pass" if ok else "fail"})
+    return pd.DataFrame(rows), (f"the kernels' Python twins on harness.sim (one call per thread), "
+                                f"against the float64 numpy reference, tolerance {TOL:g}")
 
 
 # --- the lectures' shapes -----------------------------------------------------------------------
