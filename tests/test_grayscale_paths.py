@@ -119,3 +119,15 @@ def test_an_interrupted_write_leaves_no_half_file(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="cannot write .*disk full"):
         gs.save_image(np.zeros((4, 4), np.uint8), out, "PNG")
     assert out.read_bytes() == b"before" and [p.name for p in tmp_path.iterdir()] == ["g.png"]
+
+
+def test_the_labs_own_plots_folder_is_made(tmp_path, monkeypatch, cpu_grey):
+    """build/plots (the default output's folder, which the demo names too) is the lab's: made when missing."""
+    plots = tmp_path / "build" / "plots"
+    monkeypatch.setattr(gs, "PLOTS", plots)
+    monkeypatch.setattr(gs, "DEFAULT_OUT", plots / "grayscale.png")
+    assert gs.cli([]) == 0 and (plots / "grayscale.png").exists() and (plots / "grayscale_input.png").exists()
+    for p in plots.iterdir():
+        p.unlink()
+    plots.rmdir()
+    assert gs.cli([], out=str(plots / "g.png")) == 0 and (plots / "g.png").exists()

@@ -303,8 +303,9 @@ def load_image(path) -> tuple[np.ndarray, str]:
 
 def output_path(out) -> tuple[Path, str]:
     """Where the grey image goes, checked before anything is computed or written: (path, Pillow format).
-    The default (build/plots/grayscale.png) has its folder made when written; a named --out must be in a
-    folder that exists and can be written, with a name Pillow can write. ValueError naming the rule."""
+    The lab's own folder (build/plots, the default's) is made when the image is written; any other --out
+    must be in a folder that exists and can be written, with a name Pillow can write. ValueError naming
+    the rule otherwise."""
     from PIL import Image
 
     if out is None:
@@ -316,6 +317,8 @@ def output_path(out) -> tuple[Path, str]:
     if fmt is None or fmt not in Image.SAVE:
         raise ValueError(f"--out {p}: Pillow cannot write a {p.suffix or 'suffix-less'} file; use a .png or .jpg name")
     parent = p.parent
+    if parent.resolve() == PLOTS.resolve():
+        return p, fmt  # the lab's own output folder (build/plots), made when the image is written
     if not parent.is_dir():
         raise ValueError(f"--out {p}: the folder {parent} does not exist (create it first; nothing was written)")
     if not os.access(parent, os.W_OK | os.X_OK):
