@@ -65,6 +65,8 @@ def _choices(name: str) -> str:
                 "(`invoke viz gridstride --simulate` needs no GPU)")
     if name == "plot":
         return "name what to draw: bench, profile, tune or timeline"
+    if name == "exercise":
+        return "name an action: list, start, check, hint or solution (`invoke exercise list` names the exercises)"
     if name == "compare":
         return "name a program with a CPU twin: square"
     if name == "tune":
@@ -754,6 +756,90 @@ def demo(c, bench=True, profile=True):
         print(textwrap.fill(line, width=console.width(), break_long_words=False, break_on_hyphens=False))
     if result.failed:
         raise Exit(f"demo: {len(result.failed)} step(s) failed", code=1)
+
+
+def _exercise_arguments(args: list) -> list:
+    """`invoke exercise list` takes no NAME while `invoke exercise start NAME` needs one: invoke
+    requires every positional argument, so NAME counts as given when the action is `list`. (The parser
+    deep-copies its contexts: the action's Argument is kept as an attribute, copied along with it.)"""
+    from invoke.parser import Argument
+
+    class NameArgument(Argument):
+        @property
+        def value(self):
+            v = self._value if self._value is not None else self.default
+            return "" if v is None and self.action_arg.value == "list" else v
+
+        @value.setter
+        def value(self, arg):
+            self.set_value(arg, cast=True)
+
+    action = next(a for a in args if a.name == "action")
+    for a in args:
+        if a.name == "name":
+            a.__class__ = NameArgument
+            a.action_arg = action
+    return args
+
+
+class _ExerciseTask(_Task):
+    def get_arguments(self, *args, **kwargs):
+        return _exercise_arguments(super().get_arguments(*args, **kwargs))
+
+
+@task(klass=_ExerciseTask, positional=["action", "name"], help={"action": "list, start, check, hint or solution",
+            "name": "the exercise (invoke exercise list names them)",
+            "track": "python (harness.sim, no GPU) or cuda (default: python, or the track whose file exists)",
+            "dir": "the learner's folder (default: exercises/ in the current folder)",
+            "write": "solution: write the lab's solution into the learner's file (the old one is kept as .bakN)"})
+@_help_if_asked
+def exercise(c, action, name=None, track="", dir="", write=False):  # noqa: A002 -- the option is --dir
+    """Do the courses' exercises, graded: `invoke exercise list` names them.
+
+    `invoke exercise start square`, `invoke exercise check square [--track cuda]`, `invoke exercise hint square`,
+    `invoke exercise solution square`."""
+    from harness import exercises as hx
+
+    actions = ("list", "start", "check", "hint", "solution")
+    if action not in actions:
+        raise Exit(f"exercise: no action {action!r}; choose {', '.join(actions)}")
+    if action != "list" and not name:
+        raise Exit(f"exercise {action}: name the exercise: invoke exercise {action} NAME (invoke exercise list names them)")
+    with _one_line(f"exercise {action}"):
+        if action == "list":
+            import pandas as pd
+
+            _print_table(pd.DataFrame(hx.listing(hx.folder(dir))), "exercises, in the order a learner meets them")
+        elif action == "start":
+            path, created = hx.start(name, track or None, dir or None)
+            if created:
+                print(f"wrote {path}: fill in its TODOs, then run `invoke exercise check {name}"
+                      f"{' --track cuda' if path.suffix == '.cu' else ''}`")
+            else:
+                print(f"{path} is already there (your work is kept): edit it, or move it away to start over")
+        elif action == "hint":
+            k, total, text = hx.hint(name, dir or None)
+            print(f"hint {k} of {total}: {text}")
+        elif action == "solution":
+            text, path, backup = hx.solution(name, track or None, dir or None, write=write)
+            if path is None:
+                sys.stdout.write(text)
+                print(f"(the lab's solution; `invoke exercise solution {name} --write` puts it into your file)")
+            else:
+                print(f"wrote the solution into {path}" + (f"; your file was kept as {backup}" if backup else ""))
+        else:
+            from harness.exercises import check as hcheck
+
+            v = hcheck.check(name, track or None, dir or None)
+            for ok, text in v.lines:
+                mark = "ok  " if ok else ("FAIL" if ok is False else "    ")
+                first, *rest = str(text).splitlines()
+                print(f"{mark} {first}")
+                for line in rest:
+                    print(f"     {line}")
+            print(v.final_line())
+            if not v.passed:
+                raise Exit(code=1)
 
 
 # Every task above, for the parse-error messages (invoke parses their arguments after this import).

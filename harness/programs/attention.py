@@ -281,6 +281,7 @@ def tolerance(variant: str) -> float:
 
 # --- Python twin (harness.sim): the flash kernel's online softmax, one thread per query row ------
 
+# EXERCISE flash_softmax: copy
 def flash_bk(ctx, q, k, v, out, S, D, scale, causal, br, bc):
     """A block owns `br` query rows (one per thread); key/value tiles of `bc` rows are staged in
     shared memory by the threads together, and each thread folds a tile into its running max m,
@@ -303,14 +304,21 @@ def flash_bk(ctx, q, k, v, out, S, D, scale, causal, br, bc):
         s = np.array([np.dot(q[bh, i], ks[c]) * scale for c in range(bc)])
         j = k0 + np.arange(bc)
         s[(j >= S) | ((j > i) if causal else False)] = -np.inf
+        # EXERCISE flash_softmax: begin the online softmax: m_new = the larger of the running max m and this tile's max;
+        # EXERCISE flash_softmax: todo alpha = exp(m - m_new), the factor that rescales what was summed under the old max
+        # EXERCISE flash_softmax: todo (0.0 while m is still -inf); p = exp(s - m_new) for this tile's keys; then the
+        # EXERCISE flash_softmax: todo running sum lsum = alpha * lsum + the sum of p, the running output o = alpha * o + p @ vs,
+        # EXERCISE flash_softmax: todo and m = m_new.
         m_new = max(m, s.max())
         alpha = math.exp(m - m_new) if m != -np.inf else 0.0
         p = np.exp(s - m_new)
         lsum = alpha * lsum + p.sum()
         o = alpha * o + p @ vs
         m = m_new
+        # EXERCISE flash_softmax: end
     if i < S:
         out[bh, i] = o / lsum
+# EXERCISE flash_softmax: end copy
 
 
 def twin(q, k, v, causal: bool = False, scale=None, br: int = 4, bc: int = 4) -> np.ndarray:

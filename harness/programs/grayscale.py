@@ -36,7 +36,11 @@ from ..sim import blk_kernel, blk_kernel2d, dim3, run_kernel
 
 VARIANTS = ("01_1d", "02_2d", "03_vectorized")
 DEFAULT_VARIANT = "03_vectorized"
+# EXERCISE grayscale: copy
+# EXERCISE grayscale_2d: copy
 CR, CG, CB = np.float32(0.2989), np.float32(0.5870), np.float32(0.1140)
+# EXERCISE grayscale_2d: end copy
+# EXERCISE grayscale: end copy
 
 TEST_H, TEST_W = 1066, 1600  # the lectures' puppy image
 PLOTS = Path(__file__).resolve().parents[2] / "build" / "plots"
@@ -140,8 +144,12 @@ def aligned_stride(h: int, w: int) -> int:
 # --- Python twins (lecture 3) -------------------------------------------------------------------
 # The arithmetic on np.float32 scalars rounds each step to float32, exactly as the CUDA code does.
 
+# EXERCISE grayscale: copy
+# EXERCISE grayscale_2d: copy
 def _grey(r, g, b) -> int:
     return int((CR * np.float32(r) + CG * np.float32(g)) + CB * np.float32(b))
+# EXERCISE grayscale_2d: end copy
+# EXERCISE grayscale: end copy
 
 
 def rgb2grey_py(x: np.ndarray) -> np.ndarray:
@@ -169,11 +177,17 @@ def rgb2grey_pyk(x: np.ndarray) -> np.ndarray:
     return res.reshape(h, w)
 
 
+# EXERCISE grayscale: copy
 def rgb2grey_bk(blockidx, threadidx, blockdim, x, out, n):
     """Kernel for blk_kernel: 01_1d's index, with its guard for the last, partial block."""
+    # EXERCISE grayscale: begin i = this thread's pixel (global index); only when i < n (the last block is partial),
+    # EXERCISE grayscale: todo out[i] = _grey of pixel i's red, green and blue values, which sit in the three planes of
+    # EXERCISE grayscale: todo the flattened x, n apart (x[i], x[i + n], x[i + 2 * n]).
     i = blockidx * blockdim + threadidx
     if i < n:
         out[i] = _grey(x[i], x[i + n], x[i + 2 * n])
+    # EXERCISE grayscale: end
+# EXERCISE grayscale: end copy
 
 
 def rgb2grey_pybk(x: np.ndarray, threads: int = 256) -> np.ndarray:
@@ -186,14 +200,21 @@ def rgb2grey_pybk(x: np.ndarray, threads: int = 256) -> np.ndarray:
     return res.reshape(h, w)
 
 
+# EXERCISE grayscale_2d: copy
 def rgb2grey_bk2d(blockidx: dim3, threadidx: dim3, blockdim: dim3, x, out, h, w):
     """Kernel for blk_kernel2d: 02_2d's (column, row) mapping with guards on both edges."""
+    # EXERCISE grayscale_2d: begin c = this thread's column (the .x of blockidx, blockdim, threadidx), r = its row
+    # EXERCISE grayscale_2d: todo (.y); return when the pixel is outside the image on either edge.
     c = blockidx.x * blockdim.x + threadidx.x
     r = blockidx.y * blockdim.y + threadidx.y
-    if c < w and r < h:
-        i = r * w + c
-        n = h * w
-        out[i] = _grey(x[i], x[i + n], x[i + 2 * n])
+    if c >= w or r >= h:
+        return
+    # EXERCISE grayscale_2d: stub c = r = 0
+    # EXERCISE grayscale_2d: end
+    i = r * w + c
+    n = h * w
+    out[i] = _grey(x[i], x[i + n], x[i + 2 * n])
+# EXERCISE grayscale_2d: end copy
 
 
 def rgb2grey_pybk2d(x: np.ndarray, tw: int = 16) -> np.ndarray:

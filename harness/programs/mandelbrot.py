@@ -29,6 +29,15 @@ from ..sass import FP32_OPS, SassLoop, find_cuobjdump, sass_functions, sass_loop
 VARIANTS = ("01_naive", "02_fast")
 DTYPES = {np.dtype(np.float32): 32, np.dtype(np.float64): 64}
 DEFAULT_REGION = (-2.0, 1.0, -1.5, 1.5)
+# EXERCISE mandelbrot_zoom: copy
+# A region (x0, x1, y0, y1) of the plane whose picture is interesting (the course's puzzle): a spiral in
+# the valley between the main cardioid and the period-2 bulb.
+# EXERCISE mandelbrot_zoom: begin set ZOOM_REGION to (x0, x1, y0, y1), at most 0.1 wide and high, where at least half of
+# EXERCISE mandelbrot_zoom: todo the pixels neither escape at once nor stay to the last of 256 iterations.
+ZOOM_REGION = (-0.7469, -0.7449, 0.1049, 0.1069)
+# EXERCISE mandelbrot_zoom: stub ZOOM_REGION = (-2.0, 1.0, -1.5, 1.5)
+# EXERCISE mandelbrot_zoom: end
+# EXERCISE mandelbrot_zoom: end copy
 MAX_EDGE = MAX_GRID_YZ * 8  # mandelbrot_max_edge() in the library: the grid's y limit x 8 (a margin)
 FAST_UNROLL = 16  # cuda/mandelbrot/mandelbrot.cu FAST_UNROLL; the library reports it too
 FAST_PIXELS = 1  # pixels per 02_fast thread stepped together in its main loop (2 was tried: slower)
@@ -261,6 +270,7 @@ def agreement(a: np.ndarray, b: np.ndarray) -> float:
 
 # --- Python twin (GPU MODE lecture 3 style) ----------------------------------------------------
 
+# EXERCISE mandelbrot: copy
 def mandelbrot_bk(blockidx, threadidx, blockdim, out, width, height, max_iters, x0, span_x, y0, span_y):
     """01_naive, one thread: numpy scalars of the kernel's dtype round each operation like the GPU."""
     col = blockidx.x * blockdim.x + threadidx.x
@@ -272,6 +282,10 @@ def mandelbrot_bk(blockidx, threadidx, blockdim, out, width, height, max_iters, 
     ci = (span_y * dt(row)) / dt(height) + y0
     x = y = dt(0)
     n = 0
+    # EXERCISE mandelbrot: begin the escape-time loop: while n < max_iters, stop as soon as |z|^2 = x*x + y*y > 4
+    # EXERCISE mandelbrot: todo (compare with dt(4)); otherwise step z = z^2 + c, i.e. y = 2xy + ci and x = x*x - y*y + cr
+    # EXERCISE mandelbrot: todo (both from the old x and y), and count the step in n. x, y, cr, ci are numpy scalars of
+    # EXERCISE mandelbrot: todo the kernel's dtype, so each operation rounds as on the GPU.
     while n < max_iters:
         xx, yy = x * x, y * y
         if xx + yy > dt(4):
@@ -280,7 +294,9 @@ def mandelbrot_bk(blockidx, threadidx, blockdim, out, width, height, max_iters, 
         y = (xy + xy) + ci
         x = (xx - yy) + cr
         n += 1
+    # EXERCISE mandelbrot: end
     out[row * width + col] = n
+# EXERCISE mandelbrot: end copy
 
 
 def twin(width: int, height: int, max_iters: int, region=DEFAULT_REGION, dtype=np.float32) -> np.ndarray:

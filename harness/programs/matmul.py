@@ -365,8 +365,13 @@ def check(out: np.ndarray, ref: np.ndarray, tol: float = TOL) -> tuple[bool, flo
 
 # --- Python twins ---------------------------------------------------------------------------------
 
+# EXERCISE matmul: copy
 def matmul_bk(blockidx: dim3, threadidx: dim3, blockdim: dim3, m, n, out, h, w, k):
     """Lecture 3's matmul_k for blk_kernel2d on flattened arrays: m (h x k), n (k x w), out (h x w)."""
+    # EXERCISE matmul: begin r = this thread's row of out (the .y of blockidx, blockdim, threadidx), c = its column
+    # EXERCISE matmul: todo (.x); return when (r, c) is outside the h x w output (the grid is rounded up to whole
+    # EXERCISE matmul: todo blocks); then out[r * w + c] = the dot product of row r of m (h x k, flattened) and column c
+    # EXERCISE matmul: todo of n (k x w, flattened).
     r = blockidx.y * blockdim.y + threadidx.y
     c = blockidx.x * blockdim.x + threadidx.x
     if r >= h or c >= w:
@@ -375,6 +380,8 @@ def matmul_bk(blockidx: dim3, threadidx: dim3, blockdim: dim3, m, n, out, h, w, 
     for i in range(k):
         o += m[r * k + i] * n[i * w + c]
     out[r * w + c] = o
+    # EXERCISE matmul: end
+# EXERCISE matmul: end copy
 
 
 def matmul_2d(a: np.ndarray, b: np.ndarray, tw: int = NAIVE_BLOCK) -> np.ndarray:
@@ -389,6 +396,7 @@ def matmul_2d(a: np.ndarray, b: np.ndarray, tw: int = NAIVE_BLOCK) -> np.ndarray
     return out.reshape(h, w)
 
 
+# EXERCISE matmul_tiled: copy
 def matmul_tiled_k(ctx, m, n, out, h, w, k, tw, sync=True):
     """Lecture 5's tiled kernel as a generator: each bare `yield` is a __syncthreads().
 
@@ -404,6 +412,11 @@ def matmul_tiled_k(ctx, m, n, out, h, w, k, tw, sync=True):
     p = np.float32(0)
     for ph in range(math.ceil(k / tw)):
         idx = ph * tw
+        # EXERCISE matmul_tiled: begin load one element of each tile: ms[tr, tc] = m's element (r, idx + tc) and
+        # EXERCISE matmul_tiled: todo ns[tr, tc] = n's element (idx + tr, c) (both flattened, row-major), each 0.0 when
+        # EXERCISE matmul_tiled: todo outside its matrix (ragged edges); wait for the whole tile (a bare `yield` is a
+        # EXERCISE matmul_tiled: todo __syncthreads()); add the tw products ms[tr, i] * ns[i, tc]
+        # EXERCISE matmul_tiled: todo to p; wait again before the next phase overwrites the tiles.
         # Zero-fill outside the matrices, so the full-width dot product below needs no bounds test.
         ms[tr, tc] = m[r * k + tc + idx] if r < h and idx + tc < k else 0.0
         ns[tr, tc] = n[(tr + idx) * w + c] if c < w and idx + tr < k else 0.0
@@ -412,8 +425,10 @@ def matmul_tiled_k(ctx, m, n, out, h, w, k, tw, sync=True):
         for i in range(tw):
             p = p + ms[tr, i] * ns[i, tc]
         yield  # everyone must finish reading this tile before the next phase overwrites it
+        # EXERCISE matmul_tiled: end
     if r < h and c < w:
         out[r * w + c] = p
+# EXERCISE matmul_tiled: end copy
 
 
 def matmul_tiled_sim(a: np.ndarray, b: np.ndarray, tw: int = 4, sync: bool = True) -> np.ndarray:

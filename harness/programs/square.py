@@ -155,13 +155,19 @@ def square_bk(blockidx, threadidx, blockdim, x, out, n):
         out[i] = x[i] * x[i]
 
 
+# EXERCISE grid_stride: copy
 def square_grid_stride_k(ctx, x, out, n):
     """02_grid_stride: start at the global index, step by the whole grid."""
+    # EXERCISE grid_stride: begin i = this thread's global index (ctx.blockIdx, ctx.blockDim, ctx.threadIdx);
+    # EXERCISE grid_stride: todo stride = the number of threads in the whole grid (ctx.gridDim too).
     stride = ctx.blockDim.x * ctx.gridDim.x
     i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
+    # EXERCISE grid_stride: stub i, stride = 0, n
+    # EXERCISE grid_stride: end
     while i < n:
         out[i] = x[i] * x[i]
         i += stride
+# EXERCISE grid_stride: end copy
 
 
 def square_vectorized_k(ctx, x, out, n, head):
@@ -198,12 +204,18 @@ def square_matrix_bk(blockidx, threadidx, blockdim, x, out, h, w):
         out[row, col] = x[row, col] * x[row, col]
 
 
+# EXERCISE square: copy
 def square_int32_bk(blockidx, threadidx, blockdim, a, n):
     """The course's in-place int32 kernel; the square wraps modulo 2^32 (unsigned multiply)."""
+    # EXERCISE square: begin i = this thread's global index (block index times block size plus thread index);
+    # EXERCISE square: todo only when i < n (the last block is partial), square a[i] in place, wrapping modulo 2^32 like
+    # EXERCISE square: todo int32: v = int(a[i]) & 0xFFFFFFFF; a[i] = np.uint32((v * v) & 0xFFFFFFFF).view(np.int32)
     i = blockidx * blockdim + threadidx
     if i < n:
         v = int(a[i]) & 0xFFFFFFFF
         a[i] = np.uint32((v * v) & 0xFFFFFFFF).view(np.int32)
+    # EXERCISE square: end
+# EXERCISE square: end copy
 
 
 def twin(x: np.ndarray, variant: str = DEFAULT_VARIANT, threads: int = 32, blocks: int | None = None,
