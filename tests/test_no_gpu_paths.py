@@ -4,12 +4,12 @@ check (harness.timing.require_gpu) is on every path into a measurement."""
 from __future__ import annotations
 
 import pytest
+from test_tasks import inv_many
 
 from conftest import GPU_OK
 from harness import bench, build, cudart
 from harness import profile as hp
 from harness.errors import NoGPUError
-from test_tasks import inv_many
 
 
 def _no_device():
