@@ -338,3 +338,73 @@ def test_notebook_run_saves_a_whole_run(tmp_path):
     assert nb["metadata"]["cudalab"]["executed_on"]
     text = "".join(o.get("text", "") for c in code for o in c["outputs"])
     assert "Hello World from the GPU!" in text
+
+
+# --- a bad line, a cell without main, a program without a GPU: one line each ------------------------
+
+@pytest.mark.parametrize("line,says", [
+    ("--arch abc", "%%cuda: arch 'abc' is not a compute capability"),
+    ("--args \"a 'b\"", "%%cuda --args: No closing quotation"),
+    ("--flags \"-O3 '\"", "%%cuda --flags: No closing quotation"),
+    ("--name 'a", "the magic's line: No closing quotation"),
+    ("--timeout nan", "--timeout: must be a positive number of seconds, got 'nan'"),
+    ("--timeout -5", "--timeout: must be a positive number of seconds, got '-5'"),
+    ("--timeout 0", "--timeout: must be a positive number of seconds"),
+    ("--timeout inf", "--timeout: must be a positive number of seconds"),
+    ("--timeit -1", "--timeit: must be at least 1"),
+    ("--timeit x", "--timeit: must be a whole number of runs"),
+])
+def test_a_bad_magic_line_is_one_usage_error(ip, capsys, line, says):
+    """These were ValueError tracebacks in the cell (--timeout -5 ran and said "timed out")."""
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError) as ei:
+        ip.run_cell_magic("cuda", line, HOST_ONLY)
+    assert says in str(ei.value)
+    res = ip.run_cell(f"%%cuda {line}\n{HOST_ONLY}")
+    shown = capsys.readouterr()
+    assert not res.success and "Traceback" not in shown.out + shown.err
+    assert "argc=" not in shown.out  # refused before anything ran
+
+
+def test_cuda_lib_bad_arch_is_a_usage_error(ip):
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match="%%cuda_lib: arch 'abc' is not a compute capability"):
+        ip.run_cell_magic("cuda_lib", "m --arch abc", 'extern "C" int f(void) { return 0; }\n')
+
+
+def test_a_cell_without_main_points_at_cuda_lib(ip):
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match=r"the cell has no main\(\).*use %%cuda_lib NAME"):
+        ip.run_cell_magic("cuda", "", '__global__ void k(float *x) { x[threadIdx.x] = 1.0f; }\n')
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """As on a machine without a GPU, whatever this one has: what the magic is told when it asks."""
+    from harness import notebook
+
+    monkeypatch.setattr(notebook, "_no_gpu", lambda: "cudaGetDeviceCount: no CUDA device (test)")
+
+
+@pytest.mark.parametrize("line", ["", "--timeit 5"])
+def test_a_program_that_never_reached_the_gpu_says_so(ip, capsys, no_gpu, line):
+    """The README's hello cell, without a GPU: it exited 0 with nothing printed (and --timeit reported a
+    median); the cell now fails with one line saying its CUDA calls could not reach a GPU."""
+    from harness.notebook import CellNoGPUError
+
+    with pytest.raises(CellNoGPUError, match="ran without a GPU.*no CUDA device \\(test\\)") as ei:
+        ip.run_cell_magic("cuda", line, HELLO_GPU)
+    shown = capsys.readouterr()
+    assert "Hello World from the CPU!" in shown.out  # its host output is still shown
+    assert "timeit" not in shown.out
+    assert ei.value._render_traceback_()[0].startswith("NoGPUError: the cell's program ran without a GPU")
+
+
+def test_a_host_only_program_runs_without_a_gpu(ip, capsys, no_gpu):
+    """The check watches for the CUDA driver being loaded: a program with no CUDA calls is not refused."""
+    ip.run_cell_magic("cuda", '--args "x" --timeit 2', HOST_ONLY)
+    out = capsys.readouterr().out
+    assert "argc=2 [x]" in out and "timeit: 2 runs" in out

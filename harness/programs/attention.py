@@ -142,6 +142,28 @@ def head_sizes(variant: str) -> tuple[int, ...] | None:
     return FLASH_D if v in ("02_flash", "flash_skip_last_tile") else TC_D
 
 
+def check_sizes(B, H, S, D, variant: str | None = None, names: str = "B x H x S x D") -> tuple[int, int, int, int]:
+    """The size rules of every attention launch (the C side's attn_check_args), checked before one:
+    positive integers, B*H blocks on one grid axis, S at most MAX_S, D one the variant takes.
+    Returns (B, H, S, D) as ints; ValueError naming the rule otherwise. transformer_block checks its
+    attention through here too (`names` says how its sizes map onto these)."""
+    dims = (B, H, S, D)
+    if any(isinstance(x, bool) or not isinstance(x, (int, np.integer)) for x in dims):
+        raise ValueError(f"{names} must be integers, got {dims}")
+    B, H, S, D = (int(x) for x in dims)
+    if min(B, H, S, D) <= 0:
+        raise ValueError(f"every dimension of {names} must be positive, got {(B, H, S, D)}")
+    if B * H > MAX_BH:
+        raise ValueError(f"B*H must be at most {MAX_BH} (the blocks of one grid axis), got {B}*{H} = {B * H}")
+    if S > MAX_S:
+        raise ValueError(f"S must be at most {MAX_S} (S*S score indexes stay in int), got {S}")
+    if variant is not None:
+        ds = head_sizes(variant)
+        if ds is not None and D not in ds:
+            raise ValueError(f"{variant} needs D in {ds}, got D={D}; use 01_naive for other head sizes")
+    return B, H, S, D
+
+
 def validate(q, k, v, variant: str | None = None, scale=None):
     """Check the inputs before any launch; returns (q, k, v, variant, scale, (B, H, S, D)).
     variant None: default_bf16_variant() for bfloat16 inputs, 02_flash otherwise."""
@@ -155,16 +177,8 @@ def validate(q, k, v, variant: str | None = None, scale=None):
     q = library.check_array(q, "q", dt, ndim=4)
     k = library.check_array(k, "k", dt, ndim=4, shape=q.shape)
     v = library.check_array(v, "v", dt, ndim=4, shape=q.shape)
-    B, H, S, D = q.shape
-    if min(q.shape) <= 0:
-        raise ValueError(f"every dimension of B x H x S x D must be positive, got {q.shape}")
-    if B * H > MAX_BH:
-        raise ValueError(f"B*H must be at most {MAX_BH}, got {B * H}")
-    if S > MAX_S:
-        raise ValueError(f"S must be at most {MAX_S}, got {S}")
+    B, H, S, D = check_sizes(*q.shape, variant=variant)
     ds = head_sizes(variant)
-    if ds is not None and D not in ds:
-        raise ValueError(f"{variant} needs D in {ds}, got D={D}; use 01_naive for other head sizes")
     if scale is None:
         scale = 1.0 / math.sqrt(D)
     if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)) \
@@ -199,8 +213,10 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
 
 
 def workspace_bytes(variant: str, B: int, H: int, S: int, D: int) -> int:
+    variant = canonical_variant(variant)
+    B, H, S, D = check_sizes(B, H, S, D, variant=variant)
     lib = library.load("attention")
-    n = lib.attention_workspace_bytes(canonical_variant(variant), B, H, S, D)
+    n = lib.attention_workspace_bytes(variant, B, H, S, D)
     if n < 0:
         raise ValueError(f"invalid sizes for {variant}: B={B} H={H} S={S} D={D}")
     return int(n)
@@ -209,7 +225,9 @@ def workspace_bytes(variant: str, B: int, H: int, S: int, D: int) -> int:
 def forward_device(variant: str, shape, causal: bool, q, k, v, o, workspace=None, scale=None, stream=None) -> None:
     """Enqueue one forward on device buffers (DeviceBuffer or pointers) on `stream`; for timing."""
     variant = canonical_variant(variant)
-    B, H, S, D = (int(x) for x in shape)
+    if len(tuple(shape)) != 4:
+        raise ValueError(f"shape must be (B, H, S, D), got {tuple(shape)}")
+    B, H, S, D = check_sizes(*shape, variant=variant)
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     lib = library.load("attention")
     variant = runs_as(variant, D)

@@ -24,7 +24,9 @@ Variants: 01_1d (256 threads a block, cdiv(n, 256) blocks), 02_2d (16x16 blocks 
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -320,15 +322,63 @@ def load_image(path) -> tuple[np.ndarray, str]:
     return arr, note
 
 
-def save_image(grey: np.ndarray, path) -> Path:
+def output_path(out) -> tuple[Path, str]:
+    """Where the grey image goes, checked before anything is computed or written: (path, Pillow format).
+    The lab's own folder (build/plots, the default's) is made when the image is written; any other --out
+    must be in a folder that exists and can be written, with a name Pillow can write. ValueError naming
+    the rule otherwise."""
+    from PIL import Image
+
+    if out is None:
+        return DEFAULT_OUT, "PNG"
+    p = Path(out)
+    if p.is_dir():
+        raise ValueError(f"--out {p} is a folder; name the file, e.g. {p / 'grey.png'}")
+    fmt = Image.registered_extensions().get(p.suffix.lower())
+    if fmt is None or fmt not in Image.SAVE:
+        raise ValueError(f"--out {p}: Pillow cannot write a {p.suffix or 'suffix-less'} file; use a .png or .jpg name")
+    parent = p.parent
+    if parent.resolve() == PLOTS.resolve():
+        return p, fmt  # the lab's own output folder (build/plots), made when the image is written
+    if not parent.is_dir():
+        raise ValueError(f"--out {p}: the folder {parent} does not exist (create it first; nothing was written)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {p}: the folder {parent} is not writable (nothing was written)")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise ValueError(f"--out {p} exists and is read-only (nothing was written)")
+    return p, fmt
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def save_image(pixels: np.ndarray, path, fmt: str | None = None) -> Path:
+    """Write an (H, W) grey or (H, W, 3) RGB image: to a temporary name in the same folder, then renamed
+    over `path`, so that a failed or interrupted write never leaves half a file under the real name."""
+    import tempfile
+
     from PIL import Image
 
     p = Path(path)
+    if fmt is None:
+        fmt = Image.registered_extensions().get(p.suffix.lower())
+        if fmt is None:
+            raise ValueError(f"cannot write {p}: use a .png or .jpg name")
     p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
     try:
-        Image.fromarray(grey, mode="L").save(p)
-    except (ValueError, KeyError) as e:
-        raise ValueError(f"cannot write {p}: {e} (use a .png or .jpg name)") from None
+        with os.fdopen(fd, "wb") as f:
+            Image.fromarray(pixels, mode="L" if pixels.ndim == 2 else "RGB").save(f, format=fmt)
+        # mkstemp makes the file private (0600): give it the mode a plain open() would have.
+        os.chmod(tmp, p.stat().st_mode & 0o7777 if p.exists() else 0o666 & ~_umask())
+        os.replace(tmp, p)
+    except (ValueError, KeyError, OSError) as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise ValueError(f"cannot write {p}: {e}") from None
     return p
 
 
@@ -336,23 +386,19 @@ def cli(args: list[str], variant: str | None = None, image: str | None = None, o
         cpu: bool | None = None) -> int:
     """`invoke run grayscale [--image in.png] [--out out.png] [--variant V]`.
 
-    Without --image the generated test picture is used (and written beside the output as
-    *_input.png so the two can be compared). Prints what was converted, then a result line;
-    returns 0 when the GPU's bytes equal the reference, 1 otherwise.
+    Without --image the generated test picture is used, and saved beside the output as *_input.png so
+    the two can be compared, unless a file of that name exists (a file the command did not name is
+    never replaced). Everything that can be refused is refused before anything is computed or written;
+    replacing the named --out is said. Prints what was converted, then a result line; returns 0 when
+    the GPU's bytes equal the reference, 1 otherwise.
     """
     if args:
         raise ValueError(f"grayscale takes --image/--out/--variant, not extra arguments: {' '.join(args)}")
     variant_given = variant is not None
     variant = check_variant(variant or DEFAULT_VARIANT)
-    out_path = Path(out) if out else DEFAULT_OUT
+    out_path, fmt = output_path(out)
     if image is None:
         hwc = test_image()
-        src = out_path.with_name(out_path.stem + "_input.png")
-        src.parent.mkdir(parents=True, exist_ok=True)
-        from PIL import Image
-
-        Image.fromarray(hwc, mode="RGB").save(src)
-        print(f"no --image given: using the generated {TEST_H}x{TEST_W} test picture (saved as {src})")
     else:
         hwc, note = load_image(image)
         if note:
@@ -366,7 +412,18 @@ def cli(args: list[str], variant: str | None = None, image: str | None = None, o
         return _cli_on_cpu(x, out_path, variant_given)
     grey = rgb2grey(x, variant)
     ok, bad = check(grey, reference(x))
-    saved = save_image(grey, out_path)
+    replaced = out_path.exists()
+    saved = save_image(grey, out_path, fmt)
+    if replaced:
+        print(f"replaced the existing {saved}")
+    if image is None:
+        src = out_path.with_name(out_path.stem + "_input.png")
+        if src.exists():
+            print(f"no --image given: used the generated {TEST_H}x{TEST_W} test picture (not saved: {src} exists, "
+                  "and a file the command did not name is not replaced)")
+        else:
+            save_image(hwc, src, "PNG")
+            print(f"no --image given: used the generated {TEST_H}x{TEST_W} test picture (saved as {src})")
     print(f"result program=grayscale variant={variant} h={grey.shape[0]} w={grey.shape[1]} "
           f"mismatches={bad} check={'pass' if ok else 'fail'} out={saved}")
     return 0 if ok else 1
