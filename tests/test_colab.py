@@ -3,7 +3,7 @@
 
 CPU: its set-up cell finds this checkout without cloning, and its doctor cell stops on doctor's line.
 GPU (slow): the whole notebook under nbclient, inside this checkout (no network: nothing is cloned or
-installed when the lab is already here); the executed copy is written to build/notebooks/colab.ipynb.
+installed when the lab is already here); harness.notebook_run executes a copy.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ from harness import doctor
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "colab.ipynb"
-EXECUTED = ROOT / "build" / "notebooks" / "colab.ipynb"
 
 
 def _cells() -> dict[str, str]:
@@ -67,20 +65,17 @@ def test_doctor_cell_stops_on_a_driver_older_than_the_toolkit(monkeypatch, capfd
 
 @pytest.mark.gpu
 @pytest.mark.slow
-def test_colab_notebook_runs_end_to_end():
-    """The whole notebook, as Colab's Run all would, in this checkout; every program builds and checks,
-    every picture is shown. The executed copy (outputs kept) goes to build/notebooks/colab.ipynb."""
-    nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed (pip install -e '.[notebook]')")
+def test_colab_notebook_runs_end_to_end(tmp_path):
+    """The whole notebook, as Colab's Run all would, in this checkout, through harness.notebook_run (the
+    one way a notebook's GPU outputs are saved) on a copy: every program builds and checks, every
+    picture is shown. `python3 -m harness.notebook_run notebooks/colab.ipynb` saves them in place."""
+    pytest.importorskip("nbclient", reason="nbclient is not installed (pip install -e '.[notebook]')")
     nbformat = pytest.importorskip("nbformat")
-    book = nbformat.reads(NOTEBOOK.read_text(), as_version=4)
-    env_path = os.environ.get("PATH", "")
-    nbclient.NotebookClient(book, timeout=1800, kernel_name="python3",
-                            resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
-    assert os.environ.get("PATH", "") == env_path
-    EXECUTED.parent.mkdir(parents=True, exist_ok=True)
-    tmp = EXECUTED.with_suffix(".tmp")
-    tmp.write_text(nbformat.writes(book))
-    os.replace(tmp, EXECUTED)
+    from harness import notebook_run
+
+    copy = tmp_path / "colab.ipynb"
+    copy.write_text(NOTEBOOK.read_text())
+    book = nbformat.read(notebook_run.execute(copy), as_version=4)
     texts = "".join(o.get("text", "") for c in book.cells if c.cell_type == "code" for o in c.outputs)
     assert f"cudalab: {ROOT}" in texts
     assert "pip install" not in texts  # inside a checkout with the lab installed: nothing to fetch
@@ -89,4 +84,3 @@ def test_colab_notebook_runs_end_to_end():
               if o.get("output_type") == "display_data" and "image/png" in o.get("data", {})]
     shown = int(next(t for t in texts.splitlines() if t.endswith(" pictures")).split()[0])
     assert shown > 0 and len(images) == shown
-    print(f"executed notebook: {EXECUTED} ({sys.executable})")
