@@ -26,6 +26,12 @@ override ARCH := 90
 endif
 # SASS for ARCH plus PTX for the same, so a newer GPU can still JIT the code.
 GENCODE := -gencode arch=compute_$(ARCH),code=[sm_$(ARCH),compute_$(ARCH)]
+# PTX_ONLY=1: PTX for compute_$(ARCH) and no SASS, so the driver JIT-compiles every kernel for the GPU
+# it meets. `make PTX_ONLY=1 ARCH=75` (or both exported, so `invoke build/test/demo` keep them) on an
+# H100 runs the very code a T4 build holds: as near to a T4 as an H100 comes.
+ifeq ($(PTX_ONLY),1)
+GENCODE := -gencode arch=compute_$(ARCH),code=compute_$(ARCH)
+endif
 
 # cuBLAS, for the matmul baseline: found when both its header and its library are next to nvcc.
 # nvcc --dryrun prints TOP=<its install root>, which sees through wrapper scripts.

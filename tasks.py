@@ -267,6 +267,7 @@ def build(c, jobs="", arch="", programs=""):
     n_jobs = _int(jobs, "--jobs", lo=1)
     names = _names(programs)
     with _one_line("build"):
+        __import__("harness.doctor").doctor.require_driver()  # a driver older than the toolkit: refuse first
         total = _hb.count_steps(_hb.targets_of(names), arch=arch or None)
     if total == 0:
         print("build: everything is up to date")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -229,13 +230,19 @@ def step_run(prog: str) -> Step:
     from .sanitize import cases
 
     st = Step(f"run {prog}", needs_gpu=True)
-    results = []
+    results, refused = [], []
     for c in cases(prog):
         try:
             r = runner.run(prog, *c.argv, check=False, timeout=300)
         except CudalabError as e:
             st.status, st.detail = "failed", f"{c.label}: {e}"
             return st
+        # A variant this build or GPU has no code for (sm_90a off Hopper, sm_80 on a T4) is refused
+        # before any launch with status 2 and the reason: not run, and not a failure of the tour.
+        m = re.search(r"cannot run here: (needs sm_\S+?:[^\n]*)", r.stderr) if r.returncode == 2 else None
+        if m:
+            refused.append(f"{c.label} ({m.group(1).strip()})")
+            continue
         checks = [rec.get("check") for rec in parse.records(r.stdout, "result")]
         if r.returncode != 0 or "fail" in checks:
             tail = runner.tail(r.stderr, 3) or runner.tail(r.stdout, 3)
@@ -244,6 +251,8 @@ def step_run(prog: str) -> Step:
         results.append(checks.count("pass"))
     passes = sum(results)
     st.detail = f"{len(results)} run(s)" + (f", {passes} check=pass line(s)" if passes else ", exit status 0")
+    if refused:
+        st.detail += f"; {len(refused)} not run here: " + ", ".join(refused[:3]) + (" ..." if len(refused) > 3 else "")
     return st
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import re
+import subprocess
 from dataclasses import dataclass
 
-from . import profile, toolchain
+from . import errors, profile, toolchain
 
 
 @dataclass
@@ -81,21 +83,97 @@ def check_tools() -> list[Check]:
     return out
 
 
-def check_gpu() -> list[Check]:
+# --- the driver against the toolkit ----------------------------------------------------------------
+# nvcc 13.0's programs need a driver that supports CUDA 13.0 (580 or newer); an older one makes every
+# program fail with "CUDA driver version is insufficient". doctor says so in one line with the two ways
+# out, `invoke build` refuses with the same line, and so do NoGPUError and the executables
+# (harness/errors.py DRIVER_TOO_OLD is the sentence).
+
+def _version_number(text: str | None) -> int:
+    """'13.0.88' or '12.2' -> 13000 / 12020 (cudaDriverGetVersion's form); 0 when unreadable."""
+    m = re.match(r"\s*(\d+)\.(\d+)", text or "")
+    return int(m.group(1)) * 1000 + int(m.group(2)) * 10 if m else 0
+
+
+def nvidia_smi_cuda_version(text: str) -> int:
+    """The 'CUDA Version: 12.2' of nvidia-smi's header as 12020; 0 when absent."""
+    m = re.search(r"CUDA Version:\s*(\d+\.\d+)", text)
+    return _version_number(m.group(1)) if m else 0
+
+
+def _nvidia_smi_text() -> str:
+    try:
+        return subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def driver_cuda_version() -> tuple[int, str]:
+    """(the CUDA version the driver supports, as 12020, and where it was read): cudaDriverGetVersion
+    through harness/cudart.py, else nvidia-smi's header. (0, why) when neither knows (no driver)."""
     from . import cudart
 
     try:
+        v = cudart.driver_version()
+        if v > 0:
+            return v, "cudaDriverGetVersion"
+    except Exception:  # no libcudart here: nvidia-smi may still know
+        pass
+    v = nvidia_smi_cuda_version(_nvidia_smi_text())
+    return (v, "nvidia-smi") if v else (0, "no NVIDIA driver found")
+
+
+def toolkit_cuda_version() -> int:
+    """The CUDA version programs are built with: nvcc's, else the CUDA runtime's; 0 when neither is here."""
+    nvcc = toolchain.find("nvcc")
+    v = _version_number(nvcc.version) if nvcc.found else 0
+    if v:
+        return v
+    try:
+        from . import cudart
+
+        return cudart.runtime_version()
+    except Exception:
+        return 0
+
+
+def driver_problem() -> str | None:
+    """DRIVER_TOO_OLD's sentence when a driver is here and older than the toolkit, else None (no
+    driver at all is not this problem: building needs none)."""
+    drv, _ = driver_cuda_version()
+    return errors.driver_too_old_line(drv, toolkit_cuda_version())
+
+
+def require_driver() -> None:
+    """`invoke build`'s first step: refuse, with doctor's line, to build programs that cannot start."""
+    why = driver_problem()
+    if why:
+        raise errors.DriverTooOldError(why)
+
+
+def check_driver() -> Check:
+    drv, source = driver_cuda_version()
+    tk = toolkit_cuda_version()
+    why = errors.driver_too_old_line(drv, tk)
+    vs = lambda v: f"{v // 1000}.{(v % 1000) // 10}" if v else "none"  # noqa: E731
+    if why:
+        return Check("driver", False, why)
+    if drv == 0:
+        return Check("driver", False, f"{source}; the toolkit is CUDA {vs(tk)}",
+                     "install an NVIDIA driver that supports the toolkit's CUDA (GPU programs need one; building "
+                     "does not)", optional=True)
+    return Check("driver", True, f"supports CUDA {vs(drv)} (via {source}); the toolkit is CUDA {vs(tk)}")
+
+
+def check_gpu() -> list[Check]:
+    from . import cudart
+
+    out = [check_driver()]
+    try:
         lib = cudart.lib()
     except Exception as e:
-        return [Check("libcudart", False, str(e), "install the CUDA runtime (comes with the toolkit)")]
+        return out + [Check("libcudart", False, str(e), "install the CUDA runtime (comes with the toolkit)")]
     del lib
-    out = []
-    drv = cudart.driver_version()
-    rt = cudart.runtime_version()
-    out.append(Check("driver", drv >= rt and drv > 0,
-                     f"CUDA driver {cudart.version_string(drv)}, runtime {cudart.version_string(rt)}",
-                     "install an NVIDIA driver at least as new as the CUDA runtime (none is loaded here)"
-                     if drv == 0 else "update the NVIDIA driver", optional=True))
     ok, why = cudart.gpu_available()
     if ok:
         s = cudart.summary()

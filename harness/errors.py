@@ -20,13 +20,56 @@ class CudaError(CudalabError):
         super().__init__(f"{where}: {text}" if where else text)
 
 
+# The oldest Linux driver branch each CUDA toolkit's programs run on (NVIDIA's compatibility table:
+# CUDA 13.0 GA needs 580). A toolkit missing here gets the sentence without the number.
+MIN_DRIVER = {(13, 0): "580"}
+# The one sentence for a driver older than the toolkit: `invoke doctor`, `invoke build`, NoGPUError and
+# the executables (cuda/common/check.cuh spells the same text as CUDALAB_DRIVER_TOO_OLD; a test compares).
+DRIVER_TOO_OLD = ("the NVIDIA driver supports CUDA %d.%d, older than the CUDA %d.%d these programs are built with "
+                  "(%s): update the NVIDIA driver, or use a CUDA toolkit the driver supports (%d.%d or older)")
+
+
+def _split_version(v: int) -> tuple[int, int]:
+    """cudaDriverGetVersion's 12020 -> (12, 2)."""
+    return v // 1000, (v % 1000) // 10
+
+
+def driver_too_old_line(driver: int, toolkit: int) -> str | None:
+    """The sentence when a driver supporting CUDA `driver` (cudaDriverGetVersion's 12020 form) is older
+    than `toolkit` (the same form), else None. 0 means no driver at all: not this sentence."""
+    if driver <= 0 or toolkit <= 0 or _split_version(driver) >= _split_version(toolkit):
+        return None
+    tk = _split_version(toolkit)
+    need = f"CUDA {tk[0]}.{tk[1]} needs driver {MIN_DRIVER[tk]} or newer" if tk in MIN_DRIVER \
+        else f"CUDA {tk[0]}.{tk[1]} needs a newer driver"
+    return DRIVER_TOO_OLD % (*_split_version(driver), *tk, need, *_split_version(driver))
+
+
+def _driver_line_here() -> str | None:
+    """driver_too_old_line for this process's driver and CUDA runtime, None when unknown."""
+    try:
+        from . import cudart
+
+        return driver_too_old_line(cudart.driver_version(), cudart.runtime_version())
+    except Exception:  # no libcudart, or it cannot even say its version: the generic hint stays
+        return None
+
+
 class NoGPUError(CudaError):
-    """No usable device: the runtime said "no device" (100) or "insufficient driver" (35)."""
+    """No usable device: the runtime said "no device" (100) or "insufficient driver" (35). For 35 with a
+    driver that is there but older than the runtime, the message is DRIVER_TOO_OLD's sentence."""
 
     CODES = (100, 35)
 
-    def __init__(self, code: int, name: str = "", message: str = "", where: str = ""):
+    def __init__(self, code: int, name: str = "", message: str = "", where: str = "",
+                 driver_line: str | None = None):
         super().__init__(code, name, message, where)
+        if self.code == 35 and driver_line is None:
+            driver_line = _driver_line_here()
+        if self.code == 35 and driver_line:
+            self.hint = driver_line
+            self.args = (f"{where + ': ' if where else ''}{driver_line}",)
+            return
         if self.code == 35:
             hint = (
                 "no usable NVIDIA driver: the CUDA runtime needs libcuda.so from a driver at least as new "
@@ -36,6 +79,10 @@ class NoGPUError(CudaError):
             hint = "no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)."
         self.hint = hint
         self.args = (f"{self.args[0]} -- {hint}",)
+
+
+class DriverTooOldError(CudalabError):
+    """The NVIDIA driver is older than the CUDA toolkit the programs are built with (DRIVER_TOO_OLD)."""
 
 
 class BuildError(CudalabError):

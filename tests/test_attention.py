@@ -310,6 +310,7 @@ BH_FOR_S = {1: (4, 16), 7: (2, 32), 64: (8, 8), 100: (2, 3), 1000: (1, 4), 4097:
 @pytest.mark.parametrize("D", [32, 64, 128])
 @pytest.mark.parametrize("S", [1, 7, 64, 100, 1000, 4097])
 def test_attention_matches_reference(variant, causal, D, S):
+    _skip_unless_runs(variant)  # 04 needs sm_80
     ds = att.head_sizes(variant)
     if ds is not None and D not in ds:
         pytest.skip(f"{variant} takes D in {ds}")
@@ -380,6 +381,7 @@ def test_every_tuning_choice_matches_reference(config, D, causal):
 
 @pytest.mark.gpu
 def test_gpu_executable_runs_a_tuning_choice():
+    _skip_unless_runs(att.TUNING_VARIANTS[-1])
     df = att.run("--config", att.TUNING_VARIANTS[-1], "--causal", "--reps", "2", "1", "3", "130", "128")
     assert df["variant"].iloc[0] == "03_flash_bf16" and df["config"].iloc[0] == att.TUNING_VARIANTS[-1]
     assert (df["check"] == "pass").all()
@@ -437,6 +439,7 @@ def test_tensor_core_flash_large_logits_stay_finite(variant, causal):
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["01_naive", "02_flash", "03_flash_bf16", "04_flash_3xtf32"])
 def test_other_scale_and_naive_odd_d(variant, rng):
+    _skip_unless_runs(variant)
     dt = att.dtype_of(variant)
     q, k, v = _inputs(rng, (1, 2, 33, 64), dt)
     out = att.attention(q, k, v, variant=variant, scale=0.5)
@@ -464,6 +467,7 @@ def test_checker_catches_flash_that_skips_last_tile(S, causal):
                                             ("flash_bf16_no_causal_mask", 200, True),
                                             ("flash_bf16_no_causal_mask", 1000, True)])
 def test_bf16_checker_catches_sabotaged_kernels(bad, S, causal, D):
+    _skip_unless_runs(bad)
     q, k, v = _inputs(np.random.default_rng(5), (1, 3, S, D), bf16)
     ref = att.reference(q, k, v, causal)
     good = att.attention(q, k, v, causal, variant="03_flash_bf16")
@@ -486,6 +490,15 @@ def test_device_form_with_workspace(rng):
         n = 0 if att.is_bf16(variant) else att.workspace_bytes(variant, *shape)
         assert (n > 0) == (variant == "01_naive")
         ws = cudart.DeviceBuffer(n) if n else None
+        if att.unsupported_reason(variant):
+            # What this build has no code for on this GPU (05 off sm_90a; 03 and 04 below sm_80): the device
+            # form does no Python checks, so the library itself refuses, before any launch, and writes nothing.
+            with pytest.raises(CudaError, match="cudaErrorNotSupported"):
+                att.forward_device(variant, shape, False, *bufs, o, ws)
+            assert np.isnan(o.to_host(np.empty(shape, dt)).astype(np.float32)).all(), variant
+            for b in bufs + [o] + ([ws] if ws else []):
+                b.close()
+            continue
         with cudart.Stream() as s:
             att.forward_device(variant, shape, False, *bufs, o, ws, stream=s.handle)
             s.synchronize()
@@ -567,3 +580,30 @@ def test_check_sizes_passes_good_sizes_through():
     assert att.check_sizes(1, att.MAX_BH, 1, 48) == (1, att.MAX_BH, 1, 48)  # no variant: any D
     with pytest.raises(ValueError, match="integers"):
         att.check_sizes(True, 1, 1, 1)
+
+
+# --- where no bf16 kernel runs (sm_75: a T4, or a build for compute_75) ---------------------------
+
+def test_bf16_fallback_is_chosen_only_for_unnamed_bf16_inputs_where_03_cannot_run(monkeypatch):
+    """The choice is the library's (what the build holds and what the GPU is): stand in for a T4."""
+    reasons = {"03_flash_bf16": "needs sm_80: this GPU is sm_75", "05_flash_wgmma": "needs sm_90a: ..."}
+    monkeypatch.setattr(att, "unsupported_reason", lambda v: reasons.get(v))
+    q = np.zeros((1, 1, 4, 64), bf16)
+    assert att._bf16_fallback_reason(q, None) == "needs sm_80: this GPU is sm_75"
+    assert att._bf16_fallback_reason(q, "03_flash_bf16") is None  # a named variant is refused, not replaced
+    assert att._bf16_fallback_reason(q.astype(np.float32), None) is None
+    reasons["03_flash_bf16"] = None  # an sm_80 GPU and build: 03 runs, nothing falls back
+    assert att._bf16_fallback_reason(q, None) is None
+
+
+@pytest.mark.gpu
+def test_bf16_default_runs_here_or_falls_back_to_float32_once(capfd):
+    q, k, v = _inputs(np.random.default_rng(11), (1, 2, 67, 64), bf16)
+    ref = att.reference(q, k, v)
+    falls_back = att.default_bf16_variant() == "03_flash_bf16" and att.unsupported_reason("03_flash_bf16") is not None
+    att._fallback_said = False
+    for _ in range(2):
+        out = att.attention(q, k, v)
+        assert out.dtype == bf16 and att.check(out, ref, att.TOLERANCE_BF16)
+    err = capfd.readouterr().err
+    assert err.count("no bf16 kernel runs here") == (1 if falls_back else 0), err

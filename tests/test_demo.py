@@ -125,3 +125,24 @@ def test_demo_passes_on_the_gpu():
     assert r.returncode == 0 and not failed, "\n".join(failed) + r.stderr[-2000:]
     assert state["gpu"] is True
     assert not [s for s in state["steps"] if s["status"] == "skipped" and s["needs_gpu"]]
+
+
+def test_run_step_counts_a_variant_the_build_cannot_run_as_not_run(monkeypatch):
+    """A variant refused before any launch ("cannot run here: needs sm_90a: ...", status 2) is listed
+    as not run here; any other status 2 is still a failure."""
+    from types import SimpleNamespace
+
+    from harness import runner, sanitize
+
+    monkeypatch.setattr(sanitize, "cases", lambda prog: [sanitize.Case(prog, "02_flash", ("--variant", "02_flash")),
+                                                         sanitize.Case(prog, "05_flash_wgmma", ("--variant", "05"))])
+    out = {"02_flash": SimpleNamespace(returncode=0, stdout="result program=attention check=pass\n", stderr="")}
+    refused = SimpleNamespace(returncode=2, stdout="", stderr="error: variant 05_flash_wgmma cannot run here: needs "
+                              "sm_90a: this build has no sm_90a code (build with ARCH=90)\n")
+    monkeypatch.setattr(runner, "run", lambda prog, *argv, **k: out.get(argv[1], refused))
+    st = hdemo.step_run("attention")
+    assert st.status == "passed", st.detail
+    assert "1 not run here: 05_flash_wgmma (needs sm_90a: this build has no sm_90a code" in st.detail
+    refused.stderr = "error: B, H, S and D are needed\n"
+    st = hdemo.step_run("attention")
+    assert st.status == "failed" and "exited 2" in st.detail

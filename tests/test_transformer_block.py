@@ -94,7 +94,7 @@ def test_executable_rejects_bad_argv(argv):
                                         (2, 1000, 256, 4)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_block_matches_reference(variant, B, S, E, H, causal):
-    why = att.unsupported_reason(variant)
+    why = tb.unsupported_reason(variant)
     if why:
         pytest.skip(f"{variant}: {why}")
     ds = att.head_sizes(variant)
@@ -148,6 +148,30 @@ def test_executable_defaults_check_themselves(variant):
     assert p.returncode == 0, p.stderr
     df = tb.parse_output(p.stdout)
     assert list(df["seq"]) == [100, 1000] and (df["check"] == "pass").all()
+    if variant == "bf16":
+        # Where no bf16 path runs (sm_75: a T4, or a build for compute_75), the float32 block runs
+        # instead and stderr says so once; elsewhere the bf16 block runs and nothing is said.
+        fell_back = tb.bf16_variant() is None
+        assert p.stderr.count("no bf16 path runs here") == (1 if fell_back else 0), p.stderr
+        assert set(df["dtype"]) == {"f32" if fell_back else "bf16"}
+
+
+@pytest.mark.gpu
+def test_bf16_default_falls_back_where_no_bf16_path_runs(capfd):
+    """dtype='bf16' runs the fastest bf16 block that runs here; where none does, the float32 block,
+    with one note for the whole process."""
+    p = tb.make_params(128, 3)
+    x = np.random.default_rng(3).uniform(-1, 1, (2, 65, 128)).astype(np.float32)
+    chosen = tb.bf16_variant()
+    tb._fallback_said = False
+    for _ in range(2):
+        out = tb.forward(x, p, heads=2, dtype="bf16")
+        want = tb.TOLERANCES[chosen or tb.BF16_FALLBACK]
+        assert att.rel_error(out, tb.reference(x, p, 2)) <= want
+    err = capfd.readouterr().err
+    assert err.count("no bf16 path runs here") == (0 if chosen else 1), err
+    if chosen is None:
+        assert "needs sm_80" in err
 
 
 @pytest.mark.gpu
@@ -183,3 +207,18 @@ def test_the_limits_are_shared_not_copied(monkeypatch):
     monkeypatch.setattr(att, "MAX_S", 8)
     with pytest.raises(ValueError, match="S must be at most 8"):
         tb.forward(np.zeros((1, 9, 64), np.float32), tb.make_params(64, 0), heads=1, variant="01_naive")
+
+
+def test_bf16_dtype_falls_back_to_float32_once_where_no_bf16_path_runs(monkeypatch, capsys):
+    """Stand in for a T4: the library names no bf16 variant; dtype='bf16' then runs the float32 block
+    and says why, once per process."""
+    monkeypatch.setattr(tb, "bf16_variant", lambda: None)
+    monkeypatch.setattr(tb, "unsupported_reason", lambda v: "needs sm_80: this GPU is sm_75")
+    monkeypatch.setattr(tb, "_fallback_said", False)
+    assert tb._variant_for("01_naive", "bf16") == tb.BF16_FALLBACK == "02_flash"
+    assert tb._variant_for("01_naive", "bf16") == "02_flash"
+    assert tb._variant_for("01_naive", "f32") == "01_naive"
+    err = capsys.readouterr().err
+    assert err.count("no bf16 path runs here (needs sm_80: this GPU is sm_75)") == 1, err
+    monkeypatch.setattr(tb, "bf16_variant", lambda: "03_flash_bf16")
+    assert tb._variant_for("01_naive", "bf16") == "03_flash_bf16"

@@ -30,7 +30,7 @@ extern "C" const char *attention_config_variant(const char *config) {
 extern "C" const char *attention_unsupported_reason(const char *variant) {
     const int id = attn_variant_id(variant);
     if (id == 0) return "unknown variant";
-    return attn_is_wgmma(id) ? tma_host::sm90a_unsupported_reason() : nullptr;
+    return attn_unsupported_reason(id);
 }
 
 extern "C" int attention_variant_count(void) { return kNumVariants; }

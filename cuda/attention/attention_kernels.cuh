@@ -106,6 +106,19 @@ static inline bool attn_is_bf16(int id) {
            (id >= ATTN_FLASH_BF16_W8S2 && id <= ATTN_FLASH_BF16_W4M2K32S3);
 }
 
+// Why a variant cannot run on this GPU with this build, or nullptr (cuda/common/arch.cuh): the
+// sm_90a kernel (05 and its choices) needs sm_90a; the other tensor-core variants (03 and its
+// choices, 04, the sabotaged bf16 ones) need sm_80 (mma.sync, ldmatrix, cp.async); 01 and 02 run
+// everywhere. Every kernel of this file shares one target, so 03's default answers for the sm_80 ones.
+static inline const char *attn_unsupported_reason(int id) {
+    if (attn_is_wgmma(id)) return tma_host::sm90a_unsupported_reason();
+    if (attn_is_bf16(id) || id == ATTN_04_FLASH_3XTF32) {
+        using Dflt = FlashBf16Default<64>;
+        return cudalab_arch::needs_sm(80, (const void *)attn_flash_bf16_fwd<64, Dflt::NW, Dflt::STAGES, Dflt::MT, FB_BC>);
+    }
+    return nullptr;
+}
+
 // ---------------------------------------------------------------------------------------------
 // 01_naive: the softmax between the two matmuls.
 // One warp per row of the score matrix. Pass 1 keeps a running (max, sum of exp) per lane and

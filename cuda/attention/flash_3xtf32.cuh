@@ -35,6 +35,7 @@ struct Flash3xTf32Cfg {
     static constexpr size_t SMEM = (size_t)Q_BYTES + (size_t)STAGES * STAGE_BYTES;  // 207 KB at D=128
 };
 
+#if CUDALAB_SM80_CODE  // cp.async and mma.sync tf32: sm_80 (the kernel body is compiled out below it)
 // Copy rows [r0, r0+ROWS) of an S×D float slab into a [ROWS][LD] shared tile, 16 bytes per
 // cp.async; rows at or past S are zero-filled.
 template <int D, int LD, int ROWS = FB_BC>
@@ -58,11 +59,13 @@ __device__ __forceinline__ void mma_3xtf32(float (&acc)[4], const uint32_t (&ahi
     tc::mma_m16n8k8_tf32(acc, ahi, blo, acc);
     tc::mma_m16n8k8_tf32(acc, ahi, bhi, acc);
 }
+#endif
 
 template <int D>
 __global__ void __launch_bounds__(FB_NT, 1)
     attn_flash_3xtf32_fwd(const float *__restrict__ Q, const float *__restrict__ K, const float *__restrict__ V,
                           float *__restrict__ O, int S, float scale_log2e, int causal) {
+#if CUDALAB_SM80_CODE  // the host refuses a build or GPU below sm_80 (cudalab_arch::needs_sm)
     using C = Flash3xTf32Cfg<D>;
     extern __shared__ __align__(128) unsigned char ft_smem[];
     const uint32_t sbase = tc::smem_u32(ft_smem);
@@ -178,12 +181,14 @@ __global__ void __launch_bounds__(FB_NT, 1)
     }
     tc::cp_async_wait<0>();
     flash_store_o<D>(O, o, l, qw, S);
+#endif
 }
 
 template <int D>
 static inline cudaError_t attn_flash_3xtf32_launch(int BH, int S, const float *q, const float *k, const float *v,
                                                    float *o, float scale, int causal, cudaStream_t stream) {
     const size_t smem = Flash3xTf32Cfg<D>::SMEM;
+    if (cudalab_arch::needs_sm(80, (const void *)attn_flash_3xtf32_fwd<D>) != nullptr) return cudaErrorNotSupported;
     const cudaError_t e = cudalab_allow_dynamic_smem(attn_flash_3xtf32_fwd<D>, smem);
     if (e != cudaSuccess) return e;
     const dim3 grid((unsigned)cdiv(S, FB_BR), (unsigned)BH);

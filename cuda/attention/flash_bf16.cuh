@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "check.cuh"
+#include "arch.cuh"
 #include "cudalab.h"
 #include "tc_ptx.cuh"
 
@@ -67,6 +68,9 @@ __device__ __forceinline__ uint32_t fb_off(int rows, int row, int c) {
     return (uint32_t)(c >> 3) * (uint32_t)rows * 128u + tc::swizzle_128b((uint32_t)row, (uint32_t)(c & 7));
 }
 
+// The device helpers below use sm_80 instructions (cp.async, bf16 packing); they serve only kernel
+// bodies that are compiled out below sm_80.
+#if CUDALAB_SM80_CODE
 // Copy rows [r0, r0+rows) of an S×D bf16 slab into a swizzled tile, 16 bytes per cp.async; rows
 // at or past S are zero-filled (they are masked out of the softmax, and zero V rows add nothing).
 template <int D, int ROWS, int NT>
@@ -179,6 +183,7 @@ __device__ __forceinline__ void flash_store_o(T *__restrict__ O, const float (&o
         for (int n = 0; n < D / 8; ++n) flash_store_pair(orow + 8 * n + 2 * t, o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
     }
 }
+#endif  // CUDALAB_SM80_CODE
 
 // flags: test-only sabotage, so the tests can show the checker rejects a wrong kernel.
 #define FB_FLAG_SKIP_LAST_TILE 1  // leave out the last key tile
@@ -189,6 +194,7 @@ __global__ void __launch_bounds__(NW * 32, FlashBf16Cfg<D, NW, STAGES, MT, BC>::
     attn_flash_bf16_fwd(const cudalab_bf16 *__restrict__ Q, const cudalab_bf16 *__restrict__ K,
                         const cudalab_bf16 *__restrict__ V, cudalab_bf16 *__restrict__ O, int S, float scale_log2e,
                         int causal, int flags) {
+#if CUDALAB_SM80_CODE  // mma.sync bf16, ldmatrix, cp.async; the host refuses sm_75 (cudalab_arch::needs_sm)
     using C = FlashBf16Cfg<D, NW, STAGES, MT, BC>;
     constexpr int KD = D / 16;  // k16 steps over D (Q·Kᵀ) and n8-tile pairs over D (P·V)
     extern __shared__ __align__(128) unsigned char fb_smem[];
@@ -339,6 +345,7 @@ __global__ void __launch_bounds__(NW * 32, FlashBf16Cfg<D, NW, STAGES, MT, BC>::
     tc::cp_async_wait<0>();
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) flash_store_o<D>(O, o[mt], l[mt], qw + 16 * mt, S);  // O / l, rounded to bf16
+#endif
 }
 
 template <int D, int NW = FlashBf16Default<D>::NW, int STAGES = FlashBf16Default<D>::STAGES,
@@ -348,6 +355,7 @@ static inline cudaError_t attn_flash_bf16_launch(int BH, int S, const cudalab_bf
                                                  int flags, cudaStream_t stream) {
     using C = FlashBf16Cfg<D, NW, STAGES, MT, BC>;
     const auto kernel = attn_flash_bf16_fwd<D, NW, STAGES, MT, BC>;
+    if (cudalab_arch::needs_sm(80, (const void *)kernel) != nullptr) return cudaErrorNotSupported;
     const cudaError_t e = cudalab_allow_dynamic_smem(kernel, C::SMEM);
     if (e != cudaSuccess) return e;
     const dim3 grid((unsigned)cdiv(S, C::BR), (unsigned)BH);

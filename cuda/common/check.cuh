@@ -6,6 +6,31 @@
 #include <cstdlib>
 #include <cuda_runtime.h>
 
+// A driver older than the CUDA runtime these programs were built with: the runtime says only "CUDA
+// driver version is insufficient" (cudaErrorInsufficientDriver). This sentence, the same as
+// harness/errors.py's DRIVER_TOO_OLD (a test compares them), says which versions and the two ways out.
+#define CUDALAB_DRIVER_TOO_OLD                                                                            \
+    "the NVIDIA driver supports CUDA %d.%d, older than the CUDA %d.%d these programs are built with (%s): " \
+    "update the NVIDIA driver, or use a CUDA toolkit the driver supports (%d.%d or older)"
+
+// The message of a failed call: the runtime's, except for a driver that is there but too old.
+static inline void cudalab_print_error(cudaError_t err, const char *file, int line, const char *call) {
+    int drv = 0;
+    if (err == cudaErrorInsufficientDriver && cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0 &&
+        drv / 10 < CUDART_VERSION / 10) {
+        const int dmaj = drv / 1000, dmin = (drv % 1000) / 10;
+        const int rmaj = CUDART_VERSION / 1000, rmin = (CUDART_VERSION % 1000) / 10;
+        // The oldest driver branch per toolkit (NVIDIA's compatibility table), as in harness/errors.py.
+        char need[64];
+        if (rmaj == 13 && rmin == 0) snprintf(need, sizeof need, "CUDA 13.0 needs driver 580 or newer");
+        else snprintf(need, sizeof need, "CUDA %d.%d needs a newer driver", rmaj, rmin);
+        fprintf(stderr, "%s:%d: %s failed: " CUDALAB_DRIVER_TOO_OLD "\n", file, line, call, dmaj, dmin, rmaj, rmin, need,
+                dmaj, dmin);
+        return;
+    }
+    fprintf(stderr, "%s:%d: %s failed: %s: %s\n", file, line, call, cudaGetErrorName(err), cudaGetErrorString(err));
+}
+
 // CUDALAB_CHECK(call, on_error) is the single mechanism: evaluate the call once, and on failure
 // report file:line, the call's text and the CUDA error name and message, then run `on_error`.
 // The two spellings below pick `on_error` for executables and for library entry points.
@@ -13,8 +38,7 @@
     do {                                                                                      \
         cudaError_t cudalab_err_ = (call);                                                    \
         if (cudalab_err_ != cudaSuccess) {                                                    \
-            fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call,          \
-                    cudaGetErrorName(cudalab_err_), cudaGetErrorString(cudalab_err_));        \
+            cudalab_print_error(cudalab_err_, __FILE__, __LINE__, #call);                     \
             on_error;                                                                         \
         }                                                                                     \
     } while (0)
@@ -22,7 +46,9 @@
 // Executables: a CUDA failure ends the process with status 1 (status 2 is kept for bad argv).
 // Where the failure means there is no usable GPU at all, say what to do about it.
 static inline void cudalab_exit_cuda(cudaError_t err) {
-    if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver)
+    int drv = 0;
+    const bool too_old = err == cudaErrorInsufficientDriver && cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0;
+    if ((err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver) && !too_old)
         fprintf(stderr, "no usable GPU here: run `invoke doctor` to see what is missing and how to fix it\n");
     exit(1);
 }

@@ -6,6 +6,8 @@
 // where it builds for compute_90a): without it the reason is "this build has no sm_90a code".
 #pragma once
 
+#include "arch.cuh"
+
 #include <cuda.h>  // CUtensorMap and its enums (the driver function itself is fetched at run time)
 #include <cuda_runtime.h>
 
@@ -35,23 +37,13 @@ static inline EncodeTiledFn encode_tiled_fn() {
     return fn;
 }
 
-// Why an sm_90a kernel of this build cannot run on the current device, or nullptr when it can.
-static inline const char *sm90a_unsupported_reason() {
-#if defined(CUDALAB_HAVE_SM90A)
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-        cudaGetLastError();
-        return "needs sm_90a: no usable GPU";
-    }
-    if (major != 9 || minor != 0) return "needs sm_90a: this GPU is not compute capability 9.0 (Hopper)";
-    if (encode_tiled_fn() == nullptr) return "needs sm_90a: the driver has no cuTensorMapEncodeTiled";
-    return nullptr;
-#else
-    return "needs sm_90a: this build has no sm_90a code (build with ARCH=90)";
-#endif
+// Why an sm_90a kernel of this build cannot run on the current device, or nullptr when it can
+// (cuda/common/arch.cuh, the one place that says why a kernel cannot run here): the GPU and build
+// first, then the driver's tensor-map encoder.
+static inline const char *no_encoder_reason() {
+    return encode_tiled_fn() == nullptr ? "needs sm_90a: the driver has no cuTensorMapEncodeTiled" : nullptr;
 }
+static inline const char *sm90a_unsupported_reason() { return cudalab_arch::sm90a_reason(no_encoder_reason); }
 
 // A tensor map of `rank` (2 or 3) dimensions, dims[0] contiguous, byte strides of the outer
 // dimensions in strides[0..rank-2], a box of box_cols elements (box_cols x the element size = the

@@ -61,12 +61,7 @@ extern "C" const char *gemm_tc_unsupported_reason(const char *variant) {
     if (v == gemm_tc::VCUBLAS_BF16 || v == gemm_tc::VCUBLAS_TF32)
         return gemm_tc_have_cublas() ? nullptr : "built without cuBLAS (not found beside nvcc; see `invoke doctor`)";
     if (gemm_tc::is_wgmma(v)) return gemm_tc::wgmma_unsupported_reason();
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-        cudaGetLastError();
-        return nullptr;  // no device: the call itself will say so
-    }
-    return major >= 8 ? nullptr : "needs sm_80 or newer (bf16 tensor cores)";
+    return gemm_tc::sm80_unsupported_reason();
 }
 
 extern "C" const char *gemm_tc_requirement(const char *variant, int m, int n, int k) {

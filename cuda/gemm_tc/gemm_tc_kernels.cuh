@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "arch.cuh"
 #include "check.cuh"
 #include "tc_ptx.cuh"
 #include "tma_host.cuh"
@@ -82,6 +83,7 @@ constexpr int W_LD = W_BK + 8;  // row stride in elements: wmma wants a multiple
 
 __global__ void __launch_bounds__(128) k01_wmma(int M, int N, int K, const uint16_t *__restrict__ A,
                                                 const uint16_t *__restrict__ B, float *__restrict__ C) {
+#if CUDALAB_SM80_CODE  // wmma on bf16 needs sm_80; the host refuses older targets (needs_sm80 below)
     using namespace nvcuda;
     __shared__ __align__(32) __nv_bfloat16 sA[W_BM * W_LD];
     __shared__ __align__(32) __nv_bfloat16 sB[W_BN * W_LD];
@@ -118,6 +120,7 @@ __global__ void __launch_bounds__(128) k01_wmma(int M, int N, int K, const uint1
         const int r = m0 + wm * 16 + i / 16, c = n0 + wn * 16 + i % 16;
         if (r < M && c < N) C[(size_t)r * N + c] = sC[warp][i];
     }
+#endif
 }
 
 // ================================================================================================
@@ -133,6 +136,7 @@ constexpr int S_TILE_A = S_BM * S_BK * 2, S_TILE_B = S_BN * S_BK * 2;  // bytes
 constexpr int S_SMEM = S_STAGES * (S_TILE_A + S_TILE_B);                // 192 KiB: needs the opt-in
 constexpr int S_GROUP_M = 8;  // block raster: 8 M-tiles share each B panel while it is in L2
 
+#if CUDALAB_SM80_CODE  // cp.async: sm_80 (02's kernel body, its only caller, is compiled out below it)
 // One ROWS x 64 bf16 tile (rows of 128 bytes = 8 chunks of 16 bytes) from a K-contiguous matrix
 // with `rows` rows into shared memory at `dst`, chunk c of row r stored at swizzle_128b(r, c).
 // kAligned (K % 8 == 0): 16-byte cp.async, out-of-range chunks zero-filled. Otherwise rows are not
@@ -162,6 +166,7 @@ __device__ __forceinline__ void load_tile_x64(unsigned char *smem_tile, const ui
         }
     }
 }
+#endif
 
 // drop_last_k_tiles: a test-only fault (0 in every real call): skip the last K tiles, so the tests
 // can show that the checker rejects a kernel that forgets part of the reduction.
@@ -169,6 +174,7 @@ template <bool kAligned>
 __global__ void __launch_bounds__(S_THREADS) k02_mma_sync(int M, int N, int K, const uint16_t *__restrict__ A,
                                                           const uint16_t *__restrict__ B, float *__restrict__ C,
                                                           int drop_last_k_tiles) {
+#if CUDALAB_SM80_CODE  // mma.sync bf16, ldmatrix, cp.async: sm_80 (needs_sm80 below refuses older targets)
     extern __shared__ __align__(1024) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wm = warp / 4, wn = warp % 4;
@@ -262,6 +268,7 @@ __global__ void __launch_bounds__(S_THREADS) k02_mma_sync(int M, int N, int K, c
                     if (c + 1 < N) dst[1] = acc[mi][ni][2 * h + 1];
                 }
             }
+#endif
 }
 
 template <bool kAligned>
@@ -272,6 +279,13 @@ static cudaError_t launch_02(int M, int N, int K, const uint16_t *A, const uint1
     const long long blocks = cdiv(M, S_BM) * cdiv(N, S_BN);
     k02_mma_sync<kAligned><<<(unsigned)blocks, S_THREADS, S_SMEM, s>>>(M, N, K, A, B, C, drop_last_k_tiles);
     return cudaGetLastError();
+}
+
+// Why 01_wmma and 02_mma_sync (bf16 tensor cores, cp.async, ldmatrix: sm_80) cannot run on this GPU
+// with this build, or nullptr (cuda/common/arch.cuh). Every kernel of this file shares one target,
+// so 02's kernel answers for both.
+static inline const char *sm80_unsupported_reason() {
+    return cudalab_arch::needs_sm(80, (const void *)k02_mma_sync<true>);
 }
 
 // ================================================================================================
@@ -1020,11 +1034,13 @@ static inline cudaError_t launch_config(int config, int M, int N, int K, const u
 // Enqueue C = A . B^T (A: M x K, B: N x K, bf16 bits; C: M x N float32) on `stream` with variant
 // 01_wmma, 02_mma_sync, 03_wgmma, 04_wgmma_persistent, 05_wgmma_cluster, 06_wgmma_tuned,
 // 07_wgmma_pingpong or 08_wgmma_tma_store. No synchronisation. k = 0 writes zeros. Returns cudaErrorInvalidValue for another
-// variant or a shape `requirement` refuses, and cudaErrorNotSupported for 03-08 where it was not built
-// for (or cannot run on) sm_90a.
+// variant or a shape `requirement` refuses, cudaErrorNotSupported for 03-08 where it was not built
+// for (or cannot run on) sm_90a, and for 01-02 below sm_80 (sm80_unsupported_reason says why).
 static inline cudaError_t launch(int variant, int M, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
                                  cudaStream_t stream, int drop_last_k_tiles = 0) {
     if (is_wgmma(variant) && !wgmma_available()) return cudaErrorNotSupported;
+    if ((variant == V01_WMMA || variant == V02_MMA_SYNC) && sm80_unsupported_reason() != nullptr)
+        return cudaErrorNotSupported;
     if (requirement(variant, M, N, K) != nullptr) return cudaErrorInvalidValue;
     if (is_wgmma(variant)) return launch_config(variant_config(variant), M, N, K, A, B, C, stream, drop_last_k_tiles);
     if (M == 0 || N == 0) return cudaSuccess;

@@ -110,8 +110,13 @@ int main(int argc, char **argv) {
     if (strcmp(variant, "01_naive") != 0 && strcmp(variant, "02_flash") != 0 && strcmp(variant, "03_flash_bf16") != 0 &&
         strcmp(variant, "05_flash_wgmma") != 0)
         CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: 01_naive, 02_flash, or naive, flash)", variant);
-    if (strcmp(dtype, "bf16") == 0) variant = transformer_block_bf16_variant();
-    else if (strcmp(dtype, "f32") != 0) CUDALAB_USAGE_ERROR("unknown --dtype '%s' (valid: f32, bf16)", dtype);
+    // --dtype bf16 where no bf16 path runs (a T4, or a build for sm_75): the float32 block instead,
+    // said once on stderr (the result line then says dtype=f32).
+    bool bf16_fallback = false;
+    if (strcmp(dtype, "bf16") == 0) {
+        variant = transformer_block_bf16_variant();
+        if (variant == nullptr) variant = "02_flash", bf16_fallback = true;
+    } else if (strcmp(dtype, "f32") != 0) CUDALAB_USAGE_ERROR("unknown --dtype '%s' (valid: f32, bf16)", dtype);
     const bool bf16 = strcmp(variant, "03_flash_bf16") == 0 || strcmp(variant, "05_flash_wgmma") == 0;
     if (bf16 && E / H != 64 && E / H != 128)
         CUDALAB_USAGE_ERROR("--dtype bf16 needs a head size E/H in {64, 128}, got %d", E / H);
@@ -127,6 +132,11 @@ int main(int argc, char **argv) {
     for (int S : seqs)
         if (transformer_block_workspace_bytes(variant, B, S, E, H) < 0)
             CUDALAB_USAGE_ERROR("invalid sizes B=%d S=%d E=%d H=%d", B, S, E, H);
+    if (bf16_fallback)
+        fprintf(stderr, "note: --dtype bf16: no bf16 path runs here (%s); running the float32 block (02_flash)\n",
+                transformer_block_unsupported_reason("03_flash_bf16"));
+    else if (const char *why = transformer_block_unsupported_reason(variant))
+        CUDALAB_USAGE_ERROR("variant %s cannot run here: %s", variant, why);
 
     // Weights first, from the seed alone, so that every S sees the same layer.
     CudalabRng rng((uint64_t)seed);

@@ -25,10 +25,23 @@ extern "C" const char *transformer_block_variant_name(int i) {
     return (i >= 0 && i < kTbNumVariants) ? kTbVariants[i] : nullptr;
 }
 
-// 05_flash_wgmma where this build and GPU run it (sm_90a), else 03_flash_bf16: on an H100 at
-// B=4 H=16 S=4096 05 runs 2.0x faster than 03 (bench/results/h100/NOTES-attention.md, section 8).
+// Why the block cannot run `variant` with this build on this GPU, or NULL (cuda/common/arch.cuh): the
+// bf16 path needs its attention (03: sm_80, 05: sm_90a) and gemm_tc's 02_mma_sync (sm_80).
+extern "C" const char *transformer_block_unsupported_reason(const char *variant) {
+    const int id = attn_variant_id(variant);
+    bool listed = false;
+    for (const char *v : kTbVariants) listed = listed || (variant != nullptr && strcmp(variant, v) == 0);
+    if (!listed) return "unknown variant";
+    if (const char *why = attn_unsupported_reason(id)) return why;
+    return attn_is_bf16(id) ? gemm_tc::sm80_unsupported_reason() : nullptr;
+}
+
+// 05_flash_wgmma where this build and GPU run it (sm_90a), else 03_flash_bf16 where it runs (sm_80):
+// on an H100 at B=4 H=16 S=4096 05 runs 2.0x faster than 03 (bench/results/h100/NOTES-attention.md,
+// section 8). NULL where neither runs (a T4, or a build for sm_75).
 extern "C" const char *transformer_block_bf16_variant(void) {
-    return tma_host::sm90a_unsupported_reason() == nullptr ? "05_flash_wgmma" : "03_flash_bf16";
+    if (transformer_block_unsupported_reason("05_flash_wgmma") == nullptr) return "05_flash_wgmma";
+    return transformer_block_unsupported_reason("03_flash_bf16") == nullptr ? "03_flash_bf16" : nullptr;
 }
 
 // The projection uses 16-wide tiles so that it has its own row in a kernel table instead of
@@ -140,6 +153,8 @@ extern "C" long long transformer_block_workspace_bytes(const char *attn_variant,
 static int tb_forward_bf16(const char *attn_variant, int B, int S, int E, int H, int causal, const float *x,
                                    const float *w_qkv, const float *b_qkv, const float *gamma, const float *beta,
                                    float *out, void *workspace, cudaStream_t st) {
+    // Refused before the first launch (the projection and attention would each refuse anyway).
+    if (transformer_block_unsupported_reason(attn_variant) != nullptr) return (int)cudaErrorNotSupported;
     const long long n = (long long)B * S * E;
     char *p = static_cast<char *>(workspace);
     float *qkv = reinterpret_cast<float *>(p);

@@ -19,8 +19,11 @@ extern "C" {
 int transformer_block_variant_count(void);
 const char *transformer_block_variant_name(int i);
 /* The bf16 variant the block runs by default here: "05_flash_wgmma" on a GPU and build with sm_90a,
-   else "03_flash_bf16" (the fastest bf16 attention that runs). */
+   else "03_flash_bf16" (the fastest bf16 attention that runs); NULL where no bf16 path runs (sm_75). */
 const char *transformer_block_bf16_variant(void);
+/* NULL when the block runs attn_variant on this build and GPU, else why not ("needs sm_80: this GPU
+   is sm_75", "needs sm_90a: ..."); "unknown variant" for a name not in the table. */
+const char *transformer_block_unsupported_reason(const char *attn_variant);
 
 /* Device workspace for one forward, in bytes; -1 for invalid arguments. */
 long long transformer_block_workspace_bytes(const char *attn_variant, int B, int S, int E, int H);

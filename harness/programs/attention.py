@@ -29,6 +29,7 @@ per head size and GPU (runs_as); WGMMA_CONFIGS are 05_flash_wgmma's (key tile, s
 from __future__ import annotations
 
 import math
+import sys
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -118,11 +119,28 @@ def unsupported_reason(variant: str) -> str | None:
 
 def default_bf16_variant() -> str:
     """The bf16 variant that runs when none is named: 05_flash_wgmma where it can run (Hopper, sm_90a
-    build), else 03_flash_bf16."""
+    build), else 03_flash_bf16 (which needs sm_80: attention() falls back to float32 where it cannot run)."""
     try:
         return "05_flash_wgmma" if unsupported_reason("05_flash_wgmma") is None else "03_flash_bf16"
     except Exception:  # library not built or no GPU: the validation that follows still runs on the CPU
         return "03_flash_bf16"
+
+
+# bfloat16 inputs with no variant named, where no bf16 kernel runs (a T4, a build for sm_75): 02_flash on
+# float32 copies, the output rounded to bfloat16, said once per process.
+BF16_FALLBACK = "02_flash"
+_fallback_said = False
+
+
+def _bf16_fallback_reason(q, variant) -> str | None:
+    """Why bfloat16 `q` with no variant named cannot run a bf16 kernel here (then attention() runs
+    BF16_FALLBACK), else None. Asks the library; nothing is launched."""
+    if variant is not None or bfloat16 is None or getattr(q, "dtype", None) != bfloat16:
+        return None
+    try:
+        return unsupported_reason("03_flash_bf16") if default_bf16_variant() == "03_flash_bf16" else None
+    except Exception:  # library not built or no GPU: the call below says so
+        return None
 
 
 def is_bf16(variant: str) -> bool:
@@ -197,7 +215,22 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
     float32 arrays for 01/02/04, ml_dtypes.bfloat16 for 03_flash_bf16 and 05_flash_wgmma (the default
     variant follows q's dtype: 02_flash, or default_bf16_variant()). Written into `out` when given (q's
     dtype and shape, C-contiguous). A variant that cannot run here raises ValueError with the reason,
-    before any launch."""
+    before any launch. bfloat16 inputs with no variant named, where no bf16 kernel runs (sm_75), run
+    BF16_FALLBACK on float32 copies and come back as bfloat16; a note on stderr says so once."""
+    global _fallback_said
+    why = _bf16_fallback_reason(q, variant)
+    if why:
+        if not _fallback_said:
+            _fallback_said = True
+            print(f"note: bfloat16 attention: no bf16 kernel runs here ({why}); running {BF16_FALLBACK} in "
+                  "float32 and rounding the output to bfloat16", file=sys.stderr)
+        wide = [np.asarray(a).astype(np.float32) for a in (q, k, v)]
+        got = attention(*wide, causal=causal, scale=scale, variant=BF16_FALLBACK)
+        if out is None:
+            return got.astype(bfloat16)
+        out = library.check_array(out, "out", bfloat16, shape=got.shape)
+        out[...] = got
+        return out
     q, k, v, variant, scale, (B, H, S, D) = validate(q, k, v, variant, scale)
     why = unsupported_reason(variant)
     if why:

@@ -19,6 +19,7 @@ rows against a double-precision CPU implementation; this module checks whole out
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,7 +93,7 @@ def forward(x: np.ndarray, params: Params, heads: int = 4, variant: str = "02_fl
     cannot run here (05_flash_wgmma off sm_90a) raises ValueError with the reason before any launch."""
     variant = _variant_for(variant, dtype)
     x, p, heads, variant = validate(x, params, heads, variant)
-    why = _attention.unsupported_reason(variant)
+    why = unsupported_reason(variant)
     if why:
         raise ValueError(f"variant {variant!r} cannot run here: {why}")
     B, S, E = x.shape
@@ -160,17 +161,42 @@ def parse_output(text: str):
     return results.parse_output(text, "transformer_block")
 
 
+# The float32 block that dtype="bf16" runs where no bf16 path does (a T4, a build for sm_75).
+BF16_FALLBACK = "02_flash"
+_fallback_said = False
+
+
 def _variant_for(variant: str, dtype: str | None) -> str:
+    global _fallback_said
     if dtype not in (None, "f32", "bf16"):
         raise ValueError(f"dtype must be 'f32' or 'bf16', got {dtype!r}")
-    return bf16_variant() if dtype == "bf16" else variant
+    if dtype != "bf16":
+        return variant
+    chosen = bf16_variant()
+    if chosen is None:
+        if not _fallback_said:  # once per process: a loop over sizes says it once
+            _fallback_said = True
+            print(f"note: dtype='bf16': no bf16 path runs here ({unsupported_reason('03_flash_bf16')}); "
+                  f"running the float32 block ({BF16_FALLBACK})", file=sys.stderr)
+        return BF16_FALLBACK
+    return chosen
 
 
-def bf16_variant() -> str:
+def bf16_variant() -> str | None:
     """The bf16 block's attention here: 05_flash_wgmma on a Hopper GPU with an sm_90a build, else
-    03_flash_bf16 (the library's transformer_block_bf16_variant)."""
+    03_flash_bf16 where it runs (sm_80 and newer), else None (the library's transformer_block_bf16_variant)."""
     lib = library.load("transformer_block")
-    return lib.ffi.string(lib.transformer_block_bf16_variant()).decode()
+    v = lib.transformer_block_bf16_variant()
+    return None if v == lib.ffi.NULL else lib.ffi.string(v).decode()
+
+
+def unsupported_reason(variant: str) -> str | None:
+    """None when the block runs `variant` on this build and GPU, else why not: the bf16 path needs sm_80
+    (03, and gemm_tc's 02_mma_sync for the projection), 05_flash_wgmma sm_90a. Nothing is launched."""
+    v = _attention.canonical_variant(variant, allow_test=False)
+    lib = library.load("transformer_block")
+    why = lib.transformer_block_unsupported_reason(lib.ffi.new("char[]", v.encode()))
+    return None if why == lib.ffi.NULL else lib.ffi.string(why).decode()
 
 
 def run(variant: str = "02_flash", batch: int | None = None, seqs=(), embed: int | None = None,
