@@ -33,6 +33,7 @@ def read_checked(path, required=REQUIRED, what: str = "bench CSV", writer: str =
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
+    whole_file(path, what)
     try:
         df = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
@@ -41,6 +42,32 @@ def read_checked(path, required=REQUIRED, what: str = "bench CSV", writer: str =
     if missing:
         raise ValueError(f"{path} is not a {what} written by {writer}: no column(s) {', '.join(missing)}")
     return df
+
+
+def whole_file(path: Path, what: str = "bench CSV") -> None:
+    """ValueError, in one line naming the file, when a CSV is not whole: NUL bytes (what a torn or
+    pre-allocated write leaves) or a line with another number of fields than the header (a line cut
+    short, or two writers' lines interleaved), or a last line without its newline. pandas would read either as valid rows padded with NaN."""
+    import csv
+    import io
+
+    data = Path(path).read_bytes()
+    nul = data.find(b"\0")
+    if nul >= 0:
+        count = data.count(b"\0")
+        raise ValueError(f"{path} is not a whole {what}: {count} NUL byte(s) from offset {nul} "
+                         f"(a torn write); run it again")
+    if data and not data.endswith(b"\n"):  # every writer ends its last line
+        raise ValueError(f"{path} is not a whole {what}: its last line is cut short (a torn write); run it again")
+    try:
+        rows = csv.reader(io.StringIO(data.decode()))
+        header = next(rows, None)
+        for n, row in enumerate(rows, 2):
+            if row and len(row) != len(header):
+                raise ValueError(f"{path} is not a whole {what}: line {n} has {len(row)} field(s), the header "
+                                 f"{len(header)} (a torn write); run it again")
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise ValueError(f"{path} is not a {what} (it does not read as CSV: {str(e).splitlines()[0]})") from None
 
 
 def csv_date(path) -> pd.Timestamp | None:
@@ -75,7 +102,7 @@ def load(data) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(cases, ceilings) from a CSV path, a (cases, ceilings) pair, or one DataFrame that may hold
     `program=ceiling` rows."""
     if isinstance(data, (str, Path)):
-        data = pd.read_csv(data)
+        data = read_checked(data, required=("program",))
     if isinstance(data, tuple):
         cases, ceil = data
         ceil = _ceiling_frame(ceil)
