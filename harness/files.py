@@ -7,8 +7,8 @@ cache's entries) reach the disk.
 
 `writer(tmp)` writes the whole content to the temporary path it is given (pandas' to_csv, a
 json.dumps, bytes). A reader therefore sees either no file or a whole one: an interrupted or failed
-write leaves at most a hidden `.<name>.<random>.tmp` beside it (no glob of `*.csv` or `*.json`
-matches one), which `clean_stale` removes on a later run. Two processes writing the same name at the
+write leaves at most a hidden `.<name>.p<pid>-<random>.tmp` beside it (no glob of `*.csv` or
+`*.json` matches one), which `clean_stale` removes on a later run once that process is gone. Two processes writing the same name at the
 same instant both keep their file under `create`: the name is claimed with a hard link, which the
 filesystem refuses atomically when the name is taken (O_EXCL for a link).
 """
@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -37,7 +39,7 @@ def temporary(path: Path, mode: int | None = None) -> Path:
     """A fresh, empty, exclusively created temporary file in path's folder (mode 0600 until the
     caller's `mode` is applied)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.p{os.getpid()}-", suffix=TMP_SUFFIX)
     os.close(fd)
     if mode is not None:
         os.chmod(tmp, mode)
@@ -108,16 +110,39 @@ def create(path, data, mode: int | None = None) -> Path:
             tmp.unlink()
 
 
+def temporary_dir(folder, what: str = "work") -> Path:
+    """A private (0700) temporary folder inside `folder`, named so that clean_stale finds it once its
+    process is gone: the caller removes it (shutil.rmtree) when done."""
+    return Path(tempfile.mkdtemp(dir=folder, prefix=f".{what}.p{os.getpid()}-", suffix=TMP_SUFFIX))
+
+
+_OWNER = re.compile(r"\.p(\d+)-[^.]*" + re.escape(TMP_SUFFIX) + "$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process of that number: alive
+        return True
+    return True
+
+
 def clean_stale(folder, older_than_s: float = STALE_AFTER_S) -> list[Path]:
-    """Remove the temporary files (.<name>.<random>.tmp) that an interrupted or killed writer left in
-    `folder`, when older than `older_than_s` (a younger one may belong to a writer still running).
-    Returns what was removed."""
+    """Remove the temporary files and folders (.<name>.p<pid>-<random>.tmp) that an interrupted or
+    killed writer left in `folder`: at once when the process named in it is gone, else when older than
+    `older_than_s` (the number may have been reused). Returns what was removed."""
     removed = []
     now = time.time()
     with contextlib.suppress(OSError):
         for p in Path(folder).glob(f".*{TMP_SUFFIX}"):
             with contextlib.suppress(OSError):
-                if now - p.lstat().st_mtime > older_than_s:
-                    p.unlink()
+                m = _OWNER.search(p.name)
+                if (m and not _alive(int(m.group(1)))) or now - p.lstat().st_mtime > older_than_s:
+                    if p.is_dir() and not p.is_symlink():
+                        shutil.rmtree(p, ignore_errors=True)
+                    else:
+                        p.unlink()
                     removed.append(p)
     return removed

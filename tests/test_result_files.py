@@ -138,7 +138,7 @@ def test_create_never_writes_over_a_taken_name(tmp_path):
 
 
 def test_stale_temporaries_are_cleaned_young_ones_kept(tmp_path):
-    old, young = tmp_path / ".bench-x.csv.abc.tmp", tmp_path / ".bench-y.csv.def.tmp"
+    old, young = tmp_path / ".bench-x.csv.abc.tmp", tmp_path / f".bench-y.csv.p{os.getpid()}-def.tmp"
     old.write_bytes(b"")
     young.write_bytes(b"")
     os.utime(old, (time.time() - 2 * files.STALE_AFTER_S,) * 2)
