@@ -122,7 +122,7 @@ def cache_folder() -> Path:
     except OSError as e:
         raise _cache_problem(folder, f"cannot create it ({e.strerror or e})") from None
     if not stat.S_ISDIR(st.st_mode):
-        raise _cache_problem(folder, "it is not a folder")
+        raise _cache_problem(folder, "it is a file, not a folder")
     why = _unsafe(st)
     if why:
         raise _cache_problem(folder, f"refusing to load libraries from it: {why}"
