@@ -538,7 +538,7 @@ def read_result(path: Path) -> tuple[pd.DataFrame, dict, list[str]]:
     (analysis.bench.read_checked, the one reader)."""
     from analysis.bench import read_checked
 
-    df = read_checked(path, required=("program", "variant", "size", "value", "unit"))
+    df = read_checked(path, required=("program", "variant", "size"))
     cases = df[df["program"] != "ceiling"].reset_index(drop=True)
     ceil = df[df["program"] == "ceiling"]
     meta = {k: (str(df[k].iloc[0]) if k in df and len(df) and pd.notna(df[k].iloc[0]) else "")

@@ -404,24 +404,23 @@ def _entry_lock(out: Path):
 def _cached_or_build(out: Path, log_path: Path, key: str, what: str, verbose: bool,
                      build) -> tuple[str, bool, float]:
     """(nvcc's log, cache hit, seconds) for the entry at `out`: used when it verifies, else built by
-    `build()` -> (status, log, files read), which raises on failure."""
-    def check():
+    `build()` -> (log, files nvcc read), which raises on failure."""
+    if _verify(out, log_path, key)[0] == "ok":
+        _say(verbose, f"{what}: cache hit, nothing compiled ({out})")
+        return log_path.read_text(errors="replace"), True, 0.0
+    with _entry_lock(out):
+        # Checked again under the lock: another process may have built it meanwhile, or be half-way
+        # through (which is not damage, so nothing is said before the lock is held).
         state, why = _verify(out, log_path, key)
+        if state == "ok":
+            _say(verbose, f"{what}: cache hit, nothing compiled ({out})")
+            return log_path.read_text(errors="replace"), True, 0.0
         if state == "bad" and str(out) not in _said:
             _said.add(str(out))
             print(f"harness.inline: the cache entry {out} is damaged ({why}); rebuilding it", file=sys.stderr,
                   flush=True)
         elif state == "stale":
             _say(verbose, f"{what}: {why}; recompiling")
-        return state
-
-    if check() == "ok":
-        _say(verbose, f"{what}: cache hit, nothing compiled ({out})")
-        return log_path.read_text(errors="replace"), True, 0.0
-    with _entry_lock(out):
-        if _verify(out, log_path, key)[0] == "ok":  # another process built it while this one waited
-            _say(verbose, f"{what}: cache hit, nothing compiled ({out})")
-            return log_path.read_text(errors="replace"), True, 0.0
         with contextlib.suppress(FileNotFoundError):
             _manifest_path(out).unlink()  # from here until the new manifest, the entry never verifies
         t0 = time.perf_counter()
