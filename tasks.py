@@ -20,7 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from invoke import Exit, task
+from invoke import Exit, Task
+from invoke import task as _invoke_task
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
@@ -29,6 +30,107 @@ from harness import build as _hb  # noqa: E402  (the project root must be import
 from harness import programs as _registry  # noqa: E402
 
 _PROGRAMS = ", ".join(_hb.programs())
+
+
+# --- short flags: one meaning each, in every task ----------------------------------------------------
+# invoke's own choice (the first free letter of each option's name) gave one letter different meanings in
+# different tasks (-e: viz's --iters, bench's --repeat) and took -h, which must stay help, for viz's
+# --height. Only the options below have a short flag, the same in every task that has the option.
+SHORT_FLAGS = {"programs": "p", "jobs": "j", "arch": "a", "gpus": "g", "marker": "m", "keyword": "k",
+               "quick": "q", "variant": "v", "tool": "t", "outdir": "o", "image": "i", "rounds": "r"}
+
+
+class _Task(Task):
+    def arg_opts(self, name, default, taken_names):
+        opts = super().arg_opts(name, default, taken_names)
+        short = SHORT_FLAGS.get(name)
+        if short and short not in taken_names and short not in opts["names"]:
+            opts["names"].append(short)
+        return opts
+
+
+def task(*args, **kwargs):
+    """invoke's @task, with the short flags of SHORT_FLAGS instead of invoke's automatic ones."""
+    kwargs.setdefault("klass", _Task)
+    kwargs.setdefault("auto_shortflags", False)
+    return _invoke_task(*args, **kwargs)
+
+
+# --- what to type, where invoke's parser stops before a task runs -----------------------------------
+
+def _choices(name: str) -> str:
+    """For a task whose positional argument was left out: what it takes."""
+    if name == "viz":
+        return (f"name a picture: {', '.join(_registry.pictures())} "
+                "(`invoke viz gridstride --simulate` needs no GPU)")
+    if name == "plot":
+        return "name what to draw: bench, profile, tune or timeline"
+    if name == "exercise":
+        return "name an action: list, start, check, hint or solution (`invoke exercise list` names the exercises)"
+    if name == "compare":
+        return "name a program with a CPU twin: square"
+    if name == "tune":
+        from harness import tune as htune
+
+        return f"name a program to tune: {', '.join(htune.tunables())}"
+    return f"name a program: {_PROGRAMS}"
+
+
+_PASSES_ARGS = ("run", "profile", "sanitize")  # tasks that hand the words after `--` to the program
+
+
+def _parse_hint(msg: str, ctx, argv: list[str]) -> str | None:
+    """A clearer message for invoke's parse errors inside one of these tasks, or None to keep invoke's."""
+    import re
+
+    name = getattr(ctx, "name", None)
+    if name not in _TASK_NAMES:
+        return None
+    if "did not receive required positional arguments" in msg:
+        return f"invoke {name}: {_choices(name)}"
+    m = re.fullmatch(r"No idea what '(.*)' is!", msg, re.S)
+    if not m:
+        return None
+    word = m.group(1)
+    help_ = f"`invoke --help {name}` lists its options"
+    if name not in _PASSES_ARGS:
+        return f"invoke {name}: {word!r} is neither an option of {name} nor a task; {help_}"
+    # Move the words from the unknown one up to `--` behind it: what the user meant to pass on.
+    words = argv[1:]
+    try:
+        i = words.index(word, words.index(name) + 1)
+    except ValueError:
+        return f"invoke {name}: arguments for the program go after `--`, as in `invoke {name} hello -- all`"
+    j = words.index("--") if "--" in words[i:] else len(words)
+    fixed = words[:i] + ["--"] + words[i:j] + words[j + 1:]
+    if word.startswith("-"):
+        return f"invoke {name}: {word!r} is not an option of {name} ({help_}); if it is the program's, type: " \
+               f"invoke {shlex.join(fixed)}"
+    return f"invoke {name}: arguments for the program go after `--`; type: invoke {shlex.join(fixed)}"
+
+
+def _explain_parse_errors() -> None:
+    """invoke parses a task's arguments after importing this file and before any task runs, so its
+    own messages ("No idea what 'shapes' is!") are all a user saw: add what to type instead."""
+    try:
+        from invoke.parser import parser as _ip
+
+        machine = _ip.ParseMachine
+        original = machine.error
+    except (ImportError, AttributeError):  # another invoke: its own messages stand
+        return
+    if getattr(original, "_cudalab", False):
+        return
+
+    def error(self, msg):
+        try:
+            better = _parse_hint(str(msg), self.context, list(sys.argv))
+        except Exception:  # a hint must never hide the parse error itself
+            better = None
+        return original(self, better or msg)
+
+    error._cudalab = True
+    machine.error = error
 
 
 # --- argument checks: one line each ----------------------------------------------------------------
@@ -74,6 +176,53 @@ def _help_if_asked(body):
     return wrapper
 
 
+def _check_pytest_expression(expr: str, flag: str) -> None:
+    """A -m/-k expression through pytest's own parser, so that a typo is one line here instead of about
+    fifty lines of pytest INTERNALERROR."""
+    if not expr:
+        return
+    try:
+        from _pytest.mark import expression as _expr
+    except ImportError:  # pytest's parser moved: pytest will still refuse a bad expression itself
+        return
+    # pytest 8.4 and later raise SyntaxError; earlier ones their own ParseError.
+    errors = (SyntaxError, getattr(_expr, "ParseError", SyntaxError))
+    try:
+        _expr.Expression.compile(expr)
+    except errors as e:
+        why = getattr(e, "msg", None) or getattr(e, "message", None) or str(e)
+        col = getattr(e, "offset", None) or getattr(e, "column", None)
+        raise Exit(f"test: {flag} {expr!r} is not a pytest expression: {why}"
+                   + (f" (at column {col})" if col else "")) from None
+
+
+def _takes(fn, option: str) -> bool:
+    """Whether `fn` names `option` as a parameter (a catch-all **kwargs does not count: it ignores it)."""
+    if fn is None:
+        return False
+    p = inspect.signature(fn).parameters.get(option)
+    return p is not None and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+
+
+def _flag(option: str) -> str:
+    return f"-{option}" if len(option) == 1 else f"--{option.replace('_', '-')}"
+
+
+def _refuse_foreign_options(task_name: str, target: str, given: dict, applies, candidates: list[str],
+                            kind: str) -> None:
+    """One line naming each given option that `target` does not take, and the {kind}s that take it:
+    an option of another picture or program was ignored without a word."""
+    bad = [o for o, v in given.items() if v not in (None, False, "") and not applies(target, o)]
+    if not bad:
+        return
+    parts = []
+    for o in bad:
+        others = [c for c in candidates if c != target and applies(c, o)]
+        where = f"it is for {', '.join(others)}" if others else f"no {kind} takes it"
+        parts.append(f"{_flag(o)} does not apply to {target} ({where})")
+    raise Exit(f"{task_name} {target}: " + "; ".join(parts))
+
+
 @contextlib.contextmanager
 def _one_line(prefix: str):
     """Errors a user can cause (bad values, missing files, CUDA and build errors) as `prefix: message`."""
@@ -109,8 +258,10 @@ def _progress(label: str):
             "arch": "compute capability to build for: 80, 90, 100, ... (default: the visible GPU's, else 90)",
             "programs": f"comma-separated programs to build (default: all): {_PROGRAMS}"})
 def build(c, jobs="", arch="", programs=""):
-    """Compile every cuda/<prog>/ with nvcc, in parallel and incrementally. A broken program does not stop
-    the others: each failure is reported with its file:line and source line, and the ones that built are named."""
+    """Compile every cuda/<prog>/ with nvcc, in parallel and incrementally.
+
+    A broken program does not stop the others: each failure is reported with its file:line and source
+    line, and the ones that built are named."""
     from harness.errors import BuildError
 
     n_jobs = _int(jobs, "--jobs", lo=1)
@@ -139,10 +290,14 @@ def build(c, jobs="", arch="", programs=""):
             "gpus": "`all` or GPU numbers 0,1,...: the workers take these GPUs in turn, at least one each "
                     "(default: the first GPU)"})
 def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
-    """Run the tests with pytest (gpu-marked tests skip, with the reason, without a GPU), spread over
-    pytest-xdist workers; the profiler and slow end-to-end tests never overlap each other."""
+    """Run the tests with pytest, spread over pytest-xdist workers.
+
+    Without a GPU the gpu-marked tests skip, with the reason; the profiler and slow end-to-end tests
+    never overlap each other."""
     from harness import gpus as hg
 
+    _check_pytest_expression(marker, "--marker")
+    _check_pytest_expression(keyword, "--keyword")
     # The junit file feeds the test summary of `invoke report`.
     cmd = [sys.executable, "-m", "pytest", f"--junitxml={ROOT / 'build' / 'test-results' / 'junit.xml'}"]
     env = None
@@ -186,16 +341,29 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
 @task(help={"prog": f"the program: {_PROGRAMS}",
             "variant": "kernel variant, where the program has several (see `invoke run <prog> -- --help`)",
             "image": "grayscale: input image, any format Pillow reads (default: a generated test picture)",
-            "out": "grayscale: where the grey PNG goes"})
+            "out": "grayscale: where the grey PNG goes",
+            "ranks": "collectives: start this many processes, one rank each (RANK/WORLD_SIZE/LOCAL_RANK, NCCL); "
+                     "all are stopped when one fails"})
 @_help_if_asked
-def run(c, prog, variant=None, image=None, out=None):
-    """Run one program's executable: `invoke run hello -- all`, `invoke run grayscale --image in.png --out g.png`.
-    Arguments after `--` go to the program (`-- --help` lists them)."""
+def run(c, prog, variant=None, image=None, out=None, ranks=""):
+    """Run one program's executable: `invoke run hello -- all`.
+
+    Arguments after `--` go to the program (`-- --help` lists them);
+    `invoke run grayscale --image in.png --out g.png` converts a picture of yours."""
     from harness import runner
 
     _names(prog)
     args = shlex.split(c.remainder or "")  # what followed a standalone `--`
+    if ranks:
+        _run_ranks(prog, _int(ranks, "--ranks", lo=1), variant, args)
+        return
     cli = _registry.hook(prog, "cli")
+    # --image and --out exist only where the program's `cli` hook names them (grayscale's).
+    _refuse_foreign_options("run", prog, {"image": image, "out": out},
+                            lambda p, o: _takes(_registry.hook(p, "cli"), o), _hb.programs(), "program")
+    if (_registry.has(prog, "on_cpu") and not {"-h", "--help"} & set(args)  # --help needs no GPU
+            and not _registry.gpu_here()[0]):
+        return _run_on_cpu(prog, args, variant)
     with _one_line(prog):
         if cli is not None:
             status = cli(args, variant=variant, image=image, out=out)
@@ -209,6 +377,40 @@ def run(c, prog, variant=None, image=None, out=None):
     sys.stderr.write(res.stderr)
     if res.returncode != 0:
         raise Exit(f"{prog} exited with status {res.returncode}", code=res.returncode)
+
+
+def _run_ranks(prog: str, n: int, variant, args: list[str]) -> None:
+    """`invoke run <prog> --ranks N`: N processes of build/bin/<prog> (harness/launch.py)."""
+    from harness import launch
+
+    if prog != "collectives":
+        raise Exit(f"--ranks starts one process per rank of a program that reads its rank from the environment: "
+                   f"collectives; not {prog}")
+    if variant is not None:
+        args = ["--variant", variant] + args
+    try:
+        res = launch.run_program(prog, n, args)
+    except launch.RankFailure as e:
+        sys.stdout.write(e.stdout)
+        raise Exit(f"{prog}: {e}") from None
+    except (OSError, ValueError) as e:
+        raise Exit(f"{prog}: {e}") from None
+    sys.stdout.write(res.stdout)
+    for r in res.ranks:
+        sys.stderr.write(r.stderr)
+
+
+def _run_on_cpu(prog: str, args: list[str], variant: str | None) -> None:
+    """`invoke run <prog>` where there is no GPU: the program's CPU twin, labelled as such."""
+    if variant is not None:
+        raise Exit(f"{prog}: --variant {variant} runs a CUDA kernel, which needs a GPU; without --variant, "
+                   f"`invoke run {prog}` computes its result on the CPU")
+    with _one_line(prog):
+        df, how = _registry.hook(prog, "on_cpu")(args)
+    _print_table(df, f"{prog}: {_registry.cpu_label(how)}")
+    print(f"{prog}: {_registry.cpu_label('see the table above')}. A GPU runs the CUDA kernels themselves.")
+    if "check" in df and (df["check"] != "pass").any():
+        raise Exit(f"{prog}: a CPU check failed", code=1)
 
 
 @task
@@ -236,7 +438,7 @@ def clean(c):
             "n": "number of elements, a positive integer (default 100000)"})
 @_help_if_asked
 def compare(c, prog, n="100000"):
-    """Time a program's CPU twin against its CUDA executable and its kernel (e.g. `compare square -n 1000000`)."""
+    """Time a program's CPU twin against its CUDA executable and kernel: `invoke compare square -n 1000000`."""
     count = _int(n, "-n", lo=1, hi=2**31 - 1)
     _names(prog)
     fn = _registry.hook(prog, "compare")
@@ -262,11 +464,20 @@ def compare(c, prog, n="100000"):
 @_help_if_asked
 def viz(c, what, n="", blocks="", threads="", simulate=False, width="", height="", iters="", region=None,
         variant=None, outdir="build/plots"):
-    """Draw a program's pictures: `viz gridstride -n 500 --blocks 8 --threads 32`, `viz mandelbrot`."""
+    """Draw a program's pictures: `invoke viz gridstride --simulate` (no GPU needed), `invoke viz mandelbrot`.
+
+    Each option belongs to one picture (the help says which); `invoke viz` alone lists the pictures."""
     import importlib
 
-    if what not in _registry.pictures():
-        raise Exit(f"viz: nothing to draw for {what!r}; choose from {', '.join(_registry.pictures())}")
+    from harness import cudart
+    from harness.errors import CudalabError
+
+    pictures = _registry.pictures()
+    if what not in pictures:
+        raise Exit(f"viz: nothing to draw for {what!r}; choose from {', '.join(pictures)}")
+    given = dict(n=n, blocks=blocks, threads=threads, simulate=simulate, width=width, height=height, iters=iters,
+                 region=region, variant=variant)
+    _refuse_foreign_options("viz", what, given, _viz_takes, pictures, "picture")
     opts = dict(n=_int(n, "-n", lo=1), blocks=_int(blocks, "--blocks", lo=1), threads=_int(threads, "--threads", lo=1),
                 simulate=simulate or None, width=_int(width, "--width", lo=1), height=_int(height, "--height", lo=1),
                 iters=_int(iters, "--iters", lo=1), region=region, variant=variant)
@@ -274,11 +485,33 @@ def viz(c, what, n="", blocks="", threads="", simulate=False, width="", height="
     with _one_line(f"viz {what}"), _progress(f"viz {what}") as bar:
         t = bar.add_task("simulating" if simulate else "running", total=None)
         # A module whose viz_data takes `progress` reports its steps (the simulator's blocks).
-        data = _registry.viz_data(what, **opts, progress=lambda done, total: bar.update(t, completed=done, total=total))
+        try:
+            data = _registry.viz_data(what, **opts,
+                                      progress=lambda done, total: bar.update(t, completed=done, total=total))
+        except CudalabError:
+            # The executable or the runtime failed: where that is for want of a GPU and the picture has a
+            # simulator, say how to draw it without one.
+            if _viz_takes(what, "simulate") and not simulate and not cudart.gpu_available()[0]:
+                bar.stop()
+                raise Exit(f"viz {what}: no usable GPU here (`invoke doctor` says what is missing); the Python "
+                           f"simulator draws it without one: invoke {shlex.join(sys.argv[1:] + ['--simulate'])}"
+                           ) from None
+            raise
         bar.update(t, description="drawing")
         paths = draw.plot(data, Path(outdir))
     for p in paths:
         print(p)
+    if isinstance(data, dict) and data.get("computed_on"):
+        print(f"viz {what}: {data['computed_on']}")
+
+
+def _viz_takes(picture: str, option: str) -> bool:
+    """Whether the picture's viz_data takes `option` (one that takes **kwargs takes everything)."""
+    fn = _registry.hook(picture, "viz_data")
+    if fn is None:
+        return False
+    params = inspect.signature(fn).parameters
+    return _takes(fn, option) or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 @task(help={"programs": "comma-separated programs (default: all with bench cases: "
@@ -378,9 +611,9 @@ def _report_repeat(frames, save: bool) -> None:
             "clock_control": "ncu: lock the clocks to base (default: measure the card as it is)"})
 @_help_if_asked
 def profile(c, prog, tool="auto", variant=None, metrics=None, clock_control=False):
-    """Profile a program's kernels: `invoke profile square --tool nsys`, `invoke profile matmul --tool ncu -- 256 256 256`.
+    """Profile a program's kernels with nsys or ncu: `invoke profile square --tool nsys`.
 
-    Prints a table of kernels with their share of GPU time; CSVs go to build/profiles/<prog>/,
+    `invoke profile matmul --tool ncu -- 256 256 256` passes the words after `--` to the program. Prints a table of kernels with their share of GPU time; CSVs go to build/profiles/<prog>/,
     with a bar chart of the shares (kernel_shares.png)."""
     from analysis import profile as aprof
     from harness import profile as hp
@@ -409,7 +642,7 @@ def profile(c, prog, tool="auto", variant=None, metrics=None, clock_control=Fals
             "tool": "memcheck, racecheck, initcheck, synccheck, a comma list of them, or all (default)",
             "jobs": "sanitizer runs in parallel, a positive integer (default 4)"})
 def sanitize(c, programs="", tool="all", jobs=""):
-    """compute-sanitizer over every program at small sizes, every variant: `invoke sanitize -p square,matmul`.
+    """Run compute-sanitizer over every program and variant at small sizes: `invoke sanitize -p square,matmul`.
 
     Arguments after `--` replace each program's own runs (`-- --oob` plants square's bug).
     Exits non-zero when any run is not clean."""
@@ -444,9 +677,11 @@ def sanitize(c, programs="", tool="all", jobs=""):
             "outdir": "where the PNGs go (default build/plots)"})
 @_help_if_asked
 def plot(c, what, csv=None, prog=None, outdir="build/plots"):
-    """Draw from saved results: `invoke plot bench` (ratio bars + roofline), `invoke plot profile --prog square`,
-    `invoke plot tune` (each cached parameter search, no GPU needed), `invoke plot timeline --csv F` (one
-    matmul launch's blocks on its SMs, from `matmul --timeline`)."""
+    """Draw from saved results (no GPU needed): bench, profile, tune or timeline.
+
+    `invoke plot bench` (ratio bars + roofline), `invoke plot profile --prog square`, `invoke plot tune`
+    (each cached parameter search), `invoke plot timeline --csv F` (one matmul launch's blocks on its
+    SMs, from `matmul --timeline`)."""
     if what == "bench":
         from analysis import bench as abench
 
@@ -507,8 +742,9 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots"):
             "save": "cache the winner under bench/results/<gpu>/ (default on; --no-save only prints)"})
 @_help_if_asked
 def tune(c, prog, size="4096", save=True):
-    """A program's parameter search: `invoke tune matmul` times every compiled ladder configuration and
-    caches the fastest for this GPU (bench/results/<gpu>/matmul-tune.json), which 09_tuned then runs;
+    """Search a program's tuning parameters on this GPU and cache the winner: `invoke tune matmul`.
+
+    `invoke tune matmul` times every compiled ladder configuration and caches the fastest for this GPU (bench/results/<gpu>/matmul-tune.json), which 09_tuned then runs;
     `invoke tune attention` does the same for 03_flash_bf16's and 05_flash_wgmma's choices at each head size, and
     `invoke tune gemm_tc` for the wgmma configurations (schedule, stages, raster) that 06_wgmma_tuned runs."""
     from harness import tune as htune
@@ -567,3 +803,92 @@ def demo(c, bench=True, profile=True):
         print(textwrap.fill(line, width=console.width(), break_long_words=False, break_on_hyphens=False))
     if result.failed:
         raise Exit(f"demo: {len(result.failed)} step(s) failed", code=1)
+
+
+def _exercise_arguments(args: list) -> list:
+    """`invoke exercise list` takes no NAME while `invoke exercise start NAME` needs one: invoke
+    requires every positional argument, so NAME counts as given when the action is `list`. (The parser
+    deep-copies its contexts: the action's Argument is kept as an attribute, copied along with it.)"""
+    from invoke.parser import Argument
+
+    class NameArgument(Argument):
+        @property
+        def value(self):
+            v = self._value if self._value is not None else self.default
+            return "" if v is None and self.action_arg.value == "list" else v
+
+        @value.setter
+        def value(self, arg):
+            self.set_value(arg, cast=True)
+
+    action = next(a for a in args if a.name == "action")
+    for a in args:
+        if a.name == "name":
+            a.__class__ = NameArgument
+            a.action_arg = action
+    return args
+
+
+class _ExerciseTask(_Task):
+    def get_arguments(self, *args, **kwargs):
+        return _exercise_arguments(super().get_arguments(*args, **kwargs))
+
+
+@task(klass=_ExerciseTask, positional=["action", "name"], help={"action": "list, start, check, hint or solution",
+            "name": "the exercise (invoke exercise list names them)",
+            "track": "python (harness.sim, no GPU) or cuda (default: python, or the track whose file exists)",
+            "dir": "the learner's folder (default: exercises/ in the current folder)",
+            "write": "solution: write the lab's solution into the learner's file (the old one is kept as .bakN)"})
+@_help_if_asked
+def exercise(c, action, name=None, track="", dir="", write=False):  # noqa: A002 -- the option is --dir
+    """Do the courses' exercises, graded: `invoke exercise list` names them.
+
+    `invoke exercise start square`, `invoke exercise check square [--track cuda]`, `invoke exercise hint square`,
+    `invoke exercise solution square`."""
+    from harness import exercises as hx
+
+    actions = ("list", "start", "check", "hint", "solution")
+    if action not in actions:
+        raise Exit(f"exercise: no action {action!r}; choose {', '.join(actions)}")
+    if action != "list" and not name:
+        raise Exit(f"exercise {action}: name the exercise: invoke exercise {action} NAME (invoke exercise list names them)")
+    with _one_line(f"exercise {action}"):
+        if action == "list":
+            import pandas as pd
+
+            _print_table(pd.DataFrame(hx.listing(hx.folder(dir))), "exercises, in the order a learner meets them")
+        elif action == "start":
+            path, created = hx.start(name, track or None, dir or None)
+            if created:
+                print(f"wrote {path}: fill in its TODOs, then run `invoke exercise check {name}"
+                      f"{' --track cuda' if path.suffix == '.cu' else ''}`")
+            else:
+                print(f"{path} is already there (your work is kept): edit it, or move it away to start over")
+        elif action == "hint":
+            k, total, text = hx.hint(name, dir or None)
+            print(f"hint {k} of {total}: {text}")
+        elif action == "solution":
+            text, path, backup = hx.solution(name, track or None, dir or None, write=write)
+            if path is None:
+                sys.stdout.write(text)
+                print(f"(the lab's solution; `invoke exercise solution {name} --write` puts it into your file)")
+            else:
+                print(f"wrote the solution into {path}" + (f"; your file was kept as {backup}" if backup else ""))
+        else:
+            from harness.exercises import check as hcheck
+
+            v = hcheck.check(name, track or None, dir or None)
+            for ok, text in v.lines:
+                mark = "ok  " if ok else ("FAIL" if ok is False else "    ")
+                first, *rest = str(text).splitlines()
+                print(f"{mark} {first}")
+                for line in rest:
+                    print(f"     {line}")
+            print(v.final_line())
+            if not v.passed:
+                raise Exit(code=1)
+
+
+# Every task above, for the parse-error messages (invoke parses their arguments after this import).
+_TASK_NAMES = frozenset(k for k, v in list(globals().items()) if isinstance(v, Task))
+_explain_parse_errors()

@@ -393,6 +393,10 @@ def run(names: list[str] | None = None, quick: bool = False, on_progress: Callab
     Returns (table, ceilings); the table's attrs['consistency'] holds the ceiling-vs-row check."""
     if cases is None:
         check_built(names)
+    # The same check as every timing session's, before collecting and resolving the ceilings (some
+    # of which touch the device): without a GPU nothing here can be measured.
+    timing.require_gpu()
+    if cases is None:
         cases = collect(names, quick)
     if not cases:
         raise CudalabError("no bench cases to run" + (f" for {', '.join(names)}" if names else ""))

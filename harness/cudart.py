@@ -7,6 +7,7 @@ timing loop uses for events and the L2 flush, and what tests compare device_info
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import cffi
@@ -214,11 +215,27 @@ def memset(ptr, value: int, nbytes: int, stream=None) -> None:
     check(lib().cudaMemsetAsync(ptr, value, nbytes, stream or ffi.NULL), "cudaMemsetAsync")
 
 
+MAX_BYTES = 2**63 - 1  # sizes go to cudaMalloc as size_t and through numpy as int64
+
+
+def check_nbytes(nbytes) -> int:
+    """A byte count as an int, or ValueError: negative, or past what a size could hold (before any call)."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)):
+        raise TypeError(f"a size in bytes must be an integer, got {nbytes!r}")
+    n = int(nbytes)
+    if n < 0:
+        raise ValueError(f"a size in bytes must be at least 0, got {n}")
+    if n > MAX_BYTES:
+        raise ValueError(f"{n} bytes is more than any allocation can be (at most 2**63 - 1 bytes)")
+    return n
+
+
 class DeviceBuffer:
     """Owns a cudaMalloc allocation; freed on close() or garbage collection."""
 
     def __init__(self, nbytes: int):
-        self.nbytes = int(nbytes)
+        self.ptr = None  # set before anything can raise, so that __del__ finds it
+        self.nbytes = check_nbytes(nbytes)
         self.ptr = malloc(self.nbytes)
 
     @classmethod
@@ -267,13 +284,20 @@ class DeviceArray(DeviceBuffer):
         shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
         if any(s < 0 for s in shape):
             raise ValueError(f"shape {shape} has a negative dimension")
+        self.ptr = None
+        # Python ints: numpy's int64 product wraps, so (2**32, 2**32) came out as 0 bytes and (2**62, 3)
+        # as a negative count, and both allocated one byte.
+        count = math.prod(shape)
+        if count * dt.itemsize > MAX_BYTES:
+            raise ValueError(f"shape {shape} of {dt.name} is {count} elements of {dt.itemsize} bytes, "
+                             f"{count * dt.itemsize} bytes: more than any allocation can be (at most 2**63 - 1)")
         self.shape = shape
         self.dtype = dt
-        super().__init__(int(np.prod(shape, dtype=np.int64)) * dt.itemsize)
+        super().__init__(count * dt.itemsize)
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     @property
     def ndim(self) -> int:

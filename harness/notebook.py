@@ -33,12 +33,16 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import math
+import os
 import resource
 import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from unittest import mock
 
 try:
@@ -48,7 +52,7 @@ except ImportError as e:  # pragma: no cover - exercised only where IPython is a
     raise ImportError("harness.notebook needs IPython: pip install -e '.[notebook]'") from e
 
 from . import inline
-from .errors import ProgramError
+from .errors import BuildError, CudalabError, ProgramError
 
 # Jupyter numbers a cell's lines from its first line, the `%%cuda` line; the cell body starts on 2.
 CELL_LINE_OFFSET = 1
@@ -63,6 +67,69 @@ class CellProgramError(ProgramError):
         return [f"ProgramError: the cell's program {what}"]
 
 
+class CellNoGPUError(CellProgramError):
+    """The cell's program tried to reach the GPU and there is none: every CUDA call in it failed, and a
+    program that does not check them still exits 0 with no GPU output."""
+
+    def __init__(self, argv, returncode: int, why: str, stderr_tail: str = "", stdout: str = ""):
+        super().__init__(argv, returncode, stderr_tail, stdout)
+        self.why = why
+        self.args = (f"the cell's program ran without a GPU: it looked for the CUDA driver and there is no usable "
+                     f"GPU here, so its CUDA calls failed and no kernel ran. {why}",)
+
+    def _render_traceback_(self):
+        return [f"NoGPUError: {self.args[0]}"]
+
+
+def _shell_words(text: str, what: str) -> list[str]:
+    """shlex.split, with an unbalanced quote as a one-line UsageError instead of a ValueError traceback."""
+    try:
+        return shlex.split(text)
+    except ValueError as e:
+        raise UsageError(f"{what}: {e} in {text!r} (quote a value with a matching pair of quotes)") from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return v
+
+
+def _count(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of runs, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (or 0: no timing), got {v}")
+    return v
+
+
+def _no_gpu() -> str | None:
+    """Why no CUDA device can be used here, or None when one can."""
+    from . import cudart
+
+    try:
+        ok, why = cudart.gpu_available()
+    except (OSError, CudalabError) as e:  # the runtime library itself cannot be loaded
+        return str(e)
+    return None if ok else why
+
+
+def _looked_for_the_driver(folder: str) -> bool:
+    """Whether a process run with LD_DEBUG=libs and LD_DEBUG_OUTPUT under `folder` looked for libcuda: the
+    CUDA runtime loads the driver at its first call, and a program without CUDA calls never does."""
+    for f in Path(folder).glob("ld*"):
+        with open(f, errors="replace") as fh:
+            if any("libcuda.so" in line for line in fh):
+                return True
+    return False
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(f"{self.prog}: {message}\n{self.format_usage()}")
@@ -71,7 +138,7 @@ class _Parser(argparse.ArgumentParser):
 def _split(line: str) -> list[str]:
     """shlex-split the magic line; `--args VALUE` becomes `--args=VALUE` so that a value starting
     with a dash is still taken as the value."""
-    toks = shlex.split(line)
+    toks = _shell_words(line, "the magic's line")
     out, i = [], 0
     while i < len(toks):
         if toks[i] in VALUE_OPTIONS and i + 1 < len(toks):
@@ -88,11 +155,11 @@ def _cuda_parser() -> _Parser:
     p.add_argument("--args", default="", help="the program's argv, one string split like a shell does")
     p.add_argument("--arch", default=None, help="compute capability, e.g. 90 or sm_90a")
     p.add_argument("--flags", default="", help="extra nvcc flags, one string")
-    p.add_argument("--timeit", type=int, default=0, metavar="N", help="run N times and report the times")
+    p.add_argument("--timeit", type=_count, default=0, metavar="N", help="run N times and report the times")
     p.add_argument("--profile", choices=("nsys", "ncu", "nvprof"), default=None,
                    help="run under a profiler (nsys or ncu; nvprof is gone, and the cell says why)")
     p.add_argument("--compile-only", action="store_true", help="compile, do not run")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds before a run is stopped")
+    p.add_argument("--timeout", type=_seconds, default=120.0, help="seconds before a run is stopped")
     p.add_argument("--name", default="cell", help="label for the cache file and messages")
     p.add_argument("-v", "--verbose", action="store_true", help="say what is compiled or cached")
     return p
@@ -121,13 +188,14 @@ def _show(p: subprocess.CompletedProcess) -> None:
         sys.stderr.flush()
 
 
-def run_program(prog: inline.Program, argv: list[str], timeout: float) -> tuple[subprocess.CompletedProcess, float, float]:
+def run_program(prog: inline.Program, argv: list[str], timeout: float,
+                env: dict | None = None) -> tuple[subprocess.CompletedProcess, float, float]:
     """Run the compiled cell once: (completed process, wall seconds, user+sys CPU seconds)."""
     cmd = [str(prog.path), *argv]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace")
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace", env=env)
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
         err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
@@ -194,26 +262,45 @@ class CudaMagics(Magics):
                [--compile-only] [--timeout S] [--name NAME] [-v]
         """
         opts = _cuda_parser().parse_args(_split(line))
-        if opts.timeit < 0:
-            raise UsageError("%%cuda: --timeit N needs N >= 1")
-        prog = inline.compile_program(cell, name=opts.name, arch=opts.arch, flags=shlex.split(opts.flags),
-                                      verbose=opts.verbose, _display=opts.name, _line_offset=CELL_LINE_OFFSET)
+        flags = _shell_words(opts.flags, "%%cuda --flags")
+        argv = _shell_words(opts.args, "%%cuda --args")
+        try:
+            prog = inline.compile_program(cell, name=opts.name, arch=opts.arch, flags=flags, verbose=opts.verbose,
+                                          _display=opts.name, _line_offset=CELL_LINE_OFFSET)
+        except BuildError as e:
+            if "undefined reference to `main'" in f"{e}\n{e.log}":
+                raise UsageError("%%cuda: the cell has no main(): %%cuda compiles and runs a whole program. For "
+                                 "functions to call from Python, use %%cuda_lib NAME; to run this cell, add "
+                                 "int main() { ... }") from None
+            raise
+        except (ValueError, TypeError) as e:  # a bad --arch or --name: the line, not the code
+            if isinstance(e, CudalabError):
+                raise
+            raise UsageError(f"%%cuda: {e}") from None
         _show_warnings(prog.warnings)
         if opts.compile_only:
             how = "from the cache, nothing compiled" if prog.cache_hit else f"compiled in {prog.compile_seconds:.1f} s"
             print(f"{opts.name}: {how} for sm_{prog.arch} -> {prog.path}")
             return None
-        argv = shlex.split(opts.args)
         if opts.profile == "nvprof":
             raise UsageError(_nvprof_message())
         if opts.profile and profile_program(opts.profile, prog, argv, opts.timeout, opts.name):
             return None
         runs = max(opts.timeit, 1)
         walls, cpus = [], []
+        no_gpu = _no_gpu()
         for i in range(runs):
-            p, wall, cpu = run_program(prog, argv, opts.timeout)
-            if i == 0 or p.returncode != 0:
-                _show(p)
+            with tempfile.TemporaryDirectory(prefix="cudalab-cell-") as watch:
+                env = None
+                if no_gpu and i == 0:
+                    # Without a GPU, watch whether the program reaches for one: glibc's loader notes each
+                    # library it looks for, and the CUDA runtime looks for libcuda at its first call.
+                    env = {**os.environ, "LD_DEBUG": "libs", "LD_DEBUG_OUTPUT": os.path.join(watch, "ld")}
+                p, wall, cpu = run_program(prog, argv, opts.timeout, env=env)
+                if i == 0 or p.returncode != 0:
+                    _show(p)
+                if env is not None and _looked_for_the_driver(watch):
+                    raise CellNoGPUError(p.args, p.returncode, no_gpu, p.stderr[-2000:], p.stdout)
             if p.returncode != 0:
                 raise CellProgramError(p.args, p.returncode, p.stderr[-2000:], p.stdout)
             walls.append(wall)
@@ -234,8 +321,14 @@ class CudaMagics(Magics):
         opts = _lib_parser().parse_args(_split(line))
         if not opts.name.isidentifier():
             raise UsageError(f"%%cuda_lib: {opts.name!r} is not a Python identifier")
-        mod = inline.load(cell, name=opts.name, arch=opts.arch, flags=shlex.split(opts.flags),
-                          verbose=opts.verbose, _display=opts.name, _line_offset=CELL_LINE_OFFSET)
+        flags = _shell_words(opts.flags, "%%cuda_lib --flags")
+        try:
+            mod = inline.load(cell, name=opts.name, arch=opts.arch, flags=flags,
+                              verbose=opts.verbose, _display=opts.name, _line_offset=CELL_LINE_OFFSET)
+        except (ValueError, TypeError) as e:  # a bad --arch: the line (the cell's own errors are CudalabErrors)
+            if isinstance(e, CudalabError):
+                raise
+            raise UsageError(f"%%cuda_lib: {e}") from None
         self.shell.user_ns[opts.name] = mod
         _show_warnings(mod.warnings)
         how = "from the cache, nothing compiled" if mod.cache_hit else f"compiled in {mod.compile_seconds:.1f} s"
@@ -249,4 +342,5 @@ def load_ipython_extension(ipython) -> None:
     ipython.register_magics(CudaMagics)
 
 
-__all__ = ["CudaMagics", "load_ipython_extension", "run_program", "profile_program", "CellProgramError"]
+__all__ = ["CudaMagics", "load_ipython_extension", "run_program", "profile_program", "CellProgramError",
+           "CellNoGPUError"]

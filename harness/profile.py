@@ -40,7 +40,7 @@ import pandas as pd
 
 from . import build as _build
 from . import toolchain
-from .errors import CudalabError
+from .errors import CudalabError, NoGPUError
 from .ncu import (  # noqa: F401  (re-exported: the tool's facts live in harness/ncu.py)
     DEFAULT_METRICS,
     DURATION_METRIC,
@@ -427,6 +427,8 @@ def profile(prog: str, tool: str = "auto", variant: str | None = None, args: lis
     fb = fallback or event_timing
     try:
         kernels = fb(prog, variants)
+    except NoGPUError:
+        raise  # no device: the profilers' failures above follow from it, so the one line says that
     except (CudalabError, FileNotFoundError) as e:
         raise NoReport(failures, str(e)) from None
     res = ProfileResult(prog, "event timing", kernels, failures=failures,

@@ -147,6 +147,15 @@ def require_engine() -> str:
     return v
 
 
+def require_gpu() -> None:
+    """NoGPUError, with what is missing, unless a CUDA device can be used. Every measurement session
+    passes here before its child starts: NVBench's extension needs the driver (libcuda), and without
+    one the child died in an ImportError traceback instead of saying that there is no GPU."""
+    from . import cudart
+
+    cudart.device_count()
+
+
 def run_plan(items: list[Item], options: Options | None = None, *, on_progress: Callable[[int, str], None] | None = None,
              timeout: float | None = None, workdir: Path | None = None,
              errors: dict | None = None) -> dict[str, Timing]:
@@ -160,6 +169,7 @@ def run_plan(items: list[Item], options: Options | None = None, *, on_progress: 
     if len(set(keys)) != len(keys):
         raise ValueError("plan keys must be unique")
     require_engine()
+    require_gpu()
     opts = options or Options()
     from . import build as _build
 

@@ -536,3 +536,34 @@ def test_executable_config_error_lists_every_tuning_choice():
     """A bad --config names the valid ones: the library's table, which TUNING_VARIANTS spells out."""
     res = runner.run("attention", "--config", "nosuch", "1", "1", "8", "64", check=False)
     assert res.returncode == 2 and all(c in res.stderr for c in att.TUNING_VARIANTS), res.stderr
+
+
+def _no_launch(*a, **kw):
+    raise AssertionError("reached the library: the sizes were not refused before any launch")
+
+
+@pytest.mark.parametrize("shape,rule", [
+    ((1, 1, -5, 64), "must be positive"),
+    ((1, 0, 8, 64), "must be positive"),
+    ((65536, 1, 8, 64), r"B\*H must be at most 65535"),
+    ((1, 1, att.MAX_S + 1, 64), f"S must be at most {att.MAX_S}"),
+    ((1, 1, 8, 48), r"needs D in \(32, 64, 128\)"),
+    ((1, 1, 8.0, 64), "must be integers"),
+    ((1, 1, 8), r"shape must be \(B, H, S, D\)"),
+])
+def test_forward_device_refuses_bad_sizes_before_any_launch(monkeypatch, shape, rule):
+    """The device-pointer entry checks the same rules as attention() (they reached C and came back as
+    cudaErrorInvalidValue); the library is never loaded."""
+    monkeypatch.setattr(att.library, "load", _no_launch)
+    with pytest.raises(ValueError, match=rule):
+        att.forward_device("02_flash", shape, False, None, None, None, None)
+    if len(shape) == 4 and "integers" not in rule:
+        with pytest.raises(ValueError, match=rule.split(" \\(")[0] if "needs D" in rule else rule):
+            att.workspace_bytes("02_flash", *shape)
+
+
+def test_check_sizes_passes_good_sizes_through():
+    assert att.check_sizes(np.int64(2), 3, att.MAX_S, 64, variant="02_flash") == (2, 3, att.MAX_S, 64)
+    assert att.check_sizes(1, att.MAX_BH, 1, 48) == (1, att.MAX_BH, 1, 48)  # no variant: any D
+    with pytest.raises(ValueError, match="integers"):
+        att.check_sizes(True, 1, 1, 1)

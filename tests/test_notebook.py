@@ -191,11 +191,17 @@ def test_cuda_lib_binds_a_module(ip, capsys):
     assert "line 3" in str(ei.value)  # a cell line number: the magic line is line 1
 
 
-def test_example_notebook_is_committed_clean():
+def test_example_notebook_is_committed_clean_or_with_a_whole_gpu_run():
+    """Either no outputs at all, or the outputs of one whole run on a GPU (harness.notebook_run): every
+    code cell executed once, in order, no error output, and the device named in the metadata."""
     nb = json.loads(NOTEBOOK.read_text())
     assert nb["nbformat"] == 4
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
-    assert code and all(c["outputs"] == [] and c["execution_count"] is None for c in code)
+    clean = all(c["outputs"] == [] and c["execution_count"] is None for c in code)
+    if not clean:
+        assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1))
+        assert not [o for c in code for o in c["outputs"] if o.get("output_type") == "error"]
+        assert nb["metadata"].get("cudalab", {}).get("executed_on"), "a saved run names its GPU"
     sources = ["".join(c["source"]) for c in code]
     assert sources[0].startswith("%load_ext harness.notebook")
     assert any(s.startswith("%%cuda_lib ") for s in sources)
@@ -293,3 +299,112 @@ def test_example_notebook_runs_top_to_bottom(tmp_path, capsys):
         print("notebook cells ran as a script in an IPython shell (nbclient is not installed)")
     assert "same bytes as the host-pointer form: True" in outputs
     assert "Hello World from the GPU!" in outputs
+
+
+def test_notebook_extra_installs_what_opens_it():
+    import tomllib
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["notebook"]
+    names = {d.split(">")[0].split("=")[0].split("[")[0].strip() for d in extra}
+    assert names & {"jupyterlab", "notebook"} and {"nbclient", "nbformat", "ipykernel"} <= names
+
+
+def test_notebook_run_refuses_without_a_gpu(tmp_path, monkeypatch, capsys):
+    from harness import notebook_run
+
+    monkeypatch.setattr(notebook_run, "gpu_here", lambda: (False, "no GPU (test)"))
+    target = tmp_path / "nb.ipynb"
+    target.write_text(NOTEBOOK.read_text())
+    assert notebook_run.main([str(target)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "must come from a GPU run" in err
+    assert target.read_text() == NOTEBOOK.read_text()  # nothing written
+    assert notebook_run.main(["--help"]) == 2
+
+
+# Writes the GPU run's outputs into a copy: the integrator runs `python3 -m harness.notebook_run` to save them.
+@pytest.mark.slow
+@pytest.mark.gpu
+def test_notebook_run_saves_a_whole_run(tmp_path):
+    pytest.importorskip("nbclient")
+    from harness import notebook_run
+
+    target = tmp_path / "nb.ipynb"
+    target.write_text(NOTEBOOK.read_text())
+    notebook_run.execute(target)
+    nb = json.loads(target.read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1))
+    assert nb["metadata"]["cudalab"]["executed_on"]
+    text = "".join(o.get("text", "") for c in code for o in c["outputs"])
+    assert "Hello World from the GPU!" in text
+
+
+# --- a bad line, a cell without main, a program without a GPU: one line each ------------------------
+
+@pytest.mark.parametrize("line,says", [
+    ("--arch abc", "%%cuda: arch 'abc' is not a compute capability"),
+    ("--args \"a 'b\"", "%%cuda --args: No closing quotation"),
+    ("--flags \"-O3 '\"", "%%cuda --flags: No closing quotation"),
+    ("--name 'a", "the magic's line: No closing quotation"),
+    ("--timeout nan", "--timeout: must be a positive number of seconds, got 'nan'"),
+    ("--timeout -5", "--timeout: must be a positive number of seconds, got '-5'"),
+    ("--timeout 0", "--timeout: must be a positive number of seconds"),
+    ("--timeout inf", "--timeout: must be a positive number of seconds"),
+    ("--timeit -1", "--timeit: must be at least 1"),
+    ("--timeit x", "--timeit: must be a whole number of runs"),
+])
+def test_a_bad_magic_line_is_one_usage_error(ip, capsys, line, says):
+    """These were ValueError tracebacks in the cell (--timeout -5 ran and said "timed out")."""
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError) as ei:
+        ip.run_cell_magic("cuda", line, HOST_ONLY)
+    assert says in str(ei.value)
+    res = ip.run_cell(f"%%cuda {line}\n{HOST_ONLY}")
+    shown = capsys.readouterr()
+    assert not res.success and "Traceback" not in shown.out + shown.err
+    assert "argc=" not in shown.out  # refused before anything ran
+
+
+def test_cuda_lib_bad_arch_is_a_usage_error(ip):
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match="%%cuda_lib: arch 'abc' is not a compute capability"):
+        ip.run_cell_magic("cuda_lib", "m --arch abc", 'extern "C" int f(void) { return 0; }\n')
+
+
+def test_a_cell_without_main_points_at_cuda_lib(ip):
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match=r"the cell has no main\(\).*use %%cuda_lib NAME"):
+        ip.run_cell_magic("cuda", "", '__global__ void k(float *x) { x[threadIdx.x] = 1.0f; }\n')
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """As on a machine without a GPU, whatever this one has: what the magic is told when it asks."""
+    from harness import notebook
+
+    monkeypatch.setattr(notebook, "_no_gpu", lambda: "cudaGetDeviceCount: no CUDA device (test)")
+
+
+@pytest.mark.parametrize("line", ["", "--timeit 5"])
+def test_a_program_that_never_reached_the_gpu_says_so(ip, capsys, no_gpu, line):
+    """The README's hello cell, without a GPU: it exited 0 with nothing printed (and --timeit reported a
+    median); the cell now fails with one line saying its CUDA calls could not reach a GPU."""
+    from harness.notebook import CellNoGPUError
+
+    with pytest.raises(CellNoGPUError, match="ran without a GPU.*no CUDA device \\(test\\)") as ei:
+        ip.run_cell_magic("cuda", line, HELLO_GPU)
+    shown = capsys.readouterr()
+    assert "Hello World from the CPU!" in shown.out  # its host output is still shown
+    assert "timeit" not in shown.out
+    assert ei.value._render_traceback_()[0].startswith("NoGPUError: the cell's program ran without a GPU")
+
+
+def test_a_host_only_program_runs_without_a_gpu(ip, capsys, no_gpu):
+    """The check watches for the CUDA driver being loaded: a program with no CUDA calls is not refused."""
+    ip.run_cell_magic("cuda", '--args "x" --timeit 2', HOST_ONLY)
+    out = capsys.readouterr().out
+    assert "argc=2 [x]" in out and "timeit: 2 runs" in out

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from harness import build
 
 ROOT = build.ROOT
@@ -155,3 +157,129 @@ def test_task_then_help_prints_the_help():
         assert r.stdout == ref.stdout and f"] {name} [--options]" in r.stdout, name
     r = inv("plot", "-h")
     assert r.returncode == 0 and "Usage:" in r.stdout
+
+
+# --- the task map: whole first sentences, one meaning per short flag ---------------------------------
+
+def _collection():
+    import importlib.util
+
+    from invoke import Collection
+
+    spec = importlib.util.spec_from_file_location("cudalab_tasks_under_test", ROOT / "tasks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return Collection.from_module(mod)
+
+
+def test_every_task_has_a_whole_short_first_sentence():
+    """`invoke --list` shows a docstring's first line: it must be a whole sentence on its own (it cut
+    "A broken program does not stop" and "spread over" mid-sentence), and short."""
+    import re
+
+    ns = _collection()
+    assert len(ns.task_names) >= 14
+    listing = inv("--list").stdout
+    shown = {}  # task -> its --list text, wrapped lines joined
+    for line in listing.splitlines():
+        m = re.match(r"^  (\S+)\s{2,}(.*)$", line)
+        if m:
+            cur = m.group(1)
+            shown[cur] = m.group(2).strip()
+        elif line.startswith("    ") and shown:
+            shown[cur] += " " + line.strip()
+    for name in ns.task_names:
+        first = ns[name].__doc__.lstrip().splitlines()[0].strip()
+        assert first.endswith("."), f"{name}: first line is not a whole sentence: {first!r}"
+        assert not first.endswith(("e.g.", "i.e.")), name
+        assert len(first) <= 110, f"{name}: first line is {len(first)} characters"
+        assert first[0].isupper() or first[0] == "`", name
+        assert shown.get(name) == first, (name, shown.get(name), first)
+
+
+def test_short_flags_have_one_meaning_and_h_is_help():
+    """No two tasks give one short flag different meanings (viz's -e was --iters, bench's --repeat), and
+    -h is never an option (viz's --height had it)."""
+    ns = _collection()
+    meaning: dict[str, set] = {}
+    for name in ns.task_names:
+        for arg in ns[name].get_arguments():
+            long = arg.name
+            for flag in arg.names:
+                if len(flag) == 1 and flag != long:
+                    meaning.setdefault(flag, set()).add(long)
+    assert "h" not in meaning, meaning.get("h")
+    clashes = {f: sorted(m) for f, m in meaning.items() if len(m) > 1}
+    assert not clashes, clashes
+    assert meaning["p"] == {"programs"} and meaning["v"] == {"variant"}  # the documented ones stay
+    r = inv("viz", "-h")
+    assert r.returncode == 0 and "Usage:" in r.stdout
+
+
+def test_the_short_flag_check_catches_a_clash(monkeypatch):
+    """The check above is not vacuous: with invoke's own automatic short flags it finds the clashes."""
+    from invoke import Task
+
+    ns = _collection()
+    meaning: dict[str, set] = {}
+    for name in ns.task_names:
+        t = ns[name]
+        auto = Task(t.body, name=name, help=dict(t.help), positional=t.positional, optional=t.optional,
+                    iterable=t.iterable, incrementable=t.incrementable, auto_shortflags=True)
+        for arg in auto.get_arguments(ignore_unknown_help=True):
+            for flag in arg.names:
+                if len(flag) == 1 and flag != arg.name:
+                    meaning.setdefault(flag, set()).add(arg.name)
+    assert meaning["e"] == {"iters", "repeat"} and "height" in meaning["h"]
+
+
+# --- what to type instead: one line each, never a traceback ------------------------------------------
+
+@pytest.mark.parametrize("args,says", [
+    (["run", "hello", "shapes"], "arguments for the program go after `--`; type: invoke run hello -- shapes"),
+    (["run", "hello", "loop", "2", "--", "extra"], "type: invoke run hello -- loop 2 extra"),
+    (["run", "hello", "--frobnicate"], "'--frobnicate' is not an option of run"),
+    (["viz"], "invoke viz: name a picture: gridstride, mandelbrot"),
+    (["run"], "invoke run: name a program: attention,"),
+    (["plot"], "name what to draw: bench, profile, tune or timeline"),
+    (["viz", "gridstride", "5"], "'5' is neither an option of viz nor a task"),
+    (["test", "--marker", "gpu and"], "test: --marker 'gpu and' is not a pytest expression: expected not OR left "
+                                       "parenthesis OR identifier; got end of input"),
+    (["test", "--keyword", "a b"], "test: --keyword 'a b' is not a pytest expression"),
+    (["test", "-m", "not (gpu"], "is not a pytest expression"),
+    (["viz", "gridstride", "--simulate", "--iters", "5"],
+     "viz gridstride: --iters does not apply to gridstride (it is for mandelbrot)"),
+    (["viz", "gridstride", "--simulate", "--variant", "02_fast", "--region", "0 1 0 1"],
+     "--region does not apply to gridstride (it is for mandelbrot); --variant does not apply"),
+    (["viz", "mandelbrot", "--simulate"], "viz mandelbrot: --simulate does not apply to mandelbrot (it is for gridstride)"),
+    (["viz", "mandelbrot", "-n", "5"], "-n does not apply to mandelbrot (it is for gridstride)"),
+    (["run", "hello", "--image", "x.png"], "run hello: --image does not apply to hello (it is for grayscale)"),
+    (["run", "matmul", "--out", "x.png"], "run matmul: --out does not apply to matmul (it is for grayscale)"),
+])
+def test_mistyped_commands_say_what_to_type(args, says):
+    r = inv(*args)
+    assert r.returncode != 0, (args, r.stdout)
+    assert says in r.stderr, (args, r.stderr)
+    assert "Traceback" not in r.stderr and "INTERNALERROR" not in r.stderr and "No idea" not in r.stderr
+    lines = [x for x in r.stderr.strip().splitlines() if x.strip()]
+    assert len(lines) == 1, (args, r.stderr)
+
+
+def test_good_pytest_expressions_pass_the_check():
+    """The marker check lets a valid expression through to pytest (here one that selects nothing)."""
+    r = inv("test", "--marker", "gpu and not gpu", "--jobs", "1", "--args", "-q tests/test_parse.py")
+    assert "is not a pytest expression" not in r.stderr
+    assert r.returncode == 5 and "pytest collected no tests" in r.stderr, r.stderr
+
+
+def test_viz_without_a_gpu_suggests_the_simulator():
+    from conftest import GPU_OK
+
+    if GPU_OK:
+        pytest.skip("checks the no-GPU message")
+    if not build.bin_path("grid_stride").exists():
+        pytest.skip("build/bin/grid_stride is not built")
+    r = inv("viz", "gridstride", "-n", "40")
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1].endswith("draws it without one: invoke viz gridstride -n 40 --simulate")
+    assert "Traceback" not in r.stderr

@@ -109,6 +109,25 @@ def test_plan_refusals_before_anything_runs(monkeypatch):
         timing.run_plan([timing.Item("a", "m:f")])
 
 
+def test_no_gpu_is_said_before_the_child_starts(monkeypatch):
+    """Without a device the session's child died in cuda-bench's ImportError (libcuda.so.1), a traceback
+    under `invoke bench -p matmul` and `invoke profile`: the parent now says there is no GPU, at once."""
+    from harness import cudart
+    from harness.errors import NoGPUError
+
+    def no_device():
+        raise NoGPUError(100, "cudaErrorNoDevice", "no CUDA-capable device is detected", "cudaGetDeviceCount")
+
+    def popen(*a, **kw):
+        raise AssertionError("the child was started")
+
+    monkeypatch.setattr(timing, "engine_version", lambda: "0.3.0")
+    monkeypatch.setattr(cudart, "device_count", no_device)
+    monkeypatch.setattr(timing.subprocess, "Popen", popen)
+    with pytest.raises(NoGPUError, match="no CUDA device is visible"):
+        timing.run_plan([timing.Item("a", "m:f")])
+
+
 def test_resolve_names_the_target_format():
     assert timing.resolve("harness.bench:memcpy_setup").__name__ == "memcpy_setup"
     with pytest.raises(ValueError, match="module:function"):
@@ -118,6 +137,7 @@ def test_resolve_names_the_target_format():
 def test_a_failing_child_raises_with_its_log(tmp_path, monkeypatch):
     """The parent's side of a session whose child dies: TimingError with the child's last lines."""
     monkeypatch.setattr(timing, "engine_version", lambda: "0.3.0")
+    monkeypatch.setattr(timing, "require_gpu", lambda: None)  # the child is a stand-in: no device needed
     fake = tmp_path / "fakechild"
     fake.mkdir()
     (fake / "harness").mkdir()
@@ -163,6 +183,7 @@ def test_a_silent_hanging_child_is_killed_at_the_limit(tmp_path, monkeypatch):
     """A session that hangs without printing (a launch deadlocked behind NVBench's blocking kernel,
     say) is stopped by the watchdog, not waited on forever."""
     monkeypatch.setattr(timing, "engine_version", lambda: "0.3.0")
+    monkeypatch.setattr(timing, "require_gpu", lambda: None)  # the child is a stand-in: no device needed
     fake = tmp_path / "fakechild"
     (fake / "harness").mkdir(parents=True)
     (fake / "harness" / "__init__.py").write_text("")

@@ -157,3 +157,29 @@ def test_gpu_executable_seed_0_checks_itself():
     assert p.returncode == 0, p.stderr
     df = tb.parse_output(p.stdout)
     assert list(df["seq"]) == [33] and (df["check"] == "pass").all()
+
+
+def _no_launch(*a, **kw):
+    raise AssertionError("reached the library: the sizes were not refused before any launch")
+
+
+@pytest.mark.parametrize("shape,heads,rule", [
+    ((65536, 1, 64), 4, r"B\*H must be at most 65535 .*65536\*4"),  # attention's grid-axis limit
+    ((1, att.MAX_S + 1, 64), 4, f"S must be at most {att.MAX_S}"),
+    ((16385, 2, 64), 4, r"B\*H must be at most"),  # just past the limit: 16385*4 = 65540
+])
+def test_attention_limits_are_refused_before_any_launch(monkeypatch, shape, heads, rule):
+    """The block's attention limits are attention's own rules: a too-large batch or sequence is one
+    ValueError naming the rule, and the library is never loaded (it came back as a CUDA invalid argument)."""
+    monkeypatch.setattr(tb.library, "load", _no_launch)
+    p = tb.make_params(64, 0)
+    with pytest.raises(ValueError, match=rule):
+        tb.forward(np.zeros(shape, np.float32), p, heads=heads, variant="01_naive")
+
+
+def test_the_limits_are_shared_not_copied(monkeypatch):
+    """One rule: moving attention's limit moves the block's (a copy of the numbers would not follow)."""
+    monkeypatch.setattr(tb.library, "load", _no_launch)
+    monkeypatch.setattr(att, "MAX_S", 8)
+    with pytest.raises(ValueError, match="S must be at most 8"):
+        tb.forward(np.zeros((1, 9, 64), np.float32), tb.make_params(64, 0), heads=1, variant="01_naive")

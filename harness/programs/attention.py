@@ -29,11 +29,15 @@ per head size and GPU (runs_as); WGMMA_CONFIGS are 05_flash_wgmma's (key tile, s
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import cudart, library, results, sim
 from ..results import relative_error
+
+if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
+    import pandas as pd
 
 try:  # bfloat16 numpy arrays; harness/library.py maps cudalab_bf16 * parameters to this dtype
     from ml_dtypes import bfloat16
@@ -138,6 +142,28 @@ def head_sizes(variant: str) -> tuple[int, ...] | None:
     return FLASH_D if v in ("02_flash", "flash_skip_last_tile") else TC_D
 
 
+def check_sizes(B, H, S, D, variant: str | None = None, names: str = "B x H x S x D") -> tuple[int, int, int, int]:
+    """The size rules of every attention launch (the C side's attn_check_args), checked before one:
+    positive integers, B*H blocks on one grid axis, S at most MAX_S, D one the variant takes.
+    Returns (B, H, S, D) as ints; ValueError naming the rule otherwise. transformer_block checks its
+    attention through here too (`names` says how its sizes map onto these)."""
+    dims = (B, H, S, D)
+    if any(isinstance(x, bool) or not isinstance(x, (int, np.integer)) for x in dims):
+        raise ValueError(f"{names} must be integers, got {dims}")
+    B, H, S, D = (int(x) for x in dims)
+    if min(B, H, S, D) <= 0:
+        raise ValueError(f"every dimension of {names} must be positive, got {(B, H, S, D)}")
+    if B * H > MAX_BH:
+        raise ValueError(f"B*H must be at most {MAX_BH} (the blocks of one grid axis), got {B}*{H} = {B * H}")
+    if S > MAX_S:
+        raise ValueError(f"S must be at most {MAX_S} (S*S score indexes stay in int), got {S}")
+    if variant is not None:
+        ds = head_sizes(variant)
+        if ds is not None and D not in ds:
+            raise ValueError(f"{variant} needs D in {ds}, got D={D}; use 01_naive for other head sizes")
+    return B, H, S, D
+
+
 def validate(q, k, v, variant: str | None = None, scale=None):
     """Check the inputs before any launch; returns (q, k, v, variant, scale, (B, H, S, D)).
     variant None: default_bf16_variant() for bfloat16 inputs, 02_flash otherwise."""
@@ -151,16 +177,8 @@ def validate(q, k, v, variant: str | None = None, scale=None):
     q = library.check_array(q, "q", dt, ndim=4)
     k = library.check_array(k, "k", dt, ndim=4, shape=q.shape)
     v = library.check_array(v, "v", dt, ndim=4, shape=q.shape)
-    B, H, S, D = q.shape
-    if min(q.shape) <= 0:
-        raise ValueError(f"every dimension of B x H x S x D must be positive, got {q.shape}")
-    if B * H > MAX_BH:
-        raise ValueError(f"B*H must be at most {MAX_BH}, got {B * H}")
-    if S > MAX_S:
-        raise ValueError(f"S must be at most {MAX_S}, got {S}")
+    B, H, S, D = check_sizes(*q.shape, variant=variant)
     ds = head_sizes(variant)
-    if ds is not None and D not in ds:
-        raise ValueError(f"{variant} needs D in {ds}, got D={D}; use 01_naive for other head sizes")
     if scale is None:
         scale = 1.0 / math.sqrt(D)
     if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)) \
@@ -195,8 +213,10 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
 
 
 def workspace_bytes(variant: str, B: int, H: int, S: int, D: int) -> int:
+    variant = canonical_variant(variant)
+    B, H, S, D = check_sizes(B, H, S, D, variant=variant)
     lib = library.load("attention")
-    n = lib.attention_workspace_bytes(canonical_variant(variant), B, H, S, D)
+    n = lib.attention_workspace_bytes(variant, B, H, S, D)
     if n < 0:
         raise ValueError(f"invalid sizes for {variant}: B={B} H={H} S={S} D={D}")
     return int(n)
@@ -205,7 +225,9 @@ def workspace_bytes(variant: str, B: int, H: int, S: int, D: int) -> int:
 def forward_device(variant: str, shape, causal: bool, q, k, v, o, workspace=None, scale=None, stream=None) -> None:
     """Enqueue one forward on device buffers (DeviceBuffer or pointers) on `stream`; for timing."""
     variant = canonical_variant(variant)
-    B, H, S, D = (int(x) for x in shape)
+    if len(tuple(shape)) != 4:
+        raise ValueError(f"shape must be (B, H, S, D), got {tuple(shape)}")
+    B, H, S, D = check_sizes(*shape, variant=variant)
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     lib = library.load("attention")
     variant = runs_as(variant, D)
@@ -263,6 +285,7 @@ def tolerance(variant: str) -> float:
 
 # --- Python twin (harness.sim): the flash kernel's online softmax, one thread per query row ------
 
+# EXERCISE flash_softmax: copy
 def flash_bk(ctx, q, k, v, out, S, D, scale, causal, br, bc):
     """A block owns `br` query rows (one per thread); key/value tiles of `bc` rows are staged in
     shared memory by the threads together, and each thread folds a tile into its running max m,
@@ -285,14 +308,21 @@ def flash_bk(ctx, q, k, v, out, S, D, scale, causal, br, bc):
         s = np.array([np.dot(q[bh, i], ks[c]) * scale for c in range(bc)])
         j = k0 + np.arange(bc)
         s[(j >= S) | ((j > i) if causal else False)] = -np.inf
+        # EXERCISE flash_softmax: begin the online softmax: m_new = the larger of the running max m and this tile's max;
+        # EXERCISE flash_softmax: todo alpha = exp(m - m_new), the factor that rescales what was summed under the old max
+        # EXERCISE flash_softmax: todo (0.0 while m is still -inf); p = exp(s - m_new) for this tile's keys; then the
+        # EXERCISE flash_softmax: todo running sum lsum = alpha * lsum + the sum of p, the running output o = alpha * o + p @ vs,
+        # EXERCISE flash_softmax: todo and m = m_new.
         m_new = max(m, s.max())
         alpha = math.exp(m - m_new) if m != -np.inf else 0.0
         p = np.exp(s - m_new)
         lsum = alpha * lsum + p.sum()
         o = alpha * o + p @ vs
         m = m_new
+        # EXERCISE flash_softmax: end
     if i < S:
         out[bh, i] = o / lsum
+# EXERCISE flash_softmax: end copy
 
 
 def twin(q, k, v, causal: bool = False, scale=None, br: int = 4, bc: int = 4) -> np.ndarray:
@@ -304,6 +334,35 @@ def twin(q, k, v, causal: bool = False, scale=None, br: int = 4, bc: int = 4) ->
     sim.launch(flash_bk, sim.dim3(-(-S // br), B * H), sim.dim3(br), q3, k3, v3, out, S, D, scale, bool(causal),
                br, bc, shared={"k": ((bc, D), np.float64), "v": ((bc, D), np.float64)})
     return out.reshape(B, H, S, D)
+
+
+# --- without a GPU ------------------------------------------------------------------------------
+
+def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
+    """`invoke run attention` without a GPU: the float64 numpy reference at a small ragged shape,
+    and 02_flash's online softmax (the Python twin on harness.sim: key tiles in shared memory, a
+    running max, a rescaled sum) checked against it, causal and not."""
+    import time
+
+    import pandas as pd
+
+    if args:
+        raise ValueError(f"on the CPU, attention takes no arguments (a fixed small shape), got: {' '.join(args)}")
+    B, H, S, D = 1, 2, 37, 16
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((B, H, S, D)).astype(np.float32) for _ in range(3))
+    rows = []
+    for causal in (False, True):
+        ref = reference(q, k, v, causal=causal)
+        t0 = time.perf_counter()
+        out = twin(q, k, v, causal=causal)
+        secs = time.perf_counter() - t0
+        err = relative_error(out, ref)
+        rows.append({"variant": "02_flash (Python twin: online softmax)", "shape": f"{B}x{H}x{S}x{D}",
+                     "causal": causal, "rel_error": float(f"{err:.3g}"), "seconds": round(secs, 2),
+                     "check": "pass" if check(out, ref, TOLERANCE_FP32_STRICT) else "fail"})
+    return pd.DataFrame(rows), (f"softmax(QKᵀ/√D)V by the float64 numpy reference, and the flash kernel's "
+                                f"Python twin on harness.sim against it (tolerance {TOLERANCE_FP32_STRICT:g})")
 
 
 # --- bench ------------------------------------------------------------------------------------

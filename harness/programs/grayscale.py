@@ -24,7 +24,9 @@ Variants: 01_1d (256 threads a block, cdiv(n, 256) blocks), 02_2d (16x16 blocks 
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +36,11 @@ from ..sim import blk_kernel, blk_kernel2d, dim3, run_kernel
 
 VARIANTS = ("01_1d", "02_2d", "03_vectorized")
 DEFAULT_VARIANT = "03_vectorized"
+# EXERCISE grayscale: copy
+# EXERCISE grayscale_2d: copy
 CR, CG, CB = np.float32(0.2989), np.float32(0.5870), np.float32(0.1140)
+# EXERCISE grayscale_2d: end copy
+# EXERCISE grayscale: end copy
 
 TEST_H, TEST_W = 1066, 1600  # the lectures' puppy image
 PLOTS = Path(__file__).resolve().parents[2] / "build" / "plots"
@@ -138,8 +144,12 @@ def aligned_stride(h: int, w: int) -> int:
 # --- Python twins (lecture 3) -------------------------------------------------------------------
 # The arithmetic on np.float32 scalars rounds each step to float32, exactly as the CUDA code does.
 
+# EXERCISE grayscale: copy
+# EXERCISE grayscale_2d: copy
 def _grey(r, g, b) -> int:
     return int((CR * np.float32(r) + CG * np.float32(g)) + CB * np.float32(b))
+# EXERCISE grayscale_2d: end copy
+# EXERCISE grayscale: end copy
 
 
 def rgb2grey_py(x: np.ndarray) -> np.ndarray:
@@ -167,11 +177,17 @@ def rgb2grey_pyk(x: np.ndarray) -> np.ndarray:
     return res.reshape(h, w)
 
 
+# EXERCISE grayscale: copy
 def rgb2grey_bk(blockidx, threadidx, blockdim, x, out, n):
     """Kernel for blk_kernel: 01_1d's index, with its guard for the last, partial block."""
+    # EXERCISE grayscale: begin i = this thread's pixel (global index); only when i < n (the last block is partial),
+    # EXERCISE grayscale: todo out[i] = _grey of pixel i's red, green and blue values, which sit in the three planes of
+    # EXERCISE grayscale: todo the flattened x, n apart (x[i], x[i + n], x[i + 2 * n]).
     i = blockidx * blockdim + threadidx
     if i < n:
         out[i] = _grey(x[i], x[i + n], x[i + 2 * n])
+    # EXERCISE grayscale: end
+# EXERCISE grayscale: end copy
 
 
 def rgb2grey_pybk(x: np.ndarray, threads: int = 256) -> np.ndarray:
@@ -184,14 +200,21 @@ def rgb2grey_pybk(x: np.ndarray, threads: int = 256) -> np.ndarray:
     return res.reshape(h, w)
 
 
+# EXERCISE grayscale_2d: copy
 def rgb2grey_bk2d(blockidx: dim3, threadidx: dim3, blockdim: dim3, x, out, h, w):
     """Kernel for blk_kernel2d: 02_2d's (column, row) mapping with guards on both edges."""
+    # EXERCISE grayscale_2d: begin c = this thread's column (the .x of blockidx, blockdim, threadidx), r = its row
+    # EXERCISE grayscale_2d: todo (.y); return when the pixel is outside the image on either edge.
     c = blockidx.x * blockdim.x + threadidx.x
     r = blockidx.y * blockdim.y + threadidx.y
-    if c < w and r < h:
-        i = r * w + c
-        n = h * w
-        out[i] = _grey(x[i], x[i + n], x[i + 2 * n])
+    if c >= w or r >= h:
+        return
+    # EXERCISE grayscale_2d: stub c = r = 0
+    # EXERCISE grayscale_2d: end
+    i = r * w + c
+    n = h * w
+    out[i] = _grey(x[i], x[i + n], x[i + 2 * n])
+# EXERCISE grayscale_2d: end copy
 
 
 def rgb2grey_pybk2d(x: np.ndarray, tw: int = 16) -> np.ndarray:
@@ -299,48 +322,143 @@ def load_image(path) -> tuple[np.ndarray, str]:
     return arr, note
 
 
-def save_image(grey: np.ndarray, path) -> Path:
+def output_path(out) -> tuple[Path, str]:
+    """Where the grey image goes, checked before anything is computed or written: (path, Pillow format).
+    The lab's own folder (build/plots, the default's) is made when the image is written; any other --out
+    must be in a folder that exists and can be written, with a name Pillow can write. ValueError naming
+    the rule otherwise."""
+    from PIL import Image
+
+    if out is None:
+        return DEFAULT_OUT, "PNG"
+    p = Path(out)
+    if p.is_dir():
+        raise ValueError(f"--out {p} is a folder; name the file, e.g. {p / 'grey.png'}")
+    fmt = Image.registered_extensions().get(p.suffix.lower())
+    if fmt is None or fmt not in Image.SAVE:
+        raise ValueError(f"--out {p}: Pillow cannot write a {p.suffix or 'suffix-less'} file; use a .png or .jpg name")
+    parent = p.parent
+    if parent.resolve() == PLOTS.resolve():
+        return p, fmt  # the lab's own output folder (build/plots), made when the image is written
+    if not parent.is_dir():
+        raise ValueError(f"--out {p}: the folder {parent} does not exist (create it first; nothing was written)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {p}: the folder {parent} is not writable (nothing was written)")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise ValueError(f"--out {p} exists and is read-only (nothing was written)")
+    return p, fmt
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def save_image(pixels: np.ndarray, path, fmt: str | None = None) -> Path:
+    """Write an (H, W) grey or (H, W, 3) RGB image: to a temporary name in the same folder, then renamed
+    over `path`, so that a failed or interrupted write never leaves half a file under the real name."""
+    import tempfile
+
     from PIL import Image
 
     p = Path(path)
+    if fmt is None:
+        fmt = Image.registered_extensions().get(p.suffix.lower())
+        if fmt is None:
+            raise ValueError(f"cannot write {p}: use a .png or .jpg name")
     p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
     try:
-        Image.fromarray(grey, mode="L").save(p)
-    except (ValueError, KeyError) as e:
-        raise ValueError(f"cannot write {p}: {e} (use a .png or .jpg name)") from None
+        with os.fdopen(fd, "wb") as f:
+            Image.fromarray(pixels, mode="L" if pixels.ndim == 2 else "RGB").save(f, format=fmt)
+        # mkstemp makes the file private (0600): give it the mode a plain open() would have.
+        os.chmod(tmp, p.stat().st_mode & 0o7777 if p.exists() else 0o666 & ~_umask())
+        os.replace(tmp, p)
+    except (ValueError, KeyError, OSError) as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise ValueError(f"cannot write {p}: {e}") from None
     return p
 
 
-def cli(args: list[str], variant: str | None = None, image: str | None = None, out: str | None = None) -> int:
+def cli(args: list[str], variant: str | None = None, image: str | None = None, out: str | None = None,
+        cpu: bool | None = None) -> int:
     """`invoke run grayscale [--image in.png] [--out out.png] [--variant V]`.
 
-    Without --image the generated test picture is used (and written beside the output as
-    *_input.png so the two can be compared). Prints what was converted, then a result line;
-    returns 0 when the GPU's bytes equal the reference, 1 otherwise.
+    Without --image the generated test picture is used, and saved beside the output as *_input.png so
+    the two can be compared, unless a file of that name exists (a file the command did not name is
+    never replaced). Everything that can be refused is refused before anything is computed or written;
+    replacing the named --out is said. Prints what was converted, then a result line; returns 0 when
+    the GPU's bytes equal the reference, 1 otherwise.
     """
     if args:
         raise ValueError(f"grayscale takes --image/--out/--variant, not extra arguments: {' '.join(args)}")
+    variant_given = variant is not None
     variant = check_variant(variant or DEFAULT_VARIANT)
-    out_path = Path(out) if out else DEFAULT_OUT
+    out_path, fmt = output_path(out)
     if image is None:
         hwc = test_image()
-        src = out_path.with_name(out_path.stem + "_input.png")
-        src.parent.mkdir(parents=True, exist_ok=True)
-        from PIL import Image
-
-        Image.fromarray(hwc, mode="RGB").save(src)
-        print(f"no --image given: using the generated {TEST_H}x{TEST_W} test picture (saved as {src})")
     else:
         hwc, note = load_image(image)
         if note:
             print(f"{image}: {note}")
     x = planar(hwc)
+    from . import gpu_here
+
+    if cpu is None:
+        cpu = not gpu_here()[0]
+    if cpu:
+        return _cli_on_cpu(x, out_path, variant_given)
     grey = rgb2grey(x, variant)
     ok, bad = check(grey, reference(x))
-    saved = save_image(grey, out_path)
+    replaced = out_path.exists()
+    saved = save_image(grey, out_path, fmt)
+    if replaced:
+        print(f"replaced the existing {saved}")
+    if image is None:
+        src = out_path.with_name(out_path.stem + "_input.png")
+        if src.exists():
+            print(f"no --image given: used the generated {TEST_H}x{TEST_W} test picture (not saved: {src} exists, "
+                  "and a file the command did not name is not replaced)")
+        else:
+            save_image(hwc, src, "PNG")
+            print(f"no --image given: used the generated {TEST_H}x{TEST_W} test picture (saved as {src})")
     print(f"result program=grayscale variant={variant} h={grey.shape[0]} w={grey.shape[1]} "
           f"mismatches={bad} check={'pass' if ok else 'fail'} out={saved}")
     return 0 if ok else 1
+
+
+# --- without a GPU ------------------------------------------------------------------------------
+
+CPU_SAMPLE = 4096  # pixels the lecture's pixel loop recomputes to check the numpy result on the CPU
+
+
+def grey_on_cpu(x: np.ndarray, sample: int = CPU_SAMPLE, seed: int = 0) -> tuple[np.ndarray, int, int]:
+    """The grey image computed on the CPU by `reference` (numpy, float32 rounded at every step: the
+    GPU's bytes), checked against the lecture's pixel loop (`_grey`) on `sample` random pixels.
+    Returns (grey, pixels checked, mismatches)."""
+    x = check_planar(x)
+    grey = reference(x)
+    n = grey.size
+    if n == 0:
+        return grey, 0, 0
+    idx = np.random.default_rng(seed).choice(n, size=min(sample, n), replace=False)
+    flat, r, g, b = grey.ravel(), x[0].ravel(), x[1].ravel(), x[2].ravel()
+    bad = sum(int(flat[i]) != _grey(r[i], g[i], b[i]) for i in idx)
+    return grey, len(idx), bad
+
+
+def _cli_on_cpu(x: np.ndarray, out_path: Path, variant_given: bool) -> int:
+    from . import cpu_label
+
+    grey, checked, bad = grey_on_cpu(x)
+    saved = save_image(grey, out_path)
+    print(cpu_label("the numpy reference (the same float32 bytes the kernels write)")
+          + ("; the --variant kernels need a GPU" if variant_given else ""))
+    print(f"result program=grayscale variant=cpu_reference h={grey.shape[0]} w={grey.shape[1]} device=cpu "
+          f"sampled={checked} mismatches={bad} check={'pass' if bad == 0 else 'fail'} out={saved}")
+    return 0 if bad == 0 else 1
 
 
 # --- the executable -----------------------------------------------------------------------------

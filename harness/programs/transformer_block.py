@@ -76,6 +76,8 @@ def validate(x, params: Params, heads: int, variant: str):
     ds = _attention.head_sizes(variant)
     if ds is not None and E // heads not in ds:
         raise ValueError(f"{variant} needs a head size E/heads in {ds}, got {E // heads}")
+    # The block's attention runs on B x heads x S x E/heads: its limits are attention's, checked by its rules.
+    _attention.check_sizes(B, heads, S, E // heads, names="B x heads x S x E/heads")
     w = library.check_array(params.w_qkv, "w_qkv", np.float32, shape=(3 * E, E))
     b = library.check_array(params.b_qkv, "b_qkv", np.float32, shape=(3 * E,))
     g = library.check_array(params.gamma, "gamma", np.float32, shape=(E,))
