@@ -214,6 +214,7 @@ sys.path.insert(0, {root!r})
 from harness import timing
 fake = {fake!r}
 timing.engine_version = lambda: "0.3.0"
+timing.require_gpu = lambda: None  # the child is a stand-in: no device needed
 real = timing.subprocess.Popen
 def popen(cmd, **kw):
     kw["cwd"] = fake
