@@ -582,12 +582,15 @@ def _report_repeat(frames, save: bool) -> None:
     """--repeat: the long table (one row per case and run), the spread per row, and its figure."""
     from analysis import repeat as arepeat
     from harness import bench as hbench
+    from harness import files
 
     meta = hbench.metadata()
     long = hbench.repeat_frame(frames, meta)
     stamp = meta["date"].replace(":", "").replace("-", "")
-    path = hbench.BUILD_BENCH / f"repeat-{hbench.gpu_slug(meta['device'])}-{stamp}.csv"
-    long.to_csv(path, index=False)
+    hbench.BUILD_BENCH.mkdir(parents=True, exist_ok=True)
+    # Whole, and never over another run's repeat CSV of the same second (harness.files).
+    path = files.create(hbench.BUILD_BENCH / f"repeat-{hbench.gpu_slug(meta['device'])}-{stamp}.csv",
+                        lambda tmp: long.to_csv(tmp, index=False))
     summ = arepeat.summary(long, hbench.REPEAT_TOLERANCE_PCT)
     _print_table(summ[["program", "variant", "size", "goal", "ratio_median", "ratio_min", "ratio_max", "spread_pct",
                        "within"]], f"ratio across {len(frames)} runs (goal: within {hbench.REPEAT_TOLERANCE_PCT:g}%)")

@@ -10,6 +10,7 @@ An older CSV without them plots as before. Nothing here launches anything.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import matplotlib
@@ -29,18 +30,56 @@ REQUIRED = ("program", "variant", "size", "ratio", "unit", "date")
 
 def read_checked(path, required=REQUIRED, what: str = "bench CSV", writer: str = "`invoke bench`") -> pd.DataFrame:
     """A CSV written by `writer` (a bench CSV unless told), or ValueError (FileNotFoundError) saying in
-    one line what the file is not."""
+    one line what the file is not: not a CSV, one without the columns, or one that is not whole
+    (whole_file)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
+    data = path.read_bytes()
+    _no_nul(path, data, what)
     try:
-        df = pd.read_csv(path)
+        df = pd.read_csv(io.BytesIO(data))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise ValueError(f"{path} is not a {what} (it does not read as CSV: {str(e).splitlines()[0]})") from None
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise ValueError(f"{path} is not a {what} written by {writer}: no column(s) {', '.join(missing)}")
+    _whole_lines(path, data, what)
     return df
+
+
+def _no_nul(path: Path, data: bytes, what: str) -> None:
+    nul = data.find(b"\0")
+    if nul >= 0:
+        count = data.count(b"\0")
+        raise ValueError(f"{path} is not a whole {what}: {count} NUL byte(s) from offset {nul} "
+                         f"(a torn write); run it again")
+
+
+def _whole_lines(path: Path, data: bytes, what: str) -> None:
+    import csv
+
+    if data and not data.endswith(b"\n"):  # every writer ends its last line
+        raise ValueError(f"{path} is not a whole {what}: its last line is cut short (a torn write); run it again")
+    try:
+        rows = csv.reader(io.StringIO(data.decode()))
+        header = next(rows, None)
+        for n, row in enumerate(rows, 2):
+            if row and len(row) != len(header):
+                raise ValueError(f"{path} is not a whole {what}: line {n} has {len(row)} field(s), the header "
+                                 f"{len(header)} (a torn write); run it again")
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise ValueError(f"{path} is not a {what} (it does not read as CSV: {str(e).splitlines()[0]})") from None
+
+
+def whole_file(path: Path, what: str = "bench CSV") -> None:
+    """ValueError, in one line naming the file, when a CSV is not whole: NUL bytes (what a torn or
+    pre-allocated write leaves), a line with another number of fields than the header (a line cut
+    short, or two writers' lines interleaved), or a last line without its newline. pandas would read
+    each as valid rows padded with NaN."""
+    data = Path(path).read_bytes()
+    _no_nul(path, data, what)
+    _whole_lines(path, data, what)
 
 
 def csv_date(path) -> pd.Timestamp | None:
@@ -75,7 +114,7 @@ def load(data) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(cases, ceilings) from a CSV path, a (cases, ceilings) pair, or one DataFrame that may hold
     `program=ceiling` rows."""
     if isinstance(data, (str, Path)):
-        data = pd.read_csv(data)
+        data = read_checked(data, required=("program",))
     if isinstance(data, tuple):
         cases, ceil = data
         ceil = _ceiling_frame(ceil)

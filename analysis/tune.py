@@ -9,7 +9,6 @@ panel per head size). Nothing here launches anything.
 
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
 
@@ -24,12 +23,13 @@ _LABELS = {"tflops": "TFLOP/s", "tflops_full": "non-causal", "tflops_causal": "c
 
 
 def read(path: Path) -> tuple[pd.DataFrame, dict]:
-    """(table, the rest of the JSON: program, device, size, winner(s), date ...) of a cached search."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path}: not a tuning result ({e})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("table"), list) or "program" not in data:
+    """(table, the rest of the JSON: program, device, size, winner(s), date ...) of a cached search,
+    read by harness.tune's one reader (fields checked for their types); ValueError in one line naming
+    the file otherwise."""
+    from harness import tune as htune
+
+    data = htune.read(path)  # BadTuneFile is a ValueError
+    if not isinstance(data.get("table"), list) or "program" not in data:
         raise ValueError(f"{path}: not a tuning result (no program and table)")
     table = pd.DataFrame(data.pop("table"))
     return table, data
@@ -91,12 +91,28 @@ def plot(df: pd.DataFrame, prog: str, dest: Path, title: str | None = None) -> P
     return dest
 
 
-def plot_cached(results_dir: Path, outdir: Path) -> list[Path]:
-    """One figure per cached search under results_dir (<gpu>/<prog>-tune.json): tune_<prog>_<gpu>.png."""
-    paths = []
+def plot_cached(results_dir: Path, outdir: Path, warn=None) -> list[Path]:
+    """One figure per cached search under results_dir (<gpu>/<prog>-tune.json): tune_<prog>_<gpu>.png.
+    A file that cannot be read or drawn is named in one line (`warn`, default stderr) and skipped, so
+    one bad file costs only its own figure; ValueError when there were files and none could be drawn."""
+    import sys
+
+    if warn is None:
+        def warn(line):
+            print(line, file=sys.stderr)
+
+    paths, bad = [], []
     for f in sorted(Path(results_dir).glob("*/*-tune.json")):
-        table, meta = read(f)
-        gpu = f.parent.name
-        title = f"invoke tune {meta['program']} on {meta.get('device', gpu)} ({meta.get('size', '')}, {meta.get('date', '')[:10]})"
-        paths.append(plot(table, meta["program"], Path(outdir) / f"tune_{meta['program']}_{gpu}.png", title))
+        try:
+            table, meta = read(f)
+            gpu = f.parent.name
+            title = (f"invoke tune {meta['program']} on {meta.get('device', gpu)} ({meta.get('size', '')}, "
+                     f"{meta.get('date', '')[:10]})")
+            paths.append(plot(table, meta["program"], Path(outdir) / f"tune_{meta['program']}_{gpu}.png", title))
+        except (ValueError, KeyError, TypeError) as e:
+            msg = str(e) if str(f) in str(e) else f"{f}: {e}"
+            bad.append(msg)
+            warn(f"skipped {msg}")
+    if bad and not paths:
+        raise ValueError(f"no tuning result under {results_dir} could be drawn ({len(bad)} skipped; first: {bad[0]})")
     return paths

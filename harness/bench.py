@@ -522,9 +522,12 @@ def _ensure(d: Path) -> Path:
 
 
 def _keep(p: Path) -> Path:
-    """Move a worker's CSV from its temporary folder to build/bench/ (its name says which GPU)."""
-    dest = BUILD_BENCH / p.name
-    p.replace(dest)
+    """Move a worker's CSV from its temporary folder to build/bench/ (its name says which GPU), never
+    over another run's CSV of the same name."""
+    from . import files
+
+    dest = files.create(BUILD_BENCH / p.name, lambda tmp: Path(tmp).write_bytes(p.read_bytes()))
+    p.unlink()
     return dest
 
 
@@ -534,8 +537,12 @@ SHOWN = ["program", "variant", "size", "median_ms", "value", "unit", "ceiling", 
 
 
 def read_result(path: Path) -> tuple[pd.DataFrame, dict, list[str]]:
-    """(cases, metadata, one line per ceiling) from a CSV written by write_csv."""
-    df = pd.read_csv(path)
+    """(cases, metadata, one line per ceiling) from a CSV written by write_csv. A file that is not a
+    whole bench CSV (torn, NUL-filled, a line cut short) raises ValueError in one line naming it
+    (analysis.bench.read_checked, the one reader)."""
+    from analysis.bench import read_checked
+
+    df = read_checked(path, required=("program", "variant", "size"))
     cases = df[df["program"] != "ceiling"].reset_index(drop=True)
     ceil = df[df["program"] == "ceiling"]
     meta = {k: (str(df[k].iloc[0]) if k in df and len(df) and pd.notna(df[k].iloc[0]) else "")
@@ -570,20 +577,32 @@ def with_metadata(df: pd.DataFrame, meta: dict) -> pd.DataFrame:
     return out
 
 
-def write_csv(df: pd.DataFrame, meta: dict, ceilings_: dict[str, Ceiling], dest: Path | None = None) -> Path:
-    """build/bench/bench-<gpu>[-gpu<N>]-<date>.csv: the cases, then one row per ceiling, each row
-    with the metadata (device, driver, runtime, nvcc, date and, under --gpus, the GPU number)."""
-    BUILD_BENCH.mkdir(parents=True, exist_ok=True)
+def write_csv(df: pd.DataFrame, meta: dict, ceilings_: dict[str, Ceiling], dest: Path | None = None,
+              folder: Path | None = None) -> Path:
+    """build/bench/bench-<gpu>[-gpu<N>]-<date>.csv (or `folder`/the same name): the cases, then one row
+    per ceiling, each row with the metadata (device, driver, runtime, nvcc, date and, under --gpus, the
+    GPU number). Written whole (harness.files): a run never writes over another's CSV, even in the same
+    second (the second gets -2 on its name); an explicit `dest` is replaced whole. Returns the path."""
+    from . import files
+
     stamp = meta["date"].replace(":", "").replace("-", "")
     which = f"-gpu{meta['gpu']}" if meta.get("gpu") else ""
-    dest = dest or BUILD_BENCH / f"bench-{gpu_slug(meta['device'])}{which}-{stamp}.csv"
     table = with_metadata(df, meta)
     ceil_rows = pd.DataFrame([{"program": "ceiling", "variant": c.name, "size": c.detail, "value": c.value,
                                "value_p25": c.p25, "value_p75": c.p75, "rounds": c.measurements,
                                "unit": c.unit, "median_ms": c.timing.median_ms if c.timing else np.nan,
                                "iqr_ms": c.timing.iqr_ms if c.timing else np.nan} for c in ceilings_.values()])
-    pd.concat([table, with_metadata(ceil_rows, meta)], ignore_index=True).to_csv(dest, index=False)
-    return dest
+    whole = pd.concat([table, with_metadata(ceil_rows, meta)], ignore_index=True)
+
+    def write(tmp):
+        whole.to_csv(tmp, index=False)
+
+    if dest is not None:
+        Path(dest).parent.mkdir(parents=True, exist_ok=True)
+        return files.replace(dest, write)
+    folder = _ensure(Path(folder) if folder is not None else BUILD_BENCH)
+    files.clean_stale(folder)
+    return files.create(folder / f"bench-{gpu_slug(meta['device'])}{which}-{stamp}.csv", write)
 
 
 def gpu_folder(device: str) -> str:
@@ -598,9 +617,10 @@ def gpu_folder(device: str) -> str:
 
 
 def save(path: Path, device: str) -> Path:
-    """Copy a bench CSV to bench/results/<gpu_folder>/ where reference runs are committed."""
+    """Copy a bench CSV to bench/results/<gpu_folder>/ where reference runs are committed (whole: a
+    copy of the same run replaces its earlier copy)."""
+    from . import files
+
     dest_dir = RESULTS_DIR / gpu_folder(device)
     dest_dir.mkdir(parents=True, exist_ok=True)
-    dest = dest_dir / Path(path).name
-    dest.write_bytes(Path(path).read_bytes())
-    return dest
+    return files.replace(dest_dir / Path(path).name, Path(path).read_bytes())

@@ -37,8 +37,7 @@ def main(argv: list[str]) -> int:
         print(f"worker {index}: no cases in its share", file=sys.stderr)
         return 0
     df, ceil = bench.run(names, quick=quick, cases=cases)
-    path = bench.write_csv(df, bench.metadata(), ceil)
-    path.replace(out / path.name)
+    bench.write_csv(df, bench.metadata(), ceil, folder=out)
     return 0
 
 

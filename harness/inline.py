@@ -57,9 +57,17 @@ What `load` does
   asynchronously, `to_host()` waits for them, and so does `mod.synchronize()`.
 * **Cache.** The shared library is cached under `$CUDALAB_CACHE`, else `$XDG_CACHE_HOME/cudalab/inline`
   (`~/.cache/cudalab/inline`). The key hashes the source, the flags, the arch, nvcc's path and
-  version and the project's headers. A hit compiles nothing (`verbose=True` says so). Each
-  compile writes a temporary file in the cache folder and renames it into place with os.replace,
-  so two processes compiling the same key at once both end with a whole library.
+  version, the host compiler, nvcc's environment flags ($NVCC_PREPEND_FLAGS, $NVCC_APPEND_FLAGS,
+  $NVCC_CCBIN), the link flags and the project's headers; every other header nvcc read (through a
+  user's -I, say) is listed with its hash in the entry's manifest (nvcc -MD) and a change recompiles.
+  A hit compiles nothing (`verbose=True` says so) and is used only when its manifest verifies (the
+  SHA-256 of the library and its log): a truncated or replaced entry is rebuilt, said once on
+  stderr. Each compile writes a temporary file in the cache folder and renames it into place with
+  os.replace, one process at a time per entry (a lock), so two processes compiling the same key at
+  once both end with a whole library. The folder is created 0700; one that another user owns or can
+  write is refused (InlineCacheError, one line), as is a $CUDALAB_CACHE that cannot be a folder.
+  nvcc runs in its own process group with its temporary files in a private folder of the cache:
+  an interrupt stops it and everything it started at once and removes them.
 * **Errors.** A failed compile raises BuildError (InlineBuildError) whose diagnostics name
   `<inline>` (or the name given) with line numbers of the user's string, each offending line quoted.
 * **printf.** Device printf writes to the process's standard output (file descriptor 1), like a
@@ -96,6 +104,7 @@ from .jit import (  # noqa: F401  (the compiler half, re-exported: inline.cache_
     FORMAT_VERSION,
     PRELUDE,
     InlineBuildError,
+    InlineCacheError,
     Program,
     _compile,
     _Compiled,
@@ -108,7 +117,7 @@ from .jit import (  # noqa: F401  (the compiler half, re-exported: inline.cache_
 __all__ = [
     "load", "compile_program", "InlineModule", "Program", "DeviceArray", "to_device", "empty",
     "capture_stdout", "synchronize", "cdiv", "cache_dir", "default_arch", "extract_cdef",
-    "UnsupportedSignature", "InlineBuildError", "InlineSourceError", "PRELUDE",
+    "UnsupportedSignature", "InlineBuildError", "InlineCacheError", "InlineSourceError", "PRELUDE",
 ]
 
 def cdiv(n: int, b: int) -> int:

@@ -12,17 +12,20 @@ import hashlib
 import json
 import os
 import re
+import shlex
+import shutil
+import stat
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from . import build as _build
-from . import toolchain
-from .errors import BuildError
+from . import files, runner, toolchain
+from .errors import BuildError, CudalabError
 
-FORMAT_VERSION = 1  # bump when the way a cached file is made changes
+FORMAT_VERSION = 2  # bump when the way a cached file is made changes (2: every entry has a manifest)
+ENV_FLAGS = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN")  # nvcc reads these itself
 COMMON_DIR = _build.CUDA_DIR / "common"
 
 # Pre-included (nvcc -include) before every inline library source, so the user's line numbers
@@ -56,6 +59,78 @@ def cache_dir() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "cudalab" / "inline"
+
+
+class InlineCacheError(CudalabError):
+    """The inline cache folder cannot be used (not a folder, not writable, another user's, writable by
+    others). One line naming the folder, where it came from, and the fix; IPython shows only that."""
+
+    def _render_traceback_(self):
+        return f"InlineCacheError: {self.args[0]}".splitlines()
+
+
+def _cache_problem(folder: Path, why: str) -> InlineCacheError:
+    env = os.environ.get("CUDALAB_CACHE")
+    where = f"CUDALAB_CACHE={env}" if env else f"the inline cache {folder}"
+    fix = ("set CUDALAB_CACHE to a folder of your own, or unset it to use ~/.cache/cudalab/inline" if env
+           else "fix that folder's owner and mode, or set CUDALAB_CACHE to a folder of your own")
+    return InlineCacheError(f"{where}: {why}; {fix}")
+
+
+def _make_private(folder: Path) -> None:
+    """Create `folder` and any missing parent as 0700 whatever the umask (os.makedirs gives parents
+    the umask's mode), so nobody else can put a file in it."""
+    missing = []
+    p = folder
+    while not p.exists() and not p.is_symlink() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            if not d.is_dir():
+                raise
+            continue
+        os.chmod(d, 0o700)
+
+
+def _unsafe(st: os.stat_result) -> str:
+    """Why a cache folder or entry with this stat must not be trusted, or ""."""
+    if st.st_uid != os.geteuid():
+        return f"it is owned by another user (uid {st.st_uid})"
+    if st.st_mode & 0o022:
+        return f"other users can write it (mode {stat.S_IMODE(st.st_mode):o})"
+    return ""
+
+
+def cache_folder() -> Path:
+    """cache_dir(), created 0700 when missing and checked before anything in it is used: a path that is
+    not a folder, one you cannot write, or one another user owns or can write (where someone could put
+    a library for you to load) raises InlineCacheError in one line. Stale temporary files of compiles
+    that were killed are removed."""
+    folder = cache_dir()
+    try:
+        _make_private(folder)
+        st = folder.stat()
+    except FileExistsError:
+        raise _cache_problem(folder, "it is a file, not a folder") from None
+    except NotADirectoryError:
+        raise _cache_problem(folder, "a part of that path is a file, not a folder") from None
+    except PermissionError as e:
+        raise _cache_problem(folder, f"cannot create it ({e.strerror.lower()} at {e.filename})") from None
+    except OSError as e:
+        raise _cache_problem(folder, f"cannot create it ({e.strerror or e})") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise _cache_problem(folder, "it is a file, not a folder")
+    why = _unsafe(st)
+    if why:
+        raise _cache_problem(folder, f"refusing to load libraries from it: {why}"
+                             + (f" (`chmod go-w {folder}`)" if "can write" in why else ""))
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise _cache_problem(folder, "it is not writable by you")
+    files.clean_stale(folder)
+    return folder
 
 
 _ARCH = re.compile(r"^(?:sm_|compute_)?(\d{2,3}[a-z]?)$")
@@ -115,35 +190,51 @@ def _key(**parts) -> str:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    """Write through a temporary file in the same folder and rename it into place (os.replace is
-    atomic on one filesystem), so a reader never sees half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Write whole through a temporary file and os.replace (harness.files), readable by the owner only."""
+    files.replace(path, data, mode=0o600)
 
 
-def _run_nvcc(cmd: list[str], out: Path) -> tuple[int, str]:
-    """Run nvcc with `-o <temporary file>` and rename the result into `out` on success."""
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    os.close(fd)
+def _run_nvcc(cmd: list[str], out: Path, deps: bool = False) -> tuple[int, str, list[str]]:
+    """Run nvcc with `-o <temporary file>` and rename the result into `out` on success. Returns
+    (status, nvcc's output, the files it read when `deps`: nvcc -MD's list, sources and headers).
+
+    nvcc and what it starts (cicc, ptxas, the host compiler) run in their own process group with
+    TMPDIR pointed at a private folder beside `out`: when the caller is interrupted (Ctrl-C, a
+    notebook's stop button) the whole group is stopped at once, and its tmpxft_* files and the
+    temporary output go with the folder, instead of cicc running on and megabytes left in /tmp."""
+    tmp = files.temporary(out)
+    work = files.temporary_dir(out.parent, "nvcc")
+    env = {**os.environ, "TMPDIR": str(work)}
+    depfile = work / "deps.d"
+    extra = ["-MD", "-MF", str(depfile)] if deps else []
     try:
-        p = subprocess.run(cmd + ["-o", tmp], capture_output=True, text=True, timeout=600, errors="replace")
-        log = p.stdout + p.stderr
-        if p.returncode == 0:
-            os.chmod(tmp, 0o755)
+        proc = subprocess.Popen(cmd + extra + ["-o", str(tmp)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, errors="replace", env=env, start_new_session=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            runner.stop_group(proc)
+            return 124, "nvcc timed out after 600 s", []
+        except BaseException:
+            runner.stop_group(proc)
+            raise
+        read = _parse_depfile(depfile.read_text(errors="replace")) if deps and proc.returncode == 0 else []
+        if proc.returncode == 0:
+            os.chmod(tmp, 0o700)
             os.replace(tmp, out)
-        return p.returncode, log
-    except subprocess.TimeoutExpired:
-        return 124, "nvcc timed out after 600 s"
+        return proc.returncode, stdout + stderr, read
     finally:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            tmp.unlink()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _parse_depfile(text: str) -> list[str]:
+    """The prerequisites of a make-style dependency file (`out : a.cu \\ /usr/include/x.h ...`)."""
+    body = text.replace("\\\n", " ")
+    _, _, deps = body.partition(": ")
+    words = re.split(r"(?<!\\)\s+", deps.strip())
+    return [w.replace("\\ ", " ") for w in words if w]
 
 
 class InlineBuildError(BuildError):
@@ -214,18 +305,185 @@ def _say(verbose: bool, msg: str) -> None:
         print(f"harness.inline: {msg}", file=sys.stderr, flush=True)
 
 
+# --- the cache entries ---------------------------------------------------------------------------------
+# An entry is <stem>.so (or the executable, or the common .o), <stem>.log (nvcc's output, which
+# resource_usage() reads) and <stem>.manifest.json, written last: the key, the SHA-256 of the output
+# and the log, and every file nvcc read (nvcc -MD) with its size, time and SHA-256. An entry is used
+# only when the manifest verifies: a truncated or replaced output, a missing log, or an entry another
+# user owns or can write is rebuilt (said once on stderr); a header that changed is a plain miss.
+# A lock file per entry lets one process build it while another waits, so no manifest ever describes
+# another process's output.
+
+MANIFEST = ".manifest.json"
+_said: set[str] = set()
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _file_record(path: str) -> list:
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns, _sha256(Path(path))]
+
+
+def _changed(path: str, record) -> bool:
+    """Has a file nvcc read changed since the entry was built? Size and time first, the hash when
+    they differ (a checkout or a copy touches a file without changing it)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return True
+    size, mtime, digest = record
+    if st.st_size == size and st.st_mtime_ns == mtime:
+        return False
+    return st.st_size != size or _sha256(Path(path)) != digest
+
+
+def _verify(out: Path, log_path: Path, key: str) -> tuple[str, str]:
+    """("ok" | "miss" | "stale" | "bad", why) for a cache entry."""
+    manifest = _manifest_path(out)
+    if not manifest.exists():
+        return ("bad", "it has no manifest (an interrupted or an old build)") if out.exists() else ("miss", "")
+    try:
+        m = json.loads(manifest.read_text())
+        want_out, want_log, deps = m["out_sha256"], m["log_sha256"], m["deps"]
+        if m.get("key") != key or not isinstance(deps, dict):
+            return "bad", "its manifest is for another key"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "bad", "its manifest is unreadable"
+    for p in (out, log_path, manifest):
+        try:
+            why = _unsafe(p.lstat())
+        except OSError:
+            return "bad", f"{p.name} is missing"
+        if why:
+            return "bad", f"{p.name}: {why}"
+    if _sha256(out) != want_out:
+        return "bad", f"{out.name} is not the file that was built (its SHA-256 differs: truncated or replaced)"
+    if _sha256(log_path) != want_log:
+        return "bad", f"{log_path.name} is not the log of that build"
+    for path, record in deps.items():
+        if _changed(path, record):
+            return "stale", f"{path} changed since it was built"
+    return "ok", ""
+
+
+def _manifest_path(out: Path) -> Path:
+    return Path(str(out) + MANIFEST)
+
+
+def _publish_manifest(out: Path, log_path: Path, key: str, deps: list[str]) -> None:
+    records = {}
+    for d in deps:
+        with contextlib.suppress(OSError):
+            records[str(Path(d).resolve())] = _file_record(d)
+    _write_atomic(_manifest_path(out), json.dumps({"key": key, "v": FORMAT_VERSION, "out_sha256": _sha256(out),
+                                                   "log_sha256": _sha256(log_path), "deps": records},
+                                                  indent=1).encode())
+
+
+@contextlib.contextmanager
+def _entry_lock(out: Path):
+    """An exclusive lock on one entry (flock on <out>.lock): one builder at a time; released when the
+    process ends however it ends."""
+    import fcntl
+
+    fd = os.open(str(out) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _cached_or_build(out: Path, log_path: Path, key: str, what: str, verbose: bool,
+                     build) -> tuple[str, bool, float]:
+    """(nvcc's log, cache hit, seconds) for the entry at `out`: used when it verifies, else built by
+    `build()` -> (log, files nvcc read), which raises on failure."""
+    if _verify(out, log_path, key)[0] == "ok":
+        _say(verbose, f"{what}: cache hit, nothing compiled ({out})")
+        return log_path.read_text(errors="replace"), True, 0.0
+    with _entry_lock(out):
+        # Checked again under the lock: another process may have built it meanwhile, or be half-way
+        # through (which is not damage, so nothing is said before the lock is held).
+        state, why = _verify(out, log_path, key)
+        if state == "ok":
+            _say(verbose, f"{what}: cache hit, nothing compiled ({out})")
+            return log_path.read_text(errors="replace"), True, 0.0
+        if state == "bad" and str(out) not in _said:
+            _said.add(str(out))
+            print(f"harness.inline: the cache entry {out} is damaged ({why}); rebuilding it", file=sys.stderr,
+                  flush=True)
+        elif state == "stale":
+            _say(verbose, f"{what}: {why}; recompiling")
+        with contextlib.suppress(FileNotFoundError):
+            _manifest_path(out).unlink()  # from here until the new manifest, the entry never verifies
+        t0 = time.perf_counter()
+        log, deps = build()
+        seconds = time.perf_counter() - t0
+        _write_atomic(log_path, log.encode())
+        _publish_manifest(out, log_path, key, deps)
+    return log, False, seconds
+
+
+def _host_compiler(args: list[str]) -> list[str]:
+    """The host compiler nvcc will run (-ccbin/--compiler-bindir in `args`, else $NVCC_CCBIN, else g++
+    on PATH): its resolved path and `--version`, for the cache key."""
+    cc = os.environ.get("NVCC_CCBIN") or "g++"
+    for i, a in enumerate(args):
+        for opt in ("-ccbin", "--compiler-bindir"):
+            if a == opt and i + 1 < len(args):
+                cc = args[i + 1]
+            elif a.startswith(opt + "="):
+                cc = a.split("=", 1)[1]
+    return list(_compiler_identity(cc))
+
+
+@functools.lru_cache(maxsize=8)
+def _compiler_identity(cc: str) -> tuple[str, str]:
+    path = Path(cc)
+    if path.is_dir():
+        path = path / "g++"
+    found = shutil.which(str(path)) or str(path)
+    try:
+        real = os.path.realpath(found)
+        st = os.stat(real)
+        version = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=30).stdout
+        return real, f"{version.strip()} size={st.st_size} mtime={st.st_mtime_ns}"
+    except (OSError, subprocess.SubprocessError):
+        return found, "not found"
+
+
+def _environment_key(flags: list[str]) -> dict:
+    """What nvcc takes from the environment, which the command line does not show: its extra flags
+    and the host compiler (those flags may name one too)."""
+    env = {k: os.environ.get(k, "") for k in ENV_FLAGS}
+    words = shlex.split(env["NVCC_PREPEND_FLAGS"]) + list(flags) + shlex.split(env["NVCC_APPEND_FLAGS"])
+    return {"env": env, "host_compiler": _host_compiler(words), "link": toolchain.link_flags()}
+
+
 def _common_object(arch: str, nvcc: toolchain.Tool, folder: Path, verbose: bool) -> Path:
     """cuda/common/cudalab.cu (the error-name entry points every cudalab library exports), compiled
     once per arch and nvcc into the cache."""
     key = _key(kind="common", arch=arch, nvcc=[nvcc.path, nvcc.version], common=_common_hash(),
-               flags=_base_flags(arch), v=FORMAT_VERSION)
+               flags=_base_flags(arch), environment=_environment_key([]), v=FORMAT_VERSION)
     obj = folder / f"cudalab-common-{arch}-{key[:16]}.o"
-    if not obj.exists():
+
+    def build():
         _say(verbose, f"compiling {COMMON_DIR / 'cudalab.cu'} for sm_{arch} -> {obj}")
-        rc, log = _run_nvcc([nvcc.path, *_base_flags(arch), "-c", str(COMMON_DIR / "cudalab.cu")], obj)
+        rc, log, deps = _run_nvcc([nvcc.path, *_base_flags(arch), "-c", str(COMMON_DIR / "cudalab.cu")], obj,
+                                  deps=True)
         if rc != 0:
             raise BuildError(f"could not compile cuda/common/cudalab.cu:\n{log[-2000:]}",
                              _build.parse_diagnostics(log), log)
+        return log, deps
+
+    _cached_or_build(obj, obj.with_suffix(".log"), key, "cudalab common object", verbose, build)
     return obj
 
 
@@ -238,43 +496,42 @@ def _compile(source: str, *, kind: str, name: str | None, arch, flags, verbose: 
     flags = [str(f) for f in flags]
     nvcc = _nvcc()
     arch = _normalize_arch(arch) if arch is not None else default_arch()
-    folder = cache_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = cache_folder()
     prelude_key = hashlib.sha256(PRELUDE.encode()).hexdigest()[:12]
+    # Everything that goes into the output: the source, the flags (the command line's and nvcc's
+    # environment's), the arch, nvcc, the host compiler, the link flags, the prelude and cuda/common.
+    # Headers reached through a user's -I are checked through the manifest (nvcc -MD's list).
     key = _key(kind=kind, source=source, flags=flags, arch=arch, nvcc=[nvcc.path, nvcc.version],
                base=_base_flags(arch), prelude=PRELUDE if kind == "lib" else "", common=_common_hash(),
-               v=FORMAT_VERSION)
+               environment=_environment_key(flags), v=FORMAT_VERSION)
     stem = f"{re.sub(r'[^A-Za-z0-9_]', '_', name or 'inline')[:40]}-{key[:16]}"
     src_path = folder / f"{stem}.cu"
     out = folder / (f"{stem}.so" if kind == "lib" else stem)
     log_path = folder / f"{stem}.log"
-    if out.exists():
-        log = log_path.read_text(errors="replace") if log_path.exists() else ""
-        _say(verbose, f"{name or 'inline'}: cache hit, nothing compiled ({out})")
-        return _Compiled(out, src_path, log, True, 0.0, arch, key,
-                         _warnings(log, src_path, display, line_offset))
+    what = name or "inline"
 
-    _write_atomic(src_path, source.encode())
-    cmd = [nvcc.path, *_base_flags(arch)]
-    if kind == "lib":
-        prelude = folder / f"cudalab-inline-prelude-{prelude_key}.h"
-        if not prelude.exists():
-            _write_atomic(prelude, PRELUDE.encode())
-        common = _common_object(arch, nvcc, folder, verbose)
-        cmd += ["-shared", "-include", str(prelude), str(src_path), str(common)]
-    else:
-        cmd += [str(src_path)]
-    cmd += flags + toolchain.link_flags()
-    _say(verbose, f"{name or 'inline'}: compiling for sm_{arch} with nvcc {nvcc.version}: {' '.join(cmd)}")
-    t0 = time.perf_counter()
-    rc, log = _run_nvcc(cmd, out)
-    seconds = time.perf_counter() - t0
-    if rc != 0:
-        raise _build_error(log, src_path, display, source, line_offset,
-                           f"{display if name is None else name}")
-    _write_atomic(log_path, log.encode())
-    _say(verbose, f"{name or 'inline'}: compiled in {seconds:.2f} s -> {out}")
-    return _Compiled(out, src_path, log, False, seconds, arch, key, _warnings(log, src_path, display, line_offset))
+    def build():
+        _write_atomic(src_path, source.encode())
+        cmd = [nvcc.path, *_base_flags(arch)]
+        if kind == "lib":
+            prelude = folder / f"cudalab-inline-prelude-{prelude_key}.h"
+            if not prelude.exists() or prelude.read_text(errors="replace") != PRELUDE:
+                _write_atomic(prelude, PRELUDE.encode())
+            common = _common_object(arch, nvcc, folder, verbose)
+            cmd += ["-shared", "-include", str(prelude), str(src_path), str(common)]
+        else:
+            cmd += [str(src_path)]
+        cmd += flags + toolchain.link_flags()
+        _say(verbose, f"{what}: compiling for sm_{arch} with nvcc {nvcc.version}: {' '.join(cmd)}")
+        rc, log, deps = _run_nvcc(cmd, out, deps=True)
+        if rc != 0:
+            raise _build_error(log, src_path, display, source, line_offset, f"{display if name is None else name}")
+        return log, deps
+
+    log, hit, seconds = _cached_or_build(out, log_path, key, what, verbose, build)
+    if not hit:
+        _say(verbose, f"{what}: compiled in {seconds:.2f} s -> {out}")
+    return _Compiled(out, src_path, log, hit, seconds, arch, key, _warnings(log, src_path, display, line_offset))
 
 
 @dataclasses.dataclass

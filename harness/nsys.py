@@ -33,16 +33,49 @@ KERNEL_COLUMNS = ["kernel", "time_pct", "total_ns", "instances", "avg_ns", "med_
 LIBDW = "libdw.so.1"
 
 
+DW_DIR = _build.BUILD / "tools" / "dw"  # where unpack_libdw (and .ci/gpu) unpack the .debs
+_DW_LIBS = ("usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu")
+SYSTEM_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib", "/usr/local/lib")
+
+
+def user_dw_dir() -> Path:
+    """The user's own place for an unpacked libdw: $XDG_CACHE_HOME/cudalab/dw (~/.cache/cudalab/dw)."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "cudalab" / "dw"
+
+
 def libdw_dirs() -> list[Path]:
-    """Where libdw.so.1 is looked for: LD_LIBRARY_PATH, the system folders, and the folders
-    `unpack_libdw` writes to (the project's build/tools/dw, and /tmp/dw that the README's manual
-    step uses)."""
+    """Where libdw.so.1 is looked for: LD_LIBRARY_PATH (the loader searches it anyway), the system
+    folders, and the unpacked .debs under the project's build/tools/dw or the user's
+    ~/.cache/cudalab/dw. Never a shared folder such as /tmp, where anyone could put a library that nsys
+    would then load."""
     dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
-    dirs += ["/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib",
-             "/usr/local/lib"]
-    for root in (_build.BUILD / "tools" / "dw", Path("/tmp/dw")):
-        dirs += [str(root / "usr/lib/x86_64-linux-gnu"), str(root / "lib/x86_64-linux-gnu")]
+    dirs += list(SYSTEM_DIRS)
+    for root in (DW_DIR, user_dw_dir()):
+        dirs += [str(root / sub) for sub in _DW_LIBS]
     return [Path(d) for d in dict.fromkeys(dirs)]
+
+
+def unsafe_reason(lib_dir: Path, root: Path | None = None) -> str:
+    """Why a library in `lib_dir` must not be put first on nsys's LD_LIBRARY_PATH, or "": the folder
+    (and each one from `root` down to it) and libdw.so.1 itself must belong to you or to root and be
+    writable by nobody else."""
+    chain = [lib_dir]
+    if root is not None:
+        p = lib_dir
+        while p != root and root in p.parents:
+            p = p.parent
+            chain.append(p)
+    for p in [*chain, lib_dir / LIBDW]:
+        try:
+            st = p.stat()
+        except OSError as e:
+            return f"{p}: {e.strerror or e}"
+        if st.st_uid not in (os.geteuid(), 0):
+            return f"{p} belongs to another user (uid {st.st_uid})"
+        if st.st_mode & 0o022:
+            return f"{p} can be written by other users (mode {st.st_mode & 0o777:o})"
+    return ""
 
 
 def find_libdw() -> Path | None:
@@ -53,18 +86,20 @@ def find_libdw() -> Path | None:
 
 
 def unpack_libdw(debs_dir: Path | None = None, dest: Path | None = None) -> Path | None:
-    """Unpack libdw1 and libelf1 .debs (.offline/debs/) with dpkg -x into build/tools/dw; return
-    the folder holding libdw.so.1, or None when there is nothing to unpack or no dpkg."""
+    """Unpack libdw1 and libelf1 .debs (.offline/debs/) with dpkg -x into build/tools/dw (made 0755
+    whatever the umask); return the folder holding libdw.so.1, or None when there is nothing to unpack
+    or no dpkg."""
     debs_dir = debs_dir or (_build.ROOT / ".offline" / "debs")
-    dest = dest or (_build.BUILD / "tools" / "dw")
+    dest = dest or DW_DIR
     debs = sorted(glob.glob(str(debs_dir / "*.deb")))
     dpkg = shutil.which("dpkg") or shutil.which("dpkg-deb")
     if not debs or not dpkg:
         return None
     dest.mkdir(parents=True, exist_ok=True)
+    dest.chmod(0o755)
     for deb in debs:
         subprocess.run([dpkg, "-x", deb, str(dest)], capture_output=True, timeout=120)
-    for sub in ("usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu"):
+    for sub in _DW_LIBS:
         if (dest / sub / LIBDW).exists():
             return dest / sub
     return None
@@ -72,16 +107,21 @@ def unpack_libdw(debs_dir: Path | None = None, dest: Path | None = None) -> Path
 
 def nsys_env() -> tuple[dict[str, str], str]:
     """The environment to run nsys in (libdw's folder prepended to LD_LIBRARY_PATH), and a note:
-    "" when libdw was found, else what is missing."""
+    "" when libdw was found, else what is missing, or why the one found is not used."""
     env = dict(os.environ)
+    parts = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p]
     d = find_libdw() or unpack_libdw()
     if d is None:
         return env, (f"importer library {LIBDW} missing (nsys converts its trace with QdstrmImporter, which "
                      f"links it): `apt install libdw1`, or unpack the libdw1 and libelf1 .debs with "
-                     f"`dpkg -x` and put their usr/lib/x86_64-linux-gnu on LD_LIBRARY_PATH")
-    parts = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p]
-    if str(d) not in parts:
-        env["LD_LIBRARY_PATH"] = ":".join([str(d)] + parts)
+                     f"`dpkg -x` into {DW_DIR} (or a folder of your own on LD_LIBRARY_PATH)")
+    if str(d) in parts:  # the user's own setting: the loader already searches it, nothing to add
+        return env, ""
+    root = next((r for r in (DW_DIR, user_dw_dir()) if r in d.parents), None)
+    why = unsafe_reason(d, root)
+    if why:
+        return env, f"{LIBDW} found in {d} is not used: {why} (`chmod go-w` it, or unpack the .debs again)"
+    env["LD_LIBRARY_PATH"] = ":".join([str(d)] + parts)
     return env, ""
 
 

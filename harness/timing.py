@@ -22,10 +22,12 @@ temperature through NVML.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import files
 from .errors import CudalabError
 
 PROGRESS = "cudalab-timing:"  # the child's progress lines on stdout: PROGRESS <index> <key>
@@ -182,14 +185,17 @@ def run_plan(items: list[Item], options: Options | None = None, *, on_progress: 
     limit = timeout if timeout is not None else 120.0 + sum(
         (it.warmup_s if it.warmup_s is not None else opts.warmup_s) + opts.timeout_s for it in items)
     log: list[str] = []
+    # Its own process group: an interrupt here (Ctrl-C, a notebook's stop) stops the session and
+    # whatever it started at once, instead of waiting for it to finish its plan.
     proc = subprocess.Popen([sys.executable, "-m", "harness.timing", str(plan), str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, cwd=_build.ROOT)
+                            stderr=subprocess.STDOUT, text=True, env=env, cwd=_build.ROOT, start_new_session=True)
     # A watchdog, not a check between lines: a child that hangs (a deadlocked launch) prints nothing.
     fired = threading.Event()
 
     def kill():
         fired.set()
-        proc.kill()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
     watchdog = threading.Timer(limit, kill)
     watchdog.daemon = True
@@ -203,11 +209,17 @@ def run_plan(items: list[Item], options: Options | None = None, *, on_progress: 
                     on_progress(int(idx), key)
             else:
                 log.append(line.rstrip("\n"))
+    except BaseException:
+        from . import runner
+
+        watchdog.cancel()
+        runner.stop_group(proc)
+        raise
     finally:
         rc = proc.wait()
         watchdog.cancel()
     timed_out = fired.is_set()
-    (out / "child.log").write_text("\n".join(log) + "\n")
+    files.replace(out / "child.log", "\n".join(log) + "\n")
     timings, setup_errors = read_session(out)
     tail = "\n".join(log[-15:])
     if timed_out:

@@ -47,19 +47,57 @@ def cache_path(prog: str, device: str) -> Path:
     return bench.RESULTS_DIR / bench.gpu_folder(device) / f"{prog}-tune.json"
 
 
+class BadTuneFile(ValueError):
+    """A tune JSON that is not one `save` wrote: unreadable, or a field of the wrong type. Its message
+    is one line naming the file."""
+
+
+def _check_str_map(path: Path, field: str, value) -> None:
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise BadTuneFile(f"{path}: {field!r} must map names to configuration names, got {value!r:.60}")
+
+
+def read(path: Path) -> dict:
+    """The one reader of a tune JSON: the parsed object with every field this project reads checked for
+    its type (winner: a name; winners: {D: name}; winners_by_variant: {variant: {D: name}}; table: a
+    list of rows; device, program, size, date: text). BadTuneFile, one line naming the file, otherwise."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise BadTuneFile(f"{path}: not a tuning result ({str(e).splitlines()[0] if str(e) else type(e).__name__})") \
+            from None
+    if not isinstance(data, dict):
+        raise BadTuneFile(f"{path}: not a tuning result (a JSON {type(data).__name__}, not an object)")
+    for field in ("device", "program", "size", "date", "winner"):
+        if field in data and not isinstance(data[field], str):
+            raise BadTuneFile(f"{path}: {field!r} must be text, got {data[field]!r:.60}")
+    if "winners" in data:
+        _check_str_map(path, "winners", data["winners"])
+    if "winners_by_variant" in data:
+        by = data["winners_by_variant"]
+        if not isinstance(by, dict):
+            raise BadTuneFile(f"{path}: 'winners_by_variant' must map variants to {{D: name}}, got {by!r:.60}")
+        for variant, winners in by.items():
+            _check_str_map(path, f"winners_by_variant[{variant!r}]", winners)
+    if "table" in data and not (isinstance(data["table"], list) and all(isinstance(r, dict) for r in data["table"])):
+        raise BadTuneFile(f"{path}: 'table' must be a list of rows, got {data['table']!r:.60}")
+    return data
+
+
 def cached(prog: str, device: str) -> tuple[dict | None, str]:
     """(the cached search, why) when `prog` was tuned on this exact device, else (None, the reason the
-    program's compiled default applies). The caller checks that what it names exists in this build."""
+    program's compiled default applies: no file, a bad file named, another device). The caller checks
+    that what it names exists in this build."""
     path = cache_path(prog, device)
     if not path.exists():
         return None, f"no tuning result at {path} (run `invoke tune {prog}`)"
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        return None, f"{path} unreadable: {e}"
-    if not isinstance(data, dict) or data.get("device") != device:
-        got = data.get("device") if isinstance(data, dict) else None
-        return None, f"{path} was tuned on {got!r}, not {device!r}"
+        data = read(path)
+    except BadTuneFile as e:
+        return None, f"{e}; the compiled default runs (run `invoke tune {prog}` again)"
+    if data.get("device") != device:
+        return None, f"{path} was tuned on {data.get('device')!r}, not {device!r}"
     return data, f"tuned on this device ({path})"
 
 
@@ -86,13 +124,15 @@ def save(prog: str, device: str, result: dict, table) -> Path:
     from . import bench
 
     meta = bench.metadata()
+    from . import files
+
     path = cache_path(prog, device)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"program": prog, "device": device, **result, "driver": meta["driver"], "nvcc": meta["nvcc"],
                "date": meta["date"], "timing": "harness.timing: NVBench cold measurements (L2 flushed), median, stopped on noise",
                "table": json.loads(table.to_json(orient="records"))}
-    path.write_text(json.dumps(payload, indent=1) + "\n")
-    return path
+    # Whole or not at all: a run interrupted while writing, or two at once, never leave a torn cache.
+    return files.replace(path, json.dumps(payload, indent=1) + "\n")
 
 
 def pick_winner(df, prog: str) -> str:

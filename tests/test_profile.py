@@ -341,6 +341,42 @@ def test_libdw_missing_is_said(monkeypatch, tmp_path):
     assert "libdw.so.1" in missing and "LD_LIBRARY_PATH" in missing
 
 
+def _fake_dw(root: Path) -> Path:
+    lib = root / "usr/lib/x86_64-linux-gnu"
+    lib.mkdir(parents=True)
+    (lib / "libdw.so.1").write_text("")
+    for p in (root, root / "usr", root / "usr/lib", lib):
+        p.chmod(0o755)
+    return lib
+
+
+def test_libdw_is_never_taken_from_a_shared_tmp_folder(monkeypatch, tmp_path):
+    """A libdw.so.1 planted in /tmp/dw (anyone can write /tmp) is not looked at; the project's
+    build/tools/dw is, and only while nobody else can write it."""
+    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+    assert not [d for d in nsys.libdw_dirs() if Path("/tmp/dw") in d.parents or Path("/tmp/cudalab-debs") in d.parents]
+    monkeypatch.setattr(nsys, "SYSTEM_DIRS", ())
+    monkeypatch.setattr(nsys, "user_dw_dir", lambda: tmp_path / "nothing")
+    monkeypatch.setattr(nsys, "unpack_libdw", lambda *a, **k: None)
+    monkeypatch.setattr(nsys, "DW_DIR", tmp_path / "build" / "tools" / "dw")
+    lib = _fake_dw(nsys.DW_DIR)
+    env, note = hp.nsys_env()
+    assert note == "" and env["LD_LIBRARY_PATH"].split(":")[0] == str(lib)
+    for p, mode in ((nsys.DW_DIR, 0o777), (lib, 0o775), (lib / "libdw.so.1", 0o666)):
+        p.chmod(mode)
+        env, note = hp.nsys_env()
+        assert "LD_LIBRARY_PATH" not in env and f"{p} can be written by other users" in note, note
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    assert hp.nsys_env()[1] == ""
+
+
+def test_ci_unpacks_the_debs_where_the_nsys_helper_looks():
+    text = (build.ROOT / ".ci" / "gpu").read_text()
+    assert "/tmp/" not in "".join(ln for ln in text.splitlines() if "dpkg" in ln or "DW_DIR" in ln)
+    dw = next(ln.split("=", 1)[1] for ln in text.splitlines() if ln.startswith("DW_DIR="))
+    assert build.ROOT / dw == nsys.DW_DIR and 'dpkg -x "$f" "$DW_DIR"' in text
+
+
 def test_program_argument_contract():
     mod = types.SimpleNamespace(VARIANTS=("01_naive", "02_flash"), PROFILE_VARIANTS=("01_naive", "02_flash"),
                                 profile_args=lambda v: ["--variant", v or "all", "64"])

@@ -206,3 +206,76 @@ def test_doctor_names_the_timing_engine(monkeypatch):
     monkeypatch.setattr(timing, "engine_version", lambda: "0.3.0")
     row = next(c for c in doctor.check_packages() if c.item == "python:cuda-bench")
     assert row.ok and row.detail.startswith("0.3.0")
+
+
+INTERRUPTED = '''
+import sys
+sys.path.insert(0, {root!r})
+from harness import timing
+fake = {fake!r}
+timing.engine_version = lambda: "0.3.0"
+timing.require_gpu = lambda: None  # the child is a stand-in: no device needed
+real = timing.subprocess.Popen
+def popen(cmd, **kw):
+    kw["cwd"] = fake
+    kw["env"] = {{**kw["env"], "PYTHONPATH": fake}}
+    return real(cmd, **kw)
+timing.subprocess.Popen = popen
+try:
+    timing.run_plan([timing.Item("a", "m:f")], workdir={work!r}, on_progress=lambda i, k: print("started", flush=True))
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+'''
+
+
+def test_ctrl_c_stops_the_session_and_its_children_at_once(tmp_path):
+    """Ctrl-C while a session runs: the parent stops its child and what the child started (the whole
+    process group) at once, instead of waiting for the plan to finish."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    marker = f"cudalab-timing-test-{os.getpid()}-{time.time_ns()}"
+    fake = tmp_path / "fakechild"
+    (fake / "harness").mkdir(parents=True)
+    (fake / "harness" / "__init__.py").write_text("")
+    # A session that starts a worker of its own and then takes a minute.
+    (fake / "harness" / "timing.py").write_text(
+        f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', {marker!r}])\n"
+        f"print({timing.PROGRESS!r} + ' 0 a', flush=True)\ntime.sleep(60)\n")
+    root = str(Path(__file__).resolve().parent.parent)
+    script = INTERRUPTED.format(root=root, fake=str(fake), work=str(tmp_path / "s"))
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "started"
+
+    def sleepers():
+        out = []
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    if marker.encode() in (d / "cmdline").read_bytes():
+                        out.append(int(d.name))
+                except OSError:
+                    pass
+        return out
+
+    try:
+        deadline = time.monotonic() + 30
+        while not sleepers():
+            assert time.monotonic() < deadline, "the fake session's worker did not start"
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=90)
+        assert time.monotonic() - t0 < 10, f"the interrupt waited {time.monotonic() - t0:.0f} s for the session"
+        assert p.returncode == 130 and "interrupted" in out, err
+        time.sleep(0.3)
+        assert sleepers() == [], "the session's own child runs on"
+    finally:
+        for q in sleepers():
+            os.kill(q, signal.SIGKILL)
+        if p.poll() is None:
+            p.kill()
