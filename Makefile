@@ -9,6 +9,9 @@
 #
 #   make [-j] [ARCH=90] [NVCC=/path/to/nvcc]      `invoke build` is the usual way in.
 
+# `make` alone builds everything, whichever rule comes first below.
+.DEFAULT_GOAL := all
+
 NVCC ?= nvcc
 CC   ?= gcc
 # $(CC) defaults to `cc` in make; keep gcc unless the user chose another.

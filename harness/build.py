@@ -153,27 +153,40 @@ def invalidate_stale(targets_: list[str], root: Path | None = None) -> list[str]
     return removed
 
 
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    try:  # a zombie (exited, not yet reaped) is not running
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
 _TMP_NAME = re.compile(r"\.tmp(\d+)$")
 
 
 def sweep_temporaries(root: Path | None = None) -> list[Path]:
     """Delete the temporary files of build steps whose shell is gone (a make killed mid-step): the
-    Makefile names each `<output>.tmp<PID of its recipe shell>`."""
+    Makefile names each `<output>.tmp<PID of its recipe shell>`; and build/.tmp/<PID>, the compilers'
+    temporary folder of a build whose process is gone."""
     removed = []
     build_dir = (root or ROOT) / "build"
     if not build_dir.is_dir():
         return removed
+    tmp_root = build_dir / ".tmp"
+    if tmp_root.is_dir():
+        for d in tmp_root.iterdir():
+            if d.name.isdigit() and not _running(int(d.name)):
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(d)
     for dirpath, _dirs, files in os.walk(build_dir):
         for name in files:
             m = _TMP_NAME.search(name)
-            if m is None:
-                continue
-            try:
-                os.kill(int(m.group(1)), 0)
-                continue  # its step is still running (another make in this tree)
-            except ProcessLookupError:
-                pass
-            except PermissionError:
+            if m is None or _running(int(m.group(1))):  # a step still running (another make in this tree)
                 continue
             path = Path(dirpath) / name
             with contextlib.suppress(FileNotFoundError):
@@ -451,6 +464,8 @@ def build(targets_: list[str] | None = None, jobs: int | None = None, arch: str 
                 sweep_temporaries(root_)
             proc.stdout.close()
             shutil.rmtree(tmpdir, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                tmpdir.parent.rmdir()  # build/.tmp, once no build uses it
     log = "".join(lines)
     if rc != 0:
         diags = parse_diagnostics(log)
