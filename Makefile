@@ -7,7 +7,10 @@
 # <prog>_NVCCFLAGS and <prog>_LDLIBS (matmul uses it to link cuBLAS when it is found), and
 # <prog>_GENCODE, used for that program's compile and link instead of GENCODE (gemm_tc: sm_90a).
 #
-#   make [-j] [ARCH=90] [NVCC=/path/to/nvcc]      `invoke build` is the usual way in.
+#   make [-j] [ARCH=90 | ARCH=75,80,90] [NVCC=/path/to/nvcc]      `invoke build` is the usual way in.
+#
+# Reading this file writes nothing (so `make -n` is a pure question); every output is written to a
+# temporary name and renamed into place; libraries and executables get a size+SHA-256 record in build/sums/.
 
 # `make` alone builds everything, whichever rule comes first below.
 .DEFAULT_GOAL := all

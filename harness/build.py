@@ -78,7 +78,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-# Files already checked in this process, by identity (inode, size, mtime of the file and of its record):
+# Files already checked in this process, by identity (inode, size, mtime, ctime of the file and its record):
 # a test session runs the same executable hundreds of times and hashes it once.
 _verified: set[tuple] = set()
 _verified_lock = threading.Lock()
@@ -89,7 +89,9 @@ def _identity(path: Path, record: Path) -> tuple | None:
         a, b = path.stat(), record.stat()
     except OSError:
         return None
-    return (str(path), a.st_ino, a.st_size, a.st_mtime_ns, b.st_ino, b.st_mtime_ns)
+    # ctime too: writing a file and putting its old mtime back (as `touch -r` or a copy with -p does)
+    # still moves its ctime, which no one can set.
+    return (str(path), a.st_dev, a.st_ino, a.st_size, a.st_mtime_ns, a.st_ctime_ns, b.st_ino, b.st_mtime_ns, b.st_ctime_ns)
 
 
 def stale_reason(output: Path, root: Path | None = None) -> str | None:
@@ -291,7 +293,7 @@ _ARCH_WORD = re.compile(r"^(?:sm_|compute_)?(\d+[af]?)$")
 _SHELL_META = re.compile(r"[;&|<>`'\"\\()$\n]")
 
 
-def parse_arch(value: str, nvcc: str | None = None) -> str:
+def parse_arch(value: str, nvcc: str | None = None, source: str = "--arch") -> str:
     """`--arch` (or ARCH) as the Makefile takes it: one compute capability or a comma list of them
     ("90", "sm_80", "75,80,90"), each one that this nvcc compiles for. Raise BuildError with one line
     otherwise, before anything reaches make or a shell."""
@@ -308,7 +310,7 @@ def parse_arch(value: str, nvcc: str | None = None) -> str:
         hint = " (write 9.0 as 90)" if re.fullmatch(r"\d+\.\d+", w) else ""
         what = f"a compute capability that this nvcc builds for ({', '.join(known)})" if known else \
             "a compute capability such as 90"
-        raise BuildError(f"--arch: {w!r} is not {what}{hint}; a comma list (75,80,90) builds one binary for several")
+        raise BuildError(f"{source}: {w!r} is not {what}{hint}; a comma list (75,80,90) builds one binary for several")
     return ",".join(out)
 
 
@@ -318,8 +320,10 @@ def make_command(targets_: list[str] | None = None, jobs: int | None = None, arc
     if not nvcc.found:
         raise BuildError("nvcc not found: put it on PATH, set CUDA_HOME, or `pip install -e '.[toolkit]'`")
     # make reads ARCH and EXTRA_NVCCFLAGS from the environment too: check those here as well.
-    arch = arch or os.environ.get("ARCH") or None
-    arch = parse_arch(arch, nvcc.path) if arch else None
+    if arch:
+        arch = parse_arch(arch, nvcc.path)
+    elif os.environ.get("ARCH"):
+        arch = parse_arch(os.environ["ARCH"], nvcc.path, "ARCH (from the environment)")
     extra = os.environ.get("EXTRA_NVCCFLAGS", "")
     if _SHELL_META.search(extra):
         raise BuildError(f"EXTRA_NVCCFLAGS={extra!r}: only nvcc flags, without the shell's special characters")
