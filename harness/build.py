@@ -211,6 +211,11 @@ def targets(prog: str, root: Path | None = None) -> list[str]:
     return t
 
 
+# The `file` of a diagnostic that is a tool's own line, with no source file (nvcc fatal, the linker, a
+# recipe's shell, make's own checks).
+_TOOL_LINES = ("<nvcc>", "<link>", "<ptxas>", "<shell>", "<make>")
+
+
 @dataclass(frozen=True)
 class Diagnostic:
     file: str
@@ -220,7 +225,7 @@ class Diagnostic:
     message: str
 
     def __str__(self) -> str:
-        if self.file.startswith("<"):  # a tool's line without a file (<nvcc>, <link>, <shell>, <make>): as it was
+        if self.file in _TOOL_LINES:  # a tool's line without a file: shown as the tool wrote it
             return self.message
         where = self.file + (f":{self.line}" if self.line else "") + (f":{self.column}" if self.column else "")
         return f"{where}: {self.severity}: {self.message}"
