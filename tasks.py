@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from invoke import Exit, task
+from invoke import Exit, Task, task
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
@@ -199,16 +199,24 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
 @task(help={"prog": f"the program: {_PROGRAMS}",
             "variant": "kernel variant, where the program has several (see `invoke run <prog> -- --help`)",
             "image": "grayscale: input image, any format Pillow reads (default: a generated test picture)",
-            "out": "grayscale: where the grey PNG goes"})
+            "out": "grayscale: where the grey PNG goes",
+            "ranks": "collectives: start this many processes, one rank each (RANK/WORLD_SIZE/LOCAL_RANK, NCCL); "
+                     "all are stopped when one fails"})
 @_help_if_asked
-def run(c, prog, variant=None, image=None, out=None):
+def run(c, prog, variant=None, image=None, out=None, ranks=""):
     """Run one program's executable: `invoke run hello -- all`, `invoke run grayscale --image in.png --out g.png`.
     Arguments after `--` go to the program (`-- --help` lists them)."""
     from harness import runner
 
     _names(prog)
     args = shlex.split(c.remainder or "")  # what followed a standalone `--`
+    if ranks:
+        _run_ranks(prog, _int(ranks, "--ranks", lo=1), variant, args)
+        return
     cli = _registry.hook(prog, "cli")
+    if (_registry.has(prog, "on_cpu") and not {"-h", "--help"} & set(args)  # --help needs no GPU
+            and not _registry.gpu_here()[0]):
+        return _run_on_cpu(prog, args, variant)
     with _one_line(prog):
         if cli is not None:
             status = cli(args, variant=variant, image=image, out=out)
@@ -222,6 +230,40 @@ def run(c, prog, variant=None, image=None, out=None):
     sys.stderr.write(res.stderr)
     if res.returncode != 0:
         raise Exit(f"{prog} exited with status {res.returncode}", code=res.returncode)
+
+
+def _run_ranks(prog: str, n: int, variant, args: list[str]) -> None:
+    """`invoke run <prog> --ranks N`: N processes of build/bin/<prog> (harness/launch.py)."""
+    from harness import launch
+
+    if prog != "collectives":
+        raise Exit(f"--ranks starts one process per rank of a program that reads its rank from the environment: "
+                   f"collectives; not {prog}")
+    if variant is not None:
+        args = ["--variant", variant] + args
+    try:
+        res = launch.run_program(prog, n, args)
+    except launch.RankFailure as e:
+        sys.stdout.write(e.stdout)
+        raise Exit(f"{prog}: {e}") from None
+    except (OSError, ValueError) as e:
+        raise Exit(f"{prog}: {e}") from None
+    sys.stdout.write(res.stdout)
+    for r in res.ranks:
+        sys.stderr.write(r.stderr)
+
+
+def _run_on_cpu(prog: str, args: list[str], variant: str | None) -> None:
+    """`invoke run <prog>` where there is no GPU: the program's CPU twin, labelled as such."""
+    if variant is not None:
+        raise Exit(f"{prog}: --variant {variant} runs a CUDA kernel, which needs a GPU; without --variant, "
+                   f"`invoke run {prog}` computes its result on the CPU")
+    with _one_line(prog):
+        df, how = _registry.hook(prog, "on_cpu")(args)
+    _print_table(df, f"{prog}: {_registry.cpu_label(how)}")
+    print(f"{prog}: {_registry.cpu_label('see the table above')}. A GPU runs the CUDA kernels themselves.")
+    if "check" in df and (df["check"] != "pass").any():
+        raise Exit(f"{prog}: a CPU check failed", code=1)
 
 
 @task
@@ -291,6 +333,8 @@ def viz(c, what, n="", blocks="", threads="", simulate=False, width="", height="
         paths = draw.plot(data, Path(outdir))
     for p in paths:
         print(p)
+    if isinstance(data, dict) and data.get("computed_on"):
+        print(f"viz {what}: {data['computed_on']}")
 
 
 @task(help={"programs": "comma-separated programs (default: all with bench cases: "
@@ -576,3 +620,85 @@ def demo(c, bench=True, profile=True):
         print(textwrap.fill(line, width=console.width(), break_long_words=False, break_on_hyphens=False))
     if result.failed:
         raise Exit(f"demo: {len(result.failed)} step(s) failed", code=1)
+
+
+def _exercise_arguments(args: list) -> list:
+    """`invoke exercise list` takes no NAME while `invoke exercise start NAME` needs one: invoke
+    requires every positional argument, so NAME counts as given when the action is `list`. (The parser
+    deep-copies its contexts: the action's Argument is kept as an attribute, copied along with it.)"""
+    from invoke.parser import Argument
+
+    class NameArgument(Argument):
+        @property
+        def value(self):
+            v = self._value if self._value is not None else self.default
+            return "" if v is None and self.action_arg.value == "list" else v
+
+        @value.setter
+        def value(self, arg):
+            self.set_value(arg, cast=True)
+
+    action = next(a for a in args if a.name == "action")
+    for a in args:
+        if a.name == "name":
+            a.__class__ = NameArgument
+            a.action_arg = action
+    return args
+
+
+class _ExerciseTask(Task):
+    def get_arguments(self, *args, **kwargs):
+        return _exercise_arguments(super().get_arguments(*args, **kwargs))
+
+
+@task(klass=_ExerciseTask, positional=["action", "name"], help={"action": "list, start, check, hint or solution",
+            "name": "the exercise (invoke exercise list names them)",
+            "track": "python (harness.sim, no GPU) or cuda (default: python, or the track whose file exists)",
+            "dir": "the learner's folder (default: exercises/ in the current folder)",
+            "write": "solution: write the lab's solution into the learner's file (the old one is kept as .bakN)"})
+@_help_if_asked
+def exercise(c, action, name=None, track="", dir="", write=False):  # noqa: A002 -- the option is --dir
+    """The courses' exercises, graded: `invoke exercise list`, `invoke exercise start square`,
+    `invoke exercise check square [--track cuda]`, `invoke exercise hint square`, `invoke exercise solution square`."""
+    from harness import exercises as hx
+
+    actions = ("list", "start", "check", "hint", "solution")
+    if action not in actions:
+        raise Exit(f"exercise: no action {action!r}; choose {', '.join(actions)}")
+    if action != "list" and not name:
+        raise Exit(f"exercise {action}: name the exercise: invoke exercise {action} NAME (invoke exercise list names them)")
+    with _one_line(f"exercise {action}"):
+        if action == "list":
+            import pandas as pd
+
+            _print_table(pd.DataFrame(hx.listing(hx.folder(dir))), "exercises, in the order a learner meets them")
+        elif action == "start":
+            path, created = hx.start(name, track or None, dir or None)
+            if created:
+                print(f"wrote {path}: fill in its TODOs, then run `invoke exercise check {name}"
+                      f"{' --track cuda' if path.suffix == '.cu' else ''}`")
+            else:
+                print(f"{path} is already there (your work is kept): edit it, or move it away to start over")
+        elif action == "hint":
+            k, total, text = hx.hint(name, dir or None)
+            print(f"hint {k} of {total}: {text}")
+        elif action == "solution":
+            text, path, backup = hx.solution(name, track or None, dir or None, write=write)
+            if path is None:
+                sys.stdout.write(text)
+                print(f"(the lab's solution; `invoke exercise solution {name} --write` puts it into your file)")
+            else:
+                print(f"wrote the solution into {path}" + (f"; your file was kept as {backup}" if backup else ""))
+        else:
+            from harness.exercises import check as hcheck
+
+            v = hcheck.check(name, track or None, dir or None)
+            for ok, text in v.lines:
+                mark = "ok  " if ok else ("FAIL" if ok is False else "    ")
+                first, *rest = str(text).splitlines()
+                print(f"{mark} {first}")
+                for line in rest:
+                    print(f"     {line}")
+            print(v.final_line())
+            if not v.passed:
+                raise Exit(code=1)

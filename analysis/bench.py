@@ -95,6 +95,37 @@ def _ceiling_frame(ceil) -> pd.DataFrame:
     return ceil
 
 
+def rung(variant) -> int | None:
+    """A ladder variant's rung number: the leading digits of its name ("09_tuned" -> 9), else None."""
+    digits = ""
+    for ch in str(variant):
+        if not ch.isdigit():
+            break
+        digits += ch
+    return int(digits) if digits else None
+
+
+def current_targets(cases: pd.DataFrame) -> pd.DataFrame:
+    """A copy of `cases` with only the targets still in force. Within one program, size and ceiling,
+    a later rung that has its own target replaces the targets of the earlier ones (09_tuned's 0.9 of
+    cuBLAS was the goal until 11_splitk_tail's 1.0 took over): those rows keep their ratio but lose
+    their target and meets_target. Rows of the same rung (02_tiled at tiles 16 and 32) keep theirs."""
+    df = cases.copy()
+    if "target" not in df or df.empty:
+        return df
+    df["target"] = pd.to_numeric(df["target"], errors="coerce")
+    keys = [c for c in ("program", "size", "ceiling") if c in df]
+    rungs = df["variant"].map(rung)
+    has = df["target"].notna() & rungs.notna()
+    top = rungs.where(has).groupby([df[k].astype(str) for k in keys]).transform("max")
+    replaced = has & (rungs < top)
+    df.loc[replaced, "target"] = np.nan
+    if "meets_target" in df:
+        df["meets_target"] = df["meets_target"].astype(object)
+        df.loc[replaced, "meets_target"] = None
+    return df
+
+
 # --- ratio bars ------------------------------------------------------------------------------------
 
 SPREAD = ("ratio_p25", "ratio_p75")  # the per-round ratios' 25th-75th percentiles (absent in older CSVs)

@@ -48,7 +48,10 @@ def figure(data):
     cb.update_ticks()
     ax.set_xlabel("Re(c)")
     ax.set_ylabel("Im(c)")
-    ax.set_title(f"Mandelbrot set, {w}x{h}, max_iters={max_iters}" + (f" ({variant})" if variant else ""))
+    title = f"Mandelbrot set, {w}x{h}, max_iters={max_iters}" + (f" ({variant})" if variant else "")
+    if isinstance(data, dict) and data.get("computed_on"):  # a CPU picture says so on its face
+        title += "\n" + str(data["computed_on"])
+    ax.set_title(title, fontsize=10 if "\n" in title else None)
     fig.tight_layout()
     return fig, im
 

@@ -1,8 +1,11 @@
 """build/report/index.md and a self-contained build/report/index.html from whatever build/ holds.
 
-Sections: device summary, test summary (pytest's junit XML and the demo's steps), sanitizer summary,
-bench table and plots, grid-stride figures, Mandelbrot and grayscale images, profile charts, other
-figures. A section with nothing behind it says "not generated" and how to generate it.
+The report opens with the tour: each program in the order a learner meets it, its picture and one
+line on what the picture shows, captioned with where it came from (this run, computed on the CPU, or
+the picture committed with the program). Then the tests of the run that wrote the report (the junit
+file the caller names: `invoke demo` writes its own steps as one), the bench as ratios against the
+targets still in force (long tables folded), a roofline, the device, the sanitizer, the profiles and
+any other figure. A section with nothing behind it says "not generated" and how to generate it.
 index.md links the pictures relatively (copied into build/report/img/); index.html embeds them as
 base64, so either the folder or the one HTML file can be shared. Nothing here launches anything.
 """
@@ -22,7 +25,44 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build"
 
-BENCH_COLUMNS = ["program", "variant", "size", "median_ms", "iqr_ms", "value", "unit", "ceiling", "ratio", "target"]
+BENCH_COLUMNS = ["program", "variant", "size", "ratio", "target", "meets_target", "value", "unit", "ceiling",
+                 "median_ms"]
+FOLD_ROWS = 12  # a table longer than this is folded (<details>) under its one-line summary
+
+
+@dataclass
+class Tour:
+    """One program's place in the tour: what its picture shows, the pictures a run draws (globs under
+    build/), and the picture committed with the program for when this run drew none."""
+    program: str
+    shows: str
+    drawn: tuple[str, ...] = ()
+    committed: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()  # what each drawn pattern's picture is, where a program draws several
+
+
+# In the order a learner meets the programs (the README's learning path).
+TOUR = (
+    Tour("hello", "hello from the CPU and the GPU and the launch shapes; the chart is each kernel's share of "
+                  "GPU time under nsys", ("plots/profile_recorded_hello.png",)),
+    Tour("device_info", "the GPU's properties and its FP32 and bandwidth peaks (text: `invoke run device_info`)"),
+    Tour("square", "x*x on managed memory against its C twin; the chart is the kernel's share of GPU time",
+         ("profiles/square/*.png",)),
+    Tour("grid_stride", "which thread squared which element: a grid-stride loop steps by blocks x threads",
+         ("plots/gridstride_*_scatter.png",), ("cuda/grid_stride/trace_sim.png",)),
+    Tour("grayscale", "RGB to grey, one thread per pixel", ("plots/grayscale_input.png", "plots/grayscale.png"),
+         ("cuda/grayscale/grey_cpu.png",), labels=("the test picture", "its grey image")),
+    Tour("matmul", "the SGEMM ladder: each rung's TFLOP/s as a fraction of cuBLAS",
+         ("plots/ladder_matmul*.png",), ("bench/results/h100/ladder_matmul-20261124T195859.png",)),
+    Tour("mandelbrot", "escape counts of z -> z^2 + c over the complex plane, one thread per pixel",
+         ("plots/mandelbrot.png",), ("cuda/mandelbrot/mandelbrot_cpu.png",)),
+    Tour("attention", "each attention variant as a ratio to torch's SDPA at the same shape",
+         ("plots/attention_ratios*.png",), ("bench/results/h100/attention_ratios-20261124T104549.png",)),
+    Tour("transformer_block", "naive against flash attention inside a transformer block: kernel time shares",
+         ("profiles/transformer_block/*.png",)),
+    Tour("gemm_tc", "the tensor-core ladder: each BF16 rung as a fraction of cuBLAS",
+         ("plots/ladder_gemm_tc*.png",), ("bench/results/h100/ladder_gemm_tc-20261124T211953.png",)),
+)
 
 
 @dataclass
@@ -31,6 +71,9 @@ class Section:
     text: list[str] = field(default_factory=list)  # paragraphs (plain text, may hold `code`)
     tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
     images: list[Path] = field(default_factory=list)
+    captions: dict = field(default_factory=dict)  # image path -> caption (else its file name)
+    folded: set = field(default_factory=set)  # table names, and "images", shown folded under a summary
+    grid: bool = False  # images side by side (the tour)
     missing: str = ""  # "not generated: ..." when there is nothing
 
     @property
@@ -47,6 +90,56 @@ def _glob(folder: Path, *patterns: str) -> list[Path]:
     return list(dict.fromkeys(out))
 
 
+def _step_details(demo: dict | None) -> dict[Path, str]:
+    """picture path -> the detail of the demo step that drew it (says "computed on the CPU" where so)."""
+    out = {}
+    for st in (demo or {}).get("steps", []):
+        if st.get("status") == "passed":
+            for o in st.get("outputs", []):
+                out[Path(o).resolve()] = st.get("detail", "")
+    return out
+
+
+def _source(details: dict[Path, str], p: Path) -> str:
+    """Where a picture of this run came from, in a few words, from the demo step that drew it."""
+    how = details.get(p.resolve())
+    if how is None:
+        return "drawn in this build folder"
+    if "recorded" in how:
+        return "recorded on a GPU, drawn by this run"
+    if "computed on the CPU" in how:
+        return "this run, " + how[how.index("computed on the CPU"):].split(":")[0]
+    return "this run, on the GPU"
+
+
+def tour_section(build: Path, demo: dict | None, keep, root: Path = ROOT) -> Section:
+    """Each program's picture from this run, else the one committed with it, captioned."""
+    s = Section("The tour", grid=True)
+    s.text.append("Each program in the order a learner meets it, with its picture and what the picture shows. "
+                  "Each caption says where the picture came from: this run (on the GPU, or computed on the CPU "
+                  "where there is none) or the picture committed with the program.")
+    details = _step_details(demo)
+    missing = []
+    for t in TOUR:
+        drawn = [(p, t.labels[i] if i < len(t.labels) else "") for i, pat in enumerate(t.drawn)
+                 for p in _glob(build, pat) if keep(p)]
+        if drawn:
+            for p, label in drawn:
+                s.images.append(p)
+                s.captions[p] = f"**{t.program}**: {t.shows}{': ' + label if label else ''}. ({_source(details, p)})"
+            continue
+        committed = [root / c for c in t.committed if (root / c).is_file()]
+        for p in committed:
+            s.images.append(p)
+            s.captions[p] = f"**{t.program}**: {t.shows}. (committed picture, `{p.relative_to(root).as_posix()}`)"
+        if not committed:
+            missing.append(f"`{t.program}` ({t.shows})")
+    if missing:
+        s.text.append("No picture in this run for " + "; ".join(missing) + ": these need a GPU "
+                      "(`invoke demo` on one draws them).")
+    return s
+
+
 def device_section(facts: dict | None) -> Section:
     s = Section("Device")
     if not facts:
@@ -58,6 +151,7 @@ def device_section(facts: dict | None) -> Section:
         s.text.append(f"No GPU was visible when this report was written: {facts.get('gpu_why', 'unknown reason')}")
     if facts.get("tools"):
         s.tables.append(("toolchain", pd.DataFrame([{"tool": k, "version": v} for k, v in facts["tools"].items()])))
+        s.folded.add("toolchain")
     if facts.get("date"):
         s.text.append(f"Written {facts['date']}.")
     return s
@@ -69,6 +163,8 @@ def junit_summary(path: Path) -> tuple[dict, pd.DataFrame]:
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     tot = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
     tot["passed"] = tot["tests"] - tot["failures"] - tot["errors"] - tot["skipped"]
+    tot["name"] = suites[0].get("name", "") if suites else ""
+    tot["timestamp"] = suites[0].get("timestamp", "") if suites else ""
     bad = []
     for case in root.iter("testcase"):
         for tag in ("failure", "error"):
@@ -79,25 +175,44 @@ def junit_summary(path: Path) -> tuple[dict, pd.DataFrame]:
     return tot, pd.DataFrame(bad, columns=["test", "outcome", "message"])
 
 
-def tests_section(build: Path, demo: dict | None) -> Section:
-    s = Section("Tests")
+def latest_junit(build: Path) -> Path | None:
+    """The newest pytest junit file under build/ (by its own timestamp, else the file's time)."""
     xmls = _glob(build, "test-results/*.xml", "junit*.xml", "pytest*.xml")
-    for x in xmls:
+
+    def when(p: Path) -> str:
         try:
-            tot, bad = junit_summary(x)
+            root = ET.parse(p).getroot()
+            suite = root if root.tag == "testsuite" else next(root.iter("testsuite"), root)
+            return suite.get("timestamp") or ""
+        except (ET.ParseError, OSError):
+            return ""
+
+    return max(xmls, key=lambda p: (when(p), p.stat().st_mtime), default=None)
+
+
+def tests_section(build: Path, demo: dict | None, junit: Path | None = None) -> Section:
+    """The tests of the run that wrote the report: the junit file it names (the demo's steps). Without
+    one (`invoke report` alone), the newest pytest junit file, said to be that and when it ran."""
+    s = Section("Tests")
+    path, whose = (Path(junit), "this run") if junit else (latest_junit(build), "the newest test run in build/")
+    if path is not None:
+        try:
+            tot, bad = junit_summary(path)
+            label = tot["name"] or "pytest"
+            when = f", {tot['timestamp'].replace('T', ' ')}" if tot["timestamp"] else ""
+            s.text.append(f"{label} ({whose}{when}): {tot['passed']} passed, {tot['failures']} failed, "
+                          f"{tot['errors']} errors, {tot['skipped']} skipped of {tot['tests']}.")
+            if len(bad):
+                s.tables.append(("failing tests", bad))
         except (ET.ParseError, OSError) as e:
-            s.text.append(f"{x.name}: unreadable ({e})")
-            continue
-        s.text.append(f"pytest ({x.relative_to(build)}): {tot['passed']} passed, {tot['failures']} failed, "
-                      f"{tot['errors']} errors, {tot['skipped']} skipped of {tot['tests']}.")
-        if len(bad):
-            s.tables.append(("failing tests", bad))
+            s.text.append(f"{path.name}: unreadable ({e})")
     if demo and demo.get("steps"):
         steps = pd.DataFrame(demo["steps"])[["name", "status", "detail"]].rename(columns={"name": "step"})
         counts = steps["status"].value_counts().to_dict()
         s.text.append("`invoke demo`: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("passed", "failed", "skipped"))
-                      + ("" if demo.get("gpu") else " (no GPU: the skipped steps need one)") + ".")
+                      + ("" if demo.get("gpu") else " (no GPU: the skipped steps say what a GPU adds)") + ".")
         s.tables.append(("demo steps", steps))
+        s.folded.add("demo steps")
     if s.empty:
         s.missing = ("not generated: run `invoke test --args \"--junitxml=build/test-results/junit.xml\"` "
                      "and/or `invoke demo`")
@@ -124,11 +239,20 @@ def _latest_bench(build: Path) -> tuple[Path | None, str]:
     # the date written inside each (a checkout gives every file the same mtime).
     from analysis.bench import csv_date
 
-    dated = [(d, q.name, q) for q in (build.parent / "bench" / "results").glob("*/*.csv")
+    dated = [(_has_memory_roof(q), d, q.name, q) for q in (build.parent / "bench" / "results").glob("*/*.csv")
              if (d := csv_date(q)) is not None]
     if dated:
-        return max(dated)[2], "a committed reference run (bench/results)"
+        # The newest that measured a memory ceiling, so that its roofline has the sloped roof; else the newest.
+        return max(dated)[3], "a committed reference run (bench/results), not this machine's"
     return None, ""
+
+
+def _has_memory_roof(path: Path) -> bool:
+    try:
+        df = pd.read_csv(path, usecols=lambda c: c in ("program", "unit"))
+    except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
+        return False
+    return bool(((df.get("program") == "ceiling") & (df.get("unit") == "GB/s")).any())
 
 
 def bench_section(build: Path, img: Path, csv: Path | None = None) -> Section:
@@ -140,14 +264,32 @@ def bench_section(build: Path, img: Path, csv: Path | None = None) -> Section:
         s.missing = "not generated: run `invoke bench --quick` (needs a GPU)"
         return s
     cases, ceil = abench.load(path)
+    cases = abench.current_targets(cases)
     meta = {k: cases[k].iloc[0] for k in ("device", "driver", "nvcc", "date") if k in cases and len(cases)}
     s.text.append(f"From `{path.name}` ({what})" + (": " + ", ".join(f"{k} {v}" for k, v in meta.items()) if meta else "")
                   + ". Every figure is a ratio to a ceiling measured in the same run; only ratios compare across runs.")
-    s.tables.append(("cases", cases[[c for c in BENCH_COLUMNS if c in cases.columns]]))
+    met = cases["meets_target"].dropna() if "meets_target" in cases else pd.Series(dtype=object)
+    if len(met):
+        s.text.append(f"{int(met.astype(bool).sum())} of {len(met)} current targets met. A rung whose target a "
+                      "later rung of the same ladder took over is shown without a target.")
+    table = cases[[c for c in BENCH_COLUMNS if c in cases.columns]]
+    s.tables.append((f"every case ({len(table)} rows)", table))
+    if len(table) > FOLD_ROWS:
+        s.folded.add(f"every case ({len(table)} rows)")
     if len(ceil):
         s.tables.append(("ceilings", ceil[[c for c in ("variant", "value", "unit", "size") if c in ceil.columns]]
                          .rename(columns={"variant": "ceiling", "size": "how"})))
-    s.images += abench.plot((cases, ceil), img, prefix="bench")
+        s.folded.add("ceilings")
+    ratios, roofline = abench.plot((cases, ceil), img, prefix="bench")
+    s.images += [ratios, roofline]
+    s.captions[ratios] = "each case's ratio to its ceiling; a dashed tick is a target still in force"
+    memory = abench.roofs(ceil, set(cases["program"]) if len(cases) else ())["memory"]
+    s.captions[roofline] = ("roofline: the sloped roof is the memory bandwidth this run measured ("
+                            + ", ".join(f"{n} {v:.0f} GB/s" for n, v in memory) + ")" if memory else
+                            "roofline: this run measured no memory ceiling, so it has only flat compute roofs "
+                            "(a run with square or grayscale measures memcpy's bandwidth)")
+    if len(table) > FOLD_ROWS:
+        s.folded.add("images:" + ratios.name)
     return s
 
 
@@ -158,7 +300,7 @@ def images_section(title: str, paths: list[Path], how: str) -> Section:
     return s
 
 
-def profile_section(build: Path, keep=lambda p: True) -> Section:
+def profile_section(build: Path, keep=lambda p: True, shown=frozenset()) -> Section:
     s = Section("Profiles")
     for d in sorted(p for p in (build / "profiles").glob("*") if p.is_dir()):
         k = d / "kernels.csv"
@@ -171,8 +313,8 @@ def profile_section(build: Path, keep=lambda p: True) -> Section:
                               "share (%)": df["time_pct"].round(1), "instances": df["instances"],
                               "avg (us)": (df["avg_ns"] / 1e3).round(2)})
             s.tables.append((f"{d.name} ({tool})", t.head(12)))
-        s.images += [p for p in _glob(d, "*.png") if keep(p)]
-    s.images += [p for p in _glob(build / "plots", "profile_*.png") if keep(p)]
+        s.images += [p for p in _glob(d, "*.png") if keep(p) and p.resolve() not in shown]
+    s.images += [p for p in _glob(build / "plots", "profile_*.png") if keep(p) and p.resolve() not in shown]
     if s.empty:
         s.missing = "not generated: run `invoke profile <prog>` (needs a GPU; `invoke demo` draws recorded ones)"
     return s
@@ -198,26 +340,26 @@ def current_pictures(demo: dict | None):
 
 
 def gather(build: Path, img: Path, facts: dict | None = None, demo: dict | None = None,
-           bench_csv: Path | None = None) -> list[Section]:
+           bench_csv: Path | None = None, junit: Path | None = None, root: Path = ROOT) -> list[Section]:
     plots = build / "plots"
     keep = current_pictures(demo)
-    grid = [p for p in _glob(plots, "gridstride*.png", "grid_stride*.png") if keep(p)]
-    mandel = [p for p in _glob(plots, "mandelbrot*.png") if keep(p)]
-    grey = [p for p in _glob(plots, "grayscale*.png") if keep(p)]
+    tour = tour_section(build, demo, keep, root)
     try:
         bench = bench_section(build, img, bench_csv)
     except Exception as e:  # a malformed CSV must not stop the rest of the report
         bench = Section("Benchmarks", missing=f"not generated: the bench CSV could not be read ({e})")
+    shown = {p.resolve() for p in tour.images}
+    grid = [p for p in _glob(plots, "gridstride*.png", "grid_stride*.png") if keep(p) and p.resolve() not in shown]
     sections = [
-        device_section(facts),
-        tests_section(build, demo),
-        sanitize_section(build),
+        tour,
+        tests_section(build, demo, junit),
         bench,
-        images_section("Grid-stride figures", grid, "run `invoke viz gridstride` (or `--simulate` without a GPU)"),
-        images_section("Mandelbrot", mandel, "run `invoke viz mandelbrot` (needs a GPU)"),
-        images_section("Grayscale", grey, "run `invoke run grayscale` (needs a GPU)"),
-        profile_section(build, keep),
+        device_section(facts),
+        sanitize_section(build),
+        profile_section(build, keep, shown),
     ]
+    if grid:
+        sections.append(Section("More grid-stride figures", images=grid))
     shown = {p.resolve() for s in sections for p in s.images}
     # bench_*.png in build/plots are the same pictures the bench section draws afresh from its CSV.
     other = [p for p in _glob(plots, "*.png")
@@ -232,6 +374,8 @@ def gather(build: Path, img: Path, facts: dict | None = None, demo: dict | None 
 def _fmt(v) -> str:
     if isinstance(v, float):
         return "" if v != v else f"{v:.4g}"
+    if v is None:
+        return ""
     return str(v)
 
 
@@ -252,6 +396,10 @@ def _copy_image(p: Path, img: Path) -> Path:
     return dest
 
 
+def _caption(s: Section, p: Path) -> str:
+    return s.captions.get(p, p.stem.replace("_", " "))
+
+
 def to_markdown(sections: list[Section], outdir: Path, img: Path) -> str:
     out = ["# cudalab report", ""]
     for s in sections:
@@ -262,24 +410,49 @@ def to_markdown(sections: list[Section], outdir: Path, img: Path) -> str:
         for t in s.text:
             out += [t, ""]
         for name, df in s.tables:
+            if name in s.folded:
+                out += [f"<details><summary>{name}</summary>", "", md_table(df), "", "</details>", ""]
+                continue
             if name:
                 out += [f"**{name}**", ""]
             out += [md_table(df), ""]
         for p in s.images:
             rel = _copy_image(p, img).relative_to(outdir)
-            out += [f"![{p.stem}]({rel.as_posix()})", ""]
+            cap = _caption(s, p)
+            alt = cap.replace("*", "").replace("[", "(").replace("]", ")")
+            body = [f"![{alt}]({rel.as_posix()})", "", f"_{cap}_" if not cap.startswith("**") else cap, ""]
+            if "images:" + p.name in s.folded:
+                out += [f"<details><summary>{alt}</summary>", "", *body, "</details>", ""]
+            else:
+                out += body
     return "\n".join(out)
 
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.6em 0;font-size:.85em}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:right}
 th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}img{max-width:100%;border:1px solid #ddd;margin:.4em 0}
-.missing{color:#888;font-style:italic}code{background:#f4f4f4;padding:0 .2em}"""
+.missing{color:#888;font-style:italic}code{background:#f4f4f4;padding:0 .2em}
+figure{margin:.6em 0}figcaption{font-size:.9em;color:#333}
+.tour{display:grid;grid-template-columns:repeat(2,minmax(0,1fr));gap:1em 1.4em}
+.tour img{width:100%;height:300px;object-fit:contain;background:#fff}
+details{margin:.5em 0}summary{cursor:pointer;color:#225}"""
 
 
-def _inline_code(text: str) -> str:
+def _inline(text: str) -> str:
+    """Plain text with `code` and **bold** as HTML."""
     parts = _html.escape(text).split("`")
-    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+    out = []
+    for i, p in enumerate(parts):
+        if i % 2:
+            out.append(f"<code>{p}</code>")
+        else:
+            bold = p.split("**")
+            out.append("".join(f"<b>{b}</b>" if j % 2 else b for j, b in enumerate(bold)))
+    return "".join(out)
+
+
+def _html_table(df: pd.DataFrame) -> str:
+    return df.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}", border=0)
 
 
 def to_html(sections: list[Section]) -> str:
@@ -288,26 +461,38 @@ def to_html(sections: list[Section]) -> str:
     for s in sections:
         out.append(f"<h2>{_html.escape(s.title)}</h2>")
         if s.empty:
-            out.append(f"<p class='missing'>{_inline_code(s.missing or 'not generated')}</p>")
+            out.append(f"<p class='missing'>{_inline(s.missing or 'not generated')}</p>")
             continue
         for t in s.text:
-            out.append(f"<p>{_inline_code(t)}</p>")
+            out.append(f"<p>{_inline(t)}</p>")
         for name, df in s.tables:
+            if name in s.folded:
+                out.append(f"<details><summary>{_html.escape(name)}</summary>{_html_table(df)}</details>")
+                continue
             if name:
                 out.append(f"<h4>{_html.escape(name)}</h4>")
-            out.append(df.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}", border=0))
-        for p in s.images:
-            data = base64.b64encode(p.read_bytes()).decode("ascii")
-            out.append(f"<figure><img alt='{_html.escape(p.stem)}' src='data:image/png;base64,{data}'>"
-                       f"<figcaption>{_html.escape(p.name)}</figcaption></figure>")
+            out.append(_html_table(df))
+        if s.images:
+            out.append("<div class='tour'>" if s.grid else "<div>")
+            for p in s.images:
+                data = base64.b64encode(p.read_bytes()).decode("ascii")
+                cap = _caption(s, p)
+                fig = (f"<figure><img alt='{_html.escape(cap.replace('*', ''))}' src='data:image/png;base64,{data}'>"
+                       f"<figcaption>{_inline(cap)}</figcaption></figure>")
+                if "images:" + p.name in s.folded:
+                    fig = f"<details><summary>{_html.escape(cap)}</summary>{fig}</details>"
+                out.append(fig)
+            out.append("</div>")
     out.append("</body></html>")
     return "\n".join(out)
 
 
 def write(outdir: Path | None = None, facts: dict | None = None, demo: dict | None = None,
-          build: Path | None = None, bench_csv: Path | None = None) -> tuple[Path, Path]:
+          build: Path | None = None, bench_csv: Path | None = None, junit: Path | None = None,
+          root: Path | None = None) -> tuple[Path, Path]:
     """Write index.md (+ img/) and a self-contained index.html into outdir; returns both paths.
-    `facts` (device, tools) and `demo` (steps) default to facts.json / demo.json found in outdir."""
+    `facts` (device, tools) and `demo` (steps) default to facts.json / demo.json found in outdir;
+    `junit` is the test report of the run writing this one (else the newest under build/, said so)."""
     build = Path(build or BUILD)
     outdir = Path(outdir or build / "report")
     outdir.mkdir(parents=True, exist_ok=True)
@@ -322,9 +507,17 @@ def write(outdir: Path | None = None, facts: dict | None = None, demo: dict | No
     if demo is None and (outdir / "demo.json").exists():
         demo = json.loads((outdir / "demo.json").read_text())
         demo.setdefault("finished", (outdir / "demo.json").stat().st_mtime)
-    sections = gather(build, img, facts, demo, bench_csv)
+    sections = gather(build, img, facts, demo, bench_csv, junit, Path(root or ROOT))
     md = outdir / "index.md"
-    md.write_text(to_markdown(sections, outdir, img))
+    _write_atomic(md, to_markdown(sections, outdir, img))
     html = outdir / "index.html"
-    html.write_text(to_html(sections))
+    _write_atomic(html, to_html(sections))
     return md, html
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    import os
+
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

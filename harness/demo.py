@@ -1,19 +1,23 @@
 """`invoke demo`: the newcomer's tour, as steps that each pass, fail or are skipped with the reason.
 
     build everything -> run every program once (small sizes, every variant) and check it ->
-    draw every picture -> quick bench -> profile square and transformer_block -> write the report
+    compute on the CPU what has a CPU twin -> draw every picture -> quick bench ->
+    profile square and transformer_block -> write the report
 
-Without a GPU the build, the simulated grid-stride figures, the pictures drawn from recorded traces
-(tests/fixtures) and the report still run; every step that needs a device is listed as skipped,
-and the demo ends by saying so (status 0). The tasks layer only shows progress and the table.
+Without a GPU the build, the CPU twins (square's C twin, the simulated matmul and attention kernels,
+Mandelbrot's twins), the pictures that have a CPU path (the Mandelbrot set from its numpy twin,
+grayscale of the test picture through the numpy reference, the grid-stride trace from the
+simulator), the profiles recorded on a GPU (harness/data/) and the report still run, each labelled
+"computed on the CPU (no GPU)"; every step that needs a device is listed as skipped with what a GPU
+adds, and the demo ends by saying so (status 0). The tasks layer only shows progress and the table.
 
-Hooks read from harness/programs/<prog>.py (all optional; see harness/profile.py and
-harness/sanitize.py for profile_args / sanitize_args / VARIANTS):
+Hooks read from harness/programs/<prog>.py (all optional; see harness/programs/__init__.py):
+    on_cpu(args)             the program's result without a GPU: a step "<prog> on the CPU"
     viz_data(...)            with analysis/<name>.py's plot(data, outdir): a picture; called with
-                             simulate=True when there is no GPU and viz_data accepts it
-    recorded_viz_data()      the same picture from a trace recorded on a GPU (tests/fixtures)
-    cli(args, image=, out=)  an image program (grayscale): run on its test picture, writing
-                             build/plots/<prog>.png
+                             simulate=True (a simulator) or cpu=True (a numpy twin) when there is
+                             no GPU and viz_data accepts it
+    cli(args, image=, out=, cpu=)  an image program (grayscale): run on its test picture, writing
+                             build/plots/<prog>.png; cpu=True without a GPU
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from .errors import CudalabError
 
 PLOTS = _build.BUILD / "plots"
 REPORT = _build.BUILD / "report"
-FIXTURES = _build.ROOT / "tests" / "fixtures"
+RECORDED = _build.ROOT / "harness" / "data"  # output recorded on a GPU that the demo draws without one
+JUNIT = REPORT / "demo-junit.xml"  # the demo's own steps as a test report: what its report shows as tests
 PROFILED = ("square", "transformer_block")  # the issue's two: a first kernel, and naive against flash
 NOT_PICTURES = {"profile", "bench", "report", "__init__"}
 
@@ -82,6 +87,30 @@ class DemoResult:
             lines.append(f"report: {self.report}")
         return lines
 
+    def write_junit(self, path: Path) -> Path:
+        """The steps as a JUnit XML test suite (one test case per step), written atomically."""
+        import os
+        import xml.etree.ElementTree as ET
+
+        n = {k: sum(1 for s in self.steps if s.status == k) for k in ("failed", "skipped")}
+        suite = ET.Element("testsuite", name="invoke demo", tests=str(len(self.steps)), failures=str(n["failed"]),
+                           errors="0", skipped=str(n["skipped"]), timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                           time=f"{sum(s.seconds for s in self.steps):.2f}")
+        for s in self.steps:
+            case = ET.SubElement(suite, "testcase", classname="demo", name=s.name, time=f"{s.seconds:.2f}")
+            if s.status == "failed":
+                ET.SubElement(case, "failure", message=s.detail)
+            elif s.status == "skipped":
+                ET.SubElement(case, "skipped", message=s.detail)
+        root = ET.Element("testsuites")
+        root.append(suite)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        ET.ElementTree(root).write(tmp, encoding="utf-8", xml_declaration=True)
+        os.replace(tmp, path)
+        return path
+
     def to_json(self) -> dict:
         return {"gpu": self.gpu, "gpu_why": self.gpu_why, "finished": self.finished,
                 "steps": [asdict(s) for s in self.steps]}
@@ -125,6 +154,21 @@ def collect_facts() -> dict:
 
 
 # --- the steps -------------------------------------------------------------------------------------
+
+def gpu_adds(step: str, prog: str = "") -> str:
+    """The detail of a step skipped for want of a GPU: what a GPU would add."""
+    from . import programs
+
+    if step == "run":
+        twin = "; its CPU twin ran above" if programs.has(prog, "on_cpu") or prog in image_programs() else ""
+        return f"needs a GPU: runs {prog}'s CUDA kernels (every variant, small sizes) and checks each{twin}"
+    if step == "bench":
+        return ("needs a GPU: times the kernels against their ceilings (memcpy, cuBLAS, SDPA, the FP32 "
+                "instruction limit) and draws the ratios and the roofline")
+    if step == "profile":
+        return f"needs a GPU: profiles {prog} with nsys or ncu (each kernel's share of GPU time)"
+    return f"needs a GPU: draws {prog} from the kernel's own output"
+
 
 def picture_names() -> list[str]:
     """Names with both analysis/<name>.py (plot) and harness.programs.<name>.viz_data."""
@@ -204,61 +248,86 @@ def step_run(prog: str) -> Step:
 
 
 def step_picture(name: str, gpu: bool, outdir: Path = PLOTS) -> list[Step]:
+    """A picture from the GPU; without one, from the simulator (simulate=True) or a numpy twin
+    (cpu=True) where viz_data offers either, labelled as such; else skipped."""
+    from .programs import cpu_label
+
     mod = _picture_module(name)
     draw = importlib.import_module(f"analysis.{name}")
-    steps = []
-    accepts_sim = "simulate" in inspect.signature(mod.viz_data).parameters
-    st = Step(f"draw {name}", needs_gpu=not accepts_sim)
-    if gpu or accepts_sim:
+    params = inspect.signature(mod.viz_data).parameters
+    off_gpu = "simulate" if "simulate" in params else "cpu" if "cpu" in params else None
+    st = Step(f"draw {name}", needs_gpu=off_gpu is None)
+    if gpu or off_gpu:
         try:
-            data = mod.viz_data(simulate=True) if (not gpu and accepts_sim) else mod.viz_data()
+            data = mod.viz_data() if gpu else mod.viz_data(**{off_gpu: True})
             st.outputs = [str(p) for p in draw.plot(data, outdir)]
-            st.detail = ("from the simulator (titled as simulated)" if not gpu else "from the GPU") + \
-                f": {len(st.outputs)} figure(s)"
+            if gpu:
+                how = "from the GPU"
+            elif off_gpu == "simulate":
+                how = cpu_label("the Python simulator (titled as simulated)")
+            else:
+                how = data.get("computed_on") or cpu_label("a numpy twin")
+            st.detail = f"{how}: {len(st.outputs)} figure(s)"
         except Exception as e:
             st.status, st.detail = "failed", f"{type(e).__name__}: {e}"
     else:
-        st.status, st.detail = "skipped", "needs a GPU"
-    steps.append(st)
-    if hasattr(mod, "recorded_viz_data"):
-        rs = Step(f"draw {name} (recorded trace)")
-        try:
-            rs.outputs = [str(p) for p in draw.plot(mod.recorded_viz_data(), outdir)]
-            rs.detail = f"from tests/fixtures: {len(rs.outputs)} figure(s)"
-        except Exception as e:
-            rs.status, rs.detail = "failed", f"{type(e).__name__}: {e}"
-        steps.append(rs)
-    return steps
+        st.status, st.detail = "skipped", gpu_adds("draw", name)
+    return [st]
 
 
 def step_image(prog: str, gpu: bool, outdir: Path = PLOTS) -> Step:
-    st = Step(f"draw {prog}", needs_gpu=True)
-    if not gpu:
-        st.status, st.detail = "skipped", "needs a GPU"
+    """An image program on its test picture: on the GPU, or without one through its CPU path."""
+    from .programs import cpu_label
+
+    cli = _module(prog).cli
+    off_gpu = "cpu" in inspect.signature(cli).parameters
+    st = Step(f"draw {prog}", needs_gpu=not off_gpu)
+    if not gpu and not off_gpu:
+        st.status, st.detail = "skipped", gpu_adds("draw", prog)
         return st
     out = outdir / f"{prog}.png"
     try:
         import contextlib
         import io
 
-        with contextlib.redirect_stdout(io.StringIO()):
-            status = _module(prog).cli([], out=str(out))
+        with contextlib.redirect_stdout(io.StringIO()) as said:
+            status = cli([], out=str(out), **({} if gpu else {"cpu": True}))
         if status:
-            st.status, st.detail = "failed", f"cli returned {status}"
+            st.status, st.detail = "failed", f"cli returned {status}: {said.getvalue().strip()[-300:]}"
         else:
             st.outputs = [str(p) for p in sorted(outdir.glob(f"{prog}*.png"))]
-            st.detail = f"the test picture and its {prog} output"
+            st.detail = f"the test picture and its {prog} output" + (
+                "" if gpu else f", {cpu_label('the numpy reference')}")
+    except Exception as e:
+        st.status, st.detail = "failed", f"{type(e).__name__}: {e}"
+    return st
+
+
+def step_cpu(prog: str, gpu: bool) -> Step:
+    """The program's `on_cpu` hook: its result computed on the CPU, every check passing."""
+    from . import programs
+
+    st = Step(f"{prog} on the CPU")
+    try:
+        df, how = programs.hook(prog, "on_cpu")([])
+        bad = df[df["check"] != "pass"] if "check" in df else df.iloc[:0]
+        st.detail = f"{programs.cpu_label(how, no_gpu=not gpu)}; {len(df)} check(s)"
+        if len(bad):
+            st.status = "failed"
+            st.detail += f", failed: {'; '.join(str(v) for v in bad.iloc[:, 0])}"
+        else:
+            st.detail += " passed"
     except Exception as e:
         st.status, st.detail = "failed", f"{type(e).__name__}: {e}"
     return st
 
 
 def recorded_profiles() -> list[Path]:
-    return sorted(FIXTURES.glob("nsys_*_stats_*.csv"))
+    return sorted(RECORDED.glob("nsys_*_stats_*.csv"))
 
 
 def step_recorded_profiles(outdir: Path = PLOTS) -> Step:
-    """The kernel-share charts of the nsys runs recorded in tests/fixtures (no GPU needed)."""
+    """The kernel-share charts of the nsys runs recorded on a GPU (harness/data/; no GPU needed)."""
     from analysis import profile as aprof
 
     from . import profile as hp
@@ -273,10 +342,10 @@ def step_recorded_profiles(outdir: Path = PLOTS) -> Step:
             kernels = hp.nsys_kernel_table(hp.parse_nsys_stats(f.read_text()))
             st.outputs += [str(p) for p in aprof.plot(kernels, outdir, name=f"profile_recorded_{prog}",
                                                       title=f"{prog}: kernel time shares, nsys recorded on "
-                                                            f"{device.upper()} (tests/fixtures)")]
-        st.detail = f"{len(st.outputs)} chart(s) from tests/fixtures"
+                                                            f"{device.upper()}")]
+        st.detail = f"{len(st.outputs)} chart(s) from nsys runs recorded on a GPU (harness/data)"
         if not st.outputs:
-            st.status, st.detail = "skipped", "no recorded nsys runs in tests/fixtures"
+            st.status, st.detail = "skipped", "no recorded nsys runs in harness/data"
     except Exception as e:
         st.status, st.detail = "failed", f"{type(e).__name__}: {e}"
     return st
@@ -285,7 +354,7 @@ def step_recorded_profiles(outdir: Path = PLOTS) -> Step:
 def step_bench(gpu: bool) -> Step:
     st = Step("quick bench", needs_gpu=True)
     if not gpu:
-        st.status, st.detail = "skipped", "needs a GPU"
+        st.status, st.detail = "skipped", gpu_adds("bench")
         return st
     try:
         from analysis import bench as abench
@@ -299,8 +368,8 @@ def step_bench(gpu: bool) -> Step:
         meta = bench.metadata()
         path = bench.write_csv(df, meta, ceil)
         st.outputs = [str(path)] + [str(p) for p in abench.plot(path, PLOTS)]
-        met = df["meets_target"].dropna()
-        st.detail = f"{len(df)} case(s); {int(met.sum())}/{len(met)} targets met; {path.name}"
+        met = abench.current_targets(df)["meets_target"].dropna()
+        st.detail = f"{len(df)} case(s); {int(met.sum())}/{len(met)} current targets met; {path.name}"
     except Exception as e:
         st.status, st.detail = "failed", f"{type(e).__name__}: {e}"
     return st
@@ -309,7 +378,7 @@ def step_bench(gpu: bool) -> Step:
 def step_profile(prog: str, gpu: bool) -> Step:
     st = Step(f"profile {prog}", needs_gpu=True)
     if not gpu:
-        st.status, st.detail = "skipped", "needs a GPU"
+        st.status, st.detail = "skipped", gpu_adds("profile", prog)
         return st
     try:
         from analysis import profile as aprof
@@ -328,13 +397,15 @@ def step_profile(prog: str, gpu: bool) -> Step:
 
 def run(bench: bool = True, profile: bool = True, on_step: Callable[[str], None] | None = None,
         on_total: Callable[[int], None] | None = None) -> DemoResult:
+    from . import programs
+
     gpu, why = gpu_state()
     progs = _build.programs()
+    cpu_progs = programs.cpu_programs()
     pictures = picture_names()
     images = [p for p in image_programs() if p not in pictures]
     profiled = [p for p in PROFILED if p in progs] if profile else []
-    recorded = sum(_picture_module(n) is not None and hasattr(_picture_module(n), "recorded_viz_data") for n in pictures)
-    total = 1 + len(progs) + len(pictures) + recorded + len(images) + 1 + int(bench) + len(profiled) + 1
+    total = 1 + len(progs) + len(cpu_progs) + len(pictures) + len(images) + 1 + int(bench) + len(profiled) + 1
     if on_total:
         on_total(total)
     steps: list[Step] = []
@@ -355,9 +426,12 @@ def run(bench: bool = True, profile: bool = True, on_step: Callable[[str], None]
         if p not in built:
             done(Step(f"run {p}", "failed", "not built", needs_gpu=True), t0)
         elif not gpu:
-            done(Step(f"run {p}", "skipped", "needs a GPU", needs_gpu=True), t0)
+            done(Step(f"run {p}", "skipped", gpu_adds("run", p), needs_gpu=True), t0)
         else:
             done(step_run(p), t0)
+    for p in cpu_progs:
+        t0 = time.perf_counter()
+        done(step_cpu(p, gpu), t0)
     for name in pictures:
         t0 = time.perf_counter()
         done(step_picture(name, gpu), t0)
@@ -380,12 +454,17 @@ def run(bench: bool = True, profile: bool = True, on_step: Callable[[str], None]
         from analysis import report as arep
 
         REPORT.mkdir(parents=True, exist_ok=True)
-        md, html = arep.write(REPORT, facts=collect_facts(), demo=result.to_json())
+        # The report's tests are this run's steps, written first as the demo's own test report (the
+        # report step itself counts as passed there: a failure below is recorded afterwards).
+        junit = result.write_junit(REPORT / JUNIT.name)
+        md, html = arep.write(REPORT, facts=collect_facts(), demo=result.to_json(), junit=junit)
         st.outputs = [str(md), str(html)]
         result.report = str(html)
     except Exception as e:
         st.status, st.detail = "failed", f"{type(e).__name__}: {e}"
     st.seconds = round(time.perf_counter() - t0, 2)
+    if st.status == "failed":
+        result.write_junit(REPORT / JUNIT.name)
     if on_step:
         on_step(f"report: {st.status}")
     (REPORT / "demo.json").write_text(json.dumps(result.to_json(), indent=1))

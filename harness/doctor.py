@@ -157,5 +157,13 @@ def check_packages() -> list[Check]:
     return out
 
 
+def check_collectives() -> list[Check]:
+    """NCCL's version in the collectives library, and peer access between the visible GPUs."""
+    from .programs import collectives
+
+    ok, detail, fix = collectives.doctor_status()
+    return [Check("NCCL (collectives)", ok, detail, fix, optional=True)]
+
+
 def check_all() -> list[Check]:
-    return check_tools() + check_gpu() + check_packages()
+    return check_tools() + check_gpu() + check_packages() + check_collectives()

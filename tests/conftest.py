@@ -1,4 +1,5 @@
-"""Shared test set-up: the `gpu` marker's skip, seeds, and the build the tests load from."""
+"""Shared test set-up: the `gpu` marker's skip (summarised one line per reason), seeds, and the build
+the tests load from."""
 
 from __future__ import annotations
 
@@ -36,6 +37,31 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def skip_reasons(reports) -> list[tuple[int, str]]:
+    """(count, reason) for each distinct skip reason, most frequent first."""
+    counts: dict[str, int] = {}
+    for rep in reports:
+        lr = getattr(rep, "longrepr", None)
+        reason = str(lr[2]) if isinstance(lr, tuple) and len(lr) == 3 else str(lr)
+        reason = reason.removeprefix("Skipped: ")
+        counts[reason] = counts.get(reason, 0) + 1
+    return sorted(((n, r) for r, n in counts.items()), key=lambda t: (-t[0], t[1]))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Skips as one line per reason, not one per test or per file (a run without a GPU skips a hundred
+    tests for the same reason). -ra still lists every failure and error in the short summary."""
+    tr = terminalreporter
+    skipped = tr.stats.get("skipped", [])
+    if "s" not in tr.reportchars or not skipped:
+        return
+    tr.reportchars = tr.reportchars.replace("s", "")  # the short summary below then leaves skips out
+    tr.write_sep("=", "skipped, one line per reason", cyan=True)
+    for n, reason in skip_reasons(skipped):
+        tr.write_line(f"SKIPPED {n} test{'s' if n != 1 else ''}: {reason}")
 
 
 # Tests that must not overlap with each other under `invoke test --jobs N`: a profiler owns the GPU's

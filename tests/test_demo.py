@@ -1,6 +1,7 @@
-"""`invoke demo`: without a GPU it builds, draws what it can (simulated grid-stride figures,
-recorded profiles), writes the report, says which steps need a GPU, and exits 0. With a GPU every
-step passes."""
+"""`invoke demo`: without a GPU it builds, computes on the CPU what has a CPU twin, draws what it can
+(the Mandelbrot set and grayscale from their numpy twins, the simulated grid-stride figures, recorded
+profiles), writes the report, says what each skipped step would add on a GPU, and exits 0. With a
+GPU every step passes."""
 
 from __future__ import annotations
 
@@ -35,14 +36,25 @@ def test_demo_without_a_gpu_exits_0_and_lists_the_skipped_steps():
     state = json.loads((hdemo.REPORT / "demo.json").read_text())
     steps = {s["name"]: s for s in state["steps"]}
     assert state["gpu"] is False
-    assert steps["build"]["status"] == "passed"
-    assert steps["draw gridstride"]["status"] == "passed" and "simulat" in steps["draw gridstride"]["detail"]
-    assert steps["draw recorded profiles"]["status"] == "passed"
-    assert steps["report"]["status"] == "passed"
+    passed = [s for s in state["steps"] if s["status"] == "passed"]
+    assert len(passed) >= 9, [s["name"] for s in passed]
+    for name in ("build", "draw gridstride", "draw mandelbrot", "draw grayscale", "square on the CPU",
+                 "matmul on the CPU", "attention on the CPU", "mandelbrot on the CPU", "draw recorded profiles",
+                 "report"):
+        assert steps[name]["status"] == "passed", (name, steps[name])
+    for name in ("draw mandelbrot", "draw grayscale", "square on the CPU", "matmul on the CPU", "draw gridstride"):
+        assert "computed on the CPU (no GPU)" in steps[name]["detail"], (name, steps[name]["detail"])
     assert not [s for s in state["steps"] if s["status"] == "failed"]
-    assert all(s["needs_gpu"] for s in state["steps"] if s["status"] == "skipped")
+    skipped = [s for s in state["steps"] if s["status"] == "skipped"]
+    assert skipped and all(s["needs_gpu"] for s in skipped)
+    # Each skipped step says what a GPU would add, not only that it needs one.
+    assert all(s["detail"].startswith("needs a GPU: ") and len(s["detail"]) > 40 for s in skipped), skipped
     html = (hdemo.REPORT / "index.html").read_text()
-    assert "data:image/png;base64," in html and "not generated" in html
+    assert html.index("The tour") < html.index("Tests") < html.index("Benchmarks")
+    assert "<b>mandelbrot</b>: escape counts" in html and "computed on the CPU (no GPU)" in html
+    # The tests shown are this demo's own steps, not whatever pytest run wrote build/test-results last.
+    assert "invoke demo (this run" in html and f"{len(passed)} passed" in html
+    assert (hdemo.REPORT / "demo-junit.xml").exists()
 
 
 def test_closing_lines_name_the_gpu_steps():
@@ -67,6 +79,7 @@ def test_every_program_and_picture_gets_a_step(monkeypatch, tmp_path):
     monkeypatch.setattr(hdemo, "step_run", lambda p: calls.append(("run", p)) or hdemo.Step(f"run {p}"))
     monkeypatch.setattr(hdemo, "step_picture", lambda n, gpu: calls.append(("draw", n)) or [hdemo.Step(f"draw {n}")])
     monkeypatch.setattr(hdemo, "step_image", lambda p, gpu: calls.append(("image", p)) or hdemo.Step(f"draw {p}"))
+    monkeypatch.setattr(hdemo, "step_cpu", lambda p, gpu: calls.append(("cpu", p)) or hdemo.Step(f"{p} on the CPU"))
     monkeypatch.setattr(hdemo, "step_bench", lambda gpu: calls.append(("bench",)) or hdemo.Step("quick bench"))
     monkeypatch.setattr(hdemo, "step_profile", lambda p, gpu: calls.append(("profile", p)) or hdemo.Step(f"profile {p}"))
     seen = []
@@ -74,10 +87,32 @@ def test_every_program_and_picture_gets_a_step(monkeypatch, tmp_path):
     assert [c[1] for c in calls if c[0] == "run"] == build.programs()
     assert ("draw", "gridstride") in calls
     assert ("bench",) in calls
+    from harness import programs
+
+    assert [c[1] for c in calls if c[0] == "cpu"] == programs.cpu_programs()
     assert [c[1] for c in calls if c[0] == "profile"] == [p for p in hdemo.PROFILED if p in build.programs()]
     assert [s.name for s in res.steps][-1] == "report" and res.steps[-1].status == "passed"
     assert seen[0] == len(res.steps)  # the progress bar's total is the number of steps
     assert (tmp_path / "index.html").exists() and (tmp_path / "demo.json").exists()
+    assert (tmp_path / "demo-junit.xml").exists()
+
+
+def test_demo_junit_holds_its_steps(tmp_path):
+    from analysis import report
+
+    res = hdemo.DemoResult([hdemo.Step("build"), hdemo.Step("draw x", "failed", "ValueError: bad"),
+                            hdemo.Step("quick bench", "skipped", "needs a GPU: times", needs_gpu=True)], gpu=False)
+    path = res.write_junit(tmp_path / "j.xml")
+    tot, bad = report.junit_summary(path)
+    assert (tot["tests"], tot["passed"], tot["failures"], tot["skipped"], tot["name"]) == (3, 1, 1, 1, "invoke demo")
+    assert list(bad["test"]) == ["demo::draw x"] and bad["message"][0] == "ValueError: bad"
+
+
+def test_skipped_steps_say_what_a_gpu_adds():
+    assert "times the kernels against their ceilings" in hdemo.gpu_adds("bench")
+    assert "its CPU twin ran" in hdemo.gpu_adds("run", "square")
+    assert "its CPU twin ran" not in hdemo.gpu_adds("run", "hello")
+    assert hdemo.gpu_adds("profile", "square").startswith("needs a GPU: profiles square")
 
 
 # End to end (minutes on a GPU): `invoke test --marker slow`, not the default run.

@@ -191,11 +191,17 @@ def test_cuda_lib_binds_a_module(ip, capsys):
     assert "line 3" in str(ei.value)  # a cell line number: the magic line is line 1
 
 
-def test_example_notebook_is_committed_clean():
+def test_example_notebook_is_committed_clean_or_with_a_whole_gpu_run():
+    """Either no outputs at all, or the outputs of one whole run on a GPU (harness.notebook_run): every
+    code cell executed once, in order, no error output, and the device named in the metadata."""
     nb = json.loads(NOTEBOOK.read_text())
     assert nb["nbformat"] == 4
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
-    assert code and all(c["outputs"] == [] and c["execution_count"] is None for c in code)
+    clean = all(c["outputs"] == [] and c["execution_count"] is None for c in code)
+    if not clean:
+        assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1))
+        assert not [o for c in code for o in c["outputs"] if o.get("output_type") == "error"]
+        assert nb["metadata"].get("cudalab", {}).get("executed_on"), "a saved run names its GPU"
     sources = ["".join(c["source"]) for c in code]
     assert sources[0].startswith("%load_ext harness.notebook")
     assert any(s.startswith("%%cuda_lib ") for s in sources)
@@ -293,3 +299,42 @@ def test_example_notebook_runs_top_to_bottom(tmp_path, capsys):
         print("notebook cells ran as a script in an IPython shell (nbclient is not installed)")
     assert "same bytes as the host-pointer form: True" in outputs
     assert "Hello World from the GPU!" in outputs
+
+
+def test_notebook_extra_installs_what_opens_it():
+    import tomllib
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["notebook"]
+    names = {d.split(">")[0].split("=")[0].split("[")[0].strip() for d in extra}
+    assert names & {"jupyterlab", "notebook"} and {"nbclient", "nbformat", "ipykernel"} <= names
+
+
+def test_notebook_run_refuses_without_a_gpu(tmp_path, monkeypatch, capsys):
+    from harness import notebook_run
+
+    monkeypatch.setattr(notebook_run, "gpu_here", lambda: (False, "no GPU (test)"))
+    target = tmp_path / "nb.ipynb"
+    target.write_text(NOTEBOOK.read_text())
+    assert notebook_run.main([str(target)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "must come from a GPU run" in err
+    assert target.read_text() == NOTEBOOK.read_text()  # nothing written
+    assert notebook_run.main(["--help"]) == 2
+
+
+# Writes the GPU run's outputs into a copy: the integrator runs `python3 -m harness.notebook_run` to save them.
+@pytest.mark.slow
+@pytest.mark.gpu
+def test_notebook_run_saves_a_whole_run(tmp_path):
+    pytest.importorskip("nbclient")
+    from harness import notebook_run
+
+    target = tmp_path / "nb.ipynb"
+    target.write_text(NOTEBOOK.read_text())
+    notebook_run.execute(target)
+    nb = json.loads(target.read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1))
+    assert nb["metadata"]["cudalab"]["executed_on"]
+    text = "".join(o.get("text", "") for c in code for o in c["outputs"])
+    assert "Hello World from the GPU!" in text

@@ -21,8 +21,10 @@ from harness import build, ncu, nsys, toolchain
 from harness import profile as hp
 
 FIX = Path(__file__).parent / "fixtures"
-NSYS_GREY = FIX / "nsys_2025.3.1_h200_stats_grayscale.csv"
-NSYS_HELLO = FIX / "nsys_2025.3.1_h200_stats_hello.csv"
+# The two nsys runs the demo draws live with the product's recorded data (harness/data/).
+RECORDED = build.ROOT / "harness" / "data"
+NSYS_GREY = RECORDED / "nsys_2025.3.1_h200_stats_grayscale.csv"
+NSYS_HELLO = RECORDED / "nsys_2025.3.1_h200_stats_hello.csv"
 NSYS_NO_LIBDW = FIX / "nsys_2025.3.1_h200_no_libdw_hello.txt"
 NCU_GREY = FIX / "ncu_2025.3.1_h200_raw_grayscale.csv"
 NCU_HELLO = FIX / "ncu_2025.3.1_h200_raw_hello.csv"

@@ -161,6 +161,7 @@ __global__ void __launch_bounds__(256) attn_naive_softmax(float *__restrict__ P,
 // Padding: K rows of D+4 floats put the 8 lanes of a quarter-warp reading rows lg..lg+7 into 8
 // different bank quads; Ps rows of group pairs are offset by 4 floats for the same reason.
 // ---------------------------------------------------------------------------------------------
+// EXERCISE flash_softmax: copy
 #define FA_BR 64
 #define FA_BC 64
 #define FA_NT 128
@@ -307,6 +308,12 @@ __global__ void __launch_bounds__(FA_NT)
             float mt = fmaxf(fmaxf(s[r][0], s[r][1]), fmaxf(s[r][2], s[r][3]));
 #pragma unroll
             for (int off = 8; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
+// EXERCISE flash_softmax: begin row r's update (mt, the tile's max over the group, is computed above; scores are in
+// EXERCISE flash_softmax: todo base 2): m_new = the larger of m[r] and mt; alpha = exp2f(m[r] - m_new), the factor that
+// EXERCISE flash_softmax: todo rescales what was summed under the old max; for c = 0..3, p = exp2f(s[r][c] - m_new),
+// EXERCISE flash_softmax: todo stored at Ps[ps_index(r0 + r, lg + 16 * c)] and added to this lane's sum rs; rs summed over
+// EXERCISE flash_softmax: todo the 16 lanes of the group (__shfl_xor_sync with offsets 8, 4, 2, 1); then l[r] = alpha * l[r] +
+// EXERCISE flash_softmax: todo rs, m[r] = m_new, and every o[r][c] (c < OC) multiplied by alpha.
             const float m_new = fmaxf(m[r], mt);
             const float alpha = exp2f(m[r] - m_new);
             float rs = 0.0f;
@@ -322,6 +329,7 @@ __global__ void __launch_bounds__(FA_NT)
             m[r] = m_new;
 #pragma unroll
             for (int c = 0; c < OC; ++c) o[r][c] *= alpha;
+// EXERCISE flash_softmax: end
         }
         // All threads must be done reading K before V replaces it, and P·V reads whole rows of Ps
         // written by the other 15 lanes of the group.
@@ -382,6 +390,8 @@ __global__ void __launch_bounds__(FA_NT)
         }
     }
 }
+
+// EXERCISE flash_softmax: end copy
 
 // ---------------------------------------------------------------------------------------------
 // Host helpers (static inline, cudaError_t, never exit)

@@ -5,6 +5,8 @@
 #include "check.cuh"
 #include "grayscale.h"
 
+// EXERCISE grayscale: copy
+// EXERCISE grayscale_2d: copy
 // The lectures write 0.2989*r + 0.5870*g + 0.1140*b and let the compiler fuse it into FMAs, which
 // round once instead of twice and can move y across an integer, changing the truncated byte by
 // one on a few pixels. __fmul_rn/__fadd_rn are never contracted, so every variant computes the
@@ -17,23 +19,35 @@ __device__ __forceinline__ float grey_value(float r, float g, float b) {
 __device__ __forceinline__ unsigned char grey_u8(unsigned char r, unsigned char g, unsigned char b) {
     return (unsigned char)grey_value((float)r, (float)g, (float)b);
 }
+// EXERCISE grayscale_2d: end copy
 
 // Lecture 3's kernel: one thread per pixel, a flat index over the h·w pixels.
 __global__ void grayscale_01_1d(const unsigned char *__restrict__ x, long long stride, unsigned char *__restrict__ out,
                                 int n) {
+// EXERCISE grayscale: begin i = this thread's pixel (global index); only when i < n (the last block is partial),
+// EXERCISE grayscale: todo out[i] = the grey byte of pixel i: grey_u8 of its red, green and blue values, which sit in
+// EXERCISE grayscale: todo the three planes of x, `stride` bytes apart (x[i], x[i + stride], x[i + 2 * stride]).
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = grey_u8(x[i], x[i + stride], x[i + 2 * stride]);  // the last block is partial
+// EXERCISE grayscale: end
 }
+// EXERCISE grayscale: end copy
 
+// EXERCISE grayscale_2d: copy
 // The same over a 2-D grid: x along the width so a warp reads consecutive bytes of a row.
 __global__ void grayscale_02_2d(const unsigned char *__restrict__ x, long long stride, unsigned char *__restrict__ out,
                                 int h, int w) {
+// EXERCISE grayscale_2d: begin c = this thread's column (x: block and thread), r = its row (y); return when the
+// EXERCISE grayscale_2d: todo pixel is outside the image on either edge (blocks on the right and bottom overhang it).
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int r = blockIdx.y * blockDim.y + threadIdx.y;
     if (c >= w || r >= h) return;  // blocks on the right and bottom edges overhang the image
+// EXERCISE grayscale_2d: stub const int c = 0, r = 0;
+// EXERCISE grayscale_2d: end
     const int i = r * w + c;
     out[i] = grey_u8(x[i], x[i + stride], x[i + 2 * stride]);
 }
+// EXERCISE grayscale_2d: end copy
 
 // 03: byte loads starve the memory system (a warp asks for 32 bytes per plane per instruction),
 // so each thread moves 16 pixels with one 16-byte load per plane and one 16-byte store.

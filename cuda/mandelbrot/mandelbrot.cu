@@ -6,6 +6,7 @@
 #include "mandelbrot.h"
 #include "check.cuh"
 
+// EXERCISE mandelbrot: copy
 // ---------------------------------------------------------------------------------------------
 // IEEE-rounded arithmetic. nvcc contracts a*b + c into one fused multiply-add (a single rounding)
 // unless told not to; numpy never does. Writing every operation with its _rn intrinsic pins the
@@ -51,6 +52,11 @@ __global__ void mandelbrot_01_naive(uint32_t *__restrict__ out, int width, int h
     const T ci = pixel_coord(y0, span_y, row, height);
     T x = 0, y = 0;
     int n = 0;
+// EXERCISE mandelbrot: begin the escape-time loop: while n < max_iters, stop as soon as |z|^2 = x*x + y*y > 4;
+// EXERCISE mandelbrot: todo otherwise step z = z^2 + c, i.e. y = 2xy + ci and x = x*x - y*y + cr (both from the old x
+// EXERCISE mandelbrot: todo and y), and count the step in n. Write every operation as A::mul/A::add/A::sub (each
+// EXERCISE mandelbrot: todo rounded on its own): plain * and + may be fused into one FMA, which rounds differently from
+// EXERCISE mandelbrot: todo the reference and changes a few counts.
     while (n < max_iters) {
         const T xx = A::mul(x, x), yy = A::mul(y, y);
         if (A::add(xx, yy) > (T)4) break;
@@ -59,8 +65,10 @@ __global__ void mandelbrot_01_naive(uint32_t *__restrict__ out, int width, int h
         x = A::add(A::sub(xx, yy), cr);
         ++n;
     }
+// EXERCISE mandelbrot: end
     out[(size_t)row * width + col] = (uint32_t)n;
 }
+// EXERCISE mandelbrot: end copy
 
 // ---------------------------------------------------------------------------------------------
 // 02_fast (float32). Where 01's loop spends its instructions, per iteration (SASS, sm_90):

@@ -27,6 +27,7 @@
 // Kernels
 // ---------------------------------------------------------------------------------------------
 
+// EXERCISE matmul: copy
 // op(B)[kk][col] for the naive kernel.
 template <bool TRANS_B>
 __device__ __forceinline__ float matmul_op_b(const float *__restrict__ B, int kk, int col, int n, int k) {
@@ -40,17 +41,26 @@ template <bool TRANS_B>
 __global__ void matmul_01_naive(int m, int n, int k, const float *__restrict__ A, const float *__restrict__ B,
                                 float *__restrict__ C, float alpha, long long stride_a, long long stride_b,
                                 long long stride_c) {
+// EXERCISE matmul: begin row = this thread's row of C (y: block and thread), col = its column (x); return when
+// EXERCISE matmul: todo (row, col) is outside the m x n matrix C (the grid is rounded up to whole blocks).
     const int row = blockIdx.y * blockDim.y + threadIdx.y;
     const int col = blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= m || col >= n) return;  // ragged edge: the grid is rounded up with cdiv
+// EXERCISE matmul: end
     A += blockIdx.z * stride_a;
     B += blockIdx.z * stride_b;
     C += blockIdx.z * stride_c;
+// EXERCISE matmul: begin acc = the dot product of row `row` of A (m x k, row-major) and column `col` of op(B)
+// EXERCISE matmul: todo (matmul_op_b<TRANS_B>(B, kk, col, n, k)), summed in float over kk = 0..k-1; then
+// EXERCISE matmul: todo C[row][col] (row-major, n columns; index as size_t) = alpha * acc.
     float acc = 0.0f;
     for (int kk = 0; kk < k; ++kk) acc += A[(size_t)row * k + kk] * matmul_op_b<TRANS_B>(B, kk, col, n, k);
     C[(size_t)row * n + col] = alpha * acc;
+// EXERCISE matmul: end
 }
+// EXERCISE matmul: end copy
 
+// EXERCISE matmul_tiled: copy
 // Stage one TILE-wide slice of A and of op(B) into shared memory. Shared by the static and the
 // dynamic kernel; `tw` is the tile width and `bs_ld` the row length of the B tile.
 //   As[ty][tx] = A[row][k0 + tx]             row = blockIdx.y*tw + ty
@@ -68,15 +78,24 @@ __device__ __forceinline__ void matmul_fetch_tiles(int m, int n, int k, const fl
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int row = blockIdx.y * tw + ty;
     const int a_k = k0 + tx;
+// EXERCISE matmul_tiled: begin a = A[row][a_k] (row-major, k columns; index as size_t), or 0.0f when (row, a_k)
+// EXERCISE matmul_tiled: todo is outside A: the ragged edges of the last tiles are zero-filled, so the dot product
+// EXERCISE matmul_tiled: todo over a whole tile needs no bounds test.
     a = (row < m && a_k < k) ? A[(size_t)row * k + a_k] : 0.0f;
+// EXERCISE matmul_tiled: stub a = 0.0f;
+// EXERCISE matmul_tiled: end
     if (TRANS_B) {
         const int b_row = blockIdx.x * tw + ty;  // a column of C, a row of B
         const int b_k = k0 + tx;
         b = (b_row < n && b_k < k) ? B[(size_t)b_row * k + b_k] : 0.0f;
     } else {
+// EXERCISE matmul_tiled: begin b = B[k0 + ty][col] with col = blockIdx.x * tw + tx (B is k x n, row-major), or
+// EXERCISE matmul_tiled: todo 0.0f when that element is outside B (the ragged edges again).
         const int b_k = k0 + ty;
         const int col = blockIdx.x * tw + tx;
         b = (b_k < k && col < n) ? B[(size_t)b_k * n + col] : 0.0f;
+// EXERCISE matmul_tiled: stub b = 0.0f;
+// EXERCISE matmul_tiled: end
     }
 }
 
@@ -100,6 +119,8 @@ __device__ __forceinline__ void matmul_load_tiles(int m, int n, int k, const flo
     matmul_fetch_tiles<TRANS_B>(m, n, k, A, B, tw, k0, a, b);
     matmul_store_tiles<TRANS_B>(As, Bs, tw, bs_ld, a, b);
 }
+
+// EXERCISE matmul_tiled: end copy
 
 // Lecture 5's tiled kernel with a compile-time tile width: each block owns a TILE×TILE tile of C,
 // and every element of A and op(B) it needs is read from global memory once per block instead of
@@ -153,6 +174,7 @@ __global__ void __launch_bounds__(TILE *TILE)
     if (row < m && col < n) C[(size_t)row * n + col] = alpha * acc;
 }
 
+// EXERCISE matmul_tiled: copy
 // Lecture 5's dynamic version: the tile width tw = blockDim.x = blockDim.y is known only at run
 // time, so the two tiles live in one dynamically sized shared array (launch with
 // matmul_smem_bytes(...) bytes), As first, then Bs. The inner loop can't be unrolled by the
@@ -175,15 +197,22 @@ __global__ void matmul_03_tiled_dynamic(int m, int n, int k, const float *__rest
     // As in 02: threads outside C stay to help load tiles and to reach the barriers.
     float acc = 0.0f;
     for (int k0 = 0; k0 < k; k0 += tw) {
+// EXERCISE matmul_tiled: begin load this step's tiles (matmul_load_tiles<TRANS_B>(m, n, k, A, B, As, Bs, tw, bs_ld,
+// EXERCISE matmul_tiled: todo k0): each thread stores one element of each); wait until the whole tile is in shared
+// EXERCISE matmul_tiled: todo memory (other threads loaded most of it); add the tw products As[ty][kk] * Bs[kk][tx]
+// EXERCISE matmul_tiled: todo (row length tw for As, bs_ld for Bs) to acc; wait again before the next step overwrites
+// EXERCISE matmul_tiled: todo the tiles.
         matmul_load_tiles<TRANS_B>(m, n, k, A, B, As, Bs, tw, bs_ld, k0);
         // Rows of As and columns of Bs come from other threads' loads: wait for the whole tile.
         __syncthreads();
         for (int kk = 0; kk < tw; ++kk) acc += As[ty * tw + kk] * Bs[kk * bs_ld + tx];
         // The next iteration overwrites the tiles: wait until everyone has finished reading them.
         __syncthreads();
+// EXERCISE matmul_tiled: end
     }
     if (row < m && col < n) C[(size_t)row * n + col] = alpha * acc;
 }
+// EXERCISE matmul_tiled: end copy
 
 // ---------------------------------------------------------------------------------------------
 // Host helpers

@@ -18,6 +18,7 @@ const int kNumVariants = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
 
 // Kernels sit outside the anonymous namespace so profilers show their plain names.
 
+// EXERCISE square: copy
 // Multiply as unsigned so that overflow wraps modulo 2^32 (signed overflow is undefined in C++);
 // the bit pattern is what numpy's int32 multiplication gives.
 __device__ __host__ inline int wrap_square(int v) { return (int)((unsigned)v * (unsigned)v); }
@@ -26,11 +27,18 @@ __device__ __host__ inline int wrap_square(int v) { return (int)((unsigned)v * (
 // skip_every > 0 is test-only (build/bin/square --skip-every K): every K-th element is left alone
 // so that the executable's host check has something to catch.
 __global__ void square_int32_kernel(int *a, long long n, int skip_every) {
+// EXERCISE square: begin i = this thread's global index (block index times block size plus the thread index,
+// EXERCISE square: todo as long long); then return when i is past the end of the array (the last block is partial).
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
+// EXERCISE square: stub long long i = 0;
+// EXERCISE square: end
     if (skip_every > 0 && i % skip_every == skip_every - 1) return;
+// EXERCISE square: begin square a[i] in place with wrap_square (it wraps modulo 2^32 like numpy's int32).
     a[i] = wrap_square(a[i]);
+// EXERCISE square: end
 }
+// EXERCISE square: end copy
 
 __global__ void square_01_naive(const float *__restrict__ x, float *__restrict__ out, long long n) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -40,10 +48,17 @@ __global__ void square_01_naive(const float *__restrict__ x, float *__restrict__
 // Launch as many threads as the GPU holds at once and let each walk the array with a stride of
 // the whole grid: the grid no longer depends on n, and consecutive threads still touch
 // consecutive elements (coalesced) in every round.
+// EXERCISE grid_stride: copy
 __global__ void square_02_grid_stride(const float *__restrict__ x, float *__restrict__ out, long long n) {
-    long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = x[i] * x[i];
+// EXERCISE grid_stride: begin idx = this thread's global index; stride = the number of threads in the whole
+// EXERCISE grid_stride: todo grid (blocks times threads per block), both long long.
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+// EXERCISE grid_stride: stub const long long idx = 0, stride = n;
+// EXERCISE grid_stride: end
+    for (long long i = idx; i < n; i += stride) out[i] = x[i] * x[i];
 }
+// EXERCISE grid_stride: end copy
 
 __device__ inline float4 square4(float4 v) { return make_float4(v.x * v.x, v.y * v.y, v.z * v.z, v.w * v.w); }
 

@@ -58,6 +58,12 @@ Running, checking, drawing
     `viz_data(**opts)` / `recorded_viz_data()`               data for analysis/<name>.py's `plot`
                                        (`invoke viz <name>`; `simulate=` where a simulator exists,
                                        `progress(done, total)` for long ones).
+    `on_cpu(args) -> (DataFrame, str)`  what the program computes without a GPU (its numpy
+                                       reference, its Python twin on harness.sim, or its C twin),
+                                       small sizes, with a `check` column; the str says how. `invoke
+                                       run <prog>` and `invoke demo` use it where there is no GPU,
+                                       labelled with `cpu_label` (never silently). A `cpu=` keyword
+                                       of viz_data/cli does the same for a picture.
 
 C side of the same contract (cuda/<prog>/<prog>.h): a status return is declared `cudalab_status`
 (cuda/common/cudalab.h); a plain `int` return is a value (counts, flags, limits).
@@ -235,3 +241,28 @@ def viz_data(name: str, **opts):
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return fn(**{k: v for k, v in opts.items() if v is not None})
     return fn(**{k: v for k, v in opts.items() if k in params and v is not None})
+
+
+# --- without a GPU ---------------------------------------------------------------------------------
+
+ON_CPU = "computed on the CPU"
+
+
+def cpu_label(how: str, no_gpu: bool = True) -> str:
+    """The one wording for a result computed on the CPU: "computed on the CPU (no GPU): <how>"."""
+    return f"{ON_CPU}{' (no GPU)' if no_gpu else ''}: {how}"
+
+
+def gpu_here() -> tuple[bool, str]:
+    """(True, "") when a CUDA device can be used, else (False, why); never raises."""
+    from .. import cudart
+
+    try:
+        return cudart.gpu_available()
+    except Exception as e:  # libcudart itself missing
+        return False, str(e)
+
+
+def cpu_programs() -> list[str]:
+    """The programs with an `on_cpu` hook, in name order."""
+    return [p for p in names() if has(p, "on_cpu")]

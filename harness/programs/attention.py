@@ -29,11 +29,15 @@ per head size and GPU (runs_as); WGMMA_CONFIGS are 05_flash_wgmma's (key tile, s
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import cudart, library, results, sim
 from ..results import relative_error
+
+if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
+    import pandas as pd
 
 try:  # bfloat16 numpy arrays; harness/library.py maps cudalab_bf16 * parameters to this dtype
     from ml_dtypes import bfloat16
@@ -263,6 +267,7 @@ def tolerance(variant: str) -> float:
 
 # --- Python twin (harness.sim): the flash kernel's online softmax, one thread per query row ------
 
+# EXERCISE flash_softmax: copy
 def flash_bk(ctx, q, k, v, out, S, D, scale, causal, br, bc):
     """A block owns `br` query rows (one per thread); key/value tiles of `bc` rows are staged in
     shared memory by the threads together, and each thread folds a tile into its running max m,
@@ -285,14 +290,21 @@ def flash_bk(ctx, q, k, v, out, S, D, scale, causal, br, bc):
         s = np.array([np.dot(q[bh, i], ks[c]) * scale for c in range(bc)])
         j = k0 + np.arange(bc)
         s[(j >= S) | ((j > i) if causal else False)] = -np.inf
+        # EXERCISE flash_softmax: begin the online softmax: m_new = the larger of the running max m and this tile's max;
+        # EXERCISE flash_softmax: todo alpha = exp(m - m_new), the factor that rescales what was summed under the old max
+        # EXERCISE flash_softmax: todo (0.0 while m is still -inf); p = exp(s - m_new) for this tile's keys; then the
+        # EXERCISE flash_softmax: todo running sum lsum = alpha * lsum + the sum of p, the running output o = alpha * o + p @ vs,
+        # EXERCISE flash_softmax: todo and m = m_new.
         m_new = max(m, s.max())
         alpha = math.exp(m - m_new) if m != -np.inf else 0.0
         p = np.exp(s - m_new)
         lsum = alpha * lsum + p.sum()
         o = alpha * o + p @ vs
         m = m_new
+        # EXERCISE flash_softmax: end
     if i < S:
         out[bh, i] = o / lsum
+# EXERCISE flash_softmax: end copy
 
 
 def twin(q, k, v, causal: bool = False, scale=None, br: int = 4, bc: int = 4) -> np.ndarray:
@@ -304,6 +316,35 @@ def twin(q, k, v, causal: bool = False, scale=None, br: int = 4, bc: int = 4) ->
     sim.launch(flash_bk, sim.dim3(-(-S // br), B * H), sim.dim3(br), q3, k3, v3, out, S, D, scale, bool(causal),
                br, bc, shared={"k": ((bc, D), np.float64), "v": ((bc, D), np.float64)})
     return out.reshape(B, H, S, D)
+
+
+# --- without a GPU ------------------------------------------------------------------------------
+
+def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
+    """`invoke run attention` without a GPU: the float64 numpy reference at a small ragged shape,
+    and 02_flash's online softmax (the Python twin on harness.sim: key tiles in shared memory, a
+    running max, a rescaled sum) checked against it, causal and not."""
+    import time
+
+    import pandas as pd
+
+    if args:
+        raise ValueError(f"on the CPU, attention takes no arguments (a fixed small shape), got: {' '.join(args)}")
+    B, H, S, D = 1, 2, 37, 16
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((B, H, S, D)).astype(np.float32) for _ in range(3))
+    rows = []
+    for causal in (False, True):
+        ref = reference(q, k, v, causal=causal)
+        t0 = time.perf_counter()
+        out = twin(q, k, v, causal=causal)
+        secs = time.perf_counter() - t0
+        err = relative_error(out, ref)
+        rows.append({"variant": "02_flash (Python twin: online softmax)", "shape": f"{B}x{H}x{S}x{D}",
+                     "causal": causal, "rel_error": float(f"{err:.3g}"), "seconds": round(secs, 2),
+                     "check": "pass" if check(out, ref, TOLERANCE_FP32_STRICT) else "fail"})
+    return pd.DataFrame(rows), (f"softmax(QKᵀ/√D)V by the float64 numpy reference, and the flash kernel's "
+                                f"Python twin on harness.sim against it (tolerance {TOLERANCE_FP32_STRICT:g})")
 
 
 # --- bench ------------------------------------------------------------------------------------

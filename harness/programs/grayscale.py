@@ -34,7 +34,11 @@ from ..sim import blk_kernel, blk_kernel2d, dim3, run_kernel
 
 VARIANTS = ("01_1d", "02_2d", "03_vectorized")
 DEFAULT_VARIANT = "03_vectorized"
+# EXERCISE grayscale: copy
+# EXERCISE grayscale_2d: copy
 CR, CG, CB = np.float32(0.2989), np.float32(0.5870), np.float32(0.1140)
+# EXERCISE grayscale_2d: end copy
+# EXERCISE grayscale: end copy
 
 TEST_H, TEST_W = 1066, 1600  # the lectures' puppy image
 PLOTS = Path(__file__).resolve().parents[2] / "build" / "plots"
@@ -138,8 +142,12 @@ def aligned_stride(h: int, w: int) -> int:
 # --- Python twins (lecture 3) -------------------------------------------------------------------
 # The arithmetic on np.float32 scalars rounds each step to float32, exactly as the CUDA code does.
 
+# EXERCISE grayscale: copy
+# EXERCISE grayscale_2d: copy
 def _grey(r, g, b) -> int:
     return int((CR * np.float32(r) + CG * np.float32(g)) + CB * np.float32(b))
+# EXERCISE grayscale_2d: end copy
+# EXERCISE grayscale: end copy
 
 
 def rgb2grey_py(x: np.ndarray) -> np.ndarray:
@@ -167,11 +175,17 @@ def rgb2grey_pyk(x: np.ndarray) -> np.ndarray:
     return res.reshape(h, w)
 
 
+# EXERCISE grayscale: copy
 def rgb2grey_bk(blockidx, threadidx, blockdim, x, out, n):
     """Kernel for blk_kernel: 01_1d's index, with its guard for the last, partial block."""
+    # EXERCISE grayscale: begin i = this thread's pixel (global index); only when i < n (the last block is partial),
+    # EXERCISE grayscale: todo out[i] = _grey of pixel i's red, green and blue values, which sit in the three planes of
+    # EXERCISE grayscale: todo the flattened x, n apart (x[i], x[i + n], x[i + 2 * n]).
     i = blockidx * blockdim + threadidx
     if i < n:
         out[i] = _grey(x[i], x[i + n], x[i + 2 * n])
+    # EXERCISE grayscale: end
+# EXERCISE grayscale: end copy
 
 
 def rgb2grey_pybk(x: np.ndarray, threads: int = 256) -> np.ndarray:
@@ -184,14 +198,21 @@ def rgb2grey_pybk(x: np.ndarray, threads: int = 256) -> np.ndarray:
     return res.reshape(h, w)
 
 
+# EXERCISE grayscale_2d: copy
 def rgb2grey_bk2d(blockidx: dim3, threadidx: dim3, blockdim: dim3, x, out, h, w):
     """Kernel for blk_kernel2d: 02_2d's (column, row) mapping with guards on both edges."""
+    # EXERCISE grayscale_2d: begin c = this thread's column (the .x of blockidx, blockdim, threadidx), r = its row
+    # EXERCISE grayscale_2d: todo (.y); return when the pixel is outside the image on either edge.
     c = blockidx.x * blockdim.x + threadidx.x
     r = blockidx.y * blockdim.y + threadidx.y
-    if c < w and r < h:
-        i = r * w + c
-        n = h * w
-        out[i] = _grey(x[i], x[i + n], x[i + 2 * n])
+    if c >= w or r >= h:
+        return
+    # EXERCISE grayscale_2d: stub c = r = 0
+    # EXERCISE grayscale_2d: end
+    i = r * w + c
+    n = h * w
+    out[i] = _grey(x[i], x[i + n], x[i + 2 * n])
+# EXERCISE grayscale_2d: end copy
 
 
 def rgb2grey_pybk2d(x: np.ndarray, tw: int = 16) -> np.ndarray:
@@ -311,7 +332,8 @@ def save_image(grey: np.ndarray, path) -> Path:
     return p
 
 
-def cli(args: list[str], variant: str | None = None, image: str | None = None, out: str | None = None) -> int:
+def cli(args: list[str], variant: str | None = None, image: str | None = None, out: str | None = None,
+        cpu: bool | None = None) -> int:
     """`invoke run grayscale [--image in.png] [--out out.png] [--variant V]`.
 
     Without --image the generated test picture is used (and written beside the output as
@@ -320,6 +342,7 @@ def cli(args: list[str], variant: str | None = None, image: str | None = None, o
     """
     if args:
         raise ValueError(f"grayscale takes --image/--out/--variant, not extra arguments: {' '.join(args)}")
+    variant_given = variant is not None
     variant = check_variant(variant or DEFAULT_VARIANT)
     out_path = Path(out) if out else DEFAULT_OUT
     if image is None:
@@ -335,12 +358,50 @@ def cli(args: list[str], variant: str | None = None, image: str | None = None, o
         if note:
             print(f"{image}: {note}")
     x = planar(hwc)
+    from . import gpu_here
+
+    if cpu is None:
+        cpu = not gpu_here()[0]
+    if cpu:
+        return _cli_on_cpu(x, out_path, variant_given)
     grey = rgb2grey(x, variant)
     ok, bad = check(grey, reference(x))
     saved = save_image(grey, out_path)
     print(f"result program=grayscale variant={variant} h={grey.shape[0]} w={grey.shape[1]} "
           f"mismatches={bad} check={'pass' if ok else 'fail'} out={saved}")
     return 0 if ok else 1
+
+
+# --- without a GPU ------------------------------------------------------------------------------
+
+CPU_SAMPLE = 4096  # pixels the lecture's pixel loop recomputes to check the numpy result on the CPU
+
+
+def grey_on_cpu(x: np.ndarray, sample: int = CPU_SAMPLE, seed: int = 0) -> tuple[np.ndarray, int, int]:
+    """The grey image computed on the CPU by `reference` (numpy, float32 rounded at every step: the
+    GPU's bytes), checked against the lecture's pixel loop (`_grey`) on `sample` random pixels.
+    Returns (grey, pixels checked, mismatches)."""
+    x = check_planar(x)
+    grey = reference(x)
+    n = grey.size
+    if n == 0:
+        return grey, 0, 0
+    idx = np.random.default_rng(seed).choice(n, size=min(sample, n), replace=False)
+    flat, r, g, b = grey.ravel(), x[0].ravel(), x[1].ravel(), x[2].ravel()
+    bad = sum(int(flat[i]) != _grey(r[i], g[i], b[i]) for i in idx)
+    return grey, len(idx), bad
+
+
+def _cli_on_cpu(x: np.ndarray, out_path: Path, variant_given: bool) -> int:
+    from . import cpu_label
+
+    grey, checked, bad = grey_on_cpu(x)
+    saved = save_image(grey, out_path)
+    print(cpu_label("the numpy reference (the same float32 bytes the kernels write)")
+          + ("; the --variant kernels need a GPU" if variant_given else ""))
+    print(f"result program=grayscale variant=cpu_reference h={grey.shape[0]} w={grey.shape[1]} device=cpu "
+          f"sampled={checked} mismatches={bad} check={'pass' if bad == 0 else 'fail'} out={saved}")
+    return 0 if bad == 0 else 1
 
 
 # --- the executable -----------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import math
 import re
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,9 +27,21 @@ from ..cudart import INT_MAX, MAX_GRID_YZ
 # The SASS parser is harness.sass's (one per format); tests reach it through this module too.
 from ..sass import FP32_OPS, SassLoop, find_cuobjdump, sass_functions, sass_loops  # noqa: F401
 
+if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
+    import pandas as pd
+
 VARIANTS = ("01_naive", "02_fast")
 DTYPES = {np.dtype(np.float32): 32, np.dtype(np.float64): 64}
 DEFAULT_REGION = (-2.0, 1.0, -1.5, 1.5)
+# EXERCISE mandelbrot_zoom: copy
+# A region (x0, x1, y0, y1) of the plane whose picture is interesting (the course's puzzle): a spiral in
+# the valley between the main cardioid and the period-2 bulb.
+# EXERCISE mandelbrot_zoom: begin set ZOOM_REGION to (x0, x1, y0, y1), at most 0.1 wide and high, where at least half of
+# EXERCISE mandelbrot_zoom: todo the pixels neither escape at once nor stay to the last of 256 iterations.
+ZOOM_REGION = (-0.7469, -0.7449, 0.1049, 0.1069)
+# EXERCISE mandelbrot_zoom: stub ZOOM_REGION = (-2.0, 1.0, -1.5, 1.5)
+# EXERCISE mandelbrot_zoom: end
+# EXERCISE mandelbrot_zoom: end copy
 MAX_EDGE = MAX_GRID_YZ * 8  # mandelbrot_max_edge() in the library: the grid's y limit x 8 (a margin)
 FAST_UNROLL = 16  # cuda/mandelbrot/mandelbrot.cu FAST_UNROLL; the library reports it too
 FAST_PIXELS = 1  # pixels per 02_fast thread stepped together in its main loop (2 was tried: slower)
@@ -261,6 +274,7 @@ def agreement(a: np.ndarray, b: np.ndarray) -> float:
 
 # --- Python twin (GPU MODE lecture 3 style) ----------------------------------------------------
 
+# EXERCISE mandelbrot: copy
 def mandelbrot_bk(blockidx, threadidx, blockdim, out, width, height, max_iters, x0, span_x, y0, span_y):
     """01_naive, one thread: numpy scalars of the kernel's dtype round each operation like the GPU."""
     col = blockidx.x * blockdim.x + threadidx.x
@@ -272,6 +286,10 @@ def mandelbrot_bk(blockidx, threadidx, blockdim, out, width, height, max_iters, 
     ci = (span_y * dt(row)) / dt(height) + y0
     x = y = dt(0)
     n = 0
+    # EXERCISE mandelbrot: begin the escape-time loop: while n < max_iters, stop as soon as |z|^2 = x*x + y*y > 4
+    # EXERCISE mandelbrot: todo (compare with dt(4)); otherwise step z = z^2 + c, i.e. y = 2xy + ci and x = x*x - y*y + cr
+    # EXERCISE mandelbrot: todo (both from the old x and y), and count the step in n. x, y, cr, ci are numpy scalars of
+    # EXERCISE mandelbrot: todo the kernel's dtype, so each operation rounds as on the GPU.
     while n < max_iters:
         xx, yy = x * x, y * y
         if xx + yy > dt(4):
@@ -280,7 +298,9 @@ def mandelbrot_bk(blockidx, threadidx, blockdim, out, width, height, max_iters, 
         y = (xy + xy) + ci
         x = (xx - yy) + cr
         n += 1
+    # EXERCISE mandelbrot: end
     out[row * width + col] = n
+# EXERCISE mandelbrot: end copy
 
 
 def twin(width: int, height: int, max_iters: int, region=DEFAULT_REGION, dtype=np.float32) -> np.ndarray:
@@ -325,11 +345,54 @@ def instructions_per_iteration(variant: str, kind: str = "fp32") -> float:
 
 # --- viz (invoke viz mandelbrot) --------------------------------------------------------------
 
-def viz_data(width: int = 1024, height: int = 1024, iters: int = 256, region=None, variant: str = "01_naive"):
-    """The image for analysis.mandelbrot.plot: counts plus the region they cover."""
+def viz_data(width: int = 1024, height: int = 1024, iters: int = 256, region=None, variant: str = "01_naive",
+             cpu: bool | None = None):
+    """The image for analysis.mandelbrot.plot: counts plus the region they cover.
+
+    cpu=None computes on the GPU when there is one, else on the CPU; cpu=True always on the CPU.
+    On the CPU the counts are the numpy twin of the variant's arithmetic (`reference` in float32 for
+    01_naive, `reference_fast` for 02_fast: the GPU's counts, pixel for pixel), and the data says
+    so under "computed_on", which the picture's title shows."""
+    from . import cpu_label, gpu_here
+
     reg = parse_region(region)
-    img = mandelbrot(width, height, iters, reg, np.float32, variant)
-    return {"counts": img, "region": reg, "max_iters": iters, "variant": variant}
+    if cpu is None:
+        cpu = not gpu_here()[0]
+    if not cpu:
+        img = mandelbrot(width, height, iters, reg, np.float32, variant)
+        return {"counts": img, "region": reg, "max_iters": iters, "variant": variant}
+    width, height, iters, reg, _, variant = validate(width, height, iters, reg, np.float32, variant)
+    if variant == "02_fast":
+        img = reference_fast(width, height, iters, reg)
+    else:
+        img = reference(width, height, iters, reg, np.float32)
+    return {"counts": img, "region": reg, "max_iters": iters, "variant": variant,
+            "computed_on": cpu_label(f"numpy twin of {variant}'s float32 arithmetic")}
+
+
+def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
+    """`invoke run mandelbrot` without a GPU: 01_naive's Python twin (harness.sim, 16x16 blocks)
+    and 02_fast's numpy twin on a small image, each checked pixel for pixel against the numpy
+    reference of its arithmetic."""
+    import pandas as pd
+
+    if args:
+        raise ValueError(f"on the CPU, mandelbrot takes no arguments (a fixed small image), got: {' '.join(args)}; "
+                         "`invoke viz mandelbrot` draws a picture of any size")
+    w, h, it = 48, 36, 64
+    ref = reference(w, h, it, DEFAULT_REGION, np.float32)
+    rows = []
+    for what, out, want in (("01_naive (Python twin, harness.sim)", twin(w, h, it), ref),
+                            ("02_fast (numpy twin)", reference_fast(w, h, it), ref)):
+        bad = mismatches(out, want)
+        rows.append({"variant": what, "size": f"{w}x{h}x{it}", "mismatches": bad,
+                     "agreement": round(agreement(out, want), 4),
+                     # 02_fast tests escape every FAST_UNROLL steps and replays, so it matches the float32
+                     # reference exactly; its FMAs may move a pixel at the set's edge, which is allowed.
+                     "check": "pass" if (bad == 0 or (what.startswith("02") and agreement(out, want) >= 0.99))
+                     else "fail"})
+    return pd.DataFrame(rows), (f"01_naive on the simulator and 02_fast's numpy twin, {w}x{h} pixels, "
+                                f"{it} iterations, against the float32 numpy reference")
 
 
 # --- bench ------------------------------------------------------------------------------------

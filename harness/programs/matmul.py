@@ -32,12 +32,16 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import library, results
 from ..cudart import MAX_GRID_YZ
 from ..sim import blk_kernel2d, dim3, launch
+
+if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
+    import pandas as pd
 
 CLASSIC = ("01_naive", "02_tiled", "03_tiled_dynamic")
 LADDER = ("04_blocktile_1d", "05_blocktile_2d", "06_vectorized", "07_warptile", "08_pipelined", "09_tuned",
@@ -365,8 +369,13 @@ def check(out: np.ndarray, ref: np.ndarray, tol: float = TOL) -> tuple[bool, flo
 
 # --- Python twins ---------------------------------------------------------------------------------
 
+# EXERCISE matmul: copy
 def matmul_bk(blockidx: dim3, threadidx: dim3, blockdim: dim3, m, n, out, h, w, k):
     """Lecture 3's matmul_k for blk_kernel2d on flattened arrays: m (h x k), n (k x w), out (h x w)."""
+    # EXERCISE matmul: begin r = this thread's row of out (the .y of blockidx, blockdim, threadidx), c = its column
+    # EXERCISE matmul: todo (.x); return when (r, c) is outside the h x w output (the grid is rounded up to whole
+    # EXERCISE matmul: todo blocks); then out[r * w + c] = the dot product of row r of m (h x k, flattened) and column c
+    # EXERCISE matmul: todo of n (k x w, flattened).
     r = blockidx.y * blockdim.y + threadidx.y
     c = blockidx.x * blockdim.x + threadidx.x
     if r >= h or c >= w:
@@ -375,6 +384,8 @@ def matmul_bk(blockidx: dim3, threadidx: dim3, blockdim: dim3, m, n, out, h, w, 
     for i in range(k):
         o += m[r * k + i] * n[i * w + c]
     out[r * w + c] = o
+    # EXERCISE matmul: end
+# EXERCISE matmul: end copy
 
 
 def matmul_2d(a: np.ndarray, b: np.ndarray, tw: int = NAIVE_BLOCK) -> np.ndarray:
@@ -389,6 +400,7 @@ def matmul_2d(a: np.ndarray, b: np.ndarray, tw: int = NAIVE_BLOCK) -> np.ndarray
     return out.reshape(h, w)
 
 
+# EXERCISE matmul_tiled: copy
 def matmul_tiled_k(ctx, m, n, out, h, w, k, tw, sync=True):
     """Lecture 5's tiled kernel as a generator: each bare `yield` is a __syncthreads().
 
@@ -404,6 +416,11 @@ def matmul_tiled_k(ctx, m, n, out, h, w, k, tw, sync=True):
     p = np.float32(0)
     for ph in range(math.ceil(k / tw)):
         idx = ph * tw
+        # EXERCISE matmul_tiled: begin load one element of each tile: ms[tr, tc] = m's element (r, idx + tc) and
+        # EXERCISE matmul_tiled: todo ns[tr, tc] = n's element (idx + tr, c) (both flattened, row-major), each 0.0 when
+        # EXERCISE matmul_tiled: todo outside its matrix (ragged edges); wait for the whole tile (a bare `yield` is a
+        # EXERCISE matmul_tiled: todo __syncthreads()); add the tw products ms[tr, i] * ns[i, tc]
+        # EXERCISE matmul_tiled: todo to p; wait again before the next phase overwrites the tiles.
         # Zero-fill outside the matrices, so the full-width dot product below needs no bounds test.
         ms[tr, tc] = m[r * k + tc + idx] if r < h and idx + tc < k else 0.0
         ns[tr, tc] = n[(tr + idx) * w + c] if c < w and idx + tr < k else 0.0
@@ -412,8 +429,10 @@ def matmul_tiled_k(ctx, m, n, out, h, w, k, tw, sync=True):
         for i in range(tw):
             p = p + ms[tr, i] * ns[i, tc]
         yield  # everyone must finish reading this tile before the next phase overwrites it
+        # EXERCISE matmul_tiled: end
     if r < h and c < w:
         out[r * w + c] = p
+# EXERCISE matmul_tiled: end copy
 
 
 def matmul_tiled_sim(a: np.ndarray, b: np.ndarray, tw: int = 4, sync: bool = True) -> np.ndarray:
@@ -427,6 +446,42 @@ def matmul_tiled_sim(a: np.ndarray, b: np.ndarray, tw: int = 4, sync: bool = Tru
            a.ravel(), b.ravel(), out, h, w, k, tw, sync,
            shared={"ms": ((tw, tw), np.float32), "ns": ((tw, tw), np.float32)})
     return out.reshape(h, w)
+
+
+# --- without a GPU --------------------------------------------------------------------------------
+
+CPU_MAX_EDGE = 96  # the simulator runs one Python call per thread and k steps each: small shapes only
+
+
+def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
+    """`invoke run matmul [-- m k n]` without a GPU: lecture 3's naive kernel and lecture 5's tiled
+    kernel (shared tiles, both barriers) on the simulator, at a small ragged shape (default
+    37 x 29 @ 29 x 41, not a multiple of any tile), each checked against the float64 reference."""
+    import time
+
+    import pandas as pd
+
+    args = [str(a) for a in args]
+    if args and (len(args) != 3 or not all(a.isdigit() for a in args)):
+        raise ValueError(f"on the CPU, matmul takes m k n (three integers) or nothing, got: {' '.join(args)}")
+    m, k, n = (int(a) for a in args) if args else (37, 29, 41)
+    if not all(1 <= d <= CPU_MAX_EDGE for d in (m, k, n)):
+        raise ValueError(f"on the CPU (the simulator) m, k and n must be 1..{CPU_MAX_EDGE}, got {m} {k} {n}")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    ref = reference(a, b)
+    rows = []
+    for what, fn in (("01_naive (lecture 3, 16x16 blocks)", lambda: matmul_2d(a, b)),
+                     ("02_tiled (lecture 5, 8x8 shared tiles)", lambda: matmul_tiled_sim(a, b, tw=8))):
+        t0 = time.perf_counter()
+        out = fn()
+        secs = time.perf_counter() - t0
+        ok, err = check(out, ref)
+        rows.append({"variant": what, "shape": f"{m}x{k} @ {k}x{n}", "rel_error": float(f"{err:.3g}"),
+                     "seconds": round(secs, 2), "check": "pass" if ok else "fail"})
+    return pd.DataFrame(rows), (f"the kernels' Python twins on harness.sim (one call per thread), "
+                                f"against the float64 numpy reference, tolerance {TOL:g}")
 
 
 # --- the lectures' shapes -----------------------------------------------------------------------

@@ -155,13 +155,19 @@ def square_bk(blockidx, threadidx, blockdim, x, out, n):
         out[i] = x[i] * x[i]
 
 
+# EXERCISE grid_stride: copy
 def square_grid_stride_k(ctx, x, out, n):
     """02_grid_stride: start at the global index, step by the whole grid."""
+    # EXERCISE grid_stride: begin i = this thread's global index (ctx.blockIdx, ctx.blockDim, ctx.threadIdx);
+    # EXERCISE grid_stride: todo stride = the number of threads in the whole grid (ctx.gridDim too).
     stride = ctx.blockDim.x * ctx.gridDim.x
     i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
+    # EXERCISE grid_stride: stub i, stride = 0, n
+    # EXERCISE grid_stride: end
     while i < n:
         out[i] = x[i] * x[i]
         i += stride
+# EXERCISE grid_stride: end copy
 
 
 def square_vectorized_k(ctx, x, out, n, head):
@@ -198,12 +204,18 @@ def square_matrix_bk(blockidx, threadidx, blockdim, x, out, h, w):
         out[row, col] = x[row, col] * x[row, col]
 
 
+# EXERCISE square: copy
 def square_int32_bk(blockidx, threadidx, blockdim, a, n):
     """The course's in-place int32 kernel; the square wraps modulo 2^32 (unsigned multiply)."""
+    # EXERCISE square: begin i = this thread's global index (block index times block size plus thread index);
+    # EXERCISE square: todo only when i < n (the last block is partial), square a[i] in place, wrapping modulo 2^32 like
+    # EXERCISE square: todo int32: v = int(a[i]) & 0xFFFFFFFF; a[i] = np.uint32((v * v) & 0xFFFFFFFF).view(np.int32)
     i = blockidx * blockdim + threadidx
     if i < n:
         v = int(a[i]) & 0xFFFFFFFF
         a[i] = np.uint32((v * v) & 0xFFFFFFFF).view(np.int32)
+    # EXERCISE square: end
+# EXERCISE square: end copy
 
 
 def twin(x: np.ndarray, variant: str = DEFAULT_VARIANT, threads: int = 32, blocks: int | None = None,
@@ -269,9 +281,10 @@ def compare(n: int = 100000, runs: int = 5, threads: int = DEFAULT_THREADS) -> t
     threads = check_threads(threads)
     if runs < 1:
         raise ValueError("runs must be >= 1")
-    from .. import cudart
+    from . import gpu_here
 
-    cudart.device_count()  # NoGPUError, with what is missing, before timing anything
+    if not gpu_here()[0]:
+        return compare_cpu_only(n, runs)
     cpu_ms, cpu_res = _median_process("square_cpu", [n], runs)
     gpu_ms, gpu_res = _median_process("square", [n, threads], runs)
     loop_ms = statistics.median(float(r["loop_ms"]) for r in cpu_res)
@@ -289,6 +302,40 @@ def compare(n: int = 100000, runs: int = 5, threads: int = DEFAULT_THREADS) -> t
     df["speedup_vs_cpu_loop"] = loop_ms / df["median_ms"]
     explanation = explain(n, cpu_ms, loop_ms, gpu_ms, in_proc_ms, alone_ms)
     return df, explanation
+
+
+def compare_cpu_only(n: int, runs: int = 5) -> tuple[pd.DataFrame, str]:
+    """`invoke compare square` without a GPU: the C twin's two rows, and what a GPU would add."""
+    from . import cpu_label
+
+    cpu_ms, cpu_res = _median_process("square_cpu", [n], runs)
+    if any(r.get("check") != "pass" for r in cpu_res):
+        raise ValueError(f"square_cpu {n}: its own check failed: {cpu_res[-1]}")
+    loop_ms = statistics.median(float(r["loop_ms"]) for r in cpu_res)
+    df = pd.DataFrame([("CPU process (build/bin/square_cpu)", cpu_ms),
+                       ("CPU loop only (timed inside square_cpu)", loop_ms)], columns=["what", "median_ms"])
+    return df, (cpu_label(f"build/bin/square_cpu, the course's C twin, n={n}, median of {runs} runs, "
+                          "check=pass")
+                + ". With a GPU the comparison adds build/bin/square (the same work as a CUDA program on "
+                  "managed memory) and its kernel timed alone, and explains where the GPU process's time goes.")
+
+
+def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
+    """`invoke run square` without a GPU: build/bin/square_cpu [N], the course's gcc twin of the
+    managed-memory program (fills 1..N, squares in a loop, checks every element)."""
+    args = [str(a) for a in args]
+    if len(args) > 1 or (args and not args[0].isdigit()):
+        raise ValueError(f"on the CPU, square takes one argument N (elements), got: {' '.join(args)}")
+    n = int(args[0]) if args else 100000
+    if not 1 <= n <= 2**31 - 1:
+        raise ValueError(f"N must be between 1 and 2^31-1, got {n}")
+    r = runner.run("square_cpu", n, timeout=300, check=False)
+    rec = parse.tagged_dict(r.stdout, "result")
+    if r.returncode != 0 or not rec:
+        raise ValueError(f"square_cpu {n} exited {r.returncode}: {runner.tail(r.stderr or r.stdout, 3)}")
+    df = pd.DataFrame([{"program": "square_cpu", "n": n, "loop_ms": float(rec["loop_ms"]),
+                        "mismatches": int(rec["mismatches"]), "check": rec["check"]}])
+    return df, f"build/bin/square_cpu {n}, the course's C twin (gcc): 1..{n} squared in a plain loop"
 
 
 def explain(n, cpu_ms, loop_ms, gpu_ms, in_proc_ms, alone_ms) -> str:

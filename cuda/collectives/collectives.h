@@ -1,0 +1,83 @@
+/* collectives: moving and reducing data across GPUs -- a peer copy, a ring all-reduce, a one-shot
+   all-reduce, NCCL's collectives as the ceiling, and a tensor-parallel MLP block built on them.
+
+   Ranks. A "communicator" (a handle, an int) holds `world` ranks, each with an input buffer, an
+   output buffer, a receive buffer and device flags. Its ranks are either
+     - one rank per GPU (use_devices = 1: rank r on device r, peer access enabled), or
+     - virtual ranks on one GPU (use_devices = 0): every rank's buffers on the current device, and
+       every collective kernel launched ONCE for all ranks with cudaLaunchCooperativeKernel, so that
+       every block is resident and no flag spin can wait on a block that never started.
+   The kernels are the same in both cases: they take the ranks' buffer and flag pointers as arguments.
+
+   No hang. Every spin on a flag is bounded by the global timer (timeout_ms); on expiry the kernel
+   records which rank waited at which step and returns, and the entry point returns cudaErrorTimeout
+   (909); collectives_last_failure says where. NCCL runs with non-blocking communicators under a host
+   deadline (ncclCommGetAsyncError, ncclCommAbort). NVLink multicast (NVLS) is never used.
+
+   dtype: 0 float32, 1 bfloat16, 2 int32 (sums; int32 wraps). Status returns are cudaError_t codes. */
+#ifndef CUDALAB_COLLECTIVES_H
+#define CUDALAB_COLLECTIVES_H
+#include "cudalab.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The variant table: 01_p2p_copy, 01_memcpy_peer, 02_ring_allreduce, 03_oneshot_allreduce,
+   nccl_allreduce, nccl_allgather, nccl_reducescatter, tp_mlp, tp_mlp_overlap. */
+int collectives_variant_count(void);
+const char *collectives_variant_name(int i);
+/* 1 when the variant needs NCCL (the nccl_* ones), 0 otherwise, -1 for an unknown index. */
+int collectives_variant_needs_nccl(int variant);
+
+/* 1 when this library was built against NCCL, else 0; NCCL's version code (e.g. 22809), else 0. */
+int collectives_have_nccl(void);
+int collectives_nccl_version(void);
+/* 1 when device a can read and write device b's memory (cudaDeviceCanAccessPeer), 0 when not,
+   negative (-cudaError_t) when the query failed. */
+int collectives_peer_access(int a, int b);
+/* The largest virtual world one cooperative launch holds on the current device with
+   `blocks_per_rank` blocks per rank (every block resident at once); negative (-cudaError_t) on error. */
+int collectives_max_virtual_world(int blocks_per_rank);
+
+/* A communicator of `world` ranks. in_bytes / out_bytes: each rank's input and output capacity.
+   blocks_per_rank 0 picks a default. handle[0] receives the handle. */
+cudalab_status collectives_comm_create(int world, int use_devices, long long in_bytes, long long out_bytes,
+                                       int blocks_per_rank, long long timeout_ms, int *handle);
+cudalab_status collectives_comm_destroy(int handle);
+/* Host <-> a rank's input / output buffer (synchronous), and every output set to `byte` (poison). */
+cudalab_status collectives_upload(int handle, int rank, const uint8_t *src, long long bytes);
+cudalab_status collectives_download(int handle, int rank, uint8_t *dst, long long bytes);
+cudalab_status collectives_poison(int handle, int byte);
+/* Run `variant` on n elements of every rank's input into its output, wait for it, and check each
+   rank's error record. stall_rank >= 0 makes that rank skip its part (to show the timeout works). */
+cudalab_status collectives_run(int handle, int variant, int dtype, long long n, int stall_rank);
+/* The bench's form: enqueue only, ordered after `stream` (the current device's) and before whatever
+   follows on it; no synchronisation, no error-record check (collectives_check does both). */
+/* collectives_run for 01_p2p_copy / 01_memcpy_peer with a direction: 1 = rank 0 -> rank 1,
+   2 = rank 1 -> rank 0, 3 = both at once. */
+cudalab_status collectives_run_direction(int handle, int variant, int dtype, long long n, int direction);
+cudalab_status collectives_enqueue(int handle, int variant, int dtype, long long n, void *stream);
+cudalab_status collectives_check(int handle);
+/* After cudaErrorTimeout: info[0] = rank, info[1] = step, info[2] = chunk, info[3] = phase
+   (0 reduce-scatter, 1 all-gather, 2 start barrier, 3 end barrier, 4 NCCL). */
+cudalab_status collectives_last_failure(int handle, int *info);
+/* The last failure in words (which rank, which step, or NCCL's own message); "" when none. */
+const char *collectives_last_message(void);
+
+/* The tensor-parallel MLP block, y = gelu(x . W1^T) . W2^T, over the communicator's ranks:
+   x is T x H, W1 is F x H (rank r holds rows r*F/world ..), W2 is H x F (rank r holds the same
+   columns); each rank computes its partial y (T x H, float32) with gemm_tc's 02_mma_sync and the
+   all-reduce `ar_variant` (02 or 03) sums them. overlap = 1 splits T into `chunks` row blocks and
+   runs the all-reduce of block i beside the GEMMs of block i+1 (a second stream). y is world x T x H:
+   every rank's result. The communicator needs in_bytes = out_bytes >= T*H*4. */
+cudalab_status collectives_tp_mlp(int handle, int ar_variant, int overlap, int chunks, int T, int H, int F,
+                                  const cudalab_bf16 *x, const cudalab_bf16 *w1, const cudalab_bf16 *w2, float *y);
+/* The same block on device-resident random weights, timed: ms[0] = median milliseconds of `iters`
+   forwards (each one synchronised across the ranks), for the executable and the 2-GPU run. */
+cudalab_status collectives_tp_mlp_time(int handle, int ar_variant, int overlap, int chunks, int T, int H, int F,
+                                       int iters, float *ms);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

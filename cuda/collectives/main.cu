@@ -1,0 +1,275 @@
+// build/bin/collectives: run and time one rung.
+//
+//   collectives [--variant V] [--n N] [--dtype f32|bf16|i32] [--world W] [--virtual] [--iters K]
+//               [--blocks B] [--timeout-ms T] [--direction 0to1|1to0|both]
+//               [--tokens T --hidden H --ffn F --chunks C]          (tp_mlp, tp_mlp_overlap)
+//               [--id-file PATH]          (one process per rank; default $CUDALAB_ID_FILE)
+//
+// One process, W ranks: one rank per GPU when W GPUs are visible with peer access (and no
+// --virtual), else W virtual ranks on GPU 0 (the lab's kernels only; NCCL needs one GPU per rank).
+// Ends with one line per run:
+//   result program=collectives variant=V dtype=D n=N bytes=B world=W ranks=virtual|devices ms=...
+//          algbw_gbs=... busbw_gbs=... mismatches=M check=pass|fail
+//
+// One process per rank, when the environment names a rank: RANK/WORLD_SIZE/LOCAL_RANK (torchrun and
+// `invoke run collectives --ranks N`), OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK (mpirun) or
+// SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID (srun). Each process drives GPU LOCAL_RANK and runs NCCL's
+// all-reduce, all-gather and reduce-scatter (the lab's kernels are single-node and single-process by
+// design: their peers' pointers come from one address space). The unique id comes from NCCL_COMM_ID, or
+// from --id-file (rank 0 writes it atomically; the file must be new for each run). So
+//   mpirun -np 16 -x NCCL_NVLS_ENABLE=0 build/bin/collectives --id-file /shared/run42.id --n 268435456
+// runs across nodes with no MPI in the lab. Each rank prints its own result lines, tagged rank=R.
+// Exit status: 0 pass, 1 a CUDA/NCCL failure, a timeout or a wrong result, 2 bad arguments.
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "check.cuh"
+#include "cli.cuh"
+#include "collectives.h"
+
+extern "C" int collectives_rank_run(int rank, int world, int local_rank, const char *id_file, long long n, int dtype,
+                                    int iters, long long timeout_ms, double *results);
+
+static const char *kUsage =
+    "usage: collectives [--variant V] [--n N] [--dtype f32|bf16|i32] [--world W] [--virtual] [--iters K]\n"
+    "                   [--blocks B] [--timeout-ms T] [--direction 0to1|1to0|both]\n"
+    "                   [--tokens T --hidden H --ffn F --chunks C] [--id-file PATH]\n"
+    "variants: 01_p2p_copy 01_memcpy_peer 02_ring_allreduce 03_oneshot_allreduce nccl_allreduce\n"
+    "          nccl_allgather nccl_reducescatter tp_mlp tp_mlp_overlap\n"
+    "one process per rank when RANK/WORLD_SIZE, OMPI_COMM_WORLD_* or SLURM_PROCID/SLURM_NTASKS are set (NCCL)";
+
+static const char *kDtypes[] = {"f32", "bf16", "i32"};
+
+// A rank variable: the first of `names` that is set, parsed whole; -1 when none is set.
+static long long env_int(const char *const *names, int count, const char **which) {
+    for (int i = 0; i < count; ++i) {
+        const char *v = getenv(names[i]);
+        if (v && *v) {
+            *which = names[i];
+            return cudalab_parse_range(v, names[i], 0, INT_MAX);
+        }
+    }
+    return -1;
+}
+
+static int variant_index(const char *name) {
+    for (int i = 0; i < collectives_variant_count(); ++i)
+        if (strcmp(collectives_variant_name(i), name) == 0) return i;
+    return -1;
+}
+
+// Integer-valued inputs (exact in every dtype for small worlds): rank q's element i is (q+1)*(i%7+1).
+static void fill(std::vector<unsigned char> &buf, int dtype, long long n, int q) {
+    for (long long i = 0; i < n; ++i) {
+        const float v = (float)((q + 1) * (i % 7 + 1));
+        if (dtype == 0) memcpy(&buf[i * 4], &v, 4);
+        else if (dtype == 2) { const int k = (int)v; memcpy(&buf[i * 4], &k, 4); }
+        else { uint32_t u; memcpy(&u, &v, 4); const uint16_t h = (uint16_t)(u >> 16); memcpy(&buf[i * 2], &h, 2); }
+    }
+}
+static double value_at(const std::vector<unsigned char> &buf, int dtype, long long i) {
+    if (dtype == 0) { float f; memcpy(&f, &buf[i * 4], 4); return f; }
+    if (dtype == 2) { int k; memcpy(&k, &buf[i * 4], 4); return k; }
+    uint16_t h; memcpy(&h, &buf[i * 2], 2); const uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f;
+}
+
+// A status from the library: a timeout or an NCCL failure says where, then exit 1.
+static void check_status(int code, const char *what) {
+    if (code == 0) return;
+    const char *msg = collectives_last_message();
+    fprintf(stderr, "%s failed: %s (%s)%s%s\n", what, cudaGetErrorName((cudaError_t)code),
+            cudaGetErrorString((cudaError_t)code), msg && *msg ? ": " : "", msg ? msg : "");
+    exit(1);
+}
+
+static int run_per_rank(int rank, int world, int local_rank, const char *id_file, long long n, int dtype, int iters,
+                        long long timeout_ms) {
+    double res[9] = {0};
+    const int code = collectives_rank_run(rank, world, local_rank, id_file, n, dtype, iters, timeout_ms, res);
+    if (code != 0) {
+        const char *msg = collectives_last_message();
+        fprintf(stderr, "rank %d: %s (%s)%s%s\n", rank, cudaGetErrorName((cudaError_t)code),
+                cudaGetErrorString((cudaError_t)code), msg && *msg ? ": " : "", msg ? msg : "");
+        return 1;
+    }
+    const char *ops[] = {"nccl_allreduce", "nccl_allgather", "nccl_reducescatter"};
+    const int es = dtype == 1 ? 2 : 4;
+    bool ok = true;
+    for (int op = 0; op < 3; ++op) {
+        const double ms = res[3 * op], bad = res[3 * op + 1], cnt = res[3 * op + 2];
+        // nccl-tests' sizes and factors: all-reduce counts its buffer and 2(n-1)/n; all-gather and
+        // reduce-scatter count the whole gathered (or scattered) buffer and (n-1)/n.
+        const double bytes = op == 0 ? cnt * es : op == 1 ? cnt * es * world : cnt * es;
+        const double factor = op == 0 ? 2.0 * (world - 1) / world : (double)(world - 1) / world;
+        const double algbw = ms > 0 ? bytes / (ms * 1e6) : 0.0;
+        printf("result program=collectives variant=%s dtype=%s n=%lld bytes=%.0f world=%d ranks=processes rank=%d "
+               "ms=%.6f algbw_gbs=%.3f busbw_gbs=%.3f mismatches=%.0f check=%s\n",
+               ops[op], kDtypes[dtype], (long long)cnt, bytes, world, rank, ms, algbw, algbw * factor, bad,
+               bad == 0 ? "pass" : "fail");
+        ok = ok && bad == 0;
+    }
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    const char *variant = "02_ring_allreduce", *id_file = nullptr;
+    long long n = 1 << 20, world = 2, iters = 20, blocks = 0, timeout_ms = 10000;
+    long long tokens = 256, hidden = 512, ffn = 2048, chunks = 4;
+    int dtype = 0, direction = 3;
+    bool force_virtual = false, variant_given = false;
+    cudalab_handle_help(argc, argv, kUsage);
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i];
+        auto val = [&]() { return cudalab_option_value(argc, argv, &i, kUsage); };
+        if (strcmp(a, "--variant") == 0) variant = val(), variant_given = true;
+        else if (strcmp(a, "--n") == 0) n = cudalab_parse_range(val(), "--n", 1, LLONG_MAX / 8);
+        else if (strcmp(a, "--world") == 0) world = cudalab_parse_range(val(), "--world", 1, 4096);
+        else if (strcmp(a, "--iters") == 0) iters = cudalab_parse_range(val(), "--iters", 1, 1000000);
+        else if (strcmp(a, "--blocks") == 0) blocks = cudalab_parse_range(val(), "--blocks", 1, 64);
+        else if (strcmp(a, "--timeout-ms") == 0) timeout_ms = cudalab_parse_range(val(), "--timeout-ms", 1, 86400000);
+        else if (strcmp(a, "--tokens") == 0) tokens = cudalab_parse_range(val(), "--tokens", 1, INT_MAX);
+        else if (strcmp(a, "--hidden") == 0) hidden = cudalab_parse_range(val(), "--hidden", 1, INT_MAX);
+        else if (strcmp(a, "--ffn") == 0) ffn = cudalab_parse_range(val(), "--ffn", 1, INT_MAX);
+        else if (strcmp(a, "--chunks") == 0) chunks = cudalab_parse_range(val(), "--chunks", 1, 1024);
+        else if (strcmp(a, "--id-file") == 0) id_file = val();
+        else if (strcmp(a, "--virtual") == 0) force_virtual = true;
+        else if (strcmp(a, "--dtype") == 0) {
+            const char *d = val();
+            dtype = -1;
+            for (int k = 0; k < 3; ++k)
+                if (strcmp(d, kDtypes[k]) == 0) dtype = k;
+            if (dtype < 0) CUDALAB_USAGE_ERROR("--dtype must be f32, bf16 or i32, got '%s'", d);
+        } else if (strcmp(a, "--direction") == 0) {
+            const char *d = val();
+            direction = strcmp(d, "0to1") == 0 ? 1 : strcmp(d, "1to0") == 0 ? 2 : strcmp(d, "both") == 0 ? 3 : 0;
+            if (!direction) CUDALAB_USAGE_ERROR("--direction must be 0to1, 1to0 or both, got '%s'", d);
+        } else CUDALAB_USAGE_ERROR("unknown argument %s\n%s", a, kUsage);
+    }
+    if (!id_file) id_file = getenv("CUDALAB_ID_FILE");  // set by harness/launch.py
+    const int v = variant_index(variant);
+    if (v < 0) CUDALAB_USAGE_ERROR("unknown variant '%s'\n%s", variant, kUsage);
+
+    // ---- one process per rank ----
+    const char *which = nullptr;
+    const char *const rank_vars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"};
+    const char *const size_vars[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"};
+    const char *const local_vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"};
+    const long long env_rank = env_int(rank_vars, 3, &which);
+    if (env_rank >= 0) {
+        const char *wsrc = nullptr, *lsrc = nullptr;
+        const long long env_world = env_int(size_vars, 3, &wsrc);
+        long long local = env_int(local_vars, 3, &lsrc);
+        if (env_world < 1) CUDALAB_USAGE_ERROR("%s is set but no world size is (WORLD_SIZE, OMPI_COMM_WORLD_SIZE or SLURM_NTASKS)", which);
+        if (env_rank >= env_world) CUDALAB_USAGE_ERROR("%s=%lld must be below the world size %lld", which, env_rank, env_world);
+        if (local < 0) local = env_rank;  // one node: the local rank is the rank
+        if (variant_given && collectives_variant_needs_nccl(v) != 1)
+            CUDALAB_USAGE_ERROR("one process per rank runs NCCL's collectives; %s runs in one process (unset %s)", variant, which);
+        if (!collectives_have_nccl())
+            CUDALAB_USAGE_ERROR("one process per rank needs NCCL, and this build has none: pip install -e '.[nccl]', then rebuild");
+        return run_per_rank((int)env_rank, (int)env_world, (int)local, id_file, n, dtype, (int)iters, timeout_ms);
+    }
+
+    // ---- one process, every rank ----
+    const bool tp = v == 7 || v == 8;
+    if (v == 0 || v == 1) world = 2;
+    if (collectives_variant_needs_nccl(v) && !collectives_have_nccl())
+        CUDALAB_USAGE_ERROR("%s needs NCCL, and this build has none: pip install -e '.[nccl]', then rebuild", variant);
+    int ndev = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&ndev));
+    bool devices = !force_virtual && world > 1 && world <= ndev;
+    for (int a = 0; devices && a < world; ++a)
+        for (int b = 0; b < world; ++b)
+            if (a != b && collectives_peer_access(a, b) != 1) devices = false;
+    if (world == 1) devices = true;
+    if (collectives_variant_needs_nccl(v) && !devices)
+        CUDALAB_USAGE_ERROR("%s needs %lld GPUs with peer access, one per rank (%d visible): NCCL 2.28 refuses two ranks "
+                            "on one GPU; the lab's kernels run virtual ranks", variant, world, ndev);
+    if (!devices) {
+        const int most = collectives_max_virtual_world(blocks ? (int)blocks : 1);
+        if (most < 0) check_status(-most, "collectives_max_virtual_world");
+        if (world > most)
+            CUDALAB_USAGE_ERROR("--world %lld virtual ranks do not fit one cooperative launch here: at most %d%s", world,
+                                most, blocks ? " with this --blocks" : "");
+    }
+    const int es = dtype == 1 ? 2 : 4;
+    if (tp) {
+        if (ffn % world) CUDALAB_USAGE_ERROR("--ffn %lld must be a multiple of --world %lld (each rank takes F/world)", ffn, world);
+        const long long y_bytes = tokens * hidden * 4;
+        int h = -1;
+        check_status(collectives_comm_create((int)world, devices, y_bytes, y_bytes, (int)blocks, timeout_ms, &h),
+                     "collectives_comm_create");
+        float ms = 0.f;
+        check_status(collectives_tp_mlp_time(h, 2, v == 8, (int)chunks, (int)tokens, (int)hidden, (int)ffn, (int)iters, &ms),
+                     variant);
+        const double flops = 2.0 * 2.0 * (double)tokens * hidden * ffn;  // two GEMMs of the whole block
+        printf("result program=collectives variant=%s dtype=bf16 tokens=%lld hidden=%lld ffn=%lld chunks=%lld world=%lld "
+               "ranks=%s ms=%.6f tflops=%.3f check=skip\n",
+               variant, tokens, hidden, ffn, v == 8 ? chunks : 1, world, devices ? "devices" : "virtual", ms,
+               flops / (ms * 1e9));
+        check_status(collectives_comm_destroy(h), "collectives_comm_destroy");
+        return 0;
+    }
+    if (v == 6 && n % world) CUDALAB_USAGE_ERROR("nccl_reducescatter needs --n a multiple of --world (%lld)", world);
+    const long long in_bytes = n * es, out_bytes = v == 5 ? in_bytes * world : in_bytes;
+    int h = -1;
+    check_status(collectives_comm_create((int)world, devices, in_bytes, out_bytes, (int)blocks, timeout_ms, &h),
+                 "collectives_comm_create");
+    std::vector<unsigned char> buf((size_t)out_bytes);
+    for (int q = 0; q < world; ++q) {
+        fill(buf, dtype, n, q);
+        check_status(collectives_upload(h, q, buf.data(), in_bytes), "collectives_upload");
+    }
+    check_status(collectives_poison(h, 0xAB), "collectives_poison");
+    auto once = [&]() {
+        check_status(v <= 1 ? collectives_run_direction(h, v, dtype, n, direction) : collectives_run(h, v, dtype, n, -1),
+                     variant);
+    };
+    once();
+    // The check: every rank's output against the closed form.
+    long long bad = 0;
+    const double tri = (double)world * (world + 1) / 2;
+    for (int q = 0; q < world; ++q) {
+        if (v <= 1 && !(direction & (q == 1 ? 1 : 2))) continue;
+        const long long outn = v == 5 ? n * world : v == 6 ? n / world : n;
+        check_status(collectives_download(h, q, buf.data(), outn * es), "collectives_download");
+        for (long long i = 0; i < outn; ++i) {
+            const double want = v <= 1 ? (double)((2 - q) * (i % 7 + 1))  // the other rank's input
+                                : v == 5 ? (double)((i / n + 1) * (i % n % 7 + 1))
+                                : v == 6 ? tri * (double)((q * (n / world) + i) % 7 + 1)
+                                         : tri * (double)(i % 7 + 1);
+            if (value_at(buf, dtype, i) != want) ++bad;
+        }
+    }
+    // The timing: back-to-back runs on the communicator's own streams, one synchronisation at the end.
+    cudaStream_t s = nullptr;
+    CUDA_CHECK(cudaSetDevice(0));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    CUDA_CHECK(cudaEventRecord(e0, s));
+    for (long long it = 0; it < iters; ++it) check_status(collectives_enqueue(h, v, dtype, n, s), variant);
+    CUDA_CHECK(cudaEventRecord(e1, s));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    check_status(collectives_check(h), variant);
+    float total = 0.f;
+    CUDA_CHECK(cudaEventElapsedTime(&total, e0, e1));
+    const double ms = total / iters;
+    const int dirs = v <= 1 ? (direction == 3 ? 2 : 1) : 1;
+    const double bytes = v <= 1 ? (double)in_bytes * dirs : v == 5 ? (double)in_bytes * world : (double)in_bytes;
+    const double factor = v <= 1 ? 1.0 : (v == 5 || v == 6) ? (double)(world - 1) / world : 2.0 * (world - 1) / world;
+    const double algbw = bytes / (ms * 1e6);
+    printf("result program=collectives variant=%s dtype=%s n=%lld bytes=%.0f world=%lld ranks=%s ms=%.6f "
+           "algbw_gbs=%.3f busbw_gbs=%.3f mismatches=%lld check=%s\n",
+           variant, kDtypes[dtype], n, bytes, world, devices ? "devices" : "virtual", ms, algbw, algbw * factor, bad,
+           bad == 0 ? "pass" : "fail");
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    CUDA_CHECK(cudaStreamDestroy(s));
+    check_status(collectives_comm_destroy(h), "collectives_comm_destroy");
+    return bad == 0 ? 0 : 1;
+}

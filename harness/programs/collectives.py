@@ -1,0 +1,570 @@
+"""collectives: all-reduce and friends across GPUs -- a peer copy, a ring and a one-shot all-reduce,
+NCCL's collectives as the ceiling, and a tensor-parallel MLP block (cuda/collectives/).
+
+Public API (numpy in, numpy out; every argument is checked before anything is launched):
+    allreduce(arrays, variant="02_ring_allreduce")    one array per rank -> CollectiveResult
+    allgather(arrays), reduce_scatter(arrays)           NCCL (one GPU per rank)
+    p2p_copy(arrays, direction="both", method="kernel") two ranks: each gets the other's array
+    tp_mlp(x, w1, w2, world, overlap=False)            y = gelu(x W1^T) W2^T over `world` ranks
+    Communicator(world, nbytes, ...)                    the handle the above open and close; keep one
+                                                        open for back-to-back calls (its flags persist)
+    reference_allreduce(arrays), tp_reference(x, w1, w2)   numpy, float64 where rounding matters
+
+Ranks. With as many GPUs as ranks (and peer access between them) each rank gets its own GPU;
+otherwise the lab's kernels run *virtual ranks*: every rank's buffers on one GPU, all ranks in one
+cooperative launch. That proves the protocol (chunks, flags, tails, back-to-back calls), not link
+bandwidth; the result says which it was (`result.ranks`, `result.note`). NCCL needs one GPU per rank
+(2.28 refuses two ranks on one device), so NCCL with several ranks needs several GPUs.
+
+One process per rank (NCCL, the shape that extends across nodes): `invoke run collectives --ranks N`
+(harness/launch.py), or `mpirun` / `srun` on build/bin/collectives, which reads its rank from the
+environment (cuda/collectives/main.cu).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import library
+from ..errors import CudaError
+
+PROGRAM = "collectives"
+VARIANTS = ("01_p2p_copy", "01_memcpy_peer", "02_ring_allreduce", "03_oneshot_allreduce", "nccl_allreduce",
+            "nccl_allgather", "nccl_reducescatter", "tp_mlp", "tp_mlp_overlap")
+ALLREDUCE_VARIANTS = ("02_ring_allreduce", "03_oneshot_allreduce", "nccl_allreduce")
+NCCL_VARIANTS = ("nccl_allreduce", "nccl_allgather", "nccl_reducescatter")
+PROFILE_VARIANTS = ("02_ring_allreduce", "03_oneshot_allreduce")
+DEFAULT_TIMEOUT_MS = 10_000
+TIMEOUT = 909  # cudaErrorTimeout: a bounded wait expired
+PHASES = ("reduce-scatter", "all-gather", "start barrier", "end barrier", "NCCL")
+POISON_BYTE = 0xFF  # NaN in float32 and bfloat16, -1 in int32
+
+
+def _dtypes() -> dict:
+    import ml_dtypes
+
+    return {np.dtype(np.float32): 0, np.dtype(ml_dtypes.bfloat16): 1, np.dtype(np.int32): 2}
+
+
+def lib() -> library.Library:
+    return library.load(PROGRAM)
+
+
+def variant_index(variant: str) -> int:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown collectives variant {variant!r}; variants: {', '.join(VARIANTS)}")
+    return VARIANTS.index(variant)
+
+
+def library_variants() -> list[str]:
+    from . import variants_from_library
+
+    return variants_from_library(PROGRAM)
+
+
+def have_nccl() -> bool:
+    """Whether build/lib/libcollectives.so was built against NCCL (cuda/collectives/build.mk)."""
+    return bool(lib().collectives_have_nccl())
+
+
+def nccl_version() -> str | None:
+    """NCCL's version as "2.28.9" (from the library it was built against), or None without NCCL."""
+    code = int(lib().collectives_nccl_version())
+    if code <= 0:
+        return None
+    major, rest = divmod(code, 10000) if code >= 10000 else divmod(code, 1000)
+    minor, patch = divmod(rest, 100)
+    return f"{major}.{minor}.{patch}"
+
+
+NO_NCCL = ("NCCL absent: build/lib/libcollectives.so was built without NCCL (pip install -e '.[nccl]' or a "
+           "system NCCL, then `invoke build --programs collectives`); variants that need it: "
+           + ", ".join(NCCL_VARIANTS))
+
+
+def gpu_count() -> int:
+    from .. import cudart
+
+    return cudart.device_count()
+
+
+def peer_access(world: int) -> bool:
+    """Every pair of devices 0..world-1 can reach each other's memory."""
+    L = lib()
+    return all(L.collectives_peer_access(a, b) == 1 for a in range(world) for b in range(world) if a != b)
+
+
+def max_virtual_world(blocks_per_rank: int = 1) -> int:
+    """The most virtual ranks one cooperative launch holds on this GPU (every block resident)."""
+    v = int(lib().collectives_max_virtual_world(int(blocks_per_rank)))
+    if v < 0:
+        from .. import cudart
+
+        cudart.check(-v, "collectives_max_virtual_world")
+    return v
+
+
+# --- argument checks (before any launch) ------------------------------------------------------------
+
+def check_arrays(arrays, name: str = "arrays") -> list[np.ndarray]:
+    """One 1-D array per rank, all of the same size and dtype (float32, bfloat16 or int32), at least
+    one element: the rule broken is named."""
+    if isinstance(arrays, np.ndarray) or not isinstance(arrays, (list, tuple)):
+        raise TypeError(f"{name} must be a list with one numpy array per rank, got {type(arrays).__name__}")
+    if not arrays:
+        raise ValueError(f"{name} is empty: give one array per rank")
+    dts = _dtypes()
+    out = []
+    for r, a in enumerate(arrays):
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"{name}[{r}] must be a numpy array, got {type(a).__name__}")
+        if a.dtype not in dts:
+            raise TypeError(f"{name}[{r}] is {a.dtype}: the collectives take float32, bfloat16 (ml_dtypes) or int32")
+        if a.ndim != 1:
+            raise ValueError(f"{name}[{r}] must be 1-D, got shape {a.shape}")
+        if a.size == 0:
+            raise ValueError(f"{name}[{r}] is empty: a collective needs at least one element")
+        out.append(np.ascontiguousarray(a))
+    first = out[0]
+    for r, a in enumerate(out[1:], 1):
+        if a.dtype != first.dtype:
+            raise TypeError(f"every rank's array must have the same dtype: {name}[0] is {first.dtype}, "
+                            f"{name}[{r}] is {a.dtype}")
+        if a.size != first.size:
+            raise ValueError(f"every rank's array must have the same size: {name}[0] has {first.size} elements, "
+                             f"{name}[{r}] has {a.size}")
+    return out
+
+
+def check_world_fits(world: int, largest: int) -> None:
+    if world > largest:
+        raise ValueError(f"{world} virtual ranks do not fit one cooperative launch on this GPU (every block must be "
+                         f"resident at once): the largest world that fits is {largest}")
+
+
+def plan(world: int, variant: str, virtual: bool | None, gpus: int | None = None,
+         peers: Callable[[int], bool] | None = None, nccl: bool | None = None) -> bool:
+    """True for virtual ranks, False for one rank per GPU; ValueError naming the rule otherwise.
+    `gpus`, `peers` and `nccl` default to this machine's (tests hand in others)."""
+    variant_index(variant)
+    if variant in NCCL_VARIANTS and not (have_nccl() if nccl is None else nccl):
+        raise ValueError(NO_NCCL)
+    gpus = gpu_count() if gpus is None else gpus
+    peers = peers or peer_access
+    if world == 1:
+        return False
+    real_ok = world <= gpus and peers(world)
+    if variant in NCCL_VARIANTS:
+        if virtual:
+            raise ValueError(f"{variant} cannot run virtual ranks: NCCL 2.28 refuses two ranks on one GPU; "
+                             "the lab's kernels (02_ring_allreduce, 03_oneshot_allreduce) can")
+        if not real_ok:
+            raise ValueError(f"{variant} needs {world} GPUs with peer access, one per rank; {gpus} visible"
+                             + ("" if world <= gpus else " (NCCL 2.28 refuses two ranks on one GPU)"))
+        return False
+    if virtual is False and not real_ok:
+        raise ValueError(f"{variant} with virtual=False needs {world} GPUs with peer access, one per rank; "
+                         f"{gpus} visible (leave virtual=None to run virtual ranks on one GPU)")
+    if virtual is None:
+        return not real_ok
+    return bool(virtual)
+
+
+@dataclass
+class CollectiveResult:
+    outputs: list  # one array per rank
+    variant: str
+    world: int
+    ranks: str  # "virtual" (all ranks on one GPU) or "devices" (one rank per GPU)
+    note: str = ""
+
+
+def _note(virtual: bool, world: int) -> str:
+    if virtual and world > 1:
+        return (f"{world} virtual ranks on one GPU in one cooperative launch: the protocol is exercised, "
+                "no data crossed a link")
+    return f"{world} rank(s), one per GPU"
+
+
+class Communicator:
+    """`world` ranks with `nbytes` of input each (`out_nbytes` of output; default the same), virtual
+    or one per GPU (see `plan`). A context manager; `close()` frees it. Calls on one communicator
+    reuse its flags, with a new epoch each time, which is what back-to-back calls test."""
+
+    def __init__(self, world: int, nbytes: int, virtual: bool = False, out_nbytes: int | None = None,
+                 blocks_per_rank: int = 0, timeout_ms: int = DEFAULT_TIMEOUT_MS):
+        for name, v, lo in (("world", world, 1), ("nbytes", nbytes, 1), ("timeout_ms", timeout_ms, 1),
+                            ("blocks_per_rank", blocks_per_rank, 0)):
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
+                raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+        if blocks_per_rank > 64:
+            raise ValueError(f"blocks_per_rank must be at most 64, got {blocks_per_rank}")
+        self.world, self.virtual = int(world), bool(virtual)
+        self.nbytes, self.out_nbytes = int(nbytes), int(out_nbytes or nbytes)
+        if self.virtual and self.world > 1:
+            check_world_fits(self.world, max_virtual_world(blocks_per_rank or 1))
+        h = np.full(1, -1, dtype=np.int32)
+        self._call("collectives_comm_create", self.world, 0 if self.virtual else 1, self.nbytes, self.out_nbytes,
+                   int(blocks_per_rank), int(timeout_ms), h)
+        self.handle = int(h[0])
+
+    @property
+    def ranks(self) -> str:
+        return "virtual" if self.virtual and self.world > 1 else "devices"
+
+    def _call(self, fname: str, *args):
+        """A library call whose failure says where: a timeout names the rank and the step."""
+        try:
+            return getattr(lib(), fname)(*args)
+        except CudaError as e:
+            msg = library.load(PROGRAM).ffi.string(lib().raw("collectives_last_message")()).decode()
+            if e.code == TIMEOUT or msg:
+                text = f"{e.message}: {msg}" if msg else e.message
+                raise CudaError(e.code, e.name, text, e.where) from None
+            raise
+
+    def last_failure(self) -> dict:
+        info = np.zeros(4, dtype=np.int32)
+        lib().collectives_last_failure(self.handle, info)
+        return {"rank": int(info[0]), "step": int(info[1]), "chunk": int(info[2]),
+                "phase": PHASES[int(info[3])] if 0 <= info[3] < len(PHASES) else str(int(info[3]))}
+
+    def upload(self, arrays: list[np.ndarray]) -> None:
+        for r, a in enumerate(arrays):
+            self._call("collectives_upload", self.handle, r, a.view(np.uint8), a.nbytes)
+
+    def download(self, count: int, dtype) -> list[np.ndarray]:
+        outs = []
+        for r in range(self.world):
+            o = np.empty(count, dtype=dtype)
+            self._call("collectives_download", self.handle, r, o.view(np.uint8), o.nbytes)
+            outs.append(o)
+        return outs
+
+    def poison(self) -> None:
+        self._call("collectives_poison", self.handle, POISON_BYTE)
+
+    def run(self, variant: str, arrays: list[np.ndarray], stall_rank: int = -1, direction: int = 3,
+            out_count: int | None = None) -> list[np.ndarray]:
+        """Upload, poison the outputs, run, download. `stall_rank` plants a rank that never takes part."""
+        arrays = check_arrays(arrays)
+        if len(arrays) != self.world:
+            raise ValueError(f"this communicator has {self.world} ranks, got {len(arrays)} arrays")
+        if arrays[0].nbytes > self.nbytes:
+            raise ValueError(f"{arrays[0].nbytes} bytes per rank exceed the communicator's {self.nbytes}")
+        v = variant_index(variant)
+        dt = _dtypes()[arrays[0].dtype]
+        self.upload(arrays)
+        self.poison()
+        if variant in ("01_p2p_copy", "01_memcpy_peer"):
+            self._call("collectives_run_direction", self.handle, v, dt, arrays[0].size, direction)
+        else:
+            self._call("collectives_run", self.handle, v, dt, arrays[0].size, stall_rank)
+        return self.download(out_count or arrays[0].size, arrays[0].dtype)
+
+    def enqueue(self, variant: str, dtype, n: int, stream=None) -> None:
+        """Enqueue one run on `stream` (a cudart.Stream or cffi pointer; None: the default stream), no wait."""
+        s = getattr(stream, "handle", stream)
+        self._call("collectives_enqueue", self.handle, variant_index(variant), _dtypes()[np.dtype(dtype)], int(n), s)
+
+    def check(self) -> None:
+        """Wait for everything enqueued and raise if a rank gave up."""
+        self._call("collectives_check", self.handle)
+
+    def close(self) -> None:
+        if getattr(self, "handle", -1) >= 0:
+            h, self.handle = self.handle, -1
+            lib().collectives_comm_destroy(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# --- the public calls ---------------------------------------------------------------------------------
+
+def allreduce(arrays, variant: str = "02_ring_allreduce", virtual: bool | None = None, blocks_per_rank: int = 0,
+              timeout_ms: int = DEFAULT_TIMEOUT_MS) -> CollectiveResult:
+    """Every rank's output = the elementwise sum of all ranks' arrays (int32 wraps). `virtual`: None
+    picks one rank per GPU where there are enough GPUs, else virtual ranks on one GPU."""
+    if variant not in ALLREDUCE_VARIANTS:
+        raise ValueError(f"allreduce variants: {', '.join(ALLREDUCE_VARIANTS)}; got {variant!r}")
+    arrays = check_arrays(arrays)
+    v = plan(len(arrays), variant, virtual)
+    with Communicator(len(arrays), arrays[0].nbytes, v, blocks_per_rank=blocks_per_rank, timeout_ms=timeout_ms) as c:
+        outs = c.run(variant, arrays)
+        return CollectiveResult(outs, variant, c.world, c.ranks, _note(v, c.world))
+
+
+def allgather(arrays, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> CollectiveResult:
+    """NCCL all-gather: every rank's output is the ranks' arrays end to end."""
+    arrays = check_arrays(arrays)
+    v = plan(len(arrays), "nccl_allgather", None)
+    w = len(arrays)
+    with Communicator(w, arrays[0].nbytes, v, out_nbytes=arrays[0].nbytes * w, timeout_ms=timeout_ms) as c:
+        outs = c.run("nccl_allgather", arrays, out_count=arrays[0].size * w)
+        return CollectiveResult(outs, "nccl_allgather", w, c.ranks, _note(v, w))
+
+
+def reduce_scatter(arrays, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> CollectiveResult:
+    """NCCL reduce-scatter: rank r gets the r-th of `world` equal parts of the sum (size % world == 0)."""
+    arrays = check_arrays(arrays)
+    w = len(arrays)
+    if arrays[0].size % w:
+        raise ValueError(f"reduce_scatter: the size ({arrays[0].size}) must be a multiple of the world ({w})")
+    v = plan(w, "nccl_reducescatter", None)
+    with Communicator(w, arrays[0].nbytes, v, timeout_ms=timeout_ms) as c:
+        outs = c.run("nccl_reducescatter", arrays, out_count=arrays[0].size // w)
+        return CollectiveResult(outs, "nccl_reducescatter", w, c.ranks, _note(v, w))
+
+
+DIRECTIONS = {"0to1": 1, "1to0": 2, "both": 3}
+
+
+def p2p_copy(arrays, direction: str = "both", method: str = "kernel", virtual: bool | None = None) -> CollectiveResult:
+    """Two ranks: rank 1's output receives rank 0's array ("0to1"), rank 0's receives rank 1's
+    ("1to0"), or both at once. method "kernel" (01_p2p_copy: loads from the peer's memory) or
+    "memcpy" (01_memcpy_peer: cudaMemcpyPeerAsync). An output not written stays poisoned (NaN / -1)."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+    if method not in ("kernel", "memcpy"):
+        raise ValueError(f"method must be 'kernel' or 'memcpy', got {method!r}")
+    arrays = check_arrays(arrays)
+    if len(arrays) != 2:
+        raise ValueError(f"p2p_copy takes two ranks' arrays, got {len(arrays)}")
+    variant = "01_p2p_copy" if method == "kernel" else "01_memcpy_peer"
+    v = plan(2, variant, virtual)
+    with Communicator(2, arrays[0].nbytes, v) as c:
+        outs = c.run(variant, arrays, direction=DIRECTIONS[direction])
+        return CollectiveResult(outs, variant, 2, c.ranks, _note(v, 2))
+
+
+def reference_allreduce(arrays) -> np.ndarray:
+    """numpy's sum over ranks: float64 then rounded once (exact for integer-valued inputs), int32 wrapping."""
+    arrays = check_arrays(arrays)
+    if arrays[0].dtype == np.int32:
+        return np.sum(np.stack(arrays).astype(np.int64), axis=0).astype(np.int32)  # modulo 2^32, like the kernels
+    return np.sum(np.stack(arrays).astype(np.float64), axis=0).astype(arrays[0].dtype)
+
+
+# --- the tensor-parallel MLP block ---------------------------------------------------------------------
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+
+
+def tp_reference(x, w1, w2, round_hidden: bool = True) -> np.ndarray:
+    """The unsharded block in float64: gelu(x W1^T) W2^T, the hidden activation rounded to bf16 as
+    the kernels store it (round_hidden)."""
+    import ml_dtypes
+
+    h = gelu_tanh(np.asarray(x, np.float64) @ np.asarray(w1, np.float64).T)
+    if round_hidden:
+        h = h.astype(ml_dtypes.bfloat16).astype(np.float64)
+    return h @ np.asarray(w2, np.float64).T
+
+
+def tp_mlp(x, w1, w2, world: int, overlap: bool = False, chunks: int = 4, ar_variant: str = "02_ring_allreduce",
+           virtual: bool | None = None, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> CollectiveResult:
+    """y = gelu(x W1^T) W2^T with W1 (F x H) split by rows and W2 (H x F) by columns over `world`
+    ranks, each partial y all-reduced (`ar_variant`); bf16 inputs, float32 y on every rank."""
+    import ml_dtypes
+
+    bf = np.dtype(ml_dtypes.bfloat16)
+    x = library.check_array(x, "x", bf, ndim=2)
+    w1 = library.check_array(w1, "w1", bf, ndim=2)
+    w2 = library.check_array(w2, "w2", bf, ndim=2)
+    T, H = x.shape
+    F = w1.shape[0]
+    if w1.shape != (F, H):
+        raise ValueError(f"w1 must be F x H = ? x {H}, got {w1.shape}")
+    if w2.shape != (H, F):
+        raise ValueError(f"w2 must be H x F = {H} x {F}, got {w2.shape}")
+    if not isinstance(world, (int, np.integer)) or world < 1:
+        raise ValueError(f"world must be a positive integer, got {world!r}")
+    if F % world:
+        raise ValueError(f"F ({F}) must be a multiple of the world ({world}): each rank takes F/world rows of w1")
+    if ar_variant not in ("02_ring_allreduce", "03_oneshot_allreduce"):
+        raise ValueError(f"ar_variant must be 02_ring_allreduce or 03_oneshot_allreduce, got {ar_variant!r}")
+    if not isinstance(chunks, (int, np.integer)) or chunks < 1:
+        raise ValueError(f"chunks must be a positive integer, got {chunks!r}")
+    variant = "tp_mlp_overlap" if overlap else "tp_mlp"
+    v = plan(int(world), variant, virtual)
+    y = np.full((world, T, H), np.nan, dtype=np.float32)
+    with Communicator(int(world), T * H * 4, v, timeout_ms=timeout_ms) as c:
+        c._call("collectives_tp_mlp", c.handle, variant_index(ar_variant), int(bool(overlap)), int(chunks), T, H, F,
+                x, w1, w2, y)
+        return CollectiveResult(list(y), variant, int(world), c.ranks, _note(v, int(world)))
+
+
+# --- bandwidth the nccl-tests way -------------------------------------------------------------------
+
+def bus_factor(op: str, world: int) -> float:
+    """nccl-tests' busbw / algbw: 2(n-1)/n for all-reduce, (n-1)/n for all-gather and reduce-scatter,
+    1 for a copy. busbw is what each link carried, comparable across world sizes."""
+    if op in ("allreduce", "02_ring_allreduce", "03_oneshot_allreduce", "nccl_allreduce"):
+        return 2.0 * (world - 1) / world
+    if op in ("allgather", "reducescatter", "nccl_allgather", "nccl_reducescatter"):
+        return (world - 1) / world
+    return 1.0
+
+
+def busbw_gbs(op: str, nbytes: float, world: int, seconds: float) -> float:
+    """algbw = bytes / time (nbytes: the buffer size nccl-tests counts), times bus_factor, in GB/s."""
+    return nbytes / seconds * bus_factor(op, world) / 1e9
+
+
+# --- executable, bench, profile and sanitize hooks ---------------------------------------------------
+
+def run(*args, timeout: float = 300):
+    from .. import results
+
+    return results.run(PROGRAM, *args, timeout=timeout)
+
+
+def parse_output(text: str):
+    from .. import results
+
+    return results.parse_output(text, PROGRAM)
+
+
+BENCH_SIZES = [("4KiB", 4 << 10, True), ("64KiB", 64 << 10, False), ("1MiB", 1 << 20, True),
+               ("16MiB", 16 << 20, True), ("256MiB", 256 << 20, False), ("1GiB", 1 << 30, False)]
+ONESHOT_MAX_BYTES = 16 << 20  # one step that reads every rank's buffer: a small-message algorithm
+
+
+def _bench_world() -> tuple[int, bool]:
+    """(world, virtual) for the bench: every visible GPU (at most 8) when there are two or more, else
+    two virtual ranks on the one GPU. Counted without starting CUDA (nvidia-smi)."""
+    from .. import gpus
+
+    n = min(8, len(gpus.physical_gpus()))
+    return (n, False) if n >= 2 else (2, True)
+
+
+def comm_setup(variant: str, nbytes: int, world: int, virtual: bool):
+    """harness.timing's target: a communicator with filled inputs and the enqueue marshalled once."""
+    from .. import bench
+
+    n = nbytes // 4
+    c = Communicator(world, nbytes, virtual)
+    rng = np.random.default_rng(0)
+    c.upload([rng.integers(-8, 8, n).astype(np.float32) for _ in range(world)])
+    launch = lib().prepare("collectives_enqueue", c.handle, variant_index(variant), 0, n, library.STREAM)
+
+    def close():
+        c.check()
+        c.close()
+
+    return bench.Prepared(launch, close, note=f"ranks={c.ranks}")
+
+
+def _case_setup(variant: str, nbytes: int, world: int, virtual: bool):
+    return lambda: comm_setup(variant, nbytes, world, virtual)
+
+
+def ceilings() -> dict:
+    """NCCL's all-reduce at each bench size, timed beside the lab's kernels: only where the bench runs
+    one rank per GPU (two or more GPUs) and NCCL is built in."""
+    from .. import bench
+
+    def make(label, nbytes):
+        def measure(quick: bool):
+            world, virtual = _bench_world()
+            if virtual or not have_nccl():
+                return None
+            return bench.TimedCeiling(f"nccl_allreduce_{label}", "GB/s", nbytes * bus_factor("allreduce", world),
+                                      "harness.programs.collectives:comm_setup",
+                                      {"variant": "nccl_allreduce", "nbytes": nbytes, "world": world, "virtual": False},
+                                      f"ncclAllReduce float32 busbw, {world} GPUs")
+        return measure
+
+    return {f"nccl_allreduce_{label}": make(label, nb) for label, nb, _ in BENCH_SIZES}
+
+
+def bench_cases(quick: bool = False) -> list:
+    """busbw of the lab's all-reduces against message size, float32, the nccl-tests definitions
+    (algbw = bytes / time, busbw = algbw x 2(n-1)/n). With two or more GPUs each size's ceiling is
+    NCCL's all-reduce at that size, in the same run; on one GPU the cases run two virtual ranks and
+    are the protocol's cost on one GPU (beside the memcpy ceiling), not link bandwidth."""
+    from .. import bench
+
+    world, virtual = _bench_world()
+    cases = []
+    for label, nbytes, is_quick in BENCH_SIZES:
+        for variant in ("02_ring_allreduce", "03_oneshot_allreduce"):
+            if variant == "03_oneshot_allreduce" and nbytes > ONESHOT_MAX_BYTES:
+                continue
+            note = (f"busbw, float32, {world} GPUs" if not virtual else
+                    "one-GPU protocol cost, not link bandwidth: 2 virtual ranks on one GPU, busbw = algbw x 2(n-1)/n")
+            cases.append(bench.BenchCase(
+                program=PROGRAM, variant=variant, size=label, setup=_case_setup(variant, nbytes, world, virtual),
+                unit="GB/s", amount=nbytes * bus_factor("allreduce", world),
+                ceiling="memcpy" if virtual else f"nccl_allreduce_{label}", quick=is_quick,
+                bytes=float(nbytes), note=note))
+    return cases
+
+
+def profile_args(variant: str | None = None) -> list[str]:
+    v = variant or "02_ring_allreduce"
+    return ["--variant", v, "--virtual", "--world", "2", "--n", str(1 << 20), "--iters", "3"]
+
+
+def sanitize_args() -> dict[str, list[str]]:
+    """Virtual-rank runs (every rank in one cooperative launch on one GPU): each lab kernel, each
+    dtype, ragged sizes; long deadlines, since the sanitizer slows every spin."""
+    common = ["--virtual", "--iters", "2", "--timeout-ms", "60000", "--blocks", "2"]
+    return {
+        "ring_f32_w3": ["--variant", "02_ring_allreduce", "--world", "3", "--n", "1037", "--dtype", "f32", *common],
+        "ring_bf16_w2": ["--variant", "02_ring_allreduce", "--world", "2", "--n", "333", "--dtype", "bf16", *common],
+        "oneshot_i32_w4": ["--variant", "03_oneshot_allreduce", "--world", "4", "--n", "517", "--dtype", "i32",
+                           *common],
+        "p2p_w2": ["--variant", "01_p2p_copy", "--n", "1001", *common],
+        "tp_overlap_w2": ["--variant", "tp_mlp_overlap", "--world", "2", "--tokens", "40", "--hidden", "64",
+                          "--ffn", "128", "--chunks", "3", *common],
+    }
+
+
+# --- `invoke doctor` ---------------------------------------------------------------------------------
+
+def doctor_status() -> tuple[bool, str, str]:
+    """(ok, what was found, the fix): NCCL's version in the built library, and peer access between
+    the visible GPUs. Never raises."""
+    from .. import build as _build
+
+    if not _build.lib_path(PROGRAM).exists():
+        return False, "not checked: build/lib/libcollectives.so is not built", "invoke build --programs collectives"
+    try:
+        ver = nccl_version()
+    except Exception as e:  # a library that does not load is reported, not raised
+        return False, f"libcollectives.so does not load: {e}", "invoke build --programs collectives"
+    parts = [f"NCCL {ver}" if ver else "built without NCCL (nccl_* variants and --ranks need it)"]
+    try:
+        n = gpu_count()
+        pairs = [(a, b, int(lib().collectives_peer_access(a, b))) for a in range(n) for b in range(n) if a != b]
+        if n < 2:
+            parts.append(f"{n} GPU: no peers (several ranks run as virtual ranks)")
+        else:
+            bad = [f"{a}->{b}" for a, b, ok in pairs if ok != 1]
+            parts.append(f"peer access between all {n} GPUs" if not bad else f"no peer access {', '.join(bad)}")
+    except Exception as e:
+        parts.append(f"peer access not checked: {str(e).split(' -- ')[0].splitlines()[0]}")
+    fix = "" if ver else "pip install -e '.[nccl]' (NVIDIA's nvidia-nccl-cu13 wheel), then invoke build --programs collectives"
+    return bool(ver), "; ".join(parts), fix
+
+
+def environment_for_ranks() -> dict[str, str]:
+    """What every rank process's environment gets: NVLink multicast off (never used here)."""
+    return {"NCCL_NVLS_ENABLE": "0"}
+

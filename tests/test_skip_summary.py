@@ -1,0 +1,55 @@
+"""pytest's short summary gives skips one line per reason (tests/conftest.py), while -ra still lists
+every failure."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from conftest import skip_reasons
+from harness import build
+
+SAMPLE = '''
+import pytest
+
+@pytest.mark.skip(reason="needs a GPU: a long reason")
+def test_a(): pass
+
+@pytest.mark.skip(reason="needs a GPU: a long reason")
+def test_b(): pass
+
+@pytest.mark.parametrize("i", range(3))
+def test_c(i):
+    pytest.skip("needs a GPU: a long reason")
+
+def test_d():
+    pytest.skip("needs nvdisasm")
+
+def test_e():
+    assert 1 == 2
+'''
+
+
+def test_skips_fold_to_one_line_per_reason_and_failures_stay(tmp_path):
+    (tmp_path / "test_sample.py").write_text(SAMPLE)
+    tests = build.ROOT / "tests"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-ra", "-p", "no:cacheprovider",
+                        "-o", "addopts=", str(tmp_path / "test_sample.py")], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), str(build.ROOT)])})
+    out = r.stdout
+    assert r.returncode == 1, out + r.stderr
+    lines = [ln for ln in out.splitlines() if ln.startswith("SKIPPED")]
+    assert lines == ["SKIPPED 5 tests: needs a GPU: a long reason", "SKIPPED 1 test: needs nvdisasm"], out
+    assert "FAILED" in out and "test_e" in out.split("short test summary info")[1]
+    assert "1 failed, 6 skipped" in out
+
+
+def test_skip_reasons_counts():
+    class Rep:
+        def __init__(self, reason):
+            self.longrepr = ("f.py", 1, f"Skipped: {reason}")
+
+    got = skip_reasons([Rep("x"), Rep("y"), Rep("x")])
+    assert got == [(2, "x"), (1, "y")]
