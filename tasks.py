@@ -255,7 +255,8 @@ def _progress(label: str):
 # --- the tasks -------------------------------------------------------------------------------------
 
 @task(help={"jobs": "parallel compile jobs, a positive integer (default: all cores)",
-            "arch": "compute capability to build for: 80, 90, 100, ... (default: the visible GPU's, else 90)",
+            "arch": "compute capability to build for: 75, 80, 90, 120, ... (default: the visible GPU's, else 90); "
+                    "a comma list (75,80,90) builds one binary for each of them, for a lab shared across GPUs",
             "programs": f"comma-separated programs to build (default: all): {_PROGRAMS}"})
 def build(c, jobs="", arch="", programs=""):
     """Compile every cuda/<prog>/ with nvcc, in parallel and incrementally.
@@ -266,20 +267,32 @@ def build(c, jobs="", arch="", programs=""):
 
     n_jobs = _int(jobs, "--jobs", lo=1)
     names = _names(programs)
+    planned: list = []
     with _one_line("build"):
         __import__("harness.doctor").doctor.require_driver()  # a driver older than the toolkit: refuse first
-        total = _hb.count_steps(_hb.targets_of(names), arch=arch or None)
-    if total == 0:
-        print("build: everything is up to date")
-        return
+        if arch:
+            arch = _hb.parse_arch(arch)  # before anything runs: a mistyped --arch is one line
     with _progress("build") as bar:
-        t = bar.add_task("", total=total)
+        t = bar.add_task("", total=None)
+
+        def plan(steps):
+            # Counted by make -n under the build lock, just before make runs: no other build can change it.
+            planned[:] = steps
+            bar.update(t, total=len(steps))
+
         try:
-            res = _hb.build_programs(names or None, jobs=n_jobs, arch=arch or None,
+            res = _hb.build_programs(names or None, jobs=n_jobs, arch=arch or None, on_plan=plan,
                                      on_step=lambda kind, target: bar.update(t, advance=1, description=f"{kind} {target}"))
         except BuildError as e:
             bar.stop()
             raise Exit(str(e)) from None
+        except KeyboardInterrupt:
+            bar.stop()
+            raise Exit("build: interrupted; make and its compilers were stopped, and no output was left "
+                       "half-written", code=130) from None
+    if not res.steps:
+        print("build: everything is up to date")
+        return
     print(f"build: {len(res.steps)} step(s) done; outputs in build/bin and build/lib")
 
 
@@ -429,9 +442,8 @@ def doctor(c):
 @task
 def clean(c):
     """Remove build outputs (build/)."""
-    import shutil
-
-    shutil.rmtree(ROOT / "build", ignore_errors=True)
+    with _one_line("clean"):
+        _hb.clean()
     print("removed build/")
 
 

@@ -281,9 +281,8 @@ def load(prog: str) -> Library:
     header = _build.CUDA_DIR / prog / f"{prog}.h"
     if not header.exists():
         raise LibraryNotBuilt(f"no program {prog!r}: {header} does not exist")
-    path = _build.lib_path(prog)
-    if not path.exists():
-        raise LibraryNotBuilt(_build.not_built(path, prog))
+    # Checked against the build's record before dlopen: a truncated library would kill Python (SIGBUS).
+    path = _build.verified(_build.lib_path(prog), prog, LibraryNotBuilt)
     return Library(prog, path, header_to_cdef(header.read_text()))
 
 

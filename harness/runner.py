@@ -28,10 +28,9 @@ class Result:
 
 
 def executable(prog: str) -> Path:
-    path = _build.bin_path(prog)
-    if not path.exists():
-        raise FileNotFoundError(_build.not_built(path, prog))
-    return path
+    """build/bin/<prog>, once it is checked to be the file its build wrote (FileNotFoundError saying
+    to run `invoke build` when it is missing, truncated or changed since)."""
+    return _build.verified(_build.bin_path(prog), prog)
 
 
 def tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:

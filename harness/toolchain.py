@@ -212,5 +212,24 @@ def link_flags() -> list[str]:
     return []
 
 
+@functools.cache
+def gpu_archs(nvcc: str) -> tuple[str, ...] | None:
+    """The compute capabilities this nvcc compiles for, both to SASS (`--list-gpu-code`: sm_90, ...)
+    and to PTX (`--list-gpu-arch`: compute_90, ...), in numeric order: ("75", "80", ..., "90a", ...).
+    None when nvcc cannot list them (older than CUDA 11)."""
+    found = []
+    for flag, prefix in (("--list-gpu-code", "sm_"), ("--list-gpu-arch", "compute_")):
+        try:
+            out = subprocess.run([nvcc, flag], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        names = {w[len(prefix):] for w in out.stdout.split() if w.startswith(prefix)}
+        if out.returncode != 0 or not names:
+            return None
+        found.append(names)
+    both = found[0] & found[1]
+    return tuple(sorted(both, key=lambda a: (int(re.match(r"\d+", a).group()), a)))
+
+
 def tools() -> dict[str, Tool]:
     return {n: find(n) for n in ("nvcc", "gcc", "ncu", "nsys", "compute-sanitizer")}
