@@ -1,6 +1,6 @@
 # cudalab build: discovers every cuda/<prog>/ that holds <prog>.cu and builds, for each,
-#   build/lib/lib<prog>.so   the extern "C" entry points in <prog>.cu (loaded by harness/library.py)
-#   build/bin/<prog>         main.cu + <prog>.cu (run by harness/runner.py)
+#   build/lib/lib<prog>.so   the extern "C" entry points in <prog>.cu (loaded by harness/calling/library.py)
+#   build/bin/<prog>         main.cu + <prog>.cu (run by harness/calling/runner.py)
 #   build/bin/<prog>_cpu     <prog>_cpu.c with gcc, where the program has a CPU twin
 #   build/ptxas/<prog>.txt   ptxas -v resource usage (registers, shared memory, spills) per kernel
 # Adding a program needs no edit here. A program may add cuda/<prog>/build.mk, which can set
@@ -129,7 +129,7 @@ prog_flags_text = $($(1)_NVCCFLAGS) | $($(1)_LDLIBS)$(if $($(1)_GENCODE), | $($(
 
 # In a recipe, $(TMP) is its own temporary name beside $@: the recipe shell's PID keeps two makes in one
 # tree (a plain `make` beside `invoke build`) apart, and an interrupted step leaves only a name that
-# harness/build.py sweeps once that PID is gone. Every output is written there, then renamed onto $@,
+# harness/compile/build.py sweeps once that PID is gone. Every output is written there, then renamed onto $@,
 # so a torn file never has an output's name.
 TMP = $@.tmp$$$$
 # $(PUBLISH) renames $(TMP) onto $@, after recording its SHA-256 and size in build/sums/$@: the harness
@@ -156,7 +156,7 @@ $(CUBLAS_LINK): $(if $(call eq,$(shell readlink $(CUBLAS_LINK) 2>/dev/null),$(CU
 endif
 
 # Compile one .cu; ptxas -v's report goes to <obj>.log. Diagnostics other than ptxas's report are
-# shown, and on failure the whole log is shown so harness/build.py can parse nvcc's file:line lines.
+# shown, and on failure the whole log is shown so harness/compile/build.py can parse nvcc's file:line lines.
 # The object and its dependency file are written to temporary names and renamed once nvcc succeeded.
 define NVCC_COMPILE
 	@mkdir -p $(@D)
