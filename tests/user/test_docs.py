@@ -1,6 +1,9 @@
-"""The README and the program pages: every relative link and file path they give resolves (files, and
-headings for #anchors), external links are well formed, the README stays a front page (at most 1,500
-words), every program has its page, and no issue or run number reaches a reader."""
+"""The README, the program pages, the docs and the result NOTES: every relative link and file path they
+give resolves (files, and headings for #anchors; `file.py::test_name` names a test that exists), external
+links are well formed, the README stays a front page (at most 1,500 words), every program has its page,
+and no issue or run number reaches a reader. In the NOTES, a result file named bare (`bench-...csv`,
+`history/ladder_...png`) is looked up beside the NOTES file, so a move into history/ that forgets the
+NOTES fails here."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ ROOT = build.ROOT
 README_WORDS = 1500
 PAGES = sorted((ROOT / "cuda").glob("*/README.md"))
 DOCS = [ROOT / "README.md", *PAGES, *sorted((ROOT / "docs").glob("*.md"))]
+NOTES = sorted((ROOT / "bench" / "results").rglob("*.md"))
 # Programs whose page another branch writes: the test asks for it once it exists.
 PAGE_PENDING = {"collectives"}
 
@@ -23,6 +27,9 @@ LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)
 CODE = re.compile(r"`([^`\n]+)`")
 TOP = ("cuda/", "harness/", "analysis/", "bench/", "tests/", "notebooks/", "docs/", ".ci/")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+# A result file named bare in the NOTES: a date stamp (20261124T195859) or a tuning cache, optionally under
+# history/; resolved from the NOTES file's folder.
+RESULT_FILE = re.compile(r"^(?:history/)?[\w.-]*(?:\d{8}T\d{6}[\w.-]*|-tune)\.(?:csv|png|json)$")
 
 
 def slug(heading: str) -> str:
@@ -59,16 +66,38 @@ def problems(md: Path, root: Path = ROOT) -> list[str]:
     prose = FENCE.sub("", text)
     for token in CODE.findall(prose):
         token = token.strip()
-        if " " in token or not token.startswith(TOP) or any(c in token for c in "<>*…{}"):
+        if " " in token or any(c in token for c in "<>*…{}"):
             continue
-        if not (root / token.rstrip("/")).exists():
+        if RESULT_FILE.match(token):
+            if not (md.parent / token).exists():
+                out.append(f"{md.name}: result file {token} is not beside it")
+            continue
+        if not token.startswith(TOP):
+            continue
+        path, _, test = token.partition("::")
+        if not (root / path.rstrip("/")).exists():
             out.append(f"{md.name}: path {token} does not exist")
+        elif test and not re.search(rf"^\s*(?:async\s+)?def {re.escape(test.split('[')[0])}\(",
+                                    (root / path).read_text(), re.M):
+            out.append(f"{md.name}: {path} has no test {test}")
     return out
 
 
-@pytest.mark.parametrize("md", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
+@pytest.mark.parametrize("md", DOCS + NOTES, ids=[str(p.relative_to(ROOT)) for p in DOCS + NOTES])
 def test_every_link_and_path_resolves(md):
     assert problems(md) == []
+
+
+def test_every_gpu_folder_has_its_results_in_front_and_its_history_behind():
+    """Each bench/results/<gpu>/ folder keeps in front only its NOTES, its page, its tuning caches and the
+    reference results its page quotes; every other CSV or figure is under history/."""
+    for gpu in sorted(p for p in (ROOT / "bench" / "results").iterdir() if p.is_dir()):
+        page = gpu / "README.md"
+        assert page.exists(), f"{page.relative_to(ROOT)} is missing: it names the reference results"
+        quoted = set(re.findall(r"[\w.-]+\.(?:csv|png)", page.read_text()))
+        for f in gpu.iterdir():
+            if f.is_file() and f.suffix in (".csv", ".png"):
+                assert f.name in quoted, f"{f.relative_to(ROOT)} is in front but its README does not quote it: move it to history/"
 
 
 def test_the_checker_finds_what_is_broken(tmp_path):
@@ -81,12 +110,19 @@ def test_the_checker_finds_what_is_broken(tmp_path):
         "[ok](other.md) [ok anchor](other.md#a-heading-with-code) [ok web](https://github.com/gpu-mode/lectures)\n"
         "[gone](missing.md) [bad anchor](other.md#no-such-heading) [bad web](https://nodot)\n"
         "![picture](missing.png) `cuda/x.cu` `cuda/y.cu` `build/plots/generated.png`\n"
+        "`bench-20261124T000000.csv` `history/bench-20261124T111111.csv` `tests/t.py::test_here` `tests/t.py::test_gone`\n"
         "```\n[inside a fence is still a link](fenced.md) `cuda/fenced-path-is-ignored.cu`\n```\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "t.py").write_text("def test_here():\n    pass\n")
+    (tmp_path / "history").mkdir()
+    (tmp_path / "history" / "bench-20261124T111111.csv").write_text("")
     found = problems(page, tmp_path)
-    assert len(found) == 6, found
-    for bad in ("missing.md", "#no-such-heading", "https://nodot", "missing.png", "cuda/y.cu", "fenced.md"):
+    assert len(found) == 8, found
+    for bad in ("missing.md", "#no-such-heading", "https://nodot", "missing.png", "cuda/y.cu", "fenced.md",
+                "bench-20261124T000000.csv", "test_gone"):
         assert any(bad in f for f in found), bad
-    assert not any("cuda/x.cu" in f or "generated" in f or "fenced-path" in f for f in found)
+    assert not any("cuda/x.cu" in f or "generated" in f or "fenced-path" in f or "111111" in f or "test_here" in f
+                   for f in found)
 
 
 def test_slugs_follow_github():
