@@ -18,7 +18,7 @@ from harness.compile import build
 ROOT = build.ROOT
 README_WORDS = 1500
 PAGES = sorted((ROOT / "cuda").glob("*/README.md"))
-DOCS = [ROOT / "README.md", *PAGES, *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "ARCHITECTURE.md", *PAGES, *sorted((ROOT / "docs").glob("*.md"))]
 NOTES = sorted((ROOT / "bench" / "results").rglob("*.md"))
 # Programs whose page another branch writes: the test asks for it once it exists.
 PAGE_PENDING = {"collectives"}
@@ -156,3 +156,44 @@ def test_every_program_has_a_page_linked_from_the_readme():
 def test_no_issue_or_run_numbers_where_a_user_reads(md):
     hits = re.findall(r"(?i)\b(?:issue|run)s? #?\d+", md.read_text())
     assert hits == [], hits
+
+
+def layout_block(md: Path) -> str:
+    text = md.read_text()
+    section = text[text.index("## Layout"):]
+    return FENCE.search(section).group(0)
+
+
+def layout_problems(block: str, root: Path = ROOT) -> list[str]:
+    """What a layout block misses (a top-level folder, a harness layer) or names that is not there."""
+    out = []
+    named = {m.group(1).rstrip("/") for m in re.finditer(r"^(\S+)", block, re.M) if not m.group(1).startswith("```")}
+    top = {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
+           and p.name not in ("build",) and not p.name.endswith(".egg-info")}
+    layers = {f"harness/{p.parent.name}" for p in (root / "harness").glob("*/__init__.py")}
+    for want in sorted(layers):
+        if want not in named:
+            out.append(f"layout: {want}/ is not listed")
+    for want in sorted(top):
+        if not any(n == want or n.startswith(want + "/") for n in named):
+            out.append(f"layout: {want}/ is not listed")
+    for n in sorted(named):
+        if "<" not in n and not (root / n).exists():
+            out.append(f"layout: {n} does not exist")
+    return out
+
+
+@pytest.mark.parametrize("md", [ROOT / "README.md", ROOT / "ARCHITECTURE.md"], ids=lambda p: p.name)
+def test_the_layout_matches_the_tree(md):
+    assert layout_problems(layout_block(md)) == []
+
+
+def test_the_layout_checker_finds_a_missing_and_a_stale_folder(tmp_path):
+    for d in ("harness/base", "harness/newlayer", "cuda", "docs"):
+        (tmp_path / d).mkdir(parents=True)
+    for d in ("harness/base", "harness/newlayer"):
+        (tmp_path / d / "__init__.py").write_text("")
+    block = "```\nharness/base/  x\ncuda/<prog>/  y\ngone/  z\n```"
+    found = layout_problems(block, tmp_path)
+    assert sorted(found) == ["layout: docs/ is not listed", "layout: gone does not exist",
+                             "layout: harness/newlayer/ is not listed"], found
