@@ -1,0 +1,327 @@
+"""`invoke exercise check`: run a learner's file through the checks and say what to fix.
+
+Python track: the learner's module is imported and its kernel run on harness.base.sim in a child process
+(harness/user/exercises/worker.py) with a deadline. CUDA track: the file alone is compiled by the lab's
+inline compiler (harness/compile/jit.py: the Makefile's nvcc flags, errors as file:line with the line quoted)
+into a cache folder of the exercises' own, then run in a child with a deadline, under
+compute-sanitizer memcheck and racecheck on a small case (harness/profiling/sanitize.py), and timed against
+the lab's solution and the program's ceiling by the timing engine (harness/measuring/timing.py, NVBench).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.compile.build import ROOT
+from harness.user.exercises import (
+    ExerciseError,
+    exercise,
+    folder,
+    read_learner,
+    solution_text,
+    track_of,
+    update_progress,
+)
+from harness.user.exercises.catalog import Exercise, speed
+from harness.user.exercises.worker import TAG
+
+PYTHON_DEADLINE_S = 30.0
+CUDA_DEADLINE_S = 60.0
+SANITIZER_DEADLINE_S = 120.0
+
+
+@dataclass
+class Verdict:
+    """What check found: a line per check, then `passed` or the first thing to fix."""
+    name: str
+    track: str
+    path: Path
+    lines: list = field(default_factory=list)  # (ok: bool | None, text); None is information
+    first_fix: str | None = None
+    ratio: float | None = None
+    compiled_only: bool = False
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.first_fix is None and not self.compiled_only
+
+    def say(self, ok, text: str) -> None:
+        self.lines.append((ok, text))
+        if ok is False and self.first_fix is None:
+            self.first_fix = text
+
+    def final_line(self) -> str:
+        if self.passed:
+            extra = f"; speed {self.ratio:.2f}x the lab's solution" if self.ratio is not None else ""
+            return f"passed: {self.name} ({self.track} track){extra}"
+        if self.compiled_only:
+            return (f"compiled; running it needs a GPU, and none is here: try the Python track "
+                    f"(invoke exercise start {self.name}), or check this file on a machine with a GPU")
+        return f"fix: {self.first_fix.splitlines()[0]}"
+
+
+@contextlib.contextmanager
+def _env(**values):
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update({k: str(v) for k, v in values.items()})
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _child_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def _run_worker(job: dict, deadline: float, prefix: list[str] | None = None) -> tuple[dict | None, str, int | None]:
+    """(the worker's JSON or None, its output, its status; None when it ran past the deadline)."""
+    cmd = (prefix or []) + [sys.executable, "-m", "harness.user.exercises.worker", json.dumps(job)]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=deadline, env=_child_env(),
+                           cwd=str(ROOT))
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return None, out, None
+    text = p.stdout + p.stderr
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith(TAG):
+            return json.loads(line[len(TAG):]), text, p.returncode
+    return None, text, p.returncode
+
+
+def _report_cases(v: Verdict, data: dict) -> None:
+    if data.get("fatal"):
+        v.say(False, data["fatal"])
+        return
+    res = data["results"]
+    bad = [r for r in res if not r["ok"]]
+    for r in res:
+        v.lines.append((r["ok"], f"{r['label']}: " + ("right" if r["ok"] else r["message"])
+                        if r.get("detail") is None else f"{r['label']}: {r['detail']}"))
+    if bad:
+        first = bad[0]
+        cause = f"{first['label']}: {first['message']}"
+        if data.get("pattern"):
+            v.lines.append((False, data["pattern"]))
+            cause = f"{data['pattern']} (first: {cause})"
+        if v.first_fix is None:
+            v.first_fix = cause
+
+
+def check(name: str, track: str | None = None, dir_=None, *, deadline: float | None = None, sanitize: bool = True,
+          timing: bool = True) -> Verdict:
+    t0 = time.perf_counter()
+    ex = exercise(name)
+    d = folder(dir_)
+    track = track_of(ex, track, d)
+    path, text = read_learner(d, ex, track)
+    v = Verdict(ex.name, track, path)
+    if track == "python":
+        _check_python(ex, path, v, deadline or PYTHON_DEADLINE_S)
+    else:
+        _check_cuda(ex, d, path, text, v, deadline or CUDA_DEADLINE_S, sanitize, timing)
+    v.seconds = time.perf_counter() - t0
+    status = "passed" if v.passed else "started"
+    with contextlib.suppress(OSError):
+        update_progress(d, ex.name, track_status=(track, status, v.ratio if v.passed else None))
+    return v
+
+
+def _check_python(ex: Exercise, path: Path, v: Verdict, deadline: float) -> None:
+    job = {"track": "python", "name": ex.name, "file": str(path.resolve()), "solution": solution_text(ex, "python")}
+    data, out, rc = _run_worker(job, deadline)
+    if rc is None:
+        v.say(False, f"stopped after {deadline:.0f} s: the kernel never finished (a loop that never ends: a stride of 0, "
+                     f"or a loop condition that stays true)")
+        return
+    if data is None:
+        tail = "\n".join(out.strip().splitlines()[-6:])
+        v.say(False, f"the check's process failed (status {rc}):\n{tail}")
+        return
+    _report_cases(v, data)
+
+
+# --- the CUDA track ------------------------------------------------------------------------------
+
+_KERNEL = r"__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:void\s+)?{name}\s*\(([^)]*)\)"
+
+
+def _params_of(text: str, kernel: str) -> str | None:
+    m = re.search(_KERNEL.format(name=re.escape(kernel)), text)
+    return None if m is None else re.sub(r"\s+", " ", m.group(1)).strip()
+
+
+def static_problems(ex: Exercise, text: str) -> str | None:
+    """A renamed kernel, changed parameters or a removed entry point: one line, before compiling."""
+    sol = solution_text(ex, "cuda")
+    for k in ex.cu_kernels:
+        want, got = _params_of(sol, k), _params_of(text, k)
+        if got is None:
+            return (f"no kernel {k} in the file: the entry point launches it by that name (renamed?); keep the name "
+                    f"the exercise gave it")
+        if got != want:
+            return f"{k}'s parameters changed: ({got}); the entry point passes ({want}): put them back"
+    if not re.search(r'extern\s+"C"\s+int\s+exercise_run\s*\(', text):
+        return ("the entry point exercise_run at the end of the file is gone or changed: copy it back from "
+                f"`invoke exercise solution {ex.name} --track cuda`")
+    return None
+
+
+def cache_folder(d: Path) -> Path:
+    """The exercises' own compile cache (never under build/, which `invoke clean` empties)."""
+    return d / ".build"
+
+
+def compile_learner(ex: Exercise, d: Path, path: Path, text: str):
+    from harness.calling import inline
+
+    with _env(CUDALAB_CACHE=cache_folder(d).resolve()):
+        return inline.load(text, name=f"exercise_{ex.name}", _display=str(path))
+
+
+def _check_cuda(ex: Exercise, d: Path, path: Path, text: str, v: Verdict, deadline: float, sanitize: bool,
+                timing: bool) -> None:
+    from harness.base.errors import BuildError
+    from harness.calling import cudart
+
+    prob = static_problems(ex, text)
+    if prob:
+        v.say(False, prob)
+        return
+    try:
+        t = time.perf_counter()
+        mod = compile_learner(ex, d, path, text)
+        v.say(True, f"compiles ({'from the cache' if mod.cache_hit else f'{time.perf_counter() - t:.1f} s'})")
+    except BuildError as e:
+        v.say(False, str(e.args[0]) if e.args else str(e))
+        return
+    ok, why = cudart.gpu_available()
+    if not ok:
+        v.lines.append((None, f"no GPU here ({why})"))
+        v.compiled_only = True
+        return
+    job = {"track": "cuda", "name": ex.name, "file": str(path.resolve()), "display": str(path)}
+    with _env(CUDALAB_CACHE=cache_folder(d).resolve()):
+        data, out, rc = _run_worker(job, deadline)
+    if rc is None:
+        v.say(False, f"stopped after {deadline:.0f} s: the kernel never finished (a loop that never ends: a stride of "
+                     f"0, a loop condition that stays true, or a barrier some threads never reach)")
+        return
+    if data is None:
+        tail = "\n".join(out.strip().splitlines()[-6:])
+        v.say(False, f"the check's process failed (status {rc}):\n{tail}")
+        return
+    _report_cases(v, data)
+    if sanitize:
+        _sanitize(ex, d, path, v, job)
+    if timing and v.first_fix is None:
+        _speed(ex, d, text, v)
+
+
+_LOCATION = re.compile(r"in (\S+?):(\d+)")
+
+
+def _sanitize(ex: Exercise, d: Path, path: Path, v: Verdict, job: dict) -> None:
+    from harness.profiling import sanitize as hs
+
+    try:
+        tool_path = hs.find_sanitizer()
+    except hs.SanitizerNotFound as e:
+        v.lines.append((None, f"sanitizer skipped: {e}"))
+        return
+    lines = path.read_text(errors="replace").splitlines()
+    small = dict(job, small=True)
+    for tool in ("memcheck", "racecheck"):
+        cmd = hs.command(tool, Path(sys.executable), [], tool_path)[:-1]
+        with _env(CUDALAB_CACHE=cache_folder(d).resolve()):
+            data, out, rc = _run_worker(small, SANITIZER_DEADLINE_S, prefix=cmd)
+        if rc is None:
+            v.say(False, f"{tool}: no result within {SANITIZER_DEADLINE_S:.0f} s")
+            continue
+        status, n, detail = hs.classify(out, rc)
+        if status == "clean":
+            v.say(True, f"compute-sanitizer {tool}: clean")
+            continue
+        if status == "unsupported":
+            v.lines.append((None, f"compute-sanitizer {tool}: {detail}"))
+            continue
+        where = ""
+        stem = f"exercise_{ex.name}-"
+        for m in _LOCATION.finditer(out):
+            if Path(m.group(1)).name.startswith(stem):
+                k = int(m.group(2))
+                quote = lines[k - 1].strip() if 1 <= k <= len(lines) else ""
+                where = f" at {path}:{k}: `{quote}`"
+                break
+        cause = {"memcheck": "an access outside an allocation: a missing or wrong bounds check",
+                 "racecheck": "threads of a block read and write the same shared memory without a __syncthreads() "
+                              "between"}[tool]
+        v.say(False, f"compute-sanitizer {tool}: {n} error(s){where}: {detail}: {cause}")
+
+
+def timing_setup(name: str, which: str, source: str, cache: str):
+    """harness.measuring.timing's target: the learner's (or the lab's) kernel on the exercise's timed case."""
+    from harness.calling import inline
+    from harness.user.exercises import catalog
+
+    os.environ["CUDALAB_CACHE"] = cache
+    mod = inline.load(source, name=f"exercise_{name}_{which}")
+    return catalog.timing_launch(name, mod, speed(name).params)
+
+
+def _speed(ex: Exercise, d: Path, text: str, v: Verdict) -> None:
+    from harness.measuring import bench
+    from harness.measuring import timing as ht
+
+    sp = speed(ex.name)
+    if sp is None:
+        return
+    cache = str(cache_folder(d).resolve())
+    items = [ht.Item("learner", "harness.user.exercises.check:timing_setup",
+                     {"name": ex.name, "which": "learner", "source": text, "cache": cache}),
+             ht.Item("solution", "harness.user.exercises.check:timing_setup",
+                     {"name": ex.name, "which": "solution", "source": solution_text(ex, "cuda"), "cache": cache})]
+    ceiling = bench.ceilings([ex.program])[sp.ceiling](True)
+    if isinstance(ceiling, bench.TimedCeiling):
+        items.append(ht.Item("ceiling", ceiling.target, ceiling.kwargs))
+    try:
+        with _env(CUDALAB_CACHE=cache):
+            # Compiled here first, so that the timing session's loads are cache hits.
+            from harness.calling import inline
+
+            inline.load(solution_text(ex, "cuda"), name=f"exercise_{ex.name}_solution")
+            inline.load(text, name=f"exercise_{ex.name}_learner")
+        t = ht.run_plan(items, ht.QUICK)
+    except Exception as e:  # timing is a report, not a check: say why it is missing
+        v.lines.append((None, f"speed not measured: {e}"))
+        return
+    mine, lab = t["learner"].median_ms, t["solution"].median_ms
+    v.ratio = lab / mine
+    scale = {"GB/s": 1e9, "TFLOP/s": 1e12, "Ginst/s": 1e9}
+    if isinstance(ceiling, bench.TimedCeiling):
+        ceil_rate = ceiling.amount / (t["ceiling"].median_ms * 1e-3) / scale[ceiling.unit]
+    else:
+        ceil_rate = ceiling.value
+    mine_rate = sp.amount / (mine * 1e-3) / scale[ceiling.unit]
+    v.lines.append((None, f"speed: {mine:.3f} ms, {v.ratio:.2f}x the lab's solution ({lab:.3f} ms); "
+                          f"{mine_rate / ceil_rate:.2f} of the {ceiling.name} ceiling ({mine_rate:.4g} of "
+                          f"{ceil_rate:.4g} {ceiling.unit})"))
+
+
+__all__ = ["check", "Verdict", "static_problems", "compile_learner", "ExerciseError"]
