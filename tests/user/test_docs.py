@@ -197,3 +197,95 @@ def test_the_layout_checker_finds_a_missing_and_a_stale_folder(tmp_path):
     found = layout_problems(block, tmp_path)
     assert sorted(found) == ["layout: docs/ is not listed", "layout: gone does not exist",
                              "layout: harness/newlayer/ is not listed"], found
+
+
+# --- what the code cites ----------------------------------------------------------------------------
+# A reader of the code has the repository and nothing else: a comment that cites an issue or a run
+# number, or a file the repository does not hold, points at nothing. Variant numbers are zero-padded
+# (`runs 08's stores`), so a run number is one that does not start with 0.
+CODE_DIRS = ("cuda", "harness", "analysis", ".ci")
+CODE_FILES = ("tasks.py", "Makefile")
+CITES_ISSUE = re.compile(r"(?i)\bissue #?\d+|\bissues #?\d+\s*(?:-|,|and)\s*\d+")
+CITES_RUN = re.compile(r"(?i)\b(?:device |NOTES(?:-\w+)? )?runs? [1-9]\d*(?:\s*-\s*\d+)?(?:'s)?(?![\w.])")
+CITES_MD = re.compile(r"(?<![\w/.'\"-])((?:\.\./|[\w-]+/)*[\w.-]+\.md)\b")
+# Files the code writes, not files it cites: the report's page (build/report/index.md).
+WRITTEN = {"index.md"}
+
+
+def code_files(root: Path = ROOT) -> list[Path]:
+    files = [root / f for f in CODE_FILES if (root / f).exists()]
+    for d in CODE_DIRS:
+        files += sorted(p for p in (root / d).rglob("*") if p.is_file() and p.suffix in
+                        ("", ".py", ".cu", ".cuh", ".h", ".c", ".mk", ".sh") and "__pycache__" not in p.parts)
+    return files
+
+
+def citation_problems(path: Path, root: Path = ROOT) -> list[str]:
+    """Each line of `path` that cites an issue or run number, or a .md file the repository lacks."""
+    known = {p.name for p in root.rglob("*.md") if ".git" not in p.parts and "build" not in p.parts}
+    out = []
+    rel = path.relative_to(root)
+    for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        for rx in (CITES_ISSUE, CITES_RUN):
+            if m := rx.search(line):
+                out.append(f"{rel}:{n}: cites {m.group(0)!r}: say why instead")
+        for md in CITES_MD.findall(line):
+            if md.startswith("build/") or Path(md).name in WRITTEN:
+                continue
+            if not (root / md).exists() and not (path.parent / md).exists() and Path(md).name not in known:
+                out.append(f"{rel}:{n}: cites {md}, which is not in the repository")
+    return out
+
+
+def test_the_code_cites_no_issue_run_or_missing_file():
+    found = [p for f in code_files() for p in citation_problems(f)]
+    assert found == [], "\n".join(found)
+
+
+def test_the_citation_checker_finds_each_kind(tmp_path):
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "NOTES-x.md").write_text("")
+    src = tmp_path / "k.cu"
+    src.write_text("// issue 18: goal\n// runs 13-15 measured\n# NOTES-matmul run 14\n// see DESIGN.md\n"
+                   "// (Issue 20's goals)\n"
+                   "// fine: 136 runs 08's stores; 05 runs 2.0x faster; a warp issues 8 ldmatrix\n"
+                   "// fine: NOTES-x.md and bench/NOTES-x.md exist\n")
+    found = citation_problems(src, tmp_path)
+    assert [f.split(":")[1] for f in found] == ["1", "2", "3", "4", "5"], found
+
+
+DOTTED = re.compile(r"\b(harness(?:\.[A-Za-z_]\w*)+)")
+
+
+def unresolved_names(text: str) -> list[str]:
+    """Each dotted `harness.…` name in `text` that names no module or attribute of one."""
+    import importlib
+
+    out = []
+    for name in sorted(set(DOTTED.findall(text))):
+        parts = name.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            try:
+                for attr in parts[i:]:
+                    obj = getattr(obj, attr)
+            except AttributeError:
+                out.append(name)
+            break
+        else:
+            out.append(name)
+    return out
+
+
+@pytest.mark.parametrize("md", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
+def test_every_module_the_docs_name_exists(md):
+    """After a module moves, a page that still names its old place fails here."""
+    assert unresolved_names(FENCE.sub("", md.read_text())) == []
+
+
+def test_the_module_checker_finds_a_stale_name():
+    assert unresolved_names("`harness.base.sim` and harness.bench.run and harness.base.sim.no_such") == [
+        "harness.base.sim.no_such", "harness.bench.run"]
