@@ -171,6 +171,8 @@ def layout_problems(block: str, root: Path = ROOT) -> list[str]:
     top = {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
            and p.name not in ("build",) and not p.name.endswith(".egg-info")}
     layers = {f"harness/{p.parent.name}" for p in (root / "harness").glob("*/__init__.py")}
+    # Folders under cuda/ that are not a program (common/, a shared-kernels folder) are each listed.
+    layers |= {f"cuda/{d.name}" for d in (root / "cuda").glob("*/") if d.is_dir() and not (d / f"{d.name}.cu").exists()}
     for want in sorted(layers):
         if want not in named:
             out.append(f"layout: {want}/ is not listed")
@@ -189,14 +191,14 @@ def test_the_layout_matches_the_tree(md):
 
 
 def test_the_layout_checker_finds_a_missing_and_a_stale_folder(tmp_path):
-    for d in ("harness/base", "harness/newlayer", "cuda", "docs"):
+    for d in ("harness/base", "harness/newlayer", "cuda/shared", "docs"):
         (tmp_path / d).mkdir(parents=True)
     for d in ("harness/base", "harness/newlayer"):
         (tmp_path / d / "__init__.py").write_text("")
     block = "```\nharness/base/  x\ncuda/<prog>/  y\ngone/  z\n```"
     found = layout_problems(block, tmp_path)
-    assert sorted(found) == ["layout: docs/ is not listed", "layout: gone does not exist",
-                             "layout: harness/newlayer/ is not listed"], found
+    assert sorted(found) == ["layout: cuda/shared/ is not listed", "layout: docs/ is not listed",
+                             "layout: gone does not exist", "layout: harness/newlayer/ is not listed"], found
 
 
 # --- what the code cites ----------------------------------------------------------------------------
