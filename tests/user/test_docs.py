@@ -88,15 +88,31 @@ def test_every_link_and_path_resolves(md):
     assert problems(md) == []
 
 
+def committed(folder: Path) -> list[Path] | None:
+    """The files git tracks under `folder` (None outside a git checkout): a run a user has just saved
+    with `invoke bench --save` is theirs to place, and is checked once it is committed."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--", str(folder)], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [ROOT / f for f in out.split("\0") if f]
+
+
 def test_every_gpu_folder_has_its_results_in_front_and_its_history_behind():
     """Each bench/results/<gpu>/ folder keeps in front only its NOTES, its page, its tuning caches and the
-    reference results its page quotes; every other CSV or figure is under history/."""
-    for gpu in sorted(p for p in (ROOT / "bench" / "results").iterdir() if p.is_dir()):
+    reference results its page quotes; every other committed CSV or figure is under history/."""
+    results = ROOT / "bench" / "results"
+    tracked = committed(results)
+    files = tracked if tracked is not None else [p for p in results.rglob("*") if p.is_file()]
+    for gpu in sorted({f.parent for f in files if f.parent.parent == results}):
         page = gpu / "README.md"
         assert page.exists(), f"{page.relative_to(ROOT)} is missing: it names the reference results"
         quoted = set(re.findall(r"[\w.-]+\.(?:csv|png)", page.read_text()))
-        for f in gpu.iterdir():
-            if f.is_file() and f.suffix in (".csv", ".png"):
+        for f in (f for f in files if f.parent == gpu):
+            if f.suffix in (".csv", ".png"):
                 assert f.name in quoted, f"{f.relative_to(ROOT)} is in front but its README does not quote it: move it to history/"
 
 
