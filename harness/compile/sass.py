@@ -1,6 +1,6 @@
 """SASS, as `cuobjdump -sass` prints it: the one parser of that format (functions, loops), and what the
 lab reads from it: instructions per loop (mandelbrot's hot loop), and register-bank pairs in FFMAs
-(matmul's ladder, whose speed ptxas's register colouring can change by 8%: NOTES-matmul run 14).
+(matmul's ladder, whose speed ptxas's register colouring can change by 8%: see NOTES-matmul.md).
 Nothing here runs a GPU; cuobjdump reads the built library.
 """
 

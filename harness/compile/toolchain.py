@@ -1,6 +1,6 @@
 """Find the tools cudalab drives: nvcc, gcc, ncu, nsys, compute-sanitizer, and libcudart.
 
-Search order (DESIGN.md): PATH, then the tool's own environment variable ($NVCC, $NCU, $NSYS,
+Search order: PATH, then the tool's own environment variable ($NVCC, $NCU, $NSYS,
 $COMPUTE_SANITIZER), then $CUDA_HOME/bin, then the usual install folders, and for nvcc the
 NVIDIA pip wheel (nvidia-cuda-nvcc installs it as site-packages/nvidia/cu13/bin/nvcc).
 """

@@ -1,5 +1,5 @@
 """Benchmarks: every program's bench cases, each reported as a ratio to a ceiling timed in the same
-run, in interleaved rounds (DESIGN.md, Benchmarks; README, "How a ratio is measured").
+run, in interleaved rounds (ARCHITECTURE.md, Measuring; README, "How a ratio is measured").
 
 A program module offers `bench_cases(quick: bool) -> list[BenchCase]`. A case's `setup()` allocates
 and fills device buffers and returns a Prepared whose `launch(stream)` enqueues one run of the
@@ -36,7 +36,7 @@ UNIT_SCALE = {"GB/s": 1e9, "TFLOP/s": 1e12, "Giter/s": 1e9, "Ginst/s": 1e9}
 RESULTS_DIR = _build.ROOT / "bench" / "results"
 BUILD_BENCH = _build.BUILD / "bench"
 ROUNDS, QUICK_ROUNDS = 3, 2
-REPEAT_TOLERANCE_PCT = 3.0  # issue 18: two runs agree within this on every row held to the goal
+REPEAT_TOLERANCE_PCT = 3.0  # rows held to the goal agree within this between runs, or ratios do not compare
 THROTTLE_FRACTION = 0.9  # a case whose SM clock fell under this fraction of the run's highest is flagged
 
 
@@ -361,7 +361,7 @@ def not_measured(df: pd.DataFrame, layout: dict, errors: dict[str, str], labels:
 
 def consistency(df: pd.DataFrame, resolved: dict, measured: dict[str, Ceiling]) -> pd.DataFrame:
     """Each library call timed both as a ceiling and as a case row: the two figures and how far apart
-    they are (issue 18: within 3% in one CSV)."""
+    they are (within 3% in one CSV, or the engine disagrees with itself)."""
     rows = []
     for name, ceil in resolved.items():
         if not isinstance(ceil, TimedCeiling) or not ceil.same_as or name not in measured:
@@ -445,7 +445,7 @@ _HW = re.compile(r"^(\d+)x(\d+)$")
 
 
 def repeat_goal(program: str, size: str, unit: str) -> bool:
-    """Is the row held to issue 18's repeatability goal (±3% between runs)? Compute rows at 2048^3 or
+    """Is the row held to the repeatability goal (±3% between runs)? Compute rows at 2048^3 or
     more (GEMMs) or S >= 4096 (attention); memory rows at 2^24 elements or more."""
     size = str(size)
     if unit == "TFLOP/s":

@@ -1,4 +1,4 @@
-"""The one timing engine: NVIDIA's NVBench, through its Python package `cuda-bench` (DESIGN.md, Benchmarks).
+"""The one timing engine: NVIDIA's NVBench, through its Python package `cuda-bench` (ARCHITECTURE.md).
 
 Why NVBench and not our own event loop: the old loop (3 warm-up launches, an L2-flush memset, a host
 synchronisation after every repetition) let the short, fast calls swing by 40% between runs: the GPU

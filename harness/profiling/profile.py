@@ -100,7 +100,7 @@ class NoReport(CudalabError):
 # --- nvprof ----------------------------------------------------------------------------------------
 
 def nvprof_message(prog: str | None = None, args: list[str] | None = None) -> str:
-    """What to say when asked for nvprof (DESIGN.md: say so, and offer nsys / `nsys nvprof`)."""
+    """What to say when asked for nvprof (none in CUDA 13 for cc >= 7.5: say so, offer `nsys nvprof`)."""
     exe = f"build/bin/{prog}" if prog else "build/bin/<prog>"
     cmdline = " ".join([exe] + list(args or []))
     msg = ("nvprof is not available: CUDA 13 removed it, and it never supported GPUs of compute capability "

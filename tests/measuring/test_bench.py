@@ -259,7 +259,7 @@ def test_ratio_bars_without_spread_columns_or_with_nan_spreads(close_figures):
 def test_ratio_bars_of_the_recorded_h100_bench_have_no_spread(tmp_path, close_figures):
     """bench/results/h100's committed CSV predates the rounds: no ratio_p25/p75, so no error bars,
     and every bar and file as before."""
-    path = bench.RESULTS_DIR / "h100" / "bench-h100-80gb-hbm3-20261123T134326.csv"
+    path = bench.RESULTS_DIR / "h100" / "history" / "bench-h100-80gb-hbm3-20261123T134326.csv"
     cases, ceil = abench.load(path)
     assert "ratio_p25" not in cases
     fig = abench.ratio_figure(cases, ceilings=ceil)
