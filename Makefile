@@ -1,13 +1,19 @@
 # cudalab build: discovers every cuda/<prog>/ that holds <prog>.cu and builds, for each,
-#   build/lib/lib<prog>.so   the extern "C" entry points in <prog>.cu (loaded by harness/library.py)
-#   build/bin/<prog>         main.cu + <prog>.cu (run by harness/runner.py)
+#   build/lib/lib<prog>.so   the extern "C" entry points in <prog>.cu (loaded by harness/calling/library.py)
+#   build/bin/<prog>         main.cu + <prog>.cu (run by harness/calling/runner.py)
 #   build/bin/<prog>_cpu     <prog>_cpu.c with gcc, where the program has a CPU twin
 #   build/ptxas/<prog>.txt   ptxas -v resource usage (registers, shared memory, spills) per kernel
 # Adding a program needs no edit here. A program may add cuda/<prog>/build.mk, which can set
 # <prog>_NVCCFLAGS and <prog>_LDLIBS (matmul uses it to link cuBLAS when it is found), and
 # <prog>_GENCODE, used for that program's compile and link instead of GENCODE (gemm_tc: sm_90a).
 #
-#   make [-j] [ARCH=90] [NVCC=/path/to/nvcc]      `invoke build` is the usual way in.
+#   make [-j] [ARCH=90 | ARCH=75,80,90] [NVCC=/path/to/nvcc]      `invoke build` is the usual way in.
+#
+# Reading this file writes nothing (so `make -n` is a pure question); every output is written to a
+# temporary name and renamed into place; libraries and executables get a size+SHA-256 record in build/sums/.
+
+# `make` alone builds everything, whichever rule comes first below.
+.DEFAULT_GOAL := all
 
 NVCC ?= nvcc
 CC   ?= gcc
@@ -16,27 +22,68 @@ ifeq ($(origin CC),default)
 CC := gcc
 endif
 
-# ARCH: the visible GPU's compute capability (nvidia-smi says "9.0"), else 90. `make ARCH=80` overrides.
+comma := ,
+empty :=
+space := $(empty) $(empty)
+# eq(a,b): non-empty when the two texts are equal (also when both are empty).
+eq = $(and $(findstring x$(1)x,x$(2)x),$(findstring x$(2)x,x$(1)x))
+# shell_quote(text): text as one single-quoted shell word, whatever it holds.
+shell_quote = '$(subst ','\'',$(1))'
+
+# ARCH: the visible GPU's compute capability (nvidia-smi says "9.0"), else 90. `make ARCH=80` overrides;
+# ARCH=75,80,90 builds one fat binary: SASS for each, plus PTX for the highest so newer GPUs can JIT it.
 ifndef ARCH
 ARCH := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d '.[:space:]')
 endif
-override ARCH := $(patsubst sm_%,%,$(patsubst compute_%,%,$(strip $(ARCH))))
-ifeq ($(ARCH),)
-override ARCH := 90
+ARCHS := $(patsubst sm_%,%,$(patsubst compute_%,%,$(subst $(comma),$(space),$(ARCH))))
+ifeq ($(strip $(ARCHS)),)
+ARCHS := 90
 endif
-# SASS for ARCH plus PTX for the same, so a newer GPU can still JIT the code.
-GENCODE := -gencode arch=compute_$(ARCH),code=[sm_$(ARCH),compute_$(ARCH)]
-# PTX_ONLY=1: PTX for compute_$(ARCH) and no SASS, so the driver JIT-compiles every kernel for the GPU
+# ARCH reaches nvcc's command lines: each entry must be a compute capability (digits, with nvcc's a or f
+# suffix for the architecture-specific targets), checked here, by make, before any shell sees it.
+_arch_num = $(patsubst %a,%,$(patsubst %f,%,$(1)))
+_no_digits = $(subst 0,,$(subst 1,,$(subst 2,,$(subst 3,,$(subst 4,,$(subst 5,,$(subst 6,,$(subst 7,,$(subst 8,,$(subst 9,,$(1)))))))))))
+_arch_bad := $(strip $(foreach a,$(ARCHS),$(if $(and $(call _arch_num,$(a)),$(if $(call _no_digits,$(call _arch_num,$(a))),,ok)),,$(a))))
+ifneq ($(_arch_bad),)
+$(error ARCH must be a compute capability such as 90 (not 9.0), or a comma list such as 75,80,90; got $(subst $(space),$(comma),$(strip $(ARCHS))))
+endif
+# In numeric order without repeats (2-digit before 3-digit capabilities), so 90,80 and 80,90 build the same.
+_arch_len = $(words $(subst 0,0 ,$(subst 1,1 ,$(subst 2,2 ,$(subst 3,3 ,$(subst 4,4 ,$(subst 5,5 ,$(subst 6,6 ,$(subst 7,7 ,$(subst 8,8 ,$(subst 9,9 ,$(call _arch_num,$(1)))))))))))))
+ARCHS := $(foreach n,1 2 3 4,$(sort $(foreach a,$(ARCHS),$(if $(filter $(n),$(call _arch_len,$(a))),$(a)))))
+override ARCH := $(subst $(space),$(comma),$(strip $(ARCHS)))
+ARCH_TOP := $(lastword $(ARCHS))
+# SASS for every ARCH entry, and PTX for the highest (for one ARCH: SASS and PTX for it).
+GENCODE := $(foreach a,$(filter-out $(ARCH_TOP),$(ARCHS)),-gencode arch=compute_$(a),code=sm_$(a)) \
+           -gencode arch=compute_$(ARCH_TOP),code=[sm_$(ARCH_TOP),compute_$(ARCH_TOP)]
+GENCODE := $(strip $(GENCODE))
+
+# EXTRA_NVCCFLAGS (from the command line or the environment) goes into every nvcc command line as
+# flags: refuse the characters that would make the shell run something else.
+_shell_meta := ; & | < > ` ' " \ ( ) $$
+_flags_bad := $(strip $(foreach c,$(_shell_meta),$(findstring $(c),$(value EXTRA_NVCCFLAGS))))
+ifneq ($(_flags_bad),)
+$(error EXTRA_NVCCFLAGS may hold only nvcc flags, without the shell characters $(_flags_bad))
+endif
+# PTX_ONLY=1: PTX for each ARCH and no SASS, so the driver JIT-compiles every kernel for the GPU
 # it meets. `make PTX_ONLY=1 ARCH=75` (or both exported, so `invoke build/test/demo` keep them) on an
 # H100 runs the very code a T4 build holds: as near to a T4 as an H100 comes.
 ifeq ($(PTX_ONLY),1)
-GENCODE := -gencode arch=compute_$(ARCH),code=compute_$(ARCH)
+GENCODE := $(strip $(foreach a,$(ARCHS),-gencode arch=compute_$(a),code=compute_$(a)))
+endif
+# Programs with Hopper-only rungs (wgmma, setmaxnreg, TMA) compile 90 as the architecture-specific
+# target sm_90a. GENCODE_SM90A is GENCODE with its 90 entry made 90a, empty when ARCH lists no 90 (or
+# under PTX_ONLY, whose PTX must JIT for any GPU): a program's build.mk uses it as <prog>_GENCODE, so
+# `ARCH=75,80,90` keeps the Hopper rungs beside the sm_75 and sm_80 code.
+ifneq ($(filter 90,$(ARCHS)),)
+ifneq ($(PTX_ONLY),1)
+GENCODE_SM90A := $(patsubst %=sm_90,%=sm_90a,$(subst compute_90],compute_90a],$(subst sm_90$(comma),sm_90a$(comma),$(subst compute_90$(comma),compute_90a$(comma),$(GENCODE)))))
+endif
 endif
 
 # cuBLAS, for the matmul baseline: found when both its header and its library are next to nvcc.
 # nvcc --dryrun prints TOP=<its install root>, which sees through wrapper scripts.
 ifndef CUDA_HOME
-CUDA_HOME := $(realpath $(patsubst TOP=%,%,$(shell $(NVCC) --dryrun -c -x cu /dev/null -o /dev/null 2>&1 | grep -o 'TOP=[^ ]*' | head -n1)))
+CUDA_HOME := $(realpath $(patsubst TOP=%,%,$(shell $(call shell_quote,$(NVCC)) --dryrun -c -x cu /dev/null -o /dev/null 2>&1 | grep -o 'TOP=[^ ]*' | head -n1)))
 endif
 # NVIDIA's pip wheels (`pip install -e ".[toolkit]"`) put libcudadevrt.a, libcudart_static.a and the
 # cuBLAS libraries in <root>/lib, while their nvcc.profile only searches targets/x86_64-linux/lib,
@@ -48,10 +95,12 @@ CUBLAS_FOUND := $(if $(and $(wildcard $(CUDA_HOME)/include/cublas_v2.h),$(CUBLAS
 CUBLAS_LIBDIR := $(firstword $(dir $(CUBLAS_LIBS)))
 # The cuBLAS wheel ships libcublas.so.13 without the unversioned libcublas.so that -lcublas needs:
 # a link to it in build/toolkit/ serves the linker; the run-time path (-rpath) stays the wheel's folder.
+# It is made by a rule (an order-only prerequisite of every link), never while make reads this file:
+# reading must write nothing, as `make -n` reads it too.
 ifneq ($(CUBLAS_FOUND),)
 ifeq ($(wildcard $(CUBLAS_LIBDIR)libcublas.so),)
 CUBLAS_SONAME := $(firstword $(sort $(notdir $(CUBLAS_LIBS))))
-$(shell mkdir -p build/toolkit && ln -sfn $(CUBLAS_LIBDIR)$(CUBLAS_SONAME) build/toolkit/libcublas.so)
+CUBLAS_LINK := build/toolkit/libcublas.so
 TOOLKIT_LDFLAGS += -Lbuild/toolkit
 endif
 endif
@@ -68,31 +117,60 @@ PROGRAMS := $(sort $(foreach d,$(wildcard cuda/*/),$(if $(wildcard $(d)$(notdir 
 
 COMMON_OBJ := build/obj/common/cudalab.o
 
-# The flags are part of every object's inputs: a change of ARCH or flags rewrites this stamp,
-# which rebuilds everything; an unchanged build leaves it alone, so make has nothing to do.
+# The flags are part of every object's inputs: build/.flags holds the text of the flags the objects were
+# built with, and each object depends on it. Reading this file only compares that text (it writes
+# nothing, so `make -n`, `make arch` and a count of pending steps change nothing); where the text
+# differs, the stamp's rule is forced, and it is rewritten by the build that then recompiles every
+# object after it. Each program's own flags (from its build.mk) get a stamp of their own, so changing
+# them rebuilds that program only.
 FLAGS_STAMP := build/.flags
 FLAGS_TEXT  := $(NVCCFLAGS) | $(CFLAGS)
-# write_stamp(file, text): rewrite file only when its text differs, so its mtime marks real changes.
-write_stamp = $(shell mkdir -p $(dir $(1)); test "$$(cat $(1) 2>/dev/null)" = '$(2)' || printf '%s\n' '$(2)' > $(1))
-# Only goals that build write the stamps: `make arch ARCH=sm_80` is a question, and rewriting the stamp
-# there (then back) would make the next build recompile everything.
-ifneq ($(or $(filter-out arch list clean,$(MAKECMDGOALS)),$(if $(MAKECMDGOALS),,all)),)
-$(call write_stamp,$(FLAGS_STAMP),$(FLAGS_TEXT))
-# Each program's own flags (from its build.mk) get a stamp of their own: changing them rebuilds that program only.
-$(foreach p,$(PROGRAMS),$(call write_stamp,build/obj/$(p)/.flags,$($(p)_NVCCFLAGS) | $($(p)_LDLIBS)$(if $($(p)_GENCODE), | $($(p)_GENCODE))))
+prog_flags_text = $($(1)_NVCCFLAGS) | $($(1)_LDLIBS)$(if $($(1)_GENCODE), | $($(1)_GENCODE))
+
+# In a recipe, $(TMP) is its own temporary name beside $@: the recipe shell's PID keeps two makes in one
+# tree (a plain `make` beside `invoke build`) apart, and an interrupted step leaves only a name that
+# harness/compile/build.py sweeps once that PID is gone. Every output is written there, then renamed onto $@,
+# so a torn file never has an output's name.
+TMP = $@.tmp$$$$
+# $(PUBLISH) renames $(TMP) onto $@, after recording its SHA-256 and size in build/sums/$@: the harness
+# checks a library or executable against that record before loading or running it, and `invoke build`
+# rebuilds one that does not match (a file truncated or changed after the build wrote it).
+SUMS := build/sums
+PUBLISH = mkdir -p $(SUMS)/$(@D) && sum=$$(sha256sum < $(TMP)) && size=$$(stat -c %s $(TMP)) \
+	&& printf '%s %s\n' "$${sum%% *}" "$$size" > $(SUMS)/$(TMP) && mv -f $(TMP) $@ && mv -f $(SUMS)/$(TMP) $(SUMS)/$@
+
+# stamp_rule(file, text): the rule that writes `text` into `file`, forced only when the file holds another
+# text. The text reaches the shell as one quoted word, with make's `$` escaped.
+define stamp_rule
+$(1): $(if $(call eq,$(file <$(1)),$(2)),,FORCE)
+	@mkdir -p $$(@D)
+	@printf '%s\n' $(subst $$,$$$$,$(call shell_quote,$(2))) > $$(TMP) && mv -f $$(TMP) $$@
+endef
+$(eval $(call stamp_rule,$(FLAGS_STAMP),$(FLAGS_TEXT)))
+$(foreach p,$(PROGRAMS),$(eval $(call stamp_rule,build/obj/$(p)/.flags,$(call prog_flags_text,$(p)))))
+
+ifdef CUBLAS_LINK
+$(CUBLAS_LINK): $(if $(call eq,$(shell readlink $(CUBLAS_LINK) 2>/dev/null),$(CUBLAS_LIBDIR)$(CUBLAS_SONAME)),,FORCE)
+	@mkdir -p $(@D)
+	@ln -sfn $(call shell_quote,$(CUBLAS_LIBDIR)$(CUBLAS_SONAME)) $(TMP) && mv -fT $(TMP) $@
 endif
 
 # Compile one .cu; ptxas -v's report goes to <obj>.log. Diagnostics other than ptxas's report are
-# shown, and on failure the whole log is shown so harness/build.py can parse nvcc's file:line lines.
+# shown, and on failure the whole log is shown so harness/compile/build.py can parse nvcc's file:line lines.
+# The object and its dependency file are written to temporary names and renamed once nvcc succeeded.
 define NVCC_COMPILE
 	@mkdir -p $(@D)
 	@echo "  NVCC    $<"
-	@$(NVCC) $(if $(PROG_GENCODE),$(filter-out $(GENCODE),$(NVCCFLAGS)) $(PROG_GENCODE),$(NVCCFLAGS)) $(PROG_NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@ 2> $(@:.o=.log) \
-	  || { cat $(@:.o=.log) >&2; rm -f $@; exit 1; }
+	@$(NVCC) $(if $(PROG_GENCODE),$(filter-out $(GENCODE),$(NVCCFLAGS)) $(PROG_GENCODE),$(NVCCFLAGS)) $(PROG_NVCCFLAGS) -MMD -MP -MT $@ -MF $(@:.o=.d).tmp$$$$ -c $< -o $(TMP) 2> $(@:.o=.log) \
+	  && mv -f $(@:.o=.d).tmp$$$$ $(@:.o=.d) && mv -f $(TMP) $@ \
+	  || { cat $(@:.o=.log) >&2; rm -f $(TMP) $(@:.o=.d).tmp$$$$; exit 1; }
 	@grep -vE '^ptxas info|^ +[0-9]+ bytes stack frame' $(@:.o=.log) >&2 || true
 endef
 
-.PHONY: all clean list arch
+# A recipe that fails leaves no output under the target's name.
+.DELETE_ON_ERROR:
+.PHONY: all clean list arch FORCE
+FORCE:
 all: $(foreach p,$(PROGRAMS),build/lib/lib$(p).so build/bin/$(p) build/ptxas/$(p).txt \
        $(if $(wildcard cuda/$(p)/$(p)_cpu.c),build/bin/$(p)_cpu))
 
@@ -102,10 +180,10 @@ build/obj/common/%.o: cuda/common/%.cu $(FLAGS_STAMP)
 # The executable: main.cu + <prog>.cu. A program folder without main.cu gets a rule that says so
 # (make -k then goes on with the other programs).
 define BIN_RULE
-build/bin/$(1): build/obj/$(1)/main.o build/obj/$(1)/$(1).o $(COMMON_OBJ) build/obj/$(1)/.flags
+build/bin/$(1): build/obj/$(1)/main.o build/obj/$(1)/$(1).o $(COMMON_OBJ) build/obj/$(1)/.flags | $(CUBLAS_LINK)
 	@mkdir -p $$(@D)
 	@echo "  LINK    $$@"
-	@$(NVCC) $(or $($(1)_GENCODE),$(GENCODE)) -o $$@.tmp $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS) && mv -f $$@.tmp $$@ || { rm -f $$@.tmp; exit 1; }
+	@$(NVCC) $(or $($(1)_GENCODE),$(GENCODE)) -o $$(TMP) $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS) && $$(PUBLISH) || { rm -f $$(TMP); exit 1; }
 endef
 define NO_MAIN_RULE
 build/bin/$(1):
@@ -118,23 +196,25 @@ build/obj/$(1)/%.o: PROG_GENCODE := $$($(1)_GENCODE)
 build/obj/$(1)/%.o: cuda/$(1)/%.cu $(FLAGS_STAMP) build/obj/$(1)/.flags
 	$$(NVCC_COMPILE)
 
-build/lib/lib$(1).so: build/obj/$(1)/$(1).o $(COMMON_OBJ) build/obj/$(1)/.flags
+build/lib/lib$(1).so: build/obj/$(1)/$(1).o $(COMMON_OBJ) build/obj/$(1)/.flags | $(CUBLAS_LINK)
 	@mkdir -p $$(@D)
 	@echo "  LINK    $$@"
 	@# Linked beside it, then renamed over it: a process that has the library loaded (a test worker,
 	@# a notebook) keeps the old file, and a dlopen meanwhile sees the old or the new one, never half of one.
-	@$(NVCC) $(or $($(1)_GENCODE),$(GENCODE)) -shared -o $$@.tmp $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS) && mv -f $$@.tmp $$@ || { rm -f $$@.tmp; exit 1; }
+	@$(NVCC) $(or $($(1)_GENCODE),$(GENCODE)) -shared -o $$(TMP) $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS) && $$(PUBLISH) || { rm -f $$(TMP); exit 1; }
 
 $(if $(wildcard cuda/$(1)/main.cu),$(call BIN_RULE,$(1)),$(call NO_MAIN_RULE,$(1)))
 
 build/ptxas/$(1).txt: $(if $(wildcard cuda/$(1)/main.cu),build/obj/$(1)/main.o) build/obj/$(1)/$(1).o
 	@mkdir -p $$(@D)
-	@cat $$(^:.o=.log) > $$@
+	@cat $$(^:.o=.log) > $$(TMP) && mv -f $$(TMP) $$@
 
 build/bin/$(1)_cpu: cuda/$(1)/$(1)_cpu.c $(FLAGS_STAMP)
 	@mkdir -p $$(@D) build/obj/$(1)
 	@echo "  CC      $$<"
-	@$(CC) $(CFLAGS) -MMD -MP -MF build/obj/$(1)/$(1)_cpu.d -o $$@.tmp $$< -lm && mv -f $$@.tmp $$@ || { rm -f $$@.tmp; exit 1; }
+	@$(CC) $(CFLAGS) -MMD -MP -MT $$@ -MF build/obj/$(1)/$(1)_cpu.d.tmp$$$$$$$$ -o $$(TMP) $$< -lm \
+	  && mv -f build/obj/$(1)/$(1)_cpu.d.tmp$$$$$$$$ build/obj/$(1)/$(1)_cpu.d && $$(PUBLISH) \
+	  || { rm -f $$(TMP) build/obj/$(1)/$(1)_cpu.d.tmp$$$$$$$$; exit 1; }
 endef
 $(foreach p,$(PROGRAMS),$(eval $(call PROGRAM_RULES,$(p))))
 
@@ -145,6 +225,6 @@ arch:
 	@echo $(ARCH)
 
 clean:
-	rm -rf build/obj build/lib build/bin build/ptxas $(FLAGS_STAMP)
+	rm -rf build/obj build/lib build/bin build/ptxas build/sums build/toolkit $(FLAGS_STAMP)
 
 -include $(shell find build/obj -name '*.d' 2>/dev/null)

@@ -26,8 +26,8 @@ from invoke import task as _invoke_task
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from harness import build as _hb  # noqa: E402  (the project root must be importable first)
 from harness import programs as _registry  # noqa: E402
+from harness.compile import build as _hb  # noqa: E402  (the project root must be importable first)
 
 _PROGRAMS = ", ".join(_hb.programs())
 
@@ -70,7 +70,7 @@ def _choices(name: str) -> str:
     if name == "compare":
         return "name a program with a CPU twin: square"
     if name == "tune":
-        from harness import tune as htune
+        from harness.measuring import tune as htune
 
         return f"name a program to tune: {', '.join(htune.tunables())}"
     return f"name a program: {_PROGRAMS}"
@@ -226,7 +226,7 @@ def _refuse_foreign_options(task_name: str, target: str, given: dict, applies, c
 @contextlib.contextmanager
 def _one_line(prefix: str):
     """Errors a user can cause (bad values, missing files, CUDA and build errors) as `prefix: message`."""
-    from harness.errors import CudalabError
+    from harness.base.errors import CudalabError
 
     try:
         yield
@@ -237,7 +237,7 @@ def _one_line(prefix: str):
 
 
 def _print_table(df, title: str | None = None) -> None:
-    from harness import console
+    from harness.base import console
 
     console.print_table(df, title)
 
@@ -255,31 +255,45 @@ def _progress(label: str):
 # --- the tasks -------------------------------------------------------------------------------------
 
 @task(help={"jobs": "parallel compile jobs, a positive integer (default: all cores)",
-            "arch": "compute capability to build for: 80, 90, 100, ... (default: the visible GPU's, else 90)",
+            "arch": "compute capability to build for: 75, 80, 90, 120, ... (default: the visible GPU's, else 90); "
+                    "a comma list (75,80,90) builds one binary for each of them, for a lab shared across GPUs",
             "programs": f"comma-separated programs to build (default: all): {_PROGRAMS}"})
 def build(c, jobs="", arch="", programs=""):
     """Compile every cuda/<prog>/ with nvcc, in parallel and incrementally.
 
     A broken program does not stop the others: each failure is reported with its file:line and source
     line, and the ones that built are named."""
-    from harness.errors import BuildError
+    from harness.base.errors import BuildError
+    from harness.user import doctor as hd
 
     n_jobs = _int(jobs, "--jobs", lo=1)
     names = _names(programs)
+    planned: list = []
     with _one_line("build"):
-        __import__("harness.doctor").doctor.require_driver()  # a driver older than the toolkit: refuse first
-        total = _hb.count_steps(_hb.targets_of(names), arch=arch or None)
-    if total == 0:
-        print("build: everything is up to date")
-        return
+        hd.require_driver()  # a driver older than the toolkit: refuse first
+        if arch:
+            arch = _hb.parse_arch(arch)  # before anything runs: a mistyped --arch is one line
     with _progress("build") as bar:
-        t = bar.add_task("", total=total)
+        t = bar.add_task("", total=None)
+
+        def plan(steps):
+            # Counted by make -n under the build lock, just before make runs: no other build can change it.
+            planned[:] = steps
+            bar.update(t, total=len(steps))
+
         try:
-            res = _hb.build_programs(names or None, jobs=n_jobs, arch=arch or None,
+            res = _hb.build_programs(names or None, jobs=n_jobs, arch=arch or None, on_plan=plan,
                                      on_step=lambda kind, target: bar.update(t, advance=1, description=f"{kind} {target}"))
         except BuildError as e:
             bar.stop()
             raise Exit(str(e)) from None
+        except KeyboardInterrupt:
+            bar.stop()
+            raise Exit("build: interrupted; make and its compilers were stopped, and no output was left "
+                       "half-written", code=130) from None
+    if not res.steps:
+        print("build: everything is up to date")
+        return
     print(f"build: {len(res.steps)} step(s) done; outputs in build/bin and build/lib")
 
 
@@ -295,7 +309,7 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
 
     Without a GPU the gpu-marked tests skip, with the reason; the profiler and slow end-to-end tests
     never overlap each other."""
-    from harness import gpus as hg
+    from harness.measuring import gpus as hg
 
     _check_pytest_expression(marker, "--marker")
     _check_pytest_expression(keyword, "--keyword")
@@ -351,7 +365,7 @@ def run(c, prog, variant=None, image=None, out=None, ranks=""):
 
     Arguments after `--` go to the program (`-- --help` lists them);
     `invoke run grayscale --image in.png --out g.png` converts a picture of yours."""
-    from harness import runner
+    from harness.calling import runner
 
     _names(prog)
     args = shlex.split(c.remainder or "")  # what followed a standalone `--`
@@ -381,8 +395,8 @@ def run(c, prog, variant=None, image=None, out=None, ranks=""):
 
 
 def _run_ranks(prog: str, n: int, variant, args: list[str]) -> None:
-    """`invoke run <prog> --ranks N`: N processes of build/bin/<prog> (harness/launch.py)."""
-    from harness import launch
+    """`invoke run <prog> --ranks N`: N processes of build/bin/<prog> (harness/calling/launch.py)."""
+    from harness.calling import launch
 
     if prog != "collectives":
         raise Exit(f"--ranks starts one process per rank of a program that reads its rank from the environment: "
@@ -417,7 +431,7 @@ def _run_on_cpu(prog: str, args: list[str], variant: str | None) -> None:
 @task
 def doctor(c):
     """One line per item -- nvcc, gcc, driver, GPU, profilers, Python packages -- OK or missing, with a fix."""
-    from harness import doctor as hd
+    from harness.user import doctor as hd
 
     rows = hd.check_all()
     for line in hd.lines(rows):
@@ -429,9 +443,8 @@ def doctor(c):
 @task
 def clean(c):
     """Remove build outputs (build/)."""
-    import shutil
-
-    shutil.rmtree(ROOT / "build", ignore_errors=True)
+    with _one_line("clean"):
+        _hb.clean()
     print("removed build/")
 
 
@@ -470,8 +483,8 @@ def viz(c, what, n="", blocks="", threads="", simulate=False, width="", height="
     Each option belongs to one picture (the help says which); `invoke viz` alone lists the pictures."""
     import importlib
 
-    from harness import cudart
-    from harness.errors import CudalabError
+    from harness.base.errors import CudalabError
+    from harness.calling import cudart
 
     pictures = _registry.pictures()
     if what not in pictures:
@@ -529,8 +542,8 @@ def bench(c, programs="", quick=False, save=False, rounds="", repeat="", gpus=""
 
     Each row prints the median ratio over the rounds and its 25th-75th percentile spread; a row that
     ran with the SM clock under 90% of the run's highest gets a warning line."""
-    from harness import bench as hbench
-    from harness import gpus as hg
+    from harness.measuring import bench as hbench
+    from harness.measuring import gpus as hg
 
     names = _names(programs) or None
     n_rounds = _int(rounds, "--rounds", lo=1) if rounds else None
@@ -581,14 +594,14 @@ def bench(c, programs="", quick=False, save=False, rounds="", repeat="", gpus=""
 def _report_repeat(frames, save: bool) -> None:
     """--repeat: the long table (one row per case and run), the spread per row, and its figure."""
     from analysis import repeat as arepeat
-    from harness import bench as hbench
-    from harness import files
+    from harness.base import files
+    from harness.measuring import bench as hbench
 
     meta = hbench.metadata()
     long = hbench.repeat_frame(frames, meta)
     stamp = meta["date"].replace(":", "").replace("-", "")
     hbench.BUILD_BENCH.mkdir(parents=True, exist_ok=True)
-    # Whole, and never over another run's repeat CSV of the same second (harness.files).
+    # Whole, and never over another run's repeat CSV of the same second (harness.base.files).
     path = files.create(hbench.BUILD_BENCH / f"repeat-{hbench.gpu_slug(meta['device'])}-{stamp}.csv",
                         lambda tmp: long.to_csv(tmp, index=False))
     summ = arepeat.summary(long, hbench.REPEAT_TOLERANCE_PCT)
@@ -617,7 +630,7 @@ def profile(c, prog, tool="auto", variant=None, metrics=None, clock_control=Fals
     `invoke profile matmul --tool ncu -- 256 256 256` passes the words after `--` to the program. Prints a table of kernels with their share of GPU time; CSVs go to build/profiles/<prog>/,
     with a bar chart of the shares (kernel_shares.png)."""
     from analysis import profile as aprof
-    from harness import profile as hp
+    from harness.profiling import profile as hp
 
     _names(prog)
     args = shlex.split(c.remainder or "")
@@ -647,7 +660,7 @@ def sanitize(c, programs="", tool="all", jobs=""):
 
     Arguments after `--` replace each program's own runs (`-- --oob` plants square's bug).
     Exits non-zero when any run is not clean."""
-    from harness import sanitize as hs
+    from harness.profiling import sanitize as hs
 
     names = _names(programs) or None
     n_jobs = _int(jobs, "--jobs", lo=1)
@@ -696,7 +709,7 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots"):
                 print(p)
     elif what == "profile":
         from analysis import profile as aprof
-        from harness import profile as hp
+        from harness.profiling import profile as hp
 
         if not prog:
             raise Exit("plot profile: name the program with --prog")
@@ -708,7 +721,7 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots"):
                 print(p)
     elif what == "tune":
         from analysis import tune as atune
-        from harness import bench as hbench
+        from harness.measuring import bench as hbench
 
         with _one_line("plot tune"):
             paths = atune.plot_cached(hbench.RESULTS_DIR, Path(outdir))
@@ -748,7 +761,7 @@ def tune(c, prog, size="4096", save=True):
     `invoke tune matmul` times every compiled ladder configuration and caches the fastest for this GPU (bench/results/<gpu>/matmul-tune.json), which 09_tuned then runs;
     `invoke tune attention` does the same for 03_flash_bf16's and 05_flash_wgmma's choices at each head size, and
     `invoke tune gemm_tc` for the wgmma configurations (schedule, stages, raster) that 06_wgmma_tuned runs."""
-    from harness import tune as htune
+    from harness.measuring import tune as htune
 
     edge = _int(size, "--size", lo=1)
     with _one_line(f"tune {prog}"):
@@ -762,8 +775,8 @@ def tune(c, prog, size="4096", save=True):
     if path is not None:
         print(f"saved {path}")
     from analysis import tune as atune
-    from harness import bench as hbench
-    from harness import cudart
+    from harness.calling import cudart
+    from harness.measuring import bench as hbench
 
     with _one_line(f"tune {prog}"):
         gpu = hbench.gpu_folder(cudart.device_name(0))
@@ -774,7 +787,7 @@ def tune(c, prog, size="4096", save=True):
 def report(c, outdir="build/report"):
     """Write build/report/index.md and a self-contained index.html from whatever build/ holds."""
     from analysis import report as arep
-    from harness import demo as hdemo
+    from harness.user import demo as hdemo
 
     with _one_line("report"):
         md, html = arep.write(Path(outdir), facts=hdemo.collect_facts())
@@ -789,7 +802,7 @@ def demo(c, bench=True, profile=True):
 
     Without a GPU it still builds, draws the simulated grid-stride figures and the recorded traces,
     writes the report, and says which steps need a GPU (exit 0)."""
-    from harness import demo as hdemo
+    from harness.user import demo as hdemo
 
     with _progress("demo") as bar:
         t = bar.add_task("", total=None)
@@ -797,7 +810,7 @@ def demo(c, bench=True, profile=True):
                            on_step=lambda s: bar.update(t, advance=1, description=s))
     import textwrap
 
-    from harness import console
+    from harness.base import console
 
     _print_table(result.table(), "demo: what happened")
     for line in result.closing_lines():
@@ -837,7 +850,7 @@ class _ExerciseTask(_Task):
 
 @task(klass=_ExerciseTask, positional=["action", "name"], help={"action": "list, start, check, hint or solution",
             "name": "the exercise (invoke exercise list names them)",
-            "track": "python (harness.sim, no GPU) or cuda (default: python, or the track whose file exists)",
+            "track": "python (harness.base.sim, no GPU) or cuda (default: python, or the track whose file exists)",
             "dir": "the learner's folder (default: exercises/ in the current folder)",
             "write": "solution: write the lab's solution into the learner's file (the old one is kept as .bakN)"})
 @_help_if_asked
@@ -846,7 +859,7 @@ def exercise(c, action, name=None, track="", dir="", write=False):  # noqa: A002
 
     `invoke exercise start square`, `invoke exercise check square [--track cuda]`, `invoke exercise hint square`,
     `invoke exercise solution square`."""
-    from harness import exercises as hx
+    from harness.user import exercises as hx
 
     actions = ("list", "start", "check", "hint", "solution")
     if action not in actions:
@@ -876,7 +889,7 @@ def exercise(c, action, name=None, track="", dir="", write=False):  # noqa: A002
             else:
                 print(f"wrote the solution into {path}" + (f"; your file was kept as {backup}" if backup else ""))
         else:
-            from harness.exercises import check as hcheck
+            from harness.user.exercises import check as hcheck
 
             v = hcheck.check(name, track or None, dir or None)
             for ok, text in v.lines:

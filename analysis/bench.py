@@ -2,7 +2,7 @@
 a roofline (arithmetic intensity against achieved FLOP/s, under the memory and compute roofs that
 were measured in the same run).
 
-Input: a CSV written by harness.bench.write_csv (cases, then `program=ceiling` rows), or the
+Input: a CSV written by harness.measuring.bench.write_csv (cases, then `program=ceiling` rows), or the
 DataFrames themselves: `plot((cases, ceilings), outdir)`. A CSV measured in interleaved rounds has
 `ratio_p25`/`ratio_p75` (the spread of the per-round ratios): each bar then carries it as an error bar.
 An older CSV without them plots as before. Nothing here launches anything.
@@ -125,7 +125,7 @@ def load(data) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _ceiling_frame(ceil) -> pd.DataFrame:
-    """Ceilings as rows of (variant=name, value, unit), from a DataFrame or harness.bench's dict."""
+    """Ceilings as rows of (variant=name, value, unit), from a DataFrame or harness.measuring.bench's dict."""
     if isinstance(ceil, dict):
         return pd.DataFrame([{"program": "ceiling", "variant": c.name, "value": c.value, "unit": c.unit,
                               "size": c.detail} for c in ceil.values()])

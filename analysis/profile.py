@@ -1,4 +1,4 @@
-"""Kernel time shares from a profile (harness.profile's kernel table) as a seaborn bar chart.
+"""Kernel time shares from a profile (harness.profiling.profile's kernel table) as a seaborn bar chart.
 
 One run: one bar per kernel, its share of the run's GPU kernel time. Several variants (for
 transformer_block, naive against flash): the shares side by side, one panel per variant, and a

@@ -1,7 +1,7 @@
 """The tuning figure: what `invoke tune <prog>` measured, one horizontal bar per choice (TFLOP/s), the
 winner marked; a choice that was refused or gave a wrong answer gets its reason instead of a bar.
 
-Input: the table `harness.tune.run` returns, or the JSON it caches (bench/results/<gpu>/<prog>-tune.json,
+Input: the table `harness.measuring.tune.run` returns, or the JSON it caches (bench/results/<gpu>/<prog>-tune.json,
 whose "table" is the same rows). Columns used: `config`, `status`, `winner`, every `tflops*` column
 (matmul: tflops; attention: tflops_full and tflops_causal, one bar each), and `D` when present (one
 panel per head size). Nothing here launches anything.
@@ -24,9 +24,9 @@ _LABELS = {"tflops": "TFLOP/s", "tflops_full": "non-causal", "tflops_causal": "c
 
 def read(path: Path) -> tuple[pd.DataFrame, dict]:
     """(table, the rest of the JSON: program, device, size, winner(s), date ...) of a cached search,
-    read by harness.tune's one reader (fields checked for their types); ValueError in one line naming
+    read by harness.measuring.tune's one reader (fields checked for their types); ValueError in one line naming
     the file otherwise."""
-    from harness import tune as htune
+    from harness.measuring import tune as htune
 
     data = htune.read(path)  # BadTuneFile is a ValueError
     if not isinstance(data.get("table"), list) or "program" not in data:

@@ -10,12 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import build, gpus
+from harness.compile import build
+from harness.measuring import gpus
 
 # Under `invoke test --gpus ...` each pytest-xdist worker takes one GPU: set before CUDA starts below.
 gpus.pin_worker()
 
-from harness import cudart  # noqa: E402
+from harness.calling import cudart  # noqa: E402
 
 SEEDS = (0, 1, 2)
 
@@ -109,7 +110,7 @@ def poison(shape, dtype) -> np.ndarray:
 def results_dir(tmp_path, monkeypatch):
     """bench/results/ moved to a temporary folder: the tuning caches and bench CSVs a test writes or
     reads there never touch the committed ones."""
-    from harness import bench
+    from harness.measuring import bench
 
     monkeypatch.setattr(bench, "RESULTS_DIR", tmp_path)
     return tmp_path

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from conftest import pythonpath, skip_reasons
-from harness import build
+from harness.compile import build
 
 SAMPLE = '''
 import pytest

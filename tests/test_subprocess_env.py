@@ -36,10 +36,10 @@ _SETS = re.compile(r"""["']PYTHONPATH["']\s*[:\]]\s*=?|PYTHONPATH\s*=""")
 
 def test_no_test_replaces_pythonpath():
     bad = []
-    for f in sorted(TESTS.glob("*.py")):
+    for f in sorted(TESTS.rglob("*.py")):
         if f.name in ("conftest.py", Path(__file__).name):
             continue
         for i, line in enumerate(f.read_text().splitlines(), 1):
             if _SETS.search(line) and "pythonpath(" not in line and '.get("PYTHONPATH"' not in line:
-                bad.append(f"{f.name}:{i}: {line.strip()}")
+                bad.append(f"{f.relative_to(TESTS)}:{i}: {line.strip()}")
     assert not bad, "set PYTHONPATH with conftest.pythonpath(...) so the caller's entries stay:\n" + "\n".join(bad)

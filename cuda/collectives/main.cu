@@ -149,7 +149,7 @@ int main(int argc, char **argv) {
             if (!direction) CUDALAB_USAGE_ERROR("--direction must be 0to1, 1to0 or both, got '%s'", d);
         } else CUDALAB_USAGE_ERROR("unknown argument %s\n%s", a, kUsage);
     }
-    if (!id_file) id_file = getenv("CUDALAB_ID_FILE");  // set by harness/launch.py
+    if (!id_file) id_file = getenv("CUDALAB_ID_FILE");  // set by harness/calling/launch.py
     const int v = variant_index(variant);
     if (v < 0) CUDALAB_USAGE_ERROR("unknown variant '%s'\n%s", variant, kUsage);
 

@@ -8,7 +8,7 @@
 
 // A driver older than the CUDA runtime these programs were built with: the runtime says only "CUDA
 // driver version is insufficient" (cudaErrorInsufficientDriver). This sentence, the same as
-// harness/errors.py's DRIVER_TOO_OLD (a test compares them), says which versions and the two ways out.
+// harness/base/errors.py's DRIVER_TOO_OLD (a test compares them), says which versions and the two ways out.
 #define CUDALAB_DRIVER_TOO_OLD                                                                            \
     "the NVIDIA driver supports CUDA %d.%d, older than the CUDA %d.%d these programs are built with (%s): " \
     "update the NVIDIA driver, or use a CUDA toolkit the driver supports (%d.%d or older)"
@@ -20,7 +20,7 @@ static inline void cudalab_print_error(cudaError_t err, const char *file, int li
         drv / 10 < CUDART_VERSION / 10) {
         const int dmaj = drv / 1000, dmin = (drv % 1000) / 10;
         const int rmaj = CUDART_VERSION / 1000, rmin = (CUDART_VERSION % 1000) / 10;
-        // The oldest driver branch per toolkit (NVIDIA's compatibility table), as in harness/errors.py.
+        // The oldest driver branch per toolkit (NVIDIA's compatibility table), as in harness/base/errors.py.
         char need[64];
         if (rmaj == 13 && rmin == 0) snprintf(need, sizeof need, "CUDA 13.0 needs driver 580 or newer");
         else snprintf(need, sizeof need, "CUDA %d.%d needs a newer driver", rmaj, rmin);

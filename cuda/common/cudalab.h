@@ -1,5 +1,5 @@
 /* Entry points every lib<prog>.so exports beside its own (built from cuda/common/cudalab.cu).
-   harness/library.py appends this file to each program's cdef. */
+   harness/calling/library.py appends this file to each program's cdef. */
 #ifndef CUDALAB_COMMON_H
 #define CUDALAB_COMMON_H
 #ifdef __cplusplus
@@ -12,12 +12,12 @@ extern "C" {
 #endif
 
 /* What an entry point returns when it reports success or failure: a cudaError_t as int, 0 = success.
-   harness/library.py raises on a non-zero cudalab_status; a plain `int` return is a value. */
+   harness/calling/library.py raises on a non-zero cudalab_status; a plain `int` return is a value. */
 typedef int cudalab_status;
 
 /* A bfloat16 value as its raw 16 bits (sign, 8 exponent bits, 7 mantissa bits: the top half of a
    float32). C has no bfloat16 type; the kernels reinterpret these bits as __nv_bfloat16, and
-   harness/library.py maps a `cudalab_bf16 *` parameter to an ml_dtypes.bfloat16 numpy array. */
+   harness/calling/library.py maps a `cudalab_bf16 *` parameter to an ml_dtypes.bfloat16 numpy array. */
 typedef uint16_t cudalab_bf16;
 
 /* The name ("cudaErrorInvalidValue") and message of a cudaError_t returned by an entry point. */

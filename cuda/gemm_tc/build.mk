@@ -4,11 +4,11 @@ ifeq ($(CUBLAS_FOUND),1)
 gemm_tc_NVCCFLAGS += -DCUDALAB_HAVE_CUBLAS
 gemm_tc_LDLIBS += -L$(CUBLAS_LIBDIR) -lcublas -Xlinker -rpath,$(CUBLAS_LIBDIR)
 endif
-# 03_wgmma needs the architecture-specific target sm_90a (wgmma, setmaxnreg): on ARCH=90 this
-# program compiles and links for compute_90a/sm_90a instead of the global GENCODE (sm_90a code runs
+# 03_wgmma needs the architecture-specific target sm_90a (wgmma, setmaxnreg): where ARCH lists 90 this
+# program compiles and links 90 as compute_90a/sm_90a (the Makefile's GENCODE_SM90A) (sm_90a code runs
 # on compute capability 9.0 only, which is what ARCH=90 means). Any other ARCH keeps the global
 # GENCODE, and 03_wgmma then reports "needs sm_90a". CUDALAB_HAVE_SM90A tells the host code (cuda/common/tma_host.cuh).
-ifeq ($(ARCH),90)
-gemm_tc_GENCODE := -gencode arch=compute_90a,code=[sm_90a,compute_90a]
+ifneq ($(GENCODE_SM90A),)
+gemm_tc_GENCODE := $(GENCODE_SM90A)
 gemm_tc_NVCCFLAGS += -DCUDALAB_HAVE_SM90A
 endif

@@ -1,5 +1,5 @@
 /* hello: the Stringer course's first kernels (section 2.3-2.6). Every line a kernel prints is
-   tagged `hello kernel=... block=... thread=... global=...` so harness.parse can read it.
+   tagged `hello kernel=... block=... thread=... global=...` so harness.calling.parse can read it.
    Each entry point launches, synchronises (which drains the printf FIFO) and returns a
    cudaError_t as int, 0 on success. */
 #ifndef CUDALAB_HELLO_H

@@ -4,7 +4,7 @@
    Every entry point returns a cudaError_t as int (0 = success). Host-pointer forms copy in, run
    and copy out (for tests and notebooks); the `_dev` forms take device pointers and a stream
    (a cudaStream_t, NULL for the legacy default stream) and return as soon as the work is queued,
-   which is what harness.timing and the profilers need.
+   which is what harness.measuring.timing and the profilers need.
 
    float32 variants, in the order a learner meets them, selected by name through one dispatcher:
      "01_naive"        one thread per element, bounds guard

@@ -20,23 +20,23 @@ Variants
         The variants `invoke profile <prog>` runs, one run each, when the user names none
         (default: one run with the program's own default).
 
-Benchmarks (`invoke bench`, harness/bench.py)
-    `bench_cases(quick: bool) -> list[harness.bench.BenchCase]`
+Benchmarks (`invoke bench`, harness/measuring/bench.py)
+    `bench_cases(quick: bool) -> list[harness.measuring.bench.BenchCase]`
         Sizes, bytes and FLOPs of each case. A case's `setup()` allocates, fills and MARSHALS
         everything once (cffi pointers, launch structs) and returns `Prepared(launch, close)`;
         `launch(stream)` only enqueues the kernel: the timing loop records its start event right
         before calling it, so any Python work in `launch` is timed. The way to get such a launch:
             launch = library.load(prog).prepare("<prog>_device", variant, n, x_buf, out_buf,
                                                 library.STREAM)
-        (`harness.library.Library.prepare` checks and converts the arguments once, then each call
+        (`harness.calling.library.Library.prepare` checks and converts the arguments once, then each call
         is the bare cffi call; `library.STREAM` marks where the stream goes.) Under
         `invoke bench --gpus all` a case runs in a worker pinned to one GPU: use device 0.
         With `quick=True` return only the small cases (under a minute for every program together).
-    `ceilings() -> dict[str, Callable[[bool], harness.bench.Ceiling | None]]`
+    `ceilings() -> dict[str, Callable[[bool], harness.measuring.bench.Ceiling | None]]`
         A HOOK, called by the bench only when a collected case names one of these ceilings
         (e.g. matmul's "cublas", attention's "sdpa_d64"). Each callable takes `quick` and
         measures in the same run; None means "not available here" (ratio left empty).
-        Do not register anything at import time. (`harness.bench.register_ceiling` still works
+        Do not register anything at import time. (`harness.measuring.bench.register_ceiling` still works
         for modules not yet converted; the registry merges both.)
 
 Profiling and sanitizing (`invoke profile`, `invoke sanitize`)
@@ -49,17 +49,17 @@ Profiling and sanitizing (`invoke profile`, `invoke sanitize`)
 
 Running, checking, drawing
     `run(*args, timeout=...)`          run build/bin/<prog>, return its parsed result lines
-                                       (use `harness.results.run`/`parse_output`).
+                                       (use `harness.calling.results.run`/`parse_output`).
     `parse_output(text)`               the executable's tagged output as a DataFrame or dict.
     `reference(...)`                   numpy, float64 where rounding matters.
-    `relative_error` is NOT redefined per program: use `harness.results.relative_error`.
+    `relative_error` is NOT redefined per program: use `harness.calling.results.relative_error`.
     `cli(args, variant=None, image=None, out=None) -> int`   `invoke run <prog>` hands over to it.
     `compare(n: int) -> (DataFrame, str)`                    `invoke compare <prog>`.
     `viz_data(**opts)` / `recorded_viz_data()`               data for analysis/<name>.py's `plot`
                                        (`invoke viz <name>`; `simulate=` where a simulator exists,
                                        `progress(done, total)` for long ones).
     `on_cpu(args) -> (DataFrame, str)`  what the program computes without a GPU (its numpy
-                                       reference, its Python twin on harness.sim, or its C twin),
+                                       reference, its Python twin on harness.base.sim, or its C twin),
                                        small sizes, with a `check` column; the str says how. `invoke
                                        run <prog>` and `invoke demo` use it where there is no GPU,
                                        labelled with `cpu_label` (never silently). A `cpu=` keyword
@@ -81,7 +81,7 @@ from types import ModuleType
 
 def names() -> list[str]:
     """Every program: each cuda/<prog>/ that holds <prog>.cu, in name order."""
-    from .. import build
+    from harness.compile import build
 
     return build.programs()
 
@@ -141,7 +141,7 @@ def check_variant(prog: str, variant: str, mod=None) -> str:
 
 def variants_from_library(prog: str) -> list[str]:
     """The names in the C table, through `<prog>_variant_count()` / `<prog>_variant_name(i)`."""
-    from .. import library
+    from harness.calling import library
 
     lib = library.load(prog)
     count = getattr(lib, f"{prog}_variant_count")()
@@ -205,7 +205,7 @@ def bench_programs(selected: list[str] | None = None) -> dict[str, ModuleType]:
 
 def ceilings(progs: list[str] | None = None) -> dict[str, Callable[[bool], object]]:
     """name -> measuring callable, from each module's `ceilings()` hook (the built-in memcpy/fp32
-    ceilings live in harness.bench)."""
+    ceilings live in harness.measuring.bench)."""
     out: dict[str, Callable[[bool], object]] = {}
     for prog in progs or names():
         fn = hook(prog, "ceilings")
@@ -216,7 +216,7 @@ def ceilings(progs: list[str] | None = None) -> dict[str, Callable[[bool], objec
 
 def pictures() -> list[str]:
     """Names with both analysis/<name>.py (a `plot`) and a module with `viz_data`."""
-    from .. import build
+    from harness.compile import build
 
     out = []
     for p in sorted((build.ROOT / "analysis").glob("*.py")):
@@ -255,7 +255,7 @@ def cpu_label(how: str, no_gpu: bool = True) -> str:
 
 def gpu_here() -> tuple[bool, str]:
     """(True, "") when a CUDA device can be used, else (False, why); never raises."""
-    from .. import cudart
+    from harness.calling import cudart
 
     try:
         return cudart.gpu_available()

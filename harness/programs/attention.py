@@ -34,13 +34,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import cudart, library, results, sim
-from ..results import relative_error
+from harness.base import sim
+from harness.calling import cudart, library, results
+from harness.calling.results import relative_error
 
 if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
     import pandas as pd
 
-try:  # bfloat16 numpy arrays; harness/library.py maps cudalab_bf16 * parameters to this dtype
+try:  # bfloat16 numpy arrays; harness/calling/library.py maps cudalab_bf16 * parameters to this dtype
     from ml_dtypes import bfloat16
 except ImportError:  # pragma: no cover - ml_dtypes is a dependency; only the bf16 variant needs it
     bfloat16 = None
@@ -302,7 +303,7 @@ def reference(q, k, v, causal: bool = False, scale=None) -> np.ndarray:
     return np.matmul(p, v64)
 
 
-# One checker for every program (harness.results); the old name stays for the tests' sake.
+# One checker for every program (harness.calling.results); the old name stays for the tests' sake.
 rel_error = relative_error
 
 
@@ -316,7 +317,7 @@ def tolerance(variant: str) -> float:
     return TOLERANCE_BF16 if is_bf16(variant) else TOLERANCE
 
 
-# --- Python twin (harness.sim): the flash kernel's online softmax, one thread per query row ------
+# --- Python twin (harness.base.sim): the flash kernel's online softmax, one thread per query row ------
 
 # EXERCISE flash_softmax: copy
 def flash_bk(ctx, q, k, v, out, S, D, scale, causal, br, bc):
@@ -359,7 +360,7 @@ def flash_bk(ctx, q, k, v, out, S, D, scale, causal, br, bc):
 
 
 def twin(q, k, v, causal: bool = False, scale=None, br: int = 4, bc: int = 4) -> np.ndarray:
-    """Run flash_bk through harness.sim.launch (float64, tiny shapes only)."""
+    """Run flash_bk through harness.base.sim.launch (float64, tiny shapes only)."""
     B, H, S, D = q.shape
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     q3, k3, v3 = (np.asarray(a, dtype=np.float64).reshape(B * H, S, D) for a in (q, k, v))
@@ -373,7 +374,7 @@ def twin(q, k, v, causal: bool = False, scale=None, br: int = 4, bc: int = 4) ->
 
 def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
     """`invoke run attention` without a GPU: the float64 numpy reference at a small ragged shape,
-    and 02_flash's online softmax (the Python twin on harness.sim: key tiles in shared memory, a
+    and 02_flash's online softmax (the Python twin on harness.base.sim: key tiles in shared memory, a
     running max, a rescaled sum) checked against it, causal and not."""
     import time
 
@@ -395,7 +396,7 @@ def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
                      "causal": causal, "rel_error": float(f"{err:.3g}"), "seconds": round(secs, 2),
                      "check": "pass" if check(out, ref, TOLERANCE_FP32_STRICT) else "fail"})
     return pd.DataFrame(rows), (f"softmax(QKᵀ/√D)V by the float64 numpy reference, and the flash kernel's "
-                                f"Python twin on harness.sim against it (tolerance {TOLERANCE_FP32_STRICT:g})")
+                                f"Python twin on harness.base.sim against it (tolerance {TOLERANCE_FP32_STRICT:g})")
 
 
 # --- bench ------------------------------------------------------------------------------------
@@ -417,14 +418,14 @@ def _ceiling_name(dtype: str, D: int, S: int = BENCH_S, causal: bool = False) ->
 
 
 def sdpa_setup(dtype: str, D: int, S: int, causal: bool, backend: str | None = None):
-    """harness.timing's target: torch's scaled_dot_product_attention at B=4, H=16 and (S, D, causal) on
+    """harness.measuring.timing's target: torch's scaled_dot_product_attention at B=4, H=16 and (S, D, causal) on
     random inputs, enqueued on the timing session's stream. backend None is torch's default choice;
     else a torch.nn.attention.SDPBackend name (FLASH_ATTENTION, CUDNN_ATTENTION, ...). float32 runs
     with allow_tf32 off (matmul and cuDNN): torch then takes its memory-efficient kernel."""
     import torch
     import torch.nn.functional as F
 
-    from .. import bench
+    from harness.measuring import bench
 
     if not torch.cuda.is_available():
         raise RuntimeError("torch sees no CUDA device")
@@ -461,7 +462,7 @@ def _sdpa_ceiling(dtype: str, D: int, S: int, causal: bool, quick: bool):
     named in the detail. None when torch is not installed (the ratios stay NaN)."""
     import importlib.util
 
-    from .. import bench
+    from harness.measuring import bench
 
     if importlib.util.find_spec("torch") is None:
         return None
@@ -504,7 +505,7 @@ def target(variant: str, D: int, S: int) -> float | None:
 
 
 def _bench_case(variant: str, D: int, S: int, causal: bool, quick: bool):
-    from .. import bench
+    from harness.measuring import bench
 
     B, H = BENCH_B, BENCH_H
     shape = (B, H, S, D)
@@ -545,7 +546,7 @@ def _bench_case(variant: str, D: int, S: int, causal: bool, quick: bool):
 
 
 def variant_setup(variant: str, D: int, S: int, causal: bool):
-    """harness.timing's target: one attention variant (or tuning choice) at B=4, H=16, (S, D, causal)."""
+    """harness.measuring.timing's target: one attention variant (or tuning choice) at B=4, H=16, (S, D, causal)."""
     return _bench_case(variant, D, S, causal, quick=False).setup()
 
 
@@ -581,7 +582,7 @@ _tuned: dict = {}  # per process: {(variant, D): (tuning choice or None, why)}
 def tuned_choice(D: int, device: str | None = None, variant: str = "03_flash_bf16") -> tuple[str | None, str]:
     """(tuning choice, why) that `variant` (03_flash_bf16 or 05_flash_wgmma) runs at head size D on
     `device` (None: the compiled default)."""
-    from .. import tune as htune
+    from harness.measuring import tune as htune
 
     if device is None:
         device = cudart.device_name(0)
@@ -626,18 +627,18 @@ def _tune_check(variant: str, D: int) -> str | None:
 def tune(size: int = BENCH_S, save: bool = True, on_progress=None, options=None):
     """Time every tuning choice of 03_flash_bf16 (warps, rows per warp, key tile, stages) and, where it
     runs, of 05_flash_wgmma (key tile, stages, schedule) at B=4, H=16, S=size for D = 64 and 128,
-    causal and not, with harness.timing; per variant and D the winner has the least total time. Each
+    causal and not, with harness.measuring.timing; per variant and D the winner has the least total time. Each
     choice is first checked against the float64 reference on a small ragged problem; one that is
     wrong, or that the device refuses, is listed, never chosen.
 
-    `options` (harness.timing.Options) sets NVBench's knobs; the default is the bench's.
+    `options` (harness.measuring.timing.Options) sets NVBench's knobs; the default is the bench's.
     Returns (table, path): one row per (variant, D, choice) with TFLOP/s both ways and a status, and
     the JSON written (None when save=False): the device, the winners and the whole table."""
     import pandas as pd
 
-    from .. import timing
-    from .. import tune as htune
-    from ..errors import ContextLostError, CudaError
+    from harness.base.errors import ContextLostError, CudaError
+    from harness.measuring import timing
+    from harness.measuring import tune as htune
 
     if not 1 <= size <= MAX_S:
         raise ValueError(f"size is the sequence length S: at least 1 and at most {MAX_S}, got {size}")
@@ -662,7 +663,7 @@ def tune(size: int = BENCH_S, save: bool = True, on_progress=None, options=None)
                     items.append(timing.Item(f"{c} D={D}" + (" causal" if causal else ""),
                                              "harness.programs.attention:variant_setup",
                                              {"variant": c, "D": D, "S": size, "causal": causal}))
-    # One NVBench session for every choice (harness.timing): cold measurements stopped on noise.
+    # One NVBench session for every choice (harness.measuring.timing): cold measurements stopped on noise.
     got = timing.run_plan(items, options, on_progress=(lambda i, key: on_progress(key)) if on_progress else None)
     for r in rows:
         if r["status"] != "ok":
@@ -708,7 +709,7 @@ def run(*args, timeout: float = 300):
     return results.run("attention", *args, timeout=timeout)
 
 
-# --- hooks for `invoke profile` and `invoke sanitize` (small, ragged sizes; see harness/profile.py) ---
+# --- hooks for `invoke profile` and `invoke sanitize` (small, ragged sizes; see harness/profiling/profile.py) ---
 # `invoke profile attention` with no variant: CUDA-core FP32 flash beside the tensor-core BF16 one.
 PROFILE_VARIANTS = ("02_flash", "03_flash_bf16")
 

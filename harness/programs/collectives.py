@@ -17,7 +17,7 @@ bandwidth; the result says which it was (`result.ranks`, `result.note`). NCCL ne
 (2.28 refuses two ranks on one device), so NCCL with several ranks needs several GPUs.
 
 One process per rank (NCCL, the shape that extends across nodes): `invoke run collectives --ranks N`
-(harness/launch.py), or `mpirun` / `srun` on build/bin/collectives, which reads its rank from the
+(harness/calling/launch.py), or `mpirun` / `srun` on build/bin/collectives, which reads its rank from the
 environment (cuda/collectives/main.cu).
 """
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import library
-from ..errors import CudaError
+from harness.base.errors import CudaError
+from harness.calling import library
 
 PROGRAM = "collectives"
 VARIANTS = ("01_p2p_copy", "01_memcpy_peer", "02_ring_allreduce", "03_oneshot_allreduce", "nccl_allreduce",
@@ -86,7 +86,7 @@ NO_NCCL = ("NCCL absent: build/lib/libcollectives.so was built without NCCL (pip
 
 
 def gpu_count() -> int:
-    from .. import cudart
+    from harness.calling import cudart
 
     return cudart.device_count()
 
@@ -101,7 +101,7 @@ def max_virtual_world(blocks_per_rank: int = 1) -> int:
     """The most virtual ranks one cooperative launch holds on this GPU (every block resident)."""
     v = int(lib().collectives_max_virtual_world(int(blocks_per_rank)))
     if v < 0:
-        from .. import cudart
+        from harness.calling import cudart
 
         cudart.check(-v, "collectives_max_virtual_world")
     return v
@@ -428,13 +428,13 @@ def busbw_gbs(op: str, nbytes: float, world: int, seconds: float) -> float:
 # --- executable, bench, profile and sanitize hooks ---------------------------------------------------
 
 def run(*args, timeout: float = 300):
-    from .. import results
+    from harness.calling import results
 
     return results.run(PROGRAM, *args, timeout=timeout)
 
 
 def parse_output(text: str):
-    from .. import results
+    from harness.calling import results
 
     return results.parse_output(text, PROGRAM)
 
@@ -447,15 +447,15 @@ ONESHOT_MAX_BYTES = 16 << 20  # one step that reads every rank's buffer: a small
 def _bench_world() -> tuple[int, bool]:
     """(world, virtual) for the bench: every visible GPU (at most 8) when there are two or more, else
     two virtual ranks on the one GPU. Counted without starting CUDA (nvidia-smi)."""
-    from .. import gpus
+    from harness.measuring import gpus
 
     n = min(8, len(gpus.physical_gpus()))
     return (n, False) if n >= 2 else (2, True)
 
 
 def comm_setup(variant: str, nbytes: int, world: int, virtual: bool):
-    """harness.timing's target: a communicator with filled inputs and the enqueue marshalled once."""
-    from .. import bench
+    """harness.measuring.timing's target: a communicator with filled inputs and the enqueue marshalled once."""
+    from harness.measuring import bench
 
     n = nbytes // 4
     c = Communicator(world, nbytes, virtual)
@@ -477,7 +477,7 @@ def _case_setup(variant: str, nbytes: int, world: int, virtual: bool):
 def ceilings() -> dict:
     """NCCL's all-reduce at each bench size, timed beside the lab's kernels: only where the bench runs
     one rank per GPU (two or more GPUs) and NCCL is built in."""
-    from .. import bench
+    from harness.measuring import bench
 
     def make(label, nbytes):
         def measure(quick: bool):
@@ -498,7 +498,7 @@ def bench_cases(quick: bool = False) -> list:
     (algbw = bytes / time, busbw = algbw x 2(n-1)/n). With two or more GPUs each size's ceiling is
     NCCL's all-reduce at that size, in the same run; on one GPU the cases run two virtual ranks and
     are the protocol's cost on one GPU (beside the memcpy ceiling), not link bandwidth."""
-    from .. import bench
+    from harness.measuring import bench
 
     world, virtual = _bench_world()
     cases = []
@@ -541,7 +541,7 @@ def sanitize_args() -> dict[str, list[str]]:
 def doctor_status() -> tuple[bool, str, str]:
     """(ok, what was found, the fix): NCCL's version in the built library, and peer access between
     the visible GPUs. Never raises."""
-    from .. import build as _build
+    from harness.compile import build as _build
 
     if not _build.lib_path(PROGRAM).exists():
         return False, "not checked: build/lib/libcollectives.so is not built", "invoke build --programs collectives"

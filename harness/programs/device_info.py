@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import library, parse, runner
+from harness.calling import library, parse, runner
 
 
 def parse_output(text: str) -> dict:

@@ -49,7 +49,7 @@ Tolerance: the reference is the float64 product of the same bf16 values, so the 
 and only the FP32 accumulation differs: random-sign rounding grows like sqrt(k) * 2^-24 (4e-6 at
 k = 4096). TOL = 1e-4 for every k the tests and bench use (k <= 8192), room for the tensor cores'
 own accumulation order while a kernel that drops one 64-wide K tile misses by more than 0.1 at
-k <= 4096 (tests/test_gemm_tc.py shows the checker rejecting exactly that).
+k <= 4096 (tests/programs/test_gemm_tc.py shows the checker rejecting exactly that).
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ import re
 import ml_dtypes
 import numpy as np
 
-from .. import library
-from .. import results as _results
+from harness.calling import library
+from harness.calling import results as _results
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 TUNED = "06_wgmma_tuned"
@@ -263,7 +263,7 @@ def runs_as(variant: str) -> str:
 def tuned_choice(device: str | None = None) -> tuple[str | None, str]:
     """(configuration, why) for 06_wgmma_tuned on `device`: the cached winner when `invoke tune gemm_tc`
     ran on this exact device and names a configuration this build has, else (None, why 04's default runs)."""
-    from .. import tune as htune
+    from harness.measuring import tune as htune
 
     return htune.cached_winner("gemm_tc", device, configs)
 
@@ -273,7 +273,7 @@ _applied: dict = {}
 
 def apply_tuned() -> str:
     """Point 06_wgmma_tuned at this GPU's cached winner (once per process); returns the configuration it runs."""
-    from .. import tune as htune
+    from harness.measuring import tune as htune
 
     return htune.apply_tuned("gemm_tc", _applied, tuned_choice, configs, config_index)
 
@@ -401,7 +401,7 @@ def sanitize_args() -> dict[str, list[str]]:
     # The tuner may pick any configuration (06_wgmma_tuned runs it): every kernel instantiation
     # (schedule x stages) in both raster orders, groups of 16 (wider than this shape's 3 x 2 tiles, so
     # the last group is the ragged one). The group size is only index arithmetic in the tile walk;
-    # tests/test_gemm_tc.py checks every configuration's answer.
+    # tests/programs/test_gemm_tc.py checks every configuration's answer.
     for c in configs_by_name():
         p = config_parts(c)
         if p["group"] == 16:
@@ -427,7 +427,7 @@ TARGETS_4096 = {TUNED: 1.05, PINGPONG: 1.05, TMA_STORE: 1.05, "05_wgmma_cluster"
 
 
 def _bench_buffers(size: int, tf32: bool):
-    from .. import cudart
+    from harness.calling import cudart
 
     rng = np.random.default_rng(0)
     a = to_bf16(rng.uniform(-1, 1, (size, size)))
@@ -439,9 +439,9 @@ def _bench_buffers(size: int, tf32: bool):
 
 
 def variant_setup(variant: str, size: int):
-    """harness.timing's target: random bf16 operands (float32 copies for cublas_tf32) and one launch of
+    """harness.measuring.timing's target: random bf16 operands (float32 copies for cublas_tf32) and one launch of
     `variant` at size^3."""
-    from .. import bench
+    from harness.measuring import bench
 
     bufs = _bench_buffers(size, variant == "cublas_tf32")
     a, b, c = bufs
@@ -462,9 +462,9 @@ def _shared_buffers(size: int):
 
 
 def config_setup(config: str, size: int):
-    """harness.timing's target for `invoke tune gemm_tc`: one wgmma configuration at size^3, marshalled
+    """harness.measuring.timing's target for `invoke tune gemm_tc`: one wgmma configuration at size^3, marshalled
     once (Library.prepare), so the timed launch is the C call alone."""
-    from .. import bench
+    from harness.measuring import bench
 
     a, b, c = _shared_buffers(size)
     launch = _lib().prepare("gemm_tc_config_device", config_index(config), size, size, size, a.ptr, b.ptr, c.ptr,
@@ -474,7 +474,7 @@ def config_setup(config: str, size: int):
 
 def _cublas_ceiling(size: int):
     def measure(quick: bool = False):
-        from .. import bench
+        from harness.measuring import bench
 
         if not have_cublas():
             return None
@@ -488,7 +488,7 @@ def _cublas_ceiling(size: int):
 def bf16_peak_tflops(device: int = 0) -> tuple[float, str] | None:
     """SMs x dense BF16 FLOP/clk/SM x the device's reported clock (the attributes device_info
     reads, asked of the runtime directly), with how it was computed."""
-    from .. import cudart
+    from harness.calling import cudart
 
     d = {k: cudart.attribute(k, device) for k in ("cc_major", "cc_minor", "sm_count", "clock_khz")}
     per_sm = BF16_FLOP_PER_CLK_PER_SM.get((d["cc_major"], d["cc_minor"]))
@@ -499,7 +499,7 @@ def bf16_peak_tflops(device: int = 0) -> tuple[float, str] | None:
 
 
 def _bf16_peak(quick: bool = False):
-    from .. import bench
+    from harness.measuring import bench
 
     p = bf16_peak_tflops()
     return None if p is None else bench.Ceiling("bf16_peak", p[0], "TFLOP/s", p[1])
@@ -516,7 +516,7 @@ def bench_cases(quick: bool = False):
     """2048^3, 4096^3, 8192^3 (2048^3 with --quick): every rung against cuBLAS BF16 timed in the same
     run (targets at 4096^3: 04-08 >= 1.05, 03 >= 0.90, 02 >= 0.50), and every variant as a fraction of the
     BF16 peak."""
-    from .. import bench
+    from harness.measuring import bench
 
     try:
         runnable = [v for v in variants() if unsupported_reason(v) is None]
@@ -546,8 +546,8 @@ def bench_cases(quick: bool = False):
 
 
 # --- tuning: which configuration 06_wgmma_tuned runs on this GPU ------------------------------------
-# `invoke tune gemm_tc` (harness/tune.py) checks every configuration against the float64 reference on
-# TUNE_CHECK_SHAPES, times the correct ones at size^3 in one NVBench session (harness.timing, cold:
+# `invoke tune gemm_tc` (harness/measuring/tune.py) checks every configuration against the float64 reference on
+# TUNE_CHECK_SHAPES, times the correct ones at size^3 in one NVBench session (harness.measuring.timing, cold:
 # L2 flushed) and caches the fastest in bench/results/<gpu>/gemm_tc-tune.json; 06_wgmma_tuned then
 # runs it (apply_tuned; the executable through --config, which `invoke run gemm_tc` passes).
 
@@ -588,16 +588,17 @@ def _tune_check(config: str) -> str | None:
 
 def tune(size: int = 4096, save: bool = True, on_progress=None, options=None, kinds=TUNE_KINDS):
     """Check, then time, every wgmma configuration of `kinds` (schedule, stages, raster) at size^3 with
-    harness.timing; cache the fastest for this GPU, which 06_wgmma_tuned then runs.
+    harness.measuring.timing; cache the fastest for this GPU, which 06_wgmma_tuned then runs.
 
     A configuration that gives a wrong answer on TUNE_CHECK_SHAPES, or that this GPU or build cannot
-    run, is listed with the reason and never timed. `options` (harness.timing.Options) sets NVBench's
+    run, is listed with the reason and never timed. `options` (harness.measuring.timing.Options) sets NVBench's
     knobs; the default is the bench's. Returns (table, path): one row per configuration (tflops, ms,
     iqr_ms, status, winner) and the JSON written (None when save=False): the device, the winner, the table.
     """
-    from .. import cudart, timing
-    from .. import tune as htune
-    from ..errors import ContextLostError, CudaError
+    from harness.base.errors import ContextLostError, CudaError
+    from harness.calling import cudart
+    from harness.measuring import timing
+    from harness.measuring import tune as htune
 
     device = cudart.device_name(0)
     rows, items = [], []
@@ -618,7 +619,7 @@ def tune(size: int = 4096, save: bool = True, on_progress=None, options=None, ki
     if not items:
         raise RuntimeError("no gemm_tc configuration could run correctly on this device: "
                            + "; ".join(f"{r['config']}: {r['status']}" for r in rows))
-    # One NVBench session for every choice (harness.timing), each a cold measurement stopped on noise.
+    # One NVBench session for every choice (harness.measuring.timing), each a cold measurement stopped on noise.
     return htune.time_and_pick("gemm_tc", device, rows, items, size, options, on_progress, save, _applied)
 
 
@@ -626,6 +627,6 @@ def tune(size: int = 4096, save: bool = True, on_progress=None, options=None, ki
 def cli(args: list[str], variant: str | None = None, **_) -> int:
     """tasks.run's hook: build/bin/gemm_tc with the tuned configuration passed as --config when the run
     includes 06_wgmma_tuned (the executable cannot read the JSON cache itself). Returns the exit status."""
-    from .. import tune as htune
+    from harness.measuring import tune as htune
 
     return htune.run_with_tuned("gemm_tc", args, variant, TUNED, tuned_choice, "04's default configuration")

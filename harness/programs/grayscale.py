@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import library, results
-from ..sim import blk_kernel, blk_kernel2d, dim3, run_kernel
+from harness.base.sim import blk_kernel, blk_kernel2d, dim3, run_kernel
+from harness.calling import library, results
 
 VARIANTS = ("01_1d", "02_2d", "03_vectorized")
 DEFAULT_VARIANT = "03_vectorized"
@@ -479,7 +479,8 @@ def run(*args, timeout: float = 300):
 def bench_cases(quick: bool = False):
     """16384 x 16384 for every variant against the cudaMemcpy D2D ceiling, 4 bytes a pixel
     (3 read, 1 written). The issue's target, 0.90 of memcpy, is for 03_vectorized."""
-    from .. import bench, cudart
+    from harness.calling import cudart
+    from harness.measuring import bench
 
     h = w = 4096 if quick else 16384
     n = h * w
@@ -515,6 +516,6 @@ def bench_cases(quick: bool = False):
             for v in VARIANTS]
 
 
-# --- hooks for `invoke profile` and `invoke sanitize` (small, ragged sizes; see harness/profile.py) ---
+# --- hooks for `invoke profile` and `invoke sanitize` (small, ragged sizes; see harness/profiling/profile.py) ---
 def profile_args(variant: str | None = None) -> list[str]:
     return ["--variant", variant or VARIANTS[-1], "--reps", "1", "67", "93"]

@@ -8,7 +8,7 @@ The array starts as a[i] = i, so Old Value = index and New Value = Old * index =
     validate(df, n, blocks, threads) -> the same, sorted by element; TraceError if any line is
                                        missing, duplicated or wrong (a partial trace is never used)
     run(n, blocks, threads)          -> run the executable, parse, validate
-    simulate(n, blocks, threads)     -> the same DataFrame from the Python twin on harness.sim
+    simulate(n, blocks, threads)     -> the same DataFrame from the Python twin on harness.base.sim
     expected_mapping(n, blocks, threads) -> numpy's closed form: element i <- thread i % (blocks*threads)
     viz_data(n, blocks, threads, simulate) -> GridStrideData for analysis/gridstride.py
 """
@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .. import runner, sim
-from ..errors import TraceError
+from harness.base import sim
+from harness.base.errors import TraceError
+from harness.calling import runner
 
 PROGRAM = "grid_stride"
 COLUMNS = ["Thread ID", "Block ID", "Thread in Block", "Element Index", "Old Value", "New Value"]
@@ -144,7 +145,7 @@ def expected_mapping(n: int, blocks: int, threads: int) -> pd.DataFrame:
 # --- the Python twin ------------------------------------------------------------------------------
 
 def square_elements_k(ctx, a, n, trace):
-    """squareElements on harness.sim: the same loop, appending the line the GPU would print."""
+    """squareElements on harness.base.sim: the same loop, appending the line the GPU would print."""
     index = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
     stride = ctx.blockDim.x * ctx.gridDim.x
     i = index
@@ -213,7 +214,7 @@ def viz_data(n: int = DEFAULT_N, blocks: int = DEFAULT_BLOCKS, threads: int = DE
     df = run(n, blocks, threads)
     device = None
     try:
-        from .. import cudart
+        from harness.calling import cudart
 
         device = cudart.device_name(0)
     except Exception:  # the name is only a label on the figures
@@ -221,7 +222,7 @@ def viz_data(n: int = DEFAULT_N, blocks: int = DEFAULT_BLOCKS, threads: int = DE
     return GridStrideData(df, n, blocks, threads, simulated=False, device=device)
 
 
-# --- hooks for `invoke profile` and `invoke sanitize` (small sizes; see harness/profile.py) ---
+# --- hooks for `invoke profile` and `invoke sanitize` (small sizes; see harness/profiling/profile.py) ---
 def profile_args(variant: str | None = None) -> list[str]:
     """argv for build/bin/grid_stride: N=100 over 3 blocks of 32, so threads take several elements."""
     return ["100", "3", "32"]

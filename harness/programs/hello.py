@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .. import parse, runner
-from ..errors import TraceError
+from harness.base.errors import TraceError
+from harness.calling import parse, runner
 
 COLUMNS = ["kernel", "block", "thread", "global"]
 

@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import build as _build
-from .. import library, sass, sim
-from ..cudart import INT_MAX, MAX_GRID_YZ
+from harness.base import sim
+from harness.calling import library
+from harness.calling.cudart import INT_MAX, MAX_GRID_YZ
+from harness.compile import build as _build
+from harness.compile import sass
 
-# The SASS parser is harness.sass's (one per format); tests reach it through this module too.
-from ..sass import FP32_OPS, SassLoop, find_cuobjdump, sass_functions, sass_loops  # noqa: F401
+# The SASS parser is harness.compile.sass's (one per format); tests reach it through this module too.
+from harness.compile.sass import FP32_OPS, SassLoop, find_cuobjdump, sass_functions, sass_loops  # noqa: F401
 
 if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
     import pandas as pd
@@ -304,7 +306,7 @@ def mandelbrot_bk(blockidx, threadidx, blockdim, out, width, height, max_iters, 
 
 
 def twin(width: int, height: int, max_iters: int, region=DEFAULT_REGION, dtype=np.float32) -> np.ndarray:
-    """Run mandelbrot_bk over a 16x16-block grid with harness.sim.blk_kernel2d (tiny images only)."""
+    """Run mandelbrot_bk over a 16x16-block grid with harness.base.sim.blk_kernel2d (tiny images only)."""
     width, height, max_iters, reg, dt, _ = validate(width, height, max_iters, region, dtype)
     t = dt.type
     x0, x1, y0, y1 = (t(v) for v in reg)
@@ -371,7 +373,7 @@ def viz_data(width: int = 1024, height: int = 1024, iters: int = 256, region=Non
 
 
 def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
-    """`invoke run mandelbrot` without a GPU: 01_naive's Python twin (harness.sim, 16x16 blocks)
+    """`invoke run mandelbrot` without a GPU: 01_naive's Python twin (harness.base.sim, 16x16 blocks)
     and 02_fast's numpy twin on a small image, each checked pixel for pixel against the numpy
     reference of its arithmetic."""
     import pandas as pd
@@ -382,7 +384,7 @@ def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
     w, h, it = 48, 36, 64
     ref = reference(w, h, it, DEFAULT_REGION, np.float32)
     rows = []
-    for what, out, want in (("01_naive (Python twin, harness.sim)", twin(w, h, it), ref),
+    for what, out, want in (("01_naive (Python twin, harness.base.sim)", twin(w, h, it), ref),
                             ("02_fast (numpy twin)", reference_fast(w, h, it), ref)):
         bad = mismatches(out, want)
         rows.append({"variant": what, "size": f"{w}x{h}x{it}", "mismatches": bad,
@@ -398,7 +400,8 @@ def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
 # --- bench ------------------------------------------------------------------------------------
 
 def _bench_case(variant: str, edge: int, iters: int, quick: bool):
-    from .. import bench, cudart
+    from harness.calling import cudart
+    from harness.measuring import bench
 
     def setup():
         buf = cudart.DeviceBuffer(edge * edge * 4)
@@ -432,6 +435,6 @@ def bench_cases(quick: bool = False):
     return cases
 
 
-# --- hooks for `invoke profile` and `invoke sanitize` (small, ragged sizes; see harness/profile.py) ---
+# --- hooks for `invoke profile` and `invoke sanitize` (small, ragged sizes; see harness/profiling/profile.py) ---
 def profile_args(variant: str | None = None) -> list[str]:
     return ["--variant", variant or VARIANTS[-1], "--reps", "1", "97", "61", "64"]

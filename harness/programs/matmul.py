@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import library, results
-from ..cudart import MAX_GRID_YZ
-from ..sim import blk_kernel2d, dim3, launch
+from harness.base.sim import blk_kernel2d, dim3, launch
+from harness.calling import library, results
+from harness.calling.cudart import MAX_GRID_YZ
 
 if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
     import pandas as pd
@@ -152,7 +152,7 @@ def smem_bytes(variant: str, tile: int, trans_b: bool = False) -> int:
 
 
 def device_limits(device: int = 0) -> dict:
-    from .. import cudart
+    from harness.calling import cudart
 
     return {"max_threads_per_block": cudart.attribute("max_threads_per_block", device),
             "smem_per_block": cudart.attribute("smem_per_block", device)}
@@ -305,7 +305,7 @@ TUNE_KINDS = ("07_warptile", "08_pipelined", "10_regtile", "11_splitk_tail")
 def tuned_choice(device: str | None = None) -> tuple[str | None, str]:
     """(configuration, why) for 09_tuned on `device`: the cached winner when `invoke tune matmul` ran on
     this exact device and names a configuration this build has, else (None, why the default is used)."""
-    from .. import tune as htune
+    from harness.measuring import tune as htune
 
     return htune.cached_winner("matmul", device, configs)
 
@@ -315,21 +315,22 @@ _applied: dict = {}
 
 def apply_tuned() -> str:
     """Point 09_tuned at this GPU's cached winner (once per process); returns the configuration it runs."""
-    from .. import tune as htune
+    from harness.measuring import tune as htune
 
     return htune.apply_tuned("matmul", _applied, tuned_choice, configs, config_index)
 
 
 def tune(size: int = 4096, kinds=TUNE_KINDS, save: bool = True, on_progress=None, options=None):
-    """Time every configuration of `kinds` at size^3 with harness.timing; cache the fastest for this GPU.
+    """Time every configuration of `kinds` at size^3 with harness.measuring.timing; cache the fastest for this GPU.
 
     Configurations the device cannot hold are listed with the limit they exceed, never launched.
-    `options` (harness.timing.Options) sets NVBench's knobs; the default is the bench's.
+    `options` (harness.measuring.timing.Options) sets NVBench's knobs; the default is the bench's.
     Returns (table, path): one row per configuration (tflops, ms, iqr_ms, status) and the JSON file
     written (None when save=False). The JSON holds the device name, the winner and the whole table.
     """
-    from .. import cudart, timing
-    from .. import tune as htune
+    from harness.calling import cudart
+    from harness.measuring import timing
+    from harness.measuring import tune as htune
 
     device = cudart.device_name(0)
     rows, items = [], []
@@ -342,7 +343,7 @@ def tune(size: int = 4096, kinds=TUNE_KINDS, save: bool = True, on_progress=None
             continue
         rows.append({"config": name, "status": "ok"})
         items.append(timing.Item(name, "harness.programs.matmul:config_setup", {"config": name, "size": size}))
-    # One NVBench session for every choice (harness.timing), each a cold measurement stopped on noise.
+    # One NVBench session for every choice (harness.measuring.timing), each a cold measurement stopped on noise.
     return htune.time_and_pick("matmul", device, rows, items, size, options, on_progress, save, _applied)
 
 
@@ -354,7 +355,7 @@ def reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def relerr(out: np.ndarray, ref: np.ndarray) -> float:
-    """||out - ref|| / ||ref|| (harness.results.relative_error; inf for a shape mismatch or a NaN)."""
+    """||out - ref|| / ||ref|| (harness.calling.results.relative_error; inf for a shape mismatch or a NaN)."""
     try:
         return results.relative_error(out, ref)
     except ValueError:
@@ -436,7 +437,7 @@ def matmul_tiled_k(ctx, m, n, out, h, w, k, tw, sync=True):
 
 
 def matmul_tiled_sim(a: np.ndarray, b: np.ndarray, tw: int = 4, sync: bool = True) -> np.ndarray:
-    """Run matmul_tiled_k with harness.sim.launch: shared tiles per block, barriers at each yield."""
+    """Run matmul_tiled_k with harness.base.sim.launch: shared tiles per block, barriers at each yield."""
     h, k = a.shape
     k2, w = b.shape
     if k != k2:
@@ -480,7 +481,7 @@ def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
         ok, err = check(out, ref)
         rows.append({"variant": what, "shape": f"{m}x{k} @ {k}x{n}", "rel_error": float(f"{err:.3g}"),
                      "seconds": round(secs, 2), "check": "pass" if ok else "fail"})
-    return pd.DataFrame(rows), (f"the kernels' Python twins on harness.sim (one call per thread), "
+    return pd.DataFrame(rows), (f"the kernels' Python twins on harness.base.sim (one call per thread), "
                                 f"against the float64 numpy reference, tolerance {TOL:g}")
 
 
@@ -533,7 +534,7 @@ def _host_operands(m: int, n: int, k: int):
 
 
 def _bench_buffers(m: int, n: int, k: int):
-    from .. import cudart
+    from harness.calling import cudart
 
     ha, hb = _host_operands(m, n, k)
     a = cudart.DeviceBuffer.from_array(ha)
@@ -544,7 +545,7 @@ def _bench_buffers(m: int, n: int, k: int):
 
 def prepared_launch(variant: str, tile: int, m: int, n: int, k: int, a_ptr, b_ptr, c_ptr, config: str | None = None):
     """`launch(stream)` for the timing loop, marshalled once by Library.prepare (the variant name or the
-    configuration's index, the pointers), so that the timed call is the C call alone: harness.timing
+    configuration's index, the pointers), so that the timed call is the C call alone: harness.measuring.timing
     records its start event before calling it. A non-zero status raises CudaError after the enqueue."""
     lib = _lib()
     if config is not None:
@@ -557,9 +558,9 @@ def prepared_launch(variant: str, tile: int, m: int, n: int, k: int, a_ptr, b_pt
 
 
 def variant_setup(variant: str, tile: int, m: int, n: int, k: int, config: str | None = None):
-    """harness.timing's target: random A and B on the device and a prepared launch of `variant` (or of
+    """harness.measuring.timing's target: random A and B on the device and a prepared launch of `variant` (or of
     a tuning configuration by name) at m x n x k."""
-    from .. import bench
+    from harness.measuring import bench
 
     a, b, c = _bench_buffers(m, n, k)
 
@@ -582,8 +583,8 @@ def _shared_buffers(m: int, n: int, k: int):
 
 
 def config_setup(config: str, size: int):
-    """harness.timing's target for `invoke tune matmul`: one tuning configuration at size^3."""
-    from .. import bench
+    """harness.measuring.timing's target for `invoke tune matmul`: one tuning configuration at size^3."""
+    from harness.measuring import bench
 
     a, b, c = _shared_buffers(size, size, size)
     return bench.Prepared(prepared_launch("", 0, size, size, size, a.ptr, b.ptr, c.ptr, config=config))
@@ -592,7 +593,7 @@ def config_setup(config: str, size: int):
 def _make_cublas_ceiling(label: str, m: int, n: int, k: int):
     def ceiling(quick: bool = False):
         """cuBLAS SGEMM at this size, timed beside the cases; None without cuBLAS."""
-        from .. import bench
+        from harness.measuring import bench
 
         if not have_cublas():
             return None
@@ -606,7 +607,7 @@ def _make_cublas_ceiling(label: str, m: int, n: int, k: int):
 
 def _naive_ceiling(quick: bool = False):
     """01_naive at 4096^3: the yardstick for "02_tiled >= 1.5x 01_naive"."""
-    from .. import bench
+    from harness.measuring import bench
 
     return bench.TimedCeiling("matmul_01_naive", "TFLOP/s", 2.0 * BENCH_N**3, "harness.programs.matmul:variant_setup",
                               {"variant": "01_naive", "tile": 16, "m": BENCH_N, "n": BENCH_N, "k": BENCH_N},
@@ -629,7 +630,7 @@ def bench_cases(quick: bool = False):
     Quick (`invoke bench --quick`): only 07-11 at 4096^3 and cuBLAS against the peak.
     09_tuned's target is issue 10's: 0.9 of cuBLAS at 4096^3; the last rung's are issue 20's (ISSUE20_TARGETS).
     """
-    from .. import bench
+    from harness.measuring import bench
 
     def make_setup(variant, tile, m, n, k):
         return lambda: variant_setup(variant, tile, m, n, k)
@@ -667,7 +668,7 @@ def bench_cases(quick: bool = False):
     return cases
 
 
-# --- hooks for `invoke profile` and `invoke sanitize` (small, ragged sizes; see harness/profile.py) ---
+# --- hooks for `invoke profile` and `invoke sanitize` (small, ragged sizes; see harness/profiling/profile.py) ---
 def profile_args(variant: str | None = None) -> list[str]:
     return ["--variant", variant or "02_tiled", "--reps", "1", "65", "33", "47"]
 
@@ -689,6 +690,6 @@ def sanitize_args() -> dict[str, list[str]]:
 def cli(args: list[str], variant: str | None = None, **_) -> int:
     """tasks.run's hook: build/bin/matmul with the tuned configuration passed as --config when the run
     includes 09_tuned (the executable cannot read the JSON cache itself). Returns the exit status."""
-    from .. import tune as htune
+    from harness.measuring import tune as htune
 
     return htune.run_with_tuned("matmul", args, variant, TUNED, tuned_choice, "default configuration")

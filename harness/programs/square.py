@@ -6,7 +6,7 @@ Public API (numpy in, numpy out; arguments are checked before anything is launch
     square_int32(a, threads=256)                   int32, IN PLACE (the course's semantics), wraps like numpy
     square_matrix(x, out=None)                     float32 2-D, 16x16 blocks
     reference(x)                                   numpy's answer
-Python twins (harness.sim, as in lecture 3): square_bk, square_grid_stride_k, square_vectorized_k,
+Python twins (harness.base.sim, as in lecture 3): square_bk, square_grid_stride_k, square_vectorized_k,
 square_matrix_bk, and `twin(...)` to run them. `compare(n)` is `invoke compare square`;
 `bench_cases(quick)` is `invoke bench --programs square`.
 """
@@ -19,8 +19,9 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from .. import library, parse, runner, sim
-from ..results import relative_error
+from harness.base import sim
+from harness.calling import library, parse, runner
+from harness.calling.results import relative_error
 
 PROGRAM = "square"
 VARIANTS = ("01_naive", "02_grid_stride", "03_vectorized")
@@ -119,7 +120,7 @@ def square_matrix(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """out = x*x for a 2-D C-contiguous float32 (height x width) matrix, 16x16 blocks. Returns out."""
     x = library.check_array(x, "x", np.float32, ndim=2)
     h, w = x.shape
-    from ..cudart import INT_MAX, MAX_GRID_YZ
+    from harness.calling.cudart import INT_MAX, MAX_GRID_YZ
 
     if w > INT_MAX:
         raise ValueError(f"width must be at most {INT_MAX} (a C int), got {w}")
@@ -146,7 +147,7 @@ def square_dev(variant: str, d_x, d_out, n: int, stream=None, blocks: int = 0, t
     L.square_f32_dev(variant, d_x, d_out, n, blocks, threads, stream)
 
 
-# --- Python twins (harness.sim) -------------------------------------------------------------------
+# --- Python twins (harness.base.sim) -------------------------------------------------------------------
 
 def square_bk(blockidx, threadidx, blockdim, x, out, n):
     """01_naive, lecture-3 style: one thread per element and a bounds guard."""
@@ -258,8 +259,9 @@ def _median_process(prog: str, args: list, runs: int) -> tuple[float, list[dict]
 
 
 def kernel_setup(n: int, threads: int = DEFAULT_THREADS):
-    """harness.timing's target: the int32 kernel on 1..n already on the device."""
-    from .. import bench, cudart
+    """harness.measuring.timing's target: the int32 kernel on 1..n already on the device."""
+    from harness.calling import cudart
+    from harness.measuring import bench
 
     fn = lib().square_int32_dev
     buf = cudart.DeviceBuffer(4 * n)
@@ -268,8 +270,8 @@ def kernel_setup(n: int, threads: int = DEFAULT_THREADS):
 
 
 def kernel_ms(n: int, threads: int = DEFAULT_THREADS) -> float:
-    """The int32 kernel alone, data already on the device, timed by harness.timing (NVBench; median ms)."""
-    from .. import timing
+    """The int32 kernel alone, data already on the device, timed by harness.measuring.timing (NVBench; median ms)."""
+    from harness.measuring import timing
 
     return timing.time_one("harness.programs.square:kernel_setup", n=int(n), threads=int(threads)).median_ms
 
@@ -295,7 +297,7 @@ def compare(n: int = 100000, runs: int = 5, threads: int = DEFAULT_THREADS) -> t
         ("CPU loop only (timed inside square_cpu)", loop_ms),
         ("GPU process (build/bin/square)", gpu_ms),
         ("GPU kernel inside the process (events; managed pages migrate)", in_proc_ms),
-        ("GPU kernel alone (harness.timing; data on the device, L2 flushed)", alone_ms),
+        ("GPU kernel alone (harness.measuring.timing; data on the device, L2 flushed)", alone_ms),
     ]
     df = pd.DataFrame(rows, columns=["what", "median_ms"])
     df["speedup_vs_cpu_process"] = cpu_ms / df["median_ms"]
@@ -357,7 +359,8 @@ def explain(n, cpu_ms, loop_ms, gpu_ms, in_proc_ms, alone_ms) -> str:
 
 def _setup(variant: str, n: int) -> Callable:
     def setup():
-        from .. import bench, cudart
+        from harness.calling import cudart
+        from harness.measuring import bench
 
         x, out = cudart.DeviceBuffer(4 * n), cudart.DeviceBuffer(4 * n)
         x.fill_bytes(0x3F)  # 0x3F3F3F3F = 0.747f: a normal float, no NaN or denormal slow paths
@@ -384,7 +387,7 @@ def bench_cases(quick: bool = False) -> list:
     03_vectorized ~0.95-0.98 (16-byte accesses, four loads in flight per thread before the
     stores). The results and the comparison are in bench/results/<gpu>/NOTES-square.md.
     """
-    from .. import bench
+    from harness.measuring import bench
 
     sizes = [("2^24", 1 << 24, True)] + ([] if quick else [("2^28", 1 << 28, False)])
     cases = []
@@ -398,7 +401,7 @@ def bench_cases(quick: bool = False) -> list:
     return cases
 
 
-# --- hooks for `invoke profile` and `invoke sanitize` (small sizes; see harness/profile.py) ---
+# --- hooks for `invoke profile` and `invoke sanitize` (small sizes; see harness/profiling/profile.py) ---
 def profile_args(variant: str | None = None) -> list[str]:
     """argv for build/bin/square: the course's managed-memory program has one kernel."""
     return ["1000"]

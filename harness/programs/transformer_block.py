@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import library, results
+from harness.calling import library, results
+
 from . import attention as _attention
 
 LN_EPS = 1e-5
@@ -220,7 +221,7 @@ def run(variant: str = "02_flash", batch: int | None = None, seqs=(), embed: int
     return results.run("transformer_block", *args, timeout=timeout)
 
 
-# --- hooks for `invoke profile` and `invoke sanitize` (see harness/profile.py) ---
+# --- hooks for `invoke profile` and `invoke sanitize` (see harness/profiling/profile.py) ---
 # Profiled as separate runs and drawn side by side: naive against flash is the course's point, and
 # the bf16 tensor-core block beside the float32 ones.
 PROFILE_VARIANTS = VARIANTS

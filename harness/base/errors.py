@@ -1,0 +1,179 @@
+"""The exception types of cudalab. Every failure a user can meet is one of these (or a
+ValueError/TypeError for bad arguments, raised before anything is launched)."""
+
+from __future__ import annotations
+
+
+class CudalabError(Exception):
+    """Base of cudalab's own errors."""
+
+
+class CudaError(CudalabError):
+    """A CUDA runtime call failed. Carries the numeric code, its name and its message."""
+
+    def __init__(self, code: int, name: str = "", message: str = "", where: str = ""):
+        self.code = int(code)
+        self.name = name or f"cudaError({code})"
+        self.message = message
+        self.where = where
+        text = f"{self.name} ({self.code}): {message}" if message else f"{self.name} ({self.code})"
+        super().__init__(f"{where}: {text}" if where else text)
+
+
+# The oldest Linux driver branch each CUDA toolkit's programs run on (NVIDIA's compatibility table:
+# CUDA 13.0 GA needs 580). A toolkit missing here gets the sentence without the number.
+MIN_DRIVER = {(13, 0): "580"}
+# The one sentence for a driver older than the toolkit: `invoke doctor`, `invoke build`, NoGPUError and
+# the executables (cuda/common/check.cuh spells the same text as CUDALAB_DRIVER_TOO_OLD; a test compares).
+DRIVER_TOO_OLD = ("the NVIDIA driver supports CUDA %d.%d, older than the CUDA %d.%d these programs are built with "
+                  "(%s): update the NVIDIA driver, or use a CUDA toolkit the driver supports (%d.%d or older)")
+
+
+def _split_version(v: int) -> tuple[int, int]:
+    """cudaDriverGetVersion's 12020 -> (12, 2)."""
+    return v // 1000, (v % 1000) // 10
+
+
+def driver_too_old_line(driver: int, toolkit: int) -> str | None:
+    """The sentence when a driver supporting CUDA `driver` (cudaDriverGetVersion's 12020 form) is older
+    than `toolkit` (the same form), else None. 0 means no driver at all: not this sentence."""
+    if driver <= 0 or toolkit <= 0 or _split_version(driver) >= _split_version(toolkit):
+        return None
+    tk = _split_version(toolkit)
+    need = f"CUDA {tk[0]}.{tk[1]} needs driver {MIN_DRIVER[tk]} or newer" if tk in MIN_DRIVER \
+        else f"CUDA {tk[0]}.{tk[1]} needs a newer driver"
+    return DRIVER_TOO_OLD % (*_split_version(driver), *tk, need, *_split_version(driver))
+
+
+def _driver_line_here() -> str | None:
+    """driver_too_old_line for this process's driver and CUDA runtime, None when unknown."""
+    try:
+        from harness.calling import cudart
+
+        return driver_too_old_line(cudart.driver_version(), cudart.runtime_version())
+    except Exception:  # no libcudart, or it cannot even say its version: the generic hint stays
+        return None
+
+
+class NoGPUError(CudaError):
+    """No usable device: the runtime said "no device" (100) or "insufficient driver" (35). For 35 with a
+    driver that is there but older than the runtime, the message is DRIVER_TOO_OLD's sentence."""
+
+    CODES = (100, 35)
+
+    def __init__(self, code: int, name: str = "", message: str = "", where: str = "",
+                 driver_line: str | None = None):
+        super().__init__(code, name, message, where)
+        if self.code == 35 and driver_line is None:
+            driver_line = _driver_line_here()
+        if self.code == 35 and driver_line:
+            self.hint = driver_line
+            self.args = (f"{where + ': ' if where else ''}{driver_line}",)
+            return
+        if self.code == 35:
+            hint = (
+                "no usable NVIDIA driver: the CUDA runtime needs libcuda.so from a driver at least as new "
+                "as the runtime. Install or update the NVIDIA driver, or run on a machine with a GPU."
+            )
+        else:
+            hint = "no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)."
+        self.hint = hint
+        self.args = (f"{self.args[0]} -- {hint}",)
+
+
+class DriverTooOldError(CudalabError):
+    """The NVIDIA driver is older than the CUDA toolkit the programs are built with (DRIVER_TOO_OLD)."""
+
+
+class BuildError(CudalabError):
+    """The compiler failed. `diagnostics` holds nvcc's `file:line` lines; `log` the whole output."""
+
+    def __init__(self, message: str, diagnostics: list | None = None, log: str = ""):
+        self.diagnostics = list(diagnostics or [])
+        self.log = log
+        lines = [message] + [str(d) for d in self.diagnostics]
+        super().__init__("\n".join(lines))
+
+
+class ProgramError(CudalabError):
+    """An executable exited non-zero (or timed out). Carries the status and the tail of stderr."""
+
+    def __init__(self, argv, returncode: int, stderr_tail: str = "", stdout: str = "", timed_out: bool = False):
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr_tail = stderr_tail
+        self.stdout = stdout
+        self.timed_out = timed_out
+        cmd = " ".join(str(a) for a in self.argv)
+        what = "timed out" if timed_out else f"exited with status {returncode}"
+        msg = f"{cmd} {what}"
+        if stderr_tail.strip():
+            msg += ":\n" + stderr_tail.rstrip()
+        super().__init__(msg)
+
+
+class TraceError(CudalabError):
+    """A printed trace is missing lines or has duplicates; a partial trace is never used."""
+
+    def __init__(self, message: str, missing=(), duplicated=()):
+        self.missing = list(missing)
+        self.duplicated = list(duplicated)
+        super().__init__(message)
+
+
+RESTART = ("the CUDA context is lost: every later CUDA call in this process fails. Restart the process "
+           "(in a notebook: restart the kernel)")
+
+
+class ContextLostError(CudaError):
+    """A sticky error (an illegal address, a kernel fault, a device-side assert) poisoned the CUDA
+    context. The first one says what happened; every later call raises this again, naming the first
+    error, since nothing can be done with the device until the process is restarted."""
+
+    def __init__(self, code: int, name: str = "", message: str = "", where: str = "", earlier=None):
+        super().__init__(code, name, message, where)
+        self.earlier = earlier
+        if earlier is None:
+            self.args = (f"{self.args[0]} -- {RESTART}",)
+        else:
+            first = f"{earlier.name} ({earlier.code})" + (f" in {earlier.where}" if earlier.where else "")
+            self.args = (f"{where + ': ' if where else ''}{RESTART} (lost earlier: {first})",)
+
+    def _render_traceback_(self):  # IPython: the sentence, not a traceback
+        return [f"ContextLostError: {self.args[0]}"]
+
+
+# Codes that leave the context unusable (driver_types.h: "the process must be terminated and relaunched").
+# A function may also return one of them as a plain argument check (square's misaligned pointer), so a
+# code counts as sticky only when the runtime still reports an error after it (see `raise_for_code`).
+STICKY_CODES = frozenset({214, 220, 700, 702, 709, 710, 714, 715, 716, 717, 718, 719, 720, 721, 999})
+_lost: ContextLostError | None = None
+
+
+def context_lost() -> ContextLostError | None:
+    """The first sticky error this process met, or None."""
+    return _lost
+
+
+def check_context(where: str = "") -> None:
+    """Raise ContextLostError when an earlier call lost the context (call before touching the GPU)."""
+    if _lost is not None:
+        raise ContextLostError(_lost.code, _lost.name, _lost.message, where, earlier=_lost)
+
+
+def raise_for_code(code: int, name: str = "", message: str = "", where: str = "",
+                   still_failing: bool | None = None) -> None:
+    """Raise the right exception for a non-zero cudaError_t; do nothing for 0.
+
+    `still_failing`: whether the runtime kept reporting an error after this one was read (a sticky
+    error never clears). A sticky code with still_failing (or None, when the caller cannot tell)
+    raises ContextLostError and makes every later check_context() raise it again."""
+    global _lost
+    if code == 0:
+        return
+    check_context(where)
+    if code in STICKY_CODES and still_failing is not False:
+        _lost = ContextLostError(code, name, message, where)
+        raise _lost
+    cls = NoGPUError if code in NoGPUError.CODES else CudaError
+    raise cls(code, name, message, where)

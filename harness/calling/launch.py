@@ -1,0 +1,169 @@
+"""Start N rank processes of one program and watch them: `invoke run collectives --ranks N`.
+
+No MPI: each rank is a plain child process whose environment names it, the way torchrun does
+(RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), which is also what build/bin/collectives reads
+besides mpirun's OMPI_COMM_WORLD_* and srun's SLURM_*. NCCL's unique id goes through a file in a fresh
+folder (CUDALAB_ID_FILE): rank 0 writes it under a temporary name and renames it, the others wait for it.
+
+Each rank runs in its own process group (a new session), so that stopping it also stops anything it
+started. The run ends when every rank has exited 0, or at the first rank that fails -- exits non-zero
+or is killed by a signal -- or at the deadline: then every rank still running is stopped, each by its
+own process group (SIGTERM, then SIGKILL after a grace period), and RankFailure names the rank and why.
+Every rank's output goes to a file (a pipe that nobody reads could block a rank) and is handed back.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.base.errors import ProgramError
+
+POLL_S = 0.02
+GRACE_S = 2.0  # between SIGTERM and SIGKILL
+TAIL_LINES = 20
+
+
+class RankFailure(ProgramError):
+    """A rank exited non-zero, was killed, or the run passed its deadline. `rank` is the one that
+    failed first (for a deadline: the lowest rank still running), `reason` says how."""
+
+    def __init__(self, argv, rank: int, reason: str, returncode: int, stderr_tail: str = "", stdout: str = "",
+                 timed_out: bool = False, stopped: list[int] | None = None):
+        self.rank, self.reason, self.stopped = rank, reason, list(stopped or [])
+        super().__init__(argv, returncode, stderr_tail, stdout, timed_out)
+        stop = f"; stopped rank(s) {', '.join(map(str, self.stopped))}" if self.stopped else ""
+        first = stderr_tail.strip().splitlines()[-1] if stderr_tail.strip() else ""
+        self.args = (f"rank {rank} {reason}{stop}" + (f": {first}" if first else ""),)
+
+
+@dataclass
+class RankRun:
+    rank: int
+    returncode: int | None
+    stdout: str
+    stderr: str
+
+
+@dataclass
+class LaunchResult:
+    argv: list[str]
+    ranks: list[RankRun] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def stdout(self) -> str:
+        return "".join(r.stdout for r in self.ranks)
+
+
+def rank_env(rank: int, world: int, id_file: Path, base: dict | None = None, extra: dict | None = None) -> dict:
+    env = dict(os.environ if base is None else base)
+    env.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world),
+                "CUDALAB_ID_FILE": str(id_file)})
+    env.update(extra or {})
+    # Never NVLink multicast, whatever the caller's environment says (on shared multi-GPU hosts a
+    # program that uses it can take the GPUs out of service).
+    env["NCCL_NVLS_ENABLE"] = "0"
+    return env
+
+
+def _describe(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with status {code}"
+
+
+def _stop(procs: dict[int, subprocess.Popen]) -> list[int]:
+    """Stop every rank still running, each by its own process group; wait for them. The ranks stopped."""
+    alive = [r for r, p in procs.items() if p.poll() is None]
+    for r in alive:
+        try:
+            os.killpg(procs[r].pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    end = time.monotonic() + GRACE_S
+    for r in alive:
+        try:
+            procs[r].wait(timeout=max(0.0, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for p in procs.values():
+        # The leader may be gone while its group still has members (a child it started): SIGKILL the
+        # group in any case; a group with nobody left raises ProcessLookupError.
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        p.wait()
+    return alive
+
+
+def launch(argv: list[str], ranks: int, deadline_s: float = 600.0, extra_env: dict | None = None,
+           folder: Path | None = None) -> LaunchResult:
+    """Run `argv` as `ranks` processes; return when all exit 0, else raise RankFailure (see above)."""
+    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
+        raise ValueError(f"--ranks must be a positive integer, got {ranks!r}")
+    if not deadline_s > 0:
+        raise ValueError(f"the deadline must be positive, got {deadline_s!r}")
+    argv = [str(a) for a in argv]
+    with tempfile.TemporaryDirectory(prefix="cudalab-ranks-", dir=folder) as tmp:
+        d = Path(tmp)
+        id_file = d / "nccl.id"
+        procs: dict[int, subprocess.Popen] = {}
+        files = {}
+        t0 = time.monotonic()
+        failure = None
+        try:
+            for r in range(ranks):
+                out, err = open(d / f"rank{r}.out", "w+b"), open(d / f"rank{r}.err", "w+b")
+                files[r] = (out, err)
+                procs[r] = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                            env=rank_env(r, ranks, id_file, extra=extra_env), start_new_session=True)
+            while True:
+                codes = {r: p.poll() for r, p in procs.items()}
+                bad = [r for r, c in codes.items() if c not in (None, 0)]
+                if bad:
+                    first = bad[0]
+                    failure = (first, _describe(codes[first]), codes[first], False)
+                    break
+                if all(c == 0 for c in codes.values()):
+                    break
+                if time.monotonic() - t0 > deadline_s:
+                    late = [r for r, c in codes.items() if c is None]
+                    failure = (late[0], f"did not finish within the deadline of {deadline_s:g} s", -1, True)
+                    break
+                time.sleep(POLL_S)
+        finally:
+            stopped = _stop(procs)  # nothing is left behind, whatever happened above
+        runs = []
+        for r in range(len(procs)):
+            out, err = files[r]
+            out.seek(0)
+            err.seek(0)
+            runs.append(RankRun(r, procs[r].returncode, out.read().decode(errors="replace"),
+                                err.read().decode(errors="replace")))
+            out.close()
+            err.close()
+    res = LaunchResult(argv, runs, time.monotonic() - t0)
+    if failure is not None:
+        rank, reason, code, timed_out = failure
+        others = [s for s in stopped if s != rank]
+        tail = "\n".join(runs[rank].stderr.rstrip().splitlines()[-TAIL_LINES:])
+        raise RankFailure(argv, rank, reason, code, tail, res.stdout, timed_out, others)
+    return res
+
+
+def run_program(prog: str, ranks: int, args: list[str], deadline_s: float = 600.0) -> LaunchResult:
+    """build/bin/<prog> as `ranks` processes (the executable must be built)."""
+    from harness.calling import runner
+
+    return launch([str(runner.executable(prog)), *args], ranks, deadline_s)

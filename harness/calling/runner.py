@@ -1,0 +1,77 @@
+"""Run build/bin/<prog> with a timeout and hand back stdout, stderr and the exit status."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.base.errors import ProgramError
+from harness.compile import build as _build
+
+DEFAULT_TIMEOUT = 120.0
+STDERR_TAIL_LINES = 20
+
+
+@dataclass
+class Result:
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def executable(prog: str) -> Path:
+    """build/bin/<prog>, once it is checked to be the file its build wrote (FileNotFoundError saying
+    to run `invoke build` when it is missing, truncated or changed since)."""
+    return _build.verified(_build.bin_path(prog), prog)
+
+
+def tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def run(prog: str, *args, timeout: float = DEFAULT_TIMEOUT, check: bool = True, prefix: list[str] | None = None,
+        env: dict | None = None) -> Result:
+    """Run `build/bin/<prog> args...`. With check=True a non-zero status raises ProgramError with
+    the tail of stderr; a timeout always raises. `prefix` wraps the command (a profiler, say)."""
+    import time
+
+    argv = list(prefix or []) + [str(executable(prog))] + [str(a) for a in args]
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                           env={**os.environ, **(env or {})}, errors="replace")
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        raise ProgramError(argv, -1, tail(err), out, timed_out=True) from None
+    res = Result(argv, p.returncode, p.stdout, p.stderr, time.perf_counter() - t0)
+    if check and p.returncode != 0:
+        raise ProgramError(argv, p.returncode, tail(p.stderr), p.stdout)
+    return res
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = 1.0) -> None:
+    """Stop a child started with start_new_session=True and everything it started (nvcc's cicc, ptxas
+    and gcc; NVBench's session): SIGTERM to its process group, SIGKILL to what is left after
+    `grace_s`, then reap it. Used when the parent is interrupted: waiting for the child, or killing
+    only the child, would leave the rest of the group running."""
+    import contextlib
+    import signal
+
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # stragglers, once the leader is gone too
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()

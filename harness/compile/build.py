@@ -1,0 +1,620 @@
+"""Run make, and read what the compilers said: nvcc/gcc diagnostics and ptxas resource usage."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from harness.base.errors import BuildError
+from harness.compile import toolchain
+
+ROOT = toolchain.ROOT
+CUDA_DIR = ROOT / "cuda"
+BUILD = ROOT / "build"
+
+
+def programs(root: Path | None = None) -> list[str]:
+    """Every cuda/<prog>/ that holds <prog>.cu, in name order (what the Makefile discovers)."""
+    cuda = (root / "cuda") if root is not None else CUDA_DIR
+    return sorted(d.name for d in cuda.iterdir() if d.is_dir() and (d / f"{d.name}.cu").exists())
+
+
+def lib_path(prog: str) -> Path:
+    return BUILD / "lib" / f"lib{prog}.so"
+
+
+def bin_path(prog: str) -> Path:
+    return BUILD / "bin" / prog
+
+
+def not_built(paths, progs, why: str | None = None) -> str:
+    """The one message for missing (or stale: `why` says how) build outputs: which, and the command
+    that builds only those programs."""
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    progs = [progs] if isinstance(progs, str) else list(progs)
+    verb = "is" if len(paths) == 1 else "are"
+    return (f"{', '.join(map(str, paths))} {verb} {why or 'missing'}: run `invoke build -p {','.join(progs)}` "
+            "(or `invoke build` for every program)")
+
+
+# --- what the build wrote: each library and executable against its record -------------------------
+# The Makefile renames each linked file into place only after writing build/sums/<its path>: the
+# file's SHA-256 and size. A file is trusted only when it matches that record: a truncated or
+# overwritten library would otherwise crash Python in dlopen (SIGBUS) with no message, and make,
+# which trusts a file by its date, would call it up to date.
+
+def record_path(output: Path, root: Path | None = None) -> Path:
+    root = root or ROOT
+    output = Path(output)
+    rel = output.relative_to(root) if output.is_absolute() else output
+    return root / "build" / "sums" / rel
+
+
+def _read_record(record: Path) -> tuple[str, int] | None:
+    try:
+        digest, size = record.read_text().split()
+        return digest, int(size)
+    except (OSError, ValueError):
+        return None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# Files already checked in this process, by identity (inode, size, mtime, ctime of the file and its record):
+# a test session runs the same executable hundreds of times and hashes it once.
+_verified: set[tuple] = set()
+_verified_lock = threading.Lock()
+
+
+def _identity(path: Path, record: Path) -> tuple | None:
+    try:
+        a, b = path.stat(), record.stat()
+    except OSError:
+        return None
+    # ctime too: writing a file and putting its old mtime back (as `touch -r` or a copy with -p does)
+    # still moves its ctime, which no one can set.
+    return (str(path), a.st_dev, a.st_ino, a.st_size, a.st_mtime_ns, a.st_ctime_ns, b.st_ino, b.st_mtime_ns, b.st_ctime_ns)
+
+
+def stale_reason(output: Path, root: Path | None = None) -> str | None:
+    """None when `output` is the file its build wrote; else what is wrong with it, in a few words
+    ("missing", "not the file its build wrote: ..."). Hashes the file once per process while it is unchanged."""
+    output = Path(output)
+    if not output.is_absolute():
+        output = (root or ROOT) / output
+    if not output.exists():
+        return "missing"
+    try:
+        record = record_path(output, root)
+    except ValueError:
+        return f"not verified: it is outside {root or ROOT}, where the build keeps its records"
+    why = None
+    for _ in range(3):  # a build renaming the file and its record in turn is seen between the two at most briefly
+        ident = _identity(output, record)
+        if ident is not None and ident in _verified:
+            return None
+        if not output.exists():
+            return "missing"
+        rec = _read_record(record)
+        if rec is None:
+            why = f"not verified: its build record {record.relative_to(root or ROOT)} is missing or unreadable"
+        else:
+            size = output.stat().st_size
+            if size != rec[1]:
+                why = f"not the file its build wrote ({size} bytes, the build wrote {rec[1]}: truncated or replaced)"
+            elif _sha256(output) != rec[0]:
+                why = "not the file its build wrote (its SHA-256 differs from the build's record: changed since)"
+            else:
+                if ident is not None and _identity(output, record) == ident:
+                    with _verified_lock:
+                        _verified.add(ident)
+                return None
+        if _identity(output, record) == ident:
+            return why
+    return why
+
+
+def verified(output: Path, prog: str, error: type[Exception] = FileNotFoundError) -> Path:
+    """`output` when it is the file its build wrote, else raise `error` with the one not-built message."""
+    why = stale_reason(output)
+    if why is not None:
+        raise error(not_built(output, prog, None if why == "missing" else why))
+    return Path(output)
+
+
+def invalidate_stale(targets_: list[str], root: Path | None = None) -> list[str]:
+    """Remove each library or executable among `targets_` that exists but does not match its record,
+    so that the make that follows relinks it. Returns the ones removed."""
+    root = root or ROOT
+    removed = []
+    for t in targets_:
+        if not t.startswith(("build/lib/", "build/bin/")):
+            continue
+        path = root / t
+        if path.exists() and stale_reason(path, root) is not None:
+            path.unlink()
+            removed.append(t)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    try:  # a zombie (exited, not yet reaped) is not running
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+_TMP_NAME = re.compile(r"\.tmp(\d+)$")
+
+
+def sweep_temporaries(root: Path | None = None) -> list[Path]:
+    """Delete the temporary files of build steps whose shell is gone (a make killed mid-step): the
+    Makefile names each `<output>.tmp<PID of its recipe shell>`; and build/.tmp/<PID>, the compilers'
+    temporary folder of a build whose process is gone."""
+    removed = []
+    build_dir = (root or ROOT) / "build"
+    if not build_dir.is_dir():
+        return removed
+    tmp_root = build_dir / ".tmp"
+    if tmp_root.is_dir():
+        for d in tmp_root.iterdir():
+            if d.name.isdigit() and not _running(int(d.name)):
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(d)
+    for dirpath, _dirs, files in os.walk(build_dir):
+        for name in files:
+            m = _TMP_NAME.search(name)
+            if m is None or _running(int(m.group(1))):  # a step still running (another make in this tree)
+                continue
+            path = Path(dirpath) / name
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
+def targets_of(progs: list[str] | None, root: Path | None = None) -> list[str] | None:
+    """The make targets of these programs; None (everything) for an empty selection."""
+    if not progs:
+        return None
+    return [t for p in progs for t in targets(p, root)]
+
+
+def targets(prog: str, root: Path | None = None) -> list[str]:
+    t = [f"build/lib/lib{prog}.so", f"build/bin/{prog}", f"build/ptxas/{prog}.txt"]
+    if (((root / "cuda") if root is not None else CUDA_DIR) / prog / f"{prog}_cpu.c").exists():
+        t.append(f"build/bin/{prog}_cpu")
+    return t
+
+
+# The `file` of a diagnostic that is a tool's own line, with no source file (nvcc fatal, the linker, a
+# recipe's shell, make's own checks).
+_TOOL_LINES = ("<nvcc>", "<link>", "<ptxas>", "<shell>", "<make>")
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    file: str
+    line: int
+    column: int | None
+    severity: str
+    message: str
+
+    def __str__(self) -> str:
+        if self.file in _TOOL_LINES:  # a tool's line without a file: shown as the tool wrote it
+            return self.message
+        where = self.file + (f":{self.line}" if self.line else "") + (f":{self.column}" if self.column else "")
+        return f"{where}: {self.severity}: {self.message}"
+
+    def source_line(self, root: Path | None = None) -> str | None:
+        """The line the diagnostic points at, from the file as it is now (None when unreadable)."""
+        if self.line <= 0:
+            return None
+        path = Path(self.file)
+        if not path.is_absolute():
+            path = (root or ROOT) / path
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            return None
+        return lines[self.line - 1].rstrip() if self.line <= len(lines) else None
+
+    def quoted(self, root: Path | None = None) -> str:
+        """`file:line: error: message` and, below it, the source line it points at."""
+        src = self.source_line(root)
+        return str(self) + (f"\n  {self.line:5d} | {src.strip()}" if src else "")
+
+
+# nvcc front end:  cuda/x/x.cu(12): error: identifier "foo" is undefined
+_NVCC = re.compile(r"^(?P<file>[^\s:()][^:()]*)\((?P<line>\d+)\): (?P<sev>error|warning)(?: #\w+-\w)?: (?P<msg>.*)$")
+# gcc/g++ (host code, our warnings-as-errors):  cuda/x/x.cu:29:8: error: ...
+_GCC = re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>(?:fatal )?error|warning): (?P<msg>.*)$")
+# A file-level message with no line (the Makefile's "cuda/x/main.cu: error: missing: ...").
+_FILE = re.compile(r"^(?P<file>cuda/[^\s:]+): (?P<sev>error): (?P<msg>.*)$")
+# Lines without file:line that still say why a step failed: ptxas, nvlink, the linker (`ld:`,
+# `/usr/bin/ld:`, collect2), nvcc's own `nvcc fatal` (an unknown option or architecture), the shell and
+# coreutils in a recipe (a read-only or full build/), and make's own `*** ... Stop.` (the Makefile's checks).
+_OTHER = re.compile(r"^(?:ptxas (?:error|fatal)\s*:|nvlink (?:error|fatal)|nvcc (?:fatal|error)\s*:"
+                    r"|.*undefined reference to|(?:\S*/)?ld(?:\.\w+)?: |collect2: |(?:/bin/)?(?:ba|da)?sh: \d+: "
+                    r"|(?:mkdir|mv|cat|rm|ln|printf|stat|sha256sum): |.*\b(?:Permission denied|No space left on device"
+                    r"|Read-only file system)\b|(?:Makefile|\S+\.mk):\d+: \*\*\* )")
+# Lines of make's own that only echo a failure already shown above them.
+_MAKE_ECHO = re.compile(r"^make(?:\[\d+\])?: \*\*\* (?:\[|Waiting)|^make(?:\[\d+\])?: Target .* not remade")
+
+
+def parse_diagnostics(text: str) -> list[Diagnostic]:
+    """nvcc's and gcc's file:line diagnostics, in order, without duplicates."""
+    seen, out = set(), []
+    for raw in text.splitlines():
+        line = raw.strip()
+        m = _NVCC.match(line)
+        col = None
+        if not m:
+            m = _GCC.match(line)
+            col = int(m.group("col")) if m and m.group("col") else None
+        if not m and (f := _FILE.match(line)):
+            d = Diagnostic(f.group("file"), 0, None, f.group("sev"), f.group("msg").strip())
+        elif m:
+            d = Diagnostic(m.group("file"), int(m.group("line")), col, m.group("sev"), m.group("msg").strip())
+        elif _OTHER.match(line) and not _MAKE_ECHO.match(line):
+            where = ("<ptxas>" if line.startswith("ptxas") else "<nvcc>" if line.startswith("nvcc")
+                     else "<make>" if re.match(r"(?:Makefile|\S+\.mk):\d+:", line)
+                     else "<link>" if re.search(r"\bld\b|collect2|nvlink|undefined reference", line) else "<shell>")
+            d = Diagnostic(where, 0, None, "error", re.sub(r"\s+:", ":", line, count=1))
+        else:
+            continue
+        if d not in seen:
+            seen.add(d)
+            out.append(d)
+    return out
+
+
+_ARCH_WORD = re.compile(r"^(?:sm_|compute_)?(\d+[af]?)$")
+# What EXTRA_NVCCFLAGS may not hold: it is spliced into every nvcc command line the shell runs.
+_SHELL_META = re.compile(r"[;&|<>`'\"\\()$\n]")
+
+
+def parse_arch(value: str, nvcc: str | None = None, source: str = "--arch") -> str:
+    """`--arch` (or ARCH) as the Makefile takes it: one compute capability or a comma list of them
+    ("90", "sm_80", "75,80,90"), each one that this nvcc compiles for. Raise BuildError with one line
+    otherwise, before anything reaches make or a shell."""
+    words = [w.strip() for w in str(value).split(",")]
+    nvcc = nvcc or toolchain.find("nvcc").path
+    known = toolchain.gpu_archs(nvcc) if nvcc else None
+    out = []
+    for w in words:
+        m = _ARCH_WORD.match(w)
+        if m and (known is None or m.group(1) in known):
+            if m.group(1) not in out:
+                out.append(m.group(1))
+            continue
+        hint = " (write 9.0 as 90)" if re.fullmatch(r"\d+\.\d+", w) else ""
+        what = f"a compute capability that this nvcc builds for ({', '.join(known)})" if known else \
+            "a compute capability such as 90"
+        raise BuildError(f"{source}: {w!r} is not {what}{hint}; a comma list (75,80,90) builds one binary for several")
+    return ",".join(out)
+
+
+def make_command(targets_: list[str] | None = None, jobs: int | None = None, arch: str | None = None,
+                 dry_run: bool = False, root: Path | None = None, keep_going: bool = False) -> list[str]:
+    nvcc = toolchain.find("nvcc")
+    if not nvcc.found:
+        raise BuildError("nvcc not found: put it on PATH, set CUDA_HOME, or `pip install -e '.[toolkit]'`")
+    # make reads ARCH and EXTRA_NVCCFLAGS from the environment too: check those here as well.
+    if arch:
+        arch = parse_arch(arch, nvcc.path)
+    elif os.environ.get("ARCH"):
+        arch = parse_arch(os.environ["ARCH"], nvcc.path, "ARCH (from the environment)")
+    extra = os.environ.get("EXTRA_NVCCFLAGS", "")
+    if _SHELL_META.search(extra):
+        raise BuildError(f"EXTRA_NVCCFLAGS={extra!r}: only nvcc flags, without the shell's special characters")
+    cmd = ["make", "-C", str(root or ROOT), f"-j{jobs or os.cpu_count() or 2}", "--no-print-directory",
+           f"NVCC={nvcc.path}"]
+    home = toolchain.cuda_home()
+    if home:
+        cmd.append(f"CUDA_HOME={home}")
+    if arch:
+        cmd.append(f"ARCH={arch}")
+    if dry_run:
+        cmd.append("-n")
+    if keep_going:
+        cmd.append("-k")
+    return cmd + list(targets_ or [])
+
+
+_STEP = re.compile(r"^\s*(?:echo\s+[\"']?)?\s*(NVCC|LINK|CC)\s+([^\s\"']+)")
+
+
+def pending_steps(targets_: list[str] | None = None, arch: str | None = None, root: Path | None = None) -> list[str]:
+    """The compile/link steps make would run now, as 'KIND target' (empty when up to date)."""
+    out = subprocess.run(make_command(targets_, arch=arch, dry_run=True, root=root), capture_output=True, text=True)
+    return [f"{m.group(1)} {m.group(2)}" for line in out.stdout.splitlines() if (m := _STEP.match(line))]
+
+
+def count_steps(targets_: list[str] | None = None, arch: str | None = None) -> int:
+    """How many compile/link steps make would run now (0 when everything is up to date)."""
+    return len(pending_steps(targets_, arch))
+
+
+@contextlib.contextmanager
+def file_lock(path: Path):
+    """Hold an exclusive lock on `path` (created if missing) across processes, for the block."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _lock(root: Path):
+    """One make at a time per tree: pytest-xdist workers (`invoke test --jobs N`) and a user's
+    `invoke build` in another terminal would otherwise compile the same object at once."""
+    return file_lock(root / "build" / ".lock")
+
+
+@dataclass
+class BuildResult:
+    steps: list[str]
+    log: str
+
+
+# How long make gets, after SIGINT, to stop its compilers and delete what they were writing.
+STOP_GRACE_S = 5.0
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop make and every compiler under it: they run in a process group of their own. SIGINT first
+    (make then deletes the targets it was writing), SIGKILL for whatever is still running."""
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None  # a second Ctrl-C must not cut this short
+    try:
+        _stop_group(proc)
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, old)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+            # make is gone; a compiler of its group that ignored SIGINT must not outlive it either.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """While make runs, a SIGTERM to this process (a timeout, a closed terminal) unwinds like Ctrl-C,
+    so that make is stopped and the lock released, rather than the process dying around them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def build(targets_: list[str] | None = None, jobs: int | None = None, arch: str | None = None,
+          on_step: Callable[[str, str], None] | None = None, root: Path | None = None,
+          keep_going: bool = False, on_plan: Callable[[list[str]], None] | None = None) -> BuildResult:
+    """Run make; call `on_plan(steps)` with the compile/link steps it is about to run (counted under
+    the build lock, so no other build can change them in between) and `on_step(kind, target)` as
+    each starts. Raise BuildError on failure with the compilers' diagnostics rather than make's
+    whole output. Interrupted (Ctrl-C, SIGTERM), it stops make and its compilers before returning."""
+    root_ = root or ROOT
+    cmd = make_command(targets_, jobs, arch, root=root, keep_going=keep_going)
+    steps, lines = [], []
+    with _lock(root_):
+        sweep_temporaries(root_)
+        invalidate_stale(targets_ if targets_ is not None else targets_of(programs(root), root) or [], root_)
+        if on_plan is not None:
+            on_plan(pending_steps(targets_, arch, root))
+        # The compilers' own temporaries (nvcc's tmpxft_*) go to a folder of this build's, removed
+        # whatever happens, rather than to /tmp where an interrupted compile would leave them.
+        tmpdir = root_ / "build" / ".tmp" / str(os.getpid())
+        tmpdir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "TMPDIR": str(tmpdir)}
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                errors="replace", env=env, start_new_session=True)
+        assert proc.stdout is not None
+        try:
+            with _sigterm_as_interrupt():
+                for line in proc.stdout:
+                    lines.append(line)
+                    m = _STEP.match(line)
+                    if m:
+                        steps.append(m.group(2))
+                        if on_step:
+                            on_step(m.group(1), m.group(2))
+                rc = proc.wait()
+        finally:
+            if proc.poll() is None:
+                _stop(proc)
+                sweep_temporaries(root_)
+            proc.stdout.close()
+            shutil.rmtree(tmpdir, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                tmpdir.parent.rmdir()  # build/.tmp, once no build uses it
+    log = "".join(lines)
+    if rc != 0:
+        diags = parse_diagnostics(log)
+        errors = [d for d in diags if "error" in d.severity] or diags
+        if not errors:
+            tail = "\n".join(log.strip().splitlines()[-15:])
+            raise BuildError(f"make failed (status {rc}):\n{tail}", [], log)
+        raise BuildError(f"build failed: {len(errors)} error(s)", errors, log)
+    return BuildResult(steps, log)
+
+
+# make's own line for a failed target: `make: *** [Makefile:117: build/obj/matmul/matmul.o] Error 1`
+_FAILED_TARGET = re.compile(r"\*\*\* \[[^\]]*?:\s*(build/[^\]\s]+)\] Error")
+
+
+def program_of(path: str) -> str | None:
+    """The program a source file or build target belongs to (None for common files)."""
+    m = re.match(r"(?:cuda|build/obj|build/ptxas)/([^/]+)/", path) or re.match(r"build/lib/lib(.+)\.so$", path) \
+        or re.match(r"build/bin/([^/]+?)(?:_cpu)?$", path) or re.match(r"build/ptxas/(.+)\.txt$", path)
+    if m is None or m.group(1) == "common":
+        return None
+    return m.group(1)
+
+
+class ProgramsFailed(BuildError):
+    """Some programs did not build (the others did: make ran with -k). `failed` maps each program to
+    its diagnostics; `built` names the programs that did build."""
+
+    def __init__(self, failed: dict[str, list], built: list[str], log: str, other: list | None = None,
+                 root: Path | None = None):
+        self.failed, self.built, self.other = failed, built, list(other or [])
+        lines = [f"build failed: {', '.join(failed)} ({len(failed)} of {len(failed) + len(built)} program(s))"
+                 if failed else "build failed: no program built"]
+        # An error with no file of a program's (nvcc fatal, the linker, a read-only build/) is usually
+        # every program's: it is shown once, first, and the programs it stopped are named on one line.
+        if self.other:
+            lines += [d.quoted(root) for d in self.other[:3]]
+            if len(self.other) > 3:
+                lines.append(f"... and {len(self.other) - 3} more")
+        bare = [p for p, diags in failed.items() if not diags]
+        for prog, diags in failed.items():
+            if not diags:
+                continue
+            errs = [d for d in diags if "error" in d.severity] or diags
+            lines.append(f"{prog}:")
+            lines += ["  " + d.quoted(root).replace("\n", "\n  ") for d in errs[:10]]
+            if len(errs) > 10:
+                lines.append(f"  ... and {len(errs) - 10} more")
+        if bare:
+            lines.append(f"{', '.join(bare)}: failed" + (" with the error above" if self.other else
+                                                        " (make gave no error line: run `make` for its whole output)"))
+        lines.append(f"built: {', '.join(built) if built else 'none'}")
+        diagnostics = [d for ds in failed.values() for d in ds] + self.other
+        super().__init__(lines[0], diagnostics, log)
+        self.args = ("\n".join(lines),)
+
+
+def build_programs(progs: list[str] | None = None, jobs: int | None = None, arch: str | None = None,
+                   on_step: Callable[[str, str], None] | None = None, root: Path | None = None,
+                   on_plan: Callable[[list[str]], None] | None = None) -> BuildResult:
+    """Build these programs (default all) with `make -k`, so that one broken program does not stop
+    the others. Raise ProgramsFailed naming each broken program with its diagnostics (file:line and
+    the quoted source line) and the programs that did build."""
+    progs = list(progs or programs(root))
+    try:
+        return build(targets_of(progs, root), jobs, arch, on_step, root=root, keep_going=True, on_plan=on_plan)
+    except BuildError as e:
+        if not e.log:  # refused before make ran (a bad --arch, no nvcc): its own one line
+            raise
+        log = e.log
+    diags = parse_diagnostics(log)
+    failed: dict[str, list] = {}
+    other = []
+    for d in diags:
+        p = program_of(d.file)
+        if p in progs:
+            failed.setdefault(p, []).append(d)
+        elif "error" in d.severity:
+            other.append(d)
+    for target in _FAILED_TARGET.findall(log):
+        p = program_of(target)
+        if p in progs:
+            failed.setdefault(p, [])
+    if other and not failed:  # common code broke: nothing could build
+        raise ProgramsFailed({}, [], log, other, root)
+    built = [p for p in progs if p not in failed]
+    raise ProgramsFailed({p: failed[p] for p in progs if p in failed}, built, log, other, root)
+
+
+# ptxas -v, per kernel:
+#   ptxas info    : Compiling entry function '_Z4loopv' for 'sm_90'
+#   ptxas info    : Function properties for _Z4loopv
+#       16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+#   ptxas info    : Used 24 registers, used 0 barriers, 16 bytes cumulative stack size, 360 bytes cmem[0]
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def resource_usage(prog: str) -> pd.DataFrame:
+    """Registers, shared memory, stack and spills per kernel, from build/ptxas/<prog>.txt."""
+    path = BUILD / "ptxas" / f"{prog}.txt"
+    if not path.exists():
+        raise FileNotFoundError(not_built(path, prog))
+    return parse_ptxas(path.read_text())
+
+
+def parse_ptxas(text: str) -> pd.DataFrame:
+    rows, cur = [], None
+    for line in text.splitlines():
+        m = _ENTRY.search(line)
+        if m:
+            cur = {"kernel": m.group(1), "arch": m.group(2), "registers": None, "smem_bytes": 0,
+                   "stack_bytes": 0, "spill_stores": 0, "spill_loads": 0}
+            rows.append(cur)
+            continue
+        if cur is None:
+            continue
+        if (m := _FRAME.search(line)):
+            cur["stack_bytes"], cur["spill_stores"], cur["spill_loads"] = map(int, m.groups())
+        if (m := _USED.search(line)):
+            cur["registers"] = int(m.group(1))
+            if (s := _SMEM.search(line)):
+                cur["smem_bytes"] = int(s.group(1))
+    return pd.DataFrame(rows, columns=["kernel", "arch", "registers", "smem_bytes", "stack_bytes",
+                                       "spill_stores", "spill_loads"])
+
+
+def clean(root: Path | None = None) -> None:
+    """Remove everything under build/, under the build lock (never beneath a running build). Raise
+    OSError naming what could not be removed."""
+    build_dir = (root or ROOT) / "build"
+    if not build_dir.exists():
+        return
+    with _lock(root or ROOT):
+        for entry in build_dir.iterdir():
+            if entry.name == ".lock":  # held by this process now; an empty file
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()

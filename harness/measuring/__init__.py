@@ -1,0 +1,1 @@
+"""Measuring: the one timing engine (NVBench), the bench, the tuner, the GPU's conditions. Imports the layers below; never a program module: programs hand their cases, ceilings and search spaces down, and the tasks wire them together."""

@@ -1,0 +1,1 @@
+"""Profilers and sanitizers: nsys, ncu, compute-sanitizer. Imports the layers below; never a program module."""

@@ -1,0 +1,708 @@
+"""The exercises: where each one's blanks are marked, what the CUDA track's entry point is, the hints,
+and its problem: the cases a lazy kernel gets wrong, how each track runs the learner's kernel on
+them, and the lab's own reference and tolerance.
+
+The runners take the learner's Python function (Python track) or loaded inline module (CUDA track)
+and return the output as a numpy array; every output array starts poisoned (NaN, or a byte pattern),
+and the CUDA track's outputs carry a poisoned guard zone past their end, so a missing bounds check
+shows up even where the stray write lands in the allocation's padding.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+GUARD = 1024  # poisoned elements after each CUDA output: a write there is past the end
+
+
+@dataclass(frozen=True)
+class Case:
+    label: str
+    params: dict
+    seed: int = 0
+    ragged: bool = False  # a size that is not a multiple of the block or tile
+    small: bool = False  # the sanitizer's case (CUDA track)
+
+
+@dataclass(frozen=True)
+class Speed:
+    """The CUDA track's timed case: the work of one launch, in the ceiling's unit's base."""
+    params: dict
+    ceiling: str  # "memcpy" (GB/s), "fp32" (TFLOP/s) or "fp32_inst" (Ginst/s)
+    amount: float
+
+
+@dataclass(frozen=True)
+class Exercise:
+    name: str
+    program: str
+    origin: str  # course and section
+    writes: str  # what the learner writes
+    tracks: tuple
+    py_source: str | None  # relative to the repository root
+    py_entry: str | None  # the function the check calls
+    cu_source: str | None
+    cu_kernels: tuple = ()  # kernels whose name and parameters the check relies on
+    cu_glue: str = ""  # the CUDA file's fixed end: the entry point(s) the check calls
+    cu_includes: str = ""
+    hints: tuple = ()
+    block: str = ""  # the launch shape, for messages
+    extra: dict = field(default_factory=dict)
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(1000 + seed)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-int(a) // int(b))
+
+
+# --- the CUDA track's entry points ---------------------------------------------------------------
+# Each is the fixed end of the learner's .cu file: the check calls exercise_run (device pointers,
+# the lab's launch shape); square's also has the course's managed-memory program as a function, a
+# blank of its own.
+
+_SQUARE_GLUE = r"""
+// The check calls this with device memory: one thread per element, cdiv(n, threads) blocks.
+extern "C" int exercise_run(int *d_a, long long n, int threads, void *stream) {
+    if (n <= 0) return 0;
+    square_int32_kernel<<<(unsigned)cdiv(n, threads), threads, 0, (cudaStream_t)stream>>>(d_a, n, 0);
+    return (int)cudaGetLastError();
+}
+
+// The course's program as one function (its main() without the printing): host holds n ints.
+extern "C" int exercise_managed(int *host, long long n, int threads) {
+// EXERCISE square: begin allocate n ints of managed memory (cudaMallocManaged: one pointer valid on the host and
+// EXERCISE square: todo the device); copy host into it; launch square_int32_kernel on it over cdiv(n, threads) blocks
+// EXERCISE square: todo of `threads` (skip_every 0); check the launch (cudaGetLastError); wait for the kernel
+// EXERCISE square: todo (cudaDeviceSynchronize: the host may not read managed memory a kernel is still writing); copy
+// EXERCISE square: todo the result back into host; cudaFree it. Return the first CUDA error as an int, 0 if none.
+    int *a = nullptr;
+    cudaError_t err = cudaMallocManaged(&a, (size_t)n * sizeof(int));
+    if (err != cudaSuccess) return (int)err;
+    for (long long i = 0; i < n; ++i) a[i] = host[i];
+    square_int32_kernel<<<(unsigned)cdiv(n, threads), threads>>>(a, n, 0);
+    err = cudaGetLastError();
+    if (err == cudaSuccess) err = cudaDeviceSynchronize();
+    if (err == cudaSuccess)
+        for (long long i = 0; i < n; ++i) host[i] = a[i];
+    const cudaError_t ferr = cudaFree(a);
+    return (int)(err != cudaSuccess ? err : ferr);
+// EXERCISE square: stub (void)host; (void)n; (void)threads; return 0;
+// EXERCISE square: end
+}
+"""
+
+_GRID_STRIDE_GLUE = r"""
+// The check calls this with device memory and a grid of its choice, often smaller than n.
+extern "C" int exercise_run(const float *x, float *out, long long n, int blocks, int threads, void *stream) {
+    square_02_grid_stride<<<blocks, threads, 0, (cudaStream_t)stream>>>(x, out, n);
+    return (int)cudaGetLastError();
+}
+"""
+
+_GRAYSCALE_GLUE = r"""
+// The check calls this with device memory: 256 threads a block, cdiv(n, 256) blocks.
+extern "C" int exercise_run(const unsigned char *x, long long stride, unsigned char *out, int n, void *stream) {
+    grayscale_01_1d<<<(unsigned)cdiv(n, 256), 256, 0, (cudaStream_t)stream>>>(x, stride, out, n);
+    return (int)cudaGetLastError();
+}
+"""
+
+_GRAYSCALE_2D_GLUE = r"""
+// The check calls this with device memory: 16x16 blocks over (w, h).
+extern "C" int exercise_run(const unsigned char *x, long long stride, unsigned char *out, int h, int w, void *stream) {
+    const dim3 block(16, 16), grid((unsigned)cdiv(w, 16), (unsigned)cdiv(h, 16));
+    grayscale_02_2d<<<grid, block, 0, (cudaStream_t)stream>>>(x, stride, out, h, w);
+    return (int)cudaGetLastError();
+}
+"""
+
+_MATMUL_GLUE = r"""
+// The check calls this with device memory: C = A·B, 16x16 blocks, x along the columns of C.
+extern "C" int exercise_run(int m, int n, int k, const float *A, const float *B, float *C, void *stream) {
+    const dim3 block(16, 16), grid((unsigned)cdiv(n, 16), (unsigned)cdiv(m, 16));
+    matmul_01_naive<false><<<grid, block, 0, (cudaStream_t)stream>>>(m, n, k, A, B, C, 1.0f, 0, 0, 0);
+    return (int)cudaGetLastError();
+}
+"""
+
+_MATMUL_TILED_GLUE = r"""
+// The check calls this with device memory: C = A·B in 16x16 tiles (two tiles of dynamic shared memory).
+extern "C" int exercise_run(int m, int n, int k, const float *A, const float *B, float *C, void *stream) {
+    const int tw = 16;
+    const dim3 block(tw, tw), grid((unsigned)cdiv(n, tw), (unsigned)cdiv(m, tw));
+    matmul_03_tiled_dynamic<false><<<grid, block, 2 * tw * tw * sizeof(float), (cudaStream_t)stream>>>(
+        m, n, k, A, B, C, 1.0f, 0, 0, 0);
+    return (int)cudaGetLastError();
+}
+"""
+
+_MANDELBROT_GLUE = r"""
+// The check calls this with device memory: float32, 16x16 blocks over (width, height).
+extern "C" int exercise_run(uint32_t *out, int width, int height, int max_iters, float x0, float span_x, float y0,
+                            float span_y, void *stream) {
+    const dim3 block(16, 16), grid((unsigned)cdiv(width, 16), (unsigned)cdiv(height, 16));
+    mandelbrot_01_naive<float><<<grid, block, 0, (cudaStream_t)stream>>>(out, width, height, max_iters, x0, span_x,
+                                                                         y0, span_y);
+    return (int)cudaGetLastError();
+}
+"""
+
+_FLASH_GLUE = r"""
+template <int D>
+static int exercise_flash(int BH, int S, const float *q, const float *k, const float *v, float *o, float scale,
+                          int causal, cudaStream_t stream) {
+    const size_t smem = FlashLayout<D>::BYTES;
+    const cudaError_t e = cudalab_allow_dynamic_smem(attn_flash_fwd<D>, smem);
+    if (e != cudaSuccess) return (int)e;
+    const dim3 grid((unsigned)cdiv(S, FA_BR), (unsigned)BH);
+    attn_flash_fwd<D><<<grid, FA_NT, smem, stream>>>(q, k, v, o, S, scale * CUDALAB_LOG2E, causal, 0);
+    return (int)cudaGetLastError();
+}
+
+// The check calls this with device memory: BH slabs of S x D, D = 32, 64 or 128.
+extern "C" int exercise_run(const float *q, const float *k, const float *v, float *o, int BH, int S, int D,
+                            float scale, int causal, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    if (D == 32) return exercise_flash<32>(BH, S, q, k, v, o, scale, causal, s);
+    if (D == 64) return exercise_flash<64>(BH, S, q, k, v, o, scale, causal, s);
+    if (D == 128) return exercise_flash<128>(BH, S, q, k, v, o, scale, causal, s);
+    return (int)cudaErrorInvalidValue;
+}
+"""
+
+EXERCISES: tuple[Exercise, ...] = (
+    Exercise(
+        "square", "square", "CUDA course, \"Exercise: CUDA version\" (section 2.10)",
+        "the global index, the bounds check and the square; managed memory (cudaMallocManaged, cudaFree) in the "
+        "course's program", ("python", "cuda"),
+        "harness/programs/square.py", "square_int32_bk", "cuda/square/square.cu", ("square_int32_kernel",),
+        _SQUARE_GLUE, "#include <cstdint>\n#include <cstring>\n",
+        ("One thread per element: its index is blockIdx.x * blockDim.x + threadIdx.x (in Python: "
+         "blockidx * blockdim + threadidx).",
+         "The grid is rounded up to whole blocks, so the last block has threads past the end: they must do "
+         "nothing (i < n).",
+         "CUDA track: cudaMallocManaged(&a, n * sizeof(int)) gives one pointer for host and device; call "
+         "cudaDeviceSynchronize() before the host reads it, then cudaFree(a)."),
+        "cdiv(n, threads) blocks of `threads`"),
+    Exercise(
+        "grid_stride", "square", "CUDA course, the grid-stride exercise (squareElements)",
+        "idx and stride of the grid-stride loop", ("python", "cuda"),
+        "harness/programs/square.py", "square_grid_stride_k", "cuda/square/square.cu", ("square_02_grid_stride",),
+        _GRID_STRIDE_GLUE, "",
+        ("The loop starts at the thread's global index, like a one-thread-per-element kernel.",
+         "The step is the number of threads in the whole grid: gridDim.x * blockDim.x. Then thread t handles "
+         "t, t + stride, t + 2*stride, ... and the threads together cover every element once.",
+         "The check runs grids both smaller and larger than n: a stride of blockDim.x alone, or a start that "
+         "forgets blockIdx, leaves elements unwritten or writes them twice."),
+        "a grid of the check's choice, often smaller than n"),
+    Exercise(
+        "grayscale", "grayscale", "GPU MODE lecture 3, exercise 1 (RGB to grayscale)",
+        "the 1-D kernel body: the pixel index, the bounds check, the weighted sum of the three planes",
+        ("python", "cuda"),
+        "harness/programs/grayscale.py", "rgb2grey_bk", "cuda/grayscale/grayscale.cu", ("grayscale_01_1d",),
+        _GRAYSCALE_GLUE, "#include <cstdint>\n",
+        ("The planes are stored one after the other: red at x[i], green at x[i + n] (Python) or "
+         "x[i + stride] (CUDA), blue two planes on.",
+         "There are more threads than pixels in the last block: guard with i < n.",
+         "The weights are in _grey / grey_u8 already, rounded exactly as numpy rounds them: call them."),
+        "256 threads a block, cdiv(n, 256) blocks"),
+    Exercise(
+        "grayscale_2d", "grayscale", "GPU MODE lecture 3 (the 2-D grid of the grayscale kernel)",
+        "the 2-D mapping: row and column from block and thread, the bounds on both edges", ("python", "cuda"),
+        "harness/programs/grayscale.py", "rgb2grey_bk2d", "cuda/grayscale/grayscale.cu", ("grayscale_02_2d",),
+        _GRAYSCALE_2D_GLUE, "#include <cstdint>\n",
+        ("x runs along the width (columns), y along the height (rows).",
+         "Both edges overhang: blocks on the right have columns >= w, blocks at the bottom rows >= h.",
+         "Column c and row r: c = blockIdx.x * blockDim.x + threadIdx.x, r from the .y parts; "
+         "return when c >= w or r >= h."),
+        "16x16 blocks over (w, h)"),
+    Exercise(
+        "matmul", "matmul", "GPU MODE lecture 3, exercise 2 (matrix multiplication)",
+        "the naive kernel body: row and column, the bounds, the dot product", ("python", "cuda"),
+        "harness/programs/matmul.py", "matmul_bk", "cuda/matmul/matmul_kernels.cuh", ("matmul_01_naive",),
+        _MATMUL_GLUE, "",
+        ("One thread per element of the output: the row from the .y parts, the column from the .x parts.",
+         "Row-major: element (r, c) of an h x w matrix is at r * w + c; A is m x k, B is k x n.",
+         "The grid is rounded up on both axes: return when the row or the column is outside the output."),
+        "16x16 blocks, x along the columns"),
+    Exercise(
+        "matmul_tiled", "matmul", "GPU MODE lecture 5 (tiling through shared memory)",
+        "the shared-memory tile loads, the two barriers, the ragged edges", ("python", "cuda"),
+        "harness/programs/matmul.py", "matmul_tiled_k", "cuda/matmul/matmul_kernels.cuh",
+        ("matmul_03_tiled_dynamic",), _MATMUL_TILED_GLUE, "",
+        ("Each thread loads one element of each tile; the dot product then reads a whole row and a whole column "
+         "of the tiles, loaded by other threads.",
+         "Two barriers per step: after the loads (the tile is complete) and after the products (nobody still "
+         "reads it when the next step overwrites it). In Python a bare `yield` is __syncthreads().",
+         "Sizes that are not multiples of the tile: load 0 for elements outside the matrices, so the products "
+         "over the whole tile need no test; every thread, even one outside C, loads and reaches the barriers."),
+        "16x16 tiles (Python: 4x4)"),
+    Exercise(
+        "mandelbrot", "mandelbrot", "CUDA course, section 3.1 (the Mandelbrot set)",
+        "the escape-time loop of one pixel", ("python", "cuda"),
+        "harness/programs/mandelbrot.py", "mandelbrot_bk", "cuda/mandelbrot/mandelbrot.cu", ("mandelbrot_01_naive",),
+        _MANDELBROT_GLUE, "#include <cstdint>\n#include <cmath>\n",
+        ("z starts at 0; each step is z = z^2 + c: x' = x*x - y*y + cr, y' = 2*x*y + ci, both from the old x, y.",
+         "Test |z|^2 = x*x + y*y > 4 before each step, and count only the steps taken: a pixel that never "
+         "escapes gets max_iters.",
+         "CUDA: write each operation with A::mul/A::add/A::sub; the compiler fuses plain a*b + c into one FMA, "
+         "which rounds differently from the reference and changes a few counts."),
+        "16x16 blocks over (width, height)"),
+    Exercise(
+        "mandelbrot_zoom", "mandelbrot", "CUDA course, section 3.1's puzzle (zoom into an interesting region)",
+        "a region (x0, x1, y0, y1) whose picture is interesting", ("python",),
+        "harness/programs/mandelbrot.py", "ZOOM_REGION", None, (), "", "",
+        ("The interesting pixels sit on the boundary of the set: where some points escape after a few steps "
+         "and their neighbours after many.",
+         "Look at `invoke viz mandelbrot` (or the picture in the README): the cusp at the left of the main "
+         "cardioid (x near -0.75, y near 0.1) and the small bulbs around it are good places to start.",
+         "Zoom in until the region is at most 0.1 wide and high; most of its pixels must neither escape at once "
+         "nor stay to the last iteration."),
+        ""),
+    Exercise(
+        "flash_softmax", "attention", "CUDA course, section 4 (flash attention's online softmax)",
+        "the online-softmax update: the running max, the rescaled sum and output", ("python", "cuda"),
+        "harness/programs/attention.py", "flash_bk", "cuda/attention/attention_kernels.cuh", ("attn_flash_fwd",),
+        _FLASH_GLUE, "#include <cmath>\n",
+        ("Keep, per query row, the largest score seen so far (m), the sum of exp(score - m) (l) and the sum of "
+         "exp(score - m) * v (o).",
+         "When a tile brings a larger max m', everything summed so far was scaled by exp(-m); multiply l and o "
+         "by alpha = exp(m - m') to bring them to exp(-m').",
+         "On the first tile m is -inf: alpha must be 0 there (exp(-inf) is 0; in Python write it out, since "
+         "-inf - -inf is NaN). The CUDA kernel's scores are in base 2: exp2f, not expf."),
+        "64 query rows a block, 128 threads (Python: 4 rows, 4-key tiles)"),
+)
+
+BY_NAME = {e.name: e for e in EXERCISES}
+
+
+# --- the problems: cases, runners, references ----------------------------------------------------
+
+def cases(name: str, track: str) -> list[Case]:
+    py = track == "python"
+    C = Case
+    if name == "square":
+        sizes = [(1, 32), (31, 32), (257, 64), (1000, 256), (4099, 96)] + ([(20011, 128)] if py else
+                                                                            [(10_000_019, 256)])
+        return [C(f"n={n} threads={t}", {"n": n, "threads": t}, seed=i, ragged=n % t != 0, small=(n == 257))
+                for i, (n, t) in enumerate(sizes)]
+    if name == "grid_stride":
+        launches = [(1, 1, 32), (7, 2, 32), (97, 3, 16), (1000, 2, 128), (50, 4, 32), (4099, 5, 64)]
+        launches += [(20011, 4, 128)] if py else [(10_000_019, 264, 256)]
+        return [C(f"n={n} grid={b}x{t}", {"n": n, "blocks": b, "threads": t}, seed=i,
+                  small=(n == 97)) for i, (n, b, t) in enumerate(launches)]
+    if name in ("grayscale", "grayscale_2d"):
+        shapes = [(1, 1), (1, 7), (13, 17), (16, 32), (31, 61), (100, 201)] + ([] if py else [(2003, 3001)])
+        out = [C(f"{h}x{w}", {"h": h, "w": w}, seed=i, ragged=(h * w) % 256 != 0 if name == "grayscale" else
+                 (h % 16 or w % 16) != 0, small=(h == 31)) for i, (h, w) in enumerate(shapes)]
+        out.append(C("the lab's test picture 64x96", {"h": 64, "w": 96, "picture": True}))
+        return out
+    if name == "matmul":
+        shapes = [(1, 1, 1), (3, 5, 7), (16, 16, 16), (17, 13, 11), (33, 31, 29)] + ([] if py else
+                                                                                     [(1023, 1031, 517)])
+        return [C(f"{m}x{k} @ {k}x{n}", {"m": m, "n": n, "k": k}, seed=i, ragged=(m % 16 or n % 16) != 0,
+                  small=(m == 17)) for i, (m, n, k) in enumerate(shapes)]
+    if name == "matmul_tiled":
+        tw = 4 if py else 16
+        shapes = ([(1, 1, 1), (4, 4, 4), (3, 5, 7), (8, 8, 12), (9, 6, 13), (17, 13, 11)] if py else
+                  [(1, 1, 1), (16, 16, 16), (3, 5, 7), (32, 32, 48), (17, 13, 11), (33, 31, 29), (1023, 1031, 517)])
+        # The sanitizers' case spans two tiles of k: racecheck sees a missing barrier after the products
+        # only when a second tile is loaded over the first.
+        return [C(f"{m}x{k} @ {k}x{n}", {"m": m, "n": n, "k": k, "tw": tw}, seed=i,
+                  ragged=(m % tw or n % tw or k % tw) != 0, small=(m == 33)) for i, (m, n, k) in enumerate(shapes)]
+    if name == "mandelbrot":
+        full = (-2.0, 1.0, -1.5, 1.5)
+        zoom = (-0.7530, -0.7390, 0.0960, 0.1100)
+        sizes = [(1, 1, 50, full), (17, 13, 64, full), (40, 33, 100, full), (32, 32, 200, zoom)]
+        sizes += [] if py else [(1021, 767, 256, full)]
+        return [C(f"{w}x{h} iters={it}" + (" (zoomed)" if r == zoom else ""),
+                  {"width": w, "height": h, "iters": it, "region": r}, ragged=(w % 16 or h % 16) != 0,
+                  small=(w == 17)) for w, h, it, r in sizes]
+    if name == "flash_softmax":
+        shapes = ([(2, 1, 4, False), (2, 5, 4, False), (1, 13, 8, False), (2, 13, 8, True), (1, 9, 4, True)] if py
+                  else [(2, 1, 32, False), (2, 63, 64, False), (3, 65, 32, True), (2, 200, 64, False),
+                        (1, 1031, 128, True), (8, 2048, 64, False)])
+        return [C(f"BH={bh} S={s} D={d}" + (" causal" if c else ""), {"bh": bh, "S": s, "D": d, "causal": c},
+                  seed=i, ragged=s % (4 if py else 64) != 0, small=(s == 65)) for i, (bh, s, d, c) in enumerate(shapes)]
+    raise KeyError(name)
+
+
+def speed(name: str) -> Speed | None:
+    """The CUDA track's timed case (the bench's ceiling for the program)."""
+    if name == "square":
+        n = 1 << 26
+        return Speed({"n": n, "threads": 256}, "memcpy", 8.0 * n)
+    if name == "grid_stride":
+        n = 1 << 26
+        return Speed({"n": n, "blocks": 132 * 8, "threads": 256}, "memcpy", 8.0 * n)
+    if name in ("grayscale", "grayscale_2d"):
+        h, w = 4096, 4096
+        return Speed({"h": h, "w": w}, "memcpy", 4.0 * h * w)
+    if name in ("matmul", "matmul_tiled"):
+        s = 2048
+        return Speed({"m": s, "n": s, "k": s, "tw": 16}, "fp32", 2.0 * s ** 3)
+    if name == "mandelbrot":
+        # Instruction-bound: 8 FP32 instructions per iteration of 01_naive's loop (the bench's count).
+        from harness.programs import mandelbrot as mb
+
+        w = h = 1024
+        it = 256
+        total = float(mb.reference(w, h, it, (-2.0, 1.0, -1.5, 1.5), np.float32).astype(np.int64).sum())
+        return Speed({"width": w, "height": h, "iters": it, "region": (-2.0, 1.0, -1.5, 1.5)}, "fp32_inst",
+                     8.0 * total)
+    if name == "flash_softmax":
+        bh, s, d = 64, 4096, 64
+        return Speed({"bh": bh, "S": s, "D": d, "causal": False}, "fp32", 4.0 * bh * s * s * d)
+    return None
+
+
+# Inputs and reference, shared by both tracks.
+
+def inputs(name: str, case: Case) -> dict:
+    p, rng = case.params, _rng(case.seed)
+    if name == "square":
+        return {"a": rng.integers(-2**31, 2**31, size=p["n"], dtype=np.int64).astype(np.int32)}
+    if name == "grid_stride":
+        return {"x": rng.standard_normal(p["n"]).astype(np.float32) * 8}
+    if name in ("grayscale", "grayscale_2d"):
+        if p.get("picture"):
+            from harness.programs import grayscale as gs
+
+            return {"x": gs.planar(gs.test_image(p["h"], p["w"]))}
+        return {"x": rng.integers(0, 256, size=(3, p["h"], p["w"]), dtype=np.uint8)}
+    if name in ("matmul", "matmul_tiled"):
+        return {"a": rng.standard_normal((p["m"], p["k"])).astype(np.float32),
+                "b": rng.standard_normal((p["k"], p["n"])).astype(np.float32)}
+    if name == "mandelbrot":
+        return {}
+    if name == "flash_softmax":
+        shape = (p["bh"], p["S"], p["D"])
+        return {k: rng.standard_normal(shape).astype(np.float32) for k in ("q", "k", "v")}
+    raise KeyError(name)
+
+
+def reference(name: str, case: Case, inp: dict) -> np.ndarray:
+    p = case.params
+    if name == "square":
+        from harness.programs import square as sq
+
+        return sq.reference(inp["a"])
+    if name == "grid_stride":
+        from harness.programs import square as sq
+
+        return sq.reference(inp["x"])
+    if name in ("grayscale", "grayscale_2d"):
+        from harness.programs import grayscale as gs
+
+        return gs.reference(inp["x"]).ravel()
+    if name in ("matmul", "matmul_tiled"):
+        from harness.programs import matmul as mm
+
+        return mm.reference(inp["a"], inp["b"]).ravel()
+    if name == "mandelbrot":
+        from harness.programs import mandelbrot as mb
+
+        return mb.reference(p["width"], p["height"], p["iters"], p["region"], np.float32).ravel()
+    if name == "flash_softmax":
+        from harness.programs import attention as at
+
+        return at.reference(inp["q"], inp["k"], inp["v"], causal=p["causal"]).ravel()
+    raise KeyError(name)
+
+
+# How outputs are compared: the lab's own tolerance for each program.
+def tolerance(name: str) -> float | None:
+    """None: exact equality (integers, and the float kernels whose rounding the reference pins)."""
+    if name in ("matmul", "matmul_tiled"):
+        from harness.programs import matmul as mm
+
+        return mm.TOL
+    if name == "flash_softmax":
+        from harness.programs import attention as at
+
+        return at.TOLERANCE
+    if name == "grid_stride":
+        return 1e-5  # square's check_close
+    return None
+
+
+_POISON_BITS = {np.dtype(np.float32): (np.uint32, 0x7FE5A5A5), np.dtype(np.float64): (np.uint64, 0x7FFDEAD5A5A5A5A5)}
+
+
+def poisoned(shape, dtype) -> np.ndarray:
+    """An output array full of the poison (floats: a NaN whose payload no arithmetic makes, so a NaN
+    computed from an unwritten shared cell is told apart from an output nobody wrote)."""
+    dt = np.dtype(dtype)
+    if dt in _POISON_BITS:
+        ut, bits = _POISON_BITS[dt]
+        return np.full(shape, bits, dtype=ut).view(dt)
+    return np.full(shape, poison_value(dt), dtype=dt)
+
+
+def is_poison(a: np.ndarray) -> np.ndarray:
+    dt = a.dtype
+    if dt in _POISON_BITS:
+        ut, bits = _POISON_BITS[dt]
+        return a.view(ut) == bits
+    return a == np.asarray(poison_value(dt)).astype(dt)
+
+
+def poison_value(dtype) -> object:
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        return np.nan
+    return {1: 0xAB, 4: 0x5A5A5A5A}[dt.itemsize] if dt.kind == "u" else -0x5A5A5A5B
+
+
+# --- the Python track: run the learner's function on harness.base.sim ---------------------------------
+
+class RedundantWrites(Exception):
+    """grid_stride: some element was written by more than one thread (right values, wasted work)."""
+
+
+class _Counting(np.ndarray):
+    """An output that counts the writes to each element (grid_stride: every element exactly once)."""
+
+    writes: np.ndarray
+
+    def __setitem__(self, key, value):
+        np.add.at(self.writes, key, 1)
+        super().__setitem__(key, value)
+
+
+def run_python(name: str, fn, case: Case, inp: dict) -> np.ndarray:
+    from harness.base import sim
+
+    p = case.params
+    if name == "square":
+        a = inp["a"].copy()
+        sim.blk_kernel(fn, cdiv(p["n"], p["threads"]), p["threads"], a, p["n"])
+        return a
+    if name == "grid_stride":
+        out = poisoned(p["n"], np.float32).view(_Counting)
+        out.writes = np.zeros(p["n"], dtype=np.int64)
+        sim.launch(fn, p["blocks"], p["threads"], inp["x"], out, p["n"])
+        if out.writes.max(initial=0) > 1:
+            i = int(np.argmax(out.writes))
+            raise RedundantWrites(f"element {i} was written {int(out.writes[i])} times: more than one thread handles "
+                                  f"it, so the grid does the work several times over: the stride must be the whole "
+                                  f"grid's thread count, and the start the thread's global index")
+        return np.asarray(out)
+    if name == "grayscale":
+        n = p["h"] * p["w"]
+        out = np.full(n, 0xAB, dtype=np.uint8)
+        sim.blk_kernel(fn, cdiv(n, 256), 256, inp["x"].ravel(), out, n)
+        return out
+    if name == "grayscale_2d":
+        h, w = p["h"], p["w"]
+        out = np.full(h * w, 0xAB, dtype=np.uint8)
+        sim.blk_kernel2d(fn, sim.dim3(cdiv(w, 16), cdiv(h, 16)), sim.dim3(16, 16), inp["x"].ravel(), out, h, w)
+        return out
+    if name == "matmul":
+        m, n, k = p["m"], p["n"], p["k"]
+        out = poisoned(m * n, np.float32)
+        sim.blk_kernel2d(fn, sim.dim3(cdiv(n, 16), cdiv(m, 16)), sim.dim3(16, 16), inp["a"].ravel(), inp["b"].ravel(),
+                         out, m, n, k)
+        return out
+    if name == "matmul_tiled":
+        m, n, k, tw = p["m"], p["n"], p["k"], p["tw"]
+        out = poisoned(m * n, np.float32)
+        sim.launch(fn, sim.dim3(cdiv(n, tw), cdiv(m, tw)), sim.dim3(tw, tw), inp["a"].ravel(), inp["b"].ravel(), out,
+                   m, n, k, tw, shared={"ms": ((tw, tw), np.float32), "ns": ((tw, tw), np.float32)})
+        return out
+    if name == "mandelbrot":
+        w, h, it = p["width"], p["height"], p["iters"]
+        t = np.float32
+        x0, x1, y0, y1 = (t(v) for v in p["region"])
+        out = np.full(w * h, 0x5A5A5A5A, dtype=np.uint32)
+        sim.blk_kernel2d(fn, sim.dim3(cdiv(w, 16), cdiv(h, 16)), sim.dim3(16, 16), out, w, h, it, x0, t(x1 - x0), y0,
+                         t(y1 - y0))
+        return out
+    if name == "flash_softmax":
+        bh, S, D = p["bh"], p["S"], p["D"]
+        q, k, v = (inp[x].astype(np.float64) for x in ("q", "k", "v"))
+        out = poisoned((bh, S, D), np.float64)
+        br = bc = 4
+        sim.launch(fn, sim.dim3(cdiv(S, br), bh), sim.dim3(br), q, k, v, out, S, D, 1.0 / math.sqrt(D),
+                   bool(p["causal"]), br, bc, shared={"k": ((bc, D), np.float64), "v": ((bc, D), np.float64)})
+        return out.ravel()
+    raise KeyError(name)
+
+
+# --- the CUDA track: call exercise_run on device memory ------------------------------------------
+
+def _dev_out(n: int, dtype):
+    """A poisoned device output of n elements plus GUARD poisoned ones after it."""
+    from harness.calling import cudart
+
+    return cudart.to_device(poisoned(n + GUARD, dtype))
+
+
+def run_cuda(name: str, mod, case: Case, inp: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(output, guard zone after it) from the learner's module; the guard must come back untouched."""
+    from harness.calling import cudart
+
+    p = case.params
+    if name == "square":
+        n = p["n"]
+        host = poisoned(n + GUARD, np.int32)
+        host[:n] = inp["a"]
+        d = cudart.to_device(host)
+        mod.exercise_run(d, n, p["threads"], None)
+        res = d.to_host()
+        d.close()
+        if n <= 1 << 20:  # the course's managed-memory program, on the host array
+            h = inp["a"].copy()
+            mod.exercise_managed(h, n, p["threads"])
+            if not np.array_equal(h, res[:n]):
+                raise ManagedMismatch(h)
+        return res[:n], res[n:]
+    if name == "grid_stride":
+        n = p["n"]
+        x = cudart.to_device(inp["x"])
+        out = _dev_out(n, np.float32)
+        mod.exercise_run(x, out, n, p["blocks"], p["threads"], None)
+        res = out.to_host()
+        x.close()
+        out.close()
+        return res[:n], res[n:]
+    if name in ("grayscale", "grayscale_2d"):
+        h, w = p["h"], p["w"]
+        n = h * w
+        x = cudart.to_device(inp["x"].ravel())
+        out = _dev_out(n, np.uint8)
+        if name == "grayscale":
+            mod.exercise_run(x, n, out, n, None)
+        else:
+            mod.exercise_run(x, n, out, h, w, None)
+        res = out.to_host()
+        x.close()
+        out.close()
+        return res[:n], res[n:]
+    if name in ("matmul", "matmul_tiled"):
+        m, n, k = p["m"], p["n"], p["k"]
+        a, b = cudart.to_device(inp["a"]), cudart.to_device(inp["b"])
+        c = _dev_out(m * n, np.float32)
+        mod.exercise_run(m, n, k, a, b, c, None)
+        res = c.to_host()
+        for d in (a, b, c):
+            d.close()
+        return res[:m * n], res[m * n:]
+    if name == "mandelbrot":
+        w, h, it = p["width"], p["height"], p["iters"]
+        t = np.float32
+        x0, x1, y0, y1 = (t(v) for v in p["region"])
+        out = _dev_out(w * h, np.uint32)
+        mod.exercise_run(out, w, h, it, float(x0), float(t(x1 - x0)), float(y0), float(t(y1 - y0)), None)
+        res = out.to_host()
+        out.close()
+        return res[:w * h], res[w * h:]
+    if name == "flash_softmax":
+        bh, S, D = p["bh"], p["S"], p["D"]
+        q, k, v = (cudart.to_device(inp[x]) for x in ("q", "k", "v"))
+        o = _dev_out(bh * S * D, np.float32)
+        mod.exercise_run(q, k, v, o, bh, S, D, 1.0 / math.sqrt(D), int(p["causal"]), None)
+        res = o.to_host()
+        for d in (q, k, v, o):
+            d.close()
+        return res[:bh * S * D], res[bh * S * D:]
+    raise KeyError(name)
+
+
+class ManagedMismatch(Exception):
+    """square: exercise_managed (the course's program) disagrees with the kernel run on device memory."""
+
+    def __init__(self, got):
+        self.got = got
+        super().__init__("managed")
+
+
+def timing_launch(name: str, mod, params: dict):
+    """Device buffers for the timed case and a launch(stream) that enqueues one run (harness.measuring.timing)."""
+    from harness.calling import cudart
+    from harness.measuring import bench
+
+    p = params
+    bufs = []
+
+    def dev(shape, dtype, fill=None):
+        d = cudart.empty(shape, dtype)
+        bufs.append(d)
+        if fill is not None:
+            d.fill_bytes(fill)
+        return d
+
+    if name == "square":
+        a = dev(p["n"], np.int32, 0x01)
+        launch = lambda s: mod.exercise_run(a, p["n"], p["threads"], s)  # noqa: E731
+    elif name == "grid_stride":
+        x, o = dev(p["n"], np.float32, 0x3F), dev(p["n"], np.float32)
+        launch = lambda s: mod.exercise_run(x, o, p["n"], p["blocks"], p["threads"], s)  # noqa: E731
+    elif name in ("grayscale", "grayscale_2d"):
+        n = p["h"] * p["w"]
+        x, o = dev(3 * n, np.uint8, 0x7F), dev(n, np.uint8)
+        if name == "grayscale":
+            launch = lambda s: mod.exercise_run(x, n, o, n, s)  # noqa: E731
+        else:
+            launch = lambda s: mod.exercise_run(x, n, o, p["h"], p["w"], s)  # noqa: E731
+    elif name in ("matmul", "matmul_tiled"):
+        m, n, k = p["m"], p["n"], p["k"]
+        a, b, c = dev(m * k, np.float32, 0x3C), dev(k * n, np.float32, 0x3C), dev(m * n, np.float32)
+        launch = lambda s: mod.exercise_run(m, n, k, a, b, c, s)  # noqa: E731
+    elif name == "mandelbrot":
+        w, h, it = p["width"], p["height"], p["iters"]
+        t = np.float32
+        x0, x1, y0, y1 = (t(v) for v in p["region"])
+        o = dev(w * h, np.uint32)
+        launch = lambda s: mod.exercise_run(o, w, h, it, float(x0), float(t(x1 - x0)), float(y0), float(t(y1 - y0)), s)  # noqa: E731,E501
+    elif name == "flash_softmax":
+        bh, S, D = p["bh"], p["S"], p["D"]
+        q, k, v, o = (dev(bh * S * D, np.float32, 0x3C) for _ in range(4))
+        launch = lambda s: mod.exercise_run(q, k, v, o, bh, S, D, 1.0 / math.sqrt(D), 0, s)  # noqa: E731
+    else:
+        raise KeyError(name)
+
+    def close():
+        for d in bufs:
+            d.close()
+
+    return bench.Prepared(launch, close)
+
+
+# --- mandelbrot_zoom: is the learner's region interesting? ---------------------------------------
+
+ZOOM_SIZE, ZOOM_ITERS = 192, 256
+ZOOM_MAX_SPAN = 0.1  # a zoom: at most 1/30 of the default view's 3 units
+ZOOM_MIN_SHARE = 0.5  # pixels neither escaping at once (count <= 2) nor reaching max_iters
+ZOOM_MIN_LEVELS = 24  # distinct counts among the pixels: a picture, not two flat colours
+
+
+def zoom_verdict(region) -> tuple[bool, str, dict]:
+    """(passed, message, facts) for a region, computed with the lab's reference at 192x192, 256 iterations."""
+    from harness.programs import mandelbrot as mb
+
+    x0, x1, y0, y1 = mb.parse_region(region)
+    facts = {"region": (x0, x1, y0, y1)}
+    if max(x1 - x0, y1 - y0) > ZOOM_MAX_SPAN * (1 + 1e-9):
+        return False, (f"the region is {x1 - x0:.3g} wide and {y1 - y0:.3g} high: zoom in until both are at most "
+                       f"{ZOOM_MAX_SPAN}"), facts
+    counts = mb.reference(ZOOM_SIZE, ZOOM_SIZE, ZOOM_ITERS, (x0, x1, y0, y1), np.float64)
+    at_once = float(np.mean(counts <= 2))
+    inside = float(np.mean(counts >= ZOOM_ITERS))
+    share = 1.0 - at_once - inside
+    levels = int(np.unique(counts).size)
+    facts.update(share=share, at_once=at_once, inside=inside, levels=levels)
+    if share < ZOOM_MIN_SHARE:
+        where = ("most of it escapes at once: it lies outside the set; move towards the boundary" if at_once > inside
+                 else "most of it never escapes: it lies inside the set; move towards the boundary")
+        return False, (f"only {share:.0%} of the pixels are interesting (need {ZOOM_MIN_SHARE:.0%}): {where}"), facts
+    if levels < ZOOM_MIN_LEVELS:
+        return False, (f"only {levels} distinct escape counts (need {ZOOM_MIN_LEVELS}): a flat picture; pick a "
+                       f"region closer to the boundary"), facts
+    return True, f"{share:.0%} of the pixels are interesting, {levels} distinct escape counts", facts

@@ -1,0 +1,249 @@
+"""The child process that runs a learner's kernel: `python -m harness.user.exercises.worker JSON`.
+
+It runs in a process of its own so that a kernel that never ends is stopped at a deadline (the
+parent kills it), and a CUDA error that ruins the context ruins only this process. It prints one
+line `cudalab-exercise: {json}` with a verdict per case; everything else it prints (a learner's
+printf) is ignored.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import math
+import re
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from harness.user.exercises import catalog
+
+TAG = "cudalab-exercise:"
+
+poisoned, is_poison = catalog.poisoned, catalog.is_poison
+
+
+def _fmt(v) -> str:
+    return f"{float(v):.6g}" if np.issubdtype(np.asarray(v).dtype, np.floating) else str(int(v))
+
+
+def compare(name: str, out: np.ndarray, ref: np.ndarray, guard: np.ndarray | None = None,
+            before: np.ndarray | None = None, facts: dict | None = None) -> str | None:
+    """None when out matches ref within the lab's tolerance, else what is wrong, pointing at a cause.
+    `before`: an in-place kernel's input, to tell elements left alone from elements computed wrongly.
+    `facts`, when given, gets what summarize() looks for across cases (only_first: element 0 alone was
+    never written, every other element is right; n: the output's size)."""
+    out = np.asarray(out).ravel()
+    ref = np.asarray(ref).ravel()
+    if out.size != ref.size:
+        return f"the output has {out.size} elements, expected {ref.size}"
+    if guard is not None:
+        bad = np.flatnonzero(~is_poison(guard))
+        if bad.size:
+            return (f"wrote past the end of the output (element {ref.size + int(bad[0])}, {bad.size} element(s) after "
+                    f"the last): threads beyond the data were not stopped: the bounds check")
+    tol = catalog.tolerance(name)
+    unwritten = is_poison(out)
+    if tol is None:
+        wrong = out != ref.astype(out.dtype)
+        ok = not wrong.any()
+    else:
+        from harness.calling.results import relative_error
+
+        try:
+            err = relative_error(out, ref)
+        except ValueError:
+            err = math.inf
+        ok = bool(np.isfinite(err) and err <= tol)
+        scale = float(np.linalg.norm(ref) / max(1.0, math.sqrt(ref.size))) or 1.0
+        with np.errstate(invalid="ignore"):
+            wrong = ~(np.abs(out.astype(np.float64) - ref) <= 10 * tol * scale)
+    if ok:
+        return None
+    n = out.size
+    if before is not None:
+        unwritten = unwritten | ((out == np.asarray(before).ravel()) & (out != ref))
+    if unwritten.any():
+        i = int(np.flatnonzero(unwritten)[0])
+        only_first = i == 0 and int(unwritten.sum()) == 1 and not (wrong & ~unwritten).any()
+        if facts is not None:
+            facts.update(only_first=only_first, n=n)
+        if only_first and n > 1:
+            # Every thread did its work one element to the right (or element 0's thread was stopped):
+            # nothing was written past the end, so the bounds check is not the cause.
+            return (f"1 of {n} outputs never written: only element 0, and every other element is right: the first "
+                    f"thread's index is not 0 (an index shifted by one, or a bounds check that also stops i == 0)")
+        return (f"{int(unwritten.sum())} of {n} outputs never written (first at index {i}; they still hold the "
+                f"check's poison): no thread wrote them: check the index, the stride and that the grid covers "
+                f"every element")
+    if out.size > 1 and np.all(out == 0) and np.any(ref != 0):
+        return "every output is 0: the kernel writes zeros (is the result computed and stored?)"
+    if out.dtype.kind == "f" and np.isnan(out).any():
+        i = int(np.flatnonzero(np.isnan(out))[0])
+        why = {"flash_softmax": "exp(-inf - -inf) is NaN: alpha must be 0 while the running max is still -inf",
+               "matmul_tiled": "a tile element read before any thread stored it: the barrier after the loads"}
+        return (f"{int(np.isnan(out).sum())} of {n} outputs are NaN (first at index {i})"
+                + (f": {why[name]}" if name in why else ""))
+    idx = np.flatnonzero(wrong)
+    i = int(idx[0]) if idx.size else int(np.argmax(np.abs(out.astype(np.float64) - ref)))
+    msg = f"{max(idx.size, 1)} of {n} outputs wrong, first at index {i}: got {_fmt(out[i])}, expected {_fmt(ref[i])}"
+    if tol is not None:
+        msg += f" (relative error {err:.3g} > {tol:g})"
+    return msg
+
+
+def summarize(name: str, results: list[dict]) -> str | None:
+    """A pattern over the cases that points at the cause, or None."""
+    bad = [r for r in results if not r["ok"]]
+    good = [r for r in results if r["ok"]]
+    if not bad or not re.match(r"\d+ of \d+ outputs", bad[0]["message"] or ""):
+        return None  # the first failure names its own cause (an exception, a stray write, NaN)
+    if all(r.get("zeros") for r in bad):
+        return "every failing case's output is all 0: the kernel writes zeros (is the result computed and stored?)"
+    if all(r.get("only_first") for r in bad) and any(r.get("n", 0) > 1 for r in bad):
+        return ("in every failing case only element 0 was never written and every other element is right: the first "
+                "thread's index is not 0 (an index shifted by one, or a bounds check that also stops i == 0)")
+    if not good:
+        return None
+    if all(r["ragged"] for r in bad):
+        what = "tile" if name == "matmul_tiled" else "block"
+        return (f"only sizes that are not a multiple of the {what} fail: look at the bounds check"
+                + (" and the zero-filled ragged edges" if name == "matmul_tiled" else ""))
+    if name == "matmul_tiled" and all(r.get("multi") for r in bad):
+        return ("only products longer than one tile fail: a tile is overwritten while other threads still read it: "
+                "the barrier after the products")
+    if name == "grid_stride" and all(r.get("strided") for r in bad):
+        return "only grids smaller than n fail: the stride must be the whole grid's thread count"
+    return None
+
+
+# --- the Python track ----------------------------------------------------------------------------
+
+def _where(exc: BaseException, path: Path) -> str:
+    """`file:line: code` of the deepest frame in the learner's file."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == path.resolve()]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f"{path}:{f.lineno}: `{(f.line or '').strip()}`: "
+
+
+def import_learner(path: Path, modname: str):
+    spec = importlib.util.spec_from_file_location(modname, path)
+    mod = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(mod)
+    except SyntaxError as e:
+        line = (e.text or "").rstrip()
+        return None, f"{path}:{e.lineno}: {e.msg}" + (f"\n  {e.lineno:4d} | {line}" if line else "")
+    except Exception as e:  # the learner's module raised while it was imported
+        return None, f"{_where(e, path)}importing {path.name} raised {type(e).__name__}: {e}"
+    return mod, None
+
+
+def _params(fn) -> list[str]:
+    return list(inspect.signature(fn).parameters)
+
+
+def run_python(name: str, path: Path, solution: str) -> dict:
+    ex = catalog.BY_NAME[name]
+    mod, err = import_learner(path, f"cudalab_exercise_{name}")
+    if err:
+        return {"fatal": err}
+    entry = ex.py_entry
+    if not hasattr(mod, entry):
+        return {"fatal": f"{path} defines no {entry}: the check calls it by that name (renamed?); keep the name the "
+                         f"exercise gave it"}
+    if name == "mandelbrot_zoom":
+        try:
+            ok, msg, _ = catalog.zoom_verdict(getattr(mod, entry))
+        except (ValueError, TypeError) as e:
+            return {"fatal": f"{entry} in {path}: {e}"}
+        return {"results": [{"label": f"region {getattr(mod, entry)}", "ok": ok, "message": None if ok else msg,
+                             "ragged": False, "detail": msg}]}
+    fn = getattr(mod, entry)
+    ns: dict = {}
+    exec(compile(solution, "<solution>", "exec"), ns)  # noqa: S102 -- the lab's own text, for the signature
+    want = _params(ns[entry])
+    if not callable(fn) or _params(fn) != want:
+        got = _params(fn) if callable(fn) else type(fn).__name__
+        return {"fatal": f"{entry} in {path} takes ({', '.join(got) if isinstance(got, list) else got}), the check "
+                         f"calls it with ({', '.join(want)}): put the parameters back as the exercise gave them"}
+    from harness.base import sim
+
+    results = []
+    for case in catalog.cases(name, "python"):
+        inp = catalog.inputs(name, case)
+        ref = catalog.reference(name, case, inp)
+        r = {"label": case.label, "ragged": case.ragged, "multi": case.params.get("k", 0) > case.params.get("tw", 1e9),
+             "strided": case.params.get("blocks", 0) * case.params.get("threads", 0) < case.params.get("n", 0)}
+        try:
+            out = catalog.run_python(name, fn, case, inp)
+            msg = compare(name, out, ref, before=inp.get("a") if name == "square" else None, facts=r)
+            r["zeros"] = bool(np.all(np.asarray(out) == 0) and np.any(np.asarray(ref) != 0))
+        except catalog.RedundantWrites as e:
+            msg = str(e)
+        except IndexError as e:
+            msg = (f"{_where(e, path)}IndexError: {e}: a thread read or wrote past the end of an array: "
+                   f"the bounds check")
+        except sim.SimError as e:
+            msg = f"{_where(e, path)}{e}: every thread of a block must reach each barrier (a bare yield)"
+        except Exception as e:  # the learner's kernel raised: say where, and go on to the next case
+            msg = f"{_where(e, path)}{type(e).__name__}: {e}"
+        r.update(ok=msg is None, message=msg)
+        results.append(r)
+    return {"results": results}
+
+
+# --- the CUDA track ------------------------------------------------------------------------------
+
+def run_cuda(name: str, source: str, display: str, small_only: bool) -> dict:
+    from harness.base.errors import CudaError, CudalabError
+    from harness.calling import inline
+
+    mod = inline.load(source, name=f"exercise_{name}", _display=display)
+    results = []
+    for case in catalog.cases(name, "cuda"):
+        if small_only and not case.small:
+            continue
+        inp = catalog.inputs(name, case)
+        r = {"label": case.label, "ragged": case.ragged, "multi": case.params.get("k", 0) > case.params.get("tw", 1e9),
+             "strided": case.params.get("blocks", 0) * case.params.get("threads", 0) < case.params.get("n", 0)}
+        try:
+            out, guard = catalog.run_cuda(name, mod, case, inp)
+            ref = catalog.reference(name, case, inp)
+            msg = compare(name, out, ref, guard, before=inp.get("a") if name == "square" else None, facts=r)
+            r["zeros"] = bool(np.all(out == 0) and np.any(ref != 0))
+        except catalog.ManagedMismatch:
+            msg = ("exercise_managed (the course's program with managed memory) gives a different result from the "
+                   "kernel: look at the allocation, the copies, the launch and the cudaDeviceSynchronize before the "
+                   "host reads the result")
+        except CudaError as e:
+            r.update(ok=False, message=f"CUDA error: {e}", fatal=True)
+            results.append(r)
+            break  # the context may be unusable now
+        except CudalabError as e:
+            msg = str(e)
+        r.update(ok=msg is None, message=msg)
+        results.append(r)
+    return {"results": results}
+
+
+def main(argv: list[str]) -> int:
+    job = json.loads(argv[0])
+    if job["track"] == "python":
+        out = run_python(job["name"], Path(job["file"]), job["solution"])
+    else:
+        out = run_cuda(job["name"], Path(job["file"]).read_text(), job["display"], job.get("small", False))
+    if "results" in out and not out.get("fatal"):
+        out["pattern"] = summarize(job["name"], out["results"])
+    sys.stdout.flush()
+    print(TAG, json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

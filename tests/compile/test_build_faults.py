@@ -1,0 +1,428 @@
+"""The build under faults and bad input: stale flags, torn or tampered outputs, shell injection through
+--arch, fat binaries, swallowed errors, and Ctrl-C. Each test builds a tiny tree (the real Makefile and
+cuda/common, one or two small programs) in a temporary folder, so nothing here touches the lab's build/."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import pythonpath
+from harness.base.errors import BuildError
+from harness.calling import library, runner
+from harness.compile import build, toolchain
+
+pytestmark = pytest.mark.skipif(not toolchain.find("nvcc").found, reason="needs nvcc")
+
+KERNEL = """#include "cudalab.h"
+__global__ void {name}_kernel(int *x) {{ x[threadIdx.x] += {value}; }}
+extern "C" int {name}_answer(void) {{ return {value}; }}
+"""
+
+
+def tiny_tree(root: Path, names=("tiny",), value: int = 7) -> Path:
+    """A lab of its own: the real Makefile and cuda/common, and programs that compile in seconds."""
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(build.ROOT / "Makefile", root / "Makefile")
+    shutil.copytree(build.CUDA_DIR / "common", root / "cuda" / "common")
+    for name in names:
+        d = root / "cuda" / name
+        d.mkdir(parents=True)
+        (d / f"{name}.cu").write_text(KERNEL.format(name=name, value=value))
+        (d / f"{name}.h").write_text(f'#include "cudalab.h"\nint {name}_answer(void);\n')
+        (d / "main.cu").write_text(f'extern "C" int {name}_answer(void);\nint main() {{ return {name}_answer() == {value} ? 0 : 1; }}\n')
+    return root
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under build/ with its size and mtime."""
+    out = {}
+    for dirpath, _dirs, files in os.walk(root / "build"):
+        for f in files:
+            p = Path(dirpath) / f
+            st = p.lstat()
+            out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def make(root: Path, *args, check=True, env=None) -> subprocess.CompletedProcess:
+    nvcc = toolchain.find("nvcc").path
+    return subprocess.run(["make", "-C", str(root), "--no-print-directory", f"NVCC={nvcc}", *args],
+                          capture_output=True, text=True, check=check, env=env)
+
+
+def sass_targets(root: Path, prog: str) -> set[str]:
+    """The SASS targets ptxas compiled the program's kernel for (its -v report, one entry per target)."""
+    log = (root / "build" / "obj" / prog / f"{prog}.log").read_text()
+    return {line.rsplit("'", 2)[-2] for line in log.splitlines() if "Compiling entry function" in line}
+
+
+@pytest.fixture(scope="module")
+def tree80(tmp_path_factory):
+    """A tiny tree built for sm_80 (module-wide: tests that change it copy it first)."""
+    root = tiny_tree(tmp_path_factory.mktemp("tree80"), names=("tiny", "other"))
+    build.build(arch="80", root=root)
+    return root
+
+
+def copy_tree(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+# --- a build for another arch ----------------------------------------------------------------------
+
+def test_counting_steps_writes_nothing(tree80, tmp_path):
+    """Counting the pending steps (make -n, which runs outside any lock) must not touch the tree: it
+    used to rewrite the flags stamp, and a build running meanwhile then looked up to date."""
+    root = copy_tree(tree80, tmp_path / "t")
+    before = snapshot(root)
+    steps = build.pending_steps(arch="90", root=root)
+    assert snapshot(root) == before
+    # ...and it still sees that everything needs rebuilding for the other arch.
+    assert "NVCC cuda/tiny/tiny.cu" in steps and "NVCC cuda/common/cudalab.cu" in steps
+    assert "LINK build/lib/libtiny.so" in steps and "LINK build/bin/other" in steps
+    make(root, "-n", "ARCH=100")
+    make(root, "arch", "ARCH=sm_75")
+    assert snapshot(root) == before
+
+
+def test_an_arch_change_rebuilds_every_object_even_after_a_dry_run(tree80, tmp_path):
+    """The race as it happened: `invoke build --arch 80` still compiling while `invoke build` counted its
+    steps with make -n. The sm_80 objects finished after that count must not pass for sm_90 ones."""
+    root = copy_tree(tree80, tmp_path / "t")
+    build.pending_steps(arch="90", root=root)  # the second build's count, outside the lock
+    time.sleep(0.05)
+    now = time.time()
+    for o in (root / "build" / "obj").rglob("*.o"):  # the first build's objects, finished after that count
+        os.utime(o, (now, now))
+    res = build.build(arch="90", root=root)
+    assert "cuda/tiny/tiny.cu" in res.steps and "cuda/common/cudalab.cu" in res.steps
+    assert sass_targets(root, "tiny") == {"sm_90"} and sass_targets(root, "other") == {"sm_90"}
+    assert "compute_90" in (root / "build" / ".flags").read_text()
+    assert build.build(arch="90", root=root).steps == []  # and then it is up to date
+
+
+def test_two_makes_in_one_tree_do_not_share_a_temporary_name(tree80, tmp_path):
+    """A plain `make` beside `invoke build`: both relinking the same executable used to write
+    build/bin/<prog>.tmp, and one of them failed with `mv: cannot stat`."""
+    root = copy_tree(tree80, tmp_path / "t")
+    nvcc = toolchain.find("nvcc").path
+    for _ in range(3):
+        cmd = ["make", "-C", str(root), "--no-print-directory", f"NVCC={nvcc}", "ARCH=80",
+               "-W", "build/obj/tiny/main.o", "build/bin/tiny", "build/lib/libtiny.so"]
+        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+        outs = [(p.communicate()[0], p.returncode) for p in procs]
+        for out, rc in outs:
+            assert rc == 0 and "cannot stat" not in out, out
+    assert build.stale_reason(root / "build" / "bin" / "tiny", root) is None
+    assert not [p for p in (root / "build").rglob("*") if ".tmp" in p.name]
+
+
+# --- outputs trusted by their existence ------------------------------------------------------------
+
+@pytest.fixture
+def lab(tree80, tmp_path, monkeypatch):
+    """A copy of the tiny tree, with the harness pointed at it (loader, runner and records)."""
+    root = copy_tree(tree80, tmp_path / "t")
+    monkeypatch.setattr(build, "ROOT", root)
+    monkeypatch.setattr(build, "BUILD", root / "build")
+    monkeypatch.setattr(build, "CUDA_DIR", root / "cuda")
+    monkeypatch.setenv("ARCH", "80")  # what the tree was built for: only the tampered file is to be redone
+    library.load.cache_clear()
+    yield root
+    library.load.cache_clear()
+
+
+def truncate(path: Path, size: int = 4096) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[:size])
+
+
+def test_a_truncated_library_is_refused_and_rebuilt(lab):
+    lib = build.lib_path("tiny")
+    assert build.stale_reason(lib) is None
+    truncate(lib)  # what a full disk or a killed copy leaves: it made Python die of SIGBUS in dlopen
+    with pytest.raises(library.LibraryNotBuilt, match=r"4096 bytes.*truncated or replaced.*run `invoke build -p tiny`"):
+        library.load("tiny")
+    res = build.build(build.targets("tiny"), root=lab)
+    assert "build/lib/libtiny.so" in res.steps  # not "up to date"
+    assert library.load("tiny").lib.tiny_answer() == 7
+
+
+def test_a_library_of_the_same_size_but_other_bytes_is_refused(lab):
+    lib = build.lib_path("tiny")
+    assert build.stale_reason(lib) is None  # checked once: this process remembers it, until it changes
+    data = bytearray(lib.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    st = lib.stat()
+    lib.write_bytes(bytes(data))
+    os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns))  # even with its old date, which make trusts
+    with pytest.raises(library.LibraryNotBuilt, match="SHA-256 differs"):
+        library.load("tiny")
+    assert build.pending_steps(build.targets("tiny"), root=lab) == []  # make alone would not see it...
+    assert "build/lib/libtiny.so" in build.build(build.targets("tiny"), root=lab).steps  # ...the build does
+    assert library.load("tiny").lib.tiny_answer() == 7
+
+
+def test_a_truncated_executable_is_refused_and_rebuilt(lab):
+    exe = build.bin_path("tiny")
+    assert runner.run("tiny").returncode == 0
+    truncate(exe)  # it used to run and die: "exited with status -11"
+    with pytest.raises(FileNotFoundError, match=r"build/bin/tiny is not the file its build wrote.*invoke build -p tiny"):
+        runner.run("tiny")
+    assert "build/bin/tiny" in build.build(build.targets("tiny"), root=lab).steps
+    assert runner.run("tiny").returncode == 0
+
+
+def test_an_output_without_its_record_is_not_trusted(lab):
+    (lab / "build" / "sums" / "build" / "lib" / "libtiny.so").unlink()
+    with pytest.raises(library.LibraryNotBuilt, match="record .* is missing"):
+        library.load("tiny")
+    assert "build/lib/libtiny.so" in build.build(build.targets("tiny"), root=lab).steps
+    assert library.load("tiny").lib.tiny_answer() == 7
+
+
+def test_an_interrupted_step_leaves_no_output_name(tree80, tmp_path):
+    """Every output is written to a temporary name and renamed: a step killed mid-write leaves only
+    that name (swept by the next build once its shell is gone), never a torn file under the real one."""
+    root = copy_tree(tree80, tmp_path / "t")
+    dry = make(root, "-n", "ARCH=80", "-W", "cuda/tiny/tiny.cu", "build/lib/libtiny.so", "build/bin/tiny").stdout
+    nvcc_lines = [line for line in dry.splitlines() if " -o " in line and "nvcc" in line]
+    assert nvcc_lines and all(".tmp$$" in line.split(" -o ", 1)[1].split()[0] for line in nvcc_lines), nvcc_lines
+    p = subprocess.Popen(["true"])  # a PID that has certainly exited
+    p.wait()
+    leftover = root / "build" / "obj" / "tiny" / f"tiny.o.tmp{p.pid}"
+    leftover.write_bytes(b"half an object")
+    build.build(arch="80", root=root)
+    assert not leftover.exists()
+
+
+# --- shell injection through --arch -----------------------------------------------------------------
+
+def test_arch_injection_runs_no_shell(tmp_path):
+    pwned = tmp_path / "PWNED"
+    arch = f"90'; touch {pwned}; echo '"
+    env = {**os.environ, "PYTHONPATH": pythonpath(build.ROOT)}
+    r = subprocess.run([sys.executable, "-m", "invoke", "build", "--arch", arch], cwd=build.ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert not pwned.exists()
+    assert r.stderr.strip().count("\n") == 0 and "is not a compute capability" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_makefile_refuses_what_would_reach_the_shell(tmp_path):
+    """Plain make checks ARCH and EXTRA_NVCCFLAGS itself (from the command line or the environment)."""
+    root = tiny_tree(tmp_path / "t")
+    pwned = tmp_path / "PWNED"
+    r = make(root, f"ARCH=90'; touch {pwned}; echo '", "build/lib/libtiny.so", check=False)
+    assert r.returncode != 0 and "ARCH must be a compute capability" in r.stderr
+    r = make(root, "build/lib/libtiny.so", check=False,
+             env={**os.environ, "EXTRA_NVCCFLAGS": f"-DX=1; touch {pwned}"})
+    assert r.returncode != 0 and "EXTRA_NVCCFLAGS may hold only nvcc flags" in r.stderr
+    r = make(root, "ARCH=9.0", "arch", check=False)
+    assert r.returncode != 0 and "not 9.0" in r.stderr
+    assert not pwned.exists() and not (root / "build").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize("value, want", [("90", "90"), ("sm_80", "80"), ("compute_75", "75"), (" 90 ", "90"),
+                                         ("90,80,75", "90,80,75"), ("80,sm_80", "80")])
+def test_parse_arch_accepts(value, want):
+    assert build.parse_arch(value) == want
+
+
+@pytest.mark.parametrize("value", ["12", "abc", "9.0", "90,", "90;ls", "90 80", "sm_90'", "$(ls)", "999"])
+def test_parse_arch_refuses_in_one_line(value):
+    with pytest.raises(BuildError) as ei:
+        build.parse_arch(value)
+    assert "\n" not in str(ei.value) and "75, 80" in str(ei.value)
+
+
+def test_arch_and_flags_from_the_environment_are_checked(monkeypatch):
+    monkeypatch.setenv("ARCH", "x86_64")  # set by other build systems: it used to reach nvcc
+    with pytest.raises(BuildError, match="'x86_64' is not a compute capability"):
+        build.make_command()
+    monkeypatch.setenv("ARCH", "80")
+    assert "ARCH=80" in build.make_command()
+    monkeypatch.setenv("EXTRA_NVCCFLAGS", "-DA=1 `touch x`")
+    with pytest.raises(BuildError, match="EXTRA_NVCCFLAGS"):
+        build.make_command()
+
+
+def test_toolchain_lists_the_archs_nvcc_builds_for():
+    archs = toolchain.gpu_archs(toolchain.find("nvcc").path)
+    assert archs and {"80", "90"} <= set(archs)
+    assert [int(a) for a in archs] == sorted(int(a) for a in archs)
+
+
+# --- one fat binary for several GPUs -------------------------------------------------------------------
+
+def test_an_arch_list_builds_one_fat_binary(tmp_path):
+    root = tiny_tree(tmp_path / "t")
+    build.build(build.targets("tiny", root), arch="90,75,80", root=root)
+    # SASS for each (ptxas compiled the kernel three times), PTX for the highest only.
+    assert sass_targets(root, "tiny") == {"sm_75", "sm_80", "sm_90"}
+    flags = (root / "build" / ".flags").read_text()
+    assert ("-gencode arch=compute_75,code=sm_75 -gencode arch=compute_80,code=sm_80 "
+            "-gencode arch=compute_90,code=[sm_90,compute_90]") in flags
+    cuobjdump = toolchain.find("cuobjdump")
+    if cuobjdump.found:
+        for out in ("build/lib/libtiny.so", "build/bin/tiny"):
+            elf = subprocess.run([cuobjdump.path, "--list-elf", str(root / out)], capture_output=True,
+                                 text=True, check=True).stdout
+            assert all(f"tiny.sm_{a}.cubin" in elf for a in (75, 80, 90)), elf
+            ptx = subprocess.run([cuobjdump.path, "--list-ptx", str(root / out)], capture_output=True,
+                                 text=True, check=True).stdout
+            assert "sm_90.ptx" in ptx and "sm_80.ptx" not in ptx, ptx
+    # The same list in another order is the same build: nothing to do.
+    assert build.build(build.targets("tiny", root), arch="80,90,75", root=root).steps == []
+
+
+def test_a_programs_own_gencode_still_applies(tmp_path):
+    root = tiny_tree(tmp_path / "t")
+    (root / "cuda" / "tiny" / "build.mk").write_text(textwrap.dedent("""\
+        ifeq ($(ARCH),90)
+        tiny_GENCODE := -gencode arch=compute_90a,code=[sm_90a,compute_90a]
+        endif
+        """))
+    dry = make(root, "-n", "ARCH=90", "build/lib/libtiny.so").stdout
+    tiny_cmd = next(line for line in dry.splitlines() if "-c cuda/tiny/tiny.cu" in line)
+    assert "compute_90a" in tiny_cmd and "arch=compute_90," not in tiny_cmd
+    common_cmd = next(line for line in dry.splitlines() if "-c cuda/common/cudalab.cu" in line)
+    assert "arch=compute_90,code=[sm_90,compute_90]" in common_cmd
+    dry = make(root, "-n", "ARCH=80,90", "build/lib/libtiny.so").stdout
+    tiny_cmd = next(line for line in dry.splitlines() if "-c cuda/tiny/tiny.cu" in line)
+    assert "arch=compute_80,code=sm_80" in tiny_cmd and "arch=compute_90,code=[sm_90,compute_90]" in tiny_cmd
+
+
+# --- errors that used to be swallowed ---------------------------------------------------------------
+
+def _failure_text(root: Path, monkeypatch=None, **kw) -> str:
+    with pytest.raises(build.ProgramsFailed) as ei:
+        build.build_programs(root=root, **kw)
+    return str(ei.value)
+
+
+def test_nvcc_fatal_is_shown_once(tmp_path, monkeypatch):
+    """`nvcc fatal` (here an unknown option; an unsupported arch alike) was swallowed, and each of the
+    programs said "failed (see the log above)" with no log above."""
+    root = tiny_tree(tmp_path / "t", names=("tiny", "other"))
+    monkeypatch.setenv("EXTRA_NVCCFLAGS", "--no-such-nvcc-flag")
+    text = _failure_text(root)
+    assert text.count("nvcc fatal: Unknown option '--no-such-nvcc-flag'") == 1, text
+    assert "see the log above" not in text
+    assert "other, tiny: failed with the error above" in text and text.splitlines()[-1] == "built: none"
+
+
+def test_unsupported_arch_from_plain_make_is_parsed(tmp_path):
+    root = tiny_tree(tmp_path / "t")
+    r = make(root, "-k", "ARCH=12", check=False)
+    diags = build.parse_diagnostics(r.stdout + r.stderr)
+    assert [str(d) for d in diags] == ["nvcc fatal: Unsupported gpu architecture 'compute_12'"]
+
+
+def test_an_unwritable_build_folder_says_why(tmp_path):
+    """A read-only build/ (here: build/lib is a file, which stops root too) named its error nowhere."""
+    root = tiny_tree(tmp_path / "t")
+    (root / "build").mkdir()
+    (root / "build" / "lib").write_text("not a folder")
+    text = _failure_text(root, arch="80")
+    line = next((x for x in text.splitlines() if x.startswith("mkdir: cannot create directory")), "")
+    assert "build/lib" in line and line.endswith("File exists"), text
+    assert text.count("cannot create directory") == 1 and "see the log above" not in text
+
+
+def test_linker_lines_are_diagnostics():
+    log = textwrap.dedent("""\
+        /usr/bin/ld: cannot open output file build/bin/x.tmp77: Permission denied
+        collect2: error: ld returned 1 exit status
+        /bin/sh: 1: cannot create build/obj/x/x.log: Read-only file system
+        make: *** [Makefile:160: build/bin/x] Error 1
+        make: Target 'all' not remade because of errors.
+        """)
+    assert [str(d) for d in build.parse_diagnostics(log)] == [
+        "/usr/bin/ld: cannot open output file build/bin/x.tmp77: Permission denied",
+        "collect2: error: ld returned 1 exit status",
+        "/bin/sh: 1: cannot create build/obj/x/x.log: Read-only file system"]
+
+
+# --- Ctrl-C ----------------------------------------------------------------------------------------
+
+SLOW_NVCC = """#!/bin/sh
+# A compile that takes a minute: records its PID, writes half an object, then sleeps (it is meant to
+# be interrupted). Anything else goes to the real nvcc.
+case " $* " in
+  *" --dryrun "*|*" --list-gpu-"*) ;;
+  *" -c "*)
+    prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
+    echo $$ >> "{pids}"; printf 'half an object' > "$out"; sleep 60 ;;
+esac
+exec "{real}" "$@"
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for our purpose.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupting_a_build_stops_make_and_its_compilers(tmp_path, sig):
+    root = tiny_tree(tmp_path / "t", names=("tiny", "other"))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    pids = tmp_path / "pids"
+    fake = bindir / "nvcc"
+    fake.write_text(SLOW_NVCC.format(pids=pids, real=toolchain.find("nvcc").path))
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    code = ("import sys; from pathlib import Path; from harness.compile import build\n"
+            f"build.build(root=Path({str(root)!r}), jobs=2)\n")
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": pythonpath(build.ROOT)}
+    # In a session of its own, as a terminal would start it; the signal goes to the Python process only.
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=build.ROOT, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not (pids.exists() and len(pids.read_text().split()) >= 2):
+            assert proc.poll() is None, proc.communicate()[0]
+            time.sleep(0.1)
+        compilers = [int(p) for p in pids.read_text().split()]
+        t0 = time.time()
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+        assert time.time() - t0 < build.STOP_GRACE_S + 5
+        time.sleep(0.5)
+        assert not [p for p in compilers if _alive(p)], "compilers still running after the build was interrupted"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        with open(pids) if pids.exists() else open(os.devnull) as f:
+            for p in f.read().split():
+                try:
+                    os.kill(int(p), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    # Nothing half-written, no temporaries, and the lock is free for the next build.
+    leftovers = [p for p in (root / "build").rglob("*") if ".tmp" in p.name]
+    assert not leftovers, leftovers
+    assert not list((root / "build").rglob("*.o")), "an interrupted compile left an object under its name"
+    with open(root / "build" / ".lock") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,0 +1,175 @@
+"""`invoke tune matmul`: where the winner is cached, when it is used, and (GPU) a small real search."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import write_json as write
+from harness.measuring import bench, timing, tune
+from harness.programs import matmul as mm
+
+DEVICE = "NVIDIA H100 80GB HBM3"
+TUNE_FILE = "matmul-tune.json"
+
+
+def test_gpu_folder_is_the_model():
+    assert bench.gpu_folder(DEVICE) == "h100"
+    assert bench.gpu_folder("NVIDIA H200") == "h200"
+    assert bench.gpu_folder("NVIDIA A100-SXM4-80GB") == "a100-sxm4-80gb"
+    assert bench.gpu_folder("Some GPU") == "some-gpu"
+
+
+def test_bench_save_goes_where_the_notes_are(results_dir, tmp_path):
+    csv = tmp_path / "bench-x.csv"
+    csv.write_text("a\n1\n")
+    assert bench.save(csv, DEVICE) == results_dir / "h100" / "bench-x.csv"
+
+
+def test_tuned_choice_default_without_a_file(results_dir):
+    winner, why = mm.tuned_choice(DEVICE)
+    assert winner is None and "invoke tune matmul" in why
+
+
+def test_tuned_choice_uses_the_cached_winner(results_dir):
+    cfg = mm.configs()[5]
+    write(results_dir / "h100" / TUNE_FILE, device=DEVICE, winner=cfg)
+    assert mm.tuned_choice(DEVICE) == (cfg, f"tuned on this device ({results_dir / 'h100' / TUNE_FILE})")
+
+
+def test_tuned_choice_ignores_another_device_or_an_unknown_config(results_dir):
+    write(results_dir / "h100" / TUNE_FILE, device="NVIDIA H100 PCIe", winner=mm.configs()[5])
+    winner, why = mm.tuned_choice(DEVICE)
+    assert winner is None and "H100 PCIe" in why
+    write(results_dir / "h100" / TUNE_FILE, device=DEVICE, winner="08_pipelined-1x1x1")
+    winner, why = mm.tuned_choice(DEVICE)
+    assert winner is None and "does not have" in why
+    (results_dir / "h100" / TUNE_FILE).write_text("{not json")
+    assert mm.tuned_choice(DEVICE)[0] is None
+
+
+def test_tune_front_door():
+    with pytest.raises(ValueError, match="tunable programs: .*matmul"):
+        tune.tunable("square")
+    assert tune.tunable("matmul") is mm
+    with pytest.raises(ValueError, match="size must be >= 1"):
+        tune.run("matmul", size=0)
+
+
+def test_default_tuned_config_is_a_pipelined_one():
+    """The compiled default, in a fresh process: in this one an earlier test may have applied the
+    cached winner of this GPU (bench/results/h100/matmul-tune.json on an H100)."""
+    import subprocess
+    import sys
+
+    from harness.compile import build
+
+    code = ("from harness.calling import library; from harness.programs import matmul as mm; "
+            "print(mm.configs()[library.load('matmul').matmul_tuned_config()])")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=build.ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "08_pipelined-128x128x16-w64x32-s3"
+
+
+@pytest.mark.gpu
+def test_gpu_tune_small(results_dir):
+    df, path = mm.tune(size=256, save=True, options=timing.SMOKE)
+    ok = df[df["status"] == "ok"]
+    assert len(ok) >= 5 and (ok["tflops"] > 0).all()
+    assert df["winner"].sum() == 1 and df.loc[df["winner"], "status"].iloc[0] == "ok"
+    data = json.loads(path.read_text())
+    assert data["winner"] in mm.configs() and data["device"]
+    # Every configuration that does not fit is listed with the limit it exceeds, never launched.
+    for st in df.loc[df["status"] != "ok", "status"]:
+        assert st.startswith("refused: needs") and "at most" in st
+    mm._applied.clear()
+    assert mm.apply_tuned() == data["winner"]
+    mm._applied.clear()
+
+
+# --- attention: 03_flash_bf16's (warps, stages) per head size ---------------------------------------
+
+def test_attention_tuned_choice_per_head_size(results_dir, monkeypatch):
+    from harness.programs import attention as at
+
+    path = results_dir / "h100" / "attention-tune.json"
+    winner, why = at.tuned_choice(128, DEVICE)
+    assert winner is None and "invoke tune attention" in why
+    write(path, device=DEVICE, winners={"64": "flash_bf16_w8s3", "128": "flash_bf16_w4s2"})
+    assert at.tuned_choice(64, DEVICE)[0] == "flash_bf16_w8s3"
+    assert at.tuned_choice(128, DEVICE) == ("flash_bf16_w4s2", f"tuned on this device ({path})")
+    # Another device's file, or a name this build lacks, leaves the compiled default.
+    write(path, device="NVIDIA H200", winners={"128": "flash_bf16_w4s2"})
+    assert at.tuned_choice(128, DEVICE)[0] is None
+    write(path, device=DEVICE, winners={"128": "flash_bf16_w16s9"})
+    winner, why = at.tuned_choice(128, DEVICE)
+    assert winner is None and "flash_bf16_w16s9" in why
+    # runs_as: only 03_flash_bf16 is redirected, once per process and head size.
+    write(path, device=DEVICE, winners={"64": "flash_bf16_w8s3", "128": "flash_bf16_w4s2"})
+    monkeypatch.setattr(at.cudart, "device_name", lambda i=0: DEVICE)
+    monkeypatch.setattr(at, "_tuned", {})
+    assert at.runs_as("03_flash_bf16", 128) == "flash_bf16_w4s2"
+    assert at.runs_as("03_flash_bf16", 64) == "flash_bf16_w8s3"
+    assert at.runs_as("02_flash", 128) == "02_flash"
+    assert at.runs_as("flash_bf16_no_causal_mask", 128) == "flash_bf16_no_causal_mask"
+    assert set(at.TUNING_VARIANTS) <= set(at.BF16_VARIANTS)
+
+
+def test_attention_tuned_choice_per_variant(results_dir, monkeypatch):
+    """05_flash_wgmma's winners live under winners_by_variant; a cache written before 05 existed
+    (only "winners") leaves 05 on its compiled default, and one variant's choice is never given to
+    the other."""
+    from harness.programs import attention as at
+
+    path = results_dir / "h100" / "attention-tune.json"
+    write(path, device=DEVICE, winners={"64": "flash_bf16_w8s3", "128": "flash_bf16_w4s2"})
+    winner, why = at.tuned_choice(128, DEVICE, variant="05_flash_wgmma")
+    assert winner is None and "no choice of 05_flash_wgmma" in why
+    write(path, device=DEVICE, winners={"64": "flash_bf16_w8s3", "128": "flash_bf16_w4s2"},
+          winners_by_variant={"03_flash_bf16": {"64": "flash_bf16_w8s3", "128": "flash_bf16_w4s2"},
+                              "05_flash_wgmma": {"64": "flash_wgmma_ppip_k128s2", "128": "flash_bf16_w4s2"}})
+    assert at.tuned_choice(64, DEVICE, variant="05_flash_wgmma")[0] == "flash_wgmma_ppip_k128s2"
+    winner, why = at.tuned_choice(128, DEVICE, variant="05_flash_wgmma")
+    assert winner is None and "not one of" in why  # 03's choice named for 05: refused
+    assert at.tuned_choice(128, DEVICE)[0] == "flash_bf16_w4s2"
+    monkeypatch.setattr(at.cudart, "device_name", lambda i=0: DEVICE)
+    monkeypatch.setattr(at, "_tuned", {})
+    assert at.runs_as("05_flash_wgmma", 64) == "flash_wgmma_ppip_k128s2"
+    assert at.runs_as("05_flash_wgmma", 128) == "05_flash_wgmma"
+    assert at.runs_as("flash_wgmma_pp_k128s2", 64) == "flash_wgmma_pp_k128s2"
+
+
+def test_attention_tune_refuses_a_bad_size():
+    with pytest.raises(ValueError, match="at most 92680"):
+        tune.run("attention", size=10**6)
+    assert "attention" in tune.tunables()
+
+
+@pytest.mark.gpu
+def test_gpu_attention_tune_small(results_dir, monkeypatch):
+    """A small real search. A deliberately wrong kernel (it skips the last key tile, so it is also
+    the fastest) is put among the choices: the search must list it as wrong and never pick it."""
+    from harness.programs import attention as at
+
+    monkeypatch.setattr(at, "_tuned", {})
+    choices = at.TUNING_VARIANTS + ("flash_bf16_skip_last_tile",)
+    monkeypatch.setitem(at.TUNED, "03_flash_bf16", choices)
+    searched = {v: cs for v, cs in at.TUNED.items() if at.unsupported_reason(v) is None}
+    df, path = at.tune(size=200, save=True, options=timing.SMOKE)
+    assert len(df) == len(at.TC_D) * sum(len(cs) for cs in searched.values())
+    bad = df[df["config"] == "flash_bf16_skip_last_tile"]
+    assert bad["status"].str.startswith("wrong answer").all() and not bad["winner"].any()
+    ok = df[df["config"] != "flash_bf16_skip_last_tile"]
+    assert (ok["status"] == "ok").all(), ok[ok["status"] != "ok"][["D", "config", "status"]]
+    assert (ok["tflops_full"] > 0).all() and (ok["tflops_causal"] > 0).all()
+    # One winner per (variant, D), each one of that variant's own choices.
+    assert df.groupby(["variant", "D"])["winner"].sum().tolist() == [1] * (len(at.TC_D) * len(searched))
+    data = json.loads(path.read_text())
+    assert set(data["winners"]) == {"64", "128"}
+    assert set(data["winners"].values()) <= set(choices) - {"flash_bf16_skip_last_tile"}
+    assert set(data["winners_by_variant"]) == set(searched)
+    for v, w in data["winners_by_variant"].items():
+        assert set(w) == {"64", "128"} and set(w.values()) <= set(searched[v])
+        assert at.runs_as(v, 64) == w["64"]
+    assert at.runs_as("03_flash_bf16", 128) == data["winners"]["128"]

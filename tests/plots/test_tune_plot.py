@@ -1,0 +1,57 @@
+"""The tuning figure (analysis/tune.py): drawn from a real cached search and from a table with a
+refused and a wrong choice; `invoke plot tune` needs no GPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import tune as atune
+from harness.compile import build
+from harness.measuring import bench
+
+H100_MATMUL = bench.RESULTS_DIR / "h100" / "matmul-tune.json"
+
+
+def test_reads_and_draws_the_recorded_h100_matmul_search(tmp_path):
+    table, meta = atune.read(H100_MATMUL)
+    assert meta["program"] == "matmul" and meta["device"].startswith("NVIDIA H100")
+    assert table["winner"].sum() == 1 and table.loc[table["winner"], "config"].iloc[0] == meta["winner"]
+    refused = table[table["status"] != "ok"]
+    assert len(refused) >= 1 and refused["status"].str.contains("at most").all()
+    path = atune.plot(table, "matmul", tmp_path / "t.png")
+    assert path.stat().st_size > 10_000
+
+
+def test_per_head_size_panels_with_a_wrong_choice(tmp_path):
+    rng = np.random.default_rng(3)
+    rows = [{"D": d, "config": f"c{i}", "tflops_full": rng.uniform(200, 300), "tflops_causal": rng.uniform(150, 250),
+             "ms_total": 1.0, "status": "ok", "winner": i == 1} for d in (64, 128) for i in range(4)]
+    rows[2].update(tflops_full=np.nan, tflops_causal=np.nan, status="wrong answer (causal relative error 6.0e-02)")
+    path = atune.plot(pd.DataFrame(rows), "attention", tmp_path / "a.png")
+    assert path.stat().st_size > 10_000
+
+
+def test_not_a_tuning_result_is_a_clear_error(tmp_path):
+    f = tmp_path / "x-tune.json"
+    f.write_text(json.dumps({"device": "x"}))
+    with pytest.raises(ValueError, match="not a tuning result"):
+        atune.read(f)
+    f.write_text("{oops")
+    with pytest.raises(ValueError, match="not a tuning result"):
+        atune.read(f)
+    with pytest.raises(ValueError, match="no config and tflops"):
+        atune.plot(pd.DataFrame({"config": ["a"]}), "matmul", tmp_path / "n.png")
+    assert atune.plot_cached(tmp_path / "empty", tmp_path) == []
+
+
+def test_invoke_plot_tune_draws_every_cached_search(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "invoke", "plot", "tune", "--outdir", str(tmp_path)], cwd=build.ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "tune_matmul_h100.png").exists() and "tune_matmul_h100.png" in r.stdout

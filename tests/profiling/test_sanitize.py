@@ -1,0 +1,161 @@
+"""harness.profiling.sanitize: compute-sanitizer's reports (recorded on an H200, tests/fixtures/sanitizer_*),
+the runs each program gets, and the program x tool summary. On a GPU: every program comes out
+clean under all four tools, and the planted out-of-bounds access (`square --oob`) is caught."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.compile import build
+from harness.profiling import sanitize as hs
+
+FIX = Path(__file__).parent.parent / "fixtures"
+V = "sanitizer_2025.3.1_h200"
+
+
+def _fixture(name: str) -> tuple[str, int]:
+    text = (FIX / f"{V}_{name}.txt").read_text()
+    rc = int(text.strip().splitlines()[-1].removeprefix("rc="))
+    return text, rc
+
+
+@pytest.mark.parametrize("name, status, errors", [
+    ("memcheck_square_oob", "errors", 2),  # the invalid access and the launch failure it causes
+    ("memcheck_square_clean", "clean", 0),
+    ("racecheck_toy_race", "errors", 9),  # "(9 errors, 248 warnings)": errors are counted
+    ("racecheck_hello_clean", "clean", 0),
+    ("initcheck_toy_uninit", "errors", 256),  # not the 206 of "206 errors were not printed"
+    ("synccheck_hello_clean", "clean", 0),
+])
+def test_recorded_reports(name, status, errors):
+    text, rc = _fixture(name)
+    st, n, detail = hs.classify(text, rc)
+    assert (st, n) == (status, errors)
+    if status == "errors":
+        assert rc == hs.ERROR_EXITCODE and detail
+
+
+def test_detail_names_the_error():
+    text, rc = _fixture("memcheck_square_oob")
+    assert hs.classify(text, rc)[2] == "Invalid __global__ read of size 4 bytes"
+    text, rc = _fixture("racecheck_toy_race")
+    assert "9 errors" in hs.classify(text, rc)[2]
+
+
+def test_program_failure_is_not_clean():
+    assert hs.classify("========= ERROR SUMMARY: 0 errors\n", 1)[0] == "program failed"
+    assert hs.classify("usage: x N\n", 2)[0] == "program failed"  # the sanitizer never finished
+    assert hs.classify("========= Error: Device not supported\n", 1)[0] == "unsupported"
+    assert hs.classify("no summary at all\n", hs.ERROR_EXITCODE)[:2] == ("errors", 1)
+
+
+def test_command_line():
+    cmd = hs.command("memcheck", Path("/b/square"), ["--oob"], "/cs")
+    assert cmd[:3] == ["/cs", "--tool", "memcheck"]
+    assert cmd[cmd.index("--error-exitcode") + 1] == str(hs.ERROR_EXITCODE)
+    assert cmd[-2:] == ["/b/square", "--oob"]
+    assert "--racecheck-report" in hs.command("racecheck", Path("/b/x"), [], "/cs")
+
+
+def test_tools_for():
+    assert hs.tools_for("all") == ["memcheck", "racecheck", "initcheck", "synccheck"]
+    assert hs.tools_for("memcheck,synccheck") == ["memcheck", "synccheck"]
+    with pytest.raises(ValueError, match="unknown sanitizer tool"):
+        hs.tools_for("leakcheck")
+
+
+def test_cases_contract():
+    as_list = types.SimpleNamespace(sanitize_args=lambda: [["--variant", "01_a", "33"], ["--variant", "02_b", "33"]])
+    assert [(c.label, c.argv) for c in hs.cases("p", as_list)] == [("01_a", ("--variant", "01_a", "33")),
+                                                                    ("02_b", ("--variant", "02_b", "33"))]
+    as_dict = types.SimpleNamespace(sanitize_args=lambda: {"small": [5], "ragged": [7, 3]})
+    assert [(c.label, c.argv) for c in hs.cases("p", as_dict)] == [("small", ("5",)), ("ragged", ("7", "3"))]
+    one = types.SimpleNamespace(sanitize_args=lambda: ["all"])
+    assert [c.argv for c in hs.cases("p", one)] == [("all",)]
+    by_variant = types.SimpleNamespace(VARIANTS=("01_a", "02_b"), profile_args=lambda v: ["--variant", v, "9"])
+    assert [(c.label, c.argv) for c in hs.cases("p", by_variant)] == [("01_a", ("--variant", "01_a", "9")),
+                                                                       ("02_b", ("--variant", "02_b", "9"))]
+    plain = types.SimpleNamespace(VARIANTS=("01_a",))  # variants the executable may not take: run it plainly
+    assert [c.argv for c in hs.cases("p", plain)] == [()]
+    assert [c.argv for c in hs.cases("hello")] == [("all",)]  # hello.profile_args
+
+
+def _outcome(prog, tool, status, errors=0, label="default"):
+    return hs.Outcome(prog, label, tool, [], 0 if status == "clean" else 1, errors, status)
+
+
+def test_summary_table():
+    outs = [_outcome("a", "memcheck", "clean"), _outcome("a", "racecheck", "clean"),
+            _outcome("b", "memcheck", "errors", 2, "v1"), _outcome("b", "memcheck", "errors", 1, "v2"),
+            _outcome("b", "racecheck", "program failed"), _outcome("b", "racecheck", "clean", label="v2")]
+    t = hs.summary(outs)
+    assert list(t.columns) == ["memcheck", "racecheck"] and list(t.index) == ["a", "b"]
+    assert t.loc["a", "memcheck"] == "clean" and t.loc["a", "racecheck"] == "clean"
+    assert t.loc["b", "memcheck"] == "3 errors"
+    assert t.loc["b", "racecheck"] == "program failed"
+    assert not hs.all_clean(outs) and hs.all_clean(outs[:2])
+
+
+def test_sanitize_with_a_fake_sanitizer(monkeypatch, tmp_path):
+    """The whole loop: runs per program x tool, logs, the summary, with recorded outputs."""
+    from harness.programs import square as sq
+
+    monkeypatch.setattr(hs, "find_sanitizer", lambda: "/fake/compute-sanitizer")
+    monkeypatch.setattr(hs, "SANITIZE_DIR", tmp_path)
+    monkeypatch.setattr(hs._build, "bin_path", lambda prog: Path("/bin/true"))
+    oob, oob_rc = _fixture("memcheck_square_oob")
+    clean, _ = _fixture("memcheck_square_clean")
+
+    def run(argv, timeout):
+        bad = "--oob" in argv and argv[argv.index("--tool") + 1] == "memcheck"
+        return subprocess.CompletedProcess(argv, oob_rc if bad else 0, oob if bad else clean, "")
+
+    outs = hs.sanitize(["hello", "square"], ["memcheck", "synccheck"], run=run, jobs=2)
+    assert len(outs) == (1 + len(sq.sanitize_args())) * 2 and hs.all_clean(outs)  # hello once, square per case
+    outs = hs.sanitize(["square"], ["memcheck", "synccheck"], args=["--oob", "1000"], run=run)
+    t = hs.summary(outs)
+    assert t.loc["square", "memcheck"] == "2 errors" and t.loc["square", "synccheck"] == "clean"
+    assert outs[0].log.read_text().startswith("$ /fake/compute-sanitizer --tool memcheck")
+    path = hs.write_summary(outs, tmp_path)
+    assert path.read_text().splitlines()[1].startswith("square,2 errors")
+
+
+def test_unknown_program():
+    with pytest.raises(ValueError, match="unknown program"):
+        hs.sanitize(["no_such_program"])
+
+
+# --- on the GPU ----------------------------------------------------------------------------------
+
+def _inv(*args, timeout=900):
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=build.ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+# End to end (minutes on a GPU): `invoke test --marker slow`, not the default run.
+@pytest.mark.slow
+@pytest.mark.gpu
+def test_invoke_sanitize_is_clean_for_every_program():
+    r = _inv("sanitize", "--jobs", "8")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "sanitize: all" in r.stdout and "run(s) clean" in r.stdout
+    runs = pd.read_csv(hs.SANITIZE_DIR / "runs.csv")
+    assert set(runs["program"]) == set(build.programs())
+    assert set(runs["tool"]) == set(hs.TOOLS) and (runs["status"] == "clean").all()
+    table = pd.read_csv(hs.SANITIZE_DIR / "summary.csv").set_index("program")
+    assert (table == "clean").all().all()
+
+
+@pytest.mark.gpu
+def test_invoke_sanitize_catches_the_planted_out_of_bounds_write():
+    r = _inv("sanitize", "-p", "square", "--tool", "memcheck", "--", "--oob", "1000")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "error" in r.stdout and "not clean" in r.stderr
+    r = _inv("sanitize", "-p", "square", "--tool", "memcheck", "--", "1000")  # the same run without the flag
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -1,0 +1,565 @@
+"""collectives: exact sums against numpy on virtual ranks (one GPU proves the protocol), the
+tensor-parallel block against the unsharded one in float64, NCCL with one rank, the process launcher
+on the CPU (a stand-in rank program), refusals before any launch, compute-sanitizer, and the multi-GPU
+paths (skipped, with the reason, where fewer GPUs are visible)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from conftest import pythonpath
+from harness.base.errors import CudaError
+from harness.calling import launch
+from harness.compile import build
+from harness.measuring import gpus
+from harness.programs import collectives as co
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE_RANK = Path(__file__).parent.parent / "fixtures" / "fake_rank.py"
+BF16 = np.dtype(ml_dtypes.bfloat16)
+DTYPES = [np.dtype(np.float32), BF16, np.dtype(np.int32)]
+LAB_ALLREDUCE = ["02_ring_allreduce", "03_oneshot_allreduce"]
+N_GPUS = len(gpus.physical_gpus())  # nvidia-smi's count: no CUDA context in the collecting process
+
+
+def needs_gpus(k: int):
+    return pytest.mark.skipif(N_GPUS < k, reason=f"needs {k} GPUs (one rank per GPU); {N_GPUS} visible")
+
+
+def needs_nccl():
+    return pytest.mark.skipif(not build.lib_path("collectives").exists() or not co.have_nccl(),
+                              reason="libcollectives.so was built without NCCL (pip install -e '.[nccl]', rebuild)")
+
+
+def rank_inputs(rng, world: int, n: int, dtype) -> list[np.ndarray]:
+    """Integer-valued inputs: every summation order gives the same bits (|sum| <= 8 x world, exact
+    in bf16 for world <= 16). int32 takes the whole range, so the sums wrap."""
+    if np.dtype(dtype) == np.int32:
+        return [rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32) for _ in range(world)]
+    return [rng.integers(-8, 9, n).astype(np.float32).astype(dtype) for _ in range(world)]
+
+
+def assert_exact(outs: list[np.ndarray], ref: np.ndarray) -> None:
+    """Every rank's output equals ref bit for bit (a NaN left by the poison fails)."""
+    want = ref.view(f"u{ref.itemsize}")
+    for r, o in enumerate(outs):
+        if o.shape != ref.shape or o.dtype != ref.dtype:
+            raise AssertionError(f"rank {r}: {o.dtype}{o.shape} instead of {ref.dtype}{ref.shape}")
+        bad = np.flatnonzero(o.view(f"u{o.itemsize}") != want)
+        if bad.size:
+            i = int(bad[0])
+            raise AssertionError(f"rank {r}: {bad.size} element(s) differ, first at {i}: {o[i]!r} != {ref[i]!r}")
+
+
+# --- the checkers fail on wrong answers -------------------------------------------------------------
+
+def test_assert_exact_fails_on_a_wrong_element_or_a_nan():
+    ref = np.arange(10, dtype=np.float32)
+    assert_exact([ref.copy(), ref.copy()], ref)
+    wrong = ref.copy()
+    wrong[7] += 1
+    with pytest.raises(AssertionError, match="rank 1: 1 element"):
+        assert_exact([ref.copy(), wrong], ref)
+    nan = ref.copy()
+    nan[0] = np.nan
+    with pytest.raises(AssertionError, match="rank 0"):
+        assert_exact([nan], ref)
+    # -0.0 and 0.0 differ in bits: the check is exact, not ==.
+    with pytest.raises(AssertionError):
+        assert_exact([np.zeros(1, np.float32)], np.array([-0.0], np.float32))
+
+
+def test_reference_allreduce_wraps_int32_and_rounds_once():
+    a = [np.array([2**31 - 1, 5], np.int32), np.array([1, -7], np.int32)]
+    assert co.reference_allreduce(a).tolist() == [-2**31, -2]
+    b = [np.array([1.5], np.float32).astype(BF16)] * 3
+    assert co.reference_allreduce(b).dtype == BF16 and float(co.reference_allreduce(b)[0]) == 4.5
+
+
+def test_tp_reference_is_the_unsharded_block():
+    rng = np.random.default_rng(0)
+    x, w1, w2 = rng.standard_normal((3, 4)), rng.standard_normal((6, 4)), rng.standard_normal((4, 6))
+    want = np.array([[sum(w2[j, k] * co.gelu_tanh(sum(x[i, m] * w1[k, m] for m in range(4))) for k in range(6))
+                      for j in range(4)] for i in range(3)])
+    np.testing.assert_allclose(co.tp_reference(x, w1, w2, round_hidden=False), want, rtol=1e-12)
+    # gelu(0) = 0, gelu(large) = large, gelu(-large) = 0 (the tanh form)
+    assert co.gelu_tanh(np.array([0.0]))[0] == 0 and abs(co.gelu_tanh(np.array([10.0]))[0] - 10) < 1e-9
+
+
+def test_busbw_is_nccl_tests_definition():
+    assert co.bus_factor("allreduce", 2) == 1.0 and co.bus_factor("allreduce", 8) == 1.75
+    assert co.bus_factor("nccl_allgather", 4) == 0.75 and co.bus_factor("nccl_reducescatter", 2) == 0.5
+    assert co.bus_factor("01_p2p_copy", 2) == 1.0
+    # 1 GB in 10 ms on 4 ranks: algbw 100 GB/s, busbw 150 GB/s
+    assert co.busbw_gbs("allreduce", 1e9, 4, 0.01) == pytest.approx(150.0)
+
+
+# --- bad input, refused before any launch -----------------------------------------------------------
+
+def test_arrays_of_different_sizes_or_dtypes_are_refused_with_the_rule():
+    a = np.ones(5, np.float32)
+    with pytest.raises(ValueError, match="same size.*arrays\\[1\\] has 4"):
+        co.check_arrays([a, np.ones(4, np.float32)])
+    with pytest.raises(TypeError, match="same dtype.*arrays\\[2\\] is int32"):
+        co.check_arrays([a, a, np.ones(5, np.int32)])
+    with pytest.raises(TypeError, match="float32, bfloat16.*or int32"):
+        co.check_arrays([np.ones(5, np.float64)])
+    with pytest.raises(ValueError, match="empty"):
+        co.check_arrays([])
+    with pytest.raises(ValueError, match="at least one element"):
+        co.check_arrays([np.ones(0, np.float32)])
+    with pytest.raises(ValueError, match="1-D"):
+        co.check_arrays([np.ones((2, 2), np.float32)])
+    with pytest.raises(TypeError, match="list with one numpy array per rank"):
+        co.check_arrays(np.ones((2, 3), np.float32))
+    # the public call refuses before it loads or launches anything
+    with pytest.raises(ValueError, match="same size"):
+        co.allreduce([a, np.ones(4, np.float32)])
+    with pytest.raises(ValueError, match="allreduce variants"):
+        co.allreduce([a, a], variant="01_p2p_copy")
+
+
+def test_plan_names_each_rule():
+    yes = lambda w: True  # noqa: E731
+    no = lambda w: False  # noqa: E731
+    # fewer GPUs than ranks: virtual ranks for the lab's kernels, unless real ones were demanded
+    assert co.plan(4, "02_ring_allreduce", None, gpus=1, peers=yes, nccl=True) is True
+    assert co.plan(2, "02_ring_allreduce", None, gpus=2, peers=yes, nccl=True) is False
+    assert co.plan(2, "03_oneshot_allreduce", None, gpus=2, peers=no, nccl=True) is True  # no peer access
+    assert co.plan(1, "nccl_allreduce", None, gpus=1, peers=yes, nccl=True) is False
+    with pytest.raises(ValueError, match="virtual=False needs 4 GPUs.*1 visible"):
+        co.plan(4, "02_ring_allreduce", False, gpus=1, peers=yes, nccl=True)
+    with pytest.raises(ValueError, match="needs 2 GPUs.*one per rank.*refuses two ranks on one GPU"):
+        co.plan(2, "nccl_allreduce", None, gpus=1, peers=yes, nccl=True)
+    with pytest.raises(ValueError, match="cannot run virtual ranks"):
+        co.plan(2, "nccl_allgather", True, gpus=2, peers=yes, nccl=True)
+    with pytest.raises(ValueError, match="NCCL absent.*nccl_allreduce, nccl_allgather, nccl_reducescatter"):
+        co.plan(1, "nccl_reducescatter", None, gpus=1, peers=yes, nccl=False)
+    with pytest.raises(ValueError, match="unknown collectives variant"):
+        co.plan(2, "04_tree", None, gpus=2, peers=yes, nccl=True)
+
+
+def test_nccl_absent_is_refused_before_any_launch(monkeypatch):
+    monkeypatch.setattr(co, "have_nccl", lambda: False)
+    monkeypatch.setattr(co, "Communicator", None)  # reaching it would raise TypeError, not this
+    for call in (lambda: co.allreduce([np.ones(3, np.float32)], variant="nccl_allreduce"),
+                 lambda: co.allgather([np.ones(3, np.float32)]),
+                 lambda: co.reduce_scatter([np.ones(3, np.float32)])):
+        with pytest.raises(ValueError, match="NCCL absent"):
+            call()
+
+
+def test_a_world_too_large_names_the_largest_that_fits():
+    with pytest.raises(ValueError, match="9 virtual ranks do not fit.*largest world that fits is 8"):
+        co.check_world_fits(9, 8)
+    co.check_world_fits(8, 8)
+
+
+def test_tp_mlp_refuses_bad_shapes_before_launch():
+    x = np.ones((4, 8), BF16)
+    w1, w2 = np.ones((12, 8), BF16), np.ones((8, 12), BF16)
+    with pytest.raises(ValueError, match="multiple of the world"):
+        co.tp_mlp(x, w1, w2, world=5)
+    with pytest.raises(ValueError, match="w2 must be H x F"):
+        co.tp_mlp(x, w1, np.ones((12, 8), BF16), world=2)
+    with pytest.raises(TypeError, match="x must be bfloat16"):
+        co.tp_mlp(np.ones((4, 8), np.float32), w1, w2, world=2)
+    with pytest.raises(ValueError, match="ar_variant"):
+        co.tp_mlp(x, w1, w2, world=2, ar_variant="nccl_allreduce")
+
+
+def test_p2p_copy_refuses_other_than_two_ranks():
+    a = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match="two ranks"):
+        co.p2p_copy([a, a, a])
+    with pytest.raises(ValueError, match="direction"):
+        co.p2p_copy([a, a], direction="sideways")
+
+
+# --- the library, the executable and the hooks (built in CI, no GPU needed) -----------------------------
+
+def test_library_variant_table_matches_the_module():
+    assert co.library_variants() == list(co.VARIANTS)
+    for i, v in enumerate(co.VARIANTS):
+        assert co.lib().collectives_variant_needs_nccl(i) == (1 if v in co.NCCL_VARIANTS else 0)
+
+
+def _exe(*args, env=None, timeout=60):
+    exe = build.bin_path("collectives")
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def test_executable_refuses_bad_arguments_with_status_2():
+    for args, msg in [(["--dtype", "f16"], "--dtype must be f32, bf16 or i32"),
+                      (["--variant", "04_tree"], "unknown variant '04_tree'"),
+                      (["--n", "0"], "--n must be a positive integer"),
+                      (["--direction", "up"], "--direction must be")]:
+        r = _exe(*args)
+        assert r.returncode == 2 and msg in r.stderr, (args, r.stderr)
+    # a rank variable without a world size
+    r = _exe(env={"RANK": "0", "WORLD_SIZE": "", "OMPI_COMM_WORLD_SIZE": "", "SLURM_NTASKS": ""})
+    assert r.returncode == 2 and "no world size" in r.stderr
+    r = _exe(env={"RANK": "3", "WORLD_SIZE": "2"})
+    assert r.returncode == 2 and "below the world size" in r.stderr
+    r = _exe("--variant", "03_oneshot_allreduce", env={"RANK": "0", "WORLD_SIZE": "1"})
+    assert r.returncode == 2 and "runs NCCL's collectives" in r.stderr
+
+
+def test_executable_reads_mpirun_and_srun_variables():
+    # Without NCCL in the build the per-rank path stops at that with status 2, after reading the rank:
+    # which proves the variables were taken. With NCCL the refusal is the one for a rank beyond the world.
+    for env in ({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "2"},
+                {"SLURM_PROCID": "7", "SLURM_NTASKS": "4"}):
+        r = _exe(env={"RANK": "", **env})
+        assert r.returncode == 2 and "must be below the world size" in r.stderr, r.stderr
+
+
+def test_sanitize_and_profile_hooks_cover_every_lab_kernel_on_virtual_ranks():
+    runs = co.sanitize_args()
+    flat = [" ".join(v) for v in runs.values()]
+    for kernel in ("02_ring_allreduce", "03_oneshot_allreduce", "01_p2p_copy", "tp_mlp_overlap"):
+        assert any(f"--variant {kernel}" in f for f in flat), kernel
+    for dt in ("f32", "bf16", "i32"):
+        assert any(f"--dtype {dt}" in f for f in flat), dt
+    assert all("--virtual" in v for v in runs.values())
+    assert not any("nccl" in f for f in flat)  # NCCL's own kernels are not the lab's to sanitize
+    assert co.profile_args(None)[:2] == ["--variant", "02_ring_allreduce"]
+
+
+def test_bench_cases_span_4kib_to_1gib_and_say_one_gpu_protocol_cost(monkeypatch):
+    monkeypatch.setattr(gpus, "physical_gpus", lambda: ["0"])
+    cases = co.bench_cases(quick=False)
+    sizes = {c.size for c in cases}
+    assert sizes == {"4KiB", "64KiB", "1MiB", "16MiB", "256MiB", "1GiB"}
+    for c in cases:
+        assert c.unit == "GB/s" and c.ceiling == "memcpy" and "one-GPU protocol cost" in c.note
+        assert c.amount == c.bytes * 1.0  # two virtual ranks: busbw = algbw x 2(2-1)/2
+    assert all(c.size in ("4KiB", "64KiB", "1MiB", "16MiB") for c in cases if c.variant == "03_oneshot_allreduce")
+    assert {c.size for c in cases if c.quick} == {"4KiB", "1MiB", "16MiB"}
+    assert all(fn(False) is None for fn in co.ceilings().values())  # no NCCL curve on one GPU
+    monkeypatch.setattr(gpus, "physical_gpus", lambda: ["0", "1", "2", "3"])
+    cases = co.bench_cases(quick=False)
+    for c in cases:
+        assert c.ceiling == f"nccl_allreduce_{c.size}" and c.amount == c.bytes * 1.5 and "4 GPUs" in c.note
+
+
+def test_doctor_line_never_raises():
+    ok, detail, fix = co.doctor_status()
+    assert isinstance(ok, bool) and detail
+    assert ok or fix
+
+
+# --- the launcher, on the CPU, with a stand-in rank program ----------------------------------------------
+
+def _fake(mode: str, ranks: int, tmp_path, deadline=20.0):
+    pids = tmp_path / "pids"
+    pids.mkdir(exist_ok=True)
+    t0 = time.monotonic()
+    try:
+        res = launch.launch([sys.executable, str(FAKE_RANK)], ranks, deadline,
+                            extra_env={"FAKE_RANK_MODE": mode, "FAKE_RANK_PIDS": str(pids), "NCCL_NVLS_ENABLE": "1"})
+        err = None
+    except launch.RankFailure as e:
+        res, err = None, e
+    took = time.monotonic() - t0
+    written = [int(p) for f in pids.glob("*.pids") for p in f.read_text().split()]
+    return res, err, took, written
+
+
+def _gone(pid: int) -> bool:
+    """The process no longer runs: no such pid, or a zombie waiting for its new parent to reap it (a
+    rank's own child, killed with the rank's process group). SIGKILL lands asynchronously: allow 2 s."""
+    end = time.monotonic() + 2.0
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+
+
+def test_launcher_runs_every_rank_with_its_environment(tmp_path):
+    res, err, took, pids = _fake("ok", 3, tmp_path)
+    assert err is None and [r.returncode for r in res.ranks] == [0, 0, 0]
+    for r in range(3):
+        line = res.ranks[r].stdout
+        assert f"rank={r} world=3" in line and "nvls=0" in line  # multicast off, whatever the caller said
+        assert "id_file=" in line and line.split("id_file=")[1].strip().endswith("nccl.id")
+    assert all(_gone(p) for p in pids)
+
+
+def test_launcher_names_a_rank_that_exits_non_zero_and_stops_the_others(tmp_path):
+    res, err, took, pids = _fake("exit:1:3", 3, tmp_path)
+    assert err is not None and err.rank == 1 and err.returncode == 3
+    assert "rank 1 exited with status 3" in str(err) and "failing on purpose" in str(err)
+    assert sorted(err.stopped) == [0, 2]
+    assert took < 10  # not the others' minute of sleep
+    assert len(pids) == 3 and all(_gone(p) for p in pids)
+
+
+def test_launcher_stops_a_hanging_rank_and_its_children_at_the_deadline(tmp_path):
+    res, err, took, pids = _fake("hang:2", 3, tmp_path, deadline=3.0)
+    assert err is not None and err.rank == 2 and err.timed_out
+    assert "rank 2 did not finish within the deadline of 3 s" in str(err)
+    assert 3.0 <= took < 3.0 + launch.GRACE_S + 3
+    assert len(pids) == 4 and all(_gone(p) for p in pids)  # the hanging rank's own child too
+
+
+def test_launcher_names_a_rank_killed_by_a_signal(tmp_path):
+    res, err, took, pids = _fake("kill:0", 2, tmp_path)
+    assert err is not None and err.rank == 0 and "was killed by SIGKILL" in str(err)
+    assert err.stopped == [1] and took < 10
+    assert all(_gone(p) for p in pids)
+
+
+def test_launcher_refuses_bad_rank_counts():
+    with pytest.raises(ValueError, match="--ranks must be a positive integer"):
+        launch.launch(["true"], 0)
+
+
+def _inv(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": pythonpath(ROOT)})
+
+
+def test_invoke_run_ranks_refuses_in_one_line():
+    r = _inv("run", "collectives", "--ranks", "0")
+    assert r.returncode != 0 and r.stderr.strip() == "--ranks must be at least 1, got 0"
+    r = _inv("run", "hello", "--ranks", "2")
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and "collectives" in r.stderr
+
+
+# --- GPU: exact sums on virtual ranks ---------------------------------------------------------------------
+
+SIZES = [1, 7, 1001, 4099, (1 << 17) + 3]  # one element, odd, not a multiple of a pack, a chunk or 16 bytes
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", LAB_ALLREDUCE)
+@pytest.mark.parametrize("world", [2, 3, 4, 8])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16", "i32"])
+def test_allreduce_is_exact_on_virtual_ranks(variant, world, dtype):
+    rng = np.random.default_rng(world * 10 + DTYPES.index(dtype))
+    for n in SIZES:
+        arrays = rank_inputs(rng, world, n, dtype)
+        res = co.allreduce(arrays, variant=variant, virtual=True)
+        assert res.ranks == "virtual" and res.world == world and "virtual ranks" in res.note
+        assert_exact(res.outputs, co.reference_allreduce(arrays))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", LAB_ALLREDUCE)
+def test_one_hundred_back_to_back_calls_on_one_communicator(variant):
+    rng = np.random.default_rng(5)
+    world, n = 3, 4099
+    with co.Communicator(world, n * 4, virtual=True) as c:
+        for _ in range(100):  # new inputs every call, outputs poisoned every call: a stale flag shows
+            arrays = rank_inputs(rng, world, n, np.float32)
+            assert_exact(c.run(variant, arrays), co.reference_allreduce(arrays))
+        # and 100 enqueued without a host synchronisation in between
+        arrays = rank_inputs(rng, world, n, np.float32)
+        c.upload(arrays)
+        c.poison()
+        for _ in range(100):
+            c.enqueue(variant, np.float32, n)
+        c.check()
+        assert_exact(c.download(n, np.float32), co.reference_allreduce(arrays))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", LAB_ALLREDUCE)
+def test_a_rank_that_never_arrives_times_out_with_rank_and_step(variant):
+    arrays = [np.ones(1000, np.float32)] * 2
+    with co.Communicator(2, 4000, virtual=True, timeout_ms=200) as c:
+        t0 = time.monotonic()
+        with pytest.raises(CudaError, match="rank 1 gave up waiting at .* step") as ei:
+            c.run(variant, arrays, stall_rank=0)
+        assert ei.value.code == co.TIMEOUT and time.monotonic() - t0 < 5
+        fail = c.last_failure()
+        assert fail["rank"] == 1
+        assert fail["phase"] == ("reduce-scatter" if variant == "02_ring_allreduce" else "start barrier")
+        # the communicator still works: the next call has a new epoch
+        assert_exact(c.run(variant, arrays), co.reference_allreduce(arrays))
+
+
+@pytest.mark.gpu
+def test_a_world_the_cooperative_launch_cannot_fit_is_refused_before_launch():
+    most = co.max_virtual_world(1)
+    assert most >= 8
+    with pytest.raises(ValueError, match=f"largest world that fits is {most}"):
+        co.allreduce([np.ones(1, np.float32)] * (most + 1), virtual=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["kernel", "memcpy"])
+def test_p2p_copy_on_virtual_ranks(method):
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(1001).astype(np.float32), rng.standard_normal(1001).astype(np.float32)
+    res = co.p2p_copy([a, b], "both", method, virtual=True)
+    assert_exact([res.outputs[1]], a)
+    assert_exact([res.outputs[0]], b)
+    one = co.p2p_copy([a, b], "0to1", method, virtual=True)
+    assert_exact([one.outputs[1]], a)
+    assert np.isnan(one.outputs[0]).all()  # rank 0's output was not written: still poisoned
+
+
+# --- GPU: the tensor-parallel block ------------------------------------------------------------------
+
+def _tp_inputs(T=72, H=64, F=256, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((T, H)).astype(BF16)
+    w1 = (rng.standard_normal((F, H)) / np.sqrt(H)).astype(BF16)
+    w2 = (rng.standard_normal((H, F)) / np.sqrt(F)).astype(BF16)
+    return x, w1, w2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("overlap", [False, True], ids=["plain", "overlap"])
+@pytest.mark.parametrize("ar", LAB_ALLREDUCE)
+def test_tp_mlp_on_virtual_ranks_matches_the_unsharded_block(world, overlap, ar):
+    from harness.calling.results import relative_error
+
+    x, w1, w2 = _tp_inputs()
+    res = co.tp_mlp(x, w1, w2, world, overlap=overlap, chunks=3, ar_variant=ar, virtual=True)
+    ref = co.tp_reference(x, w1, w2)
+    for r in range(world):
+        err = relative_error(res.outputs[r], ref)
+        assert err < 5e-3, (r, err)
+        assert res.outputs[r].tobytes() == res.outputs[0].tobytes()  # every rank the same bits
+    # and the checker fails on a wrong block: the same products without the GELU
+    no_gelu = (x.astype(np.float64) @ w1.astype(np.float64).T) @ w2.astype(np.float64).T
+    assert relative_error(res.outputs[0], no_gelu) > 5e-2
+
+
+# --- GPU: NCCL with one rank, and one process per rank --------------------------------------------------
+
+@pytest.mark.gpu
+@needs_nccl()
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16", "i32"])
+def test_nccl_with_one_rank_equals_the_input(dtype):
+    rng = np.random.default_rng(3)
+    (a,) = rank_inputs(rng, 1, 1003, dtype)
+    assert_exact(co.allreduce([a], variant="nccl_allreduce").outputs, a)
+    assert_exact(co.allgather([a]).outputs, a)
+    assert_exact(co.reduce_scatter([a]).outputs, a)
+    assert co.nccl_version().startswith("2.")
+
+
+@pytest.mark.gpu
+@needs_nccl()
+def test_invoke_run_collectives_one_process_per_rank_with_one_rank():
+    r = _inv("run", "collectives", "--ranks", "1", "--", "--n", "100003", "--iters", "3")
+    assert r.returncode == 0, r.stderr
+    df = co.parse_output(r.stdout)
+    assert sorted(df["variant"]) == ["nccl_allgather", "nccl_allreduce", "nccl_reducescatter"]
+    assert (df["check"] == "pass").all() and (df["ranks"] == "processes").all() and (df["rank"] == 0).all()
+
+
+# --- GPU: compute-sanitizer on the virtual-rank launches ------------------------------------------------
+
+@pytest.mark.gpu
+def test_compute_sanitizer_is_clean_on_virtual_rank_launches(tmp_path):
+    from harness.profiling import sanitize as hs
+
+    try:
+        sanitizer = hs.find_sanitizer()
+    except hs.SanitizerNotFound as e:
+        pytest.skip(str(e))
+    work = [(hs.Case("collectives", label, tuple(argv)), tool)
+            for label, argv in co.sanitize_args().items() for tool in ("memcheck", "racecheck", "synccheck")]
+    with ThreadPoolExecutor(max_workers=4) as ex:
+        outs = list(ex.map(lambda w: hs.run_case(w[0], w[1], sanitizer, logdir=tmp_path), work))
+    bad = [f"{o.label} {o.tool}: {o.status} {o.detail}" for o in outs if not o.clean]
+    assert not bad, bad
+
+
+# --- several GPUs (skipped, with the reason, on fewer) ------------------------------------------------------
+
+@pytest.mark.gpu
+@needs_gpus(2)
+@pytest.mark.parametrize("variant", LAB_ALLREDUCE)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16", "i32"])
+def test_allreduce_one_rank_per_gpu(variant, dtype):
+    world = min(N_GPUS, 8)
+    rng = np.random.default_rng(11)
+    for n in SIZES:
+        arrays = rank_inputs(rng, world, n, dtype)
+        res = co.allreduce(arrays, variant=variant, virtual=False)
+        assert res.ranks == "devices"
+        assert_exact(res.outputs, co.reference_allreduce(arrays))
+
+
+@pytest.mark.gpu
+@needs_gpus(2)
+@pytest.mark.parametrize("method", ["kernel", "memcpy"])
+def test_p2p_copy_between_two_gpus(method):
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal(1 << 20).astype(np.float32), rng.standard_normal(1 << 20).astype(np.float32)
+    res = co.p2p_copy([a, b], "both", method, virtual=False)
+    assert res.ranks == "devices"
+    assert_exact([res.outputs[1]], a)
+    assert_exact([res.outputs[0]], b)
+
+
+@pytest.mark.gpu
+@needs_gpus(2)
+@needs_nccl()
+def test_nccl_collectives_on_two_gpus():
+    rng = np.random.default_rng(4)
+    arrays = rank_inputs(rng, 2, 4098, np.float32)
+    assert_exact(co.allreduce(arrays, variant="nccl_allreduce").outputs, co.reference_allreduce(arrays))
+    assert_exact(co.allgather(arrays).outputs, np.concatenate(arrays))
+    rs = co.reduce_scatter(arrays)
+    total = co.reference_allreduce(arrays)
+    assert_exact([rs.outputs[0]], total[:2049])
+    assert_exact([rs.outputs[1]], total[2049:])
+
+
+@pytest.mark.gpu
+@needs_gpus(2)
+@pytest.mark.parametrize("overlap", [False, True], ids=["plain", "overlap"])
+def test_tp_mlp_on_two_gpus(overlap):
+    from harness.calling.results import relative_error
+
+    x, w1, w2 = _tp_inputs()
+    res = co.tp_mlp(x, w1, w2, 2, overlap=overlap, virtual=False)
+    assert res.ranks == "devices"
+    for r in range(2):
+        assert relative_error(res.outputs[r], co.tp_reference(x, w1, w2)) < 5e-3
+
+
+@pytest.mark.gpu
+@needs_gpus(2)
+@needs_nccl()
+def test_invoke_run_collectives_two_processes():
+    r = _inv("run", "collectives", "--ranks", "2", "--", "--n", "1000003", "--iters", "3")
+    assert r.returncode == 0, r.stderr
+    df = co.parse_output(r.stdout)
+    assert len(df) == 6 and (df["check"] == "pass").all() and sorted(set(df["rank"])) == [0, 1]
+
+
+@pytest.mark.gpu
+@needs_gpus(4)
+@pytest.mark.parametrize("variant", LAB_ALLREDUCE)
+def test_allreduce_on_four_gpus(variant):
+    rng = np.random.default_rng(12)
+    arrays = rank_inputs(rng, 4, 4099, np.float32)
+    res = co.allreduce(arrays, variant=variant, virtual=False)
+    assert res.ranks == "devices"
+    assert_exact(res.outputs, co.reference_allreduce(arrays))

@@ -1,0 +1,56 @@
+"""Every command that needs a GPU says so in one line when there is none: the timing engine's one
+check (harness.measuring.timing.require_gpu) is on every path into a measurement."""
+
+from __future__ import annotations
+
+import pytest
+from test_tasks import inv_many
+
+from conftest import GPU_OK
+from harness.base.errors import NoGPUError
+from harness.calling import cudart
+from harness.compile import build
+from harness.measuring import bench
+from harness.profiling import profile as hp
+
+
+def _no_device():
+    raise NoGPUError(100, "cudaErrorNoDevice", "no CUDA-capable device is detected", "cudaGetDeviceCount")
+
+
+def test_bench_checks_for_a_gpu_before_collecting(monkeypatch):
+    """bench.run asks before collecting cases or measuring ceilings, which may touch the device."""
+    monkeypatch.setattr(bench, "check_built", lambda names: None)
+    monkeypatch.setattr(cudart, "device_count", _no_device)
+    monkeypatch.setattr(bench, "collect", lambda *a: pytest.fail("cases collected without a GPU"))
+    with pytest.raises(NoGPUError, match="no CUDA device is visible"):
+        bench.run(["square"], quick=True)
+
+
+def test_profile_without_a_gpu_is_the_no_gpu_error(monkeypatch, tmp_path):
+    """`invoke profile` falls back to event timing when no profiler gives a report; with no device
+    that fallback's NoGPUError is the answer (not a list of profiler failures that follow from it)."""
+    for name in ("run_nsys", "run_ncu"):
+        monkeypatch.setattr(hp, name, lambda *a, **kw: (_ for _ in ()).throw(hp.ToolFailure("x", "not found")))
+
+    def fallback(prog, variants):
+        _no_device()
+
+    with pytest.raises(NoGPUError):
+        hp.profile("hello", outdir=tmp_path, fallback=fallback)
+
+
+@pytest.mark.skipif(GPU_OK, reason="checks the no-GPU message; a GPU would run the commands")
+def test_bench_and_profile_commands_end_in_one_line_without_a_gpu():
+    if not build.lib_path("square").exists() or not build.lib_path("device_info").exists():
+        pytest.skip("libsquare.so / libdevice_info.so are not built")
+    cases = [["bench", "--quick", "-p", "square"], ["bench", "--programs", "square"], ["profile", "square"],
+             ["profile", "square", "--tool", "auto", "--variant", "all"]]
+    for args, r in zip(cases, inv_many(cases)):
+        assert r.returncode == 1, (args, r.stderr)
+        assert "Traceback" not in r.stderr and "ImportError" not in r.stderr, (args, r.stderr)
+        last = r.stderr.strip().splitlines()[-1]
+        assert "cudaGetDeviceCount" in last and "Install or update the NVIDIA driver" in last \
+            or "no CUDA device is visible" in last, (args, r.stderr)
+        # Nothing else but (at most) the progress bar's last state.
+        assert len(r.stderr.strip().splitlines()) <= 2, (args, r.stderr)
