@@ -364,16 +364,20 @@ def test_only_element_0_unwritten_names_the_shifted_index_not_the_bounds_check()
 
 
 def _learner_file(tmp_path, name):
-    path = _write(tmp_path, name, "cuda", hx.solution_text(hx.exercise(name), "cuda"))
+    """matmul_tiled without its barrier after the products (the wrong solution below), and the line
+    of its inner product."""
+    old, new, _ = WRONG_CUDA["matmul_tiled"][1]
+    path = _write(tmp_path, name, "cuda", _wrong(name, "cuda", old, new))
     k = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if "acc += As[" in ln)
     return path, k
 
 
 def _racecheck_text(k):
-    """The recorded racecheck report of a shared-memory race, its frames moved into the learner's
-    compiled file (the inline cache names it exercise_<name>-<key>.cu) at line k."""
-    text = (FIX / "sanitizer_2025.3.1_h200_racecheck_toy_race.txt").read_text()
-    return text.replace("at racy(int *)+0xa0", f"at racy(int *)+0xa0 in /x/.build/exercise_matmul_tiled-0123abcd.cu:{k}")
+    """racecheck's report on that file, recorded on an H100 (its first hazard and the summary): the read
+    was on line 84 of the file then; moved to line k, where today's text has it."""
+    text = (FIX / "sanitizer_h100_racecheck_exercise_matmul_tiled_no_second_barrier.txt").read_text()
+    assert "exercise_matmul_tiled-434cf61b89733be1.cu:84\n" in text
+    return text.replace("exercise_matmul_tiled-434cf61b89733be1.cu:84\n", f"exercise_matmul_tiled-434cf61b89733be1.cu:{k}\n")
 
 
 MATMUL_TILED_WRONG = {"results": [
@@ -390,7 +394,7 @@ def test_a_wrong_output_is_blamed_on_the_sanitizers_finding_with_the_line_before
     hcheck._cuda_verdict(hx.exercise("matmul_tiled"), path, v, MATMUL_TILED_WRONG, "", 0,
                          {"memcheck": (None, clean, 0), "racecheck": (None, _racecheck_text(k), 86)})
     quote = path.read_text().splitlines()[k - 1].strip()
-    assert v.first_fix.startswith("compute-sanitizer racecheck: 9 error(s)"), v.first_fix
+    assert v.first_fix.startswith("compute-sanitizer racecheck: 6721 error(s)"), v.first_fix
     assert f"at {path}:{k}: `{quote}`" in v.first_fix and "__syncthreads()" in v.first_fix
     texts = [t for _, t in v.lines]
     assert "compute-sanitizer memcheck: clean" in texts and any(t.startswith("1023x517") for t in texts)
