@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import pythonpath
 from harness.base.errors import BuildError
 from harness.calling import library, runner
 from harness.compile import build, toolchain
@@ -212,7 +213,7 @@ def test_an_interrupted_step_leaves_no_output_name(tree80, tmp_path):
 def test_arch_injection_runs_no_shell(tmp_path):
     pwned = tmp_path / "PWNED"
     arch = f"90'; touch {pwned}; echo '"
-    env = {**os.environ, "PYTHONPATH": str(build.ROOT)}
+    env = {**os.environ, "PYTHONPATH": pythonpath(build.ROOT)}
     r = subprocess.run([sys.executable, "-m", "invoke", "build", "--arch", arch], cwd=build.ROOT, env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
@@ -394,7 +395,7 @@ def test_interrupting_a_build_stops_make_and_its_compilers(tmp_path, sig):
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     code = ("import sys; from pathlib import Path; from harness.compile import build\n"
             f"build.build(root=Path({str(root)!r}), jobs=2)\n")
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": str(build.ROOT)}
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": pythonpath(build.ROOT)}
     # In a session of its own, as a terminal would start it; the signal goes to the Python process only.
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=build.ROOT, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import pythonpath
 from harness.measuring import timing
 
 FIX = Path(__file__).parent.parent / "fixtures"
@@ -157,7 +158,7 @@ def test_a_failing_child_raises_with_its_log(tmp_path, monkeypatch):
 def _popen_in(folder, real):
     def popen(cmd, **kw):
         kw["cwd"] = folder
-        kw["env"] = {**kw["env"], "PYTHONPATH": str(folder)}
+        kw["env"] = {**kw["env"], "PYTHONPATH": pythonpath(folder, env=kw["env"])}  # the stand-in shadows harness
         return real(cmd, **kw)
     return popen
 
@@ -209,6 +210,7 @@ def test_doctor_names_the_timing_engine(monkeypatch):
 
 
 INTERRUPTED = '''
+import os
 import sys
 sys.path.insert(0, {root!r})
 from harness.measuring import timing
@@ -218,7 +220,7 @@ timing.require_gpu = lambda: None  # the child is a stand-in: no device needed
 real = timing.subprocess.Popen
 def popen(cmd, **kw):
     kw["cwd"] = fake
-    kw["env"] = {{**kw["env"], "PYTHONPATH": fake}}
+    kw["env"] = {{**kw["env"], "PYTHONPATH": os.pathsep.join([fake, kw["env"].get("PYTHONPATH", "")])}}
     return real(cmd, **kw)
 timing.subprocess.Popen = popen
 try:

@@ -16,6 +16,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from conftest import pythonpath
 from harness.base.errors import CudaError
 from harness.calling import launch
 from harness.compile import build
@@ -333,7 +334,7 @@ def test_launcher_refuses_bad_rank_counts():
 def _inv(*args, timeout=300):
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+                          env={**os.environ, "PYTHONPATH": pythonpath(ROOT)})
 
 
 def test_invoke_run_ranks_refuses_in_one_line():
