@@ -389,9 +389,10 @@ def step_profile(prog: str, gpu: bool) -> Step:
         return st
     try:
         from analysis import profile as aprof
+        from harness import programs
         from harness.profiling import profile as hp
 
-        res = hp.profile(prog, tool="auto")
+        res = hp.profile(prog, programs.profile_runs(prog), tool="auto", bench_cases=programs.hook(prog, "bench_cases"))
         st.outputs = [str(p) for p in aprof.plot(res.kernels, hp.PROFILES / prog,
                                                   title=f"{prog}: kernel time shares ({res.tool})")]
         why = "; ".join(f"{f.tool}: {f.reason}" for f in res.failures)
