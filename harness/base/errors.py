@@ -3,6 +3,8 @@ ValueError/TypeError for bad arguments, raised before anything is launched)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class CudalabError(Exception):
     """Base of cudalab's own errors."""
@@ -93,6 +95,26 @@ class BuildError(CudalabError):
         self.log = log
         lines = [message] + [str(d) for d in self.diagnostics]
         super().__init__("\n".join(lines))
+
+
+def not_built_message(paths, progs, why: str | None = None) -> str:
+    """Which build outputs are missing (or stale: `why` says how), and the command that builds only
+    those programs."""
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    progs = [progs] if isinstance(progs, str) else list(dict.fromkeys(progs))
+    verb = "is" if len(paths) == 1 else "are"
+    return (f"{', '.join(map(str, paths))} {verb} {why or 'missing'}: run `invoke build --programs {','.join(progs)}` "
+            "(or `invoke build` for every program)")
+
+
+class NotBuilt(CudalabError, FileNotFoundError):
+    """A library, executable or build report of a program is missing, or is not the file its build
+    wrote. The message names the command that builds it: `invoke build --programs a,b`."""
+
+    def __init__(self, paths, progs, why: str | None = None):
+        self.paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+        self.programs = [progs] if isinstance(progs, str) else list(dict.fromkeys(progs))
+        super().__init__(not_built_message(self.paths, self.programs, why))
 
 
 class ProgramError(CudalabError):

@@ -33,7 +33,6 @@ import numpy as np
 import pandas as pd
 
 from harness.base.errors import CudalabError, NoGPUError
-from harness.calling import runner
 from harness.compile import build as _build
 from harness.compile import toolchain
 from harness.profiling.ncu import (  # noqa: F401  (re-exported: the tool's facts live in harness/profiling/ncu.py)
@@ -173,7 +172,7 @@ def _run(argv: list[str], env: dict | None = None, timeout: float = DEFAULT_TIME
 
 
 def _exe(prog: str) -> Path:
-    return runner.executable(prog)  # the build's own file, checked against its record (else NotBuilt)
+    return _build.require(prog, "exe")  # the build's own file, checked against its record (else NotBuilt)
 
 
 def run_nsys(prog: str, argv: list[str], outdir: Path, tag: str = "", timeout: float = DEFAULT_TIMEOUT,

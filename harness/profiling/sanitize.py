@@ -23,7 +23,6 @@ from pathlib import Path
 import pandas as pd
 
 from harness.base.errors import CudalabError
-from harness.calling import runner
 from harness.compile import build as _build
 from harness.compile import toolchain
 
@@ -125,7 +124,7 @@ def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
 def run_case(case: Case, tool: str, sanitizer: str | None = None, timeout: float = DEFAULT_TIMEOUT,
              logdir: Path | None = None, run: Runner = _run) -> Outcome:
     sanitizer = sanitizer or find_sanitizer()
-    exe = runner.executable(case.program)  # the build's own file, checked against its record (else NotBuilt)
+    exe = _build.require(case.program, "exe")  # the build's own file, checked against its record (else NotBuilt)
     cmd = command(tool, exe, list(case.argv), sanitizer)
     logdir = logdir or SANITIZE_DIR / case.program
     logdir.mkdir(parents=True, exist_ok=True)

@@ -95,3 +95,15 @@ def test_after_an_illegal_address_every_call_says_to_restart():
     assert "cudaErrorIllegalAddress" in lines[0] and "Restart the process" in lines[0]
     for later in lines[1:]:
         assert later.startswith("ContextLostError") and "lost earlier: cudaErrorIllegalAddress" in later
+
+
+def test_not_built_names_what_and_the_command_that_builds_it():
+    from pathlib import Path
+
+    e = errors.NotBuilt([Path("build/lib/liba.so"), Path("build/bin/b")], ["a", "b", "a"])
+    assert isinstance(e, errors.CudalabError) and isinstance(e, FileNotFoundError)
+    assert e.programs == ["a", "b"]
+    assert str(e) == ("build/lib/liba.so, build/bin/b are missing: run `invoke build --programs a,b` "
+                      "(or `invoke build` for every program)")
+    one = errors.NotBuilt("build/bin/a", "a", "not the file its build wrote")
+    assert str(one).startswith("build/bin/a is not the file its build wrote: run `invoke build --programs a` ")

@@ -18,6 +18,7 @@ import pytest
 
 from analysis import profile as aprof
 from harness import programs
+from harness.base.errors import NotBuilt
 from harness.compile import build, toolchain
 from harness.profiling import ncu, nsys
 from harness.profiling import profile as hp
@@ -525,3 +526,16 @@ def test_variant_all_with_arguments_is_one_run_per_variant():
     assert [argv[:2] for _, argv in runs] == [["--variant", v] for v, _ in runs]
     assert programs.profile_runs("attention", None, ["1", "2"]) == [(None, ["1", "2"])]
     assert programs.profile_runs("attention", "02_flash", ["1", "2"]) == [("02_flash", ["--variant", "02_flash", "1", "2"])]
+
+
+def test_profilers_run_only_the_file_the_build_wrote(monkeypatch, tmp_path):
+    """nsys and ncu are pointed only at the executable its build wrote (checked against its record),
+    never a stray file of the same name; a missing one names the command that builds it."""
+    stray = tmp_path / "square"
+    stray.write_text("#!/bin/sh\nexit 0\n")
+    monkeypatch.setattr(build, "bin_path", lambda prog: stray)
+    with pytest.raises(NotBuilt, match=r"not verified.*invoke build --programs square"):
+        hp._exe("square")
+    monkeypatch.setattr(build, "bin_path", lambda prog: tmp_path / "missing")
+    with pytest.raises(NotBuilt, match=r"missing: run `invoke build --programs square`"):
+        hp._exe("square")

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from harness import programs
+from harness.base.errors import NotBuilt
 from harness.compile import build
 from harness.profiling import sanitize as hs
 
@@ -118,7 +119,7 @@ def test_sanitize_with_a_fake_sanitizer(monkeypatch, tmp_path):
 
     monkeypatch.setattr(hs, "find_sanitizer", lambda: "/fake/compute-sanitizer")
     monkeypatch.setattr(hs, "SANITIZE_DIR", tmp_path)
-    monkeypatch.setattr(hs.runner, "executable", lambda prog: Path("/bin/true"))
+    monkeypatch.setattr(hs._build, "require", lambda prog, kind: Path("/bin/true"))
     oob, oob_rc = _fixture("memcheck_square_oob")
     clean, _ = _fixture("memcheck_square_clean")
 
@@ -171,3 +172,20 @@ def test_invoke_sanitize_catches_the_planted_out_of_bounds_write():
     assert "error" in r.stdout and "not clean" in r.stderr
     r = _inv("sanitize", "-p", "square", "--tool", "memcheck", "--", "1000")  # the same run without the flag
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_an_executable_the_build_did_not_write_is_refused(monkeypatch, tmp_path):
+    """The sanitizer runs only the file the build wrote (checked against its record), never a
+    stray file of the same name, and says which command builds it."""
+    stray = tmp_path / "square"
+    stray.write_text("#!/bin/sh\nexit 0\n")
+    stray.chmod(0o755)
+    monkeypatch.setattr(build, "bin_path", lambda prog: stray)
+    ran = []
+    with pytest.raises(NotBuilt, match=r"not verified.*invoke build --programs square"):
+        hs.run_case(hs.Case("square", "default", ()), "memcheck", "/fake/compute-sanitizer", logdir=tmp_path,
+                    run=lambda argv, timeout: ran.append(argv))
+    assert ran == []
+    monkeypatch.setattr(build, "bin_path", lambda prog: tmp_path / "missing")
+    with pytest.raises(NotBuilt, match=r"missing: run `invoke build --programs square`"):
+        hs.run_case(hs.Case("square", "default", ()), "memcheck", "/fake/compute-sanitizer", logdir=tmp_path)
