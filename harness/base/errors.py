@@ -97,6 +97,30 @@ class BuildError(CudalabError):
         super().__init__("\n".join(lines))
 
 
+# What fixes each missing tool, said once: ToolMissing's message, and `invoke doctor` prints the same.
+_TOOLKIT = "put it on PATH, set CUDA_HOME, or `pip install -e '.[toolkit]'`"
+TOOL_FIXES = {
+    "nvcc": _TOOLKIT,
+    "cuobjdump": _TOOLKIT,
+    "nvdisasm": "it comes with cuobjdump in the CUDA toolkit: put the toolkit's bin/ on PATH or set CUDA_HOME",
+    "compute-sanitizer": "install the CUDA toolkit (compute-sanitizer comes with it; NVIDIA's pip wheels lack it), "
+                         "or set $COMPUTE_SANITIZER",
+    "libcudart": "set CUDA_HOME to the CUDA toolkit, or `pip install -e '.[toolkit]'`",
+    "cuda-bench": "`pip install -e .` (NVIDIA's NVBench for Python, cuda-bench[cu13], is a base dependency; "
+                  "wheels for CPython 3.10-3.13)",
+}
+
+
+class ToolMissing(CudalabError, FileNotFoundError):
+    """A tool the lab drives (nvcc, cuobjdump, nvdisasm, compute-sanitizer, libcudart, cuda-bench) is
+    not here. `fix` is what installs it or points the lab at it; `detail` what was searched, or why."""
+
+    def __init__(self, tool: str, detail: str = ""):
+        self.tool = tool
+        self.fix = TOOL_FIXES[tool]
+        super().__init__(f"{tool} not found{f' ({detail})' if detail else ''}: {self.fix}")
+
+
 def not_built_message(paths, progs, why: str | None = None) -> str:
     """Which build outputs are missing (or stale: `why` says how), and the command that builds only
     those programs."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import cffi
 import numpy as np
 
-from harness.base.errors import CudalabError, raise_for_code
+from harness.base.errors import CudalabError, ToolMissing, raise_for_code
 from harness.compile import toolchain
 
 _CDEF = """
@@ -85,16 +85,12 @@ ffi = cffi.FFI()
 ffi.cdef(_CDEF)
 
 
-class CudartNotFound(CudalabError):
-    pass
-
-
 @functools.lru_cache(maxsize=1)
 def lib():
     path = toolchain.find_libcudart()
     if path is None:
-        raise CudartNotFound("libcudart.so not found: install the CUDA toolkit (or `pip install -e '.[toolkit]'`) "
-                             "or set CUDA_HOME")
+        raise ToolMissing("libcudart", "libcudart.so: searched $CUDA_HOME, beside nvcc, NVIDIA's pip wheels, "
+                                       "/usr/local/cuda")
     return ffi.dlopen(path)
 
 

@@ -319,9 +319,7 @@ def parse_arch(value: str, nvcc: str | None = None, source: str = "--arch") -> s
 
 def make_command(targets_: list[str] | None = None, jobs: int | None = None, arch: str | None = None,
                  dry_run: bool = False, root: Path | None = None, keep_going: bool = False) -> list[str]:
-    nvcc = toolchain.find("nvcc")
-    if not nvcc.found:
-        raise BuildError("nvcc not found: put it on PATH, set CUDA_HOME, or `pip install -e '.[toolkit]'`")
+    nvcc = toolchain.require("nvcc")
     # make reads ARCH and EXTRA_NVCCFLAGS from the environment too: check those here as well.
     if arch:
         arch = parse_arch(arch, nvcc.path)

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.base.errors import CudalabError
 from harness.compile import build as _build
 from harness.compile import toolchain
 
@@ -30,10 +29,6 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 ERROR_EXITCODE = 86
 SANITIZE_DIR = _build.BUILD / "sanitize"
 DEFAULT_TIMEOUT = 300.0
-
-
-class SanitizerNotFound(CudalabError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -142,11 +137,8 @@ def run_case(case: Case, tool: str, sanitizer: str | None = None, timeout: float
 
 
 def find_sanitizer() -> str:
-    t = toolchain.find("compute-sanitizer")
-    if not t.found:
-        raise SanitizerNotFound("compute-sanitizer not found (PATH, $COMPUTE_SANITIZER, $CUDA_HOME/bin, "
-                                "/usr/local/cuda/compute-sanitizer): install the CUDA toolkit's compute-sanitizer")
-    return t.path
+    """compute-sanitizer's path, or ToolMissing naming the fix."""
+    return toolchain.require("compute-sanitizer").path
 
 
 def sanitize(cases: list[Case], tools: list[str] | None = None, jobs: int | None = None,

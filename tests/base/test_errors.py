@@ -107,3 +107,13 @@ def test_not_built_names_what_and_the_command_that_builds_it():
                       "(or `invoke build` for every program)")
     one = errors.NotBuilt("build/bin/a", "a", "not the file its build wrote")
     assert str(one).startswith("build/bin/a is not the file its build wrote: run `invoke build --programs a` ")
+
+
+def test_tool_missing_says_which_tool_and_its_fix():
+    e = errors.ToolMissing("compute-sanitizer", "searched PATH")
+    assert isinstance(e, errors.CudalabError) and isinstance(e, FileNotFoundError)
+    assert e.tool == "compute-sanitizer" and e.fix == errors.TOOL_FIXES["compute-sanitizer"]
+    assert str(e) == f"compute-sanitizer not found (searched PATH): {e.fix}"
+    assert set(errors.TOOL_FIXES) == {"nvcc", "cuobjdump", "nvdisasm", "compute-sanitizer", "libcudart", "cuda-bench"}
+    with pytest.raises(KeyError):
+        errors.ToolMissing("no-such-tool")  # every tool raised has its fix in the one table

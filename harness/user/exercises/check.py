@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.base.errors import ToolMissing
 from harness.compile.build import ROOT
 from harness.user.exercises import (
     ExerciseError,
@@ -242,7 +243,7 @@ def _sanitize(ex: Exercise, d: Path, path: Path, v: Verdict, job: dict) -> None:
 
     try:
         tool_path = hs.find_sanitizer()
-    except hs.SanitizerNotFound as e:
+    except ToolMissing as e:
         v.lines.append((None, f"sanitizer skipped: {e}"))
         return
     lines = path.read_text(errors="replace").splitlines()
