@@ -3,6 +3,7 @@ ValueError/TypeError for bad arguments, raised before anything is launched)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -47,12 +48,22 @@ def driver_too_old_line(driver: int, toolkit: int) -> str | None:
     return DRIVER_TOO_OLD % (*_split_version(driver), *tk, need, *_split_version(driver))
 
 
+# What says this process's (driver, runtime) versions: harness.calling.cudart registers it when it is
+# imported (the base layer imports nothing above it). Until then NoGPUError keeps the generic hint.
+_versions: Callable[[], tuple[int, int]] | None = None
+
+
+def set_version_source(fn: Callable[[], tuple[int, int]] | None) -> None:
+    global _versions
+    _versions = fn
+
+
 def _driver_line_here() -> str | None:
     """driver_too_old_line for this process's driver and CUDA runtime, None when unknown."""
+    if _versions is None:
+        return None
     try:
-        from harness.calling import cudart
-
-        return driver_too_old_line(cudart.driver_version(), cudart.runtime_version())
+        return driver_too_old_line(*_versions())
     except Exception:  # no libcudart, or it cannot even say its version: the generic hint stays
         return None
 

@@ -117,3 +117,20 @@ def test_tool_missing_says_which_tool_and_its_fix():
     assert set(errors.TOOL_FIXES) == {"nvcc", "cuobjdump", "nvdisasm", "compute-sanitizer", "libcudart", "cuda-bench"}
     with pytest.raises(KeyError):
         errors.ToolMissing("no-such-tool")  # every tool raised has its fix in the one table
+
+
+def test_no_gpu_error_asks_the_registered_version_source(monkeypatch):
+    """The base layer imports nothing above it: the calling layer's cudart registers who says the
+    driver and runtime versions, and a driver older than the runtime gets the one sentence."""
+    monkeypatch.setattr(errors, "_versions", None)
+    assert "no usable NVIDIA driver" in str(NoGPUError(35, "cudaErrorInsufficientDriver"))
+    errors.set_version_source(lambda: (12020, 13000))
+    assert str(NoGPUError(35, "cudaErrorInsufficientDriver")) == errors.driver_too_old_line(12020, 13000)
+    errors.set_version_source(lambda: (_ for _ in ()).throw(OSError("no libcudart")))
+    assert "no usable NVIDIA driver" in str(NoGPUError(35, "cudaErrorInsufficientDriver"))
+
+
+def test_cudart_registers_itself_as_the_version_source():
+    from harness.calling import cudart, library
+
+    assert library.cudart is cudart and errors._versions is not None
