@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.base.errors import CudalabError
+from harness.base.errors import CudalabError, NotBuilt
 from harness.compile import build as _build
 from harness.measuring import timing
 
@@ -159,12 +159,10 @@ def program_modules(names: list[str] | None = None) -> dict:
 def check_built(names: list[str] | None = None) -> None:
     """One line, before anything is timed, when a library the run needs is missing: the selected programs'
     and device_info's (the peak ceilings read the SM count and clocks from it)."""
-    from harness.calling import library
-
     needed = dict.fromkeys([*program_modules(names), "device_info"])
     missing = [p for p in needed if not _build.lib_path(p).exists()]
     if missing:
-        raise library.LibraryNotBuilt(_build.not_built([_build.lib_path(p) for p in missing], missing))
+        raise NotBuilt([_build.lib_path(p) for p in missing], missing)
 
 
 def collect(names: list[str] | None = None, quick: bool = False) -> list[BenchCase]:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import pythonpath
-from harness.base.errors import BuildError
+from harness.base.errors import BuildError, NotBuilt
 from harness.calling import library, runner
 from harness.compile import build, toolchain
 
@@ -153,7 +153,7 @@ def test_a_truncated_library_is_refused_and_rebuilt(lab):
     lib = build.lib_path("tiny")
     assert build.stale_reason(lib) is None
     truncate(lib)  # what a full disk or a killed copy leaves: it made Python die of SIGBUS in dlopen
-    with pytest.raises(library.LibraryNotBuilt, match=r"4096 bytes.*truncated or replaced.*run `invoke build -p tiny`"):
+    with pytest.raises(NotBuilt, match=r"4096 bytes.*truncated or replaced.*run `invoke build --programs tiny`"):
         library.load("tiny")
     res = build.build(build.targets("tiny"), root=lab)
     assert "build/lib/libtiny.so" in res.steps  # not "up to date"
@@ -168,7 +168,7 @@ def test_a_library_of_the_same_size_but_other_bytes_is_refused(lab):
     st = lib.stat()
     lib.write_bytes(bytes(data))
     os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns))  # even with its old date, which make trusts
-    with pytest.raises(library.LibraryNotBuilt, match="SHA-256 differs"):
+    with pytest.raises(NotBuilt, match="SHA-256 differs"):
         library.load("tiny")
     assert build.pending_steps(build.targets("tiny"), root=lab) == []  # make alone would not see it...
     assert "build/lib/libtiny.so" in build.build(build.targets("tiny"), root=lab).steps  # ...the build does
@@ -179,7 +179,7 @@ def test_a_truncated_executable_is_refused_and_rebuilt(lab):
     exe = build.bin_path("tiny")
     assert runner.run("tiny").returncode == 0
     truncate(exe)  # it used to run and die: "exited with status -11"
-    with pytest.raises(FileNotFoundError, match=r"build/bin/tiny is not the file its build wrote.*invoke build -p tiny"):
+    with pytest.raises(NotBuilt, match=r"build/bin/tiny is not the file its build wrote.*invoke build --programs tiny"):
         runner.run("tiny")
     assert "build/bin/tiny" in build.build(build.targets("tiny"), root=lab).steps
     assert runner.run("tiny").returncode == 0
@@ -187,7 +187,7 @@ def test_a_truncated_executable_is_refused_and_rebuilt(lab):
 
 def test_an_output_without_its_record_is_not_trusted(lab):
     (lab / "build" / "sums" / "build" / "lib" / "libtiny.so").unlink()
-    with pytest.raises(library.LibraryNotBuilt, match="record .* is missing"):
+    with pytest.raises(NotBuilt, match="record .* is missing"):
         library.load("tiny")
     assert "build/lib/libtiny.so" in build.build(build.targets("tiny"), root=lab).steps
     assert library.load("tiny").lib.tiny_answer() == 7

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from analysis import bench as abench
+from harness.base.errors import NotBuilt
 from harness.compile import build
 from harness.measuring import bench, timing
 
@@ -155,15 +156,13 @@ def test_repeat_frame_is_one_row_per_case_and_run():
 
 def test_an_unbuilt_program_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(build, "BUILD", tmp_path)
-    from harness.calling import library
-
-    with pytest.raises(library.LibraryNotBuilt, match=r"libsquare.so, .*libdevice_info.so are missing: run "
-                       r"`invoke build -p square,device_info` \(or `invoke build` for every program\)$"):
+    with pytest.raises(NotBuilt, match=r"libsquare.so, .*libdevice_info.so are missing: run "
+                       r"`invoke build --programs square,device_info` \(or `invoke build` for every program\)$"):
         bench.check_built(["square"])
     # The message names only what is missing, and the one command that builds it.
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "libdevice_info.so").write_bytes(b"")
-    with pytest.raises(library.LibraryNotBuilt, match=r"libsquare.so is missing: run `invoke build -p square` "):
+    with pytest.raises(NotBuilt, match=r"libsquare.so is missing: run `invoke build --programs square` "):
         bench.check_built(["square"])
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import pythonpath
+from harness.base.errors import ToolMissing
 from harness.measuring import timing
 
 FIX = Path(__file__).parent.parent / "fixtures"
@@ -106,7 +107,7 @@ def test_plan_refusals_before_anything_runs(monkeypatch):
         timing.run_plan([timing.Item("a", "m:f"), timing.Item("a", "m:f")])
     assert timing.run_plan([]) == {}
     monkeypatch.setattr(timing, "engine_version", lambda: None)
-    with pytest.raises(timing.EngineMissing, match=r"cuda-bench"):
+    with pytest.raises(ToolMissing, match=r"cuda-bench not found.*`pip install -e \.`"):
         timing.run_plan([timing.Item("a", "m:f")])
 
 

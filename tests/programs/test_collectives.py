@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import pythonpath
-from harness.base.errors import CudaError
+from harness.base.errors import CudaError, ToolMissing
 from harness.calling import launch
 from harness.compile import build
 from harness.measuring import gpus
@@ -509,7 +509,7 @@ def test_compute_sanitizer_is_clean_on_virtual_rank_launches(tmp_path):
 
     try:
         sanitizer = hs.find_sanitizer()
-    except hs.SanitizerNotFound as e:
+    except ToolMissing as e:
         pytest.skip(str(e))
     work = [(hs.Case("collectives", label, tuple(argv)), tool)
             for label, argv in co.sanitize_args().items() for tool in ("memcheck", "racecheck", "synccheck")]

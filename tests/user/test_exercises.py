@@ -436,11 +436,11 @@ def test_the_timing_session_loads_the_learners_file_from_the_compile_steps_cache
 
 
 def test_a_tree_without_device_info_built_still_gets_its_verdict_and_says_why_no_speed(tmp_path, monkeypatch):
-    from harness.calling import library
+    from harness.base.errors import NotBuilt
     from harness.measuring import bench
 
     def missing(progs=None):
-        raise library.LibraryNotBuilt("build/lib/libdevice_info.so is missing: run `invoke build -p device_info`")
+        raise NotBuilt("build/lib/libdevice_info.so", "device_info")
 
     monkeypatch.setattr(bench, "ceilings", missing)
     path, _ = _learner_file(tmp_path, "matmul_tiled")

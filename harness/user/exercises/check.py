@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.base.errors import ToolMissing
 from harness.compile.build import ROOT
 from harness.user.exercises import (
     ExerciseError,
@@ -292,7 +293,7 @@ def _run_cuda(ex: Exercise, job: dict, deadline: float, sanitize: bool):
         if sanitize:
             try:
                 tool_path = hs.find_sanitizer()
-            except hs.SanitizerNotFound as e:
+            except ToolMissing as e:
                 sanitized["skipped"] = f"sanitizer skipped: {e}"
             else:
                 small = dict(job, small=True)
