@@ -1,6 +1,7 @@
-// attention: the library entry points around attention_kernels.cuh.
+// attention: the library entry points around cuda/shared/attention/attention_kernels.cuh
+// (shared with transformer_block).
 #include "attention.h"
-#include "attention_kernels.cuh"
+#include "attention/attention_kernels.cuh"
 
 static const char *const kVariants[] = {"01_naive", "02_flash", "03_flash_bf16", "04_flash_3xtf32", "05_flash_wgmma"};
 static const int kNumVariants = (int)(sizeof(kVariants) / sizeof(kVariants[0]));

@@ -19,7 +19,7 @@
 // tp_mlp / tp_mlp_overlap: y = gelu(x W1^T) W2^T with W1 split by rows (column-parallel) and W2 by
 //   columns (row-parallel), so each rank's partial y needs one all-reduce; the overlapped form splits the
 //   tokens into blocks and all-reduces block i on a second stream while block i+1's GEMMs run. The GEMMs
-//   are gemm_tc's 02_mma_sync (cuda/gemm_tc/gemm_tc_kernels.cuh, included whole: it holds the kernels
+//   are gemm_tc's 02_mma_sync (cuda/shared/gemm_tc/gemm_tc_kernels.cuh, included whole: it holds the kernels
 //   and their launch function together).
 //
 // One kernel body, two launches. Each collective kernel takes the table of every rank's pointers. With
@@ -45,7 +45,7 @@
 #include <unistd.h>
 
 #include "check.cuh"
-#include "../gemm_tc/gemm_tc_kernels.cuh"
+#include "gemm_tc/gemm_tc_kernels.cuh"
 
 #ifdef CUDALAB_HAVE_NCCL
 #include <nccl.h>

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "gemm_tc.h"
-#include "gemm_tc_kernels.cuh"
+#include "gemm_tc/gemm_tc_kernels.cuh"
 
 using gemm_tc::kVariantNames;
 using gemm_tc::VCOUNT;

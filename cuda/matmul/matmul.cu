@@ -1,5 +1,5 @@
 // matmul: the library entry points and the one variant table. The kernels live in
-// matmul_kernels.cuh (01-03, shared with attention) and sgemm_ladder.cuh (the ladder, 04-11).
+// cuda/shared/matmul/matmul_kernels.cuh (01-03, shared with attention) and sgemm_ladder.cuh (the ladder, 04-11).
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "matmul.h"
-#include "matmul_kernels.cuh"
+#include "matmul/matmul_kernels.cuh"
 #include "sgemm_ladder.cuh"
 
 #ifdef CUDALAB_HAVE_CUBLAS
