@@ -1,9 +1,9 @@
-// gemm_tc: the library entry points. The hand-written kernels live in gemm_tc_kernels.cuh (shared
+// gemm_tc: the library entry points. The hand-written kernels live in dispatch.cuh and its rungs (02 shared
 // with transformer_block's bf16 path); the cuBLAS baselines live here.
 #include <cstring>
 
 #include "gemm_tc.h"
-#include "gemm_tc/gemm_tc_kernels.cuh"
+#include "dispatch.cuh"
 
 using gemm_tc::kVariantNames;
 using gemm_tc::VCOUNT;

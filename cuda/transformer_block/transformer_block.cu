@@ -8,14 +8,14 @@
 // The bf16 path (attn_variant "03_flash_bf16" or "05_flash_wgmma"; the executable's --dtype bf16 takes
 // transformer_block_bf16_variant(), the fastest that runs on the GPU) runs the same block on
 // the tensor cores: x and the weights are rounded to bf16 (f32_to_bf16), the projection is the
-// gemm_tc program's 02_mma_sync (bf16 in, FP32 out, cuda/shared/gemm_tc/gemm_tc_kernels.cuh), the bias
+// gemm_tc program's 02_mma_sync (bf16 in, FP32 out, cuda/shared/gemm_tc/k02_mma_sync.cuh), the bias
 // and head split write bf16 Q/K/V (qkv_bias_split_heads_bf16), attention is attn_flash_bf16_fwd
 // (03) or attn_flash_wgmma_fwd (05, Hopper),
 // and residual_layernorm<bf16> adds the bf16 attention output to the float32 x. Input and output
 // stay float32 in both paths.
 #include "transformer_block.h"
 #include "attention/attention_kernels.cuh"
-#include "gemm_tc/gemm_tc_kernels.cuh"
+#include "gemm_tc/k02_mma_sync.cuh"
 
 // The variant table (attention variants the block runs), read through transformer_block_variant_*.
 static const char *const kTbVariants[] = {"01_naive", "02_flash", "03_flash_bf16", "05_flash_wgmma"};
@@ -173,7 +173,7 @@ static int tb_forward_bf16(const char *attn_variant, int B, int S, int E, int H,
     f32_to_bf16<<<(unsigned)std::min<long long>(cdiv(3LL * E * E, 256), 4096), 256, 0, st>>>(w_qkv, wb, 3LL * E * E);
     CUDA_TRY(cudaGetLastError());
     // qkv (B·S x 3E) = x (B·S x E) · Wᵀ, W being 3E x E: gemm_tc's "TN" layout as it stands.
-    CUDA_TRY(gemm_tc::launch(gemm_tc::V02_MMA_SYNC, B * S, 3 * E, E, xb, wb, qkv, st));
+    CUDA_TRY(gemm_tc::launch_mma_sync(B * S, 3 * E, E, xb, wb, qkv, st));
     qkv_bias_split_heads_bf16<<<(unsigned)cdiv(3 * n, 256), 256, 0, st>>>(qkv, b_qkv, qkvh[0], qkvh[1], qkvh[2], B,
                                                                           S, E, H);
     CUDA_TRY(cudaGetLastError());
