@@ -216,29 +216,24 @@ extern "C" cudalab_status transformer_block_forward(const char *attn_variant, in
     const size_t wb = (size_t)3 * E * E * sizeof(float), bb = (size_t)3 * E * sizeof(float);
     const size_t eb = (size_t)E * sizeof(float);
     const size_t ws = (size_t)transformer_block_workspace_bytes(attn_variant, B, S, E, H);
-    float *d[7] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};  // x w b gamma beta out ws
-    auto run = [&]() -> int {
-        CUDA_TRY(cudaMalloc(&d[0], xb));
-        CUDA_TRY(cudaMalloc(&d[1], wb));
-        CUDA_TRY(cudaMalloc(&d[2], bb));
-        CUDA_TRY(cudaMalloc(&d[3], eb));
-        CUDA_TRY(cudaMalloc(&d[4], eb));
-        CUDA_TRY(cudaMalloc(&d[5], xb));
-        CUDA_TRY(cudaMalloc(&d[6], ws));
-        CUDA_TRY(cudaMemcpy(d[0], x, xb, cudaMemcpyHostToDevice));
-        CUDA_TRY(cudaMemcpy(d[1], w_qkv, wb, cudaMemcpyHostToDevice));
-        CUDA_TRY(cudaMemcpy(d[2], b_qkv, bb, cudaMemcpyHostToDevice));
-        CUDA_TRY(cudaMemcpy(d[3], gamma, eb, cudaMemcpyHostToDevice));
-        CUDA_TRY(cudaMemcpy(d[4], beta, eb, cudaMemcpyHostToDevice));
-        const int e = transformer_block_forward_device(attn_variant, B, S, E, H, causal, d[0], d[1], d[2], d[3], d[4],
-                                                       d[5], d[6], nullptr);
-        if (e != 0) return e;
-        CUDA_TRY(cudaMemcpy(out, d[5], xb, cudaMemcpyDeviceToHost));
-        return 0;
-    };
-    int err = run();
-    // Free whatever was allocated, also after a failure; report the first error.
-    for (float *p : d)
-        if (p) CUDALAB_CHECK(cudaFree(p), if (err == 0) err = (int)cudalab_err_);
-    return err;
+    // Freed on every path: by release_all after a success, by the destructors after an early return.
+    cudalab::DeviceAlloc dx, dw, db, dgamma, dbeta, dout, dws;
+    if (int err = dx.alloc(xb)) return err;
+    if (int err = dw.alloc(wb)) return err;
+    if (int err = db.alloc(bb)) return err;
+    if (int err = dgamma.alloc(eb)) return err;
+    if (int err = dbeta.alloc(eb)) return err;
+    if (int err = dout.alloc(xb)) return err;
+    if (int err = dws.alloc(ws)) return err;
+    CUDA_TRY(cudaMemcpy(dx.p, x, xb, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMemcpy(dw.p, w_qkv, wb, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMemcpy(db.p, b_qkv, bb, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMemcpy(dgamma.p, gamma, eb, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMemcpy(dbeta.p, beta, eb, cudaMemcpyHostToDevice));
+    const int e = transformer_block_forward_device(attn_variant, B, S, E, H, causal, dx.as<float>(), dw.as<float>(),
+                                                   db.as<float>(), dgamma.as<float>(), dbeta.as<float>(),
+                                                   dout.as<float>(), dws.as<float>(), nullptr);
+    if (e != 0) return e;
+    CUDA_TRY(cudaMemcpy(out, dout.p, xb, cudaMemcpyDeviceToHost));
+    return cudalab::release_all(dx, dw, db, dgamma, dbeta, dout, dws);
 }
