@@ -107,7 +107,9 @@ endif
 
 # -O3 -lineinfo always (lineinfo lets ncu and compute-sanitizer point at source lines).
 # Host-compiler warnings are errors. -Xptxas -v goes to a log per object, kept as build/ptxas/.
-NVCCFLAGS := -O3 -lineinfo -std=c++17 $(GENCODE) -Icuda/common \
+# A program's folder includes only its own files, cuda/common (the lab's helpers) and cuda/shared
+# (kernels that more than one program runs, as "<family>/<file>"); the dependency files (-MMD) list them.
+NVCCFLAGS := -O3 -lineinfo -std=c++17 $(GENCODE) -Icuda/common -Icuda/shared \
              -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Xptxas -v $(EXTRA_NVCCFLAGS)
 CFLAGS    := -O2 -std=c11 -Wall -Wextra -Werror
 LDFLAGS   := $(TOOLKIT_LDFLAGS)

@@ -1,6 +1,7 @@
-// attention: the library entry points around attention_kernels.cuh.
+// attention: the library entry points around cuda/shared/attention/attention_kernels.cuh
+// (shared with transformer_block).
 #include "attention.h"
-#include "attention_kernels.cuh"
+#include "attention/attention_kernels.cuh"
 
 static const char *const kVariants[] = {"01_naive", "02_flash", "03_flash_bf16", "04_flash_3xtf32", "05_flash_wgmma"};
 static const int kNumVariants = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
@@ -62,22 +63,22 @@ extern "C" cudalab_status attention_forward(const char *variant, int B, int H, i
     if (q == nullptr || k == nullptr || v == nullptr || o == nullptr) return (int)cudaErrorInvalidValue;
     const size_t bytes = (size_t)B * H * S * D * sizeof(float);
     const size_t ws_bytes = (size_t)attn_workspace_bytes(id, B, H, S, D);
-    float *d[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};  // q, k, v, o, workspace
-    auto run = [&]() -> int {
-        for (int i = 0; i < 4; ++i) CUDA_TRY(cudaMalloc(&d[i], bytes));
-        if (ws_bytes) CUDA_TRY(cudaMalloc(&d[4], ws_bytes));
-        CUDA_TRY(cudaMemcpy(d[0], q, bytes, cudaMemcpyHostToDevice));
-        CUDA_TRY(cudaMemcpy(d[1], k, bytes, cudaMemcpyHostToDevice));
-        CUDA_TRY(cudaMemcpy(d[2], v, bytes, cudaMemcpyHostToDevice));
-        CUDA_TRY(attention_launch(variant, B, H, S, D, causal, scale, d[0], d[1], d[2], d[3], d[4], nullptr));
-        CUDA_TRY(cudaMemcpy(o, d[3], bytes, cudaMemcpyDeviceToHost));
-        return 0;
-    };
-    int err = run();
-    // Free whatever was allocated, also after a failure; report the first error.
-    for (float *p : d)
-        if (p) CUDALAB_CHECK(cudaFree(p), if (err == 0) err = (int)cudalab_err_);
-    return err;
+    // Freed on every path: by release_all after a success, by the destructors after an early return.
+    cudalab::DeviceAlloc dq, dk, dv, dout, dws;
+    if (int err = dq.alloc(bytes)) return err;
+    if (int err = dk.alloc(bytes)) return err;
+    if (int err = dv.alloc(bytes)) return err;
+    if (int err = dout.alloc(bytes)) return err;
+    if (ws_bytes != 0) {
+        if (int err = dws.alloc(ws_bytes)) return err;
+    }
+    CUDA_TRY(cudaMemcpy(dq.p, q, bytes, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMemcpy(dk.p, k, bytes, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMemcpy(dv.p, v, bytes, cudaMemcpyHostToDevice));
+    CUDA_TRY(attention_launch(variant, B, H, S, D, causal, scale, dq.as<float>(), dk.as<float>(), dv.as<float>(),
+                              dout.as<float>(), dws.as<float>(), nullptr));
+    CUDA_TRY(cudaMemcpy(o, dout.p, bytes, cudaMemcpyDeviceToHost));
+    return cudalab::release_all(dq, dk, dv, dout, dws);
 }
 
 extern "C" cudalab_status attention_forward_bf16_device(const char *variant, int B, int H, int S, int D, int causal,
@@ -95,18 +96,16 @@ extern "C" cudalab_status attention_forward_bf16(const char *variant, int B, int
     if (!attn_is_bf16(id) || q == nullptr || k == nullptr || v == nullptr || o == nullptr)
         return (int)cudaErrorInvalidValue;
     const size_t bytes = (size_t)B * H * S * D * sizeof(cudalab_bf16);
-    cudalab_bf16 *d[4] = {nullptr, nullptr, nullptr, nullptr};  // q, k, v, o
-    auto run = [&]() -> int {
-        for (int i = 0; i < 4; ++i) CUDA_TRY(cudaMalloc(&d[i], bytes));
-        CUDA_TRY(cudaMemcpy(d[0], q, bytes, cudaMemcpyHostToDevice));
-        CUDA_TRY(cudaMemcpy(d[1], k, bytes, cudaMemcpyHostToDevice));
-        CUDA_TRY(cudaMemcpy(d[2], v, bytes, cudaMemcpyHostToDevice));
-        CUDA_TRY(attention_launch_bf16(variant, B, H, S, D, causal, scale, d[0], d[1], d[2], d[3], nullptr));
-        CUDA_TRY(cudaMemcpy(o, d[3], bytes, cudaMemcpyDeviceToHost));
-        return 0;
-    };
-    int err = run();
-    for (cudalab_bf16 *p : d)
-        if (p) CUDALAB_CHECK(cudaFree(p), if (err == 0) err = (int)cudalab_err_);
-    return err;
+    cudalab::DeviceAlloc dq, dk, dv, dout;
+    if (int err = dq.alloc(bytes)) return err;
+    if (int err = dk.alloc(bytes)) return err;
+    if (int err = dv.alloc(bytes)) return err;
+    if (int err = dout.alloc(bytes)) return err;
+    CUDA_TRY(cudaMemcpy(dq.p, q, bytes, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMemcpy(dk.p, k, bytes, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMemcpy(dv.p, v, bytes, cudaMemcpyHostToDevice));
+    CUDA_TRY(attention_launch_bf16(variant, B, H, S, D, causal, scale, dq.as<cudalab_bf16>(), dk.as<cudalab_bf16>(),
+                                   dv.as<cudalab_bf16>(), dout.as<cudalab_bf16>(), nullptr));
+    CUDA_TRY(cudaMemcpy(o, dout.p, bytes, cudaMemcpyDeviceToHost));
+    return cudalab::release_all(dq, dk, dv, dout);
 }

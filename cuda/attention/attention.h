@@ -23,10 +23,8 @@
 #ifndef CUDALAB_ATTENTION_H
 #define CUDALAB_ATTENTION_H
 #include "cudalab.h"
-
-/* The longest sequence: S*S scores per head are indexed with int products of row and column
-   (46340^2 < 2^31, and the kernels split each row in two halves), so S is at most 2*46340. */
-#define ATTN_MAX_S 92680
+/* ATTN_MAX_S, the longest sequence (shared with transformer_block). */
+#include "attention/attention_limits.h"
 #ifdef __cplusplus
 extern "C" {
 #endif

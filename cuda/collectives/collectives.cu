@@ -19,8 +19,8 @@
 // tp_mlp / tp_mlp_overlap: y = gelu(x W1^T) W2^T with W1 split by rows (column-parallel) and W2 by
 //   columns (row-parallel), so each rank's partial y needs one all-reduce; the overlapped form splits the
 //   tokens into blocks and all-reduces block i on a second stream while block i+1's GEMMs run. The GEMMs
-//   are gemm_tc's 02_mma_sync (cuda/gemm_tc/gemm_tc_kernels.cuh, included whole: it holds the kernels
-//   and their launch function together).
+//   are gemm_tc's 02_mma_sync (cuda/shared/gemm_tc/k02_mma_sync.cuh: the rung and its launch function,
+//   gemm_tc::launch_mma_sync).
 //
 // One kernel body, two launches. Each collective kernel takes the table of every rank's pointers. With
 // a.rank >= 0 it is launched on rank a.rank's GPU, one block per chunk lane; with a.rank < 0 it is ONE
@@ -45,7 +45,7 @@
 #include <unistd.h>
 
 #include "check.cuh"
-#include "../gemm_tc/gemm_tc_kernels.cuh"
+#include "gemm_tc/k02_mma_sync.cuh"
 
 #ifdef CUDALAB_HAVE_NCCL
 #include <nccl.h>
@@ -845,11 +845,11 @@ cudaError_t tp_forward(Comm &c, TpBuffers &t, int ar_variant, int overlap, int c
             float *h = t.h[r] + (size_t)t0 * Fr;
             cudalab_bf16 *g = t.g[r] + (size_t)t0 * Fr;
             float *y = reinterpret_cast<float *>(c.in[r]) + (size_t)t0 * H;
-            COLL_TRY(gemm_tc::launch(gemm_tc::V02_MMA_SYNC, rows, Fr, H, t.x[r] + (size_t)t0 * H, t.w1[r], h, s));
+            COLL_TRY(gemm_tc::launch_mma_sync(rows, Fr, H, t.x[r] + (size_t)t0 * H, t.w1[r], h, s));
             const long long n = (long long)rows * Fr;
             gelu_to_bf16_kernel<<<(unsigned)std::min<long long>(cdiv(n, 256), 4096), 256, 0, s>>>(h, g, n);
             COLL_TRY(cudaGetLastError());
-            COLL_TRY(gemm_tc::launch(gemm_tc::V02_MMA_SYNC, rows, H, Fr, g, t.w2[r], y, s));
+            COLL_TRY(gemm_tc::launch_mma_sync(rows, H, Fr, g, t.w2[r], y, s));
         }
         if (overlap) {
             for (int l = 0; l < L; ++l) {

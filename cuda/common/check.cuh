@@ -107,6 +107,15 @@ struct DeviceAlloc {
         return 0;
     }
 };
+// The success path's end: frees every allocation, in order, and returns the first error (0 when
+// every free succeeded). Each one is freed whatever the others return.
+template <class... Allocs>
+static inline int release_all(Allocs &...allocs) {
+    const int errs[] = {allocs.release()...};  // a braced list runs left to right
+    for (int e : errs)
+        if (e != 0) return e;
+    return 0;
+}
 }  // namespace cudalab
 #endif
 

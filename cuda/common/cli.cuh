@@ -167,13 +167,12 @@ static inline float cudalab_from_bf16(uint16_t h) {
 }
 
 // ---- the executables' timing loop ------------------------------------------------------------
-// harness/measuring/timing.py is the benchmark loop (ARCHITECTURE.md, Measuring). This is the same method for
-// the `ms=` field the executables print, so that their numbers mean what the benchmarks' do: one
-// warm-up (module load, clock ramp and shared-memory opt-in are not the kernel's cost), then for
-// each repetition an L2 flush (else a repetition reads what the previous one left in L2 and looks
-// faster than a cold run) and a pair of events on `stream` around the launch; the median, which
-// one preempted repetition cannot drag. The executables default to fewer repetitions than the
-// benchmarks' 10, so their `ms=` is a quick look; bench numbers come from harness/measuring/timing.py.
+// The `ms=` field the executables print, for a quick look: one warm-up (module load, clock ramp and
+// shared-memory opt-in are not the kernel's cost), then per repetition (--reps) an L2 flush by a
+// memset of twice the L2 (else a repetition reads what the previous one left there and looks faster
+// than a cold run) and a pair of events on `stream` around the launch; the median, which one
+// preempted repetition cannot drag. It is not the benchmark: the numbers the lab reports come from
+// `invoke bench` (NVBench, harness/measuring/timing.py), which also decides how many runs it needs.
 // `launch()` enqueues the work on `stream` without synchronising and returns a cudaError_t or int.
 template <class Launch>
 static inline double cudalab_median_ms(Launch &&launch, int reps, cudaStream_t stream = 0) {
@@ -181,7 +180,7 @@ static inline double cudalab_median_ms(Launch &&launch, int reps, cudaStream_t s
     int device = 0, l2_bytes = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
-    // Twice the L2, as harness/measuring/timing.py's L2Flusher, and at least 1 MiB where a device reports none.
+    // Twice the L2, and at least 1 MiB where a device reports none.
     const size_t flush_bytes = std::max((size_t)2 * (size_t)l2_bytes, (size_t)1 << 20);
     void *flush = nullptr;
     CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
@@ -193,7 +192,7 @@ static inline double cudalab_median_ms(Launch &&launch, int reps, cudaStream_t s
     CUDA_CHECK(cudaStreamSynchronize(stream));
     std::vector<float> ms(reps);
     for (int r = 0; r < reps; ++r) {
-        // A different byte each time, as harness/measuring/timing.py does, so no layer can skip the memset.
+        // A different byte each time, so no layer can skip the memset.
         CUDA_CHECK(cudaMemsetAsync(flush, (r + 1) & 0xFF, flush_bytes, stream));
         CUDA_CHECK(cudaEventRecord(start, stream));
         CUDA_CHECK((cudaError_t)launch());

@@ -1,9 +1,9 @@
-// gemm_tc: the library entry points. The hand-written kernels live in gemm_tc_kernels.cuh (shared
+// gemm_tc: the library entry points. The hand-written kernels live in dispatch.cuh and its rungs (02 shared
 // with transformer_block's bf16 path); the cuBLAS baselines live here.
 #include <cstring>
 
 #include "gemm_tc.h"
-#include "gemm_tc_kernels.cuh"
+#include "dispatch.cuh"
 
 using gemm_tc::kVariantNames;
 using gemm_tc::VCOUNT;
@@ -130,39 +130,28 @@ extern "C" int gemm_tc_config_device(int i, int m, int n, int k, const cudalab_b
 static int host_roundtrip(int v, int cfg, int m, int n, int k, const uint16_t *a, const uint16_t *b, float *c) {
     const size_t na = (size_t)m * k, nb = (size_t)n * k, nc = (size_t)m * n;
     if (nc == 0) return 0;
-    uint16_t *dA = nullptr, *dB = nullptr;
-    float *dC = nullptr, *fA = nullptr, *fB = nullptr;
-    auto body = [&]() -> int {
-        CUDA_TRY(cudaMalloc(&dA, na * sizeof(uint16_t)));
-        CUDA_TRY(cudaMalloc(&dB, nb * sizeof(uint16_t)));
-        CUDA_TRY(cudaMalloc(&dC, nc * sizeof(float)));
-        // Poison C (0xFF bytes are NaN): an element no kernel writes comes back NaN and fails the check.
-        CUDA_TRY(cudaMemset(dC, 0xFF, nc * sizeof(float)));
-        if (na) CUDA_TRY(cudaMemcpy(dA, a, na * sizeof(uint16_t), cudaMemcpyHostToDevice));
-        if (nb) CUDA_TRY(cudaMemcpy(dB, b, nb * sizeof(uint16_t), cudaMemcpyHostToDevice));
-        if (v == gemm_tc::VCUBLAS_TF32) {
-            CUDA_TRY(cudaMalloc(&fA, na * sizeof(float)));
-            CUDA_TRY(cudaMalloc(&fB, nb * sizeof(float)));
-            if (na) widen_bf16<<<256, 256>>>(dA, fA, na);
-            CUDA_TRY_LAUNCH();
-            if (nb) widen_bf16<<<256, 256>>>(dB, fB, nb);
-            CUDA_TRY_LAUNCH();
-            CUDA_TRY((cudaError_t)gemm_tc_tf32_device(m, n, k, fA, fB, dC, nullptr));
-        } else {
-            CUDA_TRY((cudaError_t)dispatch(v, cfg, m, n, k, dA, dB, dC, 0));
-        }
-        CUDA_TRY(cudaMemcpy(c, dC, nc * sizeof(float), cudaMemcpyDeviceToHost));
-        return 0;
-    };
-    const int rc = body();
-    const cudaError_t e1 = cudaFree(dA), e2 = cudaFree(dB), e3 = cudaFree(dC), e4 = cudaFree(fA), e5 = cudaFree(fB);
-    if (rc != 0) return rc;
-    CUDA_TRY(e1);
-    CUDA_TRY(e2);
-    CUDA_TRY(e3);
-    CUDA_TRY(e4);
-    CUDA_TRY(e5);
-    return 0;
+    // Freed on every path: by release_all after a success, by the destructors after an early return.
+    cudalab::DeviceAlloc dA, dB, dC, fA, fB;
+    if (int err = dA.alloc(na * sizeof(uint16_t))) return err;
+    if (int err = dB.alloc(nb * sizeof(uint16_t))) return err;
+    if (int err = dC.alloc(nc * sizeof(float))) return err;
+    // Poison C (0xFF bytes are NaN): an element no kernel writes comes back NaN and fails the check.
+    CUDA_TRY(cudaMemset(dC.p, 0xFF, nc * sizeof(float)));
+    if (na) CUDA_TRY(cudaMemcpy(dA.p, a, na * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    if (nb) CUDA_TRY(cudaMemcpy(dB.p, b, nb * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    if (v == gemm_tc::VCUBLAS_TF32) {
+        if (int err = fA.alloc(na * sizeof(float))) return err;
+        if (int err = fB.alloc(nb * sizeof(float))) return err;
+        if (na) widen_bf16<<<256, 256>>>(dA.as<uint16_t>(), fA.as<float>(), na);
+        CUDA_TRY_LAUNCH();
+        if (nb) widen_bf16<<<256, 256>>>(dB.as<uint16_t>(), fB.as<float>(), nb);
+        CUDA_TRY_LAUNCH();
+        CUDA_TRY((cudaError_t)gemm_tc_tf32_device(m, n, k, fA.as<float>(), fB.as<float>(), dC.as<float>(), nullptr));
+    } else {
+        CUDA_TRY((cudaError_t)dispatch(v, cfg, m, n, k, dA.as<uint16_t>(), dB.as<uint16_t>(), dC.as<float>(), 0));
+    }
+    CUDA_TRY(cudaMemcpy(c, dC.p, nc * sizeof(float), cudaMemcpyDeviceToHost));
+    return cudalab::release_all(dA, dB, dC, fA, fB);
 }
 
 extern "C" int gemm_tc_host(const char *variant, int m, int n, int k, const cudalab_bf16 *a, const cudalab_bf16 *b,

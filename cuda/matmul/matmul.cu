@@ -1,5 +1,5 @@
 // matmul: the library entry points and the one variant table. The kernels live in
-// matmul_kernels.cuh (01-03, shared with attention) and sgemm_ladder.cuh (the ladder, 04-11).
+// cuda/shared/matmul/matmul_kernels.cuh (01-03, shared with attention) and sgemm_ladder.cuh (the ladder, 04-11).
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "matmul.h"
-#include "matmul_kernels.cuh"
+#include "matmul/matmul_kernels.cuh"
 #include "sgemm_ladder.cuh"
 
 #ifdef CUDALAB_HAVE_CUBLAS
@@ -430,27 +430,18 @@ cudaError_t dispatch(const char *variant, int tile, bool trans_b, int batch, int
 template <class Launch>
 int host_roundtrip(size_t na, size_t nb, size_t nc, const float *a, const float *b, float *c, Launch &&launch) {
     if (nc == 0) return 0;
-    float *dA = nullptr, *dB = nullptr, *dC = nullptr;
-    // The body returns at its first failure; the buffers are freed after it on every path.
-    // (cudaMalloc of 0 bytes gives NULL, which is fine: with k = 0 nothing reads A or B.)
-    auto body = [&]() -> int {
-        CUDA_TRY(cudaMalloc(&dA, na * sizeof(float)));
-        CUDA_TRY(cudaMalloc(&dB, nb * sizeof(float)));
-        CUDA_TRY(cudaMalloc(&dC, nc * sizeof(float)));
-        if (na) CUDA_TRY(cudaMemcpy(dA, a, na * sizeof(float), cudaMemcpyHostToDevice));
-        if (nb) CUDA_TRY(cudaMemcpy(dB, b, nb * sizeof(float), cudaMemcpyHostToDevice));
-        CUDA_TRY(launch(dA, dB, dC));
-        CUDA_TRY(cudaMemcpy(c, dC, nc * sizeof(float), cudaMemcpyDeviceToHost));
-        return 0;
-    };
-    const int rc = body();
-    // The first error is the one reported; a failing free after a success is still reported.
-    const cudaError_t fa = cudaFree(dA), fb = cudaFree(dB), fc = cudaFree(dC);
-    if (rc != 0) return rc;
-    CUDA_TRY(fa);
-    CUDA_TRY(fb);
-    CUDA_TRY(fc);
-    return 0;
+    // Freed on every path: by release_all after a success (a failing free is reported), by the
+    // destructors after an early return (the first error is the one reported). With k = 0 nothing
+    // reads A or B.
+    cudalab::DeviceAlloc dA, dB, dC;
+    if (int err = dA.alloc(na * sizeof(float))) return err;
+    if (int err = dB.alloc(nb * sizeof(float))) return err;
+    if (int err = dC.alloc(nc * sizeof(float))) return err;
+    if (na) CUDA_TRY(cudaMemcpy(dA.p, a, na * sizeof(float), cudaMemcpyHostToDevice));
+    if (nb) CUDA_TRY(cudaMemcpy(dB.p, b, nb * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_TRY(launch(dA.as<float>(), dB.as<float>(), dC.as<float>()));
+    CUDA_TRY(cudaMemcpy(c, dC.p, nc * sizeof(float), cudaMemcpyDeviceToHost));
+    return cudalab::release_all(dA, dB, dC);
 }
 
 }  // namespace

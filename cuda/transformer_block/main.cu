@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "transformer_block.h"
-#include "../attention/attention.h"
+#include "attention/attention_limits.h"
 #include "check.cuh"
 #include "cli.cuh"
 

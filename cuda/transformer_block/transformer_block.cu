@@ -8,14 +8,14 @@
 // The bf16 path (attn_variant "03_flash_bf16" or "05_flash_wgmma"; the executable's --dtype bf16 takes
 // transformer_block_bf16_variant(), the fastest that runs on the GPU) runs the same block on
 // the tensor cores: x and the weights are rounded to bf16 (f32_to_bf16), the projection is the
-// gemm_tc program's 02_mma_sync (bf16 in, FP32 out, cuda/gemm_tc/gemm_tc_kernels.cuh), the bias
+// gemm_tc program's 02_mma_sync (bf16 in, FP32 out, cuda/shared/gemm_tc/k02_mma_sync.cuh), the bias
 // and head split write bf16 Q/K/V (qkv_bias_split_heads_bf16), attention is attn_flash_bf16_fwd
 // (03) or attn_flash_wgmma_fwd (05, Hopper),
 // and residual_layernorm<bf16> adds the bf16 attention output to the float32 x. Input and output
 // stay float32 in both paths.
 #include "transformer_block.h"
-#include "../attention/attention_kernels.cuh"
-#include "../gemm_tc/gemm_tc_kernels.cuh"
+#include "attention/attention_kernels.cuh"
+#include "gemm_tc/k02_mma_sync.cuh"
 
 // The variant table (attention variants the block runs), read through transformer_block_variant_*.
 static const char *const kTbVariants[] = {"01_naive", "02_flash", "03_flash_bf16", "05_flash_wgmma"};
@@ -173,7 +173,7 @@ static int tb_forward_bf16(const char *attn_variant, int B, int S, int E, int H,
     f32_to_bf16<<<(unsigned)std::min<long long>(cdiv(3LL * E * E, 256), 4096), 256, 0, st>>>(w_qkv, wb, 3LL * E * E);
     CUDA_TRY(cudaGetLastError());
     // qkv (B·S x 3E) = x (B·S x E) · Wᵀ, W being 3E x E: gemm_tc's "TN" layout as it stands.
-    CUDA_TRY(gemm_tc::launch(gemm_tc::V02_MMA_SYNC, B * S, 3 * E, E, xb, wb, qkv, st));
+    CUDA_TRY(gemm_tc::launch_mma_sync(B * S, 3 * E, E, xb, wb, qkv, st));
     qkv_bias_split_heads_bf16<<<(unsigned)cdiv(3 * n, 256), 256, 0, st>>>(qkv, b_qkv, qkvh[0], qkvh[1], qkvh[2], B,
                                                                           S, E, H);
     CUDA_TRY(cudaGetLastError());
@@ -216,29 +216,24 @@ extern "C" cudalab_status transformer_block_forward(const char *attn_variant, in
     const size_t wb = (size_t)3 * E * E * sizeof(float), bb = (size_t)3 * E * sizeof(float);
     const size_t eb = (size_t)E * sizeof(float);
     const size_t ws = (size_t)transformer_block_workspace_bytes(attn_variant, B, S, E, H);
-    float *d[7] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};  // x w b gamma beta out ws
-    auto run = [&]() -> int {
-        CUDA_TRY(cudaMalloc(&d[0], xb));
-        CUDA_TRY(cudaMalloc(&d[1], wb));
-        CUDA_TRY(cudaMalloc(&d[2], bb));
-        CUDA_TRY(cudaMalloc(&d[3], eb));
-        CUDA_TRY(cudaMalloc(&d[4], eb));
-        CUDA_TRY(cudaMalloc(&d[5], xb));
-        CUDA_TRY(cudaMalloc(&d[6], ws));
-        CUDA_TRY(cudaMemcpy(d[0], x, xb, cudaMemcpyHostToDevice));
-        CUDA_TRY(cudaMemcpy(d[1], w_qkv, wb, cudaMemcpyHostToDevice));
-        CUDA_TRY(cudaMemcpy(d[2], b_qkv, bb, cudaMemcpyHostToDevice));
-        CUDA_TRY(cudaMemcpy(d[3], gamma, eb, cudaMemcpyHostToDevice));
-        CUDA_TRY(cudaMemcpy(d[4], beta, eb, cudaMemcpyHostToDevice));
-        const int e = transformer_block_forward_device(attn_variant, B, S, E, H, causal, d[0], d[1], d[2], d[3], d[4],
-                                                       d[5], d[6], nullptr);
-        if (e != 0) return e;
-        CUDA_TRY(cudaMemcpy(out, d[5], xb, cudaMemcpyDeviceToHost));
-        return 0;
-    };
-    int err = run();
-    // Free whatever was allocated, also after a failure; report the first error.
-    for (float *p : d)
-        if (p) CUDALAB_CHECK(cudaFree(p), if (err == 0) err = (int)cudalab_err_);
-    return err;
+    // Freed on every path: by release_all after a success, by the destructors after an early return.
+    cudalab::DeviceAlloc dx, dw, db, dgamma, dbeta, dout, dws;
+    if (int err = dx.alloc(xb)) return err;
+    if (int err = dw.alloc(wb)) return err;
+    if (int err = db.alloc(bb)) return err;
+    if (int err = dgamma.alloc(eb)) return err;
+    if (int err = dbeta.alloc(eb)) return err;
+    if (int err = dout.alloc(xb)) return err;
+    if (int err = dws.alloc(ws)) return err;
+    CUDA_TRY(cudaMemcpy(dx.p, x, xb, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMemcpy(dw.p, w_qkv, wb, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMemcpy(db.p, b_qkv, bb, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMemcpy(dgamma.p, gamma, eb, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMemcpy(dbeta.p, beta, eb, cudaMemcpyHostToDevice));
+    const int e = transformer_block_forward_device(attn_variant, B, S, E, H, causal, dx.as<float>(), dw.as<float>(),
+                                                   db.as<float>(), dgamma.as<float>(), dbeta.as<float>(),
+                                                   dout.as<float>(), dws.as<float>(), nullptr);
+    if (e != 0) return e;
+    CUDA_TRY(cudaMemcpy(out, dout.p, xb, cudaMemcpyDeviceToHost));
+    return cudalab::release_all(dx, dw, db, dgamma, dbeta, dout, dws);
 }

@@ -487,10 +487,11 @@ _FAILED_TARGET = re.compile(r"\*\*\* \[[^\]]*?:\s*(build/[^\]\s]+)\] Error")
 
 
 def program_of(path: str) -> str | None:
-    """The program a source file or build target belongs to (None for common files)."""
+    """The program a source file or build target belongs to (None for cuda/common and cuda/shared files,
+    which belong to every program that includes them)."""
     m = re.match(r"(?:cuda|build/obj|build/ptxas)/([^/]+)/", path) or re.match(r"build/lib/lib(.+)\.so$", path) \
         or re.match(r"build/bin/([^/]+?)(?:_cpu)?$", path) or re.match(r"build/ptxas/(.+)\.txt$", path)
-    if m is None or m.group(1) == "common":
+    if m is None or m.group(1) in ("common", "shared"):
         return None
     return m.group(1)
 

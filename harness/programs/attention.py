@@ -70,7 +70,7 @@ BF16_VARIANTS = ("03_flash_bf16", "05_flash_wgmma", "flash_bf16_skip_last_tile",
 FLASH_D = (32, 64, 128)  # 02_flash
 TC_D = (64, 128)         # the tensor-core variants
 MAX_BH = cudart.MAX_GRID_YZ  # B*H blocks on the grid's y (flash) or z (naive) axis
-MAX_S = 92680  # ATTN_MAX_S in cuda/attention/attention.h: S*S score indexes stay in int
+MAX_S = 92680  # ATTN_MAX_S in cuda/shared/attention/attention_limits.h: S*S score indexes stay in int
 # ||out - ref|| / ||ref|| each dtype must meet against the float64 reference of the same inputs
 # (for bf16: of the bf16-rounded inputs, which is what the kernel sees).
 # float32, why 1e-4 and not the 1e-5 of elementwise kernels: each output is a softmax-weighted mean

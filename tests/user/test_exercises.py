@@ -41,8 +41,8 @@ def _wrong(name, track, old, new):
 
 def test_every_marker_in_the_sources_belongs_to_an_exercise_and_pairs_up():
     seen = set()
-    for rel in ["cuda/square/square.cu", "cuda/grayscale/grayscale.cu", "cuda/matmul/matmul_kernels.cuh",
-                "cuda/mandelbrot/mandelbrot.cu", "cuda/attention/attention_kernels.cuh",
+    for rel in ["cuda/square/square.cu", "cuda/grayscale/grayscale.cu", "cuda/shared/matmul/matmul_kernels.cuh",
+                "cuda/mandelbrot/mandelbrot.cu", "cuda/shared/attention/attention_kernels.cuh",
                 "harness/programs/square.py", "harness/programs/grayscale.py", "harness/programs/matmul.py",
                 "harness/programs/mandelbrot.py", "harness/programs/attention.py"]:
         text = (ROOT / rel).read_text()

@@ -225,7 +225,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise(
         "matmul", "matmul", "GPU MODE lecture 3, exercise 2 (matrix multiplication)",
         "the naive kernel body: row and column, the bounds, the dot product", ("python", "cuda"),
-        "harness/programs/matmul.py", "matmul_bk", "cuda/matmul/matmul_kernels.cuh", ("matmul_01_naive",),
+        "harness/programs/matmul.py", "matmul_bk", "cuda/shared/matmul/matmul_kernels.cuh", ("matmul_01_naive",),
         _MATMUL_GLUE, "",
         ("One thread per element of the output: the row from the .y parts, the column from the .x parts.",
          "Row-major: element (r, c) of an h x w matrix is at r * w + c; A is m x k, B is k x n.",
@@ -234,7 +234,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise(
         "matmul_tiled", "matmul", "GPU MODE lecture 5 (tiling through shared memory)",
         "the shared-memory tile loads, the two barriers, the ragged edges", ("python", "cuda"),
-        "harness/programs/matmul.py", "matmul_tiled_k", "cuda/matmul/matmul_kernels.cuh",
+        "harness/programs/matmul.py", "matmul_tiled_k", "cuda/shared/matmul/matmul_kernels.cuh",
         ("matmul_03_tiled_dynamic",), _MATMUL_TILED_GLUE, "",
         ("Each thread loads one element of each tile; the dot product then reads a whole row and a whole column "
          "of the tiles, loaded by other threads.",
@@ -268,7 +268,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise(
         "flash_softmax", "attention", "CUDA course, section 4 (flash attention's online softmax)",
         "the online-softmax update: the running max, the rescaled sum and output", ("python", "cuda"),
-        "harness/programs/attention.py", "flash_bk", "cuda/attention/attention_kernels.cuh", ("attn_flash_fwd",),
+        "harness/programs/attention.py", "flash_bk", "cuda/shared/attention/attention_kernels.cuh", ("attn_flash_fwd",),
         _FLASH_GLUE, "#include <cmath>\n",
         ("Keep, per query row, the largest score seen so far (m), the sum of exp(score - m) (l) and the sum of "
          "exp(score - m) * v (o).",

@@ -1,5 +1,5 @@
 // attention kernels, shared by every program that needs attention (attention itself and
-// transformer_block). Include as "../attention/attention_kernels.cuh".
+// transformer_block). Include as "attention/attention_kernels.cuh" (the Makefile passes -Icuda/shared).
 //
 // Q, K, V and O are float32, B×H×S×D row-major: batch·head index bh owns the S×D slab at bh·S·D.
 //   O = softmax(scale · Q·Kᵀ, row-wise; with `causal`, key j > query i is masked) · V
@@ -23,9 +23,10 @@
 #include <cstdint>
 #include <cstring>
 
-#include "attention.h"
+#include "attention_limits.h"
 #include "check.cuh"
-#include "../matmul/matmul_kernels.cuh"
+#include "cudalab.h"
+#include "matmul/matmul_kernels.cuh"
 #include "flash_bf16.cuh"
 #include "flash_3xtf32.cuh"
 #include "flash_wgmma.cuh"

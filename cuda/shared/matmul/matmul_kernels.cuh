@@ -1,5 +1,5 @@
-// matmul kernels, shared by every program that multiplies matrices (matmul itself, attention).
-// Include it from another program's .cu as "../matmul/matmul_kernels.cuh" (nvcc has -Icuda/common).
+// matmul kernels, shared by every program that multiplies matrices (matmul itself, attention,
+// transformer_block): include as "matmul/matmul_kernels.cuh" (the Makefile passes -Icuda/shared).
 //
 // Every kernel computes, for each batch index z = blockIdx.z,
 //     C_z = alpha * A_z · op(B_z)        all row-major, float32
