@@ -140,8 +140,8 @@ def test_bf16_validation():
         tb.forward(x, p, heads=2, dtype="bf16")  # D = 32
     with pytest.raises(ValueError, match="dtype"):
         tb.forward(x, p, dtype="fp16")
-    with pytest.raises(ValueError, match="unknown variant"):
-        tb.forward(x, p, variant="04_flash_3xtf32")
+    with pytest.raises(ValueError, match="unknown transformer_block variant '04_flash_3xtf32'; valid: 01_naive, 02_flash"):
+        tb.forward(x, p, variant="04_flash_3xtf32")  # attention's, not this block's
 
 
 @pytest.mark.gpu
