@@ -63,7 +63,9 @@ static void write_timeline(const char *path, const char *variant, int tile, int 
 #endif
 
 // The usage and, on its next line, the variant table's names (for --help and every usage error).
-static std::string usage_text() { return std::string(kUsage) + "\nvariants: " + variant_list(); }
+static std::string usage_text() {
+    return std::string(kUsage) + "\nvariants: " + cudalab_name_list(matmul_variant_count, matmul_variant_name) + ", all";
+}
 
 // Uniform in [-1, 1), repeatable (cli.cuh says why this generator).
 static void fill(std::vector<float> &v, unsigned seed) {
