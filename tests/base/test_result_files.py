@@ -31,7 +31,7 @@ WRITER = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, {root!r})
     import numpy as np, pandas as pd
-    from harness import bench
+    from harness.measuring import bench
     n, folder, go = int(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
     rng = np.random.default_rng(n)
     df = pd.DataFrame({{"program": "p", "variant": [f"v{{i}}" for i in range(n)], "size": "2^20",
