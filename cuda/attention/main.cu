@@ -25,13 +25,6 @@ static const char *kUsage =
     "[--causal] "
     "[--reps N] [--seed S] B H S D";
 
-// The tuning choices, comma-separated, for the usage error of a bad --config.
-static std::string config_list() {
-    std::string s;
-    for (int i = 0; i < attention_config_count(); ++i) s += std::string(i ? ", " : "") + attention_config_name(i);
-    return s;
-}
-
 int main(int argc, char **argv) {
     const char *variant = nullptr, *config = nullptr;
     int causal = 0, reps = 5;
@@ -60,13 +53,12 @@ int main(int argc, char **argv) {
     const int S = (int)cudalab_parse_range(pos[2], "S", 1, ATTN_MAX_S), D = cudalab_parse_positive(pos[3], "D");
     const char *config_of = config ? attention_config_variant(config) : nullptr;
     if (config != nullptr && config_of == nullptr)
-        CUDALAB_USAGE_ERROR("unknown --config '%s' (valid: %s)", config, config_list().c_str());
+        CUDALAB_USAGE_ERROR("unknown --config '%s' (valid: %s)", config,
+                            cudalab_name_list(attention_config_count, attention_config_name).c_str());
     if (variant == nullptr) variant = config ? config_of : "02_flash";
-    bool known = false;
-    for (int i = 0; i < attention_variant_count(); ++i) known = known || strcmp(variant, attention_variant_name(i)) == 0;
-    if (!known)
-        CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: 01_naive, 02_flash, 03_flash_bf16, 04_flash_3xtf32, "
-                            "05_flash_wgmma)", variant);
+    if (cudalab_name_index(attention_variant_count, attention_variant_name, variant) < 0)
+        CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: %s)", variant,
+                            cudalab_name_list(attention_variant_count, attention_variant_name).c_str());
     if (config != nullptr && strcmp(variant, config_of) != 0)
         CUDALAB_USAGE_ERROR("--config %s chooses how %s runs; it does not apply to %s", config, config_of, variant);
     const char *runs = config ? config : variant;  // the name the library is called with

@@ -12,9 +12,32 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "check.cuh"
+
+// ---- a library's name tables ------------------------------------------------------------------
+// Each program's library holds its variant (and configuration) names in ONE table, exported as
+// <prog>_variant_count() / <prog>_variant_name(i) (and _config_...). An executable checks argv and
+// words its usage errors from that table through these two, and never types the names again.
+
+typedef int (*cudalab_count_fn)(void);
+typedef const char *(*cudalab_name_fn)(int);
+
+// The position of s in the table, or -1.
+static inline int cudalab_name_index(cudalab_count_fn count, cudalab_name_fn name, const char *s) {
+    for (int i = 0; i < count(); ++i)
+        if (strcmp(name(i), s) == 0) return i;
+    return -1;
+}
+
+// The table's names, comma-separated, for a usage error ("valid: a, b, c").
+static inline std::string cudalab_name_list(cudalab_count_fn count, cudalab_name_fn name) {
+    std::string s;
+    for (int i = 0; i < count(); ++i) s += std::string(i ? ", " : "") + name(i);
+    return s;
+}
 
 // ---- argv numbers ----------------------------------------------------------------------------
 // A typo in argv must be a sentence and status 2, not a silent 0 from atoi or a wrapped int: each

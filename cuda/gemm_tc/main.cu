@@ -24,13 +24,6 @@ static const char *kUsage =
     "  --config NAME  the wgmma configuration 06_wgmma_tuned runs (\"<rung>-<tile>-s<stages>-g<m|n><group>\";\n"
     "                 a bad name lists them); implies --variant 06_wgmma_tuned";
 
-// The configuration names, comma-separated, for the usage error of a bad --config.
-static std::string config_list() {
-    std::string s;
-    for (int i = 0; i < gemm_tc_config_count(); ++i) s += std::string(i ? ", " : "") + gemm_tc_config_name(i);
-    return s;
-}
-
 // Tolerance on ||C - ref|| / ||ref||: bf16 products are exact in FP32, so the error is the FP32
 // accumulation's, about sqrt(k) * 2^-24 (4e-6 at k = 4096); 1e-4 leaves room for the tensor cores'
 // internal rounding while a dropped 64-wide K tile still costs more than 0.1 (harness/programs/gemm_tc.py).
@@ -118,19 +111,16 @@ int main(int argc, char **argv) {
     const bool run_all = strcmp(variant, "all") == 0;
     if (config != nullptr) {
         const int cfg = gemm_tc_config_index(config);
-        if (cfg < 0) CUDALAB_USAGE_ERROR("unknown --config '%s' (valid: %s)", config, config_list().c_str());
+        if (cfg < 0) CUDALAB_USAGE_ERROR("unknown --config '%s' (valid: %s)", config,
+                                         cudalab_name_list(gemm_tc_config_count, gemm_tc_config_name).c_str());
         if (!run_all && strcmp(variant, "06_wgmma_tuned") != 0)
             CUDALAB_USAGE_ERROR("--config chooses what 06_wgmma_tuned runs; it does not apply to %s", variant);
         CUDA_CHECK((cudaError_t)gemm_tc_set_tuned(cfg));  // a table lookup: no CUDA call yet
     }
     if (!run_all) {
-        bool known = false;
-        std::string names;
-        for (int i = 0; i < gemm_tc_variant_count(); ++i) {
-            known = known || strcmp(gemm_tc_variant_name(i), variant) == 0;
-            names += std::string(i ? ", " : "") + gemm_tc_variant_name(i);
-        }
-        if (!known) CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: %s, all)", variant, names.c_str());
+        if (cudalab_name_index(gemm_tc_variant_count, gemm_tc_variant_name, variant) < 0)
+            CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: %s, all)", variant,
+                                cudalab_name_list(gemm_tc_variant_count, gemm_tc_variant_name).c_str());
         // A shape the variant refuses is argv alone: refused here, before the first CUDA call.
         const char *req = gemm_tc_requirement(variant, m, n, k);
         if (req != nullptr) CUDALAB_USAGE_ERROR("variant %s refuses m=%d n=%d k=%d: %s", variant, m, n, k, req);

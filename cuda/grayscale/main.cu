@@ -64,9 +64,9 @@ int main(int argc, char **argv) {
     if ((long long)h * w > INT_MAX)
         CUDALAB_USAGE_ERROR("H*W must be at most %d pixels, got %lld", INT_MAX, (long long)h * w);
     const bool run_all = strcmp(variant, "all") == 0;
-    bool known = run_all;
-    for (int i = 0; i < grayscale_variant_count(); ++i) known = known || strcmp(grayscale_variant_name(i), variant) == 0;
-    if (!known) CUDALAB_USAGE_ERROR("unknown variant '%s' (01_1d, 02_2d, 03_vectorized, all)", variant);
+    if (!run_all && cudalab_name_index(grayscale_variant_count, grayscale_variant_name, variant) < 0)
+        CUDALAB_USAGE_ERROR("unknown variant '%s' (%s, all)", variant,
+                            cudalab_name_list(grayscale_variant_count, grayscale_variant_name).c_str());
     if (!run_all && strcmp(variant, "02_2d") == 0 && too_tall_for_2d(h))
         CUDALAB_USAGE_ERROR("H must be at most %d for 02_2d (16 rows a block, %d blocks), got %d",
                             16 * CUDALAB_MAX_GRID_YZ, CUDALAB_MAX_GRID_YZ, h);

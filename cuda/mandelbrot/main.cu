@@ -100,9 +100,9 @@ int main(int argc, char **argv) {
     const int width = (int)cudalab_parse_range(pos[0], "WIDTH", 1, max_edge);
     const int height = (int)cudalab_parse_range(pos[1], "HEIGHT", 1, max_edge);
     const int max_iters = cudalab_parse_positive(pos[2], "MAX_ITERS");
-    bool known = false;
-    for (int i = 0; i < mandelbrot_variant_count(); ++i) known = known || strcmp(variant, mandelbrot_variant_name(i)) == 0;
-    if (!known) CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: 01_naive, 02_fast)", variant);
+    if (cudalab_name_index(mandelbrot_variant_count, mandelbrot_variant_name, variant) < 0)
+        CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: %s)", variant,
+                            cudalab_name_list(mandelbrot_variant_count, mandelbrot_variant_name).c_str());
     if (strcmp(variant, "02_fast") == 0 && dtype_bits != 32) CUDALAB_USAGE_ERROR("02_fast is float32 only");
     if (!(x1 > x0) || !(y1 > y0)) CUDALAB_USAGE_ERROR("empty region: need X0 < X1 and Y0 < Y1");
 

@@ -21,12 +21,6 @@
 #include "cli.cuh"
 #include "matmul.h"
 
-static std::string variant_list() {
-    std::string s;
-    for (int i = 0; i < matmul_variant_count(); ++i) s += std::string(i ? ", " : "") + matmul_variant_name(i);
-    return s + ", all";
-}
-
 static const char *kUsage =
     "usage: matmul [--variant NAME|all] [--config NAME] [--tile T] [--reps R] [--timeline CSV] M N K";
 
@@ -69,7 +63,9 @@ static void write_timeline(const char *path, const char *variant, int tile, int 
 #endif
 
 // The usage and, on its next line, the variant table's names (for --help and every usage error).
-static std::string usage_text() { return std::string(kUsage) + "\nvariants: " + variant_list(); }
+static std::string usage_text() {
+    return std::string(kUsage) + "\nvariants: " + cudalab_name_list(matmul_variant_count, matmul_variant_name) + ", all";
+}
 
 // Uniform in [-1, 1), repeatable (cli.cuh says why this generator).
 static void fill(std::vector<float> &v, unsigned seed) {
@@ -225,17 +221,15 @@ int main(int argc, char **argv) {
 #endif
     if (timeline != nullptr && run_all) CUDALAB_USAGE_ERROR("--timeline takes one variant, not all");
     if (!run_all) {
-        bool known = false;
-        for (int i = 0; i < matmul_variant_count(); ++i) known = known || strcmp(matmul_variant_name(i), variant) == 0;
-        if (!known) CUDALAB_USAGE_ERROR("unknown variant '%s' (%s)", variant, variant_list().c_str());
+        if (cudalab_name_index(matmul_variant_count, matmul_variant_name, variant) < 0)
+            CUDALAB_USAGE_ERROR("unknown variant '%s' (%s, all)", variant,
+                                cudalab_name_list(matmul_variant_count, matmul_variant_name).c_str());
     }
     const int cfg = config != nullptr ? matmul_config_index(config) : -1;
     if (config != nullptr) {
-        if (cfg < 0) {
-            std::string names;
-            for (int i = 0; i < matmul_config_count(); ++i) names += std::string(i ? ", " : "") + matmul_config_name(i);
-            CUDALAB_USAGE_ERROR("unknown configuration '%s' (%s)", config, names.c_str());
-        }
+        if (cfg < 0)
+            CUDALAB_USAGE_ERROR("unknown configuration '%s' (%s)", config,
+                                cudalab_name_list(matmul_config_count, matmul_config_name).c_str());
     }
     // 02_tiled's tile is argv alone (16 or 32), so it is refused before the first CUDA call; the
     // limits that depend on the device (threads, shared memory) are checked against it below.

@@ -283,6 +283,29 @@ def load(prog: str) -> Library:
     return Library(prog, path, header_to_cdef(header.read_text()))
 
 
+@functools.cache
+def read_table(prog: str, kind: str = "variant") -> tuple[str, ...]:
+    """The names in lib<prog>.so's one table of `kind` ("variant" or "config"), in its order, through
+    `<prog>_<kind>_count()` / `<prog>_<kind>_name(i)`. The only reader of these tables on the Python side:
+    the names are never typed again. AttributeError when the library has no such table."""
+    accessors = {"variant": ("_variant_count", "_variant_name"), "config": ("_config_count", "_config_name")}
+    if kind not in accessors:
+        raise ValueError(f"kind must be 'variant' or 'config', got {kind!r}")
+    lib = load(prog)
+    count, name = (getattr(lib, prog + suffix) for suffix in accessors[kind])
+    return tuple(lib.ffi.string(name(i)).decode() for i in range(count()))
+
+
+def table_index(prog: str, kind: str, name: str) -> int:
+    """The position of `name` in lib<prog>.so's `kind` table (what the C entry points take); ValueError
+    naming the valid ones otherwise."""
+    names = read_table(prog, kind)
+    if name not in names:
+        raise ValueError(f"unknown {prog} {'configuration' if kind == 'config' else kind} {name!r}; "
+                         f"valid: {', '.join(names)}")
+    return names.index(name)
+
+
 def check_array(a, name: str, dtype, ndim: int | None = None, shape: tuple | None = None,
                 contiguous: str = "require") -> np.ndarray:
     """Validate one array argument of a program's public function before any launch.

@@ -11,11 +11,12 @@ The protocol of a program module (every name is optional; a missing one means "n
 
 Variants
     `VARIANTS: tuple[str, ...]`
-        The kernel variants, in the order a learner meets them ("01_naive", "02_tiled", ...).
-        Take them from the library's ONE table (the C side exports `int <prog>_variant_count(void)`
-        and `const char *<prog>_variant_name(int i)`, both plain values): `variants_from_library`
-        below reads them. A module may instead define `variants() -> list[str]` (called lazily,
-        e.g. because the library is only read when asked); `variants()` wins over `VARIANTS`.
+        The kernel variants, in the order a learner meets them ("01_naive", "02_tiled", ...). They are
+        the library's ONE table (the C side exports `int <prog>_variant_count(void)` and
+        `const char *<prog>_variant_name(int i)`, both plain values) and are never typed in Python:
+        the module offers `VARIANTS` through a module `__getattr__` that returns
+        `harness.calling.library.read_table(prog)`, read when first asked for (CI builds every library
+        before it tests). `variants()` below reads the same table.
     `PROFILE_VARIANTS: tuple[str, ...]`
         The variants `invoke profile <prog>` runs, one run each, when the user names none
         (default: one run with the program's own default).
@@ -78,6 +79,8 @@ import importlib
 from collections.abc import Callable
 from types import ModuleType
 
+from harness.calling import library
+
 
 def names() -> list[str]:
     """Every program: each cuda/<prog>/ that holds <prog>.cu, in name order."""
@@ -122,14 +125,15 @@ def hook(prog: str, attr: str, mod=None):
 
 
 def variants(prog: str, mod=None) -> list[str]:
-    """The program's variant names (module `variants()`, else `VARIANTS`, else [])."""
+    """The program's variant names: its library's one table (harness.calling.library.read_table), for a
+    program whose module offers `VARIANTS`; [] for one that offers none. A stand-in module a test hands
+    in (not a real module) lists its own."""
     mod = _mod(prog, mod)
-    if mod is None:
+    if mod is None or not hasattr(mod, "VARIANTS"):
         return []
-    fn = getattr(mod, "variants", None)
-    if callable(fn):
-        return [str(v) for v in fn()]
-    return [str(v) for v in (getattr(mod, "VARIANTS", None) or ())]
+    if isinstance(mod, ModuleType):
+        return list(library.read_table(prog))
+    return [str(v) for v in mod.VARIANTS]
 
 
 def check_variant(prog: str, variant: str, mod=None) -> str:
@@ -137,16 +141,6 @@ def check_variant(prog: str, variant: str, mod=None) -> str:
     if known and variant not in known:
         raise ValueError(f"unknown variant {variant!r} for {prog}; variants: {', '.join(known)}")
     return variant
-
-
-def variants_from_library(prog: str) -> list[str]:
-    """The names in the C table, through `<prog>_variant_count()` / `<prog>_variant_name(i)`."""
-    from harness.calling import library
-
-    lib = library.load(prog)
-    count = getattr(lib, f"{prog}_variant_count")()
-    name = getattr(lib, f"{prog}_variant_name")
-    return [lib.ffi.string(name(i)).decode() for i in range(count)]
 
 
 def profile_variants(prog: str, mod=None) -> list[str | None]:

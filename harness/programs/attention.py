@@ -1,7 +1,7 @@
 """attention: softmax(scale * Q Kᵀ) V, the Stringer course's section 4, in CUDA C.
 
 Q, K, V and the output are B x H x S x D, C-contiguous. Variants (the C library's one table,
-`attention_variant_count` / `attention_variant_name`; VARIANTS below must match it, a test checks):
+`attention_variant_count` / `attention_variant_name`, read by library.read_table; VARIANTS is it):
     "01_naive"         float32. S = scale·Q·Kᵀ and O = P·V with the matmul program's kernels, a
                        row-wise stable softmax kernel between them; the B·H·S·S score matrix sits
                        in device memory.
@@ -21,9 +21,10 @@ Q, K, V and the output are B x H x S x D, C-contiguous. Variants (the C library'
 "naive" and "flash" are accepted for the first two. Test-only, deliberately wrong variants the
 checkers must reject: "flash_skip_last_tile" (02_flash without its last key tile),
 "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask" (03_flash_bf16 sabotaged).
-The tensor-core variants need scale > 0. Tuning-only: TUNING_VARIANTS, 03_flash_bf16 with its warps per
-block, query rows per warp, keys per tile and pipeline stages fixed; `invoke tune attention` picks one
-per head size and GPU (runs_as); WGMMA_CONFIGS are 05_flash_wgmma's (key tile, stages, schedule).
+The tensor-core variants need scale > 0. Tuning-only: the library's config table (attention_config_name):
+TUNING_VARIANTS, 03_flash_bf16 with its warps per block, query rows per warp, keys per tile and pipeline
+stages fixed; `invoke tune attention` picks one per head size and GPU (runs_as); WGMMA_CONFIGS are
+05_flash_wgmma's (key tile, stages, schedule).
 """
 
 from __future__ import annotations
@@ -46,27 +47,46 @@ try:  # bfloat16 numpy arrays; harness/calling/library.py maps cudalab_bf16 * pa
 except ImportError:  # pragma: no cover - ml_dtypes is a dependency; only the bf16 variant needs it
     bfloat16 = None
 
-VARIANTS = ("01_naive", "02_flash", "03_flash_bf16", "04_flash_3xtf32", "05_flash_wgmma")
+PROGRAM = "attention"
 ALIASES = {"naive": "01_naive", "flash": "02_flash"}
-# 03_flash_bf16 with (warps, stages) fixed; with 32-key tiles ("k32": fewer registers, more warps per
+# The tuned variants and the prefix of their choices in the library's config table. 03_flash_bf16's
+# ("flash_bf16_..."): (warps, stages) fixed; with 32-key tiles ("k32": fewer registers, more warps per
 # SM); with 32 query rows per warp ("m2": each K and V fragment read from shared memory feeds two
-# MMAs); and both (room in the registers for 32 rows of O at D=128). For `invoke tune attention`
-# (runs_as below).
-TUNING_VARIANTS = ("flash_bf16_w8s2", "flash_bf16_w8s3", "flash_bf16_w4s2", "flash_bf16_w4s3",
-                   "flash_bf16_w4k32s2", "flash_bf16_w4k32s3",
-                   "flash_bf16_w4m2s2", "flash_bf16_w4m2k32s2", "flash_bf16_w4m2k32s3")
-# 05_flash_wgmma's choices: schedule (plain; pp = the two consumer warpgroups ping-pong at the tensor
+# MMAs); and both (room in the registers for 32 rows of O at D=128). 05_flash_wgmma's
+# ("flash_wgmma_..."): schedule (plain; pp = the two consumer warpgroups ping-pong at the tensor
 # cores; ip = softmax of tile j overlapping P·V of tile j-1 inside a warpgroup; ppip = both), keys per
-# tile (k128, k64) and pipeline stages (s2, s3). ATTN_WGMMA_CONFIGS in attention_kernels.cuh.
-WGMMA_CONFIGS = ("flash_wgmma_plain_k128s2", "flash_wgmma_pp_k128s2", "flash_wgmma_ip_k128s2",
-                 "flash_wgmma_ppip_k128s2", "flash_wgmma_ppip_k128s3", "flash_wgmma_ppip_k64s2",
-                 "flash_wgmma_ppip_k64s3")
-# The tuned variants and their choices (`invoke tune attention` searches both).
-TUNED = {"03_flash_bf16": TUNING_VARIANTS, "05_flash_wgmma": WGMMA_CONFIGS}
-TEST_VARIANTS = ("flash_skip_last_tile", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask") + TUNING_VARIANTS \
-    + WGMMA_CONFIGS
-BF16_VARIANTS = ("03_flash_bf16", "05_flash_wgmma", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask") \
-    + TUNING_VARIANTS + WGMMA_CONFIGS
+# tile (k128, k64) and pipeline stages (s2, s3): ATTN_WGMMA_CONFIGS in attention_kernels.cuh.
+# `invoke tune attention` searches both (runs_as below).
+_CHOICE_PREFIX = {"03_flash_bf16": "flash_bf16_", "05_flash_wgmma": "flash_wgmma_"}
+# Deliberately wrong variants the checkers must reject (test-only faults, not in the variant table).
+FAULTS = ("flash_skip_last_tile", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask")
+_BF16 = ("03_flash_bf16", "05_flash_wgmma", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask")
+
+
+def tuned() -> dict[str, tuple[str, ...]]:
+    """Each tuned variant's choices, from the library's config table (03_flash_bf16's, then 05's)."""
+    cs = library.read_table(PROGRAM, "config")
+    return {v: tuple(c for c in cs if c.startswith(p)) for v, p in _CHOICE_PREFIX.items()}
+
+
+def __getattr__(name: str):
+    # The names are the library's tables (cuda/attention/attention.cu), read when first asked for:
+    # VARIANTS the variant table; TUNING_VARIANTS and WGMMA_CONFIGS the config table, split by variant.
+    if name == "VARIANTS":
+        return library.read_table(PROGRAM)
+    if name == "TUNED":
+        return tuned()
+    if name == "TUNING_VARIANTS":
+        return tuned()["03_flash_bf16"]
+    if name == "WGMMA_CONFIGS":
+        return tuned()["05_flash_wgmma"]
+    if name == "TEST_VARIANTS":
+        return FAULTS + library.read_table(PROGRAM, "config")
+    if name == "BF16_VARIANTS":
+        return _BF16 + library.read_table(PROGRAM, "config")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 FLASH_D = (32, 64, 128)  # 02_flash
 TC_D = (64, 128)         # the tensor-core variants
 MAX_BH = cudart.MAX_GRID_YZ  # B*H blocks on the grid's y (flash) or z (naive) axis
@@ -94,19 +114,21 @@ TOLERANCES = {"float32": TOLERANCE, "bfloat16": TOLERANCE_BF16}
 
 def canonical_variant(variant: str, allow_test: bool = True) -> str:
     v = ALIASES.get(variant, variant)
-    valid = VARIANTS + (TEST_VARIANTS if allow_test else ())
+    variants = library.read_table(PROGRAM)
+    valid = variants + ((FAULTS + library.read_table(PROGRAM, "config")) if allow_test else ())
     if v not in valid:
-        raise ValueError(f"unknown variant {variant!r}; valid variants: {', '.join(VARIANTS)} "
+        raise ValueError(f"unknown variant {variant!r}; valid variants: {', '.join(variants)} "
                          f"(or {', '.join(ALIASES)})")
     return v
 
 
 def config_variant(config: str) -> str:
     """The variant a tuning choice configures: 03_flash_bf16 or 05_flash_wgmma (ValueError otherwise)."""
-    for variant, choices in TUNED.items():
-        if config in choices:
+    choices = tuned()
+    for variant, cs in choices.items():
+        if config in cs:
             return variant
-    raise ValueError(f"unknown tuning choice {config!r}; valid: {', '.join(c for cs in TUNED.values() for c in cs)}")
+    raise ValueError(f"unknown tuning choice {config!r}; valid: {', '.join(c for cs in choices.values() for c in cs)}")
 
 
 def unsupported_reason(variant: str) -> str | None:
@@ -146,7 +168,7 @@ def _bf16_fallback_reason(q, variant) -> str | None:
 
 def is_bf16(variant: str) -> bool:
     """Whether the variant takes ml_dtypes.bfloat16 arrays (else float32)."""
-    return canonical_variant(variant) in BF16_VARIANTS
+    return canonical_variant(variant) in _BF16 + library.read_table(PROGRAM, "config")
 
 
 def dtype_of(variant: str):
@@ -270,21 +292,6 @@ def forward_device(variant: str, shape, causal: bool, q, k, v, o, workspace=None
     else:
         lib.attention_forward_device(variant, B, H, S, D, int(bool(causal)), scale, q, k, v, o, workspace,
                                      stream)
-
-
-def configs() -> list[str]:
-    """The tuning choices from the library's table: 03_flash_bf16's, then 05_flash_wgmma's
-    (TUNING_VARIANTS + WGMMA_CONFIGS spell them out for the CPU side; a test checks they agree)."""
-    lib = library.load("attention")
-    return [lib.ffi.string(lib.attention_config_name(i)).decode() for i in range(lib.attention_config_count())]
-
-
-def variants() -> list[str]:
-    """The variant names from the library's one table (the registry asks this; VARIANTS is the same
-    list spelled out for the CPU side, and a test checks they agree)."""
-    from . import variants_from_library
-
-    return variants_from_library("attention")
 
 
 # --- reference and checker --------------------------------------------------------------------
@@ -568,7 +575,7 @@ def bench_cases(quick: bool = False):
 
 
 # --- tuning: the choice 03_flash_bf16 and 05_flash_wgmma run at each head size on this GPU ----------
-# TUNED[variant] are the variant with its choice fixed. `invoke tune attention` times each at B=4,
+# tuned()[variant] are the variant with its choice fixed. `invoke tune attention` times each at B=4,
 # H=16, S=4096, causal and not, per D, and caches per variant the one with the least total time; the
 # library calls (attention(), forward_device(), the bench) then run it for that variant. Without a
 # cache for this exact device the compiled default runs (FlashBf16Default in flash_bf16.cuh,
@@ -595,16 +602,16 @@ def tuned_choice(D: int, device: str | None = None, variant: str = "03_flash_bf1
     if winner is None:
         return None, f"{htune.cache_path('attention', device)} has no choice of {variant} for D={D} " \
                      f"(run `invoke tune attention`)"
-    if winner not in TUNED[variant]:
+    if winner not in tuned()[variant]:
         return None, f"{htune.cache_path('attention', device)} names {winner!r} for {variant} at D={D}, not one " \
-                     f"of {', '.join(TUNED[variant])}"
+                     f"of {', '.join(tuned()[variant])}"
     return winner, why
 
 
 def runs_as(variant: str, D: int) -> str:
     """The variant the library is asked for: 03_flash_bf16 and 05_flash_wgmma become this GPU's tuned
     choice at D (looked up once per process); every other variant is itself."""
-    if variant not in TUNED:
+    if variant not in _CHOICE_PREFIX:
         return variant
     if (variant, D) not in _tuned:
         _tuned[(variant, D)] = tuned_choice(D, variant=variant)
@@ -643,11 +650,12 @@ def tune(size: int = BENCH_S, save: bool = True, on_progress=None, options=None)
     if not 1 <= size <= MAX_S:
         raise ValueError(f"size is the sequence length S: at least 1 and at most {MAX_S}, got {size}")
     device = cudart.device_name(0)
-    searched = [v for v in TUNED if unsupported_reason(v) is None]
+    choices = tuned()
+    searched = [v for v in choices if unsupported_reason(v) is None]
     rows, items = [], []
     for variant in searched:
         for D in TC_D:
-            for c in TUNED[variant]:
+            for c in choices[variant]:
                 r = {"variant": variant, "D": D, "config": c, "status": "ok"}
                 try:
                     why = _tune_check(c, D)
@@ -722,14 +730,14 @@ def sanitize_args() -> dict[str, list[str]]:
     """Every variant at a ragged S (two key tiles, the second partial), B*H = 3; the tensor-core
     variants also causal and at D=128. The sanitizers slow kernels down a hundredfold."""
     out = {}
-    for v in VARIANTS:
+    for v in library.read_table(PROGRAM):
         out[v] = ["--variant", v, "--reps", "1", "1", "3", "67", "64"]
         out[f"{v}-causal"] = ["--variant", v, "--causal", "--reps", "1", "1", "3", "130", "64"]
         if v in ("03_flash_bf16", "04_flash_3xtf32", "05_flash_wgmma"):
             out[f"{v}-d128"] = ["--variant", v, "--causal", "--reps", "1", "3", "1", "67", "128"]
     # Each tuning choice of 03 (the tuner may pick any): causal at D=128, S=130 (ragged for 32- and
     # 64-key tiles), and at D=64, where 32 rows a warp keep Q in registers.
-    for c in TUNING_VARIANTS + WGMMA_CONFIGS:
+    for c in library.read_table(PROGRAM, "config"):
         v = config_variant(c)
         out[f"{v}-{c}-d128"] = ["--config", c, "--causal", "--reps", "1", "1", "3", "130", "128"]
         out[f"{v}-{c}-d64"] = ["--config", c, "--reps", "1", "3", "1", "67", "64"]

@@ -32,8 +32,14 @@ from harness.base.errors import CudaError
 from harness.calling import library
 
 PROGRAM = "collectives"
-VARIANTS = ("01_p2p_copy", "01_memcpy_peer", "02_ring_allreduce", "03_oneshot_allreduce", "nccl_allreduce",
-            "nccl_allgather", "nccl_reducescatter", "tp_mlp", "tp_mlp_overlap")
+
+
+def __getattr__(name: str):
+    # VARIANTS is the library's one table (cuda/collectives/collectives.cu), read when first asked for: never typed here.
+    if name == "VARIANTS":
+        return library.read_table(PROGRAM)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 ALLREDUCE_VARIANTS = ("02_ring_allreduce", "03_oneshot_allreduce", "nccl_allreduce")
 NCCL_VARIANTS = ("nccl_allreduce", "nccl_allgather", "nccl_reducescatter")
 PROFILE_VARIANTS = ("02_ring_allreduce", "03_oneshot_allreduce")
@@ -54,15 +60,7 @@ def lib() -> library.Library:
 
 
 def variant_index(variant: str) -> int:
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown collectives variant {variant!r}; variants: {', '.join(VARIANTS)}")
-    return VARIANTS.index(variant)
-
-
-def library_variants() -> list[str]:
-    from . import variants_from_library
-
-    return variants_from_library(PROGRAM)
+    return library.table_index(PROGRAM, "variant", variant)
 
 
 def have_nccl() -> bool:

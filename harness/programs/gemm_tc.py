@@ -31,7 +31,7 @@ Variants (the C table, read through gemm_tc_variant_count/_name):
 dtypes: the API takes `ml_dtypes.bfloat16` arrays. float32 is never rounded silently: a float32
 array is refused with TypeError; round it yourself with `to_bf16(x)` (round-to-nearest-even).
 
-Tuning: 03-08 each run one entry of the library's configuration table (`configs()`):
+Tuning: 03-08 each run one entry of the library's configuration table (`library.read_table("gemm_tc", "config")`):
 a wgmma kernel with the schedule (03 per tile, 04 persistent, 05 clusters of two: 03's body with
 128x256x64 tiles and 3 or 4 stages; 07 ping-pong: 128x128x64 tiles, 4 or 6 stages; 08: 04 with the
 TMA-store epilogue, 4 stages, persistent or in clusters of two: "-c2" after the tile), the mbarrier
@@ -87,6 +87,16 @@ BF16_FLOP_PER_CLK_PER_SM = {(8, 0): 2048, (9, 0): 4096}
 
 # --- the library ---------------------------------------------------------------------------------
 
+PROGRAM = "gemm_tc"
+
+
+def __getattr__(name: str):
+    # VARIANTS is the library's one table (cuda/gemm_tc), read when first asked for: never typed here.
+    if name == "VARIANTS":
+        return library.read_table(PROGRAM)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _lib():
     return library.load("gemm_tc")
 
@@ -95,11 +105,6 @@ def _str(lib, p) -> str | None:
     return None if p == lib.ffi.NULL else lib.ffi.string(p).decode()
 
 
-def variants() -> list[str]:
-    """The variant names, from the library's one table."""
-    from . import variants_from_library
-
-    return variants_from_library("gemm_tc")
 
 
 def have_cublas() -> bool:
@@ -125,9 +130,7 @@ def to_bf16(x) -> np.ndarray:
 
 
 def _check_variant(variant: str) -> None:
-    known = variants()
-    if variant not in known:
-        raise ValueError(f"unknown gemm_tc variant {variant!r}; valid: {', '.join(known)}")
+    library.table_index(PROGRAM, "variant", variant)
 
 
 def _check_operands(a, b) -> tuple[np.ndarray, np.ndarray]:
@@ -158,12 +161,12 @@ def check_runnable(variant: str, m: int, n: int, k: int) -> None:
 def gemm(a: np.ndarray, b: np.ndarray, variant: str = "02_mma_sync", config: str | None = None) -> np.ndarray:
     """a (m, k) @ b.T with b (n, k), both ml_dtypes.bfloat16 and C-contiguous (else TypeError /
     ValueError); returns a new (m, n) float32 array. Every check happens before any launch.
-    `config` runs one wgmma configuration by name (see configs()) instead of a variant; 06_wgmma_tuned
+    `config` runs one wgmma configuration by name (the library's config table) instead of a variant; 06_wgmma_tuned
     runs this GPU's cached winner (apply_tuned)."""
     a, b = _check_operands(a, b)
     (m, k), n = a.shape, b.shape[0]
     if config is not None:
-        ci = config_index(config)
+        ci = library.table_index(PROGRAM, "config", config)
         why = unsupported_reason("03_wgmma")
         if why:
             raise ValueError(f"configuration {config!r} cannot run here: {why}")
@@ -204,24 +207,13 @@ def config_device(config: str, m: int, n: int, k: int, a_ptr, b_ptr, c_ptr, stre
     """One wgmma configuration on device pointers, enqueued on `stream` (the tuner's launch)."""
     if min(m, n, k) < 0:
         raise ValueError(f"sizes must be >= 0, got m={m} n={n} k={k}")
-    _lib().gemm_tc_config_device(config_index(config), int(m), int(n), int(k), a_ptr, b_ptr, c_ptr, stream)
+    _lib().gemm_tc_config_device(library.table_index(PROGRAM, "config", config), int(m), int(n), int(k), a_ptr, b_ptr, c_ptr, stream)
 
 
 # --- the wgmma configurations (the tuner's search space) ----------------------------------------
 
-@functools.cache
-def configs() -> tuple[str, ...]:
-    """The wgmma configurations compiled into the library, by name (gemm_tc_config_name), e.g.
-    "04_wgmma_persistent-128x256x64-s4-gm8": schedule (the rung), block tile, stages, raster."""
-    lib = _lib()
-    return tuple(lib.ffi.string(lib.gemm_tc_config_name(i)).decode() for i in range(lib.gemm_tc_config_count()))
 
 
-def config_index(name: str) -> int:
-    cs = configs()
-    if name not in cs:
-        raise ValueError(f"unknown gemm_tc configuration {name!r}; valid: {', '.join(cs)}")
-    return cs.index(name)
 
 
 _CONFIG_RE = re.compile(r"^(?P<rung>0[34578]_wgmma[a-z_]*)-(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)(?:-c(?P<cluster>2))?"
@@ -252,7 +244,7 @@ def variant_config(variant: str) -> str | None:
     if variant == TUNED:
         apply_tuned()
     i = _lib().gemm_tc_variant_config(variant)
-    return configs()[i] if i >= 0 else None
+    return library.read_table(PROGRAM, "config")[i] if i >= 0 else None
 
 
 def runs_as(variant: str) -> str:
@@ -265,7 +257,7 @@ def tuned_choice(device: str | None = None) -> tuple[str | None, str]:
     ran on this exact device and names a configuration this build has, else (None, why 04's default runs)."""
     from harness.measuring import tune as htune
 
-    return htune.cached_winner("gemm_tc", device, configs)
+    return htune.cached_winner(PROGRAM, device, functools.partial(library.read_table, PROGRAM, "config"))
 
 
 _applied: dict = {}
@@ -275,7 +267,8 @@ def apply_tuned() -> str:
     """Point 06_wgmma_tuned at this GPU's cached winner (once per process); returns the configuration it runs."""
     from harness.measuring import tune as htune
 
-    return htune.apply_tuned("gemm_tc", _applied, tuned_choice, configs, config_index)
+    return htune.apply_tuned(PROGRAM, _applied, tuned_choice, functools.partial(library.read_table, PROGRAM, "config"),
+                             functools.partial(library.table_index, PROGRAM, "config"))
 
 
 @contextlib.contextmanager
@@ -410,9 +403,9 @@ def sanitize_args() -> dict[str, list[str]]:
 
 
 def configs_by_name() -> tuple[str, ...]:
-    """configs() when the library loads, else () (sanitize_args is also asked on machines without a build)."""
+    """The configuration names when the library loads, else () (sanitize_args is also asked on machines without a build)."""
     try:
-        return configs()
+        return library.read_table(PROGRAM, "config")
     except Exception:
         return ()
 
@@ -467,7 +460,7 @@ def config_setup(config: str, size: int):
     from harness.measuring import bench
 
     a, b, c = _shared_buffers(size)
-    launch = _lib().prepare("gemm_tc_config_device", config_index(config), size, size, size, a.ptr, b.ptr, c.ptr,
+    launch = _lib().prepare("gemm_tc_config_device", library.table_index(PROGRAM, "config", config), size, size, size, a.ptr, b.ptr, c.ptr,
                             library.STREAM)
     return bench.Prepared(launch)
 
@@ -519,7 +512,7 @@ def bench_cases(quick: bool = False):
     from harness.measuring import bench
 
     try:
-        runnable = [v for v in variants() if unsupported_reason(v) is None]
+        runnable = [v for v in library.read_table(PROGRAM) if unsupported_reason(v) is None]
     except Exception:  # library not built: no cases
         return []
     sizes = BENCH_SIZES[:1] if quick else BENCH_SIZES
@@ -602,7 +595,7 @@ def tune(size: int = 4096, save: bool = True, on_progress=None, options=None, ki
 
     device = cudart.device_name(0)
     rows, items = [], []
-    for name in configs():
+    for name in library.read_table(PROGRAM, "config"):
         if not name.startswith(tuple(kinds)):
             continue
         try:

@@ -1,7 +1,7 @@
 """matmul: float32 row-major C = A @ B (GPU MODE lectures 3 and 5), the SGEMM ladder towards cuBLAS,
 and a cuBLAS SGEMM baseline.
 
-Variants (the one table is in cuda/matmul/matmul.cu; `variants()` reads it from the library):
+Variants (the one table is in cuda/matmul/matmul.cu; `library.read_table("matmul")` reads it from the library):
   01_naive          one thread per output, 16x16 blocks (lecture 3's matmul_k); `tile` is ignored
   02_tiled          shared-memory tiles, compile-time width 16 or 32 (lecture 5)
   03_tiled_dynamic  the same with the width chosen at run time, dynamic shared memory 2*tw*tw*4 bytes
@@ -18,7 +18,7 @@ Variants (the one table is in cuda/matmul/matmul.cu; `variants()` reads it from 
                     skinny 5120x256x5120 and the small sizes fill every SM (its tile: 09's H100 winner's)
   cublas            cuBLAS SGEMM (plain FP32, no TF32), only when the library was built against cuBLAS
 04-11 ignore `tile` and take B as (k, n) only (no trans_b). Each ladder variant runs one entry of the
-library's configuration table (`configs()`: block/warp tile and stages); `matmul(..., config=NAME)`
+library's configuration table (`library.read_table("matmul", "config")`: block/warp tile and stages); `matmul(..., config=NAME)`
 runs any entry.
 
 Tolerance: ||out - ref|| / ||ref|| <= 1e-5 against a float64 reference. Each output is a float32
@@ -51,14 +51,15 @@ NAIVE_BLOCK = 16
 TOL = 1e-5
 INT_MAX = 2**31 - 1
 TUNED = "09_tuned"
+PROGRAM = "matmul"
 
 
 def __getattr__(name: str):
     # VARIANTS and KERNEL_VARIANTS come from the library's one table, read when first asked for.
     if name == "VARIANTS":
-        return variants()
+        return library.read_table(PROGRAM)
     if name == "KERNEL_VARIANTS":
-        return tuple(v for v in variants() if v != "cublas")
+        return tuple(v for v in library.read_table(PROGRAM) if v != "cublas")
     raise AttributeError(name)
 
 
@@ -83,27 +84,10 @@ def tail_plan(tail: int, slots: int, ktiles: int) -> tuple[int, int]:
     return splits, int(kt_big[0])
 
 
-@functools.cache
-def variants() -> tuple[str, ...]:
-    """The variant names, from the library's one table (matmul_variant_count / matmul_variant_name)."""
-    lib = _lib()
-    ffi = lib.ffi
-    return tuple(ffi.string(lib.matmul_variant_name(i)).decode() for i in range(lib.matmul_variant_count()))
 
 
-@functools.cache
-def configs() -> tuple[str, ...]:
-    """The ladder configurations compiled into the library, by name (e.g. 08_pipelined-128x128x16-w64x32-s3:
-    block tile m x n x k, warp tile, stages)."""
-    lib = _lib()
-    return tuple(lib.ffi.string(lib.matmul_config_name(i)).decode() for i in range(lib.matmul_config_count()))
 
 
-def config_index(name: str) -> int:
-    cs = configs()
-    if name not in cs:
-        raise ValueError(f"unknown matmul configuration {name!r}; valid: {', '.join(cs)}")
-    return cs.index(name)
 
 
 def variant_config(variant: str) -> str | None:
@@ -111,14 +95,14 @@ def variant_config(variant: str) -> str | None:
     if variant == TUNED:
         apply_tuned()
     i = _lib().matmul_variant_config(variant)
-    return configs()[i] if i >= 0 else None
+    return library.read_table(PROGRAM, "config")[i] if i >= 0 else None
 
 
 def config_info(name: str) -> dict:
     """What a configuration needs and what this device allows (cudaFuncGetAttributes and the device's limits)."""
     lib = _lib()
     out = lib.ffi.new("int[7]")
-    lib.matmul_config_info(config_index(name), out)
+    lib.matmul_config_info(library.table_index(PROGRAM, "config", name), out)
     keys = ("threads", "dynamic_smem", "static_smem", "registers", "max_threads_for_registers", "smem_limit",
             "local_bytes")
     return dict(zip(keys, list(out)))
@@ -159,9 +143,7 @@ def device_limits(device: int = 0) -> dict:
 
 
 def _check_variant(variant: str) -> None:
-    vs = variants()
-    if variant not in vs:
-        raise ValueError(f"unknown matmul variant {variant!r}; valid: {', '.join(vs)}")
+    library.table_index(PROGRAM, "variant", variant)
 
 
 def check_tile(variant: str, tile: int, trans_b: bool = False, limits: dict | None = None) -> None:
@@ -201,7 +183,7 @@ def check_rows(m: int, variant: str | None = None, tile: int = 16, config: str |
     """Raise ValueError when m is more rows than the variant's (or configuration's) grid can hold: at
     most 65535 blocks on the grid's y axis, each of the variant's block rows (matmul_max_m)."""
     lib = _lib()
-    limit = lib.matmul_config_max_m(config_index(config)) if config is not None else lib.matmul_max_m(variant, int(tile))
+    limit = lib.matmul_config_max_m(library.table_index(PROGRAM, "config", config)) if config is not None else lib.matmul_max_m(variant, int(tile))
     if limit >= 0 and m > limit:
         rows = limit // MAX_GRID_YZ
         raise ValueError(f"m must be at most {limit} for {config or variant} (the grid's y limit: {MAX_GRID_YZ} "
@@ -230,13 +212,13 @@ def matmul(a: np.ndarray, b: np.ndarray, variant: str = "02_tiled", tile: int = 
 
     Shapes are checked before anything runs (ValueError naming both). k = 0 gives zeros (computed
     by the kernel); an empty output gives an empty array without touching the GPU.
-    `config` runs one ladder configuration by name (see configs()) instead of a variant.
+    `config` runs one ladder configuration by name (the library's config table) instead of a variant.
     """
     a, b = _check_operands(a, b)
     (m, k), n = a.shape, b.shape[1]
     out = np.empty((m, n), dtype=np.float32)
     if config is not None:
-        ci = config_index(config)
+        ci = library.table_index(PROGRAM, "config", config)
     else:
         _check_variant(variant)
     if out.size == 0:
@@ -288,7 +270,7 @@ def matmul_device(variant: str, tile: int, m: int, n: int, k: int, a_ptr, b_ptr,
 
 def config_device(config: str, m: int, n: int, k: int, a_ptr, b_ptr, c_ptr, stream=None) -> None:
     """One ladder configuration on device pointers, enqueued on `stream` (the tuner's launch)."""
-    ci = config_index(config)
+    ci = library.table_index(PROGRAM, "config", config)
     if min(m, n, k) < 0:
         raise ValueError(f"sizes must be >= 0, got m={m} n={n} k={k}")
     check_rows(m, config=config)
@@ -307,7 +289,7 @@ def tuned_choice(device: str | None = None) -> tuple[str | None, str]:
     this exact device and names a configuration this build has, else (None, why the default is used)."""
     from harness.measuring import tune as htune
 
-    return htune.cached_winner("matmul", device, configs)
+    return htune.cached_winner(PROGRAM, device, functools.partial(library.read_table, PROGRAM, "config"))
 
 
 _applied: dict = {}
@@ -317,7 +299,8 @@ def apply_tuned() -> str:
     """Point 09_tuned at this GPU's cached winner (once per process); returns the configuration it runs."""
     from harness.measuring import tune as htune
 
-    return htune.apply_tuned("matmul", _applied, tuned_choice, configs, config_index)
+    return htune.apply_tuned(PROGRAM, _applied, tuned_choice, functools.partial(library.read_table, PROGRAM, "config"),
+                             functools.partial(library.table_index, PROGRAM, "config"))
 
 
 def tune(size: int = 4096, kinds=TUNE_KINDS, save: bool = True, on_progress=None, options=None):
@@ -334,7 +317,7 @@ def tune(size: int = 4096, kinds=TUNE_KINDS, save: bool = True, on_progress=None
 
     device = cudart.device_name(0)
     rows, items = [], []
-    for name in configs():
+    for name in library.read_table(PROGRAM, "config"):
         if not name.startswith(tuple(kinds)):
             continue
         why = config_problem(config_info(name))
@@ -549,7 +532,7 @@ def prepared_launch(variant: str, tile: int, m: int, n: int, k: int, a_ptr, b_pt
     records its start event before calling it. A non-zero status raises CudaError after the enqueue."""
     lib = _lib()
     if config is not None:
-        return lib.prepare("matmul_config_device", config_index(config), m, n, k, a_ptr, b_ptr, c_ptr,
+        return lib.prepare("matmul_config_device", library.table_index(PROGRAM, "config", config), m, n, k, a_ptr, b_ptr, c_ptr,
                            library.STREAM)
     _check_variant(variant)
     if variant == TUNED:
@@ -679,7 +662,7 @@ def sanitize_args() -> dict[str, list[str]]:
     every tile (m = 129, n = 68, k = 36: the 16-byte and cp.async paths, partial tiles). 11 also runs a
     grid of 232 tiles on ragged edges (m = 3700, n = 2045, k = 250): on 132 SMs its 100-tile tail is cut
     in two uneven pieces, so the head -> rest hand-over runs under the sanitizers too."""
-    runs = {v: profile_args(v) for v in variants() if v != "cublas"}
+    runs = {v: profile_args(v) for v in library.read_table(PROGRAM) if v != "cublas"}
     for v in LADDER:
         runs[f"{v}-vec"] = ["--variant", v, "--reps", "1", "129", "68", "36"]
     runs["11_splitk_tail-uneven"] = ["--variant", "11_splitk_tail", "--reps", "1", "3700", "2045", "250"]

@@ -26,6 +26,9 @@ static int sticky = 0;
 int fake_fault(void) { sticky = 700; return 700; }
 int fake_count(int n) { return n; }
 int fake_strlen(const char *s, int *out) { *out = (int)strlen(s); return 0; }
+static const char *kNames[] = {"02_b", "01_a", "03_c"};  /* not sorted: the table's order is kept */
+int fake_variant_count(void) { return 3; }
+const char *fake_variant_name(int i) { return i >= 0 && i < 3 ? kNames[i] : 0; }
 const char *cudalab_error_name(int c) { return c == 1 ? "cudaErrorInvalidValue" : "cudaErrorNoDevice"; }
 const char *cudalab_error_string(int c) { return c == 1 ? "invalid argument" : "no CUDA-capable device is detected"; }
 int cudalab_clear_error(void) { return sticky; }
@@ -43,6 +46,8 @@ cudalab_status fake_fail(int code);
 cudalab_status fake_strlen(const char *s, int *out);
 cudalab_status fake_fault(void);
 int fake_count(int n);
+int fake_variant_count(void);
+const char *fake_variant_name(int i);
 #ifdef __cplusplus
 }
 #endif
@@ -138,6 +143,32 @@ def test_check_array_shapes():
         library.check_array(a.astype(np.float64), "a", np.float32)
     t = library.check_array(a.T, "a", np.float32, contiguous="copy")
     assert t.flags.c_contiguous and np.array_equal(t, a.T)
+
+
+@pytest.fixture
+def fake_loaded(fake, monkeypatch):
+    """library.load("fake") is the stand-in; read_table's per-process cache is emptied around the test."""
+    monkeypatch.setattr(library, "load", lambda prog: fake if prog == "fake" else pytest.fail(prog))
+    library.read_table.cache_clear()
+    yield fake
+    library.read_table.cache_clear()
+
+
+def test_read_table_reads_the_c_table_in_its_order(fake_loaded):
+    assert library.read_table("fake") == ("02_b", "01_a", "03_c")
+    assert library.read_table("fake", "variant") is library.read_table("fake", "variant")  # read once a process
+    assert [library.table_index("fake", "variant", n) for n in ("01_a", "03_c")] == [1, 2]
+    with pytest.raises(ValueError, match=r"^unknown fake variant 'nope'; valid: 02_b, 01_a, 03_c$"):
+        library.table_index("fake", "variant", "nope")
+
+
+def test_read_table_refuses_an_unknown_kind_and_a_missing_table(fake_loaded):
+    with pytest.raises(ValueError, match="kind must be 'variant' or 'config'"):
+        library.read_table("fake", "configs")
+    with pytest.raises(AttributeError, match="fake_config_count"):  # the stand-in has no config table
+        library.read_table("fake", "config")
+    with pytest.raises(AttributeError):
+        library.table_index("fake", "config", "x")
 
 
 def test_missing_library_says_to_build(monkeypatch, tmp_path):

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from conftest import write_json as write
+from harness.calling import library
 from harness.measuring import bench, timing, tune
 from harness.programs import matmul as mm
 
@@ -33,13 +34,13 @@ def test_tuned_choice_default_without_a_file(results_dir):
 
 
 def test_tuned_choice_uses_the_cached_winner(results_dir):
-    cfg = mm.configs()[5]
+    cfg = library.read_table("matmul", "config")[5]
     write(results_dir / "h100" / TUNE_FILE, device=DEVICE, winner=cfg)
     assert mm.tuned_choice(DEVICE) == (cfg, f"tuned on this device ({results_dir / 'h100' / TUNE_FILE})")
 
 
 def test_tuned_choice_ignores_another_device_or_an_unknown_config(results_dir):
-    write(results_dir / "h100" / TUNE_FILE, device="NVIDIA H100 PCIe", winner=mm.configs()[5])
+    write(results_dir / "h100" / TUNE_FILE, device="NVIDIA H100 PCIe", winner=library.read_table("matmul", "config")[5])
     winner, why = mm.tuned_choice(DEVICE)
     assert winner is None and "H100 PCIe" in why
     write(results_dir / "h100" / TUNE_FILE, device=DEVICE, winner="08_pipelined-1x1x1")
@@ -65,8 +66,8 @@ def test_default_tuned_config_is_a_pipelined_one():
 
     from harness.compile import build
 
-    code = ("from harness.calling import library; from harness.programs import matmul as mm; "
-            "print(mm.configs()[library.load('matmul').matmul_tuned_config()])")
+    code = ("from harness.calling import library; "
+            "print(library.read_table('matmul', 'config')[library.load('matmul').matmul_tuned_config()])")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=build.ROOT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "08_pipelined-128x128x16-w64x32-s3"
@@ -79,7 +80,7 @@ def test_gpu_tune_small(results_dir):
     assert len(ok) >= 5 and (ok["tflops"] > 0).all()
     assert df["winner"].sum() == 1 and df.loc[df["winner"], "status"].iloc[0] == "ok"
     data = json.loads(path.read_text())
-    assert data["winner"] in mm.configs() and data["device"]
+    assert data["winner"] in library.read_table("matmul", "config") and data["device"]
     # Every configuration that does not fit is listed with the limit it exceeds, never launched.
     for st in df.loc[df["status"] != "ok", "status"]:
         assert st.startswith("refused: needs") and "at most" in st

@@ -128,9 +128,20 @@ def test_without_a_gpu_the_executables_point_at_invoke_doctor(prog, args):
 
 @pytest.mark.parametrize("prog", ["square", "grayscale", "mandelbrot"])
 def test_the_python_variant_names_are_the_c_table(prog):
-    """One table per program, in the .cu; the module's VARIANTS must be the same names in order."""
-    from harness import programs
+    """One table per program, in the .cu, read through library.read_table: the module's VARIANTS and the
+    registry's variants() are it, and an unknown name is refused with the table's names."""
+    import importlib
 
-    if not build.lib_path(prog).exists():
-        pytest.skip(f"lib{prog}.so is not built")
-    assert programs.variants_from_library(prog) == programs.variants(prog)
+    from harness import programs
+    from harness.calling import library
+
+    build.build(build.targets(prog))
+    lib = library.load(prog)
+    names = tuple(lib.ffi.string(getattr(lib, f"{prog}_variant_name")(i)).decode()
+                  for i in range(getattr(lib, f"{prog}_variant_count")()))
+    assert len(names) >= 2 and lib.raw(f"{prog}_variant_name")(len(names)) == lib.ffi.NULL
+    assert importlib.import_module(f"harness.programs.{prog}").VARIANTS == names
+    assert programs.variants(prog) == list(names)
+    assert library.table_index(prog, "variant", names[-1]) == len(names) - 1
+    with pytest.raises(ValueError, match=f"unknown {prog} variant 'nope'; valid: {', '.join(names)}$"):
+        library.table_index(prog, "variant", "nope")

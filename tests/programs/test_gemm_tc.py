@@ -30,7 +30,7 @@ def bf16(rng, *shape):
 @functools.cache
 def _lib_state() -> tuple[bool, str]:
     try:
-        gt.variants()
+        list(library.read_table("gemm_tc"))
         return True, ""
     except Exception as e:
         return False, f"cannot load libgemm_tc.so: {e}"
@@ -121,7 +121,7 @@ def test_library_variant_table_and_rules():
     ok, why = _lib_state()
     if not ok:
         pytest.skip(why)
-    assert gt.variants() == ["01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster",
+    assert list(library.read_table("gemm_tc")) == ["01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster",
                              "06_wgmma_tuned", "07_wgmma_pingpong", "08_wgmma_tma_store", "cublas_bf16",
                              "cublas_tf32"]
     assert gt.requirement("02_mma_sync", 7, 9, 13) is None
@@ -249,7 +249,7 @@ def check_every_config(rung: str, m: int, n: int, k: int) -> None:
     rng = np.random.default_rng(m * 7 + n * 13 + k)
     a, b = bf16(rng, m, k), bf16(rng, n, k)
     ref = gt.reference(a, b)
-    for config in (c for c in gt.configs() if c.startswith(rung + "-")):
+    for config in (c for c in library.read_table("gemm_tc", "config") if c.startswith(rung + "-")):
         ok, e = gt.check(gt.gemm(a, b, config=config), ref, k)
         assert ok, f"{config} {m}x{n}x{k}: relative error {e:.3e}"
 
@@ -322,9 +322,11 @@ def test_errors_are_typed():
 
 def test_bench_cases_and_ceilings(monkeypatch):
     # As on an H100 with cuBLAS: every rung against cuBLAS BF16 of the same size, targets at 4096^3 only.
-    monkeypatch.setattr(gt, "variants", lambda: ["01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent",
-                                                 "05_wgmma_cluster", "06_wgmma_tuned", "07_wgmma_pingpong",
-                                                 "08_wgmma_tma_store", "cublas_bf16", "cublas_tf32"])
+    names = ("01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster", "06_wgmma_tuned",
+             "07_wgmma_pingpong", "08_wgmma_tma_store", "cublas_bf16", "cublas_tf32")
+    real = library.read_table
+    monkeypatch.setattr(library, "read_table",
+                        lambda prog, kind="variant": names if (prog, kind) == ("gemm_tc", "variant") else real(prog, kind))
     monkeypatch.setattr(gt, "unsupported_reason", lambda v: None)
     monkeypatch.setattr(gt, "requirement", lambda v, m, n, k: None)
     monkeypatch.setattr(gt, "have_cublas", lambda: True)
@@ -363,7 +365,7 @@ STAGES = {"per_tile": (3, 4), "persistent": (3, 4), "cluster2": (3, 4), "pingpon
 
 def test_config_table_names_parse_and_cover_the_search():
     _need_lib()
-    cs = gt.configs()
+    cs = library.read_table("gemm_tc", "config")
     assert len(cs) == len(set(cs)) == 60
     parts = [gt.config_parts(c) for c in cs]
     assert {p["rung"] for p in parts} == set(gt.TUNE_KINDS)
@@ -375,11 +377,11 @@ def test_config_table_names_parse_and_cover_the_search():
         (s, st, o, g) for s in STAGES for st in STAGES[s] for o in "mn" for g in (4, 8, 16)}
     # The 36 configurations of 03-05 kept their indices (caches and tests name some by index).
     assert all(gt.config_parts(c)["schedule"] != "pingpong" for c in cs[:36])
-    assert all(gt.config_index(c) == i for i, c in enumerate(cs))
+    assert all(library.table_index("gemm_tc", "config", c) == i for i, c in enumerate(cs))
     assert all(gt._lib().gemm_tc_config_index(c.encode()) == i for i, c in enumerate(cs))
     assert gt._lib().gemm_tc_config_index(b"04_wgmma_persistent-128x256x64-s5-gm8") == -1
     with pytest.raises(ValueError, match="unknown gemm_tc configuration"):
-        gt.config_index("nope")
+        library.table_index("gemm_tc", "config", "nope")
     with pytest.raises(ValueError, match="not a gemm_tc configuration name"):
         gt.config_parts("04_wgmma_persistent-128x256x64-s4")
     with pytest.raises(ValueError, match="not a gemm_tc configuration name"):  # only 08 has a cluster twin
@@ -393,8 +395,8 @@ def test_rungs_run_their_defaults():
     _need_lib()
     lib = gt._lib()
     for v in ("03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster"):
-        assert gt.configs()[lib.gemm_tc_variant_config(v.encode())] == f"{v}-128x256x64-s4-gm8"
-    assert gt.configs()[lib.gemm_tc_variant_config(b"07_wgmma_pingpong")] == "07_wgmma_pingpong-128x128x64-s6-gm8"
+        assert library.read_table("gemm_tc", "config")[lib.gemm_tc_variant_config(v.encode())] == f"{v}-128x256x64-s4-gm8"
+    assert library.read_table("gemm_tc", "config")[lib.gemm_tc_variant_config(b"07_wgmma_pingpong")] == "07_wgmma_pingpong-128x128x64-s6-gm8"
     for v in ("01_wmma", "02_mma_sync", "cublas_bf16", "nope"):
         assert lib.gemm_tc_variant_config(v.encode()) == -1
 
@@ -407,9 +409,9 @@ def test_tuned_rung_default_and_set_in_a_fresh_process():
 
     from harness.compile import build
 
-    code = ("from harness.programs import gemm_tc as gt; lib = gt._lib(); "
-            "print(gt.configs()[lib.gemm_tc_tuned_config()]); "
-            "lib.gemm_tc_set_tuned(7); print(gt.configs()[lib.gemm_tc_variant_config(b'06_wgmma_tuned')]); "
+    code = ("from harness.calling import library; lib = library.load('gemm_tc'); "
+            "configs = library.read_table('gemm_tc', 'config'); print(configs[lib.gemm_tc_tuned_config()]); "
+            "lib.gemm_tc_set_tuned(7); print(configs[lib.gemm_tc_variant_config(b'06_wgmma_tuned')]); "
             "import harness.base.errors as e\n"
             "try:\n    lib.gemm_tc_set_tuned(lib.gemm_tc_config_count())\nexcept e.CudaError as x:\n"
             "    print('refused', x.code)")
@@ -419,7 +421,7 @@ def test_tuned_rung_default_and_set_in_a_fresh_process():
     assert r.returncode == 0, r.stderr
     first, second, third = r.stdout.strip().splitlines()
     assert first == "04_wgmma_persistent-128x256x64-s4-gm8"
-    assert second == gt.configs()[7]
+    assert second == library.read_table("gemm_tc", "config")[7]
     assert third == "refused 1"  # cudaErrorInvalidValue: an index past the table
 
 
@@ -431,7 +433,7 @@ def test_tuned_choice_reads_the_cache(results_dir):
     path = results_dir / "h100" / "gemm_tc-tune.json"
     winner, why = gt.tuned_choice(DEVICE)
     assert winner is None and "invoke tune gemm_tc" in why
-    cfg = gt.configs()[20]
+    cfg = library.read_table("gemm_tc", "config")[20]
     write_json(path, device=DEVICE, winner=cfg)
     assert gt.tuned_choice(DEVICE) == (cfg, f"tuned on this device ({path})")
     # Another device's file, a name this build lacks, or a broken file: the compiled default.
@@ -451,7 +453,7 @@ def test_apply_tuned_points_06_at_the_cached_winner(results_dir, monkeypatch):
 
     lib = gt._lib()
     before = lib.gemm_tc_tuned_config()
-    cfg = gt.configs()[31]
+    cfg = library.read_table("gemm_tc", "config")[31]
     write_json(results_dir / "h100" / "gemm_tc-tune.json", device=DEVICE, winner=cfg)
     monkeypatch.setattr(cudart, "device_name", lambda i=0: DEVICE)
     monkeypatch.setattr(gt, "_applied", {})
@@ -488,7 +490,7 @@ def test_tuner_checks_first_and_picks_the_fastest_correct(results_dir, monkeypat
     from harness.measuring import bench, timing
 
     _need_lib()
-    cs = [c for c in gt.configs() if c.startswith("04_")]
+    cs = [c for c in library.read_table("gemm_tc", "config") if c.startswith("04_")]
     wrong, refused, best = cs[0], cs[1], cs[5]
     checks = {wrong: "wrong answer (1000x4097x200: relative error 1.2e-01)", refused: "refused: no room"}
     monkeypatch.setattr(gt, "_tune_check", lambda c: checks.get(c))
@@ -570,7 +572,7 @@ def test_executable_refuses_a_bad_config():
         pytest.skip("build/bin/gemm_tc not built")
     r = runner.run("gemm_tc", "--config", "nope", "8", "8", "8", check=False)
     assert r.returncode == 2 and "unknown --config 'nope'" in r.stderr and "04_wgmma_persistent-128x256x64-s4-gm8" in r.stderr
-    r = runner.run("gemm_tc", "--config", gt.configs()[0] if _lib_state()[0] else "03_wgmma-128x256x64-s4-gm4",
+    r = runner.run("gemm_tc", "--config", library.read_table("gemm_tc", "config")[0] if _lib_state()[0] else "03_wgmma-128x256x64-s4-gm4",
                    "--variant", "02_mma_sync", "8", "8", "8", check=False)
     assert r.returncode == 2 and "does not apply to 02_mma_sync" in r.stderr
 
@@ -584,7 +586,7 @@ CONFIG_SHAPES = [(1000, 4097, 33), (33, 7, 1000), (7, 1, 4097)]
 
 def _all_configs() -> list[str]:
     try:
-        return list(gt.configs())
+        return list(library.read_table("gemm_tc", "config"))
     except Exception:  # not built: the GPU tests below are skipped anyway
         return ["03_wgmma-128x256x64-s4-gm8"]
 

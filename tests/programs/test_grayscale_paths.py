@@ -72,7 +72,7 @@ def test_a_failed_conversion_writes_nothing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(gs, "rgb2grey", no_gpu)
     with pytest.raises(NoGPUError):
-        gs.cli([], out=str(tmp_path / "photo.png"))
+        gs.cli([], out=str(tmp_path / "photo.png"), cpu=False)  # the GPU path, failing
     assert _listing(tmp_path) == before
 
 

@@ -221,7 +221,7 @@ def test_quick_bench_is_only_the_best_rungs_at_4096():
 
 
 def test_variant_table_comes_from_the_library():
-    names = mm.variants()
+    names = library.read_table("matmul")
     assert names[:3] == mm.CLASSIC and names[3:3 + len(mm.LADDER)] == mm.LADDER and names[-1] == "cublas"
     assert mm.VARIANTS == names
     lib = library.load("matmul")
@@ -242,13 +242,13 @@ def test_config_limits_are_named():
     assert "128 registers per thread allow at most 512" in mm.config_problem(regs)
     assert mm.config_problem(dict(info, dynamic_smem=1024)) is None
     with pytest.raises(ValueError, match="unknown matmul configuration"):
-        mm.config_index("08_pipelined-1x1x1")
+        library.table_index("matmul", "config", "08_pipelined-1x1x1")
 
 
 def test_issue20_rungs_and_their_tuning_configurations():
     """10 and 11 follow 09 in the table, each runs a configuration of its own kind, and the tuner times them."""
     assert mm.LADDER[-3:] == ("09_tuned", "10_regtile", "11_splitk_tail")
-    cfgs = mm.configs()
+    cfgs = library.read_table("matmul", "config")
     for kind in ("10_regtile", "11_splitk_tail"):
         assert kind in mm.TUNE_KINDS
         assert sum(c.startswith(kind + "-") for c in cfgs) >= 2
@@ -295,7 +295,7 @@ def test_tail_plan_uneven_pieces_balance():
 def test_run6_regtile_configurations_are_tuner_candidates():
     """Run 6 (issue 20): 10's k-depth, stages, 8x16 and the conflict-free-copy ("-cf") variants are compiled
     into the table under unique names; test_gpu_every_config_is_exact checks each on ragged shapes."""
-    cfgs = mm.configs()
+    cfgs = library.read_table("matmul", "config")
     assert len(set(cfgs)) == len(cfgs)
     for name in ("10_regtile-128x256x8-w64x64-t16x8-s4", "10_regtile-128x256x32-w64x64-t16x8-s3",
                  "10_regtile-128x256x16-w64x64-t8x16-s3", "10_regtile-256x128x8-w64x64-t16x8-s3",
@@ -472,7 +472,7 @@ LADDER_SHAPES = [(1, 1, 1), (7, 7, 7), (33, 33, 33), (1, 4097, 1), (4097, 7, 33)
 
 def fitting_configs():
     try:
-        return [c for c in mm.configs() if mm.config_problem(mm.config_info(c)) is None]
+        return [c for c in library.read_table("matmul", "config") if mm.config_problem(mm.config_info(c)) is None]
     except Exception:
         return []
 
@@ -604,7 +604,7 @@ def test_gpu_oversized_config_is_refused_with_its_limit():
     with pytest.raises(ValueError, match=r"266240 bytes of shared memory.*at most \d+"):
         mm.matmul(a, a, config=name)
     lib = library.load("matmul")
-    assert lib.raw("matmul_config_check")(mm.config_index(name)) == 9  # cudaErrorInvalidConfiguration
+    assert lib.raw("matmul_config_check")(library.table_index("matmul", "config", name)) == 9  # cudaErrorInvalidConfiguration
     res = runner.run("matmul", "--config", name, "8", "8", "8", check=False)
     assert res.returncode == 2 and "shared memory" in res.stderr and "at most" in res.stderr
 
@@ -649,7 +649,7 @@ def test_more_rows_than_the_grid_holds_is_refused_before_any_launch():
         mm.matmul(a, b, variant="01_naive")
     with pytest.raises(ValueError, match=r"at most 2097120 for 02_tiled"):
         mm.check_rows(2097121, "02_tiled", 32)
-    big = mm.configs()[0]
+    big = library.read_table("matmul", "config")[0]
     rows = int(big.split("-")[1].split("x")[0])  # the configuration's block rows, from its name
     with pytest.raises(ValueError, match=rf"at most {65535 * rows} for {big}"):
         mm.check_rows(65535 * rows + 1, config=big)

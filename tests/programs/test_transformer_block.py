@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import poison
+from harness.calling import library
 from harness.compile import build
 from harness.programs import attention as att
 from harness.programs import transformer_block as tb
@@ -125,7 +126,11 @@ def test_output_fully_written():
 def test_variant_table_matches_library():
     if not build.lib_path("transformer_block").exists():
         pytest.skip("libtransformer_block.so not built")
-    assert tuple(tb.variants()) == tb.VARIANTS
+    lib = library.load("transformer_block")
+    names = [lib.ffi.string(lib.transformer_block_variant_name(i)).decode()
+             for i in range(lib.transformer_block_variant_count())]
+    assert tb.VARIANTS == tuple(names) and tb.PROFILE_VARIANTS == tb.VARIANTS
+    assert names[:2] == ["01_naive", "02_flash"]
 
 
 def test_bf16_validation():
@@ -135,8 +140,8 @@ def test_bf16_validation():
         tb.forward(x, p, heads=2, dtype="bf16")  # D = 32
     with pytest.raises(ValueError, match="dtype"):
         tb.forward(x, p, dtype="fp16")
-    with pytest.raises(ValueError, match="unknown variant"):
-        tb.forward(x, p, variant="04_flash_3xtf32")
+    with pytest.raises(ValueError, match="unknown transformer_block variant '04_flash_3xtf32'; valid: 01_naive, 02_flash"):
+        tb.forward(x, p, variant="04_flash_3xtf32")  # attention's, not this block's
 
 
 @pytest.mark.gpu
