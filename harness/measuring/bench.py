@@ -1,9 +1,10 @@
 """Benchmarks: every program's bench cases, each reported as a ratio to a ceiling timed in the same
 run, in interleaved rounds (DESIGN.md, Benchmarks; README, "How a ratio is measured").
 
-A program module offers `bench_cases(quick: bool) -> list[BenchCase]`. A case's `setup()` allocates
-and fills device buffers and returns a Prepared whose `launch(stream)` enqueues one run of the
-kernel through the device-pointer entry point. Ceilings are looked up by name (the built-in ones here,
+A program module offers `bench_cases(quick: bool) -> list[BenchCase]`. A case names its setup as a
+`"package.module:function"` target with JSON keyword arguments (the timing child imports only that
+module); the function allocates and fills device buffers and returns a Prepared whose `launch(stream)`
+enqueues one run of the kernel through the device-pointer entry point. Ceilings are looked up by name (the built-in ones here,
 then each program's `ceilings()` hook). A ceiling is either a number known without timing (a peak
 derived from the clock) or a TimedCeiling: a library call timed beside its cases.
 
@@ -19,7 +20,6 @@ the median of its per-round ratios with their 25th-75th percentile spread, and t
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,7 +53,7 @@ class BenchCase:
     program: str
     variant: str
     size: str
-    setup: Callable[[], Prepared]
+    setup: str  # "package.module:function" returning a Prepared, called with `kwargs` in the timing child
     unit: str  # GB/s, TFLOP/s or Giter/s
     amount: float  # bytes (read + written), FLOPs or iterations per launch, in the unit's base
     ceiling: str  # a key of ceilings()
@@ -63,6 +63,7 @@ class BenchCase:
     flops: float = 0.0
     ceiling_divisor: float = 1.0  # e.g. instructions per iteration for an instruction ceiling
     note: str = ""
+    kwargs: dict = field(default_factory=dict)  # JSON values: they cross into the timing child
 
 
 @dataclass
@@ -174,23 +175,8 @@ def collect(names: list[str] | None = None, quick: bool = False) -> list[BenchCa
     return cases
 
 
-@functools.cache
-def _cases_of(program: str, quick: bool) -> dict:
-    return {(c.variant, c.size): c for c in program_modules([program])[program].bench_cases(quick)}
-
-
-def case_setup(program: str, variant: str, size: str, quick: bool = False) -> Prepared:
-    """harness.measuring.timing's target for a bench case: the same case, found again in the timing session."""
-    case = _cases_of(program, bool(quick)).get((variant, size))
-    if case is None:
-        raise LookupError(f"no bench case {program} {variant} {size} (quick={quick})")
-    return case.setup()
-
-
-def case_item(case: BenchCase, quick: bool, key: str, warmup_s: float | None = None) -> timing.Item:
-    return timing.Item(key, "harness.measuring.bench:case_setup",
-                       {"program": case.program, "variant": case.variant, "size": case.size, "quick": bool(quick)},
-                       warmup_s)
+def case_item(case: BenchCase, key: str, warmup_s: float | None = None) -> timing.Item:
+    return timing.Item(key, case.setup, case.kwargs, warmup_s)
 
 
 # --- the plan: groups of cases around their ceiling, in rounds -------------------------------------------
@@ -198,8 +184,7 @@ def case_item(case: BenchCase, quick: bool, key: str, warmup_s: float | None = N
 SETTLED_WARMUP_S = 0.01  # a setup already warmed in an earlier round: the GPU has been busy since
 
 
-def plan_rounds(cases: list[BenchCase], resolved: dict, rounds: int, quick: bool,
-                warmup_s: float) -> tuple[list[timing.Item], dict]:
+def plan_rounds(cases: list[BenchCase], resolved: dict, rounds: int, warmup_s: float) -> tuple[list[timing.Item], dict]:
     """The Items of a run, in order, and where each case's measurements are:
     layout[i] = [(case key, ceiling key before, ceiling key after) per round] (ceiling keys None when
     the ceiling is not timed), and layout['extras'][name] = [(label, key)]."""
@@ -229,7 +214,7 @@ def plan_rounds(cases: list[BenchCase], resolved: dict, rounds: int, quick: bool
                 items.append(timing.Item(prev, ceil.target, ceil.kwargs, warm("ceil:" + name)))
             for j, i in enumerate(members):
                 key = f"case:{i}:r{r}"
-                items.append(case_item(cases[i], quick, key, warm(f"case:{i}")))
+                items.append(case_item(cases[i], key, warm(f"case:{i}")))
                 after = None
                 if timed:
                     after = f"ceil:{name}:r{r}:{j + 1}"
@@ -405,7 +390,7 @@ def run(names: list[str] | None = None, quick: bool = False, on_progress: Callab
     needed = list(dict.fromkeys(c.ceiling for c in cases))
     resolved = resolve_ceilings(needed, sorted({c.program for c in cases}), quick)
     opts = timing.QUICK if quick else timing.Options()
-    items, layout = plan_rounds(cases, resolved, rounds, quick, opts.warmup_s)
+    items, layout = plan_rounds(cases, resolved, rounds, opts.warmup_s)
     if on_total:
         on_total(len(items))
     labels = {}

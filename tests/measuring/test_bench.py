@@ -33,8 +33,8 @@ def test_summarize_median_and_iqr():
 
 
 def _case(**kw):
-    args = dict(program="p", variant="01_v", size="2^20", setup=lambda: None, unit="GB/s", amount=8e9,
-                ceiling="memcpy", target=0.9)
+    args = dict(program="p", variant="01_v", size="2^20", setup="harness.programs.square:bench_setup",
+                unit="GB/s", amount=8e9, ceiling="memcpy", target=0.9)
     args.update(kw)
     return bench.BenchCase(**args)
 
@@ -50,7 +50,8 @@ def test_plan_interleaves_each_case_between_two_ceiling_measurements():
     cases = [_case(variant="a"), _case(variant="b"), _case(variant="c", ceiling="fp32", unit="TFLOP/s")]
     resolved = {"memcpy": bench.TimedCeiling("memcpy", "GB/s", 2e9, "harness.measuring.bench:memcpy_setup", {"nbytes": 1 << 30}),
                 "fp32": bench.Ceiling("fp32", 60.0, "TFLOP/s")}
-    items, layout = bench.plan_rounds(cases, resolved, rounds=2, quick=False, warmup_s=0.1)
+    cases[0].kwargs = {"variant": "a", "n": 64}
+    items, layout = bench.plan_rounds(cases, resolved, rounds=2, warmup_s=0.1)
     assert [it.key for it in items] == [
         "ceil:memcpy:r0:0", "case:0:r0", "ceil:memcpy:r0:1", "case:1:r0", "ceil:memcpy:r0:2",
         "ceil:memcpy:r1:0", "case:0:r1", "ceil:memcpy:r1:1", "case:1:r1", "ceil:memcpy:r1:2",
@@ -62,10 +63,10 @@ def test_plan_interleaves_each_case_between_two_ceiling_measurements():
     warm = {it.key: it.warmup_s for it in items}
     assert warm["ceil:memcpy:r0:0"] == warm["case:0:r0"] == warm["case:2:r0"] == 0.1
     assert warm["ceil:memcpy:r0:1"] == warm["case:0:r1"] == warm["ceil:memcpy:r1:0"] == bench.SETTLED_WARMUP_S
-    assert items[1].target == "harness.measuring.bench:case_setup" and items[1].kwargs == {
-        "program": "p", "variant": "a", "size": "2^20", "quick": False}
+    # Each case names its own setup: the timing child imports only that program module.
+    assert items[1].target == "harness.programs.square:bench_setup" and items[1].kwargs == {"variant": "a", "n": 64}
     with pytest.raises(ValueError, match="rounds"):
-        bench.plan_rounds(cases, resolved, rounds=0, quick=False, warmup_s=0.1)
+        bench.plan_rounds(cases, resolved, rounds=0, warmup_s=0.1)
 
 
 def test_assemble_takes_each_rounds_ratio_against_the_ceilings_around_it():
@@ -74,7 +75,7 @@ def test_assemble_takes_each_rounds_ratio_against_the_ceilings_around_it():
     cases = [_case(variant="a", target=0.75), _case(variant="b")]
     ceil = bench.TimedCeiling("memcpy", "GB/s", 2e9, "t:f", {}, "DtoD", same_as=("p", "b", "2^20"))
     resolved = {"memcpy": ceil}
-    items, layout = bench.plan_rounds(cases, resolved, rounds=3, quick=False, warmup_s=0.1)
+    items, layout = bench.plan_rounds(cases, resolved, rounds=3, warmup_s=0.1)
     ms_of_gbs = lambda gbs: 2e9 / (gbs * 1e9) * 1e3  # noqa: E731
     tim = {}
     for r, case_ms in enumerate((2.0, 2.0, 2.5)):
@@ -110,7 +111,7 @@ def test_assemble_static_and_missing_ceilings_and_run_time_work():
              _case(ceiling="gone")]
     resolved = {"fp32": bench.Ceiling("fp32", 50.0, "TFLOP/s"), "fp32_inst": bench.Ceiling("fp32_inst", 4000.0, "Ginst/s"),
                 "gone": None}
-    _, layout = bench.plan_rounds(cases, resolved, rounds=1, quick=False, warmup_s=0.1)
+    _, layout = bench.plan_rounds(cases, resolved, rounds=1, warmup_s=0.1)
     tim = {"case:0:r0": _t(1.0), "case:1:r0": _t(1.0, work=1e9), "case:2:r0": _t(1.0)}
     df, measured = bench.assemble(cases, resolved, layout, tim)
     assert df.iloc[0]["value"] == pytest.approx(2000.0) and df.iloc[0]["ratio"] == pytest.approx(40.0)
@@ -384,3 +385,25 @@ def test_gpu_workers_share_whole_ceiling_groups():
     assert [c.variant for c in shares[0]] == ["a", "b", "d"] and [c.variant for c in shares[1]] == ["c", "e"]
     assert sorted(c.variant for s in shares for c in s) == ["a", "b", "c", "d", "e"]
     assert bench_worker.main(["0"]) == 2  # usage, before anything is imported or timed
+
+
+def test_every_bench_case_names_a_setup_the_timing_child_can_call():
+    """Each case carries its own "module:function" and JSON keyword arguments; the child imports only
+    that module and calls it with them, so both must resolve and bind here, without a GPU."""
+    import inspect
+    import json
+
+    from harness import programs as registry
+
+    seen = 0
+    for prog, mod in registry.bench_programs().items():
+        for quick in (False, True):
+            for c in mod.bench_cases(quick):
+                assert c.setup.startswith(f"harness.programs.{prog}:"), c.setup
+                inspect.signature(timing.resolve(c.setup)).bind(**c.kwargs)
+                assert json.loads(json.dumps(c.kwargs)) == c.kwargs
+                seen += 1
+    assert seen > 0
+    bad = _case(setup="harness.programs.square:bench_setup", kwargs={"variant": "a", "size": 64})
+    with pytest.raises(TypeError):  # the check above fails on a keyword the target does not take
+        inspect.signature(timing.resolve(bad.setup)).bind(**bad.kwargs)
