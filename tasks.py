@@ -549,10 +549,17 @@ def bench(c, programs="", quick=False, save=False, rounds="", repeat="", gpus=""
     n_repeat = _int(repeat, "--repeat", lo=1) if repeat else 1
     if gpus and n_repeat > 1:
         raise Exit("bench: --repeat runs on one GPU; leave out --gpus")
+    # The programs hand their cases and ceilings down; the bench times what it is given.
+    with _one_line("bench"):
+        cases = _registry.bench_cases(names, quick)
+        if not cases:
+            raise Exit("bench: no bench cases to run" + (f" for {', '.join(names)}" if names else ""))
+        hbench.check_built(_registry.bench_libraries(cases))
+        ceilings = _registry.ceilings()
     if gpus:
         with _one_line("bench"):
             chosen = hg.select(gpus)
-            paths = hbench.run_on_gpus(names, quick=quick, gpus=chosen)
+            paths = hbench.run_on_gpus("harness.user.bench_worker", names, quick=quick, gpus=chosen)
         frames = None
     else:
         frames, paths = [], []
@@ -560,7 +567,7 @@ def bench(c, programs="", quick=False, save=False, rounds="", repeat="", gpus=""
             t = bar.add_task("", total=None)
             for run_no in range(1, n_repeat + 1):
                 tag = f"run {run_no}/{n_repeat}: " if n_repeat > 1 else ""
-                df, ceil = hbench.run(names, quick=quick, rounds=n_rounds,
+                df, ceil = hbench.run(cases, ceilings, quick=quick, rounds=n_rounds,
                                       on_total=lambda k: bar.update(t, total=k * n_repeat),
                                       on_progress=lambda d, tag=tag: bar.update(t, advance=1, description=tag + d))
                 paths.append(hbench.write_csv(df, hbench.metadata(), ceil))

@@ -366,12 +366,15 @@ def step_bench(gpu: bool) -> Step:
         return st
     try:
         from analysis import bench as abench
+        from harness import programs
         from harness.measuring import bench
 
-        df, ceil = bench.run(None, quick=True)
-        if df.empty:
+        cases = programs.bench_cases(None, quick=True)
+        if not cases:
             st.status, st.detail = "skipped", "no program has bench cases"
             return st
+        bench.check_built(programs.bench_libraries(cases))
+        df, ceil = bench.run(cases, programs.ceilings(), quick=True)
         meta = bench.metadata()
         path = bench.write_csv(df, meta, ceil)
         st.outputs = [str(path)] + [str(p) for p in abench.plot(path, PLOTS)]

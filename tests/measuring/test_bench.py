@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from analysis import bench as abench
+from harness import programs
 from harness.compile import build
 from harness.measuring import bench, timing
 
@@ -160,12 +161,23 @@ def test_an_unbuilt_program_is_one_line(monkeypatch, tmp_path):
 
     with pytest.raises(library.LibraryNotBuilt, match=r"libsquare.so, .*libdevice_info.so are missing: run "
                        r"`invoke build -p square,device_info` \(or `invoke build` for every program\)$"):
-        bench.check_built(["square"])
+        bench.check_built(["square", "device_info"])
     # The message names only what is missing, and the one command that builds it.
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "libdevice_info.so").write_bytes(b"")
     with pytest.raises(library.LibraryNotBuilt, match=r"libsquare.so is missing: run `invoke build -p square` "):
-        bench.check_built(["square"])
+        bench.check_built(["square", "device_info"])
+
+
+def test_the_libraries_a_bench_needs_are_its_programs_and_its_ceilings_owners():
+    """The registry names them for check_built: a copy-like case needs only its own library (memcpy is
+    the bench's own ceiling), an instruction-bound one device_info's too (its fp32 peaks), a GEMM matmul's
+    (cuBLAS); the measuring layer itself names no program."""
+    assert programs.bench_libraries([_case(program="square")]) == ["square"]
+    assert programs.bench_libraries([_case(program="mandelbrot", ceiling="fp32_inst")]) == ["mandelbrot", "device_info"]
+    assert programs.bench_libraries([_case(program="gemm_tc", ceiling="fp32"), _case(program="attention",
+                                     ceiling="cublas")]) == ["gemm_tc", "attention", "device_info", "matmul"]
+    assert {"fp32", "fp32_inst"} <= set(programs.ceilings(["device_info"])) and "memcpy" in bench.BUILT_IN
 
 
 def _table():
@@ -362,11 +374,12 @@ def test_two_runs_agree_within_5_percent():
         pytest.skip(f"cuda-bench is not installed: {timing.INSTALL_HINT}")
     wanted = {("gemm_tc", "03_wgmma", "2048^3"), ("gemm_tc", "02_mma_sync", "2048^3"),
               ("square", "03_vectorized", "2^24"), ("square", "01_naive", "2^24")}
-    cases = [c for c in bench.collect(["gemm_tc", "square"], quick=True) if (c.program, c.variant, c.size) in wanted]
+    cases = [c for c in programs.bench_cases(["gemm_tc", "square"], quick=True)
+             if (c.program, c.variant, c.size) in wanted]
     if not any(c.program == "gemm_tc" for c in cases):
         cases = [c for c in cases if c.program == "square"]  # no sm_90a or no cuBLAS: the copy rows alone
     assert cases
-    runs = [bench.run(cases=cases, quick=True)[0] for _ in range(2)]
+    runs = [bench.run(cases, programs.ceilings(), quick=True)[0] for _ in range(2)]
     for (_, a), (_, b) in zip(runs[0].iterrows(), runs[1].iterrows()):
         assert bench.repeat_goal(a["program"], a["size"], a["unit"])
         assert np.isfinite(a["ratio"]) and np.isfinite(b["ratio"]), (a["variant"], a["ratio"], b["ratio"])
@@ -377,11 +390,11 @@ def test_two_runs_agree_within_5_percent():
 def test_gpu_workers_share_whole_ceiling_groups():
     """invoke bench --gpus: each worker takes every n-th ceiling group whole, so a case is timed beside
     its own ceiling on its own GPU, and together the workers cover every case once."""
-    from harness.measuring import bench_worker
+    from harness.user import bench_worker
 
     cases = [_case(variant=v, ceiling=c) for v, c in
              [("a", "memcpy"), ("b", "memcpy"), ("c", "cublas"), ("d", "fp32"), ("e", "cublas")]]
-    shares = [bench_worker.share(cases, i, 2) for i in range(2)]
+    shares = [bench.share(cases, i, 2) for i in range(2)]
     assert [c.variant for c in shares[0]] == ["a", "b", "d"] and [c.variant for c in shares[1]] == ["c", "e"]
     assert sorted(c.variant for s in shares for c in s) == ["a", "b", "c", "d", "e"]
     assert bench_worker.main(["0"]) == 2  # usage, before anything is imported or timed
@@ -393,10 +406,8 @@ def test_every_bench_case_names_a_setup_the_timing_child_can_call():
     import inspect
     import json
 
-    from harness import programs as registry
-
     seen = 0
-    for prog, mod in registry.bench_programs().items():
+    for prog, mod in programs.bench_programs().items():
         for quick in (False, True):
             for c in mod.bench_cases(quick):
                 assert c.setup.startswith(f"harness.programs.{prog}:"), c.setup

@@ -65,7 +65,7 @@ def test_default_tuned_config_is_a_pipelined_one():
 
     from harness.compile import build
 
-    code = ("from harness import library; from harness.programs import matmul as mm; "
+    code = ("from harness.calling import library; from harness.programs import matmul as mm; "
             "print(mm.configs()[library.load('matmul').matmul_tuned_config()])")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=build.ROOT)
     assert r.returncode == 0, r.stderr

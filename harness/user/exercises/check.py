@@ -286,6 +286,7 @@ def timing_setup(name: str, which: str, source: str, cache: str):
 
 
 def _speed(ex: Exercise, d: Path, text: str, v: Verdict) -> None:
+    from harness import programs
     from harness.measuring import bench
     from harness.measuring import timing as ht
 
@@ -297,7 +298,7 @@ def _speed(ex: Exercise, d: Path, text: str, v: Verdict) -> None:
                      {"name": ex.name, "which": "learner", "source": text, "cache": cache}),
              ht.Item("solution", "harness.user.exercises.check:timing_setup",
                      {"name": ex.name, "which": "solution", "source": solution_text(ex, "cuda"), "cache": cache})]
-    ceiling = bench.ceilings([ex.program])[sp.ceiling](True)
+    ceiling = {**bench.BUILT_IN, **programs.ceilings()}[sp.ceiling](True)
     if isinstance(ceiling, bench.TimedCeiling):
         items.append(ht.Item("ceiling", ceiling.target, ceiling.kwargs))
     try:

@@ -1,11 +1,12 @@
 """One GPU's share of `invoke bench --gpus ...` (harness.measuring.bench.run_on_gpus starts one of these per GPU,
 side by side, each with $CUDA_VISIBLE_DEVICES set to its GPU before anything touches CUDA).
 
-    python -m harness.measuring.bench_worker INDEX COUNT OUTDIR [PROGRAMS] [--quick]
+    python -m harness.user.bench_worker INDEX COUNT OUTDIR [PROGRAMS] [--quick]
 
-The worker takes every COUNT-th group of cases that share a ceiling (starting at INDEX), so each case
-is still timed in rounds beside its own ceiling on the same GPU, and writes its own CSV, named after
-its GPU, into OUTDIR.
+The worker collects the programs' cases and ceilings through the registry, as `invoke bench` does,
+takes every COUNT-th group of cases that share a ceiling (starting at INDEX: harness.measuring.bench.share),
+so each case is still timed in rounds beside its own ceiling on the same GPU, and writes its own CSV,
+named after its GPU, into OUTDIR. It lives here, above both, because it wires programs to measuring.
 """
 
 from __future__ import annotations
@@ -13,12 +14,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-
-def share(cases: list, index: int, count: int) -> list:
-    """The cases of every count-th ceiling group, starting at `index` (groups in order of appearance)."""
-    groups = list(dict.fromkeys(c.ceiling for c in cases))
-    mine = set(groups[index::count])
-    return [c for c in cases if c.ceiling in mine]
+from harness import programs
+from harness.measuring import bench
 
 
 def main(argv: list[str]) -> int:
@@ -29,14 +26,12 @@ def main(argv: list[str]) -> int:
         return 2
     index, count, out = int(args[0]), int(args[1]), Path(args[2])
     names = [p for p in (args[3] if len(args) == 4 else "").split(",") if p] or None
-    from harness.measuring import bench  # after the argument check: the usage error stays fast
-
-    bench.check_built(names)
-    cases = share(bench.collect(names, quick), index, count)
+    cases = bench.share(programs.bench_cases(names, quick), index, count)
     if not cases:
         print(f"worker {index}: no cases in its share", file=sys.stderr)
         return 0
-    df, ceil = bench.run(names, quick=quick, cases=cases)
+    bench.check_built(programs.bench_libraries(cases))
+    df, ceil = bench.run(cases, programs.ceilings(), quick=quick)
     bench.write_csv(df, bench.metadata(), ceil, folder=out)
     return 0
 
