@@ -70,9 +70,7 @@ def _choices(name: str) -> str:
     if name == "compare":
         return "name a program with a CPU twin: square"
     if name == "tune":
-        from harness.measuring import tune as htune
-
-        return f"name a program to tune: {', '.join(htune.tunables())}"
+        return f"name a program to tune: {', '.join(_registry.tunables())}"
     return f"name a program: {_PROGRAMS}"
 
 
@@ -767,12 +765,10 @@ def tune(c, prog, size="4096", save=True):
     `invoke tune matmul` times every compiled ladder configuration and caches the fastest for this GPU (bench/results/<gpu>/matmul-tune.json), which 09_tuned then runs;
     `invoke tune attention` does the same for 03_flash_bf16's and 05_flash_wgmma's choices at each head size, and
     `invoke tune gemm_tc` for the wgmma configurations (schedule, stages, raster) that 06_wgmma_tuned runs."""
-    from harness.measuring import tune as htune
-
     edge = _int(size, "--size", lo=1)
     with _one_line(f"tune {prog}"):
-        df, path = htune.run(prog, size=edge, save=save,
-                             on_progress=lambda name: print(f"tune {prog}: {name}", file=sys.stderr))
+        df, path = _registry.tuner(prog)(size=edge, save=save,
+                                         on_progress=lambda name: print(f"tune {prog}: {name}", file=sys.stderr))
     _print_table(df, f"tune {prog} at size {edge}")
     won = df[df["winner"]] if "winner" in df else df.iloc[:0]
     # One winner (matmul), or one per head size (attention: a D column).

@@ -237,6 +237,20 @@ def bench_libraries(cases: list) -> list[str]:
     return list(dict.fromkeys(needed))
 
 
+def tunables() -> list[str]:
+    """The programs with a parameter search (a `tune` function in their module)."""
+    return [p for p in names() if callable(hook(p, "tune"))]
+
+
+def tuner(prog: str) -> Callable:
+    """The program's `tune(size, save, on_progress) -> (table, path)`, else ValueError naming the
+    programs that have one. It times through harness.measuring.tune.time_and_pick and caches there."""
+    have = tunables()
+    if prog not in have:
+        raise ValueError(f"{prog!r} has no parameter search; tunable programs: {', '.join(have) or 'none'}")
+    return hook(prog, "tune")
+
+
 def pictures() -> list[str]:
     """Names with both analysis/<name>.py (a `plot`) and a module with `viz_data`."""
     from harness.compile import build

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from conftest import write_json as write
+from harness import programs
 from harness.measuring import bench, timing, tune
 from harness.programs import matmul as mm
 
@@ -50,11 +51,12 @@ def test_tuned_choice_ignores_another_device_or_an_unknown_config(results_dir):
 
 
 def test_tune_front_door():
+    """The registry finds a program's search; the measuring layer only times and caches it."""
     with pytest.raises(ValueError, match="tunable programs: .*matmul"):
-        tune.tunable("square")
-    assert tune.tunable("matmul") is mm
-    with pytest.raises(ValueError, match="size must be >= 1"):
-        tune.run("matmul", size=0)
+        programs.tuner("square")
+    assert programs.tuner("matmul") is mm.tune
+    assert {"matmul", "gemm_tc", "attention"} <= set(programs.tunables())
+    assert not hasattr(tune, "tunables") and not hasattr(tune, "run")
 
 
 def test_default_tuned_config_is_a_pipelined_one():
@@ -142,8 +144,7 @@ def test_attention_tuned_choice_per_variant(results_dir, monkeypatch):
 
 def test_attention_tune_refuses_a_bad_size():
     with pytest.raises(ValueError, match="at most 92680"):
-        tune.run("attention", size=10**6)
-    assert "attention" in tune.tunables()
+        programs.tuner("attention")(size=10**6)
 
 
 @pytest.mark.gpu
