@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.base import files
+from harness.base import files, paths
 from harness.base.errors import CudalabError
 from harness.calling import cudart, library
 from harness.compile import build as _build
@@ -41,8 +41,6 @@ from harness.measuring import conditions, timing
 from harness.measuring import gpus as hg
 
 UNIT_SCALE = {"GB/s": 1e9, "TFLOP/s": 1e12, "Giter/s": 1e9, "Ginst/s": 1e9}
-RESULTS_DIR = _build.ROOT / "bench" / "results"
-BUILD_BENCH = _build.BUILD / "bench"
 ROUNDS, QUICK_ROUNDS = 3, 2
 REPEAT_TOLERANCE_PCT = 3.0  # issue 18: two runs agree within this on every row held to the goal
 THROTTLE_FRACTION = 0.9  # a case whose SM clock fell under this fraction of the run's highest is flagged
@@ -434,14 +432,14 @@ def run_on_gpus(worker: str, names: list[str] | None, quick: bool, gpus: list[st
     each pinned to its GPU with $CUDA_VISIBLE_DEVICES. Each writes its own CSV; returns their paths.
     The caller checks the libraries first (one line here, not one traceback per worker)."""
     timing.require_engine()
-    out = Path(tempfile.mkdtemp(prefix="gpus-", dir=_ensure(BUILD_BENCH)))
+    out = Path(tempfile.mkdtemp(prefix="gpus-", dir=_ensure(paths.BUILD_BENCH)))
     procs = []
     for i, gpu in enumerate(gpus):
         env = hg.worker_env(gpus)
         env["CUDA_VISIBLE_DEVICES"] = gpu
-        env["PYTHONPATH"] = os.pathsep.join([str(_build.ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env["PYTHONPATH"] = os.pathsep.join([str(paths.ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
         cmd = [sys.executable, "-m", worker, str(i), str(len(gpus)), str(out), ",".join(names or [])]
-        procs.append((gpu, subprocess.Popen(cmd + (["--quick"] if quick else []), cwd=_build.ROOT, env=env)))
+        procs.append((gpu, subprocess.Popen(cmd + (["--quick"] if quick else []), cwd=paths.ROOT, env=env)))
     failed = []
     for gpu, p in procs:
         try:
@@ -451,11 +449,11 @@ def run_on_gpus(worker: str, names: list[str] | None, quick: bool, gpus: list[st
             rc = "timed out"
         if rc != 0:
             failed.append(f"GPU {gpu}: {rc}")
-    paths = sorted(out.glob("*.csv"))
+    written = sorted(out.glob("*.csv"))
     if failed:
         raise CudalabError(f"bench workers failed ({'; '.join(failed)}); CSVs written: "
-                           f"{', '.join(p.name for p in paths) or 'none'}")
-    return [_keep(p) for p in paths]
+                           f"{', '.join(p.name for p in written) or 'none'}")
+    return [_keep(p) for p in written]
 
 
 def _ensure(d: Path) -> Path:
@@ -466,7 +464,7 @@ def _ensure(d: Path) -> Path:
 def _keep(p: Path) -> Path:
     """Move a worker's CSV from its temporary folder to build/bench/ (its name says which GPU), never
     over another run's CSV of the same name."""
-    dest = files.create(BUILD_BENCH / p.name, lambda tmp: Path(tmp).write_bytes(p.read_bytes()))
+    dest = files.create(paths.BUILD_BENCH / p.name, lambda tmp: Path(tmp).write_bytes(p.read_bytes()))
     p.unlink()
     return dest
 
@@ -474,21 +472,6 @@ def _keep(p: Path) -> Path:
 # The columns `invoke bench` prints, in order (the CSV holds more).
 SHOWN = ["program", "variant", "size", "median_ms", "value", "unit", "ceiling", "ratio", "ratio_p25", "ratio_p75",
          "target"]
-
-
-def read_result(path: Path) -> tuple[pd.DataFrame, dict, list[str]]:
-    """(cases, metadata, one line per ceiling) from a CSV written by write_csv. A file that is not a
-    whole bench CSV (torn, NUL-filled, a line cut short) raises ValueError in one line naming it
-    (analysis.bench.read_checked, the one reader)."""
-    from analysis.bench import read_checked
-
-    df = read_checked(path, required=("program", "variant", "size"))
-    cases = df[df["program"] != "ceiling"].reset_index(drop=True)
-    ceil = df[df["program"] == "ceiling"]
-    meta = {k: (str(df[k].iloc[0]) if k in df and len(df) and pd.notna(df[k].iloc[0]) else "")
-            for k in ("device", "driver", "runtime", "nvcc", "date", "gpu")}
-    lines = [f"ceiling {r['variant']}: {r['value']:.4g} {r['unit']} ({r['size']})" for _, r in ceil.iterrows()]
-    return cases, meta, lines
 
 
 def metadata() -> dict:
@@ -501,58 +484,3 @@ def metadata() -> dict:
     return meta
 
 
-def gpu_slug(name: str) -> str:
-    s = re.sub(r"^nvidia\s+", "", name.strip(), flags=re.I)
-    return re.sub(r"[^a-z0-9]+", "-", s.lower()).strip("-") or "unknown-gpu"
-
-
-def with_metadata(df: pd.DataFrame, meta: dict) -> pd.DataFrame:
-    out = df.copy()
-    for k, v in meta.items():
-        out[k] = v
-    return out
-
-
-def write_csv(df: pd.DataFrame, meta: dict, ceilings_: dict[str, Ceiling], dest: Path | None = None,
-              folder: Path | None = None) -> Path:
-    """build/bench/bench-<gpu>[-gpu<N>]-<date>.csv (or `folder`/the same name): the cases, then one row
-    per ceiling, each row with the metadata (device, driver, runtime, nvcc, date and, under --gpus, the
-    GPU number). Written whole (harness.base.files): a run never writes over another's CSV, even in the same
-    second (the second gets -2 on its name); an explicit `dest` is replaced whole. Returns the path."""
-    stamp = meta["date"].replace(":", "").replace("-", "")
-    which = f"-gpu{meta['gpu']}" if meta.get("gpu") else ""
-    table = with_metadata(df, meta)
-    ceil_rows = pd.DataFrame([{"program": "ceiling", "variant": c.name, "size": c.detail, "value": c.value,
-                               "value_p25": c.p25, "value_p75": c.p75, "rounds": c.measurements,
-                               "unit": c.unit, "median_ms": c.timing.median_ms if c.timing else np.nan,
-                               "iqr_ms": c.timing.iqr_ms if c.timing else np.nan} for c in ceilings_.values()])
-    whole = pd.concat([table, with_metadata(ceil_rows, meta)], ignore_index=True)
-
-    def write(tmp):
-        whole.to_csv(tmp, index=False)
-
-    if dest is not None:
-        Path(dest).parent.mkdir(parents=True, exist_ok=True)
-        return files.replace(dest, write)
-    folder = _ensure(Path(folder) if folder is not None else BUILD_BENCH)
-    files.clean_stale(folder)
-    return files.create(folder / f"bench-{gpu_slug(meta['device'])}{which}-{stamp}.csv", write)
-
-
-def gpu_folder(device: str) -> str:
-    """The folder under bench/results/ for a device: its model, the first word with a digit in it
-    ("NVIDIA H100 80GB HBM3" -> "h100"), so that the reference runs, notes and tuning results of one
-    GPU model sit together whatever its memory variant."""
-    name = re.sub(r"^nvidia\s+", "", device.strip(), flags=re.I)
-    for tok in name.split():
-        if re.search(r"\d", tok):
-            return re.sub(r"[^a-z0-9]+", "-", tok.lower()).strip("-")
-    return gpu_slug(device)
-
-
-def save(path: Path, device: str) -> Path:
-    """Copy a bench CSV to bench/results/<gpu_folder>/ where reference runs are committed (whole: a
-    copy of the same run replaces its earlier copy)."""
-    dest_dir = RESULTS_DIR / gpu_folder(device)
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    return files.replace(dest_dir / Path(path).name, Path(path).read_bytes())

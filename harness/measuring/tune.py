@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.base import files
+from harness.base import files, paths
 from harness.calling import cudart, library, runner
 from harness.measuring import bench, timing
 
 # --- the cache: bench/results/<gpu>/<prog>-tune.json -------------------------------------------------
 
 def cache_path(prog: str, device: str) -> Path:
-    return bench.RESULTS_DIR / bench.gpu_folder(device) / f"{prog}-tune.json"
+    return paths.RESULTS_DIR / paths.gpu_folder(device) / f"{prog}-tune.json"
 
 
 class BadTuneFile(ValueError):

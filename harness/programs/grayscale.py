@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.base.paths import PLOTS
 from harness.base.sim import blk_kernel, blk_kernel2d, dim3, run_kernel
 from harness.calling import library, results
 
@@ -43,7 +44,6 @@ CR, CG, CB = np.float32(0.2989), np.float32(0.5870), np.float32(0.1140)
 # EXERCISE grayscale: end copy
 
 TEST_H, TEST_W = 1066, 1600  # the lectures' puppy image
-PLOTS = Path(__file__).resolve().parents[2] / "build" / "plots"
 DEFAULT_OUT = PLOTS / "grayscale.png"
 
 

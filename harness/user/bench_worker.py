@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from harness import programs
-from harness.measuring import bench
+from harness.measuring import bench, results_csv
 
 
 def main(argv: list[str]) -> int:
@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
         return 0
     bench.check_built(programs.bench_libraries(cases))
     df, ceil = bench.run(cases, programs.ceilings(), quick=quick)
-    bench.write_csv(df, bench.metadata(), ceil, folder=out)
+    results_csv.write(df, bench.metadata(), ceil, folder=out)
     return 0
 
 

@@ -15,8 +15,9 @@ import pytest
 
 from analysis import bench as abench
 from harness import programs
+from harness.base import paths
 from harness.compile import build
-from harness.measuring import bench, timing
+from harness.measuring import bench, results_csv, timing
 
 FIX = Path(__file__).parent.parent / "fixtures"
 
@@ -272,7 +273,7 @@ def test_ratio_bars_without_spread_columns_or_with_nan_spreads(close_figures):
 def test_ratio_bars_of_the_recorded_h100_bench_have_no_spread(tmp_path, close_figures):
     """bench/results/h100's committed CSV predates the rounds: no ratio_p25/p75, so no error bars,
     and every bar and file as before."""
-    path = bench.RESULTS_DIR / "h100" / "bench-h100-80gb-hbm3-20261123T134326.csv"
+    path = paths.RESULTS_DIR / "h100" / "bench-h100-80gb-hbm3-20261123T134326.csv"
     cases, ceil = abench.load(path)
     assert "ratio_p25" not in cases
     fig = abench.ratio_figure(cases, ceilings=ceil)
@@ -309,14 +310,14 @@ def test_csv_round_trip_and_plot(tmp_path):
     t = timing.summarize([0.1] * 10)
     ceils = {"memcpy": bench.Ceiling("memcpy", 3350.0, "GB/s", "DtoD", t),
              "cublas": bench.Ceiling("cublas", 17.2, "TFLOP/s", "SGEMM")}
-    path = bench.write_csv(cases, meta, ceils, dest=tmp_path / "b.csv")
+    path = results_csv.write(cases, meta, ceils, dest=tmp_path / "b.csv")
     c2, k2 = abench.load(path)
     assert len(c2) == 4 and len(k2) == 2 and (c2["device"] == "NVIDIA H200").all()
     assert c2["ratio"].tolist() == pytest.approx(cases["ratio"].tolist())
     paths = abench.plot(path, tmp_path / "plots")
     assert [p.name for p in paths] == ["bench_ratios.png", "bench_roofline.png"]
     assert all(p.stat().st_size > 5000 for p in paths)
-    assert abench.latest_csv(tmp_path) == path
+    assert results_csv.latest(tmp_path) == path
     r = subprocess.run([sys.executable, "-m", "invoke", "plot", "bench", "--csv", str(path), "--outdir",
                         str(tmp_path / "p2")], cwd=build.ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -354,11 +355,11 @@ def test_plots_of_a_recorded_quick_bench(tmp_path):
 @pytest.mark.slow
 @pytest.mark.gpu
 def test_invoke_bench_quick_runs():
-    before = set(bench.BUILD_BENCH.glob("*.csv")) if bench.BUILD_BENCH.exists() else set()
+    before = set(paths.BUILD_BENCH.glob("*.csv")) if paths.BUILD_BENCH.exists() else set()
     r = subprocess.run([sys.executable, "-m", "invoke", "bench", "--quick"], cwd=build.ROOT, capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    new = set(bench.BUILD_BENCH.glob("*.csv")) - before
+    new = set(paths.BUILD_BENCH.glob("*.csv")) - before
     assert len(new) == 1
     cases, ceil = abench.load(new.pop())
     assert len(cases) > 0 and len(ceil) > 0 and np.isfinite(cases["ratio"]).any()

@@ -8,7 +8,8 @@ import pytest
 
 from conftest import write_json as write
 from harness import programs
-from harness.measuring import bench, timing, tune
+from harness.base import paths
+from harness.measuring import results_csv, timing, tune
 from harness.programs import matmul as mm
 
 DEVICE = "NVIDIA H100 80GB HBM3"
@@ -16,16 +17,16 @@ TUNE_FILE = "matmul-tune.json"
 
 
 def test_gpu_folder_is_the_model():
-    assert bench.gpu_folder(DEVICE) == "h100"
-    assert bench.gpu_folder("NVIDIA H200") == "h200"
-    assert bench.gpu_folder("NVIDIA A100-SXM4-80GB") == "a100-sxm4-80gb"
-    assert bench.gpu_folder("Some GPU") == "some-gpu"
+    assert paths.gpu_folder(DEVICE) == "h100"
+    assert paths.gpu_folder("NVIDIA H200") == "h200"
+    assert paths.gpu_folder("NVIDIA A100-SXM4-80GB") == "a100-sxm4-80gb"
+    assert paths.gpu_folder("Some GPU") == "some-gpu"
 
 
 def test_bench_save_goes_where_the_notes_are(results_dir, tmp_path):
     csv = tmp_path / "bench-x.csv"
     csv.write_text("a\n1\n")
-    assert bench.save(csv, DEVICE) == results_dir / "h100" / "bench-x.csv"
+    assert results_csv.save(csv, DEVICE) == results_dir / "h100" / "bench-x.csv"
 
 
 def test_tuned_choice_default_without_a_file(results_dir):
