@@ -80,11 +80,13 @@ import importlib
 from collections.abc import Callable
 from types import ModuleType
 
+from harness.base import paths
+from harness.calling import cudart
+from harness.compile import build
+
 
 def names() -> list[str]:
     """Every program: each cuda/<prog>/ that holds <prog>.cu, in name order."""
-    from harness.compile import build
-
     return build.programs()
 
 
@@ -253,10 +255,8 @@ def tuner(prog: str) -> Callable:
 
 def pictures() -> list[str]:
     """Names with both analysis/<name>.py (a `plot`) and a module with `viz_data`."""
-    from harness.compile import build
-
     out = []
-    for p in sorted((build.ROOT / "analysis").glob("*.py")):
+    for p in sorted((paths.ROOT / "analysis").glob("*.py")):
         if p.stem.startswith("_"):
             continue
         try:
@@ -292,8 +292,6 @@ def cpu_label(how: str, no_gpu: bool = True) -> str:
 
 def gpu_here() -> tuple[bool, str]:
     """(True, "") when a CUDA device can be used, else (False, why); never raises."""
-    from harness.calling import cudart
-
     try:
         return cudart.gpu_available()
     except Exception as e:  # libcudart itself missing

@@ -211,7 +211,7 @@ def test_doctor_names_the_timing_engine(monkeypatch):
 INTERRUPTED = '''
 import sys
 sys.path.insert(0, {root!r})
-from harness import timing
+from harness.measuring import timing
 fake = {fake!r}
 timing.engine_version = lambda: "0.3.0"
 timing.require_gpu = lambda: None  # the child is a stand-in: no device needed
