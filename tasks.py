@@ -263,12 +263,13 @@ def build(c, jobs="", arch="", programs=""):
     A broken program does not stop the others: each failure is reported with its file:line and source
     line, and the ones that built are named."""
     from harness.base.errors import BuildError
+    from harness.user import doctor as hd
 
     n_jobs = _int(jobs, "--jobs", lo=1)
     names = _names(programs)
     planned: list = []
     with _one_line("build"):
-        __import__("harness.user.doctor").doctor.require_driver()  # a driver older than the toolkit: refuse first
+        hd.require_driver()  # a driver older than the toolkit: refuse first
         if arch:
             arch = _hb.parse_arch(arch)  # before anything runs: a mistyped --arch is one line
     with _progress("build") as bar:

@@ -459,11 +459,39 @@ void free_comm(Comm *c) {
 // Where a launch of rank `l` (or the one virtual launch) runs.
 int launch_device(const Comm &c, int l) { return c.dev[l]; }
 
+// Host-side work on a communicator's buffers (create's zeroing, upload, poison, download, the error
+// records, the tensor-parallel block's weights) goes on the stream that the rank's kernels run on, and
+// is waited for there. The communicator's streams are non-blocking: they never wait for the legacy
+// default stream, where a plain cudaMemset or cudaMemcpy goes. Both of those may return before the
+// device has done them (a memset of device memory always; a copy from pageable memory once the data is
+// staged), so on the default stream a poison memset could land AFTER the kernel wrote its output, and
+// an upload or a flag reset after the kernel read it: wrong answers with no error, seen whenever other
+// work (another process's kernels, time-sliced on the same GPU) delays the default stream's queue.
+cudaStream_t rank_stream(const Comm &c, int r) { return c.stream[c.use_devices ? r : 0]; }
+
+cudaError_t h2d(const Comm &c, int r, void *dst, const void *src, size_t bytes) {
+    COLL_TRY(cudaSetDevice(c.dev[r]));
+    COLL_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, rank_stream(c, r)));
+    COLL_TRY(cudaStreamSynchronize(rank_stream(c, r)));  // the caller's pageable source may go now
+    return cudaSuccess;
+}
+cudaError_t d2h(const Comm &c, int r, void *dst, const void *src, size_t bytes) {
+    COLL_TRY(cudaSetDevice(c.dev[r]));
+    COLL_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, rank_stream(c, r)));
+    COLL_TRY(cudaStreamSynchronize(rank_stream(c, r)));
+    return cudaSuccess;
+}
+cudaError_t fill(const Comm &c, int r, void *dst, int byte, size_t bytes) {
+    COLL_TRY(cudaSetDevice(c.dev[r]));
+    COLL_TRY(cudaMemsetAsync(dst, byte, bytes, rank_stream(c, r)));
+    COLL_TRY(cudaStreamSynchronize(rank_stream(c, r)));
+    return cudaSuccess;
+}
+
 cudaError_t check_records(Comm &c) {
     for (int l = 0; l < c.launches(); ++l) {
         ErrRec e{};
-        COLL_TRY(cudaSetDevice(launch_device(c, l)));
-        COLL_TRY(cudaMemcpy(&e, c.err[l], sizeof e, cudaMemcpyDeviceToHost));
+        COLL_TRY(d2h(c, l, &e, c.err[l], sizeof e));
         if (e.code) {
             c.last = e;
             static const char *const phase[] = {"reduce-scatter", "all-gather", "start barrier", "end barrier",
@@ -475,10 +503,7 @@ cudaError_t check_records(Comm &c) {
                      e.rank, phase[e.phase < 5 ? e.phase : 0], e.step, e.chunk);
             g_message = buf;
             // Clear the records so that the communicator can be used (or destroyed) afterwards.
-            for (int m = 0; m < c.launches(); ++m) {
-                COLL_TRY(cudaSetDevice(launch_device(c, m)));
-                COLL_TRY(cudaMemset(c.err[m], 0, sizeof(ErrRec)));
-            }
+            for (int m = 0; m < c.launches(); ++m) COLL_TRY(fill(c, m, c.err[m], 0, sizeof(ErrRec)));
             COLL_TRY(cudaSetDevice(c.dev[0]));
             return cudaErrorTimeout;
         }
@@ -940,6 +965,25 @@ extern "C" cudalab_status collectives_comm_create(int world, int use_devices, lo
             }
     }
     c->flag_count = 2LL * world * std::max(kCpsMax, kMaxBlocksPerRank);
+    // The streams first: everything below is done on them (rank_stream says why).
+    const int L = c->launches();
+    c->table.assign(L, nullptr);
+    c->err.assign(L, nullptr);
+    c->stream.assign(L, nullptr);
+    c->stream2.assign(L, nullptr);
+    c->ev_fork.assign(L, nullptr);
+    c->ev_done.assign(L, nullptr);
+    for (int l = 0; l < L; ++l) {
+        if (cudaError_t e = cudaSetDevice(c->dev[l]); e != cudaSuccess) return fail(e);
+        cudaError_t e = cudaStreamCreateWithFlags(&c->stream[l], cudaStreamNonBlocking);
+        if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->stream2[l], cudaStreamNonBlocking);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->ev_fork[l], cudaEventDisableTiming);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->ev_done[l], cudaEventDisableTiming);
+        if (e == cudaSuccess) e = cudaMalloc(&c->table[l], sizeof(RankPtrs) * world);
+        if (e == cudaSuccess) e = cudaMalloc(&c->err[l], sizeof(ErrRec));
+        if (e == cudaSuccess) e = fill(*c, l, c->err[l], 0, sizeof(ErrRec));
+        if (e != cudaSuccess) return fail(e);
+    }
     c->in.assign(world, nullptr);
     c->out.assign(world, nullptr);
     c->recv.assign(world, nullptr);
@@ -950,35 +994,19 @@ extern "C" cudalab_status collectives_comm_create(int world, int use_devices, lo
         if (e == cudaSuccess) e = cudaMalloc(&c->out[r], (size_t)out_bytes);
         if (e == cudaSuccess) e = cudaMalloc(&c->recv[r], (size_t)in_bytes);
         if (e == cudaSuccess) e = cudaMalloc(&c->flags[r], (size_t)c->flag_count * 8);
-        // Everything starts defined (initcheck), flags at 0: below every epoch.
-        if (e == cudaSuccess) e = cudaMemset(c->in[r], 0, (size_t)in_bytes);
-        if (e == cudaSuccess) e = cudaMemset(c->out[r], 0, (size_t)out_bytes);
-        if (e == cudaSuccess) e = cudaMemset(c->recv[r], 0, (size_t)in_bytes);
-        if (e == cudaSuccess) e = cudaMemset(c->flags[r], 0, (size_t)c->flag_count * 8);
+        // Everything starts defined (initcheck), flags at 0: below every epoch. The flags' memory may
+        // be a freed communicator's, holding its epochs: the reset must be done before any launch.
+        if (e == cudaSuccess) e = fill(*c, r, c->in[r], 0, (size_t)in_bytes);
+        if (e == cudaSuccess) e = fill(*c, r, c->out[r], 0, (size_t)out_bytes);
+        if (e == cudaSuccess) e = fill(*c, r, c->recv[r], 0, (size_t)in_bytes);
+        if (e == cudaSuccess) e = fill(*c, r, c->flags[r], 0, (size_t)c->flag_count * 8);
         if (e != cudaSuccess) return fail(e);
     }
     std::vector<RankPtrs> host(world);
     for (int r = 0; r < world; ++r) host[r] = RankPtrs{c->in[r], c->out[r], c->recv[r], c->flags[r]};
-    const int L = c->launches();
-    c->table.assign(L, nullptr);
-    c->err.assign(L, nullptr);
-    c->stream.assign(L, nullptr);
-    c->stream2.assign(L, nullptr);
-    c->ev_fork.assign(L, nullptr);
-    c->ev_done.assign(L, nullptr);
-    for (int l = 0; l < L; ++l) {
-        if (cudaError_t e = cudaSetDevice(c->dev[l]); e != cudaSuccess) return fail(e);
-        cudaError_t e = cudaMalloc(&c->table[l], sizeof(RankPtrs) * world);
-        if (e == cudaSuccess)
-            e = cudaMemcpy(c->table[l], host.data(), sizeof(RankPtrs) * world, cudaMemcpyHostToDevice);
-        if (e == cudaSuccess) e = cudaMalloc(&c->err[l], sizeof(ErrRec));
-        if (e == cudaSuccess) e = cudaMemset(c->err[l], 0, sizeof(ErrRec));
-        if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->stream[l], cudaStreamNonBlocking);
-        if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->stream2[l], cudaStreamNonBlocking);
-        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->ev_fork[l], cudaEventDisableTiming);
-        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->ev_done[l], cudaEventDisableTiming);
-        if (e != cudaSuccess) return fail(e);
-    }
+    for (int l = 0; l < L; ++l)
+        if (cudaError_t e = h2d(*c, l, c->table[l], host.data(), sizeof(RankPtrs) * world); e != cudaSuccess)
+            return fail(e);
     COLL_TRY(cudaSetDevice(c->dev[0]));
     g_comms.push_back(c);
     handle[0] = (int)g_comms.size() - 1;
@@ -997,8 +1025,7 @@ extern "C" cudalab_status collectives_comm_destroy(int handle) {
 extern "C" cudalab_status collectives_upload(int handle, int rank, const uint8_t *src, long long bytes) {
     Comm *c = get(handle);
     if (!c || rank < 0 || rank >= c->world || bytes < 0 || bytes > c->in_bytes || (!src && bytes)) return cudaErrorInvalidValue;
-    COLL_TRY(cudaSetDevice(c->dev[rank]));
-    COLL_TRY(cudaMemcpy(c->in[rank], src, (size_t)bytes, cudaMemcpyHostToDevice));
+    COLL_TRY(h2d(*c, rank, c->in[rank], src, (size_t)bytes));
     COLL_TRY(cudaSetDevice(c->dev[0]));
     return 0;
 }
@@ -1006,8 +1033,7 @@ extern "C" cudalab_status collectives_upload(int handle, int rank, const uint8_t
 extern "C" cudalab_status collectives_download(int handle, int rank, uint8_t *dst, long long bytes) {
     Comm *c = get(handle);
     if (!c || rank < 0 || rank >= c->world || bytes < 0 || bytes > c->out_bytes || (!dst && bytes)) return cudaErrorInvalidValue;
-    COLL_TRY(cudaSetDevice(c->dev[rank]));
-    COLL_TRY(cudaMemcpy(dst, c->out[rank], (size_t)bytes, cudaMemcpyDeviceToHost));
+    COLL_TRY(d2h(*c, rank, dst, c->out[rank], (size_t)bytes));
     COLL_TRY(cudaSetDevice(c->dev[0]));
     return 0;
 }
@@ -1016,9 +1042,8 @@ extern "C" cudalab_status collectives_poison(int handle, int byte) {
     Comm *c = get(handle);
     if (!c || byte < 0 || byte > 255) return cudaErrorInvalidValue;
     for (int r = 0; r < c->world; ++r) {
-        COLL_TRY(cudaSetDevice(c->dev[r]));
-        COLL_TRY(cudaMemset(c->out[r], byte, (size_t)c->out_bytes));
-        COLL_TRY(cudaMemset(c->recv[r], byte, (size_t)c->in_bytes));
+        COLL_TRY(fill(*c, r, c->out[r], byte, (size_t)c->out_bytes));
+        COLL_TRY(fill(*c, r, c->recv[r], byte, (size_t)c->in_bytes));
     }
     COLL_TRY(cudaSetDevice(c->dev[0]));
     return 0;
@@ -1076,23 +1101,18 @@ extern "C" cudalab_status collectives_tp_mlp(int handle, int ar_variant, int ove
     TpBuffers t;
     cudaError_t e = tp_alloc(*c, t, T, H, Fr);
     for (int r = 0; r < c->world && e == cudaSuccess; ++r) {
-        e = cudaSetDevice(c->dev[r]);
-        if (e == cudaSuccess && (c->use_devices || r == 0))
-            e = cudaMemcpy(t.x[r], x, (size_t)T * H * 2, cudaMemcpyHostToDevice);
+        if (c->use_devices || r == 0) e = h2d(*c, r, t.x[r], x, (size_t)T * H * 2);
         if (e == cudaSuccess)  // rows r*Fr .. of W1 (F x H): contiguous
-            e = cudaMemcpy(t.w1[r], w1 + (size_t)r * Fr * H, (size_t)Fr * H * 2, cudaMemcpyHostToDevice);
-        if (e == cudaSuccess)  // columns r*Fr .. of W2 (H x F): a pitched copy into H x Fr
-            e = cudaMemcpy2D(t.w2[r], (size_t)Fr * 2, w2 + (size_t)r * Fr, (size_t)F * 2, (size_t)Fr * 2, H,
-                             cudaMemcpyHostToDevice);
+            e = h2d(*c, r, t.w1[r], w1 + (size_t)r * Fr * H, (size_t)Fr * H * 2);
+        if (e == cudaSuccess)  // columns r*Fr .. of W2 (H x F): a pitched copy into H x Fr, on the rank's stream
+            e = cudaMemcpy2DAsync(t.w2[r], (size_t)Fr * 2, w2 + (size_t)r * Fr, (size_t)F * 2, (size_t)Fr * 2, H,
+                                  cudaMemcpyHostToDevice, rank_stream(*c, r));
+        if (e == cudaSuccess) e = cudaStreamSynchronize(rank_stream(*c, r));
     }
     if (e == cudaSuccess) e = tp_forward(*c, t, ar_variant, overlap, chunks, T, H, Fr);
     if (e == cudaSuccess) e = sync_all(*c);
     if (e == cudaSuccess) e = check_records(*c);
-    for (int r = 0; r < c->world && e == cudaSuccess; ++r) {
-        e = cudaSetDevice(c->dev[r]);
-        if (e == cudaSuccess)
-            e = cudaMemcpy(y + (size_t)r * T * H, c->out[r], (size_t)T * H * 4, cudaMemcpyDeviceToHost);
-    }
+    for (int r = 0; r < c->world && e == cudaSuccess; ++r) e = d2h(*c, r, y + (size_t)r * T * H, c->out[r], (size_t)T * H * 4);
     tp_free(*c, t);
     COLL_TRY(e);
     return 0;
@@ -1109,16 +1129,17 @@ extern "C" cudalab_status collectives_tp_mlp_time(int handle, int ar_variant, in
     for (int r = 0; r < c->world && e == cudaSuccess; ++r) {
         e = cudaSetDevice(c->dev[r]);
         // Scales that keep the activations near 1 (sums of H and F/world products).
+        cudaStream_t s = rank_stream(*c, r);
         if (e == cudaSuccess && (c->use_devices || r == 0)) {
-            fill_bf16_kernel<<<1024, 256>>>(t.x[r], (long long)T * H, 1, 1.0f);
+            fill_bf16_kernel<<<1024, 256, 0, s>>>(t.x[r], (long long)T * H, 1, 1.0f);
             e = cudaGetLastError();
         }
         if (e == cudaSuccess) {
-            fill_bf16_kernel<<<1024, 256>>>(t.w1[r], (long long)Fr * H, 100 + r, 1.0f / sqrtf((float)H));
-            fill_bf16_kernel<<<1024, 256>>>(t.w2[r], (long long)H * Fr, 200 + r, 1.0f / sqrtf((float)F));
+            fill_bf16_kernel<<<1024, 256, 0, s>>>(t.w1[r], (long long)Fr * H, 100 + r, 1.0f / sqrtf((float)H));
+            fill_bf16_kernel<<<1024, 256, 0, s>>>(t.w2[r], (long long)H * Fr, 200 + r, 1.0f / sqrtf((float)F));
             e = cudaGetLastError();
         }
-        if (e == cudaSuccess) e = cudaDeviceSynchronize();
+        if (e == cudaSuccess) e = cudaStreamSynchronize(s);
     }
     std::vector<float> times;
     for (int i = 0; i < iters + 1 && e == cudaSuccess; ++i) {  // one warm-up
@@ -1243,8 +1264,11 @@ extern "C" int collectives_rank_run(int rank, int world, int local_rank, const c
     for (int op = 0; op < 3 && e == cudaSuccess; ++op) {
         const long long cnt = op == 2 ? nrs : n;
         for (long long i = 0; i < cnt; ++i) put(host, i, value(i, rank));
-        e = cudaMemcpy(in, host.data(), (size_t)cnt * es, cudaMemcpyHostToDevice);
-        if (e == cudaSuccess) e = cudaMemset(out, 0xAB, (size_t)cap * es);  // poisoned
+        // On NCCL's stream s (non-blocking, so unordered with the default stream): a default-stream
+        // memset could land after the collective wrote out, a pageable copy's DMA after it read in.
+        e = cudaMemcpyAsync(in, host.data(), (size_t)cnt * es, cudaMemcpyHostToDevice, s);
+        if (e == cudaSuccess) e = cudaMemsetAsync(out, 0xAB, (size_t)cap * es, s);  // poisoned
+        if (e == cudaSuccess) e = cudaStreamSynchronize(s);
         if (e != cudaSuccess) break;
         float total_ms = 0.f;
         for (int it = 0; it < iters + 1 && e == cudaSuccess; ++it) {  // call 0 is checked, the rest timed
@@ -1262,7 +1286,8 @@ extern "C" int collectives_rank_run(int rank, int world, int local_rank, const c
                 const std::vector<cudaStream_t> ss{s};
                 e = nccl_wait(nullptr, comm, devs, &ss, deadline, kNames[VNCCL_AR + op], rank);
                 const long long outn = op == 0 ? cnt : op == 1 ? cnt * world : cnt / world;
-                if (e == cudaSuccess) e = cudaMemcpy(host.data(), out, (size_t)outn * es, cudaMemcpyDeviceToHost);
+                if (e == cudaSuccess) e = cudaMemcpyAsync(host.data(), out, (size_t)outn * es, cudaMemcpyDeviceToHost, s);
+                if (e == cudaSuccess) e = cudaStreamSynchronize(s);
                 long long bad = 0;
                 for (long long i = 0; i < outn && e == cudaSuccess; ++i) {
                     double want = op == 0 ? tri * (double)(i % 7 + 1)

@@ -44,7 +44,9 @@ int collectives_max_virtual_world(int blocks_per_rank);
 cudalab_status collectives_comm_create(int world, int use_devices, long long in_bytes, long long out_bytes,
                                        int blocks_per_rank, long long timeout_ms, int *handle);
 cudalab_status collectives_comm_destroy(int handle);
-/* Host <-> a rank's input / output buffer (synchronous), and every output set to `byte` (poison). */
+/* Host <-> a rank's input / output buffer, and every output set to `byte` (poison). Each is done on the
+   communicator's own stream, after what was run there, and is complete on return; after
+   collectives_enqueue on another stream, call collectives_check first. */
 cudalab_status collectives_upload(int handle, int rank, const uint8_t *src, long long bytes);
 cudalab_status collectives_download(int handle, int rank, uint8_t *dst, long long bytes);
 cudalab_status collectives_poison(int handle, int byte);

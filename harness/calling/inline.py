@@ -1,6 +1,6 @@
 """CUDA C from a Python string: compile it with the project's nvcc and flags, load it through cffi.
 
-    from harness import inline
+    from harness.calling import inline
 
     src = r'''
     __global__ void scale_k(float *x, float a, int n) {

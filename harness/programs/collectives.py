@@ -255,15 +255,19 @@ class Communicator:
             raise ValueError(f"this communicator has {self.world} ranks, got {len(arrays)} arrays")
         if arrays[0].nbytes > self.nbytes:
             raise ValueError(f"{arrays[0].nbytes} bytes per rank exceed the communicator's {self.nbytes}")
-        v = variant_index(variant)
-        dt = _dtypes()[arrays[0].dtype]
         self.upload(arrays)
         self.poison()
-        if variant in ("01_p2p_copy", "01_memcpy_peer"):
-            self._call("collectives_run_direction", self.handle, v, dt, arrays[0].size, direction)
-        else:
-            self._call("collectives_run", self.handle, v, dt, arrays[0].size, stall_rank)
+        self.launch(variant, arrays[0].dtype, arrays[0].size, stall_rank, direction)
         return self.download(out_count or arrays[0].size, arrays[0].dtype)
+
+    def launch(self, variant: str, dtype, n: int, stall_rank: int = -1, direction: int = 3) -> None:
+        """Run `variant` on the uploaded inputs (n elements of `dtype` per rank), wait for it and raise
+        if a rank gave up; the outputs stay on the device (download reads them)."""
+        v, dt = variant_index(variant), _dtypes()[np.dtype(dtype)]
+        if variant in ("01_p2p_copy", "01_memcpy_peer"):
+            self._call("collectives_run_direction", self.handle, v, dt, int(n), direction)
+        else:
+            self._call("collectives_run", self.handle, v, dt, int(n), stall_rank)
 
     def enqueue(self, variant: str, dtype, n: int, stream=None) -> None:
         """Enqueue one run on `stream` (a cudart.Stream or cffi pointer; None: the default stream), no wait."""

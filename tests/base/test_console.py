@@ -43,7 +43,7 @@ def test_a_long_text_column_wraps_instead_of_stacking():
 
 def test_the_bench_task_table_is_readable_when_piped(tmp_path):
     """`invoke ...` into a pipe: 80 columns (no terminal), plain text."""
-    code = ("import pandas as pd; from harness import console; "
+    code = ("import pandas as pd; from harness.base import console; "
             "console.print_table(pd.DataFrame({'a_rather_long_program_name': ['x' * 30], 'b': [1.5], "
             "'c': ['y' * 30], 'd': [float('nan')]}), 't')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=build.ROOT,

@@ -61,7 +61,7 @@ def test_a_sticky_code_returned_as_an_argument_check_does_not_lose_the_context()
 
 STICKY_SCRIPT = r'''
 import numpy as np
-from harness import inline, errors
+from harness.calling import inline; from harness.base import errors
 from harness.programs import square
 mod = inline.load(r"""
 __global__ void poke(int *p) { *p = 1; }

@@ -316,7 +316,7 @@ def test_two_processes_compile_the_same_key(cache, tmp_path):
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(ROOT)!r})
-        from harness import inline
+        from harness.calling import inline
         m = inline.load({src!r}, name="raced")
         assert m.raced() == 0
         print(m.path)

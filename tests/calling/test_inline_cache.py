@@ -37,7 +37,7 @@ def _src(value: int, salt: str) -> str:
 CHILD = textwrap.dedent("""
     import json, sys
     sys.path.insert(0, {root!r})
-    from harness import inline
+    from harness.calling import inline
     src, flags = sys.argv[1], json.loads(sys.argv[2])
     m = inline.load(src, name="answer", flags=flags)
     print(json.dumps({{"value": m.answer(), "hit": m.cache_hit, "rows": len(m.resource_usage()), "path": str(m.path)}}))
@@ -205,7 +205,7 @@ SLOW += '\nextern "C" long answer(void) { return 7; }\n'
 LOADER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
-    from harness import inline
+    from harness.calling import inline
     m = inline.load(sys.argv[1], name="slow")
     print(m.answer())
 """).format(root=str(ROOT))

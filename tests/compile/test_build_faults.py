@@ -392,7 +392,7 @@ def test_interrupting_a_build_stops_make_and_its_compilers(tmp_path, sig):
     fake = bindir / "nvcc"
     fake.write_text(SLOW_NVCC.format(pids=pids, real=toolchain.find("nvcc").path))
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    code = ("import sys; from pathlib import Path; from harness import build\n"
+    code = ("import sys; from pathlib import Path; from harness.compile import build\n"
             f"build.build(root=Path({str(root)!r}), jobs=2)\n")
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": str(build.ROOT)}
     # In a session of its own, as a terminal would start it; the signal goes to the Python process only.

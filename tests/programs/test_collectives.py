@@ -322,7 +322,7 @@ def test_launcher_names_a_rank_killed_by_a_signal(tmp_path):
     res, err, took, pids = _fake("kill:0", 2, tmp_path)
     assert err is not None and err.rank == 0 and "was killed by SIGKILL" in str(err)
     assert err.stopped == [1] and took < 10
-    assert all(_gone(p) for p in pids)
+    assert len(pids) == 2 and all(_gone(p) for p in pids)
 
 
 def test_launcher_refuses_bad_rank_counts():
@@ -378,6 +378,36 @@ def test_one_hundred_back_to_back_calls_on_one_communicator(variant):
             c.enqueue(variant, np.float32, n)
         c.check()
         assert_exact(c.download(n, np.float32), co.reference_allreduce(arrays))
+
+
+BUSY_ELEMENTS, BUSY_CALLS = 16 << 20, 48  # tens of milliseconds of all-reduces queued on the default stream
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", [*LAB_ALLREDUCE, "01_p2p_copy", "01_memcpy_peer"])
+def test_the_poison_never_lands_after_the_collective_while_the_default_stream_is_busy(variant):
+    """The host's upload, poison and download are ordered with the collective's kernel however late
+    the default stream runs. Work queued there (another communicator's all-reduces here; in a shared
+    test run, other processes' kernels time-sliced on the GPU delay it the same way) must not let the
+    poison land after the kernel wrote: that leaves NaN in the outputs and raises nothing."""
+    rng = np.random.default_rng(8)
+    copy = variant.startswith("01_")
+    world, n = (2 if copy else 3), 4099
+    with co.Communicator(world, n * 4, virtual=True) as c, \
+            co.Communicator(2, BUSY_ELEMENTS * 4, virtual=True) as busy:
+        arrays = rank_inputs(rng, world, n, np.float32)
+        c.upload(arrays)
+        for _ in range(BUSY_CALLS):
+            busy.enqueue("02_ring_allreduce", np.float32, BUSY_ELEMENTS)  # no stream given: the default one
+        c.poison()
+        c.launch(variant, np.float32, n)
+        outs = c.download(n, np.float32)
+        busy.check()
+    if copy:  # each rank received the other's array
+        assert_exact([outs[0]], arrays[1])
+        assert_exact([outs[1]], arrays[0])
+    else:
+        assert_exact(outs, co.reference_allreduce(arrays))
 
 
 @pytest.mark.gpu

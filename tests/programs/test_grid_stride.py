@@ -181,7 +181,7 @@ def test_library_host_form(built):
     process's first printf-ing launch, which another test in this process may already have made."""
     code = (
         "import numpy as np\n"
-        "from harness import library\n"
+        "from harness.calling import library\n"
         "a = np.arange(300, dtype=np.int32)\n"
         "library.load('grid_stride').grid_stride_square(a, 300, 3, 32)\n"
         "assert (a == np.arange(300) ** 2).all()\n"

@@ -87,7 +87,7 @@ def _header(ex: Exercise, track: str) -> str:
                 f"# Made from {rel}, the lab's own code, with the parts to write replaced by TODOs.\n"
                 f"# Fill in every TODO, then run: invoke exercise check {ex.name}{flag}\n# {what}\n"
                 "from __future__ import annotations\n\nimport math  # noqa: F401\n\nimport numpy as np  # noqa: F401\n\n"
-                "from harness import sim  # noqa: F401\nfrom harness.base.sim import dim3  # noqa: F401\n\n\n")
+                "from harness.base import sim  # noqa: F401\nfrom harness.base.sim import dim3  # noqa: F401\n\n\n")
     kernels = ", ".join(ex.cu_kernels)
     return (f"// cudalab exercise {ex.name} (cuda track): {ex.writes}.\n"
             f"// Made from {rel}, the lab's own code, with the parts to write replaced by TODOs.\n"
