@@ -23,10 +23,11 @@ from pathlib import Path
 from invoke import Exit, Task
 from invoke import task as _invoke_task
 
-ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # before anything of the lab is importable
 
 from harness import programs as _registry  # noqa: E402
+from harness.base import paths as _paths  # noqa: E402
+from harness.base.paths import ROOT  # noqa: E402
 from harness.compile import build as _hb  # noqa: E402  (the project root must be importable first)
 
 _PROGRAMS = ", ".join(_hb.programs())
@@ -70,9 +71,7 @@ def _choices(name: str) -> str:
     if name == "compare":
         return "name a program with a CPU twin: square"
     if name == "tune":
-        from harness.measuring import tune as htune
-
-        return f"name a program to tune: {', '.join(htune.tunables())}"
+        return f"name a program to tune: {', '.join(_registry.tunables())}"
     return f"name a program: {_PROGRAMS}"
 
 
@@ -316,7 +315,7 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
     _check_pytest_expression(marker, "--marker")
     _check_pytest_expression(keyword, "--keyword")
     # The junit file feeds the test summary of `invoke report`.
-    cmd = [sys.executable, "-m", "pytest", f"--junitxml={ROOT / 'build' / 'test-results' / 'junit.xml'}"]
+    cmd = [sys.executable, "-m", "pytest", f"--junitxml={_paths.BUILD / 'test-results' / 'junit.xml'}"]
     env = None
     with _one_line("test"):
         chosen = hg.select(gpus) if gpus else []
@@ -546,16 +545,24 @@ def bench(c, programs="", quick=False, save=False, rounds="", repeat="", gpus=""
     ran with the SM clock under 90% of the run's highest gets a warning line."""
     from harness.measuring import bench as hbench
     from harness.measuring import gpus as hg
+    from harness.measuring import results_csv
 
     names = _names(programs) or None
     n_rounds = _int(rounds, "--rounds", lo=1) if rounds else None
     n_repeat = _int(repeat, "--repeat", lo=1) if repeat else 1
     if gpus and n_repeat > 1:
         raise Exit("bench: --repeat runs on one GPU; leave out --gpus")
+    # The programs hand their cases and ceilings down; the bench times what it is given.
+    with _one_line("bench"):
+        cases = _registry.bench_cases(names, quick)
+        if not cases:
+            raise Exit("bench: no bench cases to run" + (f" for {', '.join(names)}" if names else ""))
+        hbench.check_built(_registry.bench_libraries(cases))
+        ceilings = _registry.ceilings()
     if gpus:
         with _one_line("bench"):
             chosen = hg.select(gpus)
-            paths = hbench.run_on_gpus(names, quick=quick, gpus=chosen)
+            paths = hbench.run_on_gpus("harness.user.bench_worker", names, quick=quick, gpus=chosen)
         frames = None
     else:
         frames, paths = [], []
@@ -563,13 +570,13 @@ def bench(c, programs="", quick=False, save=False, rounds="", repeat="", gpus=""
             t = bar.add_task("", total=None)
             for run_no in range(1, n_repeat + 1):
                 tag = f"run {run_no}/{n_repeat}: " if n_repeat > 1 else ""
-                df, ceil = hbench.run(names, quick=quick, rounds=n_rounds,
+                df, ceil = hbench.run(cases, ceilings, quick=quick, rounds=n_rounds,
                                       on_total=lambda k: bar.update(t, total=k * n_repeat),
                                       on_progress=lambda d, tag=tag: bar.update(t, advance=1, description=tag + d))
-                paths.append(hbench.write_csv(df, hbench.metadata(), ceil))
+                paths.append(results_csv.write(df, hbench.metadata(), ceil))
                 frames.append(df)
     for i, path in enumerate(paths):
-        frame, meta, ceilings = hbench.read_result(path)
+        frame, meta, ceilings = results_csv.read(path)
         shown = [col for col in hbench.SHOWN if col in frame]
         _print_table(frame[shown], f"bench on {meta['device']}" + (f" (GPU {meta['gpu']})" if meta.get("gpu") else "")
                      + (f", run {i + 1} of {len(paths)}" if len(paths) > 1 else ""))
@@ -588,7 +595,7 @@ def bench(c, programs="", quick=False, save=False, rounds="", repeat="", gpus=""
                           f"{r.row_value:.4g} {r.unit}: {r.diff_pct:.1f}% apart{flag}")
         print(f"wrote {path}")
         if save:
-            print(f"saved {hbench.save(path, meta['device'])}")
+            print(f"saved {results_csv.save(path, meta['device'])}")
     if n_repeat > 1:
         _report_repeat(frames, save)
 
@@ -596,16 +603,12 @@ def bench(c, programs="", quick=False, save=False, rounds="", repeat="", gpus=""
 def _report_repeat(frames, save: bool) -> None:
     """--repeat: the long table (one row per case and run), the spread per row, and its figure."""
     from analysis import repeat as arepeat
-    from harness.base import files
     from harness.measuring import bench as hbench
+    from harness.measuring import results_csv
 
     meta = hbench.metadata()
     long = hbench.repeat_frame(frames, meta)
-    stamp = meta["date"].replace(":", "").replace("-", "")
-    hbench.BUILD_BENCH.mkdir(parents=True, exist_ok=True)
-    # Whole, and never over another run's repeat CSV of the same second (harness.base.files).
-    path = files.create(hbench.BUILD_BENCH / f"repeat-{hbench.gpu_slug(meta['device'])}-{stamp}.csv",
-                        lambda tmp: long.to_csv(tmp, index=False))
+    path = results_csv.write_repeat(long, meta)
     summ = arepeat.summary(long, hbench.REPEAT_TOLERANCE_PCT)
     _print_table(summ[["program", "variant", "size", "goal", "ratio_median", "ratio_min", "ratio_max", "spread_pct",
                        "within"]], f"ratio across {len(frames)} runs (goal: within {hbench.REPEAT_TOLERANCE_PCT:g}%)")
@@ -617,7 +620,7 @@ def _report_repeat(frames, save: bool) -> None:
         print(p)
     print(f"wrote {path}")
     if save:
-        print(f"saved {hbench.save(path, meta['device'])}")
+        print(f"saved {results_csv.save(path, meta['device'])}")
 
 
 @task(help={"prog": f"the program: {_PROGRAMS}",
@@ -725,12 +728,11 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots"):
                 print(p)
     elif what == "tune":
         from analysis import tune as atune
-        from harness.measuring import bench as hbench
 
         with _one_line("plot tune"):
-            paths = atune.plot_cached(hbench.RESULTS_DIR, Path(outdir))
+            paths = atune.plot_cached(_paths.RESULTS_DIR, Path(outdir))
         if not paths:
-            raise Exit(f"plot tune: no tuning results under {hbench.RESULTS_DIR} (run `invoke tune <prog>` on a GPU)")
+            raise Exit(f"plot tune: no tuning results under {_paths.RESULTS_DIR} (run `invoke tune <prog>` on a GPU)")
         for p in paths:
             print(p)
     elif what == "timeline":
@@ -765,12 +767,10 @@ def tune(c, prog, size="4096", save=True):
     `invoke tune matmul` times every compiled ladder configuration and caches the fastest for this GPU (bench/results/<gpu>/matmul-tune.json), which 09_tuned then runs;
     `invoke tune attention` does the same for 03_flash_bf16's and 05_flash_wgmma's choices at each head size, and
     `invoke tune gemm_tc` for the wgmma configurations (schedule, stages, raster) that 06_wgmma_tuned runs."""
-    from harness.measuring import tune as htune
-
     edge = _int(size, "--size", lo=1)
     with _one_line(f"tune {prog}"):
-        df, path = htune.run(prog, size=edge, save=save,
-                             on_progress=lambda name: print(f"tune {prog}: {name}", file=sys.stderr))
+        df, path = _registry.tuner(prog)(size=edge, save=save,
+                                         on_progress=lambda name: print(f"tune {prog}: {name}", file=sys.stderr))
     _print_table(df, f"tune {prog} at size {edge}")
     won = df[df["winner"]] if "winner" in df else df.iloc[:0]
     # One winner (matmul), or one per head size (attention: a D column).
@@ -780,11 +780,10 @@ def tune(c, prog, size="4096", save=True):
         print(f"saved {path}")
     from analysis import tune as atune
     from harness.calling import cudart
-    from harness.measuring import bench as hbench
 
     with _one_line(f"tune {prog}"):
-        gpu = hbench.gpu_folder(cudart.device_name(0))
-        print(f"figure {atune.plot(df, prog, ROOT / 'build' / 'plots' / f'tune_{prog}_{gpu}.png')}")
+        gpu = _paths.gpu_folder(cudart.device_name(0))
+        print(f"figure {atune.plot(df, prog, _paths.PLOTS / f'tune_{prog}_{gpu}.png')}")
 
 
 @task(help={"outdir": "where index.md and index.html go (default build/report); created if missing"})

@@ -2,7 +2,7 @@
 a roofline (arithmetic intensity against achieved FLOP/s, under the memory and compute roofs that
 were measured in the same run).
 
-Input: a CSV written by harness.measuring.bench.write_csv (cases, then `program=ceiling` rows), or the
+Input: a CSV written by harness.measuring.results_csv.write (read through its one reader; cases, then `program=ceiling` rows), or the
 DataFrames themselves: `plot((cases, ceilings), outdir)`. A CSV measured in interleaved rounds has
 `ratio_p25`/`ratio_p75` (the spread of the per-round ratios): each bar then carries it as an error bar.
 An older CSV without them plots as before. Nothing here launches anything.
@@ -10,7 +10,6 @@ An older CSV without them plots as before. Nothing here launches anything.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import matplotlib
@@ -21,92 +20,18 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-BENCH_DIR = ROOT / "build" / "bench"
-
-
-REQUIRED = ("program", "variant", "size", "ratio", "unit", "date")
-
-
-def read_checked(path, required=REQUIRED, what: str = "bench CSV", writer: str = "`invoke bench`") -> pd.DataFrame:
-    """A CSV written by `writer` (a bench CSV unless told), or ValueError (FileNotFoundError) saying in
-    one line what the file is not: not a CSV, one without the columns, or one that is not whole
-    (whole_file)."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist")
-    data = path.read_bytes()
-    _no_nul(path, data, what)
-    try:
-        df = pd.read_csv(io.BytesIO(data))
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not a {what} (it does not read as CSV: {str(e).splitlines()[0]})") from None
-    missing = [c for c in required if c not in df.columns]
-    if missing:
-        raise ValueError(f"{path} is not a {what} written by {writer}: no column(s) {', '.join(missing)}")
-    _whole_lines(path, data, what)
-    return df
-
-
-def _no_nul(path: Path, data: bytes, what: str) -> None:
-    nul = data.find(b"\0")
-    if nul >= 0:
-        count = data.count(b"\0")
-        raise ValueError(f"{path} is not a whole {what}: {count} NUL byte(s) from offset {nul} "
-                         f"(a torn write); run it again")
-
-
-def _whole_lines(path: Path, data: bytes, what: str) -> None:
-    import csv
-
-    if data and not data.endswith(b"\n"):  # every writer ends its last line
-        raise ValueError(f"{path} is not a whole {what}: its last line is cut short (a torn write); run it again")
-    try:
-        rows = csv.reader(io.StringIO(data.decode()))
-        header = next(rows, None)
-        for n, row in enumerate(rows, 2):
-            if row and len(row) != len(header):
-                raise ValueError(f"{path} is not a whole {what}: line {n} has {len(row)} field(s), the header "
-                                 f"{len(header)} (a torn write); run it again")
-    except (UnicodeDecodeError, csv.Error) as e:
-        raise ValueError(f"{path} is not a {what} (it does not read as CSV: {str(e).splitlines()[0]})") from None
-
-
-def whole_file(path: Path, what: str = "bench CSV") -> None:
-    """ValueError, in one line naming the file, when a CSV is not whole: NUL bytes (what a torn or
-    pre-allocated write leaves), a line with another number of fields than the header (a line cut
-    short, or two writers' lines interleaved), or a last line without its newline. pandas would read
-    each as valid rows padded with NaN."""
-    data = Path(path).read_bytes()
-    _no_nul(path, data, what)
-    _whole_lines(path, data, what)
-
-
-def csv_date(path) -> pd.Timestamp | None:
-    """The run's date as written inside the CSV (its `date` column); None when unreadable."""
-    try:
-        dates = pd.to_datetime(pd.read_csv(path, usecols=["date"])["date"], errors="coerce").dropna()
-    except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
-        return None
-    return dates.max() if len(dates) else None
-
-
-def latest_csv(folder: Path | None = None) -> Path | None:
-    """The bench CSV in build/bench/ whose run is the newest by the date written inside it (a copied
-    or touched file keeps its run's date); None when there is none."""
-    folder = Path(folder or BENCH_DIR)
-    dated = [(d, p.name, p) for p in folder.glob("*.csv") if (d := csv_date(p)) is not None]
-    return max(dated)[2] if dated else None
+from harness.base.paths import BUILD_BENCH  # noqa: E402
+from harness.measuring import results_csv  # noqa: E402
 
 
 def resolve_csv(csv=None) -> Path:
     """The CSV the user named (checked to be a bench CSV), else the newest one; one-line errors."""
     if csv:
-        read_checked(csv)
+        results_csv.read_checked(csv)
         return Path(csv)
-    path = latest_csv()
+    path = results_csv.latest()
     if path is None:
-        raise FileNotFoundError(f"no bench CSV in {BENCH_DIR}: run `invoke bench` first, or give --csv")
+        raise FileNotFoundError(f"no bench CSV in {BUILD_BENCH}: run `invoke bench` first, or give --csv")
     return path
 
 
@@ -114,7 +39,7 @@ def load(data) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(cases, ceilings) from a CSV path, a (cases, ceilings) pair, or one DataFrame that may hold
     `program=ceiling` rows."""
     if isinstance(data, (str, Path)):
-        data = read_checked(data, required=("program",))
+        data = results_csv.read_checked(data, required=("program",))
     if isinstance(data, tuple):
         cases, ceil = data
         ceil = _ceiling_frame(ceil)

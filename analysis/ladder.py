@@ -7,7 +7,7 @@ One figure per program that has ladder rows in the CSV:
   gemm_tc  (BF16 tensor cores):  ceiling rows named cublas_bf16 / cublas_bf16@<size>, peak `bf16_peak`
 A ladder row is a TFLOP/s case of that program whose ceiling is its library ceiling; rows measured
 against anything else (a baseline kernel, the peak itself) are not rungs. Input: a bench CSV
-(harness.measuring.bench.write_csv) or (cases, ceilings) DataFrames. Nothing here launches anything.
+(harness.measuring.results_csv.write) or (cases, ceilings) DataFrames. Nothing here launches anything.
 
 A CSV measured in interleaved rounds gives each row its ratio's 25th-75th percentile spread
 (ratio_p25, ratio_p75): each bar then carries it as a whisker, scaled to the bar (TFLOP/s x p25/ratio

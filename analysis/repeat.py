@@ -23,6 +23,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from harness.measuring import results_csv  # noqa: E402
+
 TOLERANCE_PCT = 3.0
 KEY = ["program", "variant", "size"]
 REQUIRED = ("program", "variant", "size", "run", "ratio")
@@ -37,9 +39,7 @@ CLIP = 0.25  # points further than this (as a fraction) from their row's median 
 
 def read_checked(path) -> pd.DataFrame:
     """A --repeat CSV, or ValueError (FileNotFoundError) saying in one line what the file is not."""
-    from .bench import read_checked as read_csv_checked
-
-    return read_csv_checked(path, REQUIRED, "repeat CSV", "`invoke bench --repeat`")
+    return results_csv.read_checked(path, REQUIRED, "repeat CSV", "`invoke bench --repeat`")
 
 
 def _bools(col: pd.Series) -> pd.Series:

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parent.parent
-BUILD = ROOT / "build"
+from harness.base.paths import BUILD, RESULTS_DIR, ROOT
+from harness.measuring import results_csv
 
 BENCH_COLUMNS = ["program", "variant", "size", "ratio", "target", "meets_target", "value", "unit", "ceiling",
                  "median_ms"]
@@ -230,17 +230,13 @@ def sanitize_section(build: Path) -> Section:
 
 
 def _latest_bench(build: Path) -> tuple[Path | None, str]:
-    from analysis.bench import latest_csv
-
-    p = latest_csv(build / "bench")
+    p = results_csv.latest(build / "bench")
     if p is not None:
         return p, "this machine's latest run"
     # The project's committed reference runs sit beside build/ (bench/results/<gpu>/): the newest by
     # the date written inside each (a checkout gives every file the same mtime).
-    from analysis.bench import csv_date
-
-    dated = [(_has_memory_roof(q), d, q.name, q) for q in (build.parent / "bench" / "results").glob("*/*.csv")
-             if (d := csv_date(q)) is not None]
+    dated = [(_has_memory_roof(q), d, q.name, q) for q in (build.parent / RESULTS_DIR.relative_to(ROOT)).glob("*/*.csv")
+             if (d := results_csv.date_of(q)) is not None]
     if dated:
         # The newest that measured a memory ceiling, so that its roofline has the sloped roof; else the newest.
         return max(dated)[3], "a committed reference run (bench/results), not this machine's"

@@ -20,6 +20,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from harness.measuring import results_csv  # noqa: E402
+
 REQUIRED = ("variant", "m", "n", "k", "block", "sm", "role", "start_us", "loop_end_us", "end_us")
 ROLES = ("whole", "head", "rest", "slice")
 COLOURS = {"whole": "#4c72b0", "head": "#dd8452", "rest": "#55a868", "slice": "#8172b3"}
@@ -27,9 +29,7 @@ COLOURS = {"whole": "#4c72b0", "head": "#dd8452", "rest": "#55a868", "slice": "#
 
 def read_checked(path) -> pd.DataFrame:
     """A --timeline CSV, or ValueError (FileNotFoundError) saying in one line what the file is not."""
-    from .bench import read_checked as read_csv_checked
-
-    df = read_csv_checked(path, REQUIRED, "block timeline CSV", "`matmul --timeline`")
+    df = results_csv.read_checked(path, REQUIRED, "block timeline CSV", "`matmul --timeline`")
     bad = sorted(set(df["role"]) - set(ROLES))
     if bad:
         raise ValueError(f"{path}: unknown role(s) {', '.join(map(str, bad))} (expected {', '.join(ROLES)})")

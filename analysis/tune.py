@@ -1,7 +1,7 @@
 """The tuning figure: what `invoke tune <prog>` measured, one horizontal bar per choice (TFLOP/s), the
 winner marked; a choice that was refused or gave a wrong answer gets its reason instead of a bar.
 
-Input: the table `harness.measuring.tune.run` returns, or the JSON it caches (bench/results/<gpu>/<prog>-tune.json,
+Input: the table a program's `tune` returns (`invoke tune`), or the JSON it caches (bench/results/<gpu>/<prog>-tune.json,
 whose "table" is the same rows). Columns used: `config`, `status`, `winner`, every `tflops*` column
 (matmul: tflops; attention: tflops_full and tflops_causal, one bar each), and `D` when present (one
 panel per head size). Nothing here launches anything.

@@ -110,9 +110,9 @@ def poison(shape, dtype) -> np.ndarray:
 def results_dir(tmp_path, monkeypatch):
     """bench/results/ moved to a temporary folder: the tuning caches and bench CSVs a test writes or
     reads there never touch the committed ones."""
-    from harness.measuring import bench
+    from harness.base import paths
 
-    monkeypatch.setattr(bench, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(paths, "RESULTS_DIR", tmp_path)
     return tmp_path
 
 

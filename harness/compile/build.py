@@ -18,11 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from harness.base.errors import BuildError, NotBuilt
+from harness.base.paths import BUILD, CUDA_DIR, ROOT
 from harness.compile import toolchain
-
-ROOT = toolchain.ROOT
-CUDA_DIR = ROOT / "cuda"
-BUILD = ROOT / "build"
 
 
 def programs(root: Path | None = None) -> list[str]:

@@ -20,8 +20,6 @@ from pathlib import Path
 
 from harness.base.errors import ToolMissing
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @dataclass(frozen=True)
 class Tool:

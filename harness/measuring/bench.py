@@ -1,10 +1,11 @@
 """Benchmarks: every program's bench cases, each reported as a ratio to a ceiling timed in the same
 run, in interleaved rounds (ARCHITECTURE.md, Measuring; README, "How a ratio is measured").
 
-A program module offers `bench_cases(quick: bool) -> list[BenchCase]`. A case's `setup()` allocates
-and fills device buffers and returns a Prepared whose `launch(stream)` enqueues one run of the
-kernel through the device-pointer entry point. Ceilings are looked up by name (the built-in ones here,
-then each program's `ceilings()` hook). A ceiling is either a number known without timing (a peak
+A program module offers `bench_cases(quick: bool) -> list[BenchCase]`. A case names its setup as a
+`"package.module:function"` target with JSON keyword arguments (the timing child imports only that
+module); the function allocates and fills device buffers and returns a Prepared whose `launch(stream)`
+enqueues one run of the kernel through the device-pointer entry point. Ceilings are looked up by name: memcpy (BUILT_IN here),
+then the programs' `ceilings()` hooks, which the tasks hand in with the cases. A ceiling is either a number known without timing (a peak
 derived from the clock) or a TimedCeiling: a library call timed beside its cases.
 
 How a ratio is measured. harness.measuring.timing times every measurement with NVBench (cold: L2 flushed, the
@@ -19,8 +20,11 @@ the median of its per-round ratios with their 25th-75th percentile spread, and t
 from __future__ import annotations
 
 import datetime as _dt
-import functools
+import os
 import re
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,13 +32,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.base import files, paths
 from harness.base.errors import CudalabError, NotBuilt
+from harness.calling import cudart
 from harness.compile import build as _build
-from harness.measuring import timing
+from harness.compile import toolchain
+from harness.measuring import conditions, timing
+from harness.measuring import gpus as hg
 
 UNIT_SCALE = {"GB/s": 1e9, "TFLOP/s": 1e12, "Giter/s": 1e9, "Ginst/s": 1e9}
-RESULTS_DIR = _build.ROOT / "bench" / "results"
-BUILD_BENCH = _build.BUILD / "bench"
 ROUNDS, QUICK_ROUNDS = 3, 2
 REPEAT_TOLERANCE_PCT = 3.0  # rows held to the goal agree within this between runs, or ratios do not compare
 THROTTLE_FRACTION = 0.9  # a case whose SM clock fell under this fraction of the run's highest is flagged
@@ -53,7 +59,7 @@ class BenchCase:
     program: str
     variant: str
     size: str
-    setup: Callable[[], Prepared]
+    setup: str  # "package.module:function" returning a Prepared, called with `kwargs` in the timing child
     unit: str  # GB/s, TFLOP/s or Giter/s
     amount: float  # bytes (read + written), FLOPs or iterations per launch, in the unit's base
     ceiling: str  # a key of ceilings()
@@ -63,6 +69,7 @@ class BenchCase:
     flops: float = 0.0
     ceiling_divisor: float = 1.0  # e.g. instructions per iteration for an instruction ceiling
     note: str = ""
+    kwargs: dict = field(default_factory=dict)  # JSON values: they cross into the timing child
 
 
 @dataclass
@@ -92,20 +99,11 @@ class Ceiling:
     measurements: int = 0
 
 
-_EXTRA_CEILINGS: dict[str, Callable[[bool], Ceiling | TimedCeiling | None]] = {}
-
-
-def register_ceiling(name: str, fn: Callable[[bool], Ceiling | TimedCeiling | None]) -> None:
-    _EXTRA_CEILINGS[name] = fn
-
-
 MEMCPY_BYTES, QUICK_MEMCPY_BYTES = 1 << 30, 256 << 20
 
 
 def memcpy_setup(nbytes: int) -> Prepared:
     """cudaMemcpyAsync device-to-device of `nbytes` from a filled buffer (harness.measuring.timing target)."""
-    from harness.calling import cudart
-
     src, dst = cudart.DeviceBuffer(nbytes), cudart.DeviceBuffer(nbytes)
     src.fill_bytes(0x5A)
 
@@ -123,72 +121,24 @@ def measure_memcpy(quick: bool = False) -> TimedCeiling:
                         f"cudaMemcpy DtoD of {nbytes >> 20} MiB")
 
 
-def device_peaks() -> dict:
-    """device_info's derived peaks for device 0 (fp32_tflops, fp32_inst_per_s, ...)."""
-    from harness.programs import device_info
-
-    return device_info.query(0)
-
-
-def measure_fp32(quick: bool = False) -> Ceiling:
-    d = device_peaks()
-    return Ceiling("fp32", d["fp32_tflops"], "TFLOP/s", "SMs x FP32 lanes x 2 x clock (device_info)")
-
-
-def measure_fp32_inst(quick: bool = False) -> Ceiling:
-    d = device_peaks()
-    return Ceiling("fp32_inst", d["fp32_inst_per_s"] / 1e9, "Ginst/s", "SMs x FP32 lanes x clock (device_info)")
-
-
-def ceilings(progs: list[str] | None = None) -> dict[str, Callable[[bool], Ceiling | TimedCeiling | None]]:
-    """The built-in ceilings, then each program's `ceilings()` hook (harness/programs/__init__.py),
-    then any still registered the old way."""
-    from harness import programs as registry
-
-    base = {"memcpy": measure_memcpy, "fp32": measure_fp32, "fp32_inst": measure_fp32_inst}
-    return {**base, **registry.ceilings(progs), **_EXTRA_CEILINGS}
-
-
-def program_modules(names: list[str] | None = None) -> dict:
-    """prog -> module with bench cases; an unknown name raises ValueError."""
-    from harness import programs as registry
-
-    return registry.bench_programs(names)
-
-
-def check_built(names: list[str] | None = None) -> None:
-    """One line, before anything is timed, when a library the run needs is missing: the selected programs'
-    and device_info's (the peak ceilings read the SM count and clocks from it)."""
-    needed = dict.fromkeys([*program_modules(names), "device_info"])
-    missing = [p for p in needed if not _build.lib_path(p).exists()]
+def check_built(libraries) -> None:
+    """One line, before anything is timed, when a library the run needs is missing (`libraries`: the
+    programs whose cases and ceilings the run times, as the tasks collected them)."""
+    missing = [p for p in dict.fromkeys(libraries) if not _build.lib_path(p).exists()]
     if missing:
         raise NotBuilt([_build.lib_path(p) for p in missing], missing)
 
 
-def collect(names: list[str] | None = None, quick: bool = False) -> list[BenchCase]:
-    cases = []
-    for mod in program_modules(names).values():
-        cases += [c for c in mod.bench_cases(quick) if c.quick or not quick]
-    return cases
+def share(cases: list[BenchCase], index: int, count: int) -> list[BenchCase]:
+    """The cases of every count-th ceiling group, starting at `index` (groups in order of appearance):
+    one GPU's share under `invoke bench --gpus`, so a case and its ceiling share a GPU and a session."""
+    groups = list(dict.fromkeys(c.ceiling for c in cases))
+    mine = set(groups[index::count])
+    return [c for c in cases if c.ceiling in mine]
 
 
-@functools.cache
-def _cases_of(program: str, quick: bool) -> dict:
-    return {(c.variant, c.size): c for c in program_modules([program])[program].bench_cases(quick)}
-
-
-def case_setup(program: str, variant: str, size: str, quick: bool = False) -> Prepared:
-    """harness.measuring.timing's target for a bench case: the same case, found again in the timing session."""
-    case = _cases_of(program, bool(quick)).get((variant, size))
-    if case is None:
-        raise LookupError(f"no bench case {program} {variant} {size} (quick={quick})")
-    return case.setup()
-
-
-def case_item(case: BenchCase, quick: bool, key: str, warmup_s: float | None = None) -> timing.Item:
-    return timing.Item(key, "harness.measuring.bench:case_setup",
-                       {"program": case.program, "variant": case.variant, "size": case.size, "quick": bool(quick)},
-                       warmup_s)
+def case_item(case: BenchCase, key: str, warmup_s: float | None = None) -> timing.Item:
+    return timing.Item(key, case.setup, case.kwargs, warmup_s)
 
 
 # --- the plan: groups of cases around their ceiling, in rounds -------------------------------------------
@@ -196,8 +146,7 @@ def case_item(case: BenchCase, quick: bool, key: str, warmup_s: float | None = N
 SETTLED_WARMUP_S = 0.01  # a setup already warmed in an earlier round: the GPU has been busy since
 
 
-def plan_rounds(cases: list[BenchCase], resolved: dict, rounds: int, quick: bool,
-                warmup_s: float) -> tuple[list[timing.Item], dict]:
+def plan_rounds(cases: list[BenchCase], resolved: dict, rounds: int, warmup_s: float) -> tuple[list[timing.Item], dict]:
     """The Items of a run, in order, and where each case's measurements are:
     layout[i] = [(case key, ceiling key before, ceiling key after) per round] (ceiling keys None when
     the ceiling is not timed), and layout['extras'][name] = [(label, key)]."""
@@ -227,7 +176,7 @@ def plan_rounds(cases: list[BenchCase], resolved: dict, rounds: int, quick: bool
                 items.append(timing.Item(prev, ceil.target, ceil.kwargs, warm("ceil:" + name)))
             for j, i in enumerate(members):
                 key = f"case:{i}:r{r}"
-                items.append(case_item(cases[i], quick, key, warm(f"case:{i}")))
+                items.append(case_item(cases[i], key, warm(f"case:{i}")))
                 after = None
                 if timed:
                     after = f"ceil:{name}:r{r}:{j + 1}"
@@ -374,9 +323,13 @@ def consistency(df: pd.DataFrame, resolved: dict, measured: dict[str, Ceiling]) 
     return pd.DataFrame(rows, columns=["ceiling", "row", "ceiling_value", "row_value", "unit", "diff_pct"])
 
 
-def resolve_ceilings(names: list[str], progs: list[str] | None, quick: bool) -> dict:
-    """name -> Ceiling (a number), TimedCeiling (to be timed in the rounds) or None (not available here)."""
-    available = ceilings(progs)
+BUILT_IN = {"memcpy": measure_memcpy}  # the ceilings no program owns
+
+
+def resolve_ceilings(names: list[str], ceilings: dict, quick: bool) -> dict:
+    """name -> Ceiling (a number), TimedCeiling (to be timed in the rounds) or None (not available here);
+    `ceilings` are the programs' hooks (name -> callable taking quick), beside BUILT_IN."""
+    available = {**BUILT_IN, **ceilings}
     out = {}
     for name in names:
         fn = available.get(name)
@@ -384,26 +337,23 @@ def resolve_ceilings(names: list[str], progs: list[str] | None, quick: bool) -> 
     return out
 
 
-def run(names: list[str] | None = None, quick: bool = False, on_progress: Callable[[str], None] | None = None,
-        on_total: Callable[[int], None] | None = None, rounds: int | None = None,
-        cases: list[BenchCase] | None = None) -> tuple[pd.DataFrame, dict[str, Ceiling]]:
-    """Time every case against its ceiling in interleaved rounds, in one NVBench session.
-    Returns (table, ceilings); the table's attrs['consistency'] holds the ceiling-vs-row check."""
-    if cases is None:
-        check_built(names)
-    # The same check as every timing session's, before collecting and resolving the ceilings (some
-    # of which touch the device): without a GPU nothing here can be measured.
+def run(cases: list[BenchCase], ceilings: dict, quick: bool = False,
+        on_progress: Callable[[str], None] | None = None, on_total: Callable[[int], None] | None = None,
+        rounds: int | None = None) -> tuple[pd.DataFrame, dict[str, Ceiling]]:
+    """Time every case against its ceiling in interleaved rounds, in one NVBench session. The cases
+    and the ceilings' hooks (name -> callable taking quick) come from the programs, through the
+    tasks. Returns (table, ceilings); the table's attrs['consistency'] holds the ceiling-vs-row check."""
+    # The same check as every timing session's, before resolving the ceilings (some of which touch
+    # the device): without a GPU nothing here can be measured.
     timing.require_gpu()
-    if cases is None:
-        cases = collect(names, quick)
     if not cases:
-        raise CudalabError("no bench cases to run" + (f" for {', '.join(names)}" if names else ""))
+        raise CudalabError("no bench cases to run")
     engine = f"nvbench {timing.require_engine()}"
     rounds = rounds or (QUICK_ROUNDS if quick else ROUNDS)
     needed = list(dict.fromkeys(c.ceiling for c in cases))
-    resolved = resolve_ceilings(needed, sorted({c.program for c in cases}), quick)
+    resolved = resolve_ceilings(needed, ceilings, quick)
     opts = timing.QUICK if quick else timing.Options()
-    items, layout = plan_rounds(cases, resolved, rounds, quick, opts.warmup_s)
+    items, layout = plan_rounds(cases, resolved, rounds, opts.warmup_s)
     if on_total:
         on_total(len(items))
     labels = {}
@@ -425,8 +375,6 @@ def run(names: list[str] | None = None, quick: bool = False, on_progress: Callab
 
 def throttle_warnings(df: pd.DataFrame) -> list[str]:
     """One line per row that ran throttled (SM clock under 90% of the run's highest)."""
-    from harness.measuring import conditions
-
     if not len(df) or "throttled" not in df:
         return []
     highest = float(np.nanmax(df["sm_clock_max_mhz"])) if df["sm_clock_max_mhz"].notna().any() else float("nan")
@@ -477,27 +425,21 @@ def repeat_frame(frames: list[pd.DataFrame], meta: dict) -> pd.DataFrame:
     return out
 
 
-def run_on_gpus(names: list[str] | None, quick: bool, gpus: list[str], timeout: float | None = None) -> list[Path]:
-    """One worker process per GPU (harness/measuring/bench_worker.py), side by side, each pinned to its GPU with
-    $CUDA_VISIBLE_DEVICES and given every n-th ceiling group, so a case and its ceiling share a GPU
-    and a session. Each writes its own CSV; returns their paths."""
-    import os
-    import subprocess
-    import sys
-    import tempfile
-
-    from harness.measuring import gpus as hg
-
-    check_built(names)  # one line here, not one traceback per worker
+def run_on_gpus(worker: str, names: list[str] | None, quick: bool, gpus: list[str],
+                timeout: float | None = None) -> list[Path]:
+    """One worker process per GPU (`python -m <worker> INDEX COUNT OUTDIR PROGRAMS [--quick]`: the
+    tasks name the module, which collects the programs' cases and runs its `share`), side by side,
+    each pinned to its GPU with $CUDA_VISIBLE_DEVICES. Each writes its own CSV; returns their paths.
+    The caller checks the libraries first (one line here, not one traceback per worker)."""
     timing.require_engine()
-    out = Path(tempfile.mkdtemp(prefix="gpus-", dir=_ensure(BUILD_BENCH)))
+    out = Path(tempfile.mkdtemp(prefix="gpus-", dir=_ensure(paths.BUILD_BENCH)))
     procs = []
     for i, gpu in enumerate(gpus):
         env = hg.worker_env(gpus)
         env["CUDA_VISIBLE_DEVICES"] = gpu
-        env["PYTHONPATH"] = os.pathsep.join([str(_build.ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-        cmd = [sys.executable, "-m", "harness.measuring.bench_worker", str(i), str(len(gpus)), str(out), ",".join(names or [])]
-        procs.append((gpu, subprocess.Popen(cmd + (["--quick"] if quick else []), cwd=_build.ROOT, env=env)))
+        env["PYTHONPATH"] = os.pathsep.join([str(paths.ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+        cmd = [sys.executable, "-m", worker, str(i), str(len(gpus)), str(out), ",".join(names or [])]
+        procs.append((gpu, subprocess.Popen(cmd + (["--quick"] if quick else []), cwd=paths.ROOT, env=env)))
     failed = []
     for gpu, p in procs:
         try:
@@ -507,11 +449,11 @@ def run_on_gpus(names: list[str] | None, quick: bool, gpus: list[str], timeout: 
             rc = "timed out"
         if rc != 0:
             failed.append(f"GPU {gpu}: {rc}")
-    paths = sorted(out.glob("*.csv"))
+    written = sorted(out.glob("*.csv"))
     if failed:
         raise CudalabError(f"bench workers failed ({'; '.join(failed)}); CSVs written: "
-                           f"{', '.join(p.name for p in paths) or 'none'}")
-    return [_keep(p) for p in paths]
+                           f"{', '.join(p.name for p in written) or 'none'}")
+    return [_keep(p) for p in written]
 
 
 def _ensure(d: Path) -> Path:
@@ -522,9 +464,7 @@ def _ensure(d: Path) -> Path:
 def _keep(p: Path) -> Path:
     """Move a worker's CSV from its temporary folder to build/bench/ (its name says which GPU), never
     over another run's CSV of the same name."""
-    from harness.base import files
-
-    dest = files.create(BUILD_BENCH / p.name, lambda tmp: Path(tmp).write_bytes(p.read_bytes()))
+    dest = files.create(paths.BUILD_BENCH / p.name, lambda tmp: Path(tmp).write_bytes(p.read_bytes()))
     p.unlink()
     return dest
 
@@ -534,93 +474,13 @@ SHOWN = ["program", "variant", "size", "median_ms", "value", "unit", "ceiling", 
          "target"]
 
 
-def read_result(path: Path) -> tuple[pd.DataFrame, dict, list[str]]:
-    """(cases, metadata, one line per ceiling) from a CSV written by write_csv. A file that is not a
-    whole bench CSV (torn, NUL-filled, a line cut short) raises ValueError in one line naming it
-    (analysis.bench.read_checked, the one reader)."""
-    from analysis.bench import read_checked
-
-    df = read_checked(path, required=("program", "variant", "size"))
-    cases = df[df["program"] != "ceiling"].reset_index(drop=True)
-    ceil = df[df["program"] == "ceiling"]
-    meta = {k: (str(df[k].iloc[0]) if k in df and len(df) and pd.notna(df[k].iloc[0]) else "")
-            for k in ("device", "driver", "runtime", "nvcc", "date", "gpu")}
-    lines = [f"ceiling {r['variant']}: {r['value']:.4g} {r['unit']} ({r['size']})" for _, r in ceil.iterrows()]
-    return cases, meta, lines
-
-
 def metadata() -> dict:
-    import os
-
-    from harness.calling import cudart
-    from harness.compile import toolchain
-    from harness.measuring import gpus
-
     s = cudart.summary()
     meta = {"device": s.name, "driver": s.driver, "runtime": s.runtime,
             "nvcc": toolchain.find("nvcc").version or "unknown",
             "date": _dt.datetime.now().isoformat(timespec="seconds")}
-    if os.environ.get(gpus.ENV):  # a worker of `--gpus`: which physical GPU this CSV is from
+    if os.environ.get(hg.ENV):  # a worker of `--gpus`: which physical GPU this CSV is from
         meta["gpu"] = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     return meta
 
 
-def gpu_slug(name: str) -> str:
-    s = re.sub(r"^nvidia\s+", "", name.strip(), flags=re.I)
-    return re.sub(r"[^a-z0-9]+", "-", s.lower()).strip("-") or "unknown-gpu"
-
-
-def with_metadata(df: pd.DataFrame, meta: dict) -> pd.DataFrame:
-    out = df.copy()
-    for k, v in meta.items():
-        out[k] = v
-    return out
-
-
-def write_csv(df: pd.DataFrame, meta: dict, ceilings_: dict[str, Ceiling], dest: Path | None = None,
-              folder: Path | None = None) -> Path:
-    """build/bench/bench-<gpu>[-gpu<N>]-<date>.csv (or `folder`/the same name): the cases, then one row
-    per ceiling, each row with the metadata (device, driver, runtime, nvcc, date and, under --gpus, the
-    GPU number). Written whole (harness.base.files): a run never writes over another's CSV, even in the same
-    second (the second gets -2 on its name); an explicit `dest` is replaced whole. Returns the path."""
-    from harness.base import files
-
-    stamp = meta["date"].replace(":", "").replace("-", "")
-    which = f"-gpu{meta['gpu']}" if meta.get("gpu") else ""
-    table = with_metadata(df, meta)
-    ceil_rows = pd.DataFrame([{"program": "ceiling", "variant": c.name, "size": c.detail, "value": c.value,
-                               "value_p25": c.p25, "value_p75": c.p75, "rounds": c.measurements,
-                               "unit": c.unit, "median_ms": c.timing.median_ms if c.timing else np.nan,
-                               "iqr_ms": c.timing.iqr_ms if c.timing else np.nan} for c in ceilings_.values()])
-    whole = pd.concat([table, with_metadata(ceil_rows, meta)], ignore_index=True)
-
-    def write(tmp):
-        whole.to_csv(tmp, index=False)
-
-    if dest is not None:
-        Path(dest).parent.mkdir(parents=True, exist_ok=True)
-        return files.replace(dest, write)
-    folder = _ensure(Path(folder) if folder is not None else BUILD_BENCH)
-    files.clean_stale(folder)
-    return files.create(folder / f"bench-{gpu_slug(meta['device'])}{which}-{stamp}.csv", write)
-
-
-def gpu_folder(device: str) -> str:
-    """The folder under bench/results/ for a device: its model, the first word with a digit in it
-    ("NVIDIA H100 80GB HBM3" -> "h100"), so that the reference runs, notes and tuning results of one
-    GPU model sit together whatever its memory variant."""
-    name = re.sub(r"^nvidia\s+", "", device.strip(), flags=re.I)
-    for tok in name.split():
-        if re.search(r"\d", tok):
-            return re.sub(r"[^a-z0-9]+", "-", tok.lower()).strip("-")
-    return gpu_slug(device)
-
-
-def save(path: Path, device: str) -> Path:
-    """Copy a bench CSV to bench/results/<gpu_folder>/ where reference runs are committed (whole: a
-    copy of the same run replaces its earlier copy)."""
-    from harness.base import files
-
-    dest_dir = RESULTS_DIR / gpu_folder(device)
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    return files.replace(dest_dir / Path(path).name, Path(path).read_bytes())

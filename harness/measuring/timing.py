@@ -38,8 +38,10 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.base import files
+from harness.base import files, paths
 from harness.base.errors import TOOL_FIXES, CudalabError, ToolMissing
+from harness.calling import cudart, runner
+from harness.measuring import conditions
 
 PROGRESS = "cudalab-timing:"  # the child's progress lines on stdout: PROGRESS <index> <key>
 INSTALL_HINT = TOOL_FIXES["cuda-bench"]
@@ -147,8 +149,6 @@ def require_gpu() -> None:
     """NoGPUError, with what is missing, unless a CUDA device can be used. Every measurement session
     passes here before its child starts: NVBench's extension needs the driver (libcuda), and without
     one the child died in an ImportError traceback instead of saying that there is no GPU."""
-    from harness.calling import cudart
-
     cudart.device_count()
 
 
@@ -167,16 +167,14 @@ def run_plan(items: list[Item], options: Options | None = None, *, on_progress: 
     require_engine()
     require_gpu()
     opts = options or Options()
-    from harness.compile import build as _build
-
-    base = _build.BUILD / "timing"
+    base = paths.BUILD / "timing"
     base.mkdir(parents=True, exist_ok=True)
     out = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="session-", dir=base))
     out.mkdir(parents=True, exist_ok=True)
     plan = out / "plan.json"
     plan.write_text(json.dumps({"options": asdict(opts), "items": [asdict(it) for it in items]}, indent=1))
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(_build.ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONPATH"] = os.pathsep.join([str(paths.ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env["PYTHONUNBUFFERED"] = "1"
     limit = timeout if timeout is not None else 120.0 + sum(
         (it.warmup_s if it.warmup_s is not None else opts.warmup_s) + opts.timeout_s for it in items)
@@ -184,7 +182,7 @@ def run_plan(items: list[Item], options: Options | None = None, *, on_progress: 
     # Its own process group: an interrupt here (Ctrl-C, a notebook's stop) stops the session and
     # whatever it started at once, instead of waiting for it to finish its plan.
     proc = subprocess.Popen([sys.executable, "-m", "harness.measuring.timing", str(plan), str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, cwd=_build.ROOT, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, env=env, cwd=paths.ROOT, start_new_session=True)
     # A watchdog, not a check between lines: a child that hangs (a deadlocked launch) prints nothing.
     fired = threading.Event()
 
@@ -206,8 +204,6 @@ def run_plan(items: list[Item], options: Options | None = None, *, on_progress: 
             else:
                 log.append(line.rstrip("\n"))
     except BaseException:
-        from harness.calling import runner
-
         watchdog.cancel()
         runner.stop_group(proc)
         raise
@@ -324,9 +320,6 @@ def _ident(item: dict) -> str:
 
 def _child(plan_path: str, outdir: str) -> int:
     import cuda.bench as nvb
-
-    from harness.calling import cudart
-    from harness.measuring import conditions
 
     out = Path(outdir)
     plan = json.loads(Path(plan_path).read_text())

@@ -1,9 +1,9 @@
 """`invoke tune <prog>`: a program's small parameter search, timed with harness.measuring.timing and cached per
 GPU under bench/results/<gpu>/ (the program decides the file and what "the winner" means).
 
-A program that can be tuned offers `tune(size, save, on_progress) -> (table, path)` in its
-module; matmul times its compiled ladder configurations and caches the fastest for "09_tuned";
-attention times 03_flash_bf16's choices (warps, rows per warp, key tile, stages) per head size; gemm_tc
+A program that can be tuned offers `tune(size, save, on_progress) -> (table, path)` in its module
+(the registry finds it, harness.programs.tuner: this module never imports a program); matmul times
+its compiled ladder configurations and caches the fastest for "09_tuned"; attention times 03_flash_bf16's choices (warps, rows per warp, key tile, stages) per head size; gemm_tc
 times its wgmma configurations (schedule, stages, raster) for "06_wgmma_tuned". The cache is one JSON file
 per program and GPU model, bench/results/<gpu>/<prog>-tune.json, read and written only here.
 """
@@ -11,40 +11,19 @@ per program and GPU model, bench/results/<gpu>/<prog>-tune.json, read and writte
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+import pandas as pd
 
-def tunables() -> list[str]:
-    """The programs with a parameter search (a `tune` function in their module)."""
-    from harness import programs as registry
-
-    return [p for p in registry.names() if callable(registry.hook(p, "tune"))]
-
-
-def tunable(prog: str):
-    """The program's module when it has a `tune` function, else ValueError naming the ones that do."""
-    from harness import programs as registry
-
-    have = tunables()
-    if prog not in have:
-        raise ValueError(f"{prog!r} has no parameter search; tunable programs: {', '.join(have) or 'none'}")
-    return registry.module(prog)
-
-
-def run(prog: str, size: int = 4096, save: bool = True, on_progress=None):
-    """Run `prog`'s search (one NVBench session, harness.measuring.timing); returns (table, path of the cached
-    result or None)."""
-    if size < 1:
-        raise ValueError(f"size must be >= 1, got size={size}")
-    return tunable(prog).tune(size=size, save=save, on_progress=on_progress)
-
+from harness.base import files, paths
+from harness.calling import cudart, library, runner
+from harness.measuring import bench, timing
 
 # --- the cache: bench/results/<gpu>/<prog>-tune.json -------------------------------------------------
 
 def cache_path(prog: str, device: str) -> Path:
-    from harness.measuring import bench
-
-    return bench.RESULTS_DIR / bench.gpu_folder(device) / f"{prog}-tune.json"
+    return paths.RESULTS_DIR / paths.gpu_folder(device) / f"{prog}-tune.json"
 
 
 class BadTuneFile(ValueError):
@@ -107,8 +86,6 @@ def cached_winner(prog: str, device: str | None, valid) -> tuple[str | None, str
     one of `valid()` (the configurations this build has; asked only when there is a cache to check),
     else (None, why the compiled default runs)."""
     if device is None:
-        from harness.calling import cudart
-
         device = cudart.device_name(0)
     data, why = cached(prog, device)
     if data is None:
@@ -121,11 +98,7 @@ def cached_winner(prog: str, device: str | None, valid) -> tuple[str | None, str
 
 def save(prog: str, device: str, result: dict, table) -> Path:
     """Write the search's `result` (the winner(s)) with the device, toolchain, date and whole table."""
-    from harness.measuring import bench
-
     meta = bench.metadata()
-    from harness.base import files
-
     path = cache_path(prog, device)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"program": prog, "device": device, **result, "driver": meta["driver"], "nvcc": meta["nvcc"],
@@ -150,10 +123,6 @@ def time_and_pick(prog: str, device: str, rows: list[dict], items: list, size: i
     (harness.measuring.timing) over `items`, the times put into `rows` (the checked configurations; the refused
     and wrong ones keep their status), the fastest picked and, with `cache`, cached for this GPU and
     `state` (the program's apply_tuned memo) cleared. Returns (table, path or None)."""
-    import pandas as pd
-
-    from harness.measuring import timing
-
     got = timing.run_plan(items, options, on_progress=(lambda i, key: on_progress(key)) if on_progress else None)
     for r in rows:
         t = got.get(r["config"])
@@ -174,8 +143,6 @@ def apply_tuned(prog: str, state: dict, tuned_choice, configs, config_index) -> 
     winner, once per process (`state` is the program's module-level memo): the library's
     <prog>_set_tuned(index) and <prog>_tuned_config() carry the choice. Returns the configuration it runs."""
     if "name" not in state:
-        from harness.calling import library
-
         winner, why = tuned_choice()
         lib = library.load(prog)
         if winner is not None:
@@ -191,10 +158,6 @@ def run_with_tuned(prog: str, args: list[str], variant: str | None, tuned_varian
     06_wgmma_tuned): build/bin/<prog> with the cached winner passed as --config when the run includes
     the tuned rung (the executable cannot read the JSON cache itself); without one, a line on stderr
     says which configuration runs and why. Returns the exit status."""
-    import sys
-
-    from harness.calling import runner
-
     argv = list(args)
     if variant is not None:
         argv = ["--variant", variant] + argv

@@ -345,7 +345,7 @@ def event_timing(prog: str, bench_cases: Callable[[bool], list] | None, variants
         raise CudalabError(f"{prog} has no bench cases for {sorted(wanted)}")
     from harness.measuring import bench
 
-    items = [bench.case_item(c, quick, f"case:{i}") for i, c in enumerate(cases)]
+    items = [bench.case_item(c, f"case:{i}") for i, c in enumerate(cases)]
     got = timing.run_plan(items)
     rows = []
     for i, case in enumerate(cases):

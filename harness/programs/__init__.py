@@ -23,7 +23,9 @@ Variants
 
 Benchmarks (`invoke bench`, harness/measuring/bench.py)
     `bench_cases(quick: bool) -> list[harness.measuring.bench.BenchCase]`
-        Sizes, bytes and FLOPs of each case. A case's `setup()` allocates, fills and MARSHALS
+        Sizes, bytes and FLOPs of each case. A case names its setup as a module-level function of
+        this module, `setup="harness.programs.<prog>:<function>"` with JSON `kwargs` (the timing
+        child process imports only that module and calls it). The function allocates, fills and MARSHALS
         everything once (cffi pointers, launch structs) and returns `Prepared(launch, close)`;
         `launch(stream)` only enqueues the kernel: the timing loop records its start event right
         before calling it, so any Python work in `launch` is timed. The way to get such a launch:
@@ -35,10 +37,10 @@ Benchmarks (`invoke bench`, harness/measuring/bench.py)
         With `quick=True` return only the small cases (under a minute for every program together).
     `ceilings() -> dict[str, Callable[[bool], harness.measuring.bench.Ceiling | None]]`
         A HOOK, called by the bench only when a collected case names one of these ceilings
-        (e.g. matmul's "cublas", attention's "sdpa_d64"). Each callable takes `quick` and
-        measures in the same run; None means "not available here" (ratio left empty).
-        Do not register anything at import time. (`harness.measuring.bench.register_ceiling` still works
-        for modules not yet converted; the registry merges both.)
+        (e.g. matmul's "cublas", attention's "sdpa_d64", device_info's "fp32"). Each callable takes
+        `quick` and measures in the same run; None means "not available here" (ratio left empty).
+        Do not register anything at import time. The tasks hand the cases (`bench_cases` below) and
+        these hooks (`ceilings` below) down to harness.measuring.bench.run.
 
 Profiling and sanitizing (`invoke profile`, `invoke sanitize`)
     `profile_args(variant: str | None) -> list[str]`
@@ -79,13 +81,13 @@ import importlib
 from collections.abc import Callable
 from types import ModuleType
 
-from harness.calling import library
+from harness.base import paths
+from harness.calling import cudart, library
+from harness.compile import build
 
 
 def names() -> list[str]:
     """Every program: each cuda/<prog>/ that holds <prog>.cu, in name order."""
-    from harness.compile import build
-
     return build.programs()
 
 
@@ -231,23 +233,56 @@ def bench_programs(selected: list[str] | None = None) -> dict[str, ModuleType]:
     return out
 
 
+def bench_cases(selected: list[str] | None = None, quick: bool = False) -> list:
+    """The selected programs' bench cases (every program's when None); with quick, only the quick ones.
+    Unknown names raise ValueError."""
+    cases = []
+    for mod in bench_programs(selected).values():
+        cases += [c for c in mod.bench_cases(quick) if c.quick or not quick]
+    return cases
+
+
 def ceilings(progs: list[str] | None = None) -> dict[str, Callable[[bool], object]]:
-    """name -> measuring callable, from each module's `ceilings()` hook (the built-in memcpy/fp32
-    ceilings live in harness.measuring.bench)."""
-    out: dict[str, Callable[[bool], object]] = {}
+    """name -> measuring callable, from each module's `ceilings()` hook (every program's when None;
+    the memcpy ceiling no program owns is harness.measuring.bench.BUILT_IN)."""
+    return {name: fn for name, (_, fn) in _ceiling_hooks(progs).items()}
+
+
+def _ceiling_hooks(progs: list[str] | None) -> dict[str, tuple[str, Callable[[bool], object]]]:
+    out = {}
     for prog in progs or names():
         fn = hook(prog, "ceilings")
         if callable(fn):
-            out.update(fn())
+            out.update({name: (prog, f) for name, f in fn().items()})
     return out
+
+
+def bench_libraries(cases: list) -> list[str]:
+    """The libraries a bench of `cases` needs: each case's program and the owner of each ceiling they
+    name (device_info's fp32 peaks, matmul's cuBLAS, ...)."""
+    owners = {name: prog for name, (prog, _) in _ceiling_hooks(None).items()}
+    needed = [c.program for c in cases] + [owners[c.ceiling] for c in cases if c.ceiling in owners]
+    return list(dict.fromkeys(needed))
+
+
+def tunables() -> list[str]:
+    """The programs with a parameter search (a `tune` function in their module)."""
+    return [p for p in names() if callable(hook(p, "tune"))]
+
+
+def tuner(prog: str) -> Callable:
+    """The program's `tune(size, save, on_progress) -> (table, path)`, else ValueError naming the
+    programs that have one. It times through harness.measuring.tune.time_and_pick and caches there."""
+    have = tunables()
+    if prog not in have:
+        raise ValueError(f"{prog!r} has no parameter search; tunable programs: {', '.join(have) or 'none'}")
+    return hook(prog, "tune")
 
 
 def pictures() -> list[str]:
     """Names with both analysis/<name>.py (a `plot`) and a module with `viz_data`."""
-    from harness.compile import build
-
     out = []
-    for p in sorted((build.ROOT / "analysis").glob("*.py")):
+    for p in sorted((paths.ROOT / "analysis").glob("*.py")):
         if p.stem.startswith("_"):
             continue
         try:
@@ -283,8 +318,6 @@ def cpu_label(how: str, no_gpu: bool = True) -> str:
 
 def gpu_here() -> tuple[bool, str]:
     """(True, "") when a CUDA device can be used, else (False, why); never raises."""
-    from harness.calling import cudart
-
     try:
         return cudart.gpu_available()
     except Exception as e:  # libcudart itself missing

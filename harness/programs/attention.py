@@ -515,46 +515,48 @@ def _bench_case(variant: str, D: int, S: int, causal: bool, quick: bool):
     from harness.measuring import bench
 
     B, H = BENCH_B, BENCH_H
-    shape = (B, H, S, D)
     bf = is_bf16(variant)
     esize = 2 if bf else 4
-
-    def setup():
-        rng = np.random.default_rng(0)
-        host = [rng.uniform(-1, 1, shape).astype(dtype_of(variant)) for _ in range(3)]
-        bufs = [cudart.DeviceBuffer.from_array(a) for a in host]
-        o = cudart.DeviceBuffer(int(np.prod(shape)) * esize)
-        ws_n = 0 if bf else workspace_bytes(variant, *shape)
-        ws = cudart.DeviceBuffer(ws_n) if ws_n else None
-        # Marshal once (Library.prepare): the timed launch is one cffi call and a status check.
-        # 03_flash_bf16 runs this GPU's tuned (warps, stages) at D when `invoke tune attention` ran.
-        ran = runs_as(variant, D)
-        lib = library.load("attention")
-        if bf:
-            launch = lib.prepare("attention_forward_bf16_device", ran, B, H, S, D, int(causal), 1.0 / math.sqrt(D),
-                                 *(b.ptr for b in bufs), o.ptr, library.STREAM)
-        else:
-            launch = lib.prepare("attention_forward_device", ran, B, H, S, D, int(causal), 1.0 / math.sqrt(D),
-                                 *(b.ptr for b in bufs), o.ptr, ws.ptr if ws else None, library.STREAM)
-
-        def close():
-            for b in bufs + [o] + ([ws] if ws else []):
-                b.close()
-
-        return bench.Prepared(launch=launch, close=close, note=f"ran {ran}" if ran != variant else "")
-
     f = flops(B, H, S, D, causal)
     dtype = "bfloat16" if bf else "float32"
     return bench.BenchCase(
         program="attention", variant=variant, size=f"B{B}xH{H}xS{S}xD{D}" + ("-causal" if causal else ""),
-        setup=setup, unit="TFLOP/s", amount=f, ceiling=_ceiling_name(dtype, D, S, causal),
+        setup="harness.programs.attention:variant_setup",
+        kwargs={"variant": variant, "D": D, "S": S, "causal": causal}, unit="TFLOP/s", amount=f, ceiling=_ceiling_name(dtype, D, S, causal),
         target=target(variant, D, S), quick=quick, flops=f, bytes=4.0 * B * H * S * D * esize,
         note=f"{'causal' if causal else 'non-causal'}; ratio to torch SDPA {dtype} (default backend, same run)")
 
 
 def variant_setup(variant: str, D: int, S: int, causal: bool):
     """harness.measuring.timing's target: one attention variant (or tuning choice) at B=4, H=16, (S, D, causal)."""
-    return _bench_case(variant, D, S, causal, quick=False).setup()
+    from harness.measuring import bench
+
+    B, H = BENCH_B, BENCH_H
+    shape = (B, H, S, D)
+    bf = is_bf16(variant)
+    esize = 2 if bf else 4
+    rng = np.random.default_rng(0)
+    host = [rng.uniform(-1, 1, shape).astype(dtype_of(variant)) for _ in range(3)]
+    bufs = [cudart.DeviceBuffer.from_array(a) for a in host]
+    o = cudart.DeviceBuffer(int(np.prod(shape)) * esize)
+    ws_n = 0 if bf else workspace_bytes(variant, *shape)
+    ws = cudart.DeviceBuffer(ws_n) if ws_n else None
+    # Marshal once (Library.prepare): the timed launch is one cffi call and a status check.
+    # 03_flash_bf16 runs this GPU's tuned (warps, stages) at D when `invoke tune attention` ran.
+    ran = runs_as(variant, D)
+    lib = library.load("attention")
+    if bf:
+        launch = lib.prepare("attention_forward_bf16_device", ran, B, H, S, D, int(causal), 1.0 / math.sqrt(D),
+                             *(b.ptr for b in bufs), o.ptr, library.STREAM)
+    else:
+        launch = lib.prepare("attention_forward_device", ran, B, H, S, D, int(causal), 1.0 / math.sqrt(D),
+                             *(b.ptr for b in bufs), o.ptr, ws.ptr if ws else None, library.STREAM)
+
+    def close():
+        for b in bufs + [o] + ([ws] if ws else []):
+            b.close()
+
+    return bench.Prepared(launch=launch, close=close, note=f"ran {ran}" if ran != variant else "")
 
 
 def bench_cases(quick: bool = False):

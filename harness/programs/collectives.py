@@ -472,10 +472,6 @@ def comm_setup(variant: str, nbytes: int, world: int, virtual: bool):
     return bench.Prepared(launch, close, note=f"ranks={c.ranks}")
 
 
-def _case_setup(variant: str, nbytes: int, world: int, virtual: bool):
-    return lambda: comm_setup(variant, nbytes, world, virtual)
-
-
 def ceilings() -> dict:
     """NCCL's all-reduce at each bench size, timed beside the lab's kernels: only where the bench runs
     one rank per GPU (two or more GPUs) and NCCL is built in."""
@@ -511,7 +507,8 @@ def bench_cases(quick: bool = False) -> list:
             note = (f"busbw, float32, {world} GPUs" if not virtual else
                     "one-GPU protocol cost, not link bandwidth: 2 virtual ranks on one GPU, busbw = algbw x 2(n-1)/n")
             cases.append(bench.BenchCase(
-                program=PROGRAM, variant=variant, size=label, setup=_case_setup(variant, nbytes, world, virtual),
+                program=PROGRAM, variant=variant, size=label, setup="harness.programs.collectives:comm_setup",
+                kwargs={"variant": variant, "nbytes": nbytes, "world": world, "virtual": virtual},
                 unit="GB/s", amount=nbytes * bus_factor("allreduce", world),
                 ceiling="memcpy" if virtual else f"nccl_allreduce_{label}", quick=is_quick,
                 bytes=float(nbytes), note=note))

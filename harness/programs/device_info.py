@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harness.calling import library, parse, runner
+from harness.measuring import bench
 
 
 def parse_output(text: str) -> dict:
@@ -37,3 +38,18 @@ def query(device: int = 0) -> dict:
         d[f] = getattr(out, f)
     d["compute_capability"] = f"{d['cc_major']}.{d['cc_minor']}"
     return d
+
+
+def _fp32(quick: bool = False) -> bench.Ceiling:
+    return bench.Ceiling("fp32", query(0)["fp32_tflops"], "TFLOP/s", "SMs x FP32 lanes x 2 x clock (device_info)")
+
+
+def _fp32_inst(quick: bool = False) -> bench.Ceiling:
+    return bench.Ceiling("fp32_inst", query(0)["fp32_inst_per_s"] / 1e9, "Ginst/s",
+                         "SMs x FP32 lanes x clock (device_info)")
+
+
+def ceilings() -> dict:
+    """The bench's peak ceilings derived from this device's SM count and clock (device 0: under
+    `invoke bench --gpus` each worker sees only its own GPU)."""
+    return {"fp32": _fp32, "fp32_inst": _fp32_inst}

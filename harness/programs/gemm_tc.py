@@ -517,11 +517,9 @@ def bench_cases(quick: bool = False):
         return []
     sizes = BENCH_SIZES[:1] if quick else BENCH_SIZES
     cases = []
+    SETUP = "harness.programs.gemm_tc:variant_setup"
     for size in sizes:
         flops = 2.0 * size**3
-
-        def make_setup(variant, size=size):
-            return lambda: variant_setup(variant, size)
 
         nbytes = 2.0 * 2 * size * size + 4.0 * size * size  # read A and B (bf16), write C (float32)
         for v in runnable:
@@ -529,12 +527,13 @@ def bench_cases(quick: bool = False):
                 continue
             if v in KERNELS and have_cublas():
                 target = TARGETS_4096.get(v) if size == 4096 else None
-                cases.append(bench.BenchCase("gemm_tc", v, f"{size}^3", make_setup(v), "TFLOP/s", flops,
+                cases.append(bench.BenchCase("gemm_tc", v, f"{size}^3", SETUP, "TFLOP/s", flops,
                                              f"cublas_bf16_{size}", target=target, quick=True, bytes=nbytes,
-                                             flops=flops, note="fraction of cuBLAS BF16 (same run)"))
-            cases.append(bench.BenchCase("gemm_tc", f"{v}-peak", f"{size}^3", make_setup(v), "TFLOP/s", flops,
+                                             flops=flops, note="fraction of cuBLAS BF16 (same run)",
+                                             kwargs={"variant": v, "size": size}))
+            cases.append(bench.BenchCase("gemm_tc", f"{v}-peak", f"{size}^3", SETUP, "TFLOP/s", flops,
                                          "bf16_peak", quick=True, bytes=nbytes, flops=flops,
-                                         note="fraction of the dense BF16 peak"))
+                                         note="fraction of the dense BF16 peak", kwargs={"variant": v, "size": size}))
     return cases
 
 

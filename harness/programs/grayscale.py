@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.base.paths import PLOTS
 from harness.base.sim import blk_kernel, blk_kernel2d, dim3, run_kernel
 from harness.calling import library, results
 
@@ -51,7 +52,6 @@ CR, CG, CB = np.float32(0.2989), np.float32(0.5870), np.float32(0.1140)
 # EXERCISE grayscale: end copy
 
 TEST_H, TEST_W = 1066, 1600  # the lectures' puppy image
-PLOTS = Path(__file__).resolve().parents[2] / "build" / "plots"
 DEFAULT_OUT = PLOTS / "grayscale.png"
 
 
@@ -486,41 +486,44 @@ def run(*args, timeout: float = 300):
 def bench_cases(quick: bool = False):
     """16384 x 16384 for every variant against the cudaMemcpy D2D ceiling, 4 bytes a pixel
     (3 read, 1 written). The issue's target, 0.90 of memcpy, is for 03_vectorized."""
-    from harness.calling import cudart
     from harness.measuring import bench
 
     h = w = 4096 if quick else 16384
     n = h * w
-    stride = aligned_stride(h, w)
-
-    def make_setup(variant):
-        def setup():
-            x = cudart.DeviceBuffer(3 * stride)
-            o = cudart.DeviceBuffer(n)
-            try:
-                rng = np.random.default_rng(0)
-                for p in range(3):  # random bytes, plane by plane to bound host memory
-                    plane = rng.integers(0, 256, size=n, dtype=np.uint8)
-                    cudart.memcpy_htod(cudart.ffi.cast("char *", x.ptr) + p * stride, plane)
-            except BaseException:
-                x.close()
-                o.close()
-                raise
-
-            def close():
-                x.close()
-                o.close()
-
-            check_variant(variant)
-            # Marshalled once here: the timed launch is the cffi call alone (library.prepare).
-            launch = _lib().prepare("grayscale_device", variant, h, w, stride, x.ptr, o.ptr, library.STREAM)
-            return bench.Prepared(launch, close)
-        return setup
-
-    return [bench.BenchCase("grayscale", v, f"{h}x{w}", make_setup(v), "GB/s", 4.0 * n, "memcpy",
-                            target=0.90 if v == "03_vectorized" and not quick else None, quick=True, bytes=4.0 * n, flops=5.0 * n,  # 3 multiplies + 2 adds a pixel
-                            note="4 bytes/pixel (3 read + 1 written)")
+    return [bench.BenchCase("grayscale", v, f"{h}x{w}", "harness.programs.grayscale:bench_setup", "GB/s", 4.0 * n,
+                            "memcpy", target=0.90 if v == "03_vectorized" and not quick else None, quick=True,
+                            bytes=4.0 * n, flops=5.0 * n,  # 3 multiplies + 2 adds a pixel
+                            note="4 bytes/pixel (3 read + 1 written)", kwargs={"variant": v, "h": h, "w": w})
             for v in library.read_table(PROGRAM)]
+
+
+def bench_setup(variant: str, h: int, w: int):
+    """harness.measuring.timing's target for a bench case: random planes on the device, the launch marshalled."""
+    from harness.calling import cudart
+    from harness.measuring import bench
+
+    n = h * w
+    stride = aligned_stride(h, w)
+    x = cudart.DeviceBuffer(3 * stride)
+    o = cudart.DeviceBuffer(n)
+    try:
+        rng = np.random.default_rng(0)
+        for p in range(3):  # random bytes, plane by plane to bound host memory
+            plane = rng.integers(0, 256, size=n, dtype=np.uint8)
+            cudart.memcpy_htod(cudart.ffi.cast("char *", x.ptr) + p * stride, plane)
+    except BaseException:
+        x.close()
+        o.close()
+        raise
+
+    def close():
+        x.close()
+        o.close()
+
+    check_variant(variant)
+    # Marshalled once here: the timed launch is the cffi call alone (library.prepare).
+    launch = _lib().prepare("grayscale_device", variant, h, w, stride, x.ptr, o.ptr, library.STREAM)
+    return bench.Prepared(launch, close)
 
 
 # --- hooks for `invoke profile` and `invoke sanitize` (small, ragged sizes; see harness/profiling/profile.py) ---

@@ -406,28 +406,33 @@ def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
 
 # --- bench ------------------------------------------------------------------------------------
 
-def _bench_case(variant: str, edge: int, iters: int, quick: bool):
+def bench_setup(variant: str, edge: int, iters: int):
+    """harness.measuring.timing's target for a bench case: one render to count the work, the launch marshalled."""
     from harness.calling import cudart
     from harness.measuring import bench
 
-    def setup():
-        buf = cudart.DeviceBuffer(edge * edge * 4)
-        render_device(buf, edge, edge, iters, DEFAULT_REGION, np.float32, variant)
-        host = np.empty((edge, edge), dtype=np.uint32)
-        buf.to_host(host)
-        work = float(host.sum(dtype=np.uint64))
+    buf = cudart.DeviceBuffer(edge * edge * 4)
+    render_device(buf, edge, edge, iters, DEFAULT_REGION, np.float32, variant)
+    host = np.empty((edge, edge), dtype=np.uint32)
+    buf.to_host(host)
+    work = float(host.sum(dtype=np.uint64))
 
-        # Marshalled once here: the timed launch is the cffi call alone (library.prepare).
-        w, h, it, reg, dt, v = validate(edge, edge, iters, DEFAULT_REGION, np.float32, variant)
-        launch = library.load("mandelbrot").prepare("mandelbrot_render_device", v, DTYPES[dt], w, h, it, *reg,
-                                                    buf, library.STREAM)
+    # Marshalled once here: the timed launch is the cffi call alone (library.prepare).
+    w, h, it, reg, dt, v = validate(edge, edge, iters, DEFAULT_REGION, np.float32, variant)
+    launch = library.load("mandelbrot").prepare("mandelbrot_render_device", v, DTYPES[dt], w, h, it, *reg,
+                                                buf, library.STREAM)
+    return bench.Prepared(launch=launch, close=buf.close, work=work)
 
-        return bench.Prepared(launch=launch, close=buf.close, work=work)
+
+def _bench_case(variant: str, edge: int, iters: int, quick: bool):
+    from harness.measuring import bench
 
     fp32 = instructions_per_iteration(variant, "fp32")
     total = instructions_per_iteration(variant, "total")
     return bench.BenchCase(
-        program="mandelbrot", variant=variant, size=f"{edge}x{edge}x{iters}", setup=setup, unit="Giter/s",
+        program="mandelbrot", variant=variant, size=f"{edge}x{edge}x{iters}",
+        setup="harness.programs.mandelbrot:bench_setup", kwargs={"variant": variant, "edge": edge, "iters": iters},
+        unit="Giter/s",
         amount=0.0, ceiling="fp32_inst", ceiling_divisor=fp32,
         target=0.6 if variant == "02_fast" and edge == 8192 else None, quick=quick,  # the issue's size
         note=f"float32; ceiling = fp32_inst / {fp32:g} FP32 instructions per iteration "

@@ -615,14 +615,12 @@ def bench_cases(quick: bool = False):
     """
     from harness.measuring import bench
 
-    def make_setup(variant, tile, m, n, k):
-        return lambda: variant_setup(variant, tile, m, n, k)
-
     def case(variant, tile, size, m, n, k, ceiling, label=None, target=None, note="", is_quick=False):
         flops = 2.0 * m * n * k
         nbytes = 4.0 * (m * k + k * n + m * n)  # compulsory traffic: read A and B, write C
-        return bench.BenchCase("matmul", label or variant, size, make_setup(variant, tile, m, n, k), "TFLOP/s", flops,
-                               ceiling, target=target, quick=is_quick, bytes=nbytes, flops=flops, note=note)
+        return bench.BenchCase("matmul", label or variant, size, "harness.programs.matmul:variant_setup", "TFLOP/s",
+                               flops, ceiling, target=target, quick=is_quick, bytes=nbytes, flops=flops, note=note,
+                               kwargs={"variant": variant, "tile": tile, "m": m, "n": n, "k": k})
 
     size, n4 = f"{BENCH_N}^3", BENCH_N
     kernels = [("01_naive", 16), ("02_tiled", 16), ("02_tiled", 32), ("03_tiled_dynamic", 8),

@@ -14,7 +14,6 @@ square_matrix_bk, and `twin(...)` to run them. `compare(n)` is `invoke compare s
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -356,23 +355,21 @@ def explain(n, cpu_ms, loop_ms, gpu_ms, in_proc_ms, alone_ms) -> str:
 
 # --- benchmarks -----------------------------------------------------------------------------------
 
-def _setup(variant: str, n: int) -> Callable:
-    def setup():
-        from harness.calling import cudart
-        from harness.measuring import bench
+def bench_setup(variant: str, n: int):
+    """harness.measuring.timing's target for a bench case: n float32 on the device, the launch marshalled."""
+    from harness.calling import cudart
+    from harness.measuring import bench
 
-        x, out = cudart.DeviceBuffer(4 * n), cudart.DeviceBuffer(4 * n)
-        x.fill_bytes(0x3F)  # 0x3F3F3F3F = 0.747f: a normal float, no NaN or denormal slow paths
-        # Marshalled once here: the timed launch is the cffi call alone (library.prepare).
-        launch = lib().prepare("square_f32_dev", variant, x, out, n, 0, 0, library.STREAM)
+    x, out = cudart.DeviceBuffer(4 * n), cudart.DeviceBuffer(4 * n)
+    x.fill_bytes(0x3F)  # 0x3F3F3F3F = 0.747f: a normal float, no NaN or denormal slow paths
+    # Marshalled once here: the timed launch is the cffi call alone (library.prepare).
+    launch = lib().prepare("square_f32_dev", variant, x, out, n, 0, 0, library.STREAM)
 
-        def close():
-            x.close()
-            out.close()
+    def close():
+        x.close()
+        out.close()
 
-        return bench.Prepared(launch, close)
-
-    return setup
+    return bench.Prepared(launch, close)
 
 
 def bench_cases(quick: bool = False) -> list:
@@ -393,7 +390,8 @@ def bench_cases(quick: bool = False) -> list:
     for label, n, is_quick in sizes:
         for v in library.read_table(PROGRAM):
             cases.append(bench.BenchCase(
-                program=PROGRAM, variant=v, size=label, setup=_setup(v, n), unit="GB/s", amount=8.0 * n,
+                program=PROGRAM, variant=v, size=label, setup="harness.programs.square:bench_setup",
+                kwargs={"variant": v, "n": n}, unit="GB/s", amount=8.0 * n,
                 ceiling="memcpy", target=0.95 if (v == "03_vectorized" and n == 1 << 28) else None,
                 quick=is_quick, bytes=8.0 * n, flops=float(n),
                 note="float32 out-of-place; bytes = read + written"))

@@ -34,10 +34,10 @@ from pathlib import Path
 import pandas as pd
 
 from harness.base.errors import CudalabError
+from harness.base.paths import PLOTS
 from harness.compile import build as _build
 from harness.compile import toolchain
 
-PLOTS = _build.BUILD / "plots"
 REPORT = _build.BUILD / "report"
 RECORDED = _build.ROOT / "harness" / "data"  # output recorded on a GPU that the demo draws without one
 JUNIT = REPORT / "demo-junit.xml"  # the demo's own steps as a test report: what its report shows as tests
@@ -367,14 +367,17 @@ def step_bench(gpu: bool) -> Step:
         return st
     try:
         from analysis import bench as abench
-        from harness.measuring import bench
+        from harness import programs
+        from harness.measuring import bench, results_csv
 
-        df, ceil = bench.run(None, quick=True)
-        if df.empty:
+        cases = programs.bench_cases(None, quick=True)
+        if not cases:
             st.status, st.detail = "skipped", "no program has bench cases"
             return st
+        bench.check_built(programs.bench_libraries(cases))
+        df, ceil = bench.run(cases, programs.ceilings(), quick=True)
         meta = bench.metadata()
-        path = bench.write_csv(df, meta, ceil)
+        path = results_csv.write(df, meta, ceil)
         st.outputs = [str(path)] + [str(p) for p in abench.plot(path, PLOTS)]
         met = abench.current_targets(df)["meets_target"].dropna()
         st.detail = f"{len(df)} case(s); {int(met.sum())}/{len(met)} current targets met; {path.name}"

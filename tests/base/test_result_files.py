@@ -19,8 +19,8 @@ import pytest
 
 from analysis import bench as abench
 from analysis import tune as atune
-from harness.base import files
-from harness.measuring import bench, tune
+from harness.base import files, paths
+from harness.measuring import bench, results_csv, tune
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE = "NVIDIA H100 80GB HBM3"
@@ -31,18 +31,19 @@ WRITER = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, {root!r})
     import numpy as np, pandas as pd
-    from harness.measuring import bench
+    from harness.base import paths
+    from harness.measuring import bench, results_csv
     n, folder, go = int(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
     rng = np.random.default_rng(n)
     df = pd.DataFrame({{"program": "p", "variant": [f"v{{i}}" for i in range(n)], "size": "2^20",
                        "value": rng.uniform(1, 2, n), "unit": "GB/s", "ratio": rng.uniform(0, 1, n),
                        "note": "x" * 40}})
-    bench.BUILD_BENCH = folder
+    paths.BUILD_BENCH = folder
     meta = {meta!r}
     ceil = {{"memcpy": bench.Ceiling("memcpy", 3000.0, "GB/s", "DtoD")}}
     while time.time() < go:
         pass
-    print(bench.write_csv(df, meta, ceil), flush=True)
+    print(results_csv.write(df, meta, ceil), flush=True)
 """)
 
 
@@ -61,7 +62,7 @@ def test_two_runs_in_the_same_second_keep_two_whole_csvs(tmp_path):
         while not stop.is_set():
             for p in folder.glob("*.csv"):
                 try:
-                    bench.read_result(p)
+                    results_csv.read(p)
                 except ValueError as e:
                     torn.append(str(e))
                 except FileNotFoundError:
@@ -79,7 +80,7 @@ def test_two_runs_in_the_same_second_keep_two_whole_csvs(tmp_path):
     paths = {n: Path(out.strip()) for n, (out, _) in outs.items()}
     assert paths[21_600] != paths[54], "two runs wrote the same file"
     for n, path in paths.items():
-        cases, meta, lines = bench.read_result(path)
+        cases, meta, lines = results_csv.read(path)
         assert len(cases) == n and meta["device"] == DEVICE and len(lines) == 1
         assert cases["variant"].tolist() == [f"v{i}" for i in range(n)]
     assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in paths.values()), "a temporary file is left"
@@ -89,8 +90,8 @@ def test_two_runs_in_the_same_second_keep_two_whole_csvs(tmp_path):
 def test_a_torn_csv_is_refused_in_one_line_naming_it(tmp_path):
     cases = pd.DataFrame({"program": ["p"] * 30, "variant": [f"v{i}" for i in range(30)], "size": "2^20",
                           "value": np.linspace(1, 2, 30), "unit": "GB/s", "ratio": 0.5})
-    good = bench.write_csv(cases, META, {}, dest=tmp_path / "good.csv")
-    assert len(bench.read_result(good)[0]) == 30
+    good = results_csv.write(cases, META, {}, dest=tmp_path / "good.csv")
+    assert len(results_csv.read(good)[0]) == 30
     data = good.read_bytes()
     # What a torn write leaves: the file's length set, its end never written (NUL bytes) ...
     nul = tmp_path / "nul.csv"
@@ -102,7 +103,7 @@ def test_a_torn_csv_is_refused_in_one_line_naming_it(tmp_path):
     mixed.write_bytes(data + data.splitlines(keepends=True)[3][:20] + b"\n")
     for path, why in ((nul, "NUL byte"), (cut, "cut short"), (mixed, "field")):
         with pytest.raises(ValueError, match=why) as ei:
-            bench.read_result(path)
+            results_csv.read(path)
         assert str(path) in str(ei.value) and "\n" not in str(ei.value)
         with pytest.raises(ValueError):
             abench.load(path)  # the plot's reader is the same one
@@ -157,7 +158,7 @@ def test_repeat_csv_of_two_runs_in_the_same_second(tmp_path, monkeypatch, capsys
     import tasks
     from analysis import repeat as arepeat
 
-    monkeypatch.setattr(bench, "BUILD_BENCH", tmp_path)
+    monkeypatch.setattr(paths, "BUILD_BENCH", tmp_path)
     monkeypatch.setattr(bench, "metadata", lambda: dict(META))
     monkeypatch.setattr(arepeat, "plot", lambda long, folder: [])
     rng = np.random.default_rng(5)
@@ -212,15 +213,15 @@ def test_a_tune_json_of_the_wrong_types_is_named_not_a_traceback(results_dir, da
 
 
 def test_invoke_plot_tune_skips_one_bad_file_and_draws_the_rest(tmp_path, capsys):
-    good = json.loads((bench.RESULTS_DIR / "h100" / "matmul-tune.json").read_text())
+    good = json.loads((paths.RESULTS_DIR / "h100" / "matmul-tune.json").read_text())
     (tmp_path / "h100").mkdir()
     (tmp_path / "h200").mkdir()
     (tmp_path / "h100" / "matmul-tune.json").write_text(json.dumps(good))
     (tmp_path / "h200" / "attention-tune.json").write_text(json.dumps({**good, "winners_by_variant": [1]}))
     (tmp_path / "h200" / "matmul-tune.json").write_text('{"program": "matmul", "tab')
     skipped = []
-    paths = atune.plot_cached(tmp_path, tmp_path / "out", warn=skipped.append)
-    assert [p.name for p in paths] == ["tune_matmul_h100.png"]
+    drawn = atune.plot_cached(tmp_path, tmp_path / "out", warn=skipped.append)
+    assert [p.name for p in drawn] == ["tune_matmul_h100.png"]
     assert len(skipped) == 2 and all("\n" not in s for s in skipped)
     assert "h200/attention-tune.json" in skipped[0] and "winners_by_variant" in skipped[0]
     assert "h200/matmul-tune.json" in skipped[1]

@@ -14,9 +14,11 @@ import pandas as pd
 import pytest
 
 from analysis import bench as abench
+from harness import programs
+from harness.base import paths
 from harness.base.errors import NotBuilt
 from harness.compile import build
-from harness.measuring import bench, timing
+from harness.measuring import bench, results_csv, timing
 
 FIX = Path(__file__).parent.parent / "fixtures"
 
@@ -34,8 +36,8 @@ def test_summarize_median_and_iqr():
 
 
 def _case(**kw):
-    args = dict(program="p", variant="01_v", size="2^20", setup=lambda: None, unit="GB/s", amount=8e9,
-                ceiling="memcpy", target=0.9)
+    args = dict(program="p", variant="01_v", size="2^20", setup="harness.programs.square:bench_setup",
+                unit="GB/s", amount=8e9, ceiling="memcpy", target=0.9)
     args.update(kw)
     return bench.BenchCase(**args)
 
@@ -51,7 +53,8 @@ def test_plan_interleaves_each_case_between_two_ceiling_measurements():
     cases = [_case(variant="a"), _case(variant="b"), _case(variant="c", ceiling="fp32", unit="TFLOP/s")]
     resolved = {"memcpy": bench.TimedCeiling("memcpy", "GB/s", 2e9, "harness.measuring.bench:memcpy_setup", {"nbytes": 1 << 30}),
                 "fp32": bench.Ceiling("fp32", 60.0, "TFLOP/s")}
-    items, layout = bench.plan_rounds(cases, resolved, rounds=2, quick=False, warmup_s=0.1)
+    cases[0].kwargs = {"variant": "a", "n": 64}
+    items, layout = bench.plan_rounds(cases, resolved, rounds=2, warmup_s=0.1)
     assert [it.key for it in items] == [
         "ceil:memcpy:r0:0", "case:0:r0", "ceil:memcpy:r0:1", "case:1:r0", "ceil:memcpy:r0:2",
         "ceil:memcpy:r1:0", "case:0:r1", "ceil:memcpy:r1:1", "case:1:r1", "ceil:memcpy:r1:2",
@@ -63,10 +66,10 @@ def test_plan_interleaves_each_case_between_two_ceiling_measurements():
     warm = {it.key: it.warmup_s for it in items}
     assert warm["ceil:memcpy:r0:0"] == warm["case:0:r0"] == warm["case:2:r0"] == 0.1
     assert warm["ceil:memcpy:r0:1"] == warm["case:0:r1"] == warm["ceil:memcpy:r1:0"] == bench.SETTLED_WARMUP_S
-    assert items[1].target == "harness.measuring.bench:case_setup" and items[1].kwargs == {
-        "program": "p", "variant": "a", "size": "2^20", "quick": False}
+    # Each case names its own setup: the timing child imports only that program module.
+    assert items[1].target == "harness.programs.square:bench_setup" and items[1].kwargs == {"variant": "a", "n": 64}
     with pytest.raises(ValueError, match="rounds"):
-        bench.plan_rounds(cases, resolved, rounds=0, quick=False, warmup_s=0.1)
+        bench.plan_rounds(cases, resolved, rounds=0, warmup_s=0.1)
 
 
 def test_assemble_takes_each_rounds_ratio_against_the_ceilings_around_it():
@@ -75,7 +78,7 @@ def test_assemble_takes_each_rounds_ratio_against_the_ceilings_around_it():
     cases = [_case(variant="a", target=0.75), _case(variant="b")]
     ceil = bench.TimedCeiling("memcpy", "GB/s", 2e9, "t:f", {}, "DtoD", same_as=("p", "b", "2^20"))
     resolved = {"memcpy": ceil}
-    items, layout = bench.plan_rounds(cases, resolved, rounds=3, quick=False, warmup_s=0.1)
+    items, layout = bench.plan_rounds(cases, resolved, rounds=3, warmup_s=0.1)
     ms_of_gbs = lambda gbs: 2e9 / (gbs * 1e9) * 1e3  # noqa: E731
     tim = {}
     for r, case_ms in enumerate((2.0, 2.0, 2.5)):
@@ -111,7 +114,7 @@ def test_assemble_static_and_missing_ceilings_and_run_time_work():
              _case(ceiling="gone")]
     resolved = {"fp32": bench.Ceiling("fp32", 50.0, "TFLOP/s"), "fp32_inst": bench.Ceiling("fp32_inst", 4000.0, "Ginst/s"),
                 "gone": None}
-    _, layout = bench.plan_rounds(cases, resolved, rounds=1, quick=False, warmup_s=0.1)
+    _, layout = bench.plan_rounds(cases, resolved, rounds=1, warmup_s=0.1)
     tim = {"case:0:r0": _t(1.0), "case:1:r0": _t(1.0, work=1e9), "case:2:r0": _t(1.0)}
     df, measured = bench.assemble(cases, resolved, layout, tim)
     assert df.iloc[0]["value"] == pytest.approx(2000.0) and df.iloc[0]["ratio"] == pytest.approx(40.0)
@@ -158,12 +161,23 @@ def test_an_unbuilt_program_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(build, "BUILD", tmp_path)
     with pytest.raises(NotBuilt, match=r"libsquare.so, .*libdevice_info.so are missing: run "
                        r"`invoke build --programs square,device_info` \(or `invoke build` for every program\)$"):
-        bench.check_built(["square"])
+        bench.check_built(["square", "device_info"])
     # The message names only what is missing, and the one command that builds it.
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "libdevice_info.so").write_bytes(b"")
     with pytest.raises(NotBuilt, match=r"libsquare.so is missing: run `invoke build --programs square` "):
-        bench.check_built(["square"])
+        bench.check_built(["square", "device_info"])
+
+
+def test_the_libraries_a_bench_needs_are_its_programs_and_its_ceilings_owners():
+    """The registry names them for check_built: a copy-like case needs only its own library (memcpy is
+    the bench's own ceiling), an instruction-bound one device_info's too (its fp32 peaks), a GEMM matmul's
+    (cuBLAS); the measuring layer itself names no program."""
+    assert programs.bench_libraries([_case(program="square")]) == ["square"]
+    assert programs.bench_libraries([_case(program="mandelbrot", ceiling="fp32_inst")]) == ["mandelbrot", "device_info"]
+    assert programs.bench_libraries([_case(program="gemm_tc", ceiling="fp32"), _case(program="attention",
+                                     ceiling="cublas")]) == ["gemm_tc", "attention", "device_info", "matmul"]
+    assert {"fp32", "fp32_inst"} <= set(programs.ceilings(["device_info"])) and "memcpy" in bench.BUILT_IN
 
 
 def _table():
@@ -258,7 +272,7 @@ def test_ratio_bars_without_spread_columns_or_with_nan_spreads(close_figures):
 def test_ratio_bars_of_the_recorded_h100_bench_have_no_spread(tmp_path, close_figures):
     """bench/results/h100's committed CSV predates the rounds: no ratio_p25/p75, so no error bars,
     and every bar and file as before."""
-    path = bench.RESULTS_DIR / "h100" / "history" / "bench-h100-80gb-hbm3-20261123T134326.csv"
+    path = paths.RESULTS_DIR / "h100" / "history" / "bench-h100-80gb-hbm3-20261123T134326.csv"
     cases, ceil = abench.load(path)
     assert "ratio_p25" not in cases
     fig = abench.ratio_figure(cases, ceilings=ceil)
@@ -295,14 +309,14 @@ def test_csv_round_trip_and_plot(tmp_path):
     t = timing.summarize([0.1] * 10)
     ceils = {"memcpy": bench.Ceiling("memcpy", 3350.0, "GB/s", "DtoD", t),
              "cublas": bench.Ceiling("cublas", 17.2, "TFLOP/s", "SGEMM")}
-    path = bench.write_csv(cases, meta, ceils, dest=tmp_path / "b.csv")
+    path = results_csv.write(cases, meta, ceils, dest=tmp_path / "b.csv")
     c2, k2 = abench.load(path)
     assert len(c2) == 4 and len(k2) == 2 and (c2["device"] == "NVIDIA H200").all()
     assert c2["ratio"].tolist() == pytest.approx(cases["ratio"].tolist())
     paths = abench.plot(path, tmp_path / "plots")
     assert [p.name for p in paths] == ["bench_ratios.png", "bench_roofline.png"]
     assert all(p.stat().st_size > 5000 for p in paths)
-    assert abench.latest_csv(tmp_path) == path
+    assert results_csv.latest(tmp_path) == path
     r = subprocess.run([sys.executable, "-m", "invoke", "plot", "bench", "--csv", str(path), "--outdir",
                         str(tmp_path / "p2")], cwd=build.ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -340,11 +354,11 @@ def test_plots_of_a_recorded_quick_bench(tmp_path):
 @pytest.mark.slow
 @pytest.mark.gpu
 def test_invoke_bench_quick_runs():
-    before = set(bench.BUILD_BENCH.glob("*.csv")) if bench.BUILD_BENCH.exists() else set()
+    before = set(paths.BUILD_BENCH.glob("*.csv")) if paths.BUILD_BENCH.exists() else set()
     r = subprocess.run([sys.executable, "-m", "invoke", "bench", "--quick"], cwd=build.ROOT, capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    new = set(bench.BUILD_BENCH.glob("*.csv")) - before
+    new = set(paths.BUILD_BENCH.glob("*.csv")) - before
     assert len(new) == 1
     cases, ceil = abench.load(new.pop())
     assert len(cases) > 0 and len(ceil) > 0 and np.isfinite(cases["ratio"]).any()
@@ -360,11 +374,12 @@ def test_two_runs_agree_within_5_percent():
         pytest.skip(f"cuda-bench is not installed: {timing.INSTALL_HINT}")
     wanted = {("gemm_tc", "03_wgmma", "2048^3"), ("gemm_tc", "02_mma_sync", "2048^3"),
               ("square", "03_vectorized", "2^24"), ("square", "01_naive", "2^24")}
-    cases = [c for c in bench.collect(["gemm_tc", "square"], quick=True) if (c.program, c.variant, c.size) in wanted]
+    cases = [c for c in programs.bench_cases(["gemm_tc", "square"], quick=True)
+             if (c.program, c.variant, c.size) in wanted]
     if not any(c.program == "gemm_tc" for c in cases):
         cases = [c for c in cases if c.program == "square"]  # no sm_90a or no cuBLAS: the copy rows alone
     assert cases
-    runs = [bench.run(cases=cases, quick=True)[0] for _ in range(2)]
+    runs = [bench.run(cases, programs.ceilings(), quick=True)[0] for _ in range(2)]
     for (_, a), (_, b) in zip(runs[0].iterrows(), runs[1].iterrows()):
         assert bench.repeat_goal(a["program"], a["size"], a["unit"])
         assert np.isfinite(a["ratio"]) and np.isfinite(b["ratio"]), (a["variant"], a["ratio"], b["ratio"])
@@ -375,11 +390,31 @@ def test_two_runs_agree_within_5_percent():
 def test_gpu_workers_share_whole_ceiling_groups():
     """invoke bench --gpus: each worker takes every n-th ceiling group whole, so a case is timed beside
     its own ceiling on its own GPU, and together the workers cover every case once."""
-    from harness.measuring import bench_worker
+    from harness.user import bench_worker
 
     cases = [_case(variant=v, ceiling=c) for v, c in
              [("a", "memcpy"), ("b", "memcpy"), ("c", "cublas"), ("d", "fp32"), ("e", "cublas")]]
-    shares = [bench_worker.share(cases, i, 2) for i in range(2)]
+    shares = [bench.share(cases, i, 2) for i in range(2)]
     assert [c.variant for c in shares[0]] == ["a", "b", "d"] and [c.variant for c in shares[1]] == ["c", "e"]
     assert sorted(c.variant for s in shares for c in s) == ["a", "b", "c", "d", "e"]
     assert bench_worker.main(["0"]) == 2  # usage, before anything is imported or timed
+
+
+def test_every_bench_case_names_a_setup_the_timing_child_can_call():
+    """Each case carries its own "module:function" and JSON keyword arguments; the child imports only
+    that module and calls it with them, so both must resolve and bind here, without a GPU."""
+    import inspect
+    import json
+
+    seen = 0
+    for prog, mod in programs.bench_programs().items():
+        for quick in (False, True):
+            for c in mod.bench_cases(quick):
+                assert c.setup.startswith(f"harness.programs.{prog}:"), c.setup
+                inspect.signature(timing.resolve(c.setup)).bind(**c.kwargs)
+                assert json.loads(json.dumps(c.kwargs)) == c.kwargs
+                seen += 1
+    assert seen > 0
+    bad = _case(setup="harness.programs.square:bench_setup", kwargs={"variant": "a", "size": 64})
+    with pytest.raises(TypeError):  # the check above fails on a keyword the target does not take
+        inspect.signature(timing.resolve(bad.setup)).bind(**bad.kwargs)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import pythonpath
-from harness.measuring import gpus
+from harness.base import paths
+from harness.measuring import gpus, results_csv
 
 
 def test_each_worker_takes_one_gpu_round_robin():
@@ -54,16 +55,15 @@ def test_worker_env_passes_the_gpu_list():
 def test_each_gpu_writes_its_own_csv(tmp_path, monkeypatch):
     import pandas as pd
 
-    from harness.measuring import bench
 
-    monkeypatch.setattr(bench, "BUILD_BENCH", tmp_path)
+    monkeypatch.setattr(paths, "BUILD_BENCH", tmp_path)
     meta = {"device": "NVIDIA H100 80GB HBM3", "driver": "13.0", "runtime": "13.0", "nvcc": "13.0",
             "date": "2026-11-23T12:00:00"}
     rows = pd.DataFrame([{"program": "square", "variant": "01_naive", "size": "2^24", "ratio": 0.9, "unit": "GB/s"}])
-    a = bench.write_csv(rows, {**meta, "gpu": "0"}, {})
-    b = bench.write_csv(rows, {**meta, "gpu": "1"}, {})
+    a = results_csv.write(rows, {**meta, "gpu": "0"}, {})
+    b = results_csv.write(rows, {**meta, "gpu": "1"}, {})
     assert a != b and a.name.endswith("-gpu0-20261123T120000.csv") and "-gpu1-" in b.name
-    cases, m, _ = bench.read_result(b)
+    cases, m, _ = results_csv.read(b)
     assert m["gpu"] == "1" and m["device"] == meta["device"] and len(cases) == 1
 
 

@@ -7,8 +7,10 @@ import json
 import pytest
 
 from conftest import write_json as write
+from harness import programs
+from harness.base import paths
 from harness.calling import library
-from harness.measuring import bench, timing, tune
+from harness.measuring import results_csv, timing, tune
 from harness.programs import matmul as mm
 
 DEVICE = "NVIDIA H100 80GB HBM3"
@@ -16,16 +18,16 @@ TUNE_FILE = "matmul-tune.json"
 
 
 def test_gpu_folder_is_the_model():
-    assert bench.gpu_folder(DEVICE) == "h100"
-    assert bench.gpu_folder("NVIDIA H200") == "h200"
-    assert bench.gpu_folder("NVIDIA A100-SXM4-80GB") == "a100-sxm4-80gb"
-    assert bench.gpu_folder("Some GPU") == "some-gpu"
+    assert paths.gpu_folder(DEVICE) == "h100"
+    assert paths.gpu_folder("NVIDIA H200") == "h200"
+    assert paths.gpu_folder("NVIDIA A100-SXM4-80GB") == "a100-sxm4-80gb"
+    assert paths.gpu_folder("Some GPU") == "some-gpu"
 
 
 def test_bench_save_goes_where_the_notes_are(results_dir, tmp_path):
     csv = tmp_path / "bench-x.csv"
     csv.write_text("a\n1\n")
-    assert bench.save(csv, DEVICE) == results_dir / "h100" / "bench-x.csv"
+    assert results_csv.save(csv, DEVICE) == results_dir / "h100" / "bench-x.csv"
 
 
 def test_tuned_choice_default_without_a_file(results_dir):
@@ -51,11 +53,12 @@ def test_tuned_choice_ignores_another_device_or_an_unknown_config(results_dir):
 
 
 def test_tune_front_door():
+    """The registry finds a program's search; the measuring layer only times and caches it."""
     with pytest.raises(ValueError, match="tunable programs: .*matmul"):
-        tune.tunable("square")
-    assert tune.tunable("matmul") is mm
-    with pytest.raises(ValueError, match="size must be >= 1"):
-        tune.run("matmul", size=0)
+        programs.tuner("square")
+    assert programs.tuner("matmul") is mm.tune
+    assert {"matmul", "gemm_tc", "attention"} <= set(programs.tunables())
+    assert not hasattr(tune, "tunables") and not hasattr(tune, "run")
 
 
 def test_default_tuned_config_is_a_pipelined_one():
@@ -143,8 +146,7 @@ def test_attention_tuned_choice_per_variant(results_dir, monkeypatch):
 
 def test_attention_tune_refuses_a_bad_size():
     with pytest.raises(ValueError, match="at most 92680"):
-        tune.run("attention", size=10**6)
-    assert "attention" in tune.tunables()
+        programs.tuner("attention")(size=10**6)
 
 
 @pytest.mark.gpu

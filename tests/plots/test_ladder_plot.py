@@ -7,6 +7,8 @@ import pandas as pd
 import pytest
 
 from analysis import ladder
+from harness.base import paths
+from harness.measuring import results_csv
 
 
 @pytest.fixture(autouse=True)
@@ -74,18 +76,17 @@ def test_figure_draws_the_ceiling_and_peak_lines():
 def test_both_ladders_from_the_recorded_h100_bench(tmp_path):
     """The real CSV of `invoke bench --save` on the H100: gemm_tc names its ceilings cublas_bf16_<edge>,
     matmul cublas@<size>; both ladders must come out (the gemm_tc figure was once silently missing)."""
-    from harness.measuring import bench
 
-    csv = bench.RESULTS_DIR / "h100" / "history" / "bench-h100-80gb-hbm3-20261123T134326.csv"
-    frame, _, _ = bench.read_result(csv)
+    csv = paths.RESULTS_DIR / "h100" / "history" / "bench-h100-80gb-hbm3-20261123T134326.csv"
+    frame, _, _ = results_csv.read(csv)
     g = ladder.ladder_table(frame, "gemm_tc")
     assert set(g["size"]) == {"2048^3", "4096^3", "8192^3"}
     assert list(g[g["size"] == "4096^3"]["variant"]) == ["01_wmma", "02_mma_sync", "03_wgmma"]
     assert g["ratio"].between(0.01, 2.0).all()
     m = ladder.ladder_table(frame, "matmul")
     assert set(m["size"]) == {"2048^3", "4096^3", "8192^3", "5120x256x5120"}
-    paths = ladder.plot(csv, tmp_path)
-    assert sorted(p.name for p in paths) == ["ladder_gemm_tc.png", "ladder_matmul.png"]
+    drawn = ladder.plot(csv, tmp_path)
+    assert sorted(p.name for p in drawn) == ["ladder_gemm_tc.png", "ladder_matmul.png"]
 
 
 def _whiskers(ax):
@@ -146,9 +147,8 @@ def test_ladders_without_spread_draw_no_whiskers(tmp_path):
 
 def test_recorded_h100_ladders_have_no_whiskers():
     """The committed H100 CSV predates the rounds (no ratio_p25/p75): bars and labels as before, no whisker."""
-    from harness.measuring import bench
 
-    frame, _, _ = bench.read_result(bench.RESULTS_DIR / "h100" / "history" / "bench-h100-80gb-hbm3-20261123T134326.csv")
+    frame, _, _ = results_csv.read(paths.RESULTS_DIR / "h100" / "history" / "bench-h100-80gb-hbm3-20261123T134326.csv")
     assert "ratio_p25" not in frame
     for program in ("matmul", "gemm_tc"):
         t = ladder.ladder_table(frame, program)

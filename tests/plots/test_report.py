@@ -17,7 +17,7 @@ import pytest  # noqa: E402
 
 from analysis import profile as aprof  # noqa: E402
 from analysis import report  # noqa: E402
-from harness.measuring import bench, timing  # noqa: E402
+from harness.measuring import bench, results_csv, timing  # noqa: E402
 from harness.profiling import profile as hp  # noqa: E402
 
 FIX = Path(__file__).parent.parent / "fixtures"
@@ -64,7 +64,7 @@ def build_dir(tmp_path) -> Path:
     meta = {"device": "NVIDIA H200", "driver": "13.0", "runtime": "13.0", "nvcc": "13.0.88",
             "date": "2026-11-21T20:00:00"}
     (b / "bench").mkdir()
-    bench.write_csv(cases, meta, {"memcpy": bench.Ceiling("memcpy", 3350.0, "GB/s", "DtoD 256 MiB",
+    results_csv.write(cases, meta, {"memcpy": bench.Ceiling("memcpy", 3350.0, "GB/s", "DtoD 256 MiB",
                                                           timing.summarize([0.16] * 10))},
                     dest=b / "bench" / "bench-h200-1.csv")
     return b
@@ -144,7 +144,7 @@ def test_a_run_without_a_memory_ceiling_says_so(tmp_path):
                            "target": 0.9, "meets_target": True, "bytes": 2e8, "flops": 1.4e11}])
     meta = {"device": "NVIDIA H100", "driver": "13.0", "runtime": "13.0", "nvcc": "13.0.88", "date": "2026-11-21T20:00:00"}
     (tmp_path / "bench").mkdir()
-    bench.write_csv(cases, meta, {"cublas": bench.Ceiling("cublas", 50.0, "TFLOP/s", "SGEMM",
+    results_csv.write(cases, meta, {"cublas": bench.Ceiling("cublas", 50.0, "TFLOP/s", "SGEMM",
                                                           timing.summarize([2.7] * 10))},
                     dest=tmp_path / "bench" / "bench-h100-1.csv")
     md, _ = report.write(tmp_path / "r", build=tmp_path)
@@ -175,7 +175,6 @@ def test_pictures_left_from_an_earlier_run_are_not_shown(build_dir):
 
 
 def test_report_picks_the_newest_bench_by_the_date_inside(tmp_path):
-    from analysis import bench as abench
 
     d = tmp_path / "bench"
     d.mkdir()
@@ -186,7 +185,7 @@ def test_report_picks_the_newest_bench_by_the_date_inside(tmp_path):
     import os
 
     os.utime(d / "b.csv", (os_time + 100, os_time + 100))  # b was touched last, but ran earlier
-    assert abench.latest_csv(d) == d / "a.csv"
+    assert results_csv.latest(d) == d / "a.csv"
 
 
 def test_empty_build_lists_what_is_missing(tmp_path):

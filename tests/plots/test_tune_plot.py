@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 from analysis import tune as atune
+from harness.base import paths
 from harness.compile import build
-from harness.measuring import bench
 
-H100_MATMUL = bench.RESULTS_DIR / "h100" / "matmul-tune.json"
+H100_MATMUL = paths.RESULTS_DIR / "h100" / "matmul-tune.json"
 
 
 def test_reads_and_draws_the_recorded_h100_matmul_search(tmp_path):

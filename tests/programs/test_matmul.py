@@ -208,10 +208,10 @@ def test_bench_cases_describe_the_goals():
     assert {label: cases[(mm.LAST_RUNG, label)].target for label, *_ in mm.LADDER_SIZES} == {
         "2048^3": 0.95, "4096^3": 1.0, "8192^3": 1.0, "5120x256x5120": None}
     assert cases[("08_pipelined", "5120x256x5120")].ceiling == "cublas@5120x256x5120"
-    from harness.measuring import bench
+    from harness import programs
 
     assert {"cublas", "cublas@2048^3", "cublas@8192^3", "cublas@5120x256x5120", "matmul_01_naive"} <= set(
-        bench.ceilings())
+        programs.ceilings(["matmul"]))
 
 
 def test_quick_bench_is_only_the_best_rungs_at_4096():

@@ -18,13 +18,12 @@ def _no_device():
     raise NoGPUError(100, "cudaErrorNoDevice", "no CUDA-capable device is detected", "cudaGetDeviceCount")
 
 
-def test_bench_checks_for_a_gpu_before_collecting(monkeypatch):
-    """bench.run asks before collecting cases or measuring ceilings, which may touch the device."""
-    monkeypatch.setattr(bench, "check_built", lambda names: None)
+def test_bench_checks_for_a_gpu_before_measuring_ceilings(monkeypatch):
+    """bench.run asks before resolving the ceilings, some of which touch the device."""
     monkeypatch.setattr(cudart, "device_count", _no_device)
-    monkeypatch.setattr(bench, "collect", lambda *a: pytest.fail("cases collected without a GPU"))
+    case = bench.BenchCase("square", "01_naive", "2^24", "harness.programs.square:bench_setup", "GB/s", 1.0, "fp32")
     with pytest.raises(NoGPUError, match="no CUDA device is visible"):
-        bench.run(["square"], quick=True)
+        bench.run([case], {"fp32": lambda quick: pytest.fail("a ceiling resolved without a GPU")}, quick=True)
 
 
 def test_profile_without_a_gpu_is_the_no_gpu_error(monkeypatch, tmp_path):

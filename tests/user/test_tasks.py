@@ -117,7 +117,7 @@ def test_gpu_ci_script_names_only_real_tasks_and_options():
     only show up there, on scarce GPU time, so its dry run is checked here against `invoke --help`."""
     import re
 
-    from harness.measuring import tune
+    from harness import programs as _registry
 
     stages = ["env", "build", "test", "jobs", "slow", "sanitize", "tune", "bench", "bench2", "quickall", "ncu", "nsys",
               "gpus"]
@@ -141,7 +141,7 @@ def test_gpu_ci_script_names_only_real_tasks_and_options():
     for task, opts in calls:
         for opt in opts:
             assert re.search(rf"(^|\s){re.escape(opt)}[\s=\[]", helps[task], re.M), f"invoke {task} has no {opt}"
-    assert "matmul" in tune.tunables()
+    assert "matmul" in _registry.tunables()
     r = subprocess.run(["bash", str(ROOT / ".ci" / "gpu"), "--dry-run", "nosuch"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 2 and "unknown stage 'nosuch'" in r.stdout

@@ -403,6 +403,7 @@ def timing_setup(name: str, which: str, source: str, cache: str):
 
 def _speed(ex: Exercise, d: Path, text: str, v: Verdict, solution=None) -> None:
     """`solution`: the Future of the lab's solution's compile (_load_solution), started earlier."""
+    from harness import programs
     from harness.measuring import bench
     from harness.measuring import timing as ht
 
@@ -417,7 +418,7 @@ def _speed(ex: Exercise, d: Path, text: str, v: Verdict, solution=None) -> None:
     try:
         # Inside the try: the peak ceilings read the device from build/lib/libdevice_info.so, and a tree
         # not built yet still gets its correctness verdict, with the line that says what to build.
-        ceiling = bench.ceilings([ex.program])[sp.ceiling](True)
+        ceiling = {**bench.BUILT_IN, **programs.ceilings([ex.program])}[sp.ceiling](True)
         if isinstance(ceiling, bench.TimedCeiling):
             items.append(ht.Item("ceiling", ceiling.target, ceiling.kwargs))
         with _env(CUDALAB_CACHE=cache):
