@@ -29,6 +29,22 @@ extern "C" int {name}_answer(void) {{ return {value}; }}
 """
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _default_build_env():
+    """Each tiny tree checks what the default build makes for the ARCH a test names; an ARCH or
+    PTX_ONLY exported for the whole suite (a PTX-only compute_75 run) would otherwise reach its make."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("ARCH", raising=False)
+        mp.delenv("PTX_ONLY", raising=False)
+        yield
+
+
+def _pythonpath() -> str:
+    """The worktree first, then whatever PYTHONPATH held: packages installed on an existing entry
+    (invoke itself, on some machines) must stay importable in the child."""
+    return os.pathsep.join(p for p in (str(build.ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def tiny_tree(root: Path, names=("tiny",), value: int = 7) -> Path:
     """A lab of its own: the real Makefile and cuda/common, and programs that compile in seconds."""
     root.mkdir(parents=True, exist_ok=True)
@@ -212,7 +228,7 @@ def test_an_interrupted_step_leaves_no_output_name(tree80, tmp_path):
 def test_arch_injection_runs_no_shell(tmp_path):
     pwned = tmp_path / "PWNED"
     arch = f"90'; touch {pwned}; echo '"
-    env = {**os.environ, "PYTHONPATH": str(build.ROOT)}
+    env = {**os.environ, "PYTHONPATH": _pythonpath()}
     r = subprocess.run([sys.executable, "-m", "invoke", "build", "--arch", arch], cwd=build.ROOT, env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
@@ -394,7 +410,7 @@ def test_interrupting_a_build_stops_make_and_its_compilers(tmp_path, sig):
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     code = ("import sys; from pathlib import Path; from harness.compile import build\n"
             f"build.build(root=Path({str(root)!r}), jobs=2)\n")
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": str(build.ROOT)}
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": _pythonpath()}
     # In a session of its own, as a terminal would start it; the signal goes to the Python process only.
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=build.ROOT, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
