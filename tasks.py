@@ -150,12 +150,14 @@ def _int(value, flag: str, lo: int | None = None, hi: int | None = None) -> int 
     return v
 
 
-def _names(value: str, what: str = "program") -> list[str]:
+def _names(value: str) -> list[str]:
     """`a,b` or `a b` -> [a, b], each a known program (else one line naming the programs there are)."""
     names = [p for p in str(value or "").replace(" ", ",").split(",") if p]
-    for p in names:
-        if p not in _hb.programs():
-            raise Exit(f"unknown {what} {p!r}; programs: {_PROGRAMS}")
+    try:
+        for p in names:
+            _registry.check_name(p)  # the one unknown-program message
+    except ValueError as e:
+        raise Exit(str(e)) from None
     return names
 
 
@@ -636,8 +638,9 @@ def profile(c, prog, tool="auto", variant=None, metrics=None, clock_control=Fals
     args = shlex.split(c.remainder or "")
     try:
         with _one_line(f"profile {prog}"):
-            res = hp.profile(prog, tool=tool, variant=variant, args=args or None, metrics=metrics,
-                             clock_control=clock_control)
+            runs = [(variant, args)] if tool == "nvprof" else _registry.profile_runs(prog, variant, args or None)
+            res = hp.profile(prog, runs, tool=tool, metrics=metrics, clock_control=clock_control,
+                             bench_cases=_registry.hook(prog, "bench_cases"))
     except hp.NvprofUnavailable as e:
         raise Exit(str(e), code=1) from None
     for f in res.failures:
@@ -662,15 +665,16 @@ def sanitize(c, programs="", tool="all", jobs=""):
     Exits non-zero when any run is not clean."""
     from harness.profiling import sanitize as hs
 
-    names = _names(programs) or None
+    names = _names(programs) or _registry.names()
     n_jobs = _int(jobs, "--jobs", lo=1)
     args = shlex.split(c.remainder or "") or None
     with _one_line("sanitize"):
         tools = hs.tools_for(tool)
         hs.find_sanitizer()
+        cases = [hs.Case(p, label, argv) for p in names for label, argv in _registry.sanitize_cases(p, args=args)]
         with _progress("sanitize") as bar:
             t = bar.add_task("", total=None)
-            outcomes = hs.sanitize(names, tools, args=args, jobs=n_jobs,
+            outcomes = hs.sanitize(cases, tools, jobs=n_jobs,
                                    on_total=lambda k: bar.update(t, total=k),
                                    on_done=lambda o: bar.update(t, advance=1, description=f"{o.program} {o.label} {o.tool}"))
         if not args:  # a planted-bug run is not the project's state: keep it out of the report

@@ -7,7 +7,6 @@ panel of each variant's total GPU time stacked by kernel, so the faster variant 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import matplotlib
@@ -17,30 +16,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from harness.profiling.nsys import short_name  # noqa: E402  (the kernel-name shortener lives beside the nsys reader)
+
 MAX_KERNELS = 12  # per panel; the rest are summed into "other kernels"
-
-
-def _strip_args(s: str) -> str:
-    """Drop a trailing argument list "(...)", matching parentheses from the end (template
-    arguments such as "<(int)16>" hold parentheses of their own)."""
-    s = s.rstrip()
-    if not s.endswith(")"):
-        return s
-    depth = 0
-    for i in range(len(s) - 1, -1, -1):
-        depth += {")": 1, "(": -1}.get(s[i], 0)
-        if depth == 0:
-            return s[:i].rstrip()
-    return s
-
-
-def short_name(name: str, width: int = 48) -> str:
-    """A kernel's name without its return type and argument list, template arguments kept but
-    without their casts ("void mm<(int)16, (bool)1>(int, ...)" -> "mm<16, 1>"), cut to `width`."""
-    s = _strip_args(str(name))
-    s = re.sub(r"^(void|__global__)\s+", "", s).strip()
-    s = re.sub(r"\((?:unsigned |signed |long |short )*\w+\)(?=[-\w])", "", s)  # (int)16 -> 16
-    return s if len(s) <= width else s[: width - 1] + "\u2026"
 
 
 def shares(kernels: pd.DataFrame, top: int = MAX_KERNELS) -> pd.DataFrame:

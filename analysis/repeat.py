@@ -132,7 +132,7 @@ def points(long: pd.DataFrame, summ: pd.DataFrame) -> pd.DataFrame:
 def figure(long: pd.DataFrame, summary: pd.DataFrame | None = None, title: str = "",
            tolerance_pct: float | None = None) -> plt.Figure:
     """One panel per program, a row per case ("program variant size"); in each row one point per run
-    (run 1 at the top of the row) at its ratio over the row's median of runs, with that run's p25-p75
+    (the first run at the top of the row) at its ratio over the row's median of runs, with that run's p25-p75
     as a horizontal bar, and a shaded band of ±tolerance around 1. Rows held to the goal are blue
     when within it and red when not; rows not held to it are grey. Right of each row: its spread
     (max/min - 1) and how many runs. A point more than 25% off its median is drawn as a triangle at
@@ -157,7 +157,7 @@ def figure(long: pd.DataFrame, summary: pd.DataFrame | None = None, title: str =
     reach = reach[np.isfinite(reach)]
     half = min(CLIP, max(2.0 * tol / 100.0, float(reach.max()) * 1.1 if len(reach) else 0.0))
     lo_x, hi_x = 1.0 - half, 1.0 + half
-    # Runs sit one above the other inside their row, run 1 on top, so their bars never overlap.
+    # Runs sit one above the other inside their row, the first run on top, so their bars never overlap.
     step = min(0.6 / max(n_runs - 1, 1), 0.2)
 
     for ax, prog in zip(axes[:, 0], programs):

@@ -40,6 +40,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pythonpath(*first, env=None) -> str:
+    """PYTHONPATH for a test's subprocess: `first` (the project, a stand-in package) ahead of every entry
+    the caller's environment (`env`, default os.environ) already has. Extend, never replace: what was
+    installed through PYTHONPATH (a pip --target folder holding cffi and invoke, say) must stay importable."""
+    env = os.environ if env is None else env
+    keep = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join([str(p) for p in first] + keep)
+
+
 def skip_reasons(reports) -> list[tuple[int, str]]:
     """(count, reason) for each distinct skip reason, most frequent first."""
     counts: dict[str, int] = {}

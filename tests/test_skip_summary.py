@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from conftest import skip_reasons
+from conftest import pythonpath, skip_reasons
 from harness.compile import build
 
 SAMPLE = '''
@@ -37,7 +37,7 @@ def test_skips_fold_to_one_line_per_reason_and_failures_stay(tmp_path):
     r = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-ra", "-p", "no:cacheprovider",
                         "-o", "addopts=", str(tmp_path / "test_sample.py")], cwd=tmp_path, capture_output=True,
                        text=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), str(build.ROOT)])})
+                       env={**os.environ, "PYTHONPATH": pythonpath(tests, build.ROOT)})
     out = r.stdout
     assert r.returncode == 1, out + r.stderr
     lines = [ln for ln in out.splitlines() if ln.startswith("SKIPPED")]

@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(FB_NT, 1)
         // O += P·V, one k8 step per key tile j (keys permuted as described at the top). Each group
         // of NG n8 tiles sums the whole key tile in a fresh accumulator, then adds it to O with an
         // FP32 add: the tensor core's own FP32 accumulation does not round to nearest, and summing
-        // thousands of keys in it drifted to ~2e-5 relative at S=4097 (H100, run 1); per tile the
+        // thousands of keys in it drifted to ~2e-5 relative at S=4097 (H100, first run); per tile the
         // drift stays at 64 keys' worth.
         constexpr int NG = 4;
 #pragma unroll

@@ -167,7 +167,7 @@ static inline float cudalab_from_bf16(uint16_t h) {
 }
 
 // ---- the executables' timing loop ------------------------------------------------------------
-// harness/measuring/timing.py is the benchmark loop (DESIGN.md, Benchmarks). This is the same method for
+// harness/measuring/timing.py is the benchmark loop (ARCHITECTURE.md, Measuring). This is the same method for
 // the `ms=` field the executables print, so that their numbers mean what the benchmarks' do: one
 // warm-up (module load, clock ramp and shared-memory opt-in are not the kernel's cost), then for
 // each repetition an L2 flush (else a repetition reads what the previous one left in L2 and looks

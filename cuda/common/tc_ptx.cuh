@@ -537,7 +537,7 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 }  // namespace tc
 
 // ================================================================================================
-// TF32 (sm_80+), added by the attention program (issue 12) for its 3xTF32 FP32 flash variant
+// TF32 (sm_80+), added by the attention program for its 3xTF32 FP32 flash variant
 // ================================================================================================
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 namespace tc {

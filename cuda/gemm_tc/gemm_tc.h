@@ -45,7 +45,7 @@ cudalab_status gemm_tc_device(const char *variant, int m, int n, int k, const cu
 /* cublas_tf32 on float32 device operands (same layout): the TF32 reference line of the bench. */
 cudalab_status gemm_tc_tf32_device(int m, int n, int k, const float *a, const float *b, float *c, void *stream);
 
-/* --- the wgmma configurations (the tuner's search space; issue 20) ---
+/* --- the wgmma configurations (the tuner's search space) ---
    Each is a wgmma kernel with the schedule, pipeline depth and tile raster fixed, named
    "<rung>-<tile>-s<stages>-g<m|n><group>", e.g. "04_wgmma_persistent-128x256x64-s3-gn16":
    the rung whose schedule it uses (03 one block per tile, 04 persistent, 05 clusters of two with B

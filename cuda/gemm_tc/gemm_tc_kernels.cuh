@@ -11,11 +11,11 @@
 //                pipeline, one producer warpgroup and two consumer warpgroups issuing wgmma.
 //   04_wgmma_persistent, 05_wgmma_cluster, 06_wgmma_tuned: 03's body under another schedule; each of
 //                03-06 runs one entry of kWgmmaConfigs (schedule, stages, raster; 06: the tuned one).
-//   07_wgmma_pingpong  sm_90a, issue 20: CUTLASS's "ping-pong" schedule. Persistent, one block per SM;
+//   07_wgmma_pingpong  sm_90a: CUTLASS's "ping-pong" schedule. Persistent, one block per SM;
 //                each consumer warpgroup owns whole 128x128 tiles, the two take alternate tiles and
 //                take turns on the tensor cores (named barriers), so one's epilogue runs under the
 //                other's mainloop.
-//   08_wgmma_tma_store  sm_90a, issue 20: 04 with the epilogue off the global-store path (registers ->
+//   08_wgmma_tma_store  sm_90a: 04 with the epilogue off the global-store path (registers ->
 //                swizzled shared memory -> TMA store, drained under the next tile's mainloop) and a
 //                balanced persistent grid (as few blocks as keep the same number of rounds).
 //
@@ -306,7 +306,7 @@ static inline const char *sm80_unsupported_reason() {
 // already loading tile i+1's first stages: the pipeline fill hides behind the epilogue. (03, one
 // tile per block, runs the loop once.)
 //
-// The tuner's choices (issue 20; `invoke tune gemm_tc`): the schedule (03's one block per tile, 04's
+// The tuner's choices (`invoke tune gemm_tc`): the schedule (03's one block per tile, 04's
 // persistent blocks, 05's clusters), the ring's depth kStages (4 by default; 3 also fits, 5 would need
 // 240 KiB of the 227 the SM gives a block) and the raster (below). 03, 04 and 05 run their defaults;
 // 06_wgmma_tuned runs whichever configuration the tuner cached for this GPU (kWgmmaConfigs).
@@ -603,7 +603,7 @@ static inline cudaError_t cached_map_c(MapCache &c, const float *C, int M, int N
 enum class Schedule { PerTile, Persistent, Cluster2, PingPong, PersistentStore, Cluster2Store };
 
 // ================================================================================================
-// 07_wgmma_pingpong (sm_90a only; issue 20)
+// 07_wgmma_pingpong (sm_90a only)
 // ================================================================================================
 // 04 leaves the tensor cores idle while its two consumer warpgroups store their 128 x 256 FP32 tile
 // (and the NOTES put most of its 5% gap to cuBLAS at 4096^3 there). Ping-pong, CUTLASS's other

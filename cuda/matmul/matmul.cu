@@ -139,7 +139,7 @@ const LadderConfig kConfigs[] = {
     LADDER_10(256, 128, 16, 64, 64, 8, 16, 3),
     LADDER_10(128, 128, 16, 64, 64, 16, 8, 3),
     LADDER_10(128, 128, 32, 64, 64, 16, 8, 3),
-    // Run 6 (issue 20): around the H100's winner 128x256x16-s3: its k-depth (8, 32) and stages (4),
+    // Around the H100's winner 128x256x16-s3: its k-depth (8, 32) and stages (4),
     // 8x16 per thread, and the conflict-free A copies ("-cf") at 128x256, 256x128 and 128x128.
     LADDER_10(128, 256, 8, 64, 64, 16, 8, 4),
     LADDER_10(128, 256, 16, 64, 64, 16, 8, 4),
@@ -153,7 +153,7 @@ const LadderConfig kConfigs[] = {
     LADDER_10CF(128, 128, 16, 64, 64, 16, 8, 3),
     LADDER_11(256, 128, 16, 64, 64, 16, 8, 3),
     LADDER_11(128, 128, 16, 64, 64, 16, 8, 3),
-    // Run 7 (issue 20): 11 on the tiles the H100's tuner picked for 10 (128x256, BK 16 and 32-cf), so
+    // 11 on the tiles the H100's tuner picked for 10 (128x256, BK 16 and 32-cf), so
     // that 11 against 09_tuned measures the split alone.
     LADDER_11(128, 256, 16, 64, 64, 16, 8, 3),
     LADDER_11CF(128, 256, 32, 64, 64, 16, 8, 3),
@@ -184,7 +184,7 @@ const Variant kVariants[] = {
     {"08_pipelined", "08_pipelined-128x128x16-w64x32-s3"},
     {"09_tuned", kTunedName},
     {"10_regtile", "10_regtile-128x256x16-w64x64-t16x8-s3"},  // the H100 tuner's winner (+3% over 256x128)
-    {"11_splitk_tail", "11_splitk_tail-128x256x32-w64x64-t16x8-s3-cf"},  // 09's H100 winner's tile (run 7)
+    {"11_splitk_tail", "11_splitk_tail-128x256x32-w64x64-t16x8-s3-cf"},  // 09's H100 winner's tile: the split alone
     {"cublas", nullptr},
 };
 constexpr int kVariantCount = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
@@ -244,27 +244,27 @@ cudaError_t config_check(int i) {
 
 // How 11_splitk_tail cuts the `tail` tiles of the last, partial wave (sgemm_ladder.cuh says why),
 // with `slots` blocks resident and `ktiles` k-tiles a tile. Times are in tiles' times, and every
-// extra block pays kSliceCost: its own pipeline fill and its way into C. Run 7 measured that cost on
+// extra block pays kSliceCost: its own pipeline fill and its way into C. A bench of 11 measured that cost on
 // the H100 (4096^3, 128x256x32 tiles, s = 9: the tail took 1.12 rounds where 8/9 were modelled
-// without it, c = 0.03); run 5's rule (s = slots / tail, one round of slices) ignored it.
+// without it, c = 0.03); a rule of s = slots / tail (one round of slices) would ignore it.
 // - Equal slices: s slices of 1/s take ceil(tail * s / slots) rounds of (1/s + c). The s in
 //   1..min(16, k-tiles / 4) with the least time, ties to the smaller.
-// - Two uneven pieces (NOTES-matmul runs 11-14): each tail tile's first kt_big k-tiles are a head, run
+// - Two uneven pieces (NOTES-matmul.md): each tail tile's first kt_big k-tiles are a head, run
 //   on the first `tail` slots to finish the whole tiles; the rest of its k-tiles go to the slots - tail
 //   slots that finish last, q = ceil(tail / (slots - tail)) rests a slot. Time max(kt_big / k-tiles +
 //   c', kRestLag + q * ((k-tiles - kt_big) / k-tiles + c')), with c' = kPieceCost: a piece's fill and
 //   its hand-over, no memset and no atomics on C; and kRestLag: the rests' slots are the last to free
-//   up, ~0.04 of a tile after the heads' (run 14's timeline: the heads started over 2011-2041 µs, the
+//   up, ~0.04 of a tile after the heads' (4096^3's block timeline: the heads started over 2011-2041 µs, the
 //   rests from 2043, and 12 rests left over at the heads' end cost 72 µs). Taken only when it beats
 //   the best equal split (or whole tiles) by more than 0.02 of a tile: the equal splits' costs were
-//   measured (runs 7-8), the uneven cut's only where it pays most (4096^3), so a model's hair does not
+//   measured at several sizes, the uneven cut's only where it pays most (4096^3), so a model's hair does not
 //   switch paths.
 // Decisions: 4096^3 (116 tail tiles on 132 SMs, 128 k-tiles) two pieces, kt_big = 116; 8192^3 (68,
 // 256) s = 5; the executable's lecture5 shape, m = 5120, n = 256, k = 5120 (40 tiles, all tail)
 // s = 3; the bench's "5120x256x5120" (m = n = 5120, k = 256: 800 tiles of 8 k-tiles, tail 8) s = 2.
-// (Two shapes under one name: run 8's "executable against NVBench" puzzle.)
+// (Two shapes under one name: why the executable and NVBench once disagreed on that size.)
 constexpr double kSliceCost = 0.03;
-constexpr double kPieceCost = 0.01;  // run 12's prediction; run 14's timeline: a rest 0.0096 beyond its k-tiles
+constexpr double kPieceCost = 0.01;  // predicted; a block timeline: a rest 0.0096 beyond its k-tiles
 constexpr double kRestLag = 0.04;
 struct TailPlan {
     long long splits = 1;  // 1: every tile whole

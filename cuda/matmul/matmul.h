@@ -7,7 +7,7 @@
                                                   -- sgemm_ladder.cuh; the tile argument is ignored
      "09_tuned"   the ladder configuration chosen by `invoke tune matmul` (matmul_set_tuned), else
                   the default one (matmul_tuned_config() before any set)
-     "10_regtile", "11_splitk_tail"               -- sgemm_ladder.cuh (issue 20): a 16×8 thread tile,
+     "10_regtile", "11_splitk_tail"               -- sgemm_ladder.cuh: a 16×8 thread tile,
                   then its partial last wave split along k (11 zeroes part of C and adds into it)
      "cublas"     only when built with cuBLAS.
    The ladder variants take B as k×n only (trans_b = 1 is cudaErrorInvalidValue).

@@ -1,6 +1,6 @@
 // The SGEMM ladder: FP32 row-major C = alpha * A·B from the tiled kernel towards cuBLAS, one rung
-// at a time (issue 10). matmul_kernels.cuh keeps 01-03 (shared with attention); this header holds
-// 04-08 and (issue 20) 10-11. Every kernel takes a LadderArgs (batch index = blockIdx.z, strides in
+// at a time. matmul_kernels.cuh keeps 01-03 (shared with attention); this header holds
+// 04-08 and 10-11. Every kernel takes a LadderArgs (batch index = blockIdx.z, strides in
 // elements) and is exact for any m, n, k >= 0: partial tiles are zero-filled on load and masked on store.
 //
 // VEC template flag: true = 16-byte global accesses (float4 loads, 16-byte cp.async, float4 stores).
@@ -34,7 +34,7 @@ struct LadderArgs {
     // each remaining tile each own a slice of its k-tiles and add their part into C (zeroed first).
     int tiles_n = 0, dp_tiles = 0, splits = 1;
     // 11's uneven two-piece split (kt_big > 0, then splits = 2; matmul.cu's tail_plan says when): the
-    // grid is [whole tiles | heads | rests], the largest pieces first, the smallest last (run 13).
+    // grid is [whole tiles | heads | rests], the largest pieces first, the smallest last (less left over).
     // Block dp_tiles + j (j < tail) is the head of tail tile j, its k-tiles [0, kt_big); block
     // dp_tiles + tail + j its rest, k-tiles [kt_big, k-tiles). Of the two, the first to finish leaves
     // its sums in partials (BM·BN floats a tile) and raises ready; the last adds them to its own and
@@ -696,7 +696,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, ladder_min_blocks(
 // tile), its B fragment TN/4 chunks 4·LN columns apart: a warp's LDS.128 reads LM (or LN)
 // consecutive 16-byte chunks, broadcast to the other lanes, with no bank conflict.
 // MINB: 1 block of 256 threads (2 of 128) per SM, which lets ptxas use up to 255 registers.
-// CF (issue 20, run 6; configurations named "...-cf"): two changes, neither to the layout the
+// CF (configurations named "...-cf"): two changes, neither to the layout the
 // fragments read or to the arithmetic.
 // - Conflict-free A copies. The transposing 4-byte cp.async writes As[a_c][a_r]; with rows of
 //   BM + 4 floats (BM % 32 == 0) element (c, r) sits in bank (4c + r) % 32. CF = false gives a
@@ -723,7 +723,7 @@ struct Sgemm10Shape {
 // `matmul --timeline`): for each block of the launch, 4 words: its start, the end of its main loop
 // and its end (%globaltimer, ns; thread 0's view), and smid | role << 8 | tile << 32, role 0 whole
 // tile, 1 head, 2 rest, 3 equal slice. It is a separate build because a value live across the main
-// loop moves ptxas's schedule (run 12), so the default build carries none of it.
+// loop moves ptxas's schedule (measured: 1-2.6% at 8192³), so the default build carries none of it.
 constexpr int kLadderTimelineBlocks = 16384;
 __device__ unsigned long long ladder_timeline[4 * kLadderTimelineBlocks];
 struct LadderSpan {
@@ -788,7 +788,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
     // SPLIT 2, the uneven cut: the tail tile j this block is the head (rest) of. It is a template
     // value of its own so that SPLIT 1 (equal slices) compiles to the code it had before the cut
     // existed: one more live value in the main loop moved ptxas's schedule and cost 1-2.6% at 8192³
-    // on some H100s and H200s (NOTES-matmul run 12).
+    // on some H100s and H200s (bench/results/h100/NOTES-matmul.md).
     int head = -1, rest = -1, tail = 0;
     if constexpr (SPLIT == 2) {
         int tile = blockIdx.x;
@@ -981,7 +981,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
         // C = fl(fl(α·mine) + fl(α·theirs)), rounded step by step (__fmul_rn/__fadd_rn: no FMA contraction),
         // is the same whichever piece is last. And this epilogue decides how ptxas colours the main loop's
         // registers: with α·(mine + theirs) instead, 3337 of its 4096 FFMAs read two non-reused sources
-        // from one register bank (691 now) and every tile ran 8% slower (NOTES-matmul run 14).
+        // from one register bank (691 now) and every tile ran 8% slower (test_sass.py counts them).
 #pragma unroll
         for (int i0 = 0; i0 < TM; i0 += 4) {
             float4 v[4][GN];
@@ -1023,11 +1023,11 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, Sgemm10Shape<BM, B
 //   soonest, counting each slice's measured cost), which add their sums into C (atomicAdd; the rows
 //   of C holding those tiles are zeroed first). Or, when the tail fills more than half the slots,
 //   into two uneven pieces: a long head and a short rest per tail tile, handed out after the whole
-//   tiles (grid [whole | heads | rests], runs 13-14): the first slots to free up take the heads, the
+//   tiles (grid [whole | heads | rests]): the first slots to free up take the heads, the
 //   last ones several rests each, and the second piece of a tile to finish adds the first's parked
 //   sums (LadderArgs; the SPLIT = 2 instantiation). 4096³: 116 heads of 116 of 128 k-tiles and 116
 //   rests of 12 on 16 SMs: the timeline's makespan 2656 µs against 2808 for the first order and a
-//   perfect balance of 2621 (NOTES-matmul runs 13-15).
+//   perfect balance of 2621 (bench/results/h100/NOTES-matmul.md).
 //   Sizes whose whole grid is one partial wave (N < P: the small sizes) are all tail. Where
 //   nothing pays, nothing is split and 11 runs as 10.
 //   Why: 10's 256×128 tiles leave waves partly idle. 5120×256×5120 is 800 tiles for 132 SMs:

@@ -3,6 +3,9 @@ ValueError/TypeError for bad arguments, raised before anything is launched)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 
 class CudalabError(Exception):
     """Base of cudalab's own errors."""
@@ -45,12 +48,22 @@ def driver_too_old_line(driver: int, toolkit: int) -> str | None:
     return DRIVER_TOO_OLD % (*_split_version(driver), *tk, need, *_split_version(driver))
 
 
+# What says this process's (driver, runtime) versions: harness.calling.cudart registers it when it is
+# imported (the base layer imports nothing above it). Until then NoGPUError keeps the generic hint.
+_versions: Callable[[], tuple[int, int]] | None = None
+
+
+def set_version_source(fn: Callable[[], tuple[int, int]] | None) -> None:
+    global _versions
+    _versions = fn
+
+
 def _driver_line_here() -> str | None:
     """driver_too_old_line for this process's driver and CUDA runtime, None when unknown."""
+    if _versions is None:
+        return None
     try:
-        from harness.calling import cudart
-
-        return driver_too_old_line(cudart.driver_version(), cudart.runtime_version())
+        return driver_too_old_line(*_versions())
     except Exception:  # no libcudart, or it cannot even say its version: the generic hint stays
         return None
 
@@ -93,6 +106,50 @@ class BuildError(CudalabError):
         self.log = log
         lines = [message] + [str(d) for d in self.diagnostics]
         super().__init__("\n".join(lines))
+
+
+# What fixes each missing tool, said once: ToolMissing's message, and `invoke doctor` prints the same.
+_TOOLKIT = "put it on PATH, set CUDA_HOME, or `pip install -e '.[toolkit]'`"
+TOOL_FIXES = {
+    "nvcc": _TOOLKIT,
+    "cuobjdump": _TOOLKIT,
+    "nvdisasm": "it comes with cuobjdump in the CUDA toolkit: put the toolkit's bin/ on PATH or set CUDA_HOME",
+    "compute-sanitizer": "install the CUDA toolkit (compute-sanitizer comes with it; NVIDIA's pip wheels lack it), "
+                         "or set $COMPUTE_SANITIZER",
+    "libcudart": "set CUDA_HOME to the CUDA toolkit, or `pip install -e '.[toolkit]'`",
+    "cuda-bench": "`pip install -e .` (NVIDIA's NVBench for Python, cuda-bench[cu13], is a base dependency; "
+                  "wheels for CPython 3.10-3.13)",
+}
+
+
+class ToolMissing(CudalabError, FileNotFoundError):
+    """A tool the lab drives (nvcc, cuobjdump, nvdisasm, compute-sanitizer, libcudart, cuda-bench) is
+    not here. `fix` is what installs it or points the lab at it; `detail` what was searched, or why."""
+
+    def __init__(self, tool: str, detail: str = ""):
+        self.tool = tool
+        self.fix = TOOL_FIXES[tool]
+        super().__init__(f"{tool} not found{f' ({detail})' if detail else ''}: {self.fix}")
+
+
+def not_built_message(paths, progs, why: str | None = None) -> str:
+    """Which build outputs are missing (or stale: `why` says how), and the command that builds only
+    those programs."""
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    progs = [progs] if isinstance(progs, str) else list(dict.fromkeys(progs))
+    verb = "is" if len(paths) == 1 else "are"
+    return (f"{', '.join(map(str, paths))} {verb} {why or 'missing'}: run `invoke build --programs {','.join(progs)}` "
+            "(or `invoke build` for every program)")
+
+
+class NotBuilt(CudalabError, FileNotFoundError):
+    """A library, executable or build report of a program is missing, or is not the file its build
+    wrote. The message names the command that builds it: `invoke build --programs a,b`."""
+
+    def __init__(self, paths, progs, why: str | None = None):
+        self.paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+        self.programs = [progs] if isinstance(progs, str) else list(dict.fromkeys(progs))
+        super().__init__(not_built_message(self.paths, self.programs, why))
 
 
 class ProgramError(CudalabError):

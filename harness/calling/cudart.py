@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import cffi
 import numpy as np
 
-from harness.base.errors import CudalabError, raise_for_code
+from harness.base import errors as _errors
+from harness.base.errors import CudalabError, ToolMissing, raise_for_code
 from harness.compile import toolchain
 
 _CDEF = """
@@ -85,16 +86,12 @@ ffi = cffi.FFI()
 ffi.cdef(_CDEF)
 
 
-class CudartNotFound(CudalabError):
-    pass
-
-
 @functools.lru_cache(maxsize=1)
 def lib():
     path = toolchain.find_libcudart()
     if path is None:
-        raise CudartNotFound("libcudart.so not found: install the CUDA toolkit (or `pip install -e '.[toolkit]'`) "
-                             "or set CUDA_HOME")
+        raise ToolMissing("libcudart", "libcudart.so: searched $CUDA_HOME, beside nvcc, NVIDIA's pip wheels, "
+                                       "/usr/local/cuda")
     return ffi.dlopen(path)
 
 
@@ -410,3 +407,8 @@ def summary(device: int = 0) -> DeviceSummary:
     major, minor = compute_capability(device)
     return DeviceSummary(device_name(device), f"{major}.{minor}", attribute("sm_count", device),
                          version_string(driver_version()), version_string(runtime_version()), total / 2**30)
+
+
+# NoGPUError (harness.base.errors) asks through this for the driver-too-old sentence; looked up at call
+# time, so a test that replaces driver_version is seen.
+_errors.set_version_source(lambda: (driver_version(), runtime_version()))

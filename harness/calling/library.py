@@ -19,8 +19,8 @@ from pathlib import Path
 import cffi
 import numpy as np
 
-from harness.base.errors import CudalabError, check_context, raise_for_code
-from harness.calling import cdecl
+from harness.base.errors import check_context, raise_for_code
+from harness.calling import cdecl, cudart  # noqa: F401  (cudart tells NoGPUError the driver and runtime versions)
 from harness.calling.cdecl import header_to_cdef  # noqa: F401  (re-exported: library.header_to_cdef)
 from harness.compile import build as _build
 
@@ -55,10 +55,6 @@ try:
 
     _DTYPES["cudalab_bf16"] = _ml_dtypes.bfloat16
 except ImportError:  # pragma: no cover - ml_dtypes is a dependency; without it bf16 parameters refuse arrays
-    pass
-
-
-class LibraryNotBuilt(CudalabError, FileNotFoundError):
     pass
 
 
@@ -277,12 +273,13 @@ class Library:
 
 @functools.cache
 def load(prog: str) -> Library:
-    """Load lib<prog>.so once per process. A missing library says to run `invoke build`."""
+    """Load lib<prog>.so once per process. A missing or stale library raises NotBuilt (which names
+    the `invoke build --programs` command); an unknown program ValueError."""
     header = _build.CUDA_DIR / prog / f"{prog}.h"
     if not header.exists():
-        raise LibraryNotBuilt(f"no program {prog!r}: {header} does not exist")
+        raise ValueError(f"no program {prog!r}: {header} does not exist")
     # Checked against the build's record before dlopen: a truncated library would kill Python (SIGBUS).
-    path = _build.verified(_build.lib_path(prog), prog, LibraryNotBuilt)
+    path = _build.require(prog, "lib")
     return Library(prog, path, header_to_cdef(header.read_text()))
 
 

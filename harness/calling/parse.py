@@ -1,6 +1,6 @@
 """Parsers for the tagged lines programs print: `<tag> key=value key="a value with spaces" ...`.
 
-Every executable's machine-readable output uses this one format (DESIGN.md), e.g.
+Every executable's machine-readable output uses this one format (ARCHITECTURE.md, Data flow), e.g.
     result program=matmul variant=02_tiled m=4096 n=4096 k=4096 ms=1.23 check=pass
     device_info name="NVIDIA H100 80GB HBM3"
 Lines that are not tagged with the wanted tag are ignored, so human text can sit beside them.

@@ -28,9 +28,9 @@ class Result:
 
 
 def executable(prog: str) -> Path:
-    """build/bin/<prog>, once it is checked to be the file its build wrote (FileNotFoundError saying
-    to run `invoke build` when it is missing, truncated or changed since)."""
-    return _build.verified(_build.bin_path(prog), prog)
+    """build/bin/<prog>, once it is checked to be the file its build wrote (NotBuilt naming the
+    command that builds it when it is missing, truncated or changed since)."""
+    return _build.require(prog, "exe")
 
 
 def tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:

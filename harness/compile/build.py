@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.base.errors import BuildError
+from harness.base.errors import BuildError, NotBuilt
 from harness.compile import toolchain
 
 ROOT = toolchain.ROOT
@@ -37,16 +37,6 @@ def lib_path(prog: str) -> Path:
 
 def bin_path(prog: str) -> Path:
     return BUILD / "bin" / prog
-
-
-def not_built(paths, progs, why: str | None = None) -> str:
-    """The one message for missing (or stale: `why` says how) build outputs: which, and the command
-    that builds only those programs."""
-    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    progs = [progs] if isinstance(progs, str) else list(progs)
-    verb = "is" if len(paths) == 1 else "are"
-    return (f"{', '.join(map(str, paths))} {verb} {why or 'missing'}: run `invoke build -p {','.join(progs)}` "
-            "(or `invoke build` for every program)")
 
 
 # --- what the build wrote: each library and executable against its record -------------------------
@@ -132,12 +122,20 @@ def stale_reason(output: Path, root: Path | None = None) -> str | None:
     return why
 
 
-def verified(output: Path, prog: str, error: type[Exception] = FileNotFoundError) -> Path:
-    """`output` when it is the file its build wrote, else raise `error` with the one not-built message."""
+def verified(output: Path, prog: str) -> Path:
+    """`output` when it is the file its build wrote, else NotBuilt saying what is wrong and how to build it."""
     why = stale_reason(output)
     if why is not None:
-        raise error(not_built(output, prog, None if why == "missing" else why))
+        raise NotBuilt(output, prog, None if why == "missing" else why)
     return Path(output)
+
+
+def require(prog: str, kind: str = "lib") -> Path:
+    """The one check that a program is built: build/lib/lib<prog>.so (kind "lib") or build/bin/<prog>
+    ("exe"), verified against the build's record (size and SHA-256), else NotBuilt."""
+    if kind not in ("lib", "exe"):
+        raise ValueError(f"kind must be 'lib' or 'exe', not {kind!r}")
+    return verified(lib_path(prog) if kind == "lib" else bin_path(prog), prog)
 
 
 def invalidate_stale(targets_: list[str], root: Path | None = None) -> list[str]:
@@ -321,9 +319,7 @@ def parse_arch(value: str, nvcc: str | None = None, source: str = "--arch") -> s
 
 def make_command(targets_: list[str] | None = None, jobs: int | None = None, arch: str | None = None,
                  dry_run: bool = False, root: Path | None = None, keep_going: bool = False) -> list[str]:
-    nvcc = toolchain.find("nvcc")
-    if not nvcc.found:
-        raise BuildError("nvcc not found: put it on PATH, set CUDA_HOME, or `pip install -e '.[toolkit]'`")
+    nvcc = toolchain.require("nvcc")
     # make reads ARCH and EXTRA_NVCCFLAGS from the environment too: check those here as well.
     if arch:
         arch = parse_arch(arch, nvcc.path)
@@ -579,7 +575,7 @@ def resource_usage(prog: str) -> pd.DataFrame:
     """Registers, shared memory, stack and spills per kernel, from build/ptxas/<prog>.txt."""
     path = BUILD / "ptxas" / f"{prog}.txt"
     if not path.exists():
-        raise FileNotFoundError(not_built(path, prog))
+        raise NotBuilt(path, prog)
     return parse_ptxas(path.read_text())
 
 

@@ -168,10 +168,7 @@ def default_arch() -> str:
 
 
 def _nvcc() -> toolchain.Tool:
-    nvcc = toolchain.find("nvcc")
-    if not nvcc.found:
-        raise BuildError("nvcc not found: put it on PATH, set CUDA_HOME, or `pip install -e '.[toolkit]'`")
-    return nvcc
+    return toolchain.require("nvcc")
 
 
 def _base_flags(arch: str) -> list[str]:

@@ -1,6 +1,6 @@
 """SASS, as `cuobjdump -sass` prints it: the one parser of that format (functions, loops), and what the
 lab reads from it: instructions per loop (mandelbrot's hot loop), and register-bank pairs in FFMAs
-(matmul's ladder, whose speed ptxas's register colouring can change by 8%: NOTES-matmul run 14).
+(matmul's ladder, whose speed ptxas's register colouring can change by 8%: see NOTES-matmul.md).
 Nothing here runs a GPU; cuobjdump reads the built library.
 """
 
@@ -12,6 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.base.errors import ToolMissing
 from harness.compile import toolchain
 
 FP32_OPS = ("FADD", "FMUL", "FFMA")
@@ -99,13 +100,13 @@ def ffma_same_bank(instrs) -> tuple[int, int]:
 
 
 def dump(path: Path, function: str | None = None) -> str:
-    """cuobjdump -sass of a built binary or library (one function if named). FileNotFoundError when
+    """cuobjdump -sass of a built binary or library (one function if named). ToolMissing when
     cuobjdump, or the nvdisasm it runs to print SASS, is not here; CalledProcessError when it fails."""
     tool = find_cuobjdump()
     if tool is None:
-        raise FileNotFoundError("cuobjdump not found (PATH or $CUDA_HOME/bin)")
+        raise ToolMissing("cuobjdump", "searched PATH and $CUDA_HOME/bin")
     beside = Path(tool).parent / "nvdisasm"
     if not (beside.is_file() or shutil.which("nvdisasm")):
-        raise FileNotFoundError(f"cuobjdump ({tool}) needs nvdisasm to print SASS, and it is not beside it or on PATH")
+        raise ToolMissing("nvdisasm", f"cuobjdump at {tool} runs it to print SASS; not beside it nor on PATH")
     cmd = [tool, "-sass", *(["-fun", function] if function else []), str(path)]
     return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout

@@ -1,6 +1,6 @@
 """Find the tools cudalab drives: nvcc, gcc, ncu, nsys, compute-sanitizer, and libcudart.
 
-Search order (DESIGN.md): PATH, then the tool's own environment variable ($NVCC, $NCU, $NSYS,
+Search order: PATH, then the tool's own environment variable ($NVCC, $NCU, $NSYS,
 $COMPUTE_SANITIZER), then $CUDA_HOME/bin, then the usual install folders, and for nvcc the
 NVIDIA pip wheel (nvidia-cuda-nvcc installs it as site-packages/nvidia/cu13/bin/nvcc).
 """
@@ -17,6 +17,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from harness.base.errors import ToolMissing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -139,6 +141,19 @@ def _version(path: str, name: str) -> str | None:
     if not m:
         return text.strip().splitlines()[0] if text.strip() else None
     return m.group(m.lastindex or 1)
+
+
+# Where each tool is looked for, in the words of ToolMissing's message.
+_SEARCHED = {"nvcc": "PATH, $NVCC, $CUDA_HOME/bin, NVIDIA's pip wheel, /usr/local/cuda*",
+             "compute-sanitizer": "PATH, $COMPUTE_SANITIZER, $CUDA_HOME/bin, /usr/local/cuda*, /opt/nvidia"}
+
+
+def require(name: str) -> Tool:
+    """The tool, found; else ToolMissing naming what was searched and the fix."""
+    tool = find(name)
+    if not tool.found:
+        raise ToolMissing(name, "searched " + _SEARCHED[name] if name in _SEARCHED else "")
+    return tool
 
 
 @functools.cache

@@ -1,5 +1,5 @@
 """Benchmarks: every program's bench cases, each reported as a ratio to a ceiling timed in the same
-run, in interleaved rounds (DESIGN.md, Benchmarks; README, "How a ratio is measured").
+run, in interleaved rounds (ARCHITECTURE.md, Measuring; README, "How a ratio is measured").
 
 A program module offers `bench_cases(quick: bool) -> list[BenchCase]`. A case's `setup()` allocates
 and fills device buffers and returns a Prepared whose `launch(stream)` enqueues one run of the
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.base.errors import CudalabError
+from harness.base.errors import CudalabError, NotBuilt
 from harness.compile import build as _build
 from harness.measuring import timing
 
@@ -36,7 +36,7 @@ UNIT_SCALE = {"GB/s": 1e9, "TFLOP/s": 1e12, "Giter/s": 1e9, "Ginst/s": 1e9}
 RESULTS_DIR = _build.ROOT / "bench" / "results"
 BUILD_BENCH = _build.BUILD / "bench"
 ROUNDS, QUICK_ROUNDS = 3, 2
-REPEAT_TOLERANCE_PCT = 3.0  # issue 18: two runs agree within this on every row held to the goal
+REPEAT_TOLERANCE_PCT = 3.0  # rows held to the goal agree within this between runs, or ratios do not compare
 THROTTLE_FRACTION = 0.9  # a case whose SM clock fell under this fraction of the run's highest is flagged
 
 
@@ -159,12 +159,10 @@ def program_modules(names: list[str] | None = None) -> dict:
 def check_built(names: list[str] | None = None) -> None:
     """One line, before anything is timed, when a library the run needs is missing: the selected programs'
     and device_info's (the peak ceilings read the SM count and clocks from it)."""
-    from harness.calling import library
-
     needed = dict.fromkeys([*program_modules(names), "device_info"])
     missing = [p for p in needed if not _build.lib_path(p).exists()]
     if missing:
-        raise library.LibraryNotBuilt(_build.not_built([_build.lib_path(p) for p in missing], missing))
+        raise NotBuilt([_build.lib_path(p) for p in missing], missing)
 
 
 def collect(names: list[str] | None = None, quick: bool = False) -> list[BenchCase]:
@@ -361,7 +359,7 @@ def not_measured(df: pd.DataFrame, layout: dict, errors: dict[str, str], labels:
 
 def consistency(df: pd.DataFrame, resolved: dict, measured: dict[str, Ceiling]) -> pd.DataFrame:
     """Each library call timed both as a ceiling and as a case row: the two figures and how far apart
-    they are (issue 18: within 3% in one CSV)."""
+    they are (within 3% in one CSV, or the engine disagrees with itself)."""
     rows = []
     for name, ceil in resolved.items():
         if not isinstance(ceil, TimedCeiling) or not ceil.same_as or name not in measured:
@@ -445,7 +443,7 @@ _HW = re.compile(r"^(\d+)x(\d+)$")
 
 
 def repeat_goal(program: str, size: str, unit: str) -> bool:
-    """Is the row held to issue 18's repeatability goal (±3% between runs)? Compute rows at 2048^3 or
+    """Is the row held to the repeatability goal (±3% between runs)? Compute rows at 2048^3 or
     more (GEMMs) or S >= 4096 (attention); memory rows at 2^24 elements or more."""
     size = str(size)
     if unit == "TFLOP/s":

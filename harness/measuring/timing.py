@@ -1,4 +1,4 @@
-"""The one timing engine: NVIDIA's NVBench, through its Python package `cuda-bench` (DESIGN.md, Benchmarks).
+"""The one timing engine: NVIDIA's NVBench, through its Python package `cuda-bench` (ARCHITECTURE.md).
 
 Why NVBench and not our own event loop: the old loop (3 warm-up launches, an L2-flush memset, a host
 synchronisation after every repetition) let the short, fast calls swing by 40% between runs: the GPU
@@ -39,14 +39,10 @@ from pathlib import Path
 import numpy as np
 
 from harness.base import files
-from harness.base.errors import CudalabError
+from harness.base.errors import TOOL_FIXES, CudalabError, ToolMissing
 
 PROGRESS = "cudalab-timing:"  # the child's progress lines on stdout: PROGRESS <index> <key>
-INSTALL_HINT = "pip install -e '.[bench]' (NVIDIA's cuda-bench[cu13], CPython 3.10-3.13)"
-
-
-class EngineMissing(CudalabError):
-    """NVBench's Python package is not importable here."""
+INSTALL_HINT = TOOL_FIXES["cuda-bench"]
 
 
 class TimingError(CudalabError):
@@ -143,7 +139,7 @@ def engine_version() -> str | None:
 def require_engine() -> str:
     v = engine_version()
     if v is None:
-        raise EngineMissing(f"timing needs NVIDIA's NVBench for Python, which is not installed here: {INSTALL_HINT}")
+        raise ToolMissing("cuda-bench", "timing needs NVIDIA's NVBench for Python, which is not installed here")
     return v
 
 

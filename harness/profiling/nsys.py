@@ -297,3 +297,28 @@ def stats_command(nsys: str, report: Path) -> list[str]:
     """`nsys stats`: the three summaries as CSV on stdout."""
     return [nsys, "stats", "--report", ",".join(NSYS_REPORTS), "--format", "csv", "--output", "-",
             "--force-export=true", str(report)]
+
+
+# --- kernel names ----------------------------------------------------------------------------------
+
+def _strip_args(s: str) -> str:
+    """Drop a trailing argument list "(...)", matching parentheses from the end (template
+    arguments such as "<(int)16>" hold parentheses of their own)."""
+    s = s.rstrip()
+    if not s.endswith(")"):
+        return s
+    depth = 0
+    for i in range(len(s) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(s[i], 0)
+        if depth == 0:
+            return s[:i].rstrip()
+    return s
+
+
+def short_name(name: str, width: int = 48) -> str:
+    """A kernel's name without its return type and argument list, template arguments kept but
+    without their casts ("void mm<(int)16, (bool)1>(int, ...)" -> "mm<16, 1>"), cut to `width`."""
+    s = _strip_args(str(name))
+    s = re.sub(r"^(void|__global__)\s+", "", s).strip()
+    s = re.sub(r"\((?:unsigned |signed |long |short )*\w+\)(?=[-\w])", "", s)  # (int)16 -> 16
+    return s if len(s) <= width else s[: width - 1] + "\u2026"

@@ -10,14 +10,8 @@
            why, and the harness's own event timing (harness.measuring.timing over the program's bench cases)
            still gives a table.
 
-Which arguments a program runs with comes from its module, harness/programs/<prog>.py (all optional):
-    VARIANTS                 the dispatcher's variant names, in learning order
-    profile_args(variant)    argv for build/bin/<prog> at a small size, running that variant
-                             (variant None: the program's default run)
-    PROFILE_VARIANTS         variants profiled one run each when no --variant is given (e.g.
-                             transformer_block's naive and flash, drawn side by side)
-Without profile_args, a variant is passed as `--variant V`, and the executable otherwise runs
-with no arguments. Arguments given after `--` on the command line replace all of this.
+Which runs to profile is the caller's: a list of (variant, argv) for build/bin/<prog>, one profiled
+run each (tasks.py asks the registry, harness.programs.profile_runs, which reads the program's module).
 
 The kernel table has one row per kernel: kernel, time_pct (share of the run's GPU kernel time),
 total_ns, instances, avg_ns, med_ns, min_ns, max_ns (+ variant, + ncu's metrics).
@@ -61,6 +55,7 @@ from harness.profiling.nsys import (  # noqa: F401  (re-exported: the tool's fac
     nsys_env,
     nsys_kernel_table,
     parse_nsys_stats,
+    short_name,
     stats_command,
     summary_from_sqlite,
     unpack_libdw,
@@ -100,7 +95,7 @@ class NoReport(CudalabError):
 # --- nvprof ----------------------------------------------------------------------------------------
 
 def nvprof_message(prog: str | None = None, args: list[str] | None = None) -> str:
-    """What to say when asked for nvprof (DESIGN.md: say so, and offer nsys / `nsys nvprof`)."""
+    """What to say when asked for nvprof (none in CUDA 13 for cc >= 7.5: say so, offer `nsys nvprof`)."""
     exe = f"build/bin/{prog}" if prog else "build/bin/<prog>"
     cmdline = " ".join([exe] + list(args or []))
     msg = ("nvprof is not available: CUDA 13 removed it, and it never supported GPUs of compute capability "
@@ -117,53 +112,11 @@ def nvprof_message(prog: str | None = None, args: list[str] | None = None) -> st
 
 
 # --- what to run -----------------------------------------------------------------------------------
+# The runs come from the caller as [(variant, argv)]: the registry (harness.programs.profile_runs)
+# turns a program's module and the user's --variant / arguments into them, so this layer never
+# needs to know a program.
 
-def program_module(prog: str):
-    from harness import programs
-
-    return programs.module(prog)
-
-
-def program_argv(prog: str, variant: str | None = None, args: list[str] | None = None, mod=None) -> list[str]:
-    """Arguments for build/bin/<prog>: the caller's `args` when given, else the module's
-    profile_args(variant), else `--variant V` (or nothing)."""
-    from harness import programs
-
-    if args:
-        args = [str(a) for a in args]
-        if variant and "--variant" not in args:
-            args = ["--variant", variant] + args
-        return args
-    return programs.profile_argv(prog, variant, mod)
-
-
-def default_variants(prog: str, mod=None) -> list[str | None]:
-    """The variants profiled, one run each, when the user names none."""
-    from harness import programs
-
-    return programs.profile_variants(prog, mod)
-
-
-def variants_to_run(prog: str, variant: str | None, args: list[str] | None = None) -> list[str | None]:
-    """One profiled run per entry. --variant all (or one name) with the caller's args: one run per
-    variant, each given `--variant V` (an executable need not know "all"); args alone: one run with
-    the args as they are; neither: the program's choice (resolve_variants)."""
-    return resolve_variants(prog, variant) if (variant or not args) else [None]
-
-
-def resolve_variants(prog: str, variant: str | None, mod=None) -> list[str | None]:
-    """--variant V -> [V]; --variant all -> every variant; none -> default_variants."""
-    from harness import programs
-
-    if variant == "all":
-        names = programs.variants(prog, mod)
-        if not names:
-            raise ValueError(f"{prog} lists no VARIANTS, so --variant all has nothing to run")
-        return names
-    if variant:
-        programs.check_variant(prog, variant, mod)
-        return [variant]
-    return default_variants(prog, mod)
+Run = tuple[str | None, list[str]]
 
 
 def _slug(s: str | None) -> str:
@@ -219,10 +172,7 @@ def _run(argv: list[str], env: dict | None = None, timeout: float = DEFAULT_TIME
 
 
 def _exe(prog: str) -> Path:
-    p = _build.bin_path(prog)
-    if not p.exists():
-        raise FileNotFoundError(_build.not_built(p, prog))
-    return p
+    return _build.require(prog, "exe")  # the build's own file, checked against its record (else NotBuilt)
 
 
 def run_nsys(prog: str, argv: list[str], outdir: Path, tag: str = "", timeout: float = DEFAULT_TIMEOUT,
@@ -330,19 +280,26 @@ def _with_variant(df: pd.DataFrame, variant: str | None) -> pd.DataFrame:
     return df
 
 
-def profile_with(tool: str, prog: str, variants: list[str | None], args: list[str] | None = None,
-                 metrics: dict[str, str] | None = None, clock_control: bool = False,
-                 outdir: Path | None = None, timeout: float = DEFAULT_TIMEOUT, run: Runner = _run) -> ProfileResult:
-    """Profile one run per variant with one tool; the kernel tables are stacked with a variant column."""
+def _check_tool(tool: str, prog: str, runs: list[Run]) -> None:
     if tool == "nvprof":
-        raise NvprofUnavailable(nvprof_message(prog, args))
-    if tool not in TOOLS:
+        raise NvprofUnavailable(nvprof_message(prog, list(runs[0][1]) if len(runs) == 1 else None))
+    if tool not in TOOLS and tool != "auto":
         raise ValueError(f"unknown profiler {tool!r}; choose auto, nsys, ncu (or nvprof, to hear why not)")
+
+
+def profile_with(tool: str, prog: str, runs: list[Run], metrics: dict[str, str] | None = None,
+                 clock_control: bool = False, outdir: Path | None = None, timeout: float = DEFAULT_TIMEOUT,
+                 run: Runner = _run) -> ProfileResult:
+    """Profile each (variant, argv) run with one tool; the kernel tables are stacked with a variant column."""
+    _check_tool(tool, prog, runs)
+    if tool == "auto":
+        raise ValueError("profile_with takes one tool (nsys or ncu); profile() tries them in turn")
+    if not runs:
+        raise ValueError(f"no runs of {prog} to profile")
     outdir = outdir or PROFILES / prog
-    mod = program_module(prog)
     tables, reports, files, cmds = [], {}, [], []
-    for v in variants:
-        argv = program_argv(prog, v, args, mod)
+    for v, argv in runs:
+        argv = [str(a) for a in argv]
         if tool == "nsys":
             k, r, f, c = run_nsys(prog, argv, outdir, _slug(v), timeout=timeout, run=run)
         else:
@@ -370,19 +327,20 @@ def save_kernels(res: ProfileResult, outdir: Path) -> Path:
 
 # --- the fallback: the harness's own event timing --------------------------------------------------
 
-def event_timing(prog: str, variants: list[str | None] | None = None, quick: bool = True) -> pd.DataFrame:
-    """Time the program's bench cases with harness.measuring.timing (NVBench cold measurements, L2 flushed): one
-    row per case, in the kernel table's columns (instances = NVBench's samples). Needs the program's
-    bench_cases, a GPU and cuda-bench."""
+def event_timing(prog: str, bench_cases: Callable[[bool], list] | None, variants: list[str | None] | None = None,
+                 quick: bool = True) -> pd.DataFrame:
+    """Time the program's bench cases (`bench_cases(quick)`, handed down by the caller from the
+    program's module) with harness.measuring.timing (NVBench cold measurements, L2 flushed): one
+    row per case, in the kernel table's columns (instances = NVBench's samples). Needs bench cases,
+    a GPU and cuda-bench."""
     from harness.measuring import timing
 
-    mod = program_module(prog)
-    if mod is None or not hasattr(mod, "bench_cases"):
+    if bench_cases is None:
         raise CudalabError(f"{prog} has no bench cases to time (harness/programs/{prog}.py: bench_cases)")
     wanted = {v for v in (variants or []) if v}
-    cases = [c for c in mod.bench_cases(quick) if (c.quick or not quick) and (not wanted or c.variant in wanted)]
+    cases = [c for c in bench_cases(quick) if (c.quick or not quick) and (not wanted or c.variant in wanted)]
     if not cases:
-        cases = [c for c in mod.bench_cases(quick) if not wanted or c.variant in wanted]
+        cases = [c for c in bench_cases(quick) if not wanted or c.variant in wanted]
     if not cases:
         raise CudalabError(f"{prog} has no bench cases for {sorted(wanted)}")
     from harness.measuring import bench
@@ -400,31 +358,30 @@ def event_timing(prog: str, variants: list[str | None] | None = None, quick: boo
     return df[["variant"] + KERNEL_COLUMNS]
 
 
-def profile(prog: str, tool: str = "auto", variant: str | None = None, args: list[str] | None = None,
-            metrics: str | list[str] | None = None, clock_control: bool = False, outdir: Path | None = None,
-            timeout: float = DEFAULT_TIMEOUT, run: Runner = _run,
-            fallback: Callable[..., pd.DataFrame] | None = None) -> ProfileResult:
-    """Profile build/bin/<prog>. tool: auto | nsys | ncu | nvprof (which raises NvprofUnavailable).
+def profile(prog: str, runs: list[Run], tool: str = "auto", metrics: str | list[str] | None = None,
+            clock_control: bool = False, outdir: Path | None = None, timeout: float = DEFAULT_TIMEOUT,
+            run: Runner = _run, fallback: Callable[..., pd.DataFrame] | None = None,
+            bench_cases: Callable[[bool], list] | None = None) -> ProfileResult:
+    """Profile build/bin/<prog>, one run per (variant, argv) in `runs` (the caller resolved the
+    program and its arguments). tool: auto | nsys | ncu | nvprof (which raises NvprofUnavailable).
     A named tool that fails raises ToolFailure. auto tries AUTO_ORDER in turn; when none gives a
-    report it falls back to event timing, and the result's `failures` say why each tool failed."""
-    if prog not in _build.programs():
-        raise ValueError(f"unknown program {prog!r}; programs: {', '.join(_build.programs())}")
-    if tool == "nvprof":
-        raise NvprofUnavailable(nvprof_message(prog, args))
-    variants = variants_to_run(prog, variant, args)
+    report it falls back to `fallback(prog, variants)` -- by default event timing of `bench_cases` --
+    and the result's `failures` say why each tool failed."""
+    _check_tool(tool, prog, runs)
+    variants = [v for v, _ in runs]
     mm = metric_map(metrics)
     outdir = outdir or PROFILES / prog
     if tool != "auto":
-        return profile_with(tool, prog, variants, args, mm, clock_control, outdir, timeout, run)
+        return profile_with(tool, prog, runs, mm, clock_control, outdir, timeout, run)
     failures: list[ToolFailure] = []
     for t in AUTO_ORDER:
         try:
-            res = profile_with(t, prog, variants, args, mm, clock_control, outdir, timeout, run)
+            res = profile_with(t, prog, runs, mm, clock_control, outdir, timeout, run)
             res.failures = failures
             return res
         except ToolFailure as e:
             failures.append(e)
-    fb = fallback or event_timing
+    fb = fallback or (lambda p, vs: event_timing(p, bench_cases, vs))
     try:
         kernels = fb(prog, variants)
     except NoGPUError:
@@ -461,8 +418,6 @@ def kernel_tables(df: pd.DataFrame, title: str) -> list[tuple[str, pd.DataFrame]
     """The kernel table the way nsys's cuda_gpu_kern_sum lists it (times in ns, as text), and for
     ncu a second table of its metrics per kernel, so that neither is squeezed; each a (title, frame)
     for harness.base.console. Kernel names are shortened (templates and parameter lists dropped)."""
-    from analysis.profile import short_name
-
     multi = "variant" in df and df["variant"].nunique() > 1
     times = [c for c in ("total_ns", "instances", "avg_ns", "min_ns", "max_ns") if c in df]
     metrics = [c for c in df.columns if c not in _NOT_METRICS]

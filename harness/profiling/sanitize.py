@@ -5,12 +5,9 @@
 Each (program, run, tool) is one subprocess; its log is kept under build/sanitize/<prog>/. The summary
 is program x tool -> "clean" or "N errors" (or why the run did not count as clean).
 
-Which runs a program gets comes from harness/programs/<prog>.py (all optional):
-    sanitize_args()          the runs: a list of argv lists, a {label: argv} dict, or one argv list;
-                             small sizes, covering every variant
-    VARIANTS + profile_args  otherwise one run per variant with profile_args(variant)
-    profile_args             otherwise one run with profile_args(None)
-and with none of these the executable runs with no arguments.
+Which runs a program gets is the caller's: a list of Case (program, label, argv). tasks.py builds
+them from the registry (harness.programs.sanitize_cases reads the program's sanitize_args, or
+VARIANTS + profile_args), so this layer never needs to know a program.
 """
 
 from __future__ import annotations
@@ -25,7 +22,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.base.errors import CudalabError
 from harness.compile import build as _build
 from harness.compile import toolchain
 
@@ -33,10 +29,6 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 ERROR_EXITCODE = 86
 SANITIZE_DIR = _build.BUILD / "sanitize"
 DEFAULT_TIMEOUT = 300.0
-
-
-class SanitizerNotFound(CudalabError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -71,19 +63,6 @@ def tools_for(tool: str) -> list[str]:
     if bad:
         raise ValueError(f"unknown sanitizer tool(s) {bad}; choose from {', '.join(TOOLS)} or all")
     return names
-
-
-def programs_label(argv: list[str]) -> str:
-    from harness.programs import _label
-
-    return _label(argv, 0)
-
-
-def cases(prog: str, mod=None) -> list[Case]:
-    """The runs of one program, from the registry (its module's sanitize_args / VARIANTS + profile_args)."""
-    from harness import programs
-
-    return [Case(prog, label, argv) for label, argv in programs.sanitize_cases(prog, mod)]
 
 
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+errors?\s*$", re.M)  # not "... errors were not printed"
@@ -140,9 +119,7 @@ def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
 def run_case(case: Case, tool: str, sanitizer: str | None = None, timeout: float = DEFAULT_TIMEOUT,
              logdir: Path | None = None, run: Runner = _run) -> Outcome:
     sanitizer = sanitizer or find_sanitizer()
-    exe = _build.bin_path(case.program)
-    if not exe.exists():
-        raise FileNotFoundError(_build.not_built(exe, case.program))
+    exe = _build.require(case.program, "exe")  # the build's own file, checked against its record (else NotBuilt)
     cmd = command(tool, exe, list(case.argv), sanitizer)
     logdir = logdir or SANITIZE_DIR / case.program
     logdir.mkdir(parents=True, exist_ok=True)
@@ -160,31 +137,19 @@ def run_case(case: Case, tool: str, sanitizer: str | None = None, timeout: float
 
 
 def find_sanitizer() -> str:
-    t = toolchain.find("compute-sanitizer")
-    if not t.found:
-        raise SanitizerNotFound("compute-sanitizer not found (PATH, $COMPUTE_SANITIZER, $CUDA_HOME/bin, "
-                                "/usr/local/cuda/compute-sanitizer): install the CUDA toolkit's compute-sanitizer")
-    return t.path
+    """compute-sanitizer's path, or ToolMissing naming the fix."""
+    return toolchain.require("compute-sanitizer").path
 
 
-def sanitize(programs: list[str] | None = None, tools: list[str] | None = None, args: list[str] | None = None,
-             jobs: int | None = None, timeout: float = DEFAULT_TIMEOUT, run: Runner = _run,
+def sanitize(cases: list[Case], tools: list[str] | None = None, jobs: int | None = None,
+             timeout: float = DEFAULT_TIMEOUT, run: Runner = _run,
              on_done: Callable[[Outcome], None] | None = None, on_total: Callable[[int], None] | None = None,
              ) -> list[Outcome]:
-    """Run every (program, case, tool); `args` replaces each program's cases with one run of those
-    arguments (how a test plants a bug: `square --oob`). Runs go in parallel (`jobs`, default 4):
-    the sanitizers serialise their own kernels, so several processes share the GPU well."""
-    known = _build.programs()
-    programs = programs or known
-    bad = [p for p in programs if p not in known]
-    if bad:
-        raise ValueError(f"unknown program(s) {bad}; programs: {', '.join(known)}")
+    """Run every (case, tool). Runs go in parallel (`jobs`, default 4): the sanitizers serialise
+    their own kernels, so several processes share the GPU well."""
     tools = tools or list(TOOLS)
     sanitizer = find_sanitizer()
-    work = []
-    for prog in programs:
-        cs = [Case(prog, programs_label(list(args)), tuple(args))] if args else cases(prog)
-        work += [(c, t) for c in cs for t in tools]
+    work = [(c, t) for c in cases for t in tools]
     if on_total:
         on_total(len(work))
 

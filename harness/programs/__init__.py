@@ -162,8 +162,42 @@ def profile_argv(prog: str, variant: str | None = None, mod=None) -> list[str]:
     return ["--variant", variant] if variant else []
 
 
-def sanitize_cases(prog: str, mod=None) -> list[tuple[str, tuple[str, ...]]]:
-    """(label, argv) for each small run compute-sanitizer checks."""
+def resolve_variants(prog: str, variant: str | None, mod=None) -> list[str | None]:
+    """--variant V -> [V]; --variant all -> every variant; none -> profile_variants."""
+    if variant == "all":
+        names = variants(prog, mod)
+        if not names:
+            raise ValueError(f"{prog} lists no VARIANTS, so --variant all has nothing to run")
+        return names
+    if variant:
+        check_variant(prog, variant, mod)
+        return [variant]
+    return profile_variants(prog, mod)
+
+
+def profile_runs(prog: str, variant: str | None = None, args: list[str] | None = None,
+                 mod=None) -> list[tuple[str | None, list[str]]]:
+    """(variant, argv) for each profiled run of build/bin/<prog>, handed to harness.profiling.profile.
+    --variant all (or one name) with the caller's args: one run per variant, each given `--variant V`
+    (an executable need not know "all"); args alone: one run with the args as they are; neither: the
+    module's choice (PROFILE_VARIANTS, each with profile_args(variant))."""
+    mod = _mod(prog, mod)
+    args = [str(a) for a in args] if args else None
+    chosen = resolve_variants(prog, variant, mod) if (variant or not args) else [None]
+    runs = []
+    for v in chosen:
+        if args:
+            runs.append((v, ["--variant", v, *args] if v and "--variant" not in args else list(args)))
+        else:
+            runs.append((v, profile_argv(prog, v, mod)))
+    return runs
+
+
+def sanitize_cases(prog: str, mod=None, args: list[str] | None = None) -> list[tuple[str, tuple[str, ...]]]:
+    """(label, argv) for each small run compute-sanitizer checks; `args` replaces them with one run
+    of those arguments (how a test plants a bug: `square --oob`)."""
+    if args:
+        return [(_label([str(a) for a in args], 0), tuple(str(a) for a in args))]
     fn = hook(prog, "sanitize_args", mod)
     if fn is not None:
         spec = fn()

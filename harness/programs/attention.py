@@ -416,7 +416,7 @@ def flops(B: int, H: int, S: int, D: int, causal: bool = False) -> float:
 
 
 def _ceiling_name(dtype: str, D: int, S: int = BENCH_S, causal: bool = False) -> str:
-    """sdpa_d64 / sdpa_d128 (float32 at S=4096, the names of issue 5) and sdpa_bf16_d{D}_s{S}[_causal]."""
+    """sdpa_d64 / sdpa_d128 (float32 at S=4096, the first bench's names) and sdpa_bf16_d{D}_s{S}[_causal]."""
     if dtype == "float32":
         return f"sdpa_d{D}"
     return f"sdpa_bf16_d{D}_s{S}" + ("_causal" if causal else "")
@@ -497,12 +497,12 @@ def ceilings():
     return out
 
 
-# Targets (issue 12): 03_flash_bf16 >= 0.5 of SDPA BF16; FP32 flash >= 1.0 of SDPA FP32.
+# Targets: 03_flash_bf16 >= 0.5 of SDPA BF16; FP32 flash >= 1.0 of SDPA FP32.
 TARGETS = {"02_flash": 1.0, "03_flash_bf16": 0.5, "04_flash_3xtf32": 1.0}
 
 
 def target(variant: str, D: int, S: int) -> float | None:
-    """The ratio a bench row must reach. 05_flash_wgmma (issue 19): 0.90 at D=128 and 0.85 at D=64 for
+    """The ratio a bench row must reach. 05_flash_wgmma: 0.90 at D=128 and 0.85 at D=64 for
     S=4096, 0.75 at the other lengths, causal and not."""
     if variant == "05_flash_wgmma":
         return (0.90 if D == 128 else 0.85) if S == 4096 else 0.75

@@ -12,7 +12,7 @@ Variants (the C table, read through gemm_tc_variant_count/_name):
   03_wgmma     sm_90a: TMA into 128B-swizzled shared memory, mbarrier pipeline, producer/consumer
                warpgroups issuing wgmma (elsewhere: "needs sm_90a", and its tests skip with that reason)
   04_wgmma_persistent  03's kernel on a persistent grid (one block per SM walking the tiles): the
-               next tile's loads start during this tile's epilogue (issue 20's first rung)
+               next tile's loads start during this tile's epilogue
   05_wgmma_cluster  04 with clusters of two CTAs on vertically adjacent tiles: each fetches half of
                the shared B tile and multicasts it to both (TMA multicast), a third fewer L2 bytes
   06_wgmma_tuned  the wgmma configuration `invoke tune gemm_tc` found fastest on this GPU (cached in
@@ -20,18 +20,18 @@ Variants (the C table, read through gemm_tc_variant_count/_name):
   07_wgmma_pingpong  sm_90a, CUTLASS's "ping-pong" schedule: persistent, each of the two consumer
                warpgroups owns whole 128x128 tiles (alternate tiles of the block's walk), and they take
                turns on the tensor cores (named barriers), so one stores its tile while the other's
-               mainloop runs (issue 20)
+               mainloop runs
   08_wgmma_tma_store  04 with the epilogue through shared memory: registers -> swizzled boxes ->
                TMA store, drained while the next tile's mainloop runs, on a balanced persistent grid
                (the fewest blocks that keep the same number of rounds); n % 4 != 0 (TMA's 16-byte row
-               pitch) takes 04's direct stores (issue 20)
+               pitch) takes 04's direct stores
   cublas_bf16  cublasGemmEx, bf16 in, FP32 compute: the ceiling of the bench
   cublas_tf32  cublasGemmEx on float32 copies of the same values with TF32 tensor cores (for reference)
 
 dtypes: the API takes `ml_dtypes.bfloat16` arrays. float32 is never rounded silently: a float32
 array is refused with TypeError; round it yourself with `to_bf16(x)` (round-to-nearest-even).
 
-Tuning (issue 20): 03-08 each run one entry of the library's configuration table (`configs()`):
+Tuning: 03-08 each run one entry of the library's configuration table (`configs()`):
 a wgmma kernel with the schedule (03 per tile, 04 persistent, 05 clusters of two: 03's body with
 128x256x64 tiles and 3 or 4 stages; 07 ping-pong: 128x128x64 tiles, 4 or 6 stages; 08: 04 with the
 TMA-store epilogue, 4 stages, persistent or in clusters of two: "-c2" after the tile), the mbarrier
@@ -420,7 +420,7 @@ def configs_by_name() -> tuple[str, ...]:
 # --- benchmarks ---------------------------------------------------------------------------------
 
 BENCH_SIZES = (2048, 4096, 8192)
-# Issue 11's targets for 02 and 03; issue 20's for 04-08 (1.05 at 4096^3 and 8192^3, 1.0 at 2048^3; only the
+# The targets: 02's and 03's below; 04-08's are 1.05 at 4096^3 and 8192^3, 1.0 at 2048^3 (only the
 # 4096^3 one is a target column here).
 TARGETS_4096 = {TUNED: 1.05, PINGPONG: 1.05, TMA_STORE: 1.05, "05_wgmma_cluster": 1.05, "04_wgmma_persistent": 1.05,
                 "03_wgmma": 0.90, "02_mma_sync": 0.50}

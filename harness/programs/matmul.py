@@ -1,5 +1,5 @@
-"""matmul: float32 row-major C = A @ B (GPU MODE lectures 3 and 5), the SGEMM ladder towards cuBLAS
-(issue 10), and a cuBLAS SGEMM baseline.
+"""matmul: float32 row-major C = A @ B (GPU MODE lectures 3 and 5), the SGEMM ladder towards cuBLAS,
+and a cuBLAS SGEMM baseline.
 
 Variants (the one table is in cuda/matmul/matmul.cu; `variants()` reads it from the library):
   01_naive          one thread per output, 16x16 blocks (lecture 3's matmul_k); `tile` is ignored
@@ -297,7 +297,7 @@ def config_device(config: str, m: int, n: int, k: int, a_ptr, b_ptr, c_ptr, stre
 
 # --- tuning: which configuration 09_tuned runs on this GPU ------------------------------------------
 
-# The configurations the search times. 10's and 11's are in it (issue 20), so after a tuning run 09_tuned
+# The configurations the search times. 10's and 11's are in it, so after a tuning run 09_tuned
 # may run one of theirs: 09 is "the tuner's pick", 10 and 11 their own default configurations.
 TUNE_KINDS = ("07_warptile", "08_pipelined", "10_regtile", "11_splitk_tail")
 
@@ -514,7 +514,7 @@ BENCH_N = 4096
 LADDER_SIZES = (("2048^3", 2048, 2048, 2048), ("4096^3", 4096, 4096, 4096), ("8192^3", 8192, 8192, 8192),
                 ("5120x256x5120", 5120, 5120, 256))
 QUICK_RUNGS = ("07_warptile", "08_pipelined", TUNED, "10_regtile", "11_splitk_tail")  # `invoke bench --quick`: 4096^3 only
-# Issue 20's goals for the last rung, as a fraction of cuBLAS SGEMM at the same size.
+# The goals for the last rung, as a fraction of cuBLAS SGEMM at the same size.
 ISSUE20_TARGETS = {"2048^3": 0.95, "4096^3": 1.0, "8192^3": 1.0}
 LAST_RUNG = "11_splitk_tail"
 
@@ -526,7 +526,7 @@ def cublas_ceiling_name(size: str) -> str:
 
 @functools.lru_cache(maxsize=2)
 def _host_operands(m: int, n: int, k: int):
-    # Uniform in [-1, 1), never zeros (METHOD.md); cached so the cases of one size share one draw.
+    # Uniform in [-1, 1), never zeros (skipped work fails); cached so the cases of one size share one draw.
     rng = np.random.default_rng(0)
     a = (rng.random((m, k), dtype=np.float32) * 2 - 1).astype(np.float32)
     b = (rng.random((k, n), dtype=np.float32) * 2 - 1).astype(np.float32)
@@ -626,9 +626,9 @@ def bench_cases(quick: bool = False):
     """Every variant against cuBLAS SGEMM measured in the same run, TFLOP/s = 2mnk / time.
 
     The ladder (04-11) at 2048^3, 4096^3, 8192^3 and 5120x256x5120, each against cuBLAS at that size;
-    01-03 at 4096^3 (02_tiled also against 01_naive, issue 4's 1.5x); cuBLAS against the FP32 peak.
+    01-03 at 4096^3 (02_tiled also against 01_naive: at least 1.5x); cuBLAS against the FP32 peak.
     Quick (`invoke bench --quick`): only 07-11 at 4096^3 and cuBLAS against the peak.
-    09_tuned's target is issue 10's: 0.9 of cuBLAS at 4096^3; the last rung's are issue 20's (ISSUE20_TARGETS).
+    09_tuned's target: 0.9 of cuBLAS at 4096^3; the last rung's are in ISSUE20_TARGETS.
     """
     from harness.measuring import bench
 
@@ -647,15 +647,15 @@ def bench_cases(quick: bool = False):
     cases = [case(v, t, size, n4, n4, n4, "cublas", v if v == "01_naive" else f"{v}-t{t}",
                   note="fraction of cuBLAS SGEMM") for v, t in kernels]
     cases += [case("02_tiled", t, size, n4, n4, n4, "matmul_01_naive", f"02_tiled-t{t}-vs-naive", target=1.5,
-                   note="speed-up over 01_naive (issue 4: >= 1.5)") for t in STATIC_TILES]
+                   note="speed-up over 01_naive (goal: >= 1.5)") for t in STATIC_TILES]
     for label, m, n, k in LADDER_SIZES:
         for v in LADDER:
             target, note = None, "fraction of cuBLAS SGEMM at this size"
             if v == TUNED and label == size:
-                target, note = 0.9, note + " (issue 10: best rung >= 0.9 at 4096^3)"
+                target, note = 0.9, note + " (goal: best rung >= 0.9 at 4096^3)"
             elif v == LAST_RUNG and label in ISSUE20_TARGETS:
                 target = ISSUE20_TARGETS[label]
-                note += f" (issue 20: >= {target} at {label})"
+                note += f" (goal: >= {target} at {label})"
             cases.append(case(v, 0, label, m, n, k, cublas_ceiling_name(label), target=target, note=note,
                               is_quick=v in QUICK_RUNGS and label == size))
     try:

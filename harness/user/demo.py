@@ -226,12 +226,13 @@ def step_build(on_step: Callable[[str, str], None] | None = None) -> tuple[Step,
 def step_run(prog: str) -> Step:
     """Every sanitizer case of the program (small sizes, every variant), without the sanitizer:
     each must exit 0 and print no check=fail."""
+    from harness import programs
     from harness.calling import parse, runner
-    from harness.profiling.sanitize import cases
+    from harness.profiling.sanitize import Case
 
     st = Step(f"run {prog}", needs_gpu=True)
     results, refused = [], []
-    for c in cases(prog):
+    for c in (Case(prog, label, argv) for label, argv in programs.sanitize_cases(prog)):
         try:
             r = runner.run(prog, *c.argv, check=False, timeout=300)
         except CudalabError as e:
@@ -389,9 +390,10 @@ def step_profile(prog: str, gpu: bool) -> Step:
         return st
     try:
         from analysis import profile as aprof
+        from harness import programs
         from harness.profiling import profile as hp
 
-        res = hp.profile(prog, tool="auto")
+        res = hp.profile(prog, programs.profile_runs(prog), tool="auto", bench_cases=programs.hook(prog, "bench_cases"))
         st.outputs = [str(p) for p in aprof.plot(res.kernels, hp.PROFILES / prog,
                                                   title=f"{prog}: kernel time shares ({res.tool})")]
         why = "; ".join(f"{f.tool}: {f.reason}" for f in res.failures)

@@ -47,7 +47,7 @@ def check_tools() -> list[Check]:
     out = []
     nvcc = toolchain.find("nvcc")
     out.append(Check("nvcc", nvcc.found, f"{nvcc.path} ({nvcc.version}, via {nvcc.how})" if nvcc.found else "not found",
-                     "install the CUDA toolkit, set CUDA_HOME, or `pip install -e '.[toolkit]'`"))
+                     errors.TOOL_FIXES["nvcc"]))
     gcc = toolchain.find("gcc")
     out.append(Check("gcc", gcc.found, f"{gcc.path} ({gcc.version})" if gcc.found else "not found",
                      "install gcc (e.g. `apt install build-essential`)"))
@@ -58,7 +58,7 @@ def check_tools() -> list[Check]:
     for name, fix in [
         ("ncu", "install Nsight Compute (part of the CUDA toolkit) or set $NCU"),
         ("nsys", "install Nsight Systems or set $NSYS"),
-        ("compute-sanitizer", "install the CUDA toolkit's compute-sanitizer or set $COMPUTE_SANITIZER"),
+        ("compute-sanitizer", errors.TOOL_FIXES["compute-sanitizer"]),
     ]:
         t = toolchain.find(name)
         detail = f"{t.path} ({t.version}, via {t.how})" if t.found else "not found"
@@ -173,8 +173,10 @@ def check_gpu() -> list[Check]:
     out = [check_driver()]
     try:
         lib = cudart.lib()
+    except errors.ToolMissing as e:
+        return out + [Check("libcudart", False, "libcudart.so not found", e.fix)]
     except Exception as e:
-        return out + [Check("libcudart", False, str(e), "install the CUDA runtime (comes with the toolkit)")]
+        return out + [Check("libcudart", False, str(e), errors.TOOL_FIXES["libcudart"])]
     del lib
     ok, why = cudart.gpu_available()
     if ok:
@@ -220,7 +222,7 @@ def check_packages() -> list[Check]:
 
     v = timing.engine_version()
     out.append(Check("python:cuda-bench", v is not None, f"{v} (NVBench, the timing engine)" if v else "not installed",
-                     "" if v else timing.INSTALL_HINT))
+                     "" if v else errors.TOOL_FIXES["cuda-bench"]))
     try:
         import pynvml  # noqa: F401  (nvidia-ml-py: the clocks, power and temperature beside each bench row)
 

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pandas as pd
 
+from conftest import pythonpath
 from harness.base import console
 from harness.compile import build
 
@@ -47,7 +48,7 @@ def test_the_bench_task_table_is_readable_when_piped(tmp_path):
             "console.print_table(pd.DataFrame({'a_rather_long_program_name': ['x' * 30], 'b': [1.5], "
             "'c': ['y' * 30], 'd': [float('nan')]}), 't')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=build.ROOT,
-                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(build.ROOT)})
+                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath(build.ROOT)})
     assert r.returncode == 0, r.stderr
     assert max(len(x) for x in r.stdout.splitlines()) <= 80 and "nan" not in r.stdout
     assert "x" * 30 in r.stdout

@@ -95,3 +95,42 @@ def test_after_an_illegal_address_every_call_says_to_restart():
     assert "cudaErrorIllegalAddress" in lines[0] and "Restart the process" in lines[0]
     for later in lines[1:]:
         assert later.startswith("ContextLostError") and "lost earlier: cudaErrorIllegalAddress" in later
+
+
+def test_not_built_names_what_and_the_command_that_builds_it():
+    from pathlib import Path
+
+    e = errors.NotBuilt([Path("build/lib/liba.so"), Path("build/bin/b")], ["a", "b", "a"])
+    assert isinstance(e, errors.CudalabError) and isinstance(e, FileNotFoundError)
+    assert e.programs == ["a", "b"]
+    assert str(e) == ("build/lib/liba.so, build/bin/b are missing: run `invoke build --programs a,b` "
+                      "(or `invoke build` for every program)")
+    one = errors.NotBuilt("build/bin/a", "a", "not the file its build wrote")
+    assert str(one).startswith("build/bin/a is not the file its build wrote: run `invoke build --programs a` ")
+
+
+def test_tool_missing_says_which_tool_and_its_fix():
+    e = errors.ToolMissing("compute-sanitizer", "searched PATH")
+    assert isinstance(e, errors.CudalabError) and isinstance(e, FileNotFoundError)
+    assert e.tool == "compute-sanitizer" and e.fix == errors.TOOL_FIXES["compute-sanitizer"]
+    assert str(e) == f"compute-sanitizer not found (searched PATH): {e.fix}"
+    assert set(errors.TOOL_FIXES) == {"nvcc", "cuobjdump", "nvdisasm", "compute-sanitizer", "libcudart", "cuda-bench"}
+    with pytest.raises(KeyError):
+        errors.ToolMissing("no-such-tool")  # every tool raised has its fix in the one table
+
+
+def test_no_gpu_error_asks_the_registered_version_source(monkeypatch):
+    """The base layer imports nothing above it: the calling layer's cudart registers who says the
+    driver and runtime versions, and a driver older than the runtime gets the one sentence."""
+    monkeypatch.setattr(errors, "_versions", None)
+    assert "no usable NVIDIA driver" in str(NoGPUError(35, "cudaErrorInsufficientDriver"))
+    errors.set_version_source(lambda: (12020, 13000))
+    assert str(NoGPUError(35, "cudaErrorInsufficientDriver")) == errors.driver_too_old_line(12020, 13000)
+    errors.set_version_source(lambda: (_ for _ in ()).throw(OSError("no libcudart")))
+    assert "no usable NVIDIA driver" in str(NoGPUError(35, "cudaErrorInsufficientDriver"))
+
+
+def test_cudart_registers_itself_as_the_version_source():
+    from harness.calling import cudart, library
+
+    assert library.cudart is cudart and errors._versions is not None

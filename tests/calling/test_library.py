@@ -148,7 +148,7 @@ def test_missing_library_says_to_build(monkeypatch, tmp_path):
             library.load("hello")
     finally:
         library.load.cache_clear()
-    with pytest.raises(FileNotFoundError, match="no program"):
+    with pytest.raises(ValueError, match="no program 'no_such_program'"):
         library.load("no_such_program")
 
 

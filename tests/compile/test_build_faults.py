@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.base.errors import BuildError
+from conftest import pythonpath
+from harness.base.errors import BuildError, NotBuilt
 from harness.calling import library, runner
 from harness.compile import build, toolchain
 
@@ -37,12 +38,6 @@ def _default_build_env():
         mp.delenv("ARCH", raising=False)
         mp.delenv("PTX_ONLY", raising=False)
         yield
-
-
-def _pythonpath() -> str:
-    """The worktree first, then whatever PYTHONPATH held: packages installed on an existing entry
-    (invoke itself, on some machines) must stay importable in the child."""
-    return os.pathsep.join(p for p in (str(build.ROOT), os.environ.get("PYTHONPATH", "")) if p)
 
 
 def tiny_tree(root: Path, names=("tiny",), value: int = 7) -> Path:
@@ -168,7 +163,7 @@ def test_a_truncated_library_is_refused_and_rebuilt(lab):
     lib = build.lib_path("tiny")
     assert build.stale_reason(lib) is None
     truncate(lib)  # what a full disk or a killed copy leaves: it made Python die of SIGBUS in dlopen
-    with pytest.raises(library.LibraryNotBuilt, match=r"4096 bytes.*truncated or replaced.*run `invoke build -p tiny`"):
+    with pytest.raises(NotBuilt, match=r"4096 bytes.*truncated or replaced.*run `invoke build --programs tiny`"):
         library.load("tiny")
     res = build.build(build.targets("tiny"), root=lab)
     assert "build/lib/libtiny.so" in res.steps  # not "up to date"
@@ -183,7 +178,7 @@ def test_a_library_of_the_same_size_but_other_bytes_is_refused(lab):
     st = lib.stat()
     lib.write_bytes(bytes(data))
     os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns))  # even with its old date, which make trusts
-    with pytest.raises(library.LibraryNotBuilt, match="SHA-256 differs"):
+    with pytest.raises(NotBuilt, match="SHA-256 differs"):
         library.load("tiny")
     assert build.pending_steps(build.targets("tiny"), root=lab) == []  # make alone would not see it...
     assert "build/lib/libtiny.so" in build.build(build.targets("tiny"), root=lab).steps  # ...the build does
@@ -194,7 +189,7 @@ def test_a_truncated_executable_is_refused_and_rebuilt(lab):
     exe = build.bin_path("tiny")
     assert runner.run("tiny").returncode == 0
     truncate(exe)  # it used to run and die: "exited with status -11"
-    with pytest.raises(FileNotFoundError, match=r"build/bin/tiny is not the file its build wrote.*invoke build -p tiny"):
+    with pytest.raises(NotBuilt, match=r"build/bin/tiny is not the file its build wrote.*invoke build --programs tiny"):
         runner.run("tiny")
     assert "build/bin/tiny" in build.build(build.targets("tiny"), root=lab).steps
     assert runner.run("tiny").returncode == 0
@@ -202,7 +197,7 @@ def test_a_truncated_executable_is_refused_and_rebuilt(lab):
 
 def test_an_output_without_its_record_is_not_trusted(lab):
     (lab / "build" / "sums" / "build" / "lib" / "libtiny.so").unlink()
-    with pytest.raises(library.LibraryNotBuilt, match="record .* is missing"):
+    with pytest.raises(NotBuilt, match="record .* is missing"):
         library.load("tiny")
     assert "build/lib/libtiny.so" in build.build(build.targets("tiny"), root=lab).steps
     assert library.load("tiny").lib.tiny_answer() == 7
@@ -228,7 +223,7 @@ def test_an_interrupted_step_leaves_no_output_name(tree80, tmp_path):
 def test_arch_injection_runs_no_shell(tmp_path):
     pwned = tmp_path / "PWNED"
     arch = f"90'; touch {pwned}; echo '"
-    env = {**os.environ, "PYTHONPATH": _pythonpath()}
+    env = {**os.environ, "PYTHONPATH": pythonpath(build.ROOT)}
     r = subprocess.run([sys.executable, "-m", "invoke", "build", "--arch", arch], cwd=build.ROOT, env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
@@ -410,7 +405,7 @@ def test_interrupting_a_build_stops_make_and_its_compilers(tmp_path, sig):
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     code = ("import sys; from pathlib import Path; from harness.compile import build\n"
             f"build.build(root=Path({str(root)!r}), jobs=2)\n")
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": _pythonpath()}
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": pythonpath(build.ROOT)}
     # In a session of its own, as a terminal would start it; the signal goes to the Python process only.
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=build.ROOT, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -7,6 +7,7 @@ import stat
 
 import pytest
 
+from harness.base.errors import ToolMissing
 from harness.compile import toolchain
 
 
@@ -80,3 +81,77 @@ def test_nsys_importer_check(monkeypatch, tmp_path):
     monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))
     (tmp_path / "libdw.so.1").write_bytes(b"")
     assert toolchain.nsys_importer_missing() is None
+
+
+# --- one "tool missing" error, each naming its fix -------------------------------------------------
+
+def _nowhere(monkeypatch, name):
+    real = toolchain.find
+    monkeypatch.setattr(toolchain, "find", lambda n: toolchain.Tool(n, None) if n == name else real(n))
+
+
+def test_require_raises_tool_missing_with_the_fix(monkeypatch):
+    _nowhere(monkeypatch, "nvcc")
+    with pytest.raises(ToolMissing) as e:
+        toolchain.require("nvcc")
+    assert isinstance(e.value, FileNotFoundError) and e.value.tool == "nvcc"
+    assert str(e.value).startswith("nvcc not found (searched PATH, $NVCC, $CUDA_HOME/bin")
+    assert str(e.value).endswith(": put it on PATH, set CUDA_HOME, or `pip install -e '.[toolkit]'`")
+
+
+def test_every_nvcc_user_raises_the_same_error(monkeypatch, tmp_path):
+    from harness.compile import build, jit, sass
+    from harness.profiling import sanitize
+
+    _nowhere(monkeypatch, "nvcc")
+    with pytest.raises(ToolMissing, match=r"^nvcc not found"):
+        build.make_command(["build/bin/hello"])
+    with pytest.raises(ToolMissing, match=r"^nvcc not found"):
+        jit._nvcc()
+    _nowhere(monkeypatch, "compute-sanitizer")
+    with pytest.raises(ToolMissing, match=r"^compute-sanitizer not found .*install the CUDA toolkit"):
+        sanitize.find_sanitizer()
+    monkeypatch.setattr(sass, "find_cuobjdump", lambda: None)
+    with pytest.raises(ToolMissing, match=r"^cuobjdump not found"):
+        sass.dump(tmp_path / "x")
+    lone = tmp_path / "bin"
+    lone.mkdir()
+    monkeypatch.setattr(sass, "find_cuobjdump", lambda: str(lone / "cuobjdump"))
+    monkeypatch.setenv("PATH", str(lone))
+    with pytest.raises(ToolMissing, match=r"^nvdisasm not found \(cuobjdump at .* runs it"):
+        sass.dump(tmp_path / "x")
+
+
+def test_libcudart_missing_is_tool_missing(monkeypatch):
+    from harness.calling import cudart
+
+    monkeypatch.setattr(toolchain, "find_libcudart", lambda: None)
+    cudart.lib.cache_clear()
+    try:
+        with pytest.raises(ToolMissing, match=r"^libcudart not found .*set CUDA_HOME"):
+            cudart.lib()
+    finally:
+        cudart.lib.cache_clear()
+
+
+def test_every_fix_names_an_extra_that_exists_and_doctor_prints_it(monkeypatch):
+    """A fix that names `pip install -e '.[x]'` names an extra pyproject.toml defines (`.[bench]` did
+    not exist, and `invoke doctor` printed it)."""
+    import re
+
+    from harness.base import errors
+    from harness.measuring import timing
+    from harness.user import doctor
+
+    text = (toolchain.ROOT / "pyproject.toml").read_text()
+    section = text.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+    extras = set(re.findall(r"^(\w+) = \[", section, re.M))
+    assert {"dev", "toolkit"} <= extras
+    named = {x for fix in errors.TOOL_FIXES.values() for x in re.findall(r"\.\[(\w+)\]", fix)}
+    assert named and named <= extras, named - extras
+    assert '"cuda-bench[cu13]' in text.split("dependencies = [", 1)[1].split("]\n", 1)[0]  # a base dependency
+    monkeypatch.setattr(timing, "engine_version", lambda: None)
+    row = next(c for c in doctor.check_packages() if c.item == "python:cuda-bench")
+    assert not row.ok and row.fix == errors.TOOL_FIXES["cuda-bench"] and row.fix.startswith("`pip install -e .`")
+    with pytest.raises(ToolMissing, match=r"^cuda-bench not found .*`pip install -e \.`"):
+        timing.require_engine()

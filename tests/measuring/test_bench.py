@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from analysis import bench as abench
+from harness.base.errors import NotBuilt
 from harness.compile import build
 from harness.measuring import bench, timing
 
@@ -155,15 +156,13 @@ def test_repeat_frame_is_one_row_per_case_and_run():
 
 def test_an_unbuilt_program_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(build, "BUILD", tmp_path)
-    from harness.calling import library
-
-    with pytest.raises(library.LibraryNotBuilt, match=r"libsquare.so, .*libdevice_info.so are missing: run "
-                       r"`invoke build -p square,device_info` \(or `invoke build` for every program\)$"):
+    with pytest.raises(NotBuilt, match=r"libsquare.so, .*libdevice_info.so are missing: run "
+                       r"`invoke build --programs square,device_info` \(or `invoke build` for every program\)$"):
         bench.check_built(["square"])
     # The message names only what is missing, and the one command that builds it.
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "libdevice_info.so").write_bytes(b"")
-    with pytest.raises(library.LibraryNotBuilt, match=r"libsquare.so is missing: run `invoke build -p square` "):
+    with pytest.raises(NotBuilt, match=r"libsquare.so is missing: run `invoke build --programs square` "):
         bench.check_built(["square"])
 
 
@@ -259,7 +258,7 @@ def test_ratio_bars_without_spread_columns_or_with_nan_spreads(close_figures):
 def test_ratio_bars_of_the_recorded_h100_bench_have_no_spread(tmp_path, close_figures):
     """bench/results/h100's committed CSV predates the rounds: no ratio_p25/p75, so no error bars,
     and every bar and file as before."""
-    path = bench.RESULTS_DIR / "h100" / "bench-h100-80gb-hbm3-20261123T134326.csv"
+    path = bench.RESULTS_DIR / "h100" / "history" / "bench-h100-80gb-hbm3-20261123T134326.csv"
     cases, ceil = abench.load(path)
     assert "ratio_p25" not in cases
     fig = abench.ratio_figure(cases, ceilings=ceil)

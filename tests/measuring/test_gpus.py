@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import pythonpath
 from harness.measuring import gpus
 
 
@@ -109,9 +110,7 @@ def test_profiler_slow_and_serial_tests_never_overlap(tmp_path):
         "@pytest.mark.parametrize('i', range(12))\n"
         "def test_free(i): _note('free', i, 0.05)\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    profiler\n    slow\n    serial\n")
-    env = dict(os.environ)
-    # The project first, then whatever made cffi and the rest importable here (a --target folder, say).
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(build.ROOT), env.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONPATH=pythonpath(build.ROOT))
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
                         "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path)],
                        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)

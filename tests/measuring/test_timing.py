@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import pythonpath
+from harness.base.errors import ToolMissing
 from harness.measuring import timing
 
 FIX = Path(__file__).parent.parent / "fixtures"
@@ -105,7 +107,7 @@ def test_plan_refusals_before_anything_runs(monkeypatch):
         timing.run_plan([timing.Item("a", "m:f"), timing.Item("a", "m:f")])
     assert timing.run_plan([]) == {}
     monkeypatch.setattr(timing, "engine_version", lambda: None)
-    with pytest.raises(timing.EngineMissing, match=r"cuda-bench"):
+    with pytest.raises(ToolMissing, match=r"cuda-bench not found.*`pip install -e \.`"):
         timing.run_plan([timing.Item("a", "m:f")])
 
 
@@ -157,7 +159,7 @@ def test_a_failing_child_raises_with_its_log(tmp_path, monkeypatch):
 def _popen_in(folder, real):
     def popen(cmd, **kw):
         kw["cwd"] = folder
-        kw["env"] = {**kw["env"], "PYTHONPATH": str(folder)}
+        kw["env"] = {**kw["env"], "PYTHONPATH": pythonpath(folder, env=kw["env"])}  # the stand-in shadows harness
         return real(cmd, **kw)
     return popen
 
@@ -209,6 +211,7 @@ def test_doctor_names_the_timing_engine(monkeypatch):
 
 
 INTERRUPTED = '''
+import os
 import sys
 sys.path.insert(0, {root!r})
 from harness.measuring import timing
@@ -218,7 +221,7 @@ timing.require_gpu = lambda: None  # the child is a stand-in: no device needed
 real = timing.subprocess.Popen
 def popen(cmd, **kw):
     kw["cwd"] = fake
-    kw["env"] = {{**kw["env"], "PYTHONPATH": fake}}
+    kw["env"] = {{**kw["env"], "PYTHONPATH": os.pathsep.join([fake, kw["env"].get("PYTHONPATH", "")])}}
     return real(cmd, **kw)
 timing.subprocess.Popen = popen
 try:

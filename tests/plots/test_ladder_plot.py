@@ -76,7 +76,7 @@ def test_both_ladders_from_the_recorded_h100_bench(tmp_path):
     matmul cublas@<size>; both ladders must come out (the gemm_tc figure was once silently missing)."""
     from harness.measuring import bench
 
-    csv = bench.RESULTS_DIR / "h100" / "bench-h100-80gb-hbm3-20261123T134326.csv"
+    csv = bench.RESULTS_DIR / "h100" / "history" / "bench-h100-80gb-hbm3-20261123T134326.csv"
     frame, _, _ = bench.read_result(csv)
     g = ladder.ladder_table(frame, "gemm_tc")
     assert set(g["size"]) == {"2048^3", "4096^3", "8192^3"}
@@ -148,7 +148,7 @@ def test_recorded_h100_ladders_have_no_whiskers():
     """The committed H100 CSV predates the rounds (no ratio_p25/p75): bars and labels as before, no whisker."""
     from harness.measuring import bench
 
-    frame, _, _ = bench.read_result(bench.RESULTS_DIR / "h100" / "bench-h100-80gb-hbm3-20261123T134326.csv")
+    frame, _, _ = bench.read_result(bench.RESULTS_DIR / "h100" / "history" / "bench-h100-80gb-hbm3-20261123T134326.csv")
     assert "ratio_p25" not in frame
     for program in ("matmul", "gemm_tc"):
         t = ladder.ladder_table(frame, program)

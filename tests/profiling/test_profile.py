@@ -17,6 +17,8 @@ import pandas as pd
 import pytest
 
 from analysis import profile as aprof
+from harness import programs
+from harness.base.errors import NotBuilt
 from harness.compile import build, toolchain
 from harness.profiling import ncu, nsys
 from harness.profiling import profile as hp
@@ -42,7 +44,7 @@ def test_nsys_stats_three_reports_past_the_chatter():
     r = hp.parse_nsys_stats(text)
     assert set(r) == {"cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum"}
     k = hp.nsys_kernel_table(r)
-    assert [aprof.short_name(n) for n in k["kernel"]] == GREY_KERNELS
+    assert [nsys.short_name(n) for n in k["kernel"]] == GREY_KERNELS
     assert k["instances"].tolist() == [6, 6, 6]
     assert k["total_ns"].tolist() == [9056, 5792, 5728]
     assert k.loc[0, "avg_ns"] == pytest.approx(1509.3)
@@ -111,7 +113,7 @@ def test_ncu_raw_page_units_and_kernel_table():
     assert units["gpu__time_duration.sum"] == "ns" and units["dram__bytes.sum"] == "byte"
     assert units["sm__warps_active.avg.pct_of_peak_sustained_active"] == "%"
     k = hp.ncu_kernel_table(raw, units)
-    assert sorted(aprof.short_name(n) for n in k["kernel"]) == sorted(GREY_KERNELS)
+    assert sorted(nsys.short_name(n) for n in k["kernel"]) == sorted(GREY_KERNELS)
     assert k["instances"].tolist() == [6, 6, 6]
     # The numbers behind the table, by hand from the per-launch rows.
     for _, row in k.iterrows():
@@ -165,7 +167,7 @@ def test_nvprof_message_says_why_and_points_at_nsys(monkeypatch):
 
 def test_profile_nvprof_raises_the_message_not_command_not_found():
     with pytest.raises(hp.NvprofUnavailable, match="CUDA 13 removed it"):
-        hp.profile("hello", tool="nvprof")
+        hp.profile("hello", programs.profile_runs("hello"), tool="nvprof")
 
 
 def test_invoke_profile_nvprof_exits_with_the_message():
@@ -177,6 +179,9 @@ def test_invoke_profile_nvprof_exits_with_the_message():
 
 
 # --- auto selection ------------------------------------------------------------------------------
+
+HELLO = [(None, ["all"])]  # what the registry hands down for hello (checked in test_program_argument_contract)
+
 
 def _fake_table(name="k(int)"):
     return pd.DataFrame([{"kernel": name, "time_pct": 100.0, "total_ns": 10.0, "instances": 1, "avg_ns": 10.0,
@@ -197,7 +202,7 @@ def _patch_tools(monkeypatch, nsys=None, ncu=None):
 
 def test_auto_takes_the_first_tool_that_gives_a_report(monkeypatch, tmp_path):
     _patch_tools(monkeypatch, nsys=_fake_table("from_nsys()"), ncu=_fake_table("from_ncu()"))
-    res = hp.profile("hello", outdir=tmp_path)
+    res = hp.profile("hello", HELLO, outdir=tmp_path)
     assert res.tool == "nsys" and res.kernels["kernel"].tolist() == ["from_nsys()"] and not res.failures
     assert (tmp_path / "kernels.csv").exists()
 
@@ -205,7 +210,7 @@ def test_auto_takes_the_first_tool_that_gives_a_report(monkeypatch, tmp_path):
 def test_auto_goes_on_to_ncu_and_keeps_the_reason(monkeypatch, tmp_path):
     _patch_tools(monkeypatch, nsys=hp.ToolFailure("nsys", "importer library libdw.so.1 missing"),
                  ncu=_fake_table("from_ncu()"))
-    res = hp.profile("hello", outdir=tmp_path)
+    res = hp.profile("hello", HELLO, outdir=tmp_path)
     assert res.tool == "ncu" and [f.tool for f in res.failures] == ["nsys"]
     assert "libdw.so.1" in res.failures[0].reason
 
@@ -218,7 +223,7 @@ def test_auto_falls_back_to_event_timing(monkeypatch, tmp_path):
         seen["args"] = (prog, variants)
         return hp._with_variant(_fake_table("square 03_vectorized 2^24"), "03_vectorized")
 
-    res = hp.profile("hello", outdir=tmp_path, fallback=fallback)
+    res = hp.profile("hello", HELLO, outdir=tmp_path, fallback=fallback)
     assert res.tool == "event timing" and seen["args"] == ("hello", [None])
     assert [f.tool for f in res.failures] == ["nsys", "ncu"]
     assert res.note.startswith("no profiler produced a report") and (tmp_path / "kernels.csv").exists()
@@ -231,7 +236,7 @@ def test_auto_with_nothing_says_why_for_each_tool(monkeypatch, tmp_path):
         raise hp.CudalabError("hello has no bench cases to time")
 
     with pytest.raises(hp.NoReport) as e:
-        hp.profile("hello", outdir=tmp_path, fallback=fallback)
+        hp.profile("hello", HELLO, outdir=tmp_path, fallback=fallback)
     lines = str(e.value).splitlines()
     assert lines[1] == "  nsys: not found"
     assert lines[2].startswith("  ncu: no permission") and "NVreg_RestrictProfilingToAdminUsers=0" in lines[2]
@@ -241,7 +246,7 @@ def test_auto_with_nothing_says_why_for_each_tool(monkeypatch, tmp_path):
 def test_named_tool_failure_is_not_hidden(monkeypatch, tmp_path):
     _patch_tools(monkeypatch, nsys=_fake_table(), ncu=hp.ToolFailure("ncu", "not found"))
     with pytest.raises(hp.ToolFailure, match="ncu: not found"):
-        hp.profile("hello", tool="ncu", outdir=tmp_path)
+        hp.profile("hello", HELLO, tool="ncu", outdir=tmp_path)
 
 
 # --- running the tools (fake subprocesses) ---------------------------------------------------------
@@ -379,26 +384,51 @@ def test_ci_unpacks_the_debs_where_the_nsys_helper_looks():
 
 
 def test_program_argument_contract():
+    """The registry turns a program's module and the user's --variant / arguments into the runs."""
     mod = types.SimpleNamespace(VARIANTS=("01_naive", "02_flash"), PROFILE_VARIANTS=("01_naive", "02_flash"),
                                 profile_args=lambda v: ["--variant", v or "all", "64"])
-    assert hp.program_argv("x", "02_flash", mod=mod) == ["--variant", "02_flash", "64"]
-    assert hp.program_argv("x", None, mod=mod) == ["--variant", "all", "64"]
-    assert hp.program_argv("x", "02_flash", ["7"], mod=mod) == ["--variant", "02_flash", "7"]  # user args win
-    assert hp.program_argv("x", None, ["--variant", "a", "7"], mod=mod) == ["--variant", "a", "7"]
-    assert hp.resolve_variants("x", None, mod) == ["01_naive", "02_flash"]
-    assert hp.resolve_variants("x", "all", mod) == ["01_naive", "02_flash"]
+    runs = programs.profile_runs
+    assert runs("x", "02_flash", mod=mod) == [("02_flash", ["--variant", "02_flash", "64"])]
+    assert runs("x", None, mod=mod) == [("01_naive", ["--variant", "01_naive", "64"]),
+                                        ("02_flash", ["--variant", "02_flash", "64"])]  # PROFILE_VARIANTS
+    assert runs("x", "02_flash", ["7"], mod=mod) == [("02_flash", ["--variant", "02_flash", "7"])]  # user args win
+    assert runs("x", None, ["--variant", "a", "7"], mod=mod) == [(None, ["--variant", "a", "7"])]
+    assert runs("x", "all", ["7"], mod=mod) == [("01_naive", ["--variant", "01_naive", "7"]),
+                                                ("02_flash", ["--variant", "02_flash", "7"])]
+    assert programs.resolve_variants("x", "all", mod) == ["01_naive", "02_flash"]
     with pytest.raises(ValueError, match="unknown variant 'nope'"):
-        hp.resolve_variants("x", "nope", mod)
+        runs("x", "nope", mod=mod)
     plain = types.SimpleNamespace()
-    assert hp.program_argv("x", None, mod=plain) == [] and hp.program_argv("x", "v", mod=plain) == ["--variant", "v"]
-    assert hp.resolve_variants("x", None, plain) == [None]
+    assert runs("x", None, mod=plain) == [(None, [])] and runs("x", "v", mod=plain) == [("v", ["--variant", "v"])]
+    with pytest.raises(ValueError, match="lists no VARIANTS"):
+        runs("x", "all", mod=plain)
+    assert runs("hello") == HELLO
+
+
+def test_runs_are_profiled_as_handed_down(monkeypatch, tmp_path):
+    seen = []
+
+    def run_nsys(prog, argv, outdir, tag="", **kw):
+        seen.append((prog, argv, tag))
+        return _fake_table(f"k_{tag}()"), {}, [], [["nsys", *argv]]
+
+    monkeypatch.setattr(hp, "run_nsys", run_nsys)
+    res = hp.profile("p", [("01_a", ["--variant", "01_a", 5]), ("02_b", ["9"])], tool="nsys", outdir=tmp_path)
+    assert seen == [("p", ["--variant", "01_a", "5"], "01_a"), ("p", ["9"], "02_b")]
+    assert res.kernels["variant"].tolist() == ["01_a", "02_b"]
 
 
 def test_unknown_program_and_tool():
     with pytest.raises(ValueError, match="unknown program"):
-        hp.profile("no_such_program", tool="nsys")
+        programs.check_name("no_such_program")
+    r = subprocess.run([sys.executable, "-m", "invoke", "profile", "no_such_program"], cwd=build.ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and r.stderr.strip().startswith("unknown program 'no_such_program'; programs: ")
+    assert len(r.stderr.strip().splitlines()) == 1
     with pytest.raises(ValueError, match="unknown profiler"):
-        hp.profile_with("perf", "hello", [None])
+        hp.profile_with("perf", "hello", HELLO)
+    with pytest.raises(ValueError, match="unknown profiler"):
+        hp.profile("hello", HELLO, tool="perf")
 
 
 # --- the chart -------------------------------------------------------------------------------------
@@ -436,13 +466,13 @@ def test_chart_naive_against_flash_side_by_side(tmp_path):
 
 
 def test_short_names():
-    assert aprof.short_name("void k<float, 4>(const float *, int)") == "k<float, 4>"
+    assert nsys.short_name("void k<float, 4>(const float *, int)") == "k<float, 4>"
     # Recorded from transformer_block under nsys: two instantiations of one template stay apart.
-    assert aprof.short_name("void matmul_02_tiled<(int)16, (bool)1>(int, int, int, const float *, const float *, "
+    assert nsys.short_name("void matmul_02_tiled<(int)16, (bool)1>(int, int, int, const float *, const float *, "
                             "float *, float, long long, long long, long long)") == "matmul_02_tiled<16, 1>"
-    assert aprof.short_name("void attn_flash_fwd<(int)64>(const float *, float *, int)") == "attn_flash_fwd<64>"
-    assert aprof.short_name("grayscale_01_1d(const unsigned char *, long long, unsigned char *, int)") == "grayscale_01_1d"
-    assert len(aprof.short_name("x" * 100, 20)) == 20
+    assert nsys.short_name("void attn_flash_fwd<(int)64>(const float *, float *, int)") == "attn_flash_fwd<64>"
+    assert nsys.short_name("grayscale_01_1d(const unsigned char *, long long, unsigned char *, int)") == "grayscale_01_1d"
+    assert len(nsys.short_name("x" * 100, 20)) == 20
 
 
 # --- on the GPU ----------------------------------------------------------------------------------
@@ -491,8 +521,21 @@ def test_variant_all_with_arguments_is_one_run_per_variant():
     executable that has no such variant (found on the H100): each variant is its own run."""
     from harness.programs import attention
 
-    runs = hp.variants_to_run("attention", "all", ["--reps", "1", "1", "32", "4096", "128"])
-    assert runs == list(attention.VARIANTS)
-    assert [hp.program_argv("attention", v, ["1", "2"])[:2] for v in runs] == [["--variant", v] for v in runs]
-    assert hp.variants_to_run("attention", None, ["1", "2"]) == [None]
-    assert hp.variants_to_run("attention", "02_flash", ["1", "2"]) == ["02_flash"]
+    runs = programs.profile_runs("attention", "all", ["--reps", "1", "1", "32", "4096", "128"])
+    assert [v for v, _ in runs] == list(attention.VARIANTS)
+    assert [argv[:2] for _, argv in runs] == [["--variant", v] for v, _ in runs]
+    assert programs.profile_runs("attention", None, ["1", "2"]) == [(None, ["1", "2"])]
+    assert programs.profile_runs("attention", "02_flash", ["1", "2"]) == [("02_flash", ["--variant", "02_flash", "1", "2"])]
+
+
+def test_profilers_run_only_the_file_the_build_wrote(monkeypatch, tmp_path):
+    """nsys and ncu are pointed only at the executable its build wrote (checked against its record),
+    never a stray file of the same name; a missing one names the command that builds it."""
+    stray = tmp_path / "square"
+    stray.write_text("#!/bin/sh\nexit 0\n")
+    monkeypatch.setattr(build, "bin_path", lambda prog: stray)
+    with pytest.raises(NotBuilt, match=r"not verified.*invoke build --programs square"):
+        hp._exe("square")
+    monkeypatch.setattr(build, "bin_path", lambda prog: tmp_path / "missing")
+    with pytest.raises(NotBuilt, match=r"missing: run `invoke build --programs square`"):
+        hp._exe("square")

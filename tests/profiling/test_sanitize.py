@@ -12,6 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness import programs
+from harness.base.errors import NotBuilt
 from harness.compile import build
 from harness.profiling import sanitize as hs
 
@@ -70,20 +72,29 @@ def test_tools_for():
         hs.tools_for("leakcheck")
 
 
+def _cases(prog, mod=None, args=None):
+    # What `invoke sanitize` hands down: the registry's (label, argv) as the sanitizer's Cases.
+    return [hs.Case(prog, label, argv) for label, argv in programs.sanitize_cases(prog, mod, args=args)]
+
+
 def test_cases_contract():
     as_list = types.SimpleNamespace(sanitize_args=lambda: [["--variant", "01_a", "33"], ["--variant", "02_b", "33"]])
-    assert [(c.label, c.argv) for c in hs.cases("p", as_list)] == [("01_a", ("--variant", "01_a", "33")),
-                                                                    ("02_b", ("--variant", "02_b", "33"))]
+    assert [(c.label, c.argv) for c in _cases("p", as_list)] == [("01_a", ("--variant", "01_a", "33")),
+                                                                  ("02_b", ("--variant", "02_b", "33"))]
     as_dict = types.SimpleNamespace(sanitize_args=lambda: {"small": [5], "ragged": [7, 3]})
-    assert [(c.label, c.argv) for c in hs.cases("p", as_dict)] == [("small", ("5",)), ("ragged", ("7", "3"))]
+    assert [(c.label, c.argv) for c in _cases("p", as_dict)] == [("small", ("5",)), ("ragged", ("7", "3"))]
     one = types.SimpleNamespace(sanitize_args=lambda: ["all"])
-    assert [c.argv for c in hs.cases("p", one)] == [("all",)]
+    assert [c.argv for c in _cases("p", one)] == [("all",)]
     by_variant = types.SimpleNamespace(VARIANTS=("01_a", "02_b"), profile_args=lambda v: ["--variant", v, "9"])
-    assert [(c.label, c.argv) for c in hs.cases("p", by_variant)] == [("01_a", ("--variant", "01_a", "9")),
-                                                                       ("02_b", ("--variant", "02_b", "9"))]
+    assert [(c.label, c.argv) for c in _cases("p", by_variant)] == [("01_a", ("--variant", "01_a", "9")),
+                                                                     ("02_b", ("--variant", "02_b", "9"))]
     plain = types.SimpleNamespace(VARIANTS=("01_a",))  # variants the executable may not take: run it plainly
-    assert [c.argv for c in hs.cases("p", plain)] == [()]
-    assert [c.argv for c in hs.cases("hello")] == [("all",)]  # hello.profile_args
+    assert [c.argv for c in _cases("p", plain)] == [()]
+    assert [c.argv for c in _cases("hello")] == [("all",)]  # hello.profile_args
+    # The caller's arguments replace the program's runs with one run, labelled by its --variant.
+    assert [(c.label, c.argv) for c in _cases("p", as_list, args=["--variant", "02_b", "7"])] == [
+        ("02_b", ("--variant", "02_b", "7"))]
+    assert [(c.label, c.argv) for c in _cases("p", as_list, args=["--oob", 1000])] == [("--oob 1000", ("--oob", "1000"))]
 
 
 def _outcome(prog, tool, status, errors=0, label="default"):
@@ -108,7 +119,7 @@ def test_sanitize_with_a_fake_sanitizer(monkeypatch, tmp_path):
 
     monkeypatch.setattr(hs, "find_sanitizer", lambda: "/fake/compute-sanitizer")
     monkeypatch.setattr(hs, "SANITIZE_DIR", tmp_path)
-    monkeypatch.setattr(hs._build, "bin_path", lambda prog: Path("/bin/true"))
+    monkeypatch.setattr(hs._build, "require", lambda prog, kind: Path("/bin/true"))
     oob, oob_rc = _fixture("memcheck_square_oob")
     clean, _ = _fixture("memcheck_square_clean")
 
@@ -116,9 +127,9 @@ def test_sanitize_with_a_fake_sanitizer(monkeypatch, tmp_path):
         bad = "--oob" in argv and argv[argv.index("--tool") + 1] == "memcheck"
         return subprocess.CompletedProcess(argv, oob_rc if bad else 0, oob if bad else clean, "")
 
-    outs = hs.sanitize(["hello", "square"], ["memcheck", "synccheck"], run=run, jobs=2)
+    outs = hs.sanitize(_cases("hello") + _cases("square"), ["memcheck", "synccheck"], run=run, jobs=2)
     assert len(outs) == (1 + len(sq.sanitize_args())) * 2 and hs.all_clean(outs)  # hello once, square per case
-    outs = hs.sanitize(["square"], ["memcheck", "synccheck"], args=["--oob", "1000"], run=run)
+    outs = hs.sanitize(_cases("square", args=["--oob", "1000"]), ["memcheck", "synccheck"], run=run)
     t = hs.summary(outs)
     assert t.loc["square", "memcheck"] == "2 errors" and t.loc["square", "synccheck"] == "clean"
     assert outs[0].log.read_text().startswith("$ /fake/compute-sanitizer --tool memcheck")
@@ -126,9 +137,11 @@ def test_sanitize_with_a_fake_sanitizer(monkeypatch, tmp_path):
     assert path.read_text().splitlines()[1].startswith("square,2 errors")
 
 
-def test_unknown_program():
-    with pytest.raises(ValueError, match="unknown program"):
-        hs.sanitize(["no_such_program"])
+def test_unknown_program_is_one_line_before_any_run():
+    r = subprocess.run([sys.executable, "-m", "invoke", "sanitize", "-p", "square,no_such_program"], cwd=build.ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [f"unknown program 'no_such_program'; programs: {', '.join(build.programs())}"]
 
 
 # --- on the GPU ----------------------------------------------------------------------------------
@@ -159,3 +172,20 @@ def test_invoke_sanitize_catches_the_planted_out_of_bounds_write():
     assert "error" in r.stdout and "not clean" in r.stderr
     r = _inv("sanitize", "-p", "square", "--tool", "memcheck", "--", "1000")  # the same run without the flag
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_an_executable_the_build_did_not_write_is_refused(monkeypatch, tmp_path):
+    """The sanitizer runs only the file the build wrote (checked against its record), never a
+    stray file of the same name, and says which command builds it."""
+    stray = tmp_path / "square"
+    stray.write_text("#!/bin/sh\nexit 0\n")
+    stray.chmod(0o755)
+    monkeypatch.setattr(build, "bin_path", lambda prog: stray)
+    ran = []
+    with pytest.raises(NotBuilt, match=r"not verified.*invoke build --programs square"):
+        hs.run_case(hs.Case("square", "default", ()), "memcheck", "/fake/compute-sanitizer", logdir=tmp_path,
+                    run=lambda argv, timeout: ran.append(argv))
+    assert ran == []
+    monkeypatch.setattr(build, "bin_path", lambda prog: tmp_path / "missing")
+    with pytest.raises(NotBuilt, match=r"missing: run `invoke build --programs square`"):
+        hs.run_case(hs.Case("square", "default", ()), "memcheck", "/fake/compute-sanitizer", logdir=tmp_path)

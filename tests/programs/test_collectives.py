@@ -17,7 +17,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from harness.base.errors import CudaError
+from conftest import pythonpath
+from harness.base.errors import CudaError, ToolMissing
 from harness.calling import launch
 from harness.compile import build
 from harness.measuring import gpus
@@ -334,7 +335,7 @@ def test_launcher_refuses_bad_rank_counts():
 def _inv(*args, timeout=300):
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+                          env={**os.environ, "PYTHONPATH": pythonpath(ROOT)})
 
 
 def test_invoke_run_ranks_refuses_in_one_line():
@@ -514,7 +515,7 @@ def test_compute_sanitizer_is_clean_on_virtual_rank_launches(tmp_path):
 
     try:
         sanitizer = hs.find_sanitizer()
-    except hs.SanitizerNotFound as e:
+    except ToolMissing as e:
         pytest.skip(str(e))
     work = [(hs.Case("collectives", label, tuple(argv)), tool)
             for label, argv in co.sanitize_args().items() for tool in ("memcheck", "racecheck", "synccheck")]

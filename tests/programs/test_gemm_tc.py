@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import write_json
-from harness.base.errors import CudalabError
+from harness.base.errors import CudalabError, NotBuilt
 from harness.calling import library, runner
 from harness.measuring import tune
 from harness.programs import gemm_tc as gt
@@ -321,7 +321,7 @@ def runner_exists() -> bool:
 
 
 def test_errors_are_typed():
-    assert issubclass(library.LibraryNotBuilt, CudalabError)
+    assert issubclass(NotBuilt, CudalabError) and issubclass(NotBuilt, FileNotFoundError)
 
 
 def test_bench_cases_and_ceilings(monkeypatch):
@@ -418,7 +418,7 @@ def test_tuned_rung_default_and_set_in_a_fresh_process():
             "try:\n    lib.gemm_tc_set_tuned(lib.gemm_tc_config_count())\nexcept e.CudaError as x:\n"
             "    print('refused', x.code)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=build.ROOT)
-    if r.returncode != 0 and "LibraryNotBuilt" in r.stderr:
+    if r.returncode != 0 and "NotBuilt" in r.stderr:
         pytest.skip("libgemm_tc.so not built")
     assert r.returncode == 0, r.stderr
     first, second, third = r.stdout.strip().splitlines()

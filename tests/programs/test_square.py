@@ -17,7 +17,7 @@ from harness.compile import toolchain
 from harness.programs import square as sq
 
 SIZES = [1, 2, 3, 255, 257, 4099, 2**20 + 3, 2**24 + 1]  # the large case: 64 MiB, ragged (bigger is the bench's)
-RTOL = 1e-5  # float32 elementwise (DESIGN.md); x*x is one correctly rounded multiply, so 0 is expected
+RTOL = 1e-5  # float32 elementwise (ARCHITECTURE.md, Tests); x*x is one correctly rounded multiply, so 0 is expected
 
 
 @pytest.fixture(scope="module")

@@ -132,11 +132,11 @@ def test_run_step_counts_a_variant_the_build_cannot_run_as_not_run(monkeypatch):
     as not run here; any other status 2 is still a failure."""
     from types import SimpleNamespace
 
+    from harness import programs
     from harness.calling import runner
-    from harness.profiling import sanitize
 
-    monkeypatch.setattr(sanitize, "cases", lambda prog: [sanitize.Case(prog, "02_flash", ("--variant", "02_flash")),
-                                                         sanitize.Case(prog, "05_flash_wgmma", ("--variant", "05"))])
+    monkeypatch.setattr(programs, "sanitize_cases", lambda prog: [("02_flash", ("--variant", "02_flash")),
+                                                                  ("05_flash_wgmma", ("--variant", "05"))])
     out = {"02_flash": SimpleNamespace(returncode=0, stdout="result program=attention check=pass\n", stderr="")}
     refused = SimpleNamespace(returncode=2, stdout="", stderr="error: variant 05_flash_wgmma cannot run here: needs "
                               "sm_90a: this build has no sm_90a code (build with ARCH=90)\n")

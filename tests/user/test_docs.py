@@ -1,6 +1,9 @@
-"""The README and the program pages: every relative link and file path they give resolves (files, and
-headings for #anchors), external links are well formed, the README stays a front page (at most 1,500
-words), every program has its page, and no issue or run number reaches a reader."""
+"""The README, the program pages, the docs and the result NOTES: every relative link and file path they
+give resolves (files, and headings for #anchors; `file.py::test_name` names a test that exists), external
+links are well formed, the README stays a front page (at most 1,500 words), every program has its page,
+and no issue or run number reaches a reader. In the NOTES, a result file named bare (`bench-...csv`,
+`history/ladder_...png`) is looked up beside the NOTES file, so a move into history/ that forgets the
+NOTES fails here."""
 
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ from harness.compile import build
 ROOT = build.ROOT
 README_WORDS = 1500
 PAGES = sorted((ROOT / "cuda").glob("*/README.md"))
-DOCS = [ROOT / "README.md", *PAGES, *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "ARCHITECTURE.md", *PAGES, *sorted((ROOT / "docs").glob("*.md"))]
+NOTES = sorted((ROOT / "bench" / "results").rglob("*.md"))
 # Programs whose page another branch writes: the test asks for it once it exists.
 PAGE_PENDING = {"collectives"}
 
@@ -23,6 +27,9 @@ LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)
 CODE = re.compile(r"`([^`\n]+)`")
 TOP = ("cuda/", "harness/", "analysis/", "bench/", "tests/", "notebooks/", "docs/", ".ci/")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+# A result file named bare in the NOTES: a date stamp (20261124T195859) or a tuning cache, optionally under
+# history/; resolved from the NOTES file's folder.
+RESULT_FILE = re.compile(r"^(?:history/)?[\w.-]*(?:\d{8}T\d{6}[\w.-]*|-tune)\.(?:csv|png|json)$")
 
 
 def slug(heading: str) -> str:
@@ -59,16 +66,54 @@ def problems(md: Path, root: Path = ROOT) -> list[str]:
     prose = FENCE.sub("", text)
     for token in CODE.findall(prose):
         token = token.strip()
-        if " " in token or not token.startswith(TOP) or any(c in token for c in "<>*…{}"):
+        if " " in token or any(c in token for c in "<>*…{}"):
             continue
-        if not (root / token.rstrip("/")).exists():
+        if RESULT_FILE.match(token):
+            if not (md.parent / token).exists():
+                out.append(f"{md.name}: result file {token} is not beside it")
+            continue
+        if not token.startswith(TOP):
+            continue
+        path, _, test = token.partition("::")
+        if not (root / path.rstrip("/")).exists():
             out.append(f"{md.name}: path {token} does not exist")
+        elif test and not re.search(rf"^\s*(?:async\s+)?def {re.escape(test.split('[')[0])}\(",
+                                    (root / path).read_text(), re.M):
+            out.append(f"{md.name}: {path} has no test {test}")
     return out
 
 
-@pytest.mark.parametrize("md", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
+@pytest.mark.parametrize("md", DOCS + NOTES, ids=[str(p.relative_to(ROOT)) for p in DOCS + NOTES])
 def test_every_link_and_path_resolves(md):
     assert problems(md) == []
+
+
+def committed(folder: Path) -> list[Path] | None:
+    """The files git tracks under `folder` (None outside a git checkout): a run a user has just saved
+    with `invoke bench --save` is theirs to place, and is checked once it is committed."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--", str(folder)], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [ROOT / f for f in out.split("\0") if f]
+
+
+def test_every_gpu_folder_has_its_results_in_front_and_its_history_behind():
+    """Each bench/results/<gpu>/ folder keeps in front only its NOTES, its page, its tuning caches and the
+    reference results its page quotes; every other committed CSV or figure is under history/."""
+    results = ROOT / "bench" / "results"
+    tracked = committed(results)
+    files = tracked if tracked is not None else [p for p in results.rglob("*") if p.is_file()]
+    for gpu in sorted({f.parent for f in files if f.parent.parent == results}):
+        page = gpu / "README.md"
+        assert page.exists(), f"{page.relative_to(ROOT)} is missing: it names the reference results"
+        quoted = set(re.findall(r"[\w.-]+\.(?:csv|png)", page.read_text()))
+        for f in (f for f in files if f.parent == gpu):
+            if f.suffix in (".csv", ".png"):
+                assert f.name in quoted, f"{f.relative_to(ROOT)} is in front but its README does not quote it: move it to history/"
 
 
 def test_the_checker_finds_what_is_broken(tmp_path):
@@ -81,12 +126,19 @@ def test_the_checker_finds_what_is_broken(tmp_path):
         "[ok](other.md) [ok anchor](other.md#a-heading-with-code) [ok web](https://github.com/gpu-mode/lectures)\n"
         "[gone](missing.md) [bad anchor](other.md#no-such-heading) [bad web](https://nodot)\n"
         "![picture](missing.png) `cuda/x.cu` `cuda/y.cu` `build/plots/generated.png`\n"
+        "`bench-20261124T000000.csv` `history/bench-20261124T111111.csv` `tests/t.py::test_here` `tests/t.py::test_gone`\n"
         "```\n[inside a fence is still a link](fenced.md) `cuda/fenced-path-is-ignored.cu`\n```\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "t.py").write_text("def test_here():\n    pass\n")
+    (tmp_path / "history").mkdir()
+    (tmp_path / "history" / "bench-20261124T111111.csv").write_text("")
     found = problems(page, tmp_path)
-    assert len(found) == 6, found
-    for bad in ("missing.md", "#no-such-heading", "https://nodot", "missing.png", "cuda/y.cu", "fenced.md"):
+    assert len(found) == 8, found
+    for bad in ("missing.md", "#no-such-heading", "https://nodot", "missing.png", "cuda/y.cu", "fenced.md",
+                "bench-20261124T000000.csv", "test_gone"):
         assert any(bad in f for f in found), bad
-    assert not any("cuda/x.cu" in f or "generated" in f or "fenced-path" in f for f in found)
+    assert not any("cuda/x.cu" in f or "generated" in f or "fenced-path" in f or "111111" in f or "test_here" in f
+                   for f in found)
 
 
 def test_slugs_follow_github():
@@ -120,3 +172,138 @@ def test_every_program_has_a_page_linked_from_the_readme():
 def test_no_issue_or_run_numbers_where_a_user_reads(md):
     hits = re.findall(r"(?i)\b(?:issue|run)s? #?\d+", md.read_text())
     assert hits == [], hits
+
+
+def layout_block(md: Path) -> str:
+    text = md.read_text()
+    section = text[text.index("## Layout"):]
+    return FENCE.search(section).group(0)
+
+
+def layout_problems(block: str, root: Path = ROOT) -> list[str]:
+    """What a layout block misses (a top-level folder, a harness layer) or names that is not there."""
+    out = []
+    named = {m.group(1).rstrip("/") for m in re.finditer(r"^(\S+)", block, re.M) if not m.group(1).startswith("```")}
+    top = {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
+           and p.name not in ("build",) and not p.name.endswith(".egg-info")}
+    layers = {f"harness/{p.parent.name}" for p in (root / "harness").glob("*/__init__.py")}
+    # Folders under cuda/ that are not a program (common/, a shared-kernels folder) are each listed.
+    layers |= {f"cuda/{d.name}" for d in (root / "cuda").glob("*/") if d.is_dir() and not (d / f"{d.name}.cu").exists()}
+    for want in sorted(layers):
+        if want not in named:
+            out.append(f"layout: {want}/ is not listed")
+    for want in sorted(top):
+        if not any(n == want or n.startswith(want + "/") for n in named):
+            out.append(f"layout: {want}/ is not listed")
+    for n in sorted(named):
+        if "<" not in n and not (root / n).exists():
+            out.append(f"layout: {n} does not exist")
+    return out
+
+
+@pytest.mark.parametrize("md", [ROOT / "README.md", ROOT / "ARCHITECTURE.md"], ids=lambda p: p.name)
+def test_the_layout_matches_the_tree(md):
+    assert layout_problems(layout_block(md)) == []
+
+
+def test_the_layout_checker_finds_a_missing_and_a_stale_folder(tmp_path):
+    for d in ("harness/base", "harness/newlayer", "cuda/shared", "docs"):
+        (tmp_path / d).mkdir(parents=True)
+    for d in ("harness/base", "harness/newlayer"):
+        (tmp_path / d / "__init__.py").write_text("")
+    block = "```\nharness/base/  x\ncuda/<prog>/  y\ngone/  z\n```"
+    found = layout_problems(block, tmp_path)
+    assert sorted(found) == ["layout: cuda/shared/ is not listed", "layout: docs/ is not listed",
+                             "layout: gone does not exist", "layout: harness/newlayer/ is not listed"], found
+
+
+# --- what the code cites ----------------------------------------------------------------------------
+# A reader of the code has the repository and nothing else: a comment that cites an issue or a run
+# number, or a file the repository does not hold, points at nothing. Variant numbers are zero-padded
+# (`runs 08's stores`), so a run number is one that does not start with 0.
+CODE_DIRS = ("cuda", "harness", "analysis", ".ci")
+CODE_FILES = ("tasks.py", "Makefile")
+CITES_ISSUE = re.compile(r"(?i)\bissue #?\d+|\bissues #?\d+\s*(?:-|,|and)\s*\d+")
+CITES_RUN = re.compile(r"(?i)\b(?:device |NOTES(?:-\w+)? )?runs? [1-9]\d*(?:\s*-\s*\d+)?(?:'s)?(?![\w.])")
+CITES_MD = re.compile(r"(?<![\w/.'\"-])((?:\.\./|[\w-]+/)*[\w.-]+\.md)\b")
+# Files the code writes, not files it cites: the report's page (build/report/index.md).
+WRITTEN = {"index.md"}
+
+
+def code_files(root: Path = ROOT) -> list[Path]:
+    files = [root / f for f in CODE_FILES if (root / f).exists()]
+    for d in CODE_DIRS:
+        files += sorted(p for p in (root / d).rglob("*") if p.is_file() and p.suffix in
+                        ("", ".py", ".cu", ".cuh", ".h", ".c", ".mk", ".sh") and "__pycache__" not in p.parts)
+    return files
+
+
+def citation_problems(path: Path, root: Path = ROOT) -> list[str]:
+    """Each line of `path` that cites an issue or run number, or a .md file the repository lacks."""
+    known = {p.name for p in root.rglob("*.md") if ".git" not in p.parts and "build" not in p.parts}
+    out = []
+    rel = path.relative_to(root)
+    for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        for rx in (CITES_ISSUE, CITES_RUN):
+            if m := rx.search(line):
+                out.append(f"{rel}:{n}: cites {m.group(0)!r}: say why instead")
+        for md in CITES_MD.findall(line):
+            if md.startswith("build/") or Path(md).name in WRITTEN:
+                continue
+            if not (root / md).exists() and not (path.parent / md).exists() and Path(md).name not in known:
+                out.append(f"{rel}:{n}: cites {md}, which is not in the repository")
+    return out
+
+
+def test_the_code_cites_no_issue_run_or_missing_file():
+    found = [p for f in code_files() for p in citation_problems(f)]
+    assert found == [], "\n".join(found)
+
+
+def test_the_citation_checker_finds_each_kind(tmp_path):
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "NOTES-x.md").write_text("")
+    src = tmp_path / "k.cu"
+    src.write_text("// issue 18: goal\n// runs 13-15 measured\n# NOTES-matmul run 14\n// see DESIGN.md\n"
+                   "// (Issue 20's goals)\n"
+                   "// fine: 136 runs 08's stores; 05 runs 2.0x faster; a warp issues 8 ldmatrix\n"
+                   "// fine: NOTES-x.md and bench/NOTES-x.md exist\n")
+    found = citation_problems(src, tmp_path)
+    assert [f.split(":")[1] for f in found] == ["1", "2", "3", "4", "5"], found
+
+
+DOTTED = re.compile(r"\b(harness(?:\.[A-Za-z_]\w*)+)")
+
+
+def unresolved_names(text: str) -> list[str]:
+    """Each dotted `harness.…` name in `text` that names no module or attribute of one."""
+    import importlib
+
+    out = []
+    for name in sorted(set(DOTTED.findall(text))):
+        parts = name.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            try:
+                for attr in parts[i:]:
+                    obj = getattr(obj, attr)
+            except AttributeError:
+                out.append(name)
+            break
+        else:
+            out.append(name)
+    return out
+
+
+@pytest.mark.parametrize("md", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
+def test_every_module_the_docs_name_exists(md):
+    """After a module moves, a page that still names its old place fails here."""
+    assert unresolved_names(FENCE.sub("", md.read_text())) == []
+
+
+def test_the_module_checker_finds_a_stale_name():
+    assert unresolved_names("`harness.base.sim` and harness.bench.run and harness.base.sim.no_such") == [
+        "harness.base.sim.no_such", "harness.bench.run"]

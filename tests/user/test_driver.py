@@ -12,7 +12,7 @@ import pytest
 from invoke import Context, Exit
 
 from harness.base import errors
-from harness.base.errors import DriverTooOldError, NoGPUError, raise_for_code
+from harness.base.errors import DriverTooOldError, NoGPUError, ToolMissing, raise_for_code
 from harness.calling import cudart
 from harness.compile import build, toolchain
 from harness.user import doctor
@@ -28,7 +28,7 @@ def colab_t4(monkeypatch):
     """No libcudart to ask (cudaDriverGetVersion unavailable): nvidia-smi's recorded header answers;
     nvcc is 13.0.88."""
     def no_cudart():
-        raise cudart.CudartNotFound("libcudart.so not found")
+        raise ToolMissing("libcudart")
 
     monkeypatch.setattr(cudart, "driver_version", no_cudart)
     monkeypatch.setattr(doctor, "_nvidia_smi_text", lambda: FIXTURE.read_text())

@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
+import numpy as np
 import pytest
 
+from conftest import pythonpath
 from harness.user import exercises as hx
 from harness.user.exercises import catalog, markers
 from harness.user.exercises import check as hcheck
 
 ROOT = hx.ROOT
+FIX = Path(__file__).parent.parent / "fixtures"
 PY_EXERCISES = [e.name for e in catalog.EXERCISES if "python" in e.tracks]
 CU_EXERCISES = [e.name for e in catalog.EXERCISES if "cuda" in e.tracks]
 
@@ -337,13 +341,148 @@ def test_a_damaged_progress_file_is_rewritten_not_fatal(tmp_path):
     assert json.loads((tmp_path / hx.PROGRESS).read_text())["square"]["python"]["status"] == "started"
 
 
+# --- the CUDA track's verdict, on recorded or made-up runs (CPU) ---------------------------------
+
+def test_only_element_0_unwritten_names_the_shifted_index_not_the_bounds_check():
+    from harness.user.exercises import worker
+
+    a = np.arange(2, 33, dtype=np.int32)
+    ref = a * a
+    out = ref.copy()
+    out[0] = a[0]  # in place: element 0 left as it was, every other one right
+    facts = {}
+    msg = worker.compare("square", out, ref, guard=catalog.poisoned(catalog.GUARD, np.int32), before=a, facts=facts)
+    assert msg.startswith("1 of 31 outputs never written: only element 0") and "index is not 0" in msg
+    assert facts == {"only_first": True, "n": 31}
+    one = {}
+    assert "never written (first at index 0" in worker.compare("square", a[:1], ref[:1], before=a[:1], facts=one)
+    bad = [dict(label="n=1", ok=False, message="1 of 1 outputs never written", ragged=True, **one),
+           dict(label="n=31", ok=False, message=msg, ragged=True, **facts)]
+    assert "only element 0 was never written" in worker.summarize("square", bad)
+    out[1] = a[1]  # two elements missed: not the shifted index
+    assert "2 of 31 outputs never written (first at index 0" in worker.compare("square", out, ref, before=a)
+
+
+def _learner_file(tmp_path, name):
+    """matmul_tiled without its barrier after the products (the wrong solution below), and the line
+    of its inner product."""
+    old, new, _ = WRONG_CUDA["matmul_tiled"][1]
+    path = _write(tmp_path, name, "cuda", _wrong(name, "cuda", old, new))
+    k = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if "acc += As[" in ln)
+    return path, k
+
+
+def _racecheck_text(k):
+    """racecheck's report on that file, recorded on an H100 (its first hazard and the summary): the read
+    was on line 84 of the file then; moved to line k, where today's text has it."""
+    text = (FIX / "sanitizer_h100_racecheck_exercise_matmul_tiled_no_second_barrier.txt").read_text()
+    assert "exercise_matmul_tiled-434cf61b89733be1.cu:84\n" in text
+    return text.replace("exercise_matmul_tiled-434cf61b89733be1.cu:84\n", f"exercise_matmul_tiled-434cf61b89733be1.cu:{k}\n")
+
+
+MATMUL_TILED_WRONG = {"results": [
+    {"label": "33x29 @ 29x31", "ok": True, "message": None, "ragged": True},
+    {"label": "1023x517 @ 517x1031", "ok": False, "ragged": True,
+     "message": "162877 of 1054713 outputs wrong, first at index 37516: got 21.9383, expected 21.5965"}],
+    "pattern": "only sizes that are not a multiple of the tile fail: look at the bounds check"}
+
+
+def test_a_wrong_output_is_blamed_on_the_sanitizers_finding_with_the_line_before_the_values(tmp_path):
+    path, k = _learner_file(tmp_path, "matmul_tiled")
+    clean = (FIX / "sanitizer_2025.3.1_h200_memcheck_square_clean.txt").read_text()
+    v = hcheck.Verdict("matmul_tiled", "cuda", path)
+    hcheck._cuda_verdict(hx.exercise("matmul_tiled"), path, v, MATMUL_TILED_WRONG, "", 0,
+                         {"memcheck": (None, clean, 0), "racecheck": (None, _racecheck_text(k), 86)})
+    quote = path.read_text().splitlines()[k - 1].strip()
+    assert v.first_fix.startswith("compute-sanitizer racecheck: 6721 error(s)"), v.first_fix
+    assert f"at {path}:{k}: `{quote}`" in v.first_fix and "__syncthreads()" in v.first_fix
+    texts = [t for _, t in v.lines]
+    assert "compute-sanitizer memcheck: clean" in texts and any(t.startswith("1023x517") for t in texts)
+    assert not any("bounds check" in t for t in texts)  # the guess from the values is not offered
+
+
+def test_with_both_sanitizers_clean_the_values_give_the_cause(tmp_path):
+    path, _ = _learner_file(tmp_path, "matmul_tiled")
+    clean = (FIX / "sanitizer_2025.3.1_h200_memcheck_square_clean.txt").read_text()
+    v = hcheck.Verdict("matmul_tiled", "cuda", path)
+    hcheck._cuda_verdict(hx.exercise("matmul_tiled"), path, v, MATMUL_TILED_WRONG, "", 0,
+                         {"memcheck": (None, clean, 0), "racecheck": (None, clean, 0)})
+    assert v.first_fix.startswith("only sizes that are not a multiple of the tile fail") and "(first: 1023x517" in v.first_fix
+    assert [ok for ok, t in v.lines if "compute-sanitizer" in t] == [True, True]
+    # a sanitizer run that gave no verdict is said, and fails a check that nothing else fails
+    v = hcheck.Verdict("matmul_tiled", "cuda", path)
+    hcheck._cuda_verdict(hx.exercise("matmul_tiled"), path, v, {"results": MATMUL_TILED_WRONG["results"][:1]}, "", 0,
+                         {"memcheck": (None, "boom\n", 1), "racecheck": (None, clean, 0)})
+    assert not v.passed and v.first_fix.startswith("compute-sanitizer memcheck: the small case under it failed")
+
+
+def test_matmul_tiled_sanitizer_case_spans_two_tiles_and_each_exercise_has_one():
+    for name in CU_EXERCISES:
+        small = [c for c in catalog.cases(name, "cuda") if c.small]
+        assert len(small) == 1, name
+    (c,) = [c for c in catalog.cases("matmul_tiled", "cuda") if c.small]
+    assert c.params["k"] > c.params["tw"] and c.ragged  # a second tile loaded over the first, and ragged edges
+
+
+def test_the_timing_session_loads_the_learners_file_from_the_compile_steps_cache(tmp_path, monkeypatch):
+    from harness.calling import inline
+
+    ex = hx.exercise("square")
+    text = hx.solution_text(ex, "cuda")
+    path = _write(tmp_path, "square", "cuda", text)
+    assert not hcheck.compile_learner(ex, tmp_path, path, text).cache_hit
+    monkeypatch.setenv("CUDALAB_CACHE", str(hcheck.cache_folder(tmp_path).resolve()))
+    assert inline.load(text, name=hcheck.module_name("square", "learner")).cache_hit
+
+
+def test_a_tree_without_device_info_built_still_gets_its_verdict_and_says_why_no_speed(tmp_path, monkeypatch):
+    from harness.base.errors import NotBuilt
+    from harness.measuring import bench
+
+    def missing(progs=None):
+        raise NotBuilt("build/lib/libdevice_info.so", "device_info")
+
+    monkeypatch.setattr(bench, "ceilings", missing)
+    path, _ = _learner_file(tmp_path, "matmul_tiled")
+    v = hcheck.Verdict("matmul_tiled", "cuda", path)
+    hcheck._speed(hx.exercise("matmul_tiled"), tmp_path, path.read_text(), v)
+    assert v.lines == [(None, "speed not measured: build/lib/libdevice_info.so is missing: run `invoke build -p "
+                              "device_info`")] and v.ratio is None
+
+
+def test_a_worker_past_its_deadline_is_stopped_with_what_it_started(tmp_path):
+    """Under compute-sanitizer the worker is the sanitizer's child: the whole process group goes."""
+    import time
+
+    pidfile = tmp_path / "pid"
+    p = hcheck._start_worker({}, prefix=["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait", "sh"])
+    t0 = time.monotonic()
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        assert time.monotonic() - t0 < 30
+        time.sleep(0.05)
+    assert hcheck._finish_worker(p, time.monotonic() + 0.5) == (None, "", None)
+    assert time.monotonic() - t0 < 30 and p.returncode is not None
+    stat = Path(f"/proc/{int(pidfile.read_text())}/stat")
+
+    def alive():
+        try:
+            return stat.read_text().rsplit(")", 1)[-1].split()[0] != "Z"  # dead but unreaped counts as gone
+        except FileNotFoundError:
+            return False
+
+    while alive():
+        assert time.monotonic() - t0 < 30, "the worker's child outlived it"
+        time.sleep(0.05)
+
+
 # --- the CUDA track on a GPU ----------------------------------------------------------------------
 
 WRONG_CUDA = {
     "square": [
         ("    if (i >= n) return;\n", "", "wrote past the end"),
+        # The bounds check stays, so nothing is written past the end: element 0 is nobody's.
         ("    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n",
-         "    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x + 1;\n", "wrote past the end"),
+         "    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x + 1;\n", "only element 0 was never written"),
         ("    a[i] = wrap_square(a[i]);\n", "    a[i] = 0;\n", "writes zeros"),
     ],
     "grid_stride": [
@@ -434,11 +573,14 @@ def test_gpu_cuda_wrong_solution_fails_with_its_cause(name, old, new, says, tmp_
 
 @pytest.mark.gpu
 def test_gpu_cuda_hang_is_stopped_and_said(tmp_path):
+    """The sanitizer runs start with the cases and would hang the same way: they are stopped with them,
+    so the check ends soon after the cases' deadline, not at the sanitizers' longer one."""
     _write(tmp_path, "grid_stride", "cuda", _wrong("grid_stride", "cuda",
                                                     "    const long long stride = (long long)gridDim.x * blockDim.x;\n",
                                                     "    const long long stride = 0;\n"))
-    v = hcheck.check("grid_stride", "cuda", tmp_path, deadline=20, sanitize=False, timing=False)
+    v = hcheck.check("grid_stride", "cuda", tmp_path, deadline=20, timing=False)
     assert not v.passed and "stopped after 20 s" in v.first_fix
+    assert v.seconds < 20 + 30, v.seconds  # the compile, and the stop of three process groups
 
 
 # --- the invoke task ------------------------------------------------------------------------------
@@ -448,7 +590,7 @@ def _invoke(*args, cwd):
     import subprocess
     import sys
 
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=pythonpath(ROOT))
     return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "exercise", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 

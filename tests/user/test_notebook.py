@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import pythonpath
 from harness.base.errors import BuildError, ProgramError
 from harness.calling import inline
 from harness.compile import toolchain
@@ -73,7 +74,7 @@ def test_importing_harness_never_imports_ipython():
     code = ("import sys, harness, harness.calling.inline, harness.calling.library, harness.calling.cudart; "
             "print('IPython' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+                         env={**os.environ, "PYTHONPATH": pythonpath(ROOT)})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
 

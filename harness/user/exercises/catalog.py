@@ -312,8 +312,10 @@ def cases(name: str, track: str) -> list[Case]:
         tw = 4 if py else 16
         shapes = ([(1, 1, 1), (4, 4, 4), (3, 5, 7), (8, 8, 12), (9, 6, 13), (17, 13, 11)] if py else
                   [(1, 1, 1), (16, 16, 16), (3, 5, 7), (32, 32, 48), (17, 13, 11), (33, 31, 29), (1023, 1031, 517)])
+        # The sanitizers' case spans two tiles of k: racecheck sees a missing barrier after the products
+        # only when a second tile is loaded over the first.
         return [C(f"{m}x{k} @ {k}x{n}", {"m": m, "n": n, "k": k, "tw": tw}, seed=i,
-                  ragged=(m % tw or n % tw or k % tw) != 0, small=(m == 17)) for i, (m, n, k) in enumerate(shapes)]
+                  ragged=(m % tw or n % tw or k % tw) != 0, small=(m == 33)) for i, (m, n, k) in enumerate(shapes)]
     if name == "mandelbrot":
         full = (-2.0, 1.0, -1.5, 1.5)
         zoom = (-0.7530, -0.7390, 0.0960, 0.1100)

@@ -3,9 +3,11 @@
 Python track: the learner's module is imported and its kernel run on harness.base.sim in a child process
 (harness/user/exercises/worker.py) with a deadline. CUDA track: the file alone is compiled by the lab's
 inline compiler (harness/compile/jit.py: the Makefile's nvcc flags, errors as file:line with the line quoted)
-into a cache folder of the exercises' own, then run in a child with a deadline, under
-compute-sanitizer memcheck and racecheck on a small case (harness/profiling/sanitize.py), and timed against
-the lab's solution and the program's ceiling by the timing engine (harness/measuring/timing.py, NVBench).
+into a cache folder of the exercises' own, then run in a child with a deadline while two more children
+run a small case under compute-sanitizer memcheck and racecheck (harness/profiling/sanitize.py). A wrong
+output is blamed on what a sanitizer found, with the learner's line, before any guess from the values. A
+kernel that passes is timed against the lab's solution and the program's ceiling by the timing engine
+(harness/measuring/timing.py, NVBench).
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.base.errors import ToolMissing
 from harness.compile.build import ROOT
 from harness.user.exercises import (
     ExerciseError,
@@ -89,39 +93,65 @@ def _child_env() -> dict:
     return env
 
 
+def _start_worker(job: dict, prefix: list[str] | None = None) -> subprocess.Popen:
+    cmd = (prefix or []) + [sys.executable, "-m", "harness.user.exercises.worker", json.dumps(job)]
+    # Its own process group: a run stopped at its deadline takes along what it started (under
+    # compute-sanitizer, the worker is the sanitizer's child).
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                            env=_child_env(), cwd=str(ROOT), start_new_session=True)
+
+
+def _finish_worker(p: subprocess.Popen, until: float) -> tuple[dict | None, str, int | None]:
+    """(the worker's JSON or None, its output, its status; None when it ran past `until`, a
+    time.monotonic() instant, and was stopped)."""
+    from harness.calling import runner
+
+    try:
+        out, err = p.communicate(timeout=max(0.0, until - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        runner.stop_group(p)
+        return None, "", None
+    for line in reversed(out.splitlines()):
+        if line.startswith(TAG):
+            return json.loads(line[len(TAG):]), out + err, p.returncode
+    return None, out + err, p.returncode
+
+
 def _run_worker(job: dict, deadline: float, prefix: list[str] | None = None) -> tuple[dict | None, str, int | None]:
     """(the worker's JSON or None, its output, its status; None when it ran past the deadline)."""
-    cmd = (prefix or []) + [sys.executable, "-m", "harness.user.exercises.worker", json.dumps(job)]
+    from harness.calling import runner
+
+    p = _start_worker(job, prefix)
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=deadline, env=_child_env(),
-                           cwd=str(ROOT))
-    except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return None, out, None
-    text = p.stdout + p.stderr
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith(TAG):
-            return json.loads(line[len(TAG):]), text, p.returncode
-    return None, text, p.returncode
+        return _finish_worker(p, time.monotonic() + deadline)
+    except BaseException:  # an interrupt: the worker goes too
+        runner.stop_group(p)
+        raise
 
 
-def _report_cases(v: Verdict, data: dict) -> None:
+def _case_lines(v: Verdict, data: dict) -> tuple[str | None, str | None]:
+    """A line per case; (the first failure's value-based cause, the pattern over the cases), None when
+    every case is right. The caller decides whether they become the thing to fix."""
     if data.get("fatal"):
-        v.say(False, data["fatal"])
-        return
+        v.lines.append((False, data["fatal"]))
+        return data["fatal"], None
     res = data["results"]
     bad = [r for r in res if not r["ok"]]
     for r in res:
         v.lines.append((r["ok"], f"{r['label']}: " + ("right" if r["ok"] else r["message"])
                         if r.get("detail") is None else f"{r['label']}: {r['detail']}"))
-    if bad:
-        first = bad[0]
-        cause = f"{first['label']}: {first['message']}"
-        if data.get("pattern"):
-            v.lines.append((False, data["pattern"]))
-            cause = f"{data['pattern']} (first: {cause})"
-        if v.first_fix is None:
-            v.first_fix = cause
+    if not bad:
+        return None, None
+    return f"{bad[0]['label']}: {bad[0]['message']}", data.get("pattern")
+
+
+def _report_cases(v: Verdict, data: dict) -> None:
+    cause, pattern = _case_lines(v, data)
+    if pattern:
+        v.lines.append((False, pattern))
+        cause = f"{pattern} (first: {cause})"
+    if cause and v.first_fix is None:
+        v.first_fix = cause
 
 
 def check(name: str, track: str | None = None, dir_=None, *, deadline: float | None = None, sanitize: bool = True,
@@ -192,7 +222,7 @@ def compile_learner(ex: Exercise, d: Path, path: Path, text: str):
     from harness.calling import inline
 
     with _env(CUDALAB_CACHE=cache_folder(d).resolve()):
-        return inline.load(text, name=f"exercise_{ex.name}", _display=str(path))
+        return inline.load(text, name=module_name(ex.name, "learner"), _display=str(path))
 
 
 def _check_cuda(ex: Exercise, d: Path, path: Path, text: str, v: Verdict, deadline: float, sanitize: bool,
@@ -217,42 +247,115 @@ def _check_cuda(ex: Exercise, d: Path, path: Path, text: str, v: Verdict, deadli
         v.compiled_only = True
         return
     job = {"track": "cuda", "name": ex.name, "file": str(path.resolve()), "display": str(path)}
+    # One cache for everything below: the child processes, and the solution's compile in a thread (which
+    # reads the variable when it starts, so it is set for the whole of this block, never changed in it).
     with _env(CUDALAB_CACHE=cache_folder(d).resolve()):
-        data, out, rc = _run_worker(job, deadline)
-    if rc is None:
-        v.say(False, f"stopped after {deadline:.0f} s: the kernel never finished (a loop that never ends: a stride of "
-                     f"0, a loop condition that stays true, or a barrier some threads never reach)")
-        return
+        solution = None
+        if timing and speed(ex.name) is not None:
+            # The lab's solution, compiled for the timing while the learner's kernel runs (a cache hit
+            # after the first check in this folder).
+            pool = ThreadPoolExecutor(1)
+            solution = pool.submit(_load_solution, ex)
+            pool.shutdown(wait=False)
+        try:
+            data, out, rc, sanitized = _run_cuda(ex, job, deadline, sanitize)
+            if rc is None:
+                v.say(False, f"stopped after {deadline:.0f} s: the kernel never finished (a loop that never ends: a "
+                             f"stride of 0, a loop condition that stays true, or a barrier some threads never reach)")
+                return
+            _cuda_verdict(ex, path, v, data, out, rc, sanitized)
+            if timing and v.first_fix is None:
+                _speed(ex, d, text, v, solution)
+        finally:
+            if solution is not None:
+                with contextlib.suppress(Exception):
+                    solution.result()
+
+
+def _load_solution(ex: Exercise):
+    from harness.calling import inline
+
+    return inline.load(solution_text(ex, "cuda"), name=module_name(ex.name, "solution"))
+
+
+def _run_cuda(ex: Exercise, job: dict, deadline: float, sanitize: bool):
+    """The cases, and at the same time compute-sanitizer memcheck and racecheck on the small case:
+    each its own process on the one GPU, so the check takes the longest of them, not their sum.
+    (data, output, status, {tool: (data, output, status) or a note why it did not run}); status None:
+    the cases ran past `deadline` (the sanitizer runs, which would hang the same way, are stopped)."""
+    from harness.calling import runner
+    from harness.profiling import sanitize as hs
+
+    sanitized: dict = {}
+    procs: dict = {}
+    try:
+        procs["cases"] = _start_worker(job)
+        if sanitize:
+            try:
+                tool_path = hs.find_sanitizer()
+            except ToolMissing as e:
+                sanitized["skipped"] = f"sanitizer skipped: {e}"
+            else:
+                small = dict(job, small=True)
+                for tool in ("memcheck", "racecheck"):
+                    procs[tool] = _start_worker(small, prefix=hs.command(tool, Path(sys.executable), [], tool_path)[:-1])
+        t0 = time.monotonic()
+        data, out, rc = _finish_worker(procs["cases"], t0 + deadline)
+        if rc is None:
+            for p in procs.values():
+                runner.stop_group(p)
+            return data, out, rc, {}
+        for tool in ("memcheck", "racecheck"):
+            if tool in procs:
+                sanitized[tool] = _finish_worker(procs[tool], t0 + SANITIZER_DEADLINE_S)
+        return data, out, rc, sanitized
+    except BaseException:  # an interrupt: nothing of ours keeps running
+        for p in procs.values():
+            if p.returncode is None:
+                runner.stop_group(p)
+        raise
+
+
+def _cuda_verdict(ex: Exercise, path: Path, v: Verdict, data: dict | None, out: str, rc: int, sanitized: dict) -> None:
+    """The cases' lines, then the sanitizers': when the output is wrong and a sanitizer saw a race or
+    an access outside an allocation, that (with the learner's line) is the thing to fix, not a guess
+    from the values (a race that shows only on the large case looks like a ragged-edge bug there)."""
     if data is None:
         tail = "\n".join(out.strip().splitlines()[-6:])
-        v.say(False, f"the check's process failed (status {rc}):\n{tail}")
-        return
-    _report_cases(v, data)
-    if sanitize:
-        _sanitize(ex, d, path, v, job)
-    if timing and v.first_fix is None:
-        _speed(ex, d, text, v)
+        cause, pattern = f"the check's process failed (status {rc}):\n{tail}", None
+        v.lines.append((False, cause))
+    else:
+        cause, pattern = _case_lines(v, data)
+    found, failed = _sanitizer_lines(ex, path, v, sanitized)
+    if found:
+        return  # v.say made the first sanitizer error the thing to fix
+    if pattern:
+        v.lines.append((False, pattern))
+        cause = f"{pattern} (first: {cause})"
+    cause = cause or (failed[0] if failed else None)
+    if cause and v.first_fix is None:
+        v.first_fix = cause
 
 
 _LOCATION = re.compile(r"in (\S+?):(\d+)")
 
 
-def _sanitize(ex: Exercise, d: Path, path: Path, v: Verdict, job: dict) -> None:
+def _sanitizer_lines(ex: Exercise, path: Path, v: Verdict, sanitized: dict) -> tuple[bool, list[str]]:
+    """A line per sanitizer run. (whether one reported errors: v.say makes the first the thing to fix;
+    the runs that gave no verdict, which fail the check only when nothing else does)."""
     from harness.profiling import sanitize as hs
 
-    try:
-        tool_path = hs.find_sanitizer()
-    except hs.SanitizerNotFound as e:
-        v.lines.append((None, f"sanitizer skipped: {e}"))
-        return
+    if "skipped" in sanitized:
+        v.lines.append((None, sanitized["skipped"]))
     lines = path.read_text(errors="replace").splitlines()
-    small = dict(job, small=True)
+    found, failed = False, []
     for tool in ("memcheck", "racecheck"):
-        cmd = hs.command(tool, Path(sys.executable), [], tool_path)[:-1]
-        with _env(CUDALAB_CACHE=cache_folder(d).resolve()):
-            data, out, rc = _run_worker(small, SANITIZER_DEADLINE_S, prefix=cmd)
+        if tool not in sanitized:
+            continue
+        _data, out, rc = sanitized[tool]
         if rc is None:
-            v.say(False, f"{tool}: no result within {SANITIZER_DEADLINE_S:.0f} s")
+            failed.append(f"compute-sanitizer {tool}: no result within {SANITIZER_DEADLINE_S:.0f} s")
+            v.lines.append((False, failed[-1]))
             continue
         status, n, detail = hs.classify(out, rc)
         if status == "clean":
@@ -260,6 +363,11 @@ def _sanitize(ex: Exercise, d: Path, path: Path, v: Verdict, job: dict) -> None:
             continue
         if status == "unsupported":
             v.lines.append((None, f"compute-sanitizer {tool}: {detail}"))
+            continue
+        if status != "errors":
+            tail = "\n".join(out.strip().splitlines()[-6:])
+            failed.append(f"compute-sanitizer {tool}: the small case under it failed: {detail}:\n{tail}")
+            v.lines.append((False, failed[-1]))
             continue
         where = ""
         stem = f"exercise_{ex.name}-"
@@ -273,6 +381,14 @@ def _sanitize(ex: Exercise, d: Path, path: Path, v: Verdict, job: dict) -> None:
                  "racecheck": "threads of a block read and write the same shared memory without a __syncthreads() "
                               "between"}[tool]
         v.say(False, f"compute-sanitizer {tool}: {n} error(s){where}: {detail}: {cause}")
+        found = True
+    return found, failed
+
+
+def module_name(name: str, which: str) -> str:
+    """The inline module's name, part of its cache file's name: the learner's is the one the compile
+    step built (so the timing session's load is a cache hit, not a second compile of the same text)."""
+    return f"exercise_{name}" if which == "learner" else f"exercise_{name}_{which}"
 
 
 def timing_setup(name: str, which: str, source: str, cache: str):
@@ -281,11 +397,12 @@ def timing_setup(name: str, which: str, source: str, cache: str):
     from harness.user.exercises import catalog
 
     os.environ["CUDALAB_CACHE"] = cache
-    mod = inline.load(source, name=f"exercise_{name}_{which}")
+    mod = inline.load(source, name=module_name(name, which))
     return catalog.timing_launch(name, mod, speed(name).params)
 
 
-def _speed(ex: Exercise, d: Path, text: str, v: Verdict) -> None:
+def _speed(ex: Exercise, d: Path, text: str, v: Verdict, solution=None) -> None:
+    """`solution`: the Future of the lab's solution's compile (_load_solution), started earlier."""
     from harness.measuring import bench
     from harness.measuring import timing as ht
 
@@ -297,16 +414,19 @@ def _speed(ex: Exercise, d: Path, text: str, v: Verdict) -> None:
                      {"name": ex.name, "which": "learner", "source": text, "cache": cache}),
              ht.Item("solution", "harness.user.exercises.check:timing_setup",
                      {"name": ex.name, "which": "solution", "source": solution_text(ex, "cuda"), "cache": cache})]
-    ceiling = bench.ceilings([ex.program])[sp.ceiling](True)
-    if isinstance(ceiling, bench.TimedCeiling):
-        items.append(ht.Item("ceiling", ceiling.target, ceiling.kwargs))
     try:
+        # Inside the try: the peak ceilings read the device from build/lib/libdevice_info.so, and a tree
+        # not built yet still gets its correctness verdict, with the line that says what to build.
+        ceiling = bench.ceilings([ex.program])[sp.ceiling](True)
+        if isinstance(ceiling, bench.TimedCeiling):
+            items.append(ht.Item("ceiling", ceiling.target, ceiling.kwargs))
         with _env(CUDALAB_CACHE=cache):
-            # Compiled here first, so that the timing session's loads are cache hits.
-            from harness.calling import inline
-
-            inline.load(solution_text(ex, "cuda"), name=f"exercise_{ex.name}_solution")
-            inline.load(text, name=f"exercise_{ex.name}_learner")
+            # Both compiled before the session starts, so that its loads are cache hits: the learner's
+            # file by the compile step, the solution in the background since then.
+            if solution is not None:
+                solution.result()
+            else:
+                _load_solution(ex)
         t = ht.run_plan(items, ht.QUICK)
     except Exception as e:  # timing is a report, not a check: say why it is missing
         v.lines.append((None, f"speed not measured: {e}"))

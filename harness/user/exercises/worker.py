@@ -31,9 +31,11 @@ def _fmt(v) -> str:
 
 
 def compare(name: str, out: np.ndarray, ref: np.ndarray, guard: np.ndarray | None = None,
-            before: np.ndarray | None = None) -> str | None:
+            before: np.ndarray | None = None, facts: dict | None = None) -> str | None:
     """None when out matches ref within the lab's tolerance, else what is wrong, pointing at a cause.
-    `before`: an in-place kernel's input, to tell elements left alone from elements computed wrongly."""
+    `before`: an in-place kernel's input, to tell elements left alone from elements computed wrongly.
+    `facts`, when given, gets what summarize() looks for across cases (only_first: element 0 alone was
+    never written, every other element is right; n: the output's size)."""
     out = np.asarray(out).ravel()
     ref = np.asarray(ref).ravel()
     if out.size != ref.size:
@@ -66,6 +68,14 @@ def compare(name: str, out: np.ndarray, ref: np.ndarray, guard: np.ndarray | Non
         unwritten = unwritten | ((out == np.asarray(before).ravel()) & (out != ref))
     if unwritten.any():
         i = int(np.flatnonzero(unwritten)[0])
+        only_first = i == 0 and int(unwritten.sum()) == 1 and not (wrong & ~unwritten).any()
+        if facts is not None:
+            facts.update(only_first=only_first, n=n)
+        if only_first and n > 1:
+            # Every thread did its work one element to the right (or element 0's thread was stopped):
+            # nothing was written past the end, so the bounds check is not the cause.
+            return (f"1 of {n} outputs never written: only element 0, and every other element is right: the first "
+                    f"thread's index is not 0 (an index shifted by one, or a bounds check that also stops i == 0)")
         return (f"{int(unwritten.sum())} of {n} outputs never written (first at index {i}; they still hold the "
                 f"check's poison): no thread wrote them: check the index, the stride and that the grid covers "
                 f"every element")
@@ -93,6 +103,9 @@ def summarize(name: str, results: list[dict]) -> str | None:
         return None  # the first failure names its own cause (an exception, a stray write, NaN)
     if all(r.get("zeros") for r in bad):
         return "every failing case's output is all 0: the kernel writes zeros (is the result computed and stored?)"
+    if all(r.get("only_first") for r in bad) and any(r.get("n", 0) > 1 for r in bad):
+        return ("in every failing case only element 0 was never written and every other element is right: the first "
+                "thread's index is not 0 (an index shifted by one, or a bounds check that also stops i == 0)")
     if not good:
         return None
     if all(r["ragged"] for r in bad):
@@ -169,7 +182,7 @@ def run_python(name: str, path: Path, solution: str) -> dict:
              "strided": case.params.get("blocks", 0) * case.params.get("threads", 0) < case.params.get("n", 0)}
         try:
             out = catalog.run_python(name, fn, case, inp)
-            msg = compare(name, out, ref, before=inp.get("a") if name == "square" else None)
+            msg = compare(name, out, ref, before=inp.get("a") if name == "square" else None, facts=r)
             r["zeros"] = bool(np.all(np.asarray(out) == 0) and np.any(np.asarray(ref) != 0))
         except catalog.RedundantWrites as e:
             msg = str(e)
@@ -202,7 +215,7 @@ def run_cuda(name: str, source: str, display: str, small_only: bool) -> dict:
         try:
             out, guard = catalog.run_cuda(name, mod, case, inp)
             ref = catalog.reference(name, case, inp)
-            msg = compare(name, out, ref, guard, before=inp.get("a") if name == "square" else None)
+            msg = compare(name, out, ref, guard, before=inp.get("a") if name == "square" else None, facts=r)
             r["zeros"] = bool(np.all(out == 0) and np.any(ref != 0))
         except catalog.ManagedMismatch:
             msg = ("exercise_managed (the course's program with managed memory) gives a different result from the "
