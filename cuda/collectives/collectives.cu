@@ -880,6 +880,15 @@ extern "C" int collectives_variant_count(void) { return VCOUNT; }
 extern "C" const char *collectives_variant_name(int i) { return (i >= 0 && i < VCOUNT) ? kNames[i] : nullptr; }
 extern "C" int collectives_variant_needs_nccl(int v) { return (v < 0 || v >= VCOUNT) ? -1 : needs_nccl(v) ? 1 : 0; }
 
+// The tensor-parallel variants run gemm_tc's 02_mma_sync (sm_80), so they are refused with arch.cuh's
+// reason on an older GPU or build; the rest run on any GPU CUDA 13 supports.
+extern "C" const char *collectives_unsupported_reason(int v) {
+    if (v < 0 || v >= VCOUNT) return "unknown variant";
+    if (std::strcmp(kNames[v], "tp_mlp") == 0 || std::strcmp(kNames[v], "tp_mlp_overlap") == 0)
+        return gemm_tc::sm80_unsupported_reason();
+    return nullptr;
+}
+
 extern "C" int collectives_have_nccl(void) {
 #ifdef CUDALAB_HAVE_NCCL
     return 1;
@@ -1097,6 +1106,7 @@ extern "C" cudalab_status collectives_tp_mlp(int handle, int ar_variant, int ove
     Comm *c = get(handle);
     if (!c || !x || !w1 || !w2 || !y) return cudaErrorInvalidValue;
     COLL_TRY(tp_check(*c, ar_variant, chunks, T, H, F));
+    if (gemm_tc::sm80_unsupported_reason() != nullptr) return cudaErrorNotSupported;
     const int Fr = F / c->world;
     TpBuffers t;
     cudaError_t e = tp_alloc(*c, t, T, H, Fr);
@@ -1123,6 +1133,7 @@ extern "C" cudalab_status collectives_tp_mlp_time(int handle, int ar_variant, in
     Comm *c = get(handle);
     if (!c || !ms || iters < 1) return cudaErrorInvalidValue;
     COLL_TRY(tp_check(*c, ar_variant, chunks, T, H, F));
+    if (gemm_tc::sm80_unsupported_reason() != nullptr) return cudaErrorNotSupported;
     const int Fr = F / c->world;
     TpBuffers t;
     cudaError_t e = tp_alloc(*c, t, T, H, Fr);

@@ -28,6 +28,10 @@ int collectives_variant_count(void);
 const char *collectives_variant_name(int i);
 /* 1 when the variant needs NCCL (the nccl_* ones), 0 otherwise, -1 for an unknown index. */
 int collectives_variant_needs_nccl(int variant);
+/* NULL when the variant runs here, else why not ("needs sm_80: this GPU is sm_75": tp_mlp and
+   tp_mlp_overlap run gemm_tc's sm_80 GEMM); their entry points then return cudaErrorNotSupported
+   before any launch. */
+const char *collectives_unsupported_reason(int variant);
 
 /* 1 when this library was built against NCCL, else 0; NCCL's version code (e.g. 22809), else 0. */
 int collectives_have_nccl(void);

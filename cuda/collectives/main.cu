@@ -175,6 +175,7 @@ int main(int argc, char **argv) {
 
     // ---- one process, every rank ----
     const bool tp = v == 7 || v == 8;
+    if (const char *why = collectives_unsupported_reason(v)) CUDALAB_USAGE_ERROR("variant %s cannot run here: %s", variant, why);
     if (v == 0 || v == 1) world = 2;
     if (collectives_variant_needs_nccl(v) && !collectives_have_nccl())
         CUDALAB_USAGE_ERROR("%s needs NCCL, and this build has none: pip install -e '.[nccl]', then rebuild", variant);

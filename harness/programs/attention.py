@@ -243,6 +243,12 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
     global _fallback_said
     why = _bf16_fallback_reason(q, variant)
     if why:
+        # The inputs are checked against the bf16 default's rules first (head size, scale > 0, out's
+        # dtype), as on a GPU that runs it: the fallback takes more than the kernel would, and the same
+        # call must not pass on a T4 and fail on an A100.
+        q, k, v, _variant, scale, _shape = validate(q, k, v, None, scale)
+        if out is not None:
+            out = library.check_array(out, "out", bfloat16, shape=q.shape)
         if not _fallback_said:
             _fallback_said = True
             print(f"note: bfloat16 attention: no bf16 kernel runs here ({why}); running {BF16_FALLBACK} in "
@@ -251,7 +257,6 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
         got = attention(*wide, causal=causal, scale=scale, variant=BF16_FALLBACK)
         if out is None:
             return got.astype(bfloat16)
-        out = library.check_array(out, "out", bfloat16, shape=got.shape)
         out[...] = got
         return out
     q, k, v, variant, scale, (B, H, S, D) = validate(q, k, v, variant, scale)
@@ -651,9 +656,12 @@ def tune(size: int = BENCH_S, save: bool = True, on_progress=None, options=None)
 
     if not 1 <= size <= MAX_S:
         raise ValueError(f"size is the sequence length S: at least 1 and at most {MAX_S}, got {size}")
+    refused = {v: unsupported_reason(v) for v in tuned()}
+    searched = [v for v, why in refused.items() if why is None]
+    if not searched:  # a T4 or a compute_75 build: every tuned kernel needs sm_80 or newer
+        raise ValueError("attention has nothing to tune here: "
+                         + "; ".join(f"{v} {why}" for v, why in refused.items()))
     device = cudart.device_name(0)
-    choices = tuned()
-    searched = [v for v in choices if unsupported_reason(v) is None]
     rows, items = [], []
     for variant in searched:
         for D in TC_D:

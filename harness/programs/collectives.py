@@ -63,6 +63,14 @@ def variant_index(variant: str) -> int:
     return library.table_index(PROGRAM, "variant", variant)
 
 
+def unsupported_reason(variant: str) -> str | None:
+    """None when `variant` runs on this build and GPU, else why not: tp_mlp and tp_mlp_overlap run
+    gemm_tc's sm_80 GEMM ("needs sm_80: this GPU is sm_75"). Asks the library; nothing is launched."""
+    l = lib()
+    why = l.collectives_unsupported_reason(variant_index(variant))
+    return None if why == l.ffi.NULL else l.ffi.string(why).decode()
+
+
 def have_nccl() -> bool:
     """Whether build/lib/libcollectives.so was built against NCCL (cuda/collectives/build.mk)."""
     return bool(lib().collectives_have_nccl())
@@ -402,6 +410,9 @@ def tp_mlp(x, w1, w2, world: int, overlap: bool = False, chunks: int = 4, ar_var
     if not isinstance(chunks, (int, np.integer)) or chunks < 1:
         raise ValueError(f"chunks must be a positive integer, got {chunks!r}")
     variant = "tp_mlp_overlap" if overlap else "tp_mlp"
+    why = unsupported_reason(variant)
+    if why:
+        raise ValueError(f"variant {variant!r} cannot run here: {why}")
     v = plan(int(world), variant, virtual)
     y = np.full((world, T, H), np.nan, dtype=np.float32)
     with Communicator(int(world), T * H * 4, v, timeout_ms=timeout_ms) as c:
@@ -524,7 +535,7 @@ def sanitize_args() -> dict[str, list[str]]:
     """Virtual-rank runs (every rank in one cooperative launch on one GPU): each lab kernel, each
     dtype, ragged sizes; long deadlines, since the sanitizer slows every spin."""
     common = ["--virtual", "--iters", "2", "--timeout-ms", "60000", "--blocks", "2"]
-    return {
+    cases = {
         "ring_f32_w3": ["--variant", "02_ring_allreduce", "--world", "3", "--n", "1037", "--dtype", "f32", *common],
         "ring_bf16_w2": ["--variant", "02_ring_allreduce", "--world", "2", "--n", "333", "--dtype", "bf16", *common],
         "oneshot_i32_w4": ["--variant", "03_oneshot_allreduce", "--world", "4", "--n", "517", "--dtype", "i32",
@@ -533,6 +544,13 @@ def sanitize_args() -> dict[str, list[str]]:
         "tp_overlap_w2": ["--variant", "tp_mlp_overlap", "--world", "2", "--tokens", "40", "--hidden", "64",
                           "--ffn", "128", "--chunks", "3", *common],
     }
+    # A variant this GPU or build cannot run would only exit with its refusal, which checks nothing.
+    # Without a built library (sanitize_args is also asked there) every case is kept.
+    try:
+        refused = {v for v in ("tp_mlp_overlap",) if unsupported_reason(v) is not None}
+    except Exception:
+        refused = set()
+    return {label: argv for label, argv in cases.items() if argv[1] not in refused}
 
 
 # --- `invoke doctor` ---------------------------------------------------------------------------------

@@ -102,6 +102,9 @@ def forward(x: np.ndarray, params: Params, heads: int = 4, variant: str = "02_fl
     """The block on the GPU (host-pointer entry point); returns B x S x E float32.
     dtype="bf16" is the tensor-core block (bf16_variant()); "f32" keeps `variant`. A variant that
     cannot run here (05_flash_wgmma off sm_90a) raises ValueError with the reason before any launch."""
+    if dtype == "bf16" and bf16_variant() is None:
+        # The bf16 block's rules (its head sizes) first, as on a GPU that runs it; then the fallback.
+        validate(x, params, heads, BF16_RULES)
     variant = _variant_for(variant, dtype)
     x, p, heads, variant = validate(x, params, heads, variant)
     why = unsupported_reason(variant)
@@ -174,6 +177,8 @@ def parse_output(text: str):
 
 # The float32 block that dtype="bf16" runs where no bf16 path does (a T4, a build for sm_75).
 BF16_FALLBACK = "02_flash"
+# ...after checking the inputs by the rules of the bf16 block it stands in for (03's head sizes).
+BF16_RULES = "03_flash_bf16"
 _fallback_said = False
 
 

@@ -30,6 +30,16 @@ extern "C" int {name}_answer(void) {{ return {value}; }}
 """
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _default_build_env():
+    """Each tiny tree checks what the default build makes for the ARCH a test names; an ARCH or
+    PTX_ONLY exported for the whole suite (a PTX-only compute_75 run) would otherwise reach its make."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("ARCH", raising=False)
+        mp.delenv("PTX_ONLY", raising=False)
+        yield
+
+
 def tiny_tree(root: Path, names=("tiny",), value: int = 7) -> Path:
     """A lab of its own: the real Makefile and cuda/common, and programs that compile in seconds."""
     root.mkdir(parents=True, exist_ok=True)

@@ -159,6 +159,10 @@ def test_gpu_attention_tune_small(results_dir, monkeypatch):
     choices = at.TUNING_VARIANTS + ("flash_bf16_skip_last_tile",)
     monkeypatch.setitem(at.TUNED, "03_flash_bf16", choices)
     searched = {v: cs for v, cs in at.TUNED.items() if at.unsupported_reason(v) is None}
+    if not searched:  # sm_75: every tuned kernel is refused, and the search says why before timing anything
+        with pytest.raises(ValueError, match="nothing to tune here: 03_flash_bf16 needs sm_80") as ei:
+            at.tune(size=200, save=True, options=timing.SMOKE)
+        pytest.skip(str(ei.value))
     df, path = at.tune(size=200, save=True, options=timing.SMOKE)
     assert len(df) == len(at.TC_D) * sum(len(cs) for cs in searched.values())
     bad = df[df["config"] == "flash_bf16_skip_last_tile"]
@@ -176,3 +180,17 @@ def test_gpu_attention_tune_small(results_dir, monkeypatch):
         assert set(w) == {"64", "128"} and set(w.values()) <= set(searched[v])
         assert at.runs_as(v, 64) == w["64"]
     assert at.runs_as("03_flash_bf16", 128) == data["winners"]["128"]
+
+
+def test_attention_tune_refuses_in_one_line_when_every_kernel_is_refused(monkeypatch):
+    """On sm_75 both tuned kernels are refused: the search names each reason and times nothing."""
+    from harness.programs import attention as at
+
+    reasons = {"03_flash_bf16": "needs sm_80: this GPU is sm_75", "05_flash_wgmma": "needs sm_90a: this GPU is sm_75"}
+    monkeypatch.setattr(at, "unsupported_reason", lambda v: reasons[v])
+    monkeypatch.setattr(timing, "run_plan", lambda *a, **k: pytest.fail("a refused search timed something"))
+    with pytest.raises(ValueError) as ei:
+        at.tune(size=200, save=False, options=timing.SMOKE)
+    msg = str(ei.value)
+    assert "\n" not in msg and msg.startswith("attention has nothing to tune here: ")
+    assert all(f"{v} {why}" in msg for v, why in reasons.items())

@@ -208,7 +208,9 @@ def test_wgmma_refused_with_the_reason_off_sm90a():
         pytest.skip("this GPU runs 05_flash_wgmma")
     assert why.startswith("needs sm_90a")
     assert att.unsupported_reason(att.WGMMA_CONFIGS[0]) == why
-    assert att.unsupported_reason("03_flash_bf16") is None
+    # 03 needs sm_80 only: it runs off sm_90a unless the GPU or build is older (a T4, a compute_75 build).
+    why03 = att.unsupported_reason("03_flash_bf16")
+    assert why03 is None or why03.startswith("needs sm_80"), why03
     x = np.ones((1, 1, 8, 64), bf16)
     with pytest.raises(ValueError, match="cannot run here: needs sm_90a"):
         att.attention(x, x, x, variant="05_flash_wgmma")
@@ -249,6 +251,34 @@ def test_bf16_validation():
     assert att.validate(x, x, x)[3] == att.default_bf16_variant()  # the default follows the dtype (and GPU)
     assert att.default_bf16_variant() in ("03_flash_bf16", "05_flash_wgmma")
     assert att.is_bf16("flash_bf16_no_causal_mask") and not att.is_bf16("04_flash_3xtf32")
+
+
+class _ReachedTheFallback(Exception):
+    pass
+
+
+def test_bf16_fallback_checks_the_bf16_rules_before_falling_back(monkeypatch):
+    """Where no bf16 kernel runs (sm_75), bf16 inputs fall back to 02_flash in float32, but only after
+    the checks the bf16 default applies (head size, scale > 0, out's dtype): 02_flash takes more."""
+    monkeypatch.setattr(att, "_bf16_fallback_reason",
+                        lambda q, v: "needs sm_80: this GPU is sm_75" if v is None and q.dtype == bf16 else None)
+    monkeypatch.setattr(att, "default_bf16_variant", lambda: "03_flash_bf16")
+
+    def reached(variant):
+        assert variant == att.BF16_FALLBACK
+        raise _ReachedTheFallback
+
+    monkeypatch.setattr(att, "unsupported_reason", reached)
+    x = np.ones((1, 1, 4, 64), bf16)
+    with pytest.raises(ValueError, match="D in"):
+        z = np.ones((1, 1, 4, 32), bf16)
+        att.attention(z, z, z)
+    with pytest.raises(ValueError, match="scale > 0"):
+        att.attention(x, x, x, scale=-0.1)
+    with pytest.raises(TypeError):
+        att.attention(x, x, x, out=np.zeros((1, 1, 4, 64), np.float32))
+    with pytest.raises(_ReachedTheFallback):  # and valid inputs do reach the float32 fallback
+        att.attention(x, x, x, out=np.zeros((1, 1, 4, 64), bf16))
 
 
 def test_reference_of_bf16_inputs_is_the_float64_of_the_rounded_values(rng):

@@ -6,6 +6,7 @@ paths (skipped, with the reason, where fewer GPUs are visible)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -468,6 +469,11 @@ def test_tp_mlp_on_virtual_ranks_matches_the_unsharded_block(world, overlap, ar)
     from harness.calling.results import relative_error
 
     x, w1, w2 = _tp_inputs()
+    why = co.unsupported_reason("tp_mlp_overlap" if overlap else "tp_mlp")
+    if why:  # gemm_tc's sm_80 GEMM: refused in one line before any launch, then skipped with that reason
+        with pytest.raises(ValueError, match="cannot run here: " + re.escape(why)):
+            co.tp_mlp(x, w1, w2, world, overlap=overlap, chunks=3, ar_variant=ar, virtual=True)
+        pytest.skip(why)
     res = co.tp_mlp(x, w1, w2, world, overlap=overlap, chunks=3, ar_variant=ar, virtual=True)
     ref = co.tp_reference(x, w1, w2)
     for r in range(world):
@@ -595,3 +601,28 @@ def test_allreduce_on_four_gpus(variant):
     res = co.allreduce(arrays, variant=variant, virtual=False)
     assert res.ranks == "devices"
     assert_exact(res.outputs, co.reference_allreduce(arrays))
+
+
+# --- CPU: variants this GPU or build cannot run are refused before any launch ---------------------------
+
+def test_a_refused_tp_variant_is_left_out_of_the_sanitizer_cases(monkeypatch):
+    why = "needs sm_80: this GPU is sm_75"
+    monkeypatch.setattr(co, "unsupported_reason", lambda v: why if v.startswith("tp_mlp") else None)
+    cases = co.sanitize_args()
+    assert "tp_overlap_w2" not in cases and "ring_f32_w3" in cases
+    monkeypatch.setattr(co, "unsupported_reason", lambda v: None)
+    assert "tp_overlap_w2" in co.sanitize_args()
+
+
+def test_a_refused_tp_variant_raises_with_the_reason_before_any_launch(monkeypatch):
+    why = "needs sm_80: this build targets sm_75 (build with ARCH=80 or newer)"
+    monkeypatch.setattr(co, "unsupported_reason", lambda v: why)
+
+    def no_launch(*a, **k):
+        raise AssertionError("a refused variant reached the communicator")
+
+    monkeypatch.setattr(co, "Communicator", no_launch)
+    monkeypatch.setattr(co, "plan", no_launch)
+    x, w1, w2 = _tp_inputs()
+    with pytest.raises(ValueError, match=re.escape(f"'tp_mlp_overlap' cannot run here: {why}")):
+        co.tp_mlp(x, w1, w2, 2, overlap=True)

@@ -307,7 +307,11 @@ def test_executable_all_variants():
         pytest.skip("build/bin/gemm_tc not built")
     df = gt.run("--variant", "all", "--reps", "2", "257", "129", "136")
     assert set(df["check"]) == {"pass"}
-    assert {"01_wmma", "02_mma_sync", "cublas_bf16"} <= set(df["variant"])
+    # Every variant the library says runs here (and takes this shape) ran and checked; the ones it
+    # refuses on this GPU or build (01 and 02 below sm_80, the wgmma rungs off sm_90a) printed a skip.
+    runs = {v for v in gt.variants()
+            if gt.unsupported_reason(v) is None and gt.requirement(v, 257, 129, 136) is None}
+    assert runs and set(df["variant"]) == runs
 
 
 def runner_exists() -> bool:

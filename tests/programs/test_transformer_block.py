@@ -144,6 +144,17 @@ def test_bf16_validation():
         tb.forward(x, p, variant="04_flash_3xtf32")  # attention's, not this block's
 
 
+def test_bf16_fallback_checks_the_bf16_rules_before_falling_back(monkeypatch, capsys):
+    """Where no bf16 path runs (sm_75), dtype="bf16" falls back to the float32 block, but only after
+    the bf16 block's checks (its head sizes): 02_flash would take D = 32."""
+    monkeypatch.setattr(tb, "bf16_variant", lambda: None)
+    monkeypatch.setattr(tb, "unsupported_reason", lambda v: pytest.fail(f"{v} got past validation"))
+    p = tb.make_params(64, 0)
+    with pytest.raises(ValueError, match="head size"):
+        tb.forward(np.ones((2, 3, 64), np.float32), p, heads=2, dtype="bf16")
+    assert "no bf16 path runs here" not in capsys.readouterr().err  # refused before the fallback's note
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["naive", "flash", "bf16"])
 def test_executable_defaults_check_themselves(variant):
