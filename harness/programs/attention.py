@@ -656,7 +656,8 @@ def tune(size: int = BENCH_S, save: bool = True, on_progress=None, options=None)
 
     if not 1 <= size <= MAX_S:
         raise ValueError(f"size is the sequence length S: at least 1 and at most {MAX_S}, got {size}")
-    refused = {v: unsupported_reason(v) for v in tuned()}
+    choices = tuned()
+    refused = {v: unsupported_reason(v) for v in choices}
     searched = [v for v, why in refused.items() if why is None]
     if not searched:  # a T4 or a compute_75 build: every tuned kernel needs sm_80 or newer
         raise ValueError("attention has nothing to tune here: "

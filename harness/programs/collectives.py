@@ -66,9 +66,9 @@ def variant_index(variant: str) -> int:
 def unsupported_reason(variant: str) -> str | None:
     """None when `variant` runs on this build and GPU, else why not: tp_mlp and tp_mlp_overlap run
     gemm_tc's sm_80 GEMM ("needs sm_80: this GPU is sm_75"). Asks the library; nothing is launched."""
-    l = lib()
-    why = l.collectives_unsupported_reason(variant_index(variant))
-    return None if why == l.ffi.NULL else l.ffi.string(why).decode()
+    lb = lib()
+    why = lb.collectives_unsupported_reason(variant_index(variant))
+    return None if why == lb.ffi.NULL else lb.ffi.string(why).decode()
 
 
 def have_nccl() -> bool:

@@ -17,10 +17,9 @@ How exact the comparisons are, and why:
 
 from __future__ import annotations
 
-import os
-
 import ctypes
 import ctypes.util
+import os
 import subprocess
 
 import numpy as np
