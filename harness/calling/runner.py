@@ -56,22 +56,3 @@ def run(prog: str, *args, timeout: float = DEFAULT_TIMEOUT, check: bool = True, 
     if check and p.returncode != 0:
         raise ProgramError(argv, p.returncode, tail(p.stderr), p.stdout)
     return res
-
-
-def stop_group(proc: subprocess.Popen, grace_s: float = 1.0) -> None:
-    """Stop a child started with start_new_session=True and everything it started (nvcc's cicc, ptxas
-    and gcc; NVBench's session): SIGTERM to its process group, SIGKILL to what is left after
-    `grace_s`, then reap it. Used when the parent is interrupted: waiting for the child, or killing
-    only the child, would leave the rest of the group running."""
-    import contextlib
-    import signal
-
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # stragglers, once the leader is gone too
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.base import procs
 from harness.base.errors import BuildError, NotBuilt
 from harness.base.paths import BUILD, CUDA_DIR, ROOT
 from harness.compile import toolchain
@@ -387,26 +388,10 @@ def _stop(proc: subprocess.Popen) -> None:
     main = threading.current_thread() is threading.main_thread()
     old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None  # a second Ctrl-C must not cut this short
     try:
-        _stop_group(proc)
+        procs.stop_group(proc, STOP_GRACE_S, first=signal.SIGINT)
     finally:
         if main:
             signal.signal(signal.SIGINT, old)
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait)
-            # make is gone; a compiler of its group that ignored SIGINT must not outlive it either.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            break
-        except subprocess.TimeoutExpired:
-            continue
 
 
 @contextlib.contextmanager

@@ -20,9 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness.base import files
+from harness.base import files, procs
 from harness.base.errors import BuildError, CudalabError
-from harness.calling import runner
 from harness.compile import build as _build
 from harness.compile import toolchain
 
@@ -212,10 +211,10 @@ def _run_nvcc(cmd: list[str], out: Path, deps: bool = False) -> tuple[int, str, 
         try:
             stdout, stderr = proc.communicate(timeout=600)
         except subprocess.TimeoutExpired:
-            runner.stop_group(proc)
+            procs.stop_group(proc)
             return 124, "nvcc timed out after 600 s", []
         except BaseException:
-            runner.stop_group(proc)
+            procs.stop_group(proc)
             raise
         read = _parse_depfile(depfile.read_text(errors="replace")) if deps and proc.returncode == 0 else []
         if proc.returncode == 0:

@@ -38,9 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.base import files, paths
+from harness.base import files, paths, procs
 from harness.base.errors import TOOL_FIXES, CudalabError, ToolMissing
-from harness.calling import cudart, runner
+from harness.calling import cudart
 from harness.measuring import conditions
 
 PROGRESS = "cudalab-timing:"  # the child's progress lines on stdout: PROGRESS <index> <key>
@@ -205,7 +205,7 @@ def run_plan(items: list[Item], options: Options | None = None, *, on_progress: 
                 log.append(line.rstrip("\n"))
     except BaseException:
         watchdog.cancel()
-        runner.stop_group(proc)
+        procs.stop_group(proc)
         raise
     finally:
         rc = proc.wait()

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.base.errors import ToolMissing
+from harness.base.procs import stop_group
 from harness.compile.build import ROOT
 from harness.user.exercises import (
     ExerciseError,
@@ -104,12 +105,11 @@ def _start_worker(job: dict, prefix: list[str] | None = None) -> subprocess.Pope
 def _finish_worker(p: subprocess.Popen, until: float) -> tuple[dict | None, str, int | None]:
     """(the worker's JSON or None, its output, its status; None when it ran past `until`, a
     time.monotonic() instant, and was stopped)."""
-    from harness.calling import runner
 
     try:
         out, err = p.communicate(timeout=max(0.0, until - time.monotonic()))
     except subprocess.TimeoutExpired:
-        runner.stop_group(p)
+        stop_group(p)
         return None, "", None
     for line in reversed(out.splitlines()):
         if line.startswith(TAG):
@@ -119,13 +119,12 @@ def _finish_worker(p: subprocess.Popen, until: float) -> tuple[dict | None, str,
 
 def _run_worker(job: dict, deadline: float, prefix: list[str] | None = None) -> tuple[dict | None, str, int | None]:
     """(the worker's JSON or None, its output, its status; None when it ran past the deadline)."""
-    from harness.calling import runner
 
     p = _start_worker(job, prefix)
     try:
         return _finish_worker(p, time.monotonic() + deadline)
     except BaseException:  # an interrupt: the worker goes too
-        runner.stop_group(p)
+        stop_group(p)
         raise
 
 
@@ -283,7 +282,6 @@ def _run_cuda(ex: Exercise, job: dict, deadline: float, sanitize: bool):
     each its own process on the one GPU, so the check takes the longest of them, not their sum.
     (data, output, status, {tool: (data, output, status) or a note why it did not run}); status None:
     the cases ran past `deadline` (the sanitizer runs, which would hang the same way, are stopped)."""
-    from harness.calling import runner
     from harness.profiling import sanitize as hs
 
     sanitized: dict = {}
@@ -303,7 +301,7 @@ def _run_cuda(ex: Exercise, job: dict, deadline: float, sanitize: bool):
         data, out, rc = _finish_worker(procs["cases"], t0 + deadline)
         if rc is None:
             for p in procs.values():
-                runner.stop_group(p)
+                stop_group(p)
             return data, out, rc, {}
         for tool in ("memcheck", "racecheck"):
             if tool in procs:
@@ -312,7 +310,7 @@ def _run_cuda(ex: Exercise, job: dict, deadline: float, sanitize: bool):
     except BaseException:  # an interrupt: nothing of ours keeps running
         for p in procs.values():
             if p.returncode is None:
-                runner.stop_group(p)
+                stop_group(p)
         raise
 
 
