@@ -7,6 +7,7 @@ import stat
 
 import pytest
 
+from harness.base import paths
 from harness.base.errors import ToolMissing
 from harness.compile import toolchain
 
@@ -143,7 +144,7 @@ def test_every_fix_names_an_extra_that_exists_and_doctor_prints_it(monkeypatch):
     from harness.measuring import timing
     from harness.user import doctor
 
-    text = (toolchain.ROOT / "pyproject.toml").read_text()
+    text = (paths.ROOT / "pyproject.toml").read_text()
     section = text.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
     extras = set(re.findall(r"^(\w+) = \[", section, re.M))
     assert {"dev", "toolkit"} <= extras

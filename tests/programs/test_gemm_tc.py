@@ -309,7 +309,7 @@ def test_executable_all_variants():
     assert set(df["check"]) == {"pass"}
     # Every variant the library says runs here (and takes this shape) ran and checked; the ones it
     # refuses on this GPU or build (01 and 02 below sm_80, the wgmma rungs off sm_90a) printed a skip.
-    runs = {v for v in gt.variants()
+    runs = {v for v in gt.VARIANTS
             if gt.unsupported_reason(v) is None and gt.requirement(v, 257, 129, 136) is None}
     assert runs and set(df["variant"]) == runs
 

@@ -105,8 +105,9 @@ def test_every_gpu_folder_has_its_results_in_front_and_its_history_behind():
     """Each bench/results/<gpu>/ folder keeps in front only its NOTES, its page, its tuning caches and the
     reference results its page quotes; every other committed CSV or figure is under history/."""
     results = ROOT / "bench" / "results"
-    tracked = committed(results)
-    files = tracked if tracked is not None else [p for p in results.rglob("*") if p.is_file()]
+    files = committed(results)
+    if files is None:  # a copy without git (the GPU machine's): what is committed cannot be told from what a run left
+        pytest.skip("not a git checkout: the committed results cannot be listed")
     for gpu in sorted({f.parent for f in files if f.parent.parent == results}):
         page = gpu / "README.md"
         assert page.exists(), f"{page.relative_to(ROOT)} is missing: it names the reference results"

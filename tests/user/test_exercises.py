@@ -436,13 +436,13 @@ def test_the_timing_session_loads_the_learners_file_from_the_compile_steps_cache
 
 
 def test_a_tree_without_device_info_built_still_gets_its_verdict_and_says_why_no_speed(tmp_path, monkeypatch):
+    from harness import programs
     from harness.base.errors import NotBuilt
-    from harness.measuring import bench
 
     def missing(progs=None):
         raise NotBuilt("build/lib/libdevice_info.so", "device_info")
 
-    monkeypatch.setattr(bench, "ceilings", missing)
+    monkeypatch.setattr(programs, "ceilings", missing)
     path, _ = _learner_file(tmp_path, "matmul_tiled")
     v = hcheck.Verdict("matmul_tiled", "cuda", path)
     hcheck._speed(hx.exercise("matmul_tiled"), tmp_path, path.read_text(), v)

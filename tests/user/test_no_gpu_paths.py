@@ -36,7 +36,7 @@ def test_profile_without_a_gpu_is_the_no_gpu_error(monkeypatch, tmp_path):
         _no_device()
 
     with pytest.raises(NoGPUError):
-        hp.profile("hello", outdir=tmp_path, fallback=fallback)
+        hp.profile("hello", [(None, ["all"])], outdir=tmp_path, fallback=fallback)
 
 
 @pytest.mark.skipif(GPU_OK, reason="checks the no-GPU message; a GPU would run the commands")
