@@ -446,8 +446,8 @@ def test_a_tree_without_device_info_built_still_gets_its_verdict_and_says_why_no
     path, _ = _learner_file(tmp_path, "matmul_tiled")
     v = hcheck.Verdict("matmul_tiled", "cuda", path)
     hcheck._speed(hx.exercise("matmul_tiled"), tmp_path, path.read_text(), v)
-    assert v.lines == [(None, "speed not measured: build/lib/libdevice_info.so is missing: run `invoke build -p "
-                              "device_info`")] and v.ratio is None
+    assert v.lines == [(None, "speed not measured: build/lib/libdevice_info.so is missing: run `invoke build "
+                              "--programs device_info` (or `invoke build` for every program)")] and v.ratio is None
 
 
 def test_a_worker_past_its_deadline_is_stopped_with_what_it_started(tmp_path):
