@@ -227,11 +227,20 @@ def test_executable_reads_mpirun_and_srun_variables():
         assert r.returncode == 2 and "must be below the world size" in r.stderr, r.stderr
 
 
+def _runs_here(variant: str) -> bool:
+    try:
+        return co.unsupported_reason(variant) is None
+    except (OSError, AttributeError, ValueError):  # no library built yet: sanitize_args keeps every case
+        return True
+
+
 def test_sanitize_and_profile_hooks_cover_every_lab_kernel_on_virtual_ranks():
     runs = co.sanitize_args()
     flat = [" ".join(v) for v in runs.values()]
     for kernel in ("02_ring_allreduce", "03_oneshot_allreduce", "01_p2p_copy", "tp_mlp_overlap"):
-        assert any(f"--variant {kernel}" in f for f in flat), kernel
+        # A kernel this build or GPU cannot run (tp_mlp's sm_80 GEMM on sm_75) is left out, and only then.
+        runs_here = kernel != "tp_mlp_overlap" or _runs_here(kernel)
+        assert any(f"--variant {kernel}" in f for f in flat) == runs_here, kernel
     for dt in ("f32", "bf16", "i32"):
         assert any(f"--dtype {dt}" in f for f in flat), dt
     assert all("--virtual" in v for v in runs.values())
