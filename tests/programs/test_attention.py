@@ -17,14 +17,14 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import poison
+from conftest import built_names, poison
 from harness.base.errors import CudaError
 from harness.calling import cudart, runner
 from harness.compile import build
 from harness.programs import attention as att
 
 bf16 = att.bfloat16
-FP32_VARIANTS = tuple(v for v in att.VARIANTS if not att.is_bf16(v))
+FP32_VARIANTS = built_names(lambda: [v for v in att.VARIANTS if not att.is_bf16(v)], "attention")
 BF16_RUNGS = ("03_flash_bf16", "05_flash_wgmma")
 
 
@@ -400,7 +400,7 @@ def test_flash_bf16_matches_reference(variant, causal, D, S):
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("D", [64, 128])
-@pytest.mark.parametrize("config", att.TUNING_VARIANTS + att.WGMMA_CONFIGS)
+@pytest.mark.parametrize("config", built_names(lambda: att.TUNING_VARIANTS + att.WGMMA_CONFIGS, "attention"))
 def test_every_tuning_choice_matches_reference(config, D, causal):
     """`invoke tune attention` may make any of these what 03_flash_bf16 or 05_flash_wgmma runs: each
     must be right at ragged S (1 row; a partial 32-, 64- and 128-key tile; several tiles, 16 and 32
@@ -423,7 +423,7 @@ def test_gpu_executable_runs_a_tuning_choice():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", [c for c in att.WGMMA_CONFIGS if c.endswith("_k128s2")])
+@pytest.mark.parametrize("config", built_names(lambda: [c for c in att.WGMMA_CONFIGS if c.endswith("_k128s2")], "attention"))
 def test_gpu_executable_runs_a_wgmma_schedule(config):
     _skip_unless_runs(config)
     df = att.run("--config", config, "--causal", "--reps", "2", "1", "3", "300", "128")
@@ -548,7 +548,7 @@ def test_device_form_with_workspace(rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", att.VARIANTS)
+@pytest.mark.parametrize("variant", built_names(lambda: att.VARIANTS, "attention"))
 @pytest.mark.parametrize("causal", [[], ["--causal"]])
 def test_executable_checks_itself(variant, causal):
     _skip_unless_runs(variant)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import poison
+from conftest import built_names, poison
 from harness.calling import library
 from harness.compile import build
 from harness.programs import attention as att
@@ -90,7 +90,7 @@ def test_executable_rejects_bad_argv(argv):
 # --- GPU ----------------------------------------------------------------------------------------
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", tb.VARIANTS)
+@pytest.mark.parametrize("variant", built_names(lambda: tb.VARIANTS, "transformer_block"))
 @pytest.mark.parametrize("B, S, E, H", [(2, 1, 64, 2), (2, 7, 64, 1), (3, 100, 256, 4), (1, 333, 256, 2),
                                         (2, 1000, 256, 4)])
 @pytest.mark.parametrize("causal", [False, True])
