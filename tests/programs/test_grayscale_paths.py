@@ -19,7 +19,8 @@ def _listing(folder):
 
 @pytest.fixture
 def cpu_grey(monkeypatch):
-    """rgb2grey through the numpy reference: the file handling under test, without a GPU."""
+    """rgb2grey through the numpy reference: the GPU path's file handling under test, without a GPU
+    (the tests that take this fixture call cli with cpu=False, else cli would take the CPU path)."""
     calls = []
 
     def grey(x, variant=gs.DEFAULT_VARIANT, align_planes=True):
@@ -81,7 +82,7 @@ def test_a_file_the_command_did_not_name_is_kept(tmp_path, cpu_grey, capsys):
 
     mine = tmp_path / "photo_input.png"
     mine.write_bytes(b"the user's own file")
-    assert gs.cli([], out=str(tmp_path / "photo.png")) == 0
+    assert gs.cli([], out=str(tmp_path / "photo.png"), cpu=False) == 0
     assert mine.read_bytes() == b"the user's own file"
     text = capsys.readouterr().out
     assert f"not saved: {mine} exists" in text and "check=pass" in text
@@ -94,13 +95,13 @@ def test_the_input_copy_goes_beside_a_fresh_output_and_a_replaced_output_is_said
     from PIL import Image
 
     out = tmp_path / "grey.png"
-    assert gs.cli([], out=str(out)) == 0
+    assert gs.cli([], out=str(out), cpu=False) == 0
     text = capsys.readouterr().out
     assert f"saved as {tmp_path / 'grey_input.png'}" in text and "replaced" not in text
     np.testing.assert_array_equal(np.asarray(Image.open(tmp_path / "grey_input.png")), gs.test_image())
     out.write_bytes(b"old")
     os.chmod(out, 0o640)
-    assert gs.cli([], out=str(out), variant="01_1d") == 0
+    assert gs.cli([], out=str(out), variant="01_1d", cpu=False) == 0
     assert f"replaced the existing {out}" in capsys.readouterr().out
     assert out.read_bytes() != b"old" and (out.stat().st_mode & 0o777) == 0o640  # the file's own mode kept
 
@@ -126,8 +127,8 @@ def test_the_labs_own_plots_folder_is_made(tmp_path, monkeypatch, cpu_grey):
     plots = tmp_path / "build" / "plots"
     monkeypatch.setattr(gs, "PLOTS", plots)
     monkeypatch.setattr(gs, "DEFAULT_OUT", plots / "grayscale.png")
-    assert gs.cli([]) == 0 and (plots / "grayscale.png").exists() and (plots / "grayscale_input.png").exists()
+    assert gs.cli([], cpu=False) == 0 and (plots / "grayscale.png").exists() and (plots / "grayscale_input.png").exists()
     for p in plots.iterdir():
         p.unlink()
     plots.rmdir()
-    assert gs.cli([], out=str(plots / "g.png")) == 0 and (plots / "g.png").exists()
+    assert gs.cli([], out=str(plots / "g.png"), cpu=False) == 0 and (plots / "g.png").exists()
