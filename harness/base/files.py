@@ -146,3 +146,15 @@ def clean_stale(folder, older_than_s: float = STALE_AFTER_S) -> list[Path]:
                         p.unlink()
                     removed.append(p)
     return removed
+
+
+def sha256(path: Path) -> str:
+    """The file's SHA-256, read in 1 MiB blocks: what the build's records and the inline cache's
+    manifests hold, so that a torn or replaced file is told from the one that was written."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import re
 import shutil
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.base import procs
+from harness.base import files, procs
 from harness.base.errors import BuildError, NotBuilt
 from harness.base.paths import BUILD, CUDA_DIR, ROOT
 from harness.compile import toolchain
@@ -57,13 +56,6 @@ def _read_record(record: Path) -> tuple[str, int] | None:
     except (OSError, ValueError):
         return None
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # Files already checked in this process, by identity (inode, size, mtime, ctime of the file and its record):
@@ -108,7 +100,7 @@ def stale_reason(output: Path, root: Path | None = None) -> str | None:
             size = output.stat().st_size
             if size != rec[1]:
                 why = f"not the file its build wrote ({size} bytes, the build wrote {rec[1]}: truncated or replaced)"
-            elif _sha256(output) != rec[0]:
+            elif files.sha256(output) != rec[0]:
                 why = "not the file its build wrote (its SHA-256 differs from the build's record: changed since)"
             else:
                 if ident is not None and _identity(output, record) == ident:
@@ -181,8 +173,8 @@ def sweep_temporaries(root: Path | None = None) -> list[Path]:
             if d.name.isdigit() and not _running(int(d.name)):
                 shutil.rmtree(d, ignore_errors=True)
                 removed.append(d)
-    for dirpath, _dirs, files in os.walk(build_dir):
-        for name in files:
+    for dirpath, _dirs, names in os.walk(build_dir):
+        for name in names:
             m = _TMP_NAME.search(name)
             if m is None or _running(int(m.group(1))):  # a step still running (another make in this tree)
                 continue

@@ -316,17 +316,10 @@ MANIFEST = ".manifest.json"
 _said: set[str] = set()
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
 
 def _file_record(path: str) -> list:
     st = os.stat(path)
-    return [st.st_size, st.st_mtime_ns, _sha256(Path(path))]
+    return [st.st_size, st.st_mtime_ns, files.sha256(Path(path))]
 
 
 def _changed(path: str, record) -> bool:
@@ -339,7 +332,7 @@ def _changed(path: str, record) -> bool:
     size, mtime, digest = record
     if st.st_size == size and st.st_mtime_ns == mtime:
         return False
-    return st.st_size != size or _sha256(Path(path)) != digest
+    return st.st_size != size or files.sha256(Path(path)) != digest
 
 
 def _verify(out: Path, log_path: Path, key: str) -> tuple[str, str]:
@@ -361,9 +354,9 @@ def _verify(out: Path, log_path: Path, key: str) -> tuple[str, str]:
             return "bad", f"{p.name} is missing"
         if why:
             return "bad", f"{p.name}: {why}"
-    if _sha256(out) != want_out:
+    if files.sha256(out) != want_out:
         return "bad", f"{out.name} is not the file that was built (its SHA-256 differs: truncated or replaced)"
-    if _sha256(log_path) != want_log:
+    if files.sha256(log_path) != want_log:
         return "bad", f"{log_path.name} is not the log of that build"
     for path, record in deps.items():
         if _changed(path, record):
@@ -380,8 +373,8 @@ def _publish_manifest(out: Path, log_path: Path, key: str, deps: list[str]) -> N
     for d in deps:
         with contextlib.suppress(OSError):
             records[str(Path(d).resolve())] = _file_record(d)
-    _write_atomic(_manifest_path(out), json.dumps({"key": key, "v": FORMAT_VERSION, "out_sha256": _sha256(out),
-                                                   "log_sha256": _sha256(log_path), "deps": records},
+    _write_atomic(_manifest_path(out), json.dumps({"key": key, "v": FORMAT_VERSION, "out_sha256": files.sha256(out),
+                                                   "log_sha256": files.sha256(log_path), "deps": records},
                                                   indent=1).encode())
 
 
