@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.base import files
 from harness.base.errors import CudalabError
 from harness.base.paths import PLOTS
 from harness.compile import build as _build
@@ -90,7 +91,6 @@ class DemoResult:
 
     def write_junit(self, path: Path) -> Path:
         """The steps as a JUnit XML test suite (one test case per step), written atomically."""
-        import os
         import xml.etree.ElementTree as ET
 
         n = {k: sum(1 for s in self.steps if s.status == k) for k in ("failed", "skipped")}
@@ -107,10 +107,7 @@ class DemoResult:
         root.append(suite)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        ET.ElementTree(root).write(tmp, encoding="utf-8", xml_declaration=True)
-        os.replace(tmp, path)
-        return path
+        return files.replace(path, lambda tmp: ET.ElementTree(root).write(tmp, encoding="utf-8", xml_declaration=True))
 
     def to_json(self) -> dict:
         return {"gpu": self.gpu, "gpu_why": self.gpu_why, "finished": self.finished,

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.base import files
 from harness.compile import build
 from harness.programs import gpu_here
 
@@ -43,10 +44,7 @@ def execute(path: Path = DEFAULT) -> Path:
     nbclient.NotebookClient(book, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                             resources={"metadata": {"path": str(build.ROOT)}}).execute()
     book.metadata["cudalab"] = {"executed_on": cudart.device_name(0), "date": time.strftime("%Y-%m-%d")}
-    tmp = path.with_name(path.name + ".tmp")
-    nbformat.write(book, tmp)
-    os.replace(tmp, path)
-    return path
+    return files.replace(path, lambda tmp: nbformat.write(book, tmp))
 
 
 def main(argv: list[str] | None = None) -> int:
