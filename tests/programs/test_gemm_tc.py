@@ -448,11 +448,11 @@ def test_apply_tuned_points_06_at_the_cached_winner(results_dir, monkeypatch):
     from harness.calling import cudart
 
     lib = gt._lib()
-    before = lib.gemm_tc_tuned_config()
+    before = lib.gemm_tc_tuned_config() if lib.gemm_tc_tuned_is_set() else -1
     cfg = library.read_table("gemm_tc", "config")[31]
     write_json(results_dir / "h100" / "gemm_tc-tune.json", device=DEVICE, winner=cfg)
     monkeypatch.setattr(cudart, "device_name", lambda i=0: DEVICE)
-    monkeypatch.setattr(gt, "_applied", {})
+    lib.gemm_tc_set_tuned(-1)  # nothing chosen yet, as in a fresh process
     try:
         assert gt.apply_tuned() == cfg
         assert gt.variant_config("06_wgmma_tuned") == cfg and gt.runs_as("06_wgmma_tuned") == cfg
@@ -622,8 +622,9 @@ def test_gpu_tune_small(results_dir):
     assert (df["status"] == "ok").all(), df[df["status"] != "ok"][["config", "status"]]
     assert len(df) == 12 and (df["tflops"] > 0).all() and df["winner"].sum() == 1
     data = json.loads(path.read_text())
-    gt._applied.clear()
     try:
+        assert gt.apply_tuned() == data["winner"]  # the search handed its winner to the library
+        gt._lib().gemm_tc_set_tuned(-1)  # a fresh process's state: the cache is read again
         assert gt.apply_tuned() == data["winner"]
     finally:
-        gt._applied.clear()
+        gt._lib().gemm_tc_set_tuned(-1)
