@@ -19,7 +19,7 @@ from pathlib import Path
 import cffi
 import numpy as np
 
-from harness.base.errors import check_context, raise_for_code
+from harness.base.context import check_context, raise_for_code
 from harness.calling import cdecl, cudart  # noqa: F401  (cudart tells NoGPUError the driver and runtime versions)
 from harness.calling.cdecl import header_to_cdef  # noqa: F401  (re-exported: library.header_to_cdef)
 from harness.compile import build as _build

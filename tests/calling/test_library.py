@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import GPU_OK
-from harness.base import errors
+from harness.base import context, errors
 from harness.base.errors import CudaError, NoGPUError
 from harness.calling import cudart, library
 from harness.compile import build
@@ -248,7 +248,7 @@ def test_prepare_marshals_once_and_checks_the_status(fake):
 
 
 def test_after_a_sticky_error_every_call_says_the_context_is_lost(fake, monkeypatch):
-    monkeypatch.setattr(errors, "_lost", None)
+    monkeypatch.setattr(context, "_lost", None)
     with pytest.raises(errors.ContextLostError, match="restart"):
         fake.fake_fault()
     with pytest.raises(errors.ContextLostError, match="lost earlier"):
