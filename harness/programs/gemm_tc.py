@@ -90,11 +90,8 @@ BF16_FLOP_PER_CLK_PER_SM = {(8, 0): 2048, (9, 0): 4096}
 PROGRAM = "gemm_tc"
 
 
-def __getattr__(name: str):
-    # VARIANTS is the library's one table (cuda/gemm_tc), read when first asked for: never typed here.
-    if name == "VARIANTS":
-        return library.read_table(PROGRAM)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# VARIANTS is the library's one table (cuda/gemm_tc), read when first asked for: never typed here.
+__getattr__ = library.table_attributes(__name__, PROGRAM)
 
 
 def _lib():

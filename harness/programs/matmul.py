@@ -54,13 +54,9 @@ TUNED = "09_tuned"
 PROGRAM = "matmul"
 
 
-def __getattr__(name: str):
-    # VARIANTS and KERNEL_VARIANTS come from the library's one table, read when first asked for.
-    if name == "VARIANTS":
-        return library.read_table(PROGRAM)
-    if name == "KERNEL_VARIANTS":
-        return tuple(v for v in library.read_table(PROGRAM) if v != "cublas")
-    raise AttributeError(name)
+# VARIANTS and KERNEL_VARIANTS come from the library's one table, read when first asked for.
+__getattr__ = library.table_attributes(
+    __name__, PROGRAM, KERNEL_VARIANTS=lambda: tuple(v for v in library.read_table(PROGRAM) if v != "cublas"))
 
 
 # --- the library ---------------------------------------------------------------------------------
