@@ -49,6 +49,20 @@ def pythonpath(*first, env=None) -> str:
     return os.pathsep.join([str(p) for p in first] + keep)
 
 
+def pids_mentioning(marker: str) -> list[int]:
+    """Processes other than this one whose command line mentions `marker` (a test's own folder or tag):
+    how the interrupt tests find the children that must not outlive what started them."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if marker.encode() in (d / "cmdline").read_bytes():
+                    pids.append(int(d.name))
+            except OSError:
+                pass  # gone meanwhile, or not ours to read
+    return [p for p in pids if p != os.getpid()]
+
+
 def skip_reasons(reports) -> list[tuple[int, str]]:
     """(count, reason) for each distinct skip reason, most frequent first."""
     counts: dict[str, int] = {}
