@@ -155,8 +155,9 @@ def apply_tuned(prog: str, tuned_choice) -> str:
     """Point a program's tuned rung (matmul's 09_tuned, gemm_tc's 06_wgmma_tuned) at this GPU's cached
     winner unless a set has already chosen it in this process. The library is the one holder of the
     choice (<prog>_set_tuned, <prog>_tuned_config, <prog>_tuned_is_set): this asks it each time and
-    keeps no copy; `tuned_choice()` says why the cache was or was not used. Returns the configuration
-    the rung runs."""
+    keeps no copy; `tuned_choice()` says why the cache was or was not used. Without a usable cache
+    nothing is set (setting matmul's default would check it against the device, where a launch's own
+    check says more), so a later call looks at the cache again. Returns the configuration the rung runs."""
     lib = library.load(prog)
     if not tuned_is_set(prog):
         winner, _why = tuned_choice()
