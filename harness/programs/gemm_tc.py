@@ -54,7 +54,6 @@ k <= 4096 (tests/programs/test_gemm_tc.py shows the checker rejecting exactly th
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import re
@@ -269,17 +268,6 @@ def apply_tuned() -> str:
 
     return htune.apply_tuned(PROGRAM, _applied, tuned_choice, functools.partial(library.read_table, PROGRAM, "config"),
                              functools.partial(library.table_index, PROGRAM, "config"))
-
-
-@contextlib.contextmanager
-def dropped_k_tiles(t: int = 1):
-    """Test-only: inside the block 02_mma_sync and 03-08 skip their last `t` K tiles."""
-    lib = _lib()
-    lib.gemm_tc_set_fault_drop_k_tiles(int(t))
-    try:
-        yield
-    finally:
-        lib.gemm_tc_set_fault_drop_k_tiles(0)
 
 
 # --- reference and checker -----------------------------------------------------------------------
