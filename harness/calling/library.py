@@ -281,7 +281,7 @@ def load(prog: str, faults: bool = False) -> Library:
     if not header.exists():
         raise ValueError(f"no program {prog!r}: {header} does not exist")
     # Checked against the build's record before dlopen: a truncated library would kill Python (SIGBUS).
-    path = _build.require(prog, "lib", faults)
+    path = _build.require(prog, "lib", faults=True) if faults else _build.require(prog, "lib")
     return Library(prog, path, header_to_cdef(header.read_text()))
 
 

@@ -121,7 +121,7 @@ def run_case(case: Case, tool: str, sanitizer: str | None = None, timeout: float
              logdir: Path | None = None, run: Runner = _run) -> Outcome:
     sanitizer = sanitizer or find_sanitizer()
     # The build's own file, checked against its record (else NotBuilt).
-    exe = _build.require(case.program, "exe", case.faults) if case.faults else _build.require(case.program, "exe")
+    exe = _build.require(case.program, "exe", faults=True) if case.faults else _build.require(case.program, "exe")
     cmd = command(tool, exe, list(case.argv), sanitizer)
     logdir = logdir or SANITIZE_DIR / case.program
     logdir.mkdir(parents=True, exist_ok=True)
