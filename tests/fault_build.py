@@ -10,6 +10,7 @@ runner.run(prog, ..., faults=True)) but never names a fault: the names and switc
 from __future__ import annotations
 
 import contextlib
+import functools
 
 from harness.calling import library
 from harness.compile import build
@@ -35,9 +36,10 @@ def target(prog: str, kind: str = "lib") -> str:
     return str(path.relative_to(build.ROOT))
 
 
+@functools.cache
 def build_twin(prog: str, *kinds: str) -> None:
     """Build the fault twin's library and/or executable (default: the library), incrementally and
-    under the build lock, as `invoke build` does the product (nvcc only, no GPU)."""
+    under the build lock, as `invoke build` does the product (nvcc only, no GPU); once per process."""
     build.build([target(prog, k) for k in kinds or ("lib",)])
 
 

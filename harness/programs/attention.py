@@ -58,6 +58,7 @@ ALIASES = {"naive": "01_naive", "flash": "02_flash"}
 # tile (k128, k64) and pipeline stages (s2, s3): ATTN_WGMMA_CONFIGS in attention_kernels.cuh.
 # `invoke tune attention` searches both (runs_as below).
 _CHOICE_PREFIX = {"03_flash_bf16": "flash_bf16_", "05_flash_wgmma": "flash_wgmma_"}
+_BF16 = ("03_flash_bf16", "05_flash_wgmma")  # the table's bf16 variants (every tuning choice is bf16 too)
 
 
 def tuned() -> dict[str, tuple[str, ...]]:
@@ -78,7 +79,7 @@ def __getattr__(name: str):
     if name == "WGMMA_CONFIGS":
         return tuned()["05_flash_wgmma"]
     if name == "BF16_VARIANTS":
-        return tuple(v for v in library.read_table(PROGRAM) + library.read_table(PROGRAM, "config") if is_bf16(v))
+        return _BF16 + library.read_table(PROGRAM, "config")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -171,7 +172,12 @@ def _bf16_fallback_reason(q, variant) -> str | None:
 
 def is_bf16(variant: str) -> bool:
     """Whether the variant takes ml_dtypes.bfloat16 arrays (else float32)."""
-    return library.load(PROGRAM).attention_variant_is_bf16(canonical_variant(variant)) == 1
+    v = canonical_variant(variant)
+    if v in _BF16 or v in library.read_table(PROGRAM, "config"):
+        return True
+    if v in library.read_table(PROGRAM):
+        return False
+    return library.load(PROGRAM).attention_variant_is_bf16(v) == 1  # a name only the loaded library knows
 
 
 def dtype_of(variant: str):

@@ -73,6 +73,15 @@ def test_a_missing_fault_output_names_the_make_that_builds_it():
     assert "invoke build --programs gemm_tc" in not_built_message([build.lib_path("gemm_tc")], "gemm_tc")
 
 
+def test_the_cdef_holds_the_fault_declarations_only_for_the_fault_build():
+    text = "#ifdef CUDALAB_FAULTS\nint f(void);\n#else\nint g(void);\n#endif\nint h(void);\n"
+    assert library.header_to_cdef(text).split() == ["int", "g(void);", "int", "h(void);"]
+    assert library.header_to_cdef(text, faults=True).split() == ["int", "f(void);", "int", "h(void);"]
+    header = (build.CUDA_DIR / "gemm_tc" / "gemm_tc.h").read_text()
+    assert "gemm_tc_set_fault_drop_k_tiles" not in library.header_to_cdef(header)
+    assert "gemm_tc_set_fault_drop_k_tiles" in library.header_to_cdef(header, faults=True)
+
+
 def _symbols(path: Path, dynamic: bool) -> set[str]:
     out = subprocess.run(["nm", *(["-D"] if dynamic else []), "--defined-only", str(path)], capture_output=True,
                          text=True, check=True).stdout
