@@ -156,6 +156,9 @@ def test_the_product_attention_calls_the_fault_variants_unknown():
         with pytest.raises(ValueError, match=f"unknown variant '{name}'; valid variants: 01_naive"):
             att.canonical_variant(name)
         assert lib.ffi.string(lib.attention_unsupported_reason(name)).decode() == "unknown variant"
+        if build.stale_reason(build.bin_path("attention")) is None:  # checked before any CUDA call
+            r = runner.run("attention", "--variant", name, "1", "1", "8", "64", check=False)
+            assert r.returncode == 2 and f"unknown variant '{name}'" in r.stderr, r.stderr
 
 
 def test_the_harness_names_no_fault():
