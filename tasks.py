@@ -641,7 +641,11 @@ def profile(c, prog, tool="auto", variant=None, metrics=None, clock_control=Fals
     args = shlex.split(c.remainder or "")
     try:
         with _one_line(f"profile {prog}"):
-            runs = [(variant, args)] if tool == "nvprof" else _registry.profile_runs(prog, variant, args or None)
+            refused: dict[str, str] = {}
+            runs = [(variant, args)] if tool == "nvprof" else _registry.profile_runs(prog, variant, args or None,
+                                                                                     refused=refused)
+            for v, why in refused.items():
+                print(f"{prog} {v}: not profiled ({why})", file=sys.stderr)
             res = hp.profile(prog, runs, tool=tool, metrics=metrics, clock_control=clock_control,
                              bench_cases=_registry.hook(prog, "bench_cases"))
     except hp.NvprofUnavailable as e:

@@ -158,28 +158,52 @@ def profile_argv(prog: str, variant: str | None = None, mod=None) -> list[str]:
     return ["--variant", variant] if variant else []
 
 
-def resolve_variants(prog: str, variant: str | None, mod=None) -> list[str | None]:
-    """--variant V -> [V]; --variant all -> every variant; none -> profile_variants."""
+def refused_here(prog: str, names: list[str | None], mod=None) -> dict[str, str]:
+    """{variant: why} for each of `names` that this build and GPU cannot run (the module's
+    `unsupported_reason`, which launches nothing; {} for a program without one)."""
+    why = hook(prog, "unsupported_reason", mod)
+    if why is None:
+        return {}
+    out = {}
+    for v in names:
+        if v is not None and (r := why(v)) is not None:
+            out[v] = r
+    return out
+
+
+def resolve_variants(prog: str, variant: str | None, mod=None,
+                     refused: dict[str, str] | None = None) -> list[str | None]:
+    """--variant V -> [V]; --variant all -> every variant; none -> profile_variants. For `all` and
+    the program's own choice, variants this build or GPU cannot run are left out (a PTX-only sm_80
+    build has no sm_90a kernel) and put in `refused` with the reason, unless none would be left: then
+    all stay, so the run itself says why. A variant named alone stays, so its refusal reaches the user."""
     if variant == "all":
         names = variants(prog, mod)
         if not names:
             raise ValueError(f"{prog} lists no VARIANTS, so --variant all has nothing to run")
-        return names
-    if variant:
+    elif variant:
         check_variant(prog, variant, mod)
         return [variant]
-    return profile_variants(prog, mod)
+    else:
+        names = profile_variants(prog, mod)
+    no = refused_here(prog, names, mod)
+    if not no or len(no) == len([v for v in names if v is not None]):
+        return names
+    if refused is not None:
+        refused.update(no)
+    return [v for v in names if v not in no]
 
 
 def profile_runs(prog: str, variant: str | None = None, args: list[str] | None = None,
-                 mod=None) -> list[tuple[str | None, list[str]]]:
+                 mod=None, refused: dict[str, str] | None = None) -> list[tuple[str | None, list[str]]]:
     """(variant, argv) for each profiled run of build/bin/<prog>, handed to harness.profiling.profile.
     --variant all (or one name) with the caller's args: one run per variant, each given `--variant V`
     (an executable need not know "all"); args alone: one run with the args as they are; neither: the
-    module's choice (PROFILE_VARIANTS, each with profile_args(variant))."""
+    module's choice (PROFILE_VARIANTS, each with profile_args(variant)). Variants left out because
+    they cannot run here go into `refused` ({variant: why}; see resolve_variants)."""
     mod = _mod(prog, mod)
     args = [str(a) for a in args] if args else None
-    chosen = resolve_variants(prog, variant, mod) if (variant or not args) else [None]
+    chosen = resolve_variants(prog, variant, mod, refused) if (variant or not args) else [None]
     runs = []
     for v in chosen:
         if args:

@@ -393,11 +393,15 @@ def step_profile(prog: str, gpu: bool) -> Step:
         from harness import programs
         from harness.profiling import profile as hp
 
-        res = hp.profile(prog, programs.profile_runs(prog), tool="auto", bench_cases=programs.hook(prog, "bench_cases"))
+        refused: dict[str, str] = {}
+        res = hp.profile(prog, programs.profile_runs(prog, refused=refused), tool="auto",
+                         bench_cases=programs.hook(prog, "bench_cases"))
         st.outputs = [str(p) for p in aprof.plot(res.kernels, hp.PROFILES / prog,
                                                   title=f"{prog}: kernel time shares ({res.tool})")]
         why = "; ".join(f"{f.tool}: {f.reason}" for f in res.failures)
         st.detail = f"{res.tool}: {len(res.kernels)} kernel row(s)" + (f" (tried first: {why})" if why else "")
+        if refused:
+            st.detail += "; not profiled here: " + "; ".join(f"{v} ({r})" for v, r in refused.items())
     except Exception as e:
         st.status, st.detail = "failed", f"{type(e).__name__}: {e}"
     return st

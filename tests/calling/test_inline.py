@@ -282,8 +282,10 @@ def test_cache_key_covers_source_flags_and_arch(monkeypatch):
     base = inline.load(src, name="key")
     assert inline.load(src + "\n", name="key").path != base.path
     assert inline.load(src, name="key", flags=["-DSOMETHING=1"]).path != base.path
-    other_arch = inline.load(src, name="key", arch="sm_80")
-    assert other_arch.path != base.path and other_arch.arch == "80"
+    # Another arch than the one this machine builds for (ARCH may be exported, e.g. ARCH=80).
+    other = "75" if base.arch == "80" else "80"
+    other_arch = inline.load(src, name="key", arch=f"sm_{other}")
+    assert other_arch.path != base.path and other_arch.arch == other
     # nvcc's version is in the key too: another version, another file.
     real = jit.toolchain.find("nvcc")
     monkeypatch.setattr(jit.toolchain, "find", lambda name: real.__class__(real.name, real.path, "0.0.0"))

@@ -405,6 +405,26 @@ def test_program_argument_contract():
     assert runs("hello") == HELLO
 
 
+def test_variants_this_build_cannot_run_are_left_out_with_the_reason():
+    """A PTX-only sm_80 build has no sm_90a kernel: the program's own choice and `all` profile what
+    runs and say what was left out; a variant named alone stays, so its own refusal reaches the user."""
+    no = {"05_wgmma": "needs sm_90a: this build has no sm_90a code"}
+    mod = types.SimpleNamespace(VARIANTS=("01_naive", "05_wgmma"), PROFILE_VARIANTS=("01_naive", "05_wgmma"),
+                                unsupported_reason=no.get)
+    refused: dict = {}
+    assert programs.profile_runs("x", None, mod=mod, refused=refused) == [("01_naive", ["--variant", "01_naive"])]
+    assert refused == no
+    refused = {}
+    assert [v for v, _ in programs.profile_runs("x", "all", ["7"], mod=mod, refused=refused)] == ["01_naive"]
+    assert refused == no
+    refused = {}
+    assert programs.profile_runs("x", "05_wgmma", mod=mod, refused=refused) == [("05_wgmma", ["--variant", "05_wgmma"])]
+    assert refused == {}
+    # Nothing runs here: every variant stays, so the runs themselves say why.
+    none_run = types.SimpleNamespace(VARIANTS=("05_wgmma",), PROFILE_VARIANTS=("05_wgmma",), unsupported_reason=no.get)
+    assert [v for v, _ in programs.profile_runs("x", None, mod=none_run)] == ["05_wgmma"]
+
+
 def test_runs_are_profiled_as_handed_down(monkeypatch, tmp_path):
     seen = []
 
@@ -521,8 +541,11 @@ def test_variant_all_with_arguments_is_one_run_per_variant():
     executable that has no such variant (found on the H100): each variant is its own run."""
     from harness.programs import attention
 
-    runs = programs.profile_runs("attention", "all", ["--reps", "1", "1", "32", "4096", "128"])
-    assert [v for v, _ in runs] == list(attention.VARIANTS)
+    refused: dict = {}
+    runs = programs.profile_runs("attention", "all", ["--reps", "1", "1", "32", "4096", "128"], refused=refused)
+    # Without a GPU (or on a build without sm_90a) 05_flash_wgmma is left out, with its reason.
+    assert [v for v, _ in runs] == [v for v in attention.VARIANTS if v not in refused]
+    assert set(refused) <= {"05_flash_wgmma", "03_flash_bf16", "04_flash_3xtf32"}
     assert [argv[:2] for _, argv in runs] == [["--variant", v] for v, _ in runs]
     assert programs.profile_runs("attention", None, ["1", "2"]) == [(None, ["1", "2"])]
     assert programs.profile_runs("attention", "02_flash", ["1", "2"]) == [("02_flash", ["--variant", "02_flash", "1", "2"])]
