@@ -137,8 +137,8 @@ PROGRAMS := $(sort $(foreach d,$(wildcard cuda/*/),$(if $(wildcard $(d)$(notdir 
 
 COMMON_OBJ := $(OUT)/obj/common/cudalab.o
 
-# The flags are part of every object's inputs: build/.flags (build/faults/.flags) holds the text of the flags the objects were
-# built with, and each object depends on it. Reading this file only compares that text (it writes
+# The flags are part of every object's inputs: build/.flags (build/faults/.flags for the fault build)
+# holds the text of the flags the objects were built with, and each object depends on it. Reading this file only compares that text (it writes
 # nothing, so `make -n`, `make arch` and a count of pending steps change nothing); where the text
 # differs, the stamp's rule is forced, and it is rewritten by the build that then recompiles every
 # object after it. Each program's own flags (from its build.mk) get a stamp of their own, so changing

@@ -24,9 +24,9 @@ const int kNumVariants = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
 __device__ __host__ inline int wrap_square(int v) { return (int)((unsigned)v * (unsigned)v); }
 
 // The course's kernel: one thread per element and a bounds guard for the last, partial block.
-// skip_every exists for the fault build only (-DCUDALAB_FAULTS, `make FAULTS=1 build/faults/bin/square`:
+// skip_every works in the tests' fault build only (-DCUDALAB_FAULTS, `make FAULTS=1 build/faults/bin/square`:
 // --skip-every K leaves every K-th element alone so that the executable's host check has something to
-// catch). The product compiles the check out, and every caller passes 0.
+// catch). Everywhere else CUDALAB_FAULT(skip_every) is 0 (cuda/common/faults.cuh): the check compiles away.
 __global__ void square_int32_kernel(int *a, long long n, int skip_every) {
 // EXERCISE square: begin i = this thread's global index (block index times block size plus the thread index,
 // EXERCISE square: todo as long long); then return when i is past the end of the array (the last block is partial).
@@ -34,11 +34,7 @@ __global__ void square_int32_kernel(int *a, long long n, int skip_every) {
     if (i >= n) return;
 // EXERCISE square: stub long long i = 0;
 // EXERCISE square: end
-#ifdef CUDALAB_FAULTS
-    if (skip_every > 0 && i % skip_every == skip_every - 1) return;
-#else
-    (void)skip_every;
-#endif
+    if (CUDALAB_FAULT(skip_every) > 0 && i % skip_every == skip_every - 1) return;
 // EXERCISE square: begin square a[i] in place with wrap_square (it wraps modulo 2^32 like numpy's int32).
     a[i] = wrap_square(a[i]);
 // EXERCISE square: end
