@@ -49,6 +49,20 @@ def pythonpath(*first, env=None) -> str:
     return os.pathsep.join([str(p) for p in first] + keep)
 
 
+def pids_mentioning(marker: str) -> list[int]:
+    """Processes other than this one whose command line mentions `marker` (a test's own folder or tag):
+    how the interrupt tests find the children that must not outlive what started them."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if marker.encode() in (d / "cmdline").read_bytes():
+                    pids.append(int(d.name))
+            except OSError:
+                pass  # gone meanwhile, or not ours to read
+    return [p for p in pids if p != os.getpid()]
+
+
 def skip_reasons(reports) -> list[tuple[int, str]]:
     """(count, reason) for each distinct skip reason, most frequent first."""
     counts: dict[str, int] = {}
@@ -125,13 +139,67 @@ def write_json(path, **data):
 
 
 
+# --- the build the tests load from --------------------------------------------------------------------
+# Tests build what they load, on demand, through the harness's one build (incremental; its file lock
+# keeps pytest-xdist workers from racing), rather than skipping when `invoke build` was not run first:
+# a GPU run must never be green with skips for want of a build. GPU tests reach these only once they
+# run, so where there is no GPU they are skipped (by the marker, above) before anything is built.
+
+_BUILT: set[str] = set()  # programs this process has built (or found up to date) once already
+
+
+def build_error_line(prog: str, e: Exception) -> str:
+    """One line for a failed build: its first compiler diagnostic, else the last line make printed."""
+    from harness.base.errors import BuildError
+
+    if isinstance(e, BuildError) and e.diagnostics:
+        return f"building {prog} failed: {e.diagnostics[0]}"
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return f"building {prog} failed: {lines[-1] if lines else type(e).__name__}"
+
+
+def ensure_built(prog: str, kind: str = "lib") -> Path:
+    """`prog`'s library (kind "lib") or executable ("exe"), built first if it is missing or stale. A
+    build that fails fails the calling test with the build's one line, never skips it. Call it from a
+    test or a fixture, never at collection (parametrize lists: built_names below)."""
+    from harness.base.errors import CudalabError, NotBuilt
+
+    if prog in _BUILT:
+        try:
+            return build.require(prog, kind)
+        except NotBuilt:
+            _BUILT.discard(prog)  # changed since (a test replaced it): build again
+    try:
+        build.build(build.targets(prog))
+    except CudalabError as e:  # BuildError, ToolMissing (no nvcc)
+        pytest.fail(build_error_line(prog, e), pytrace=False)
+    _BUILT.add(prog)
+    return build.require(prog, kind)
+
+
 def built_names(names, prog: str) -> list:
     """A parametrize list read from a program's built library (its one C table): `names` is a callable.
-    Before `invoke build` it is one placeholder that skips with the reason, so that collecting the
-    tests never needs a build (CI counts the GPU tests before it builds)."""
-    from harness.base.errors import NotBuilt
+    With a GPU, the program is built first (the list is what the GPU tests run). Without one, nothing
+    is built at collection: before `invoke build` the list is one placeholder that skips with the
+    reason, so that collecting never needs a build (CI counts the GPU tests before it builds). A failed
+    build gives a placeholder that fails with the build's line."""
+    from harness.base.errors import CudalabError, NotBuilt
 
+    if GPU_OK and prog not in _BUILT:
+        try:
+            build.build(build.targets(prog))
+            _BUILT.add(prog)
+        except CudalabError as e:
+            return [pytest.param("build-failed", marks=pytest.mark.build_failed(build_error_line(prog, e)))]
     try:
         return list(names())
     except NotBuilt as e:
         return [pytest.param("not-built", marks=pytest.mark.skip(reason=f"{prog}'s variant table: {e}"))]
+
+
+@pytest.fixture(autouse=True)
+def _failed_build(request):
+    """A parametrize list's placeholder for a build that failed at collection fails here, with its line."""
+    mark = request.node.get_closest_marker("build_failed")
+    if mark is not None:
+        pytest.fail(mark.args[0], pytrace=False)

@@ -62,14 +62,18 @@ static const char *const kDefault07 = "07_wgmma_pingpong-128x128x64-s6-gm8";
 static const char *const kDefault08 = "08_wgmma_tma_store-128x256x64-s4-gm8";
 static const char *const kDefaultTuned = kDefault04;  // 04 and 05 measured equal (0.952 / 0.949 of cuBLAS at 4096^3)
 
-// 06_wgmma_tuned's configuration (per process; gemm_tc_set_tuned).
+// 06_wgmma_tuned's configuration (per process; gemm_tc_set_tuned): the one holder of the tuned
+// choice (the Python side asks gemm_tc_tuned_config and gemm_tc_tuned_is_set each time, keeps no copy).
+// -1 in the slot: the compiled default, not chosen by any set.
 static inline int &tuned_config_slot() {
-    static int slot = config_index(kDefaultTuned);
+    static int slot = -1;
     return slot;
 }
-static inline int tuned_config() { return tuned_config_slot(); }
+static inline int tuned_config() { return tuned_config_slot() >= 0 ? tuned_config_slot() : config_index(kDefaultTuned); }
+static inline bool tuned_config_is_set() { return tuned_config_slot() >= 0; }
+// i: a configuration index; -1: back to the compiled default, as in a fresh process.
 static inline bool set_tuned_config(int i) {
-    if (i < 0 || i >= kWgmmaConfigCount) return false;
+    if (i < -1 || i >= kWgmmaConfigCount) return false;
     tuned_config_slot() = i;
     return true;
 }

@@ -27,6 +27,7 @@ extern "C" int gemm_tc_set_tuned(int i) {
     return gemm_tc::set_tuned_config(i) ? 0 : (int)cudaErrorInvalidValue;
 }
 extern "C" int gemm_tc_tuned_config(void) { return gemm_tc::tuned_config(); }
+extern "C" int gemm_tc_tuned_is_set(void) { return gemm_tc::tuned_config_is_set() ? 1 : 0; }
 
 extern "C" int gemm_tc_have_cublas(void) {
 #ifdef CUDALAB_HAVE_CUBLAS

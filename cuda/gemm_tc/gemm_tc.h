@@ -65,11 +65,14 @@ cudalab_status gemm_tc_config_host(int i, int m, int n, int k, const cudalab_bf1
                                    float *c);
 cudalab_status gemm_tc_config_device(int i, int m, int n, int k, const cudalab_bf16 *a, const cudalab_bf16 *b,
                                      float *c, void *stream);
-/* The configuration 06_wgmma_tuned runs in this process: set (cudaErrorInvalidValue for an unknown
-   index) and read back. Before any set: 04's default. The C side never reads the tuning cache; the
-   Python side (gemm_tc.apply_tuned) and the executable's --config pass the winner in. */
+/* The configuration 06_wgmma_tuned runs in this process, its one holder: set (cudaErrorInvalidValue
+   for an unknown index; -1: back to the compiled default, as in a fresh process) and read back.
+   Before any set: 04's default, and gemm_tc_tuned_is_set is 0 (1 once a set has chosen one). The C
+   side never reads the tuning cache; the Python side (gemm_tc.apply_tuned) and the executable's
+   --config pass the winner in. */
 cudalab_status gemm_tc_set_tuned(int i);
 int gemm_tc_tuned_config(void);
+int gemm_tc_tuned_is_set(void);
 
 #ifdef CUDALAB_FAULTS
 /* The fault build only (`make FAULTS=1 build/faults/lib/libgemm_tc.so`, for the tests): while set to

@@ -196,7 +196,10 @@ int config_index(const char *name) {
     return -1;
 }
 
-int g_tuned = -2;  // -2: not yet resolved to kTunedDefault's index
+// 09_tuned's configuration: the one holder of the tuned choice in the process (the Python side asks
+// matmul_tuned_config and matmul_tuned_is_set each time and keeps no copy).
+int g_tuned = -2;          // -2: not yet resolved to kTunedDefault's index
+bool g_tuned_set = false;  // set by matmul_set_tuned (else the compiled default runs)
 int tuned_index() {
     if (g_tuned == -2) g_tuned = config_index(kTunedDefault);
     return g_tuned;
@@ -466,13 +469,20 @@ extern "C" cudalab_status matmul_config_info(int i, int *out) {
 extern "C" cudalab_status matmul_config_check(int i) { return (int)config_check(i); }
 
 extern "C" cudalab_status matmul_set_tuned(int i) {
+    if (i == -1) {  // back to the compiled default, as in a fresh process
+        g_tuned = -2;
+        g_tuned_set = false;
+        return 0;
+    }
     const cudaError_t err = config_check(i);
     if (err != cudaSuccess) return (int)err;
     g_tuned = i;
+    g_tuned_set = true;
     return 0;
 }
 
 extern "C" int matmul_tuned_config(void) { return tuned_index(); }
+extern "C" int matmul_tuned_is_set(void) { return g_tuned_set ? 1 : 0; }
 
 extern "C" long long matmul_config_max_m(int i) {
     if (i < 0 || i >= kConfigCount) return -1;

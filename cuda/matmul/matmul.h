@@ -76,9 +76,12 @@ long long matmul_config_max_m(int i);
    NULL) gets 0 for equal k-slices, or the first piece's k-tiles when the tile is cut in two uneven
    pieces. Pure arithmetic. */
 long long matmul_tail_plan(long long tail, long long slots, long long ktiles, long long *kt_big);
-/* The configuration "09_tuned" runs: set (checked against the device first) and read back. */
+/* The configuration "09_tuned" runs in this process, its one holder: set (checked against the device
+   first; -1: back to the compiled default, as in a fresh process) and read back; matmul_tuned_is_set
+   is 1 once a set has chosen one, 0 while the compiled default runs unchosen. */
 cudalab_status matmul_set_tuned(int i);
 int matmul_tuned_config(void);
+int matmul_tuned_is_set(void);
 
 #ifdef __cplusplus
 }

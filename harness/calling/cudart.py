@@ -14,7 +14,8 @@ import cffi
 import numpy as np
 
 from harness.base import errors as _errors
-from harness.base.errors import CudalabError, ToolMissing, raise_for_code
+from harness.base.context import raise_for_code
+from harness.base.errors import CudalabError, ToolMissing
 from harness.compile import toolchain
 
 _CDEF = """

@@ -177,7 +177,7 @@ def _stream_address(stream) -> int:
     raise TypeError(f"stream must be a harness.calling.cudart.Stream, a cudaStream_t or None, got {type(stream).__name__}")
 
 
-class InlineModule:
+class InlineModule(library.EntryPoints):
     """The extern "C" functions of an inline source, as attributes. See the module docstring."""
 
     def __init__(self, name: str, compiled: _Compiled, extracted: Extracted, source: str):
@@ -227,12 +227,7 @@ class InlineModule:
         how = "from cache" if self.cache_hit else f"compiled in {self.compile_seconds:.1f} s"
         return f"<inline module {self.name!r} sm_{self.arch} ({how}): {', '.join(self._sigs) or 'no functions'}>"
 
-    def __getattr__(self, fname: str):
-        if fname.startswith("_"):
-            raise AttributeError(fname)
-        w = self._wrapped.get(fname)
-        if w is not None:
-            return w
+    def _wrap(self, fname: str):
         sig = self._sigs.get(fname)
         if sig is None:
             if fname in self.kernels:
@@ -244,9 +239,7 @@ class InlineModule:
             raise AttributeError(f"inline module {self.name!r} has no extern \"C\" function {fname!r} (it has: "
                                  f"{', '.join(self._sigs) or 'none'}; functions made by function-like macros "
                                  f"need header=)")
-        w = self._make_call(sig)
-        self._wrapped[fname] = w
-        return w
+        return self._make_call(sig)
 
     def _make_call(self, sig: Signature):
         checked = getattr(self.library, sig.name)  # harness.calling.library's marshalling and status check

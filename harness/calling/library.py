@@ -19,7 +19,7 @@ from pathlib import Path
 import cffi
 import numpy as np
 
-from harness.base.errors import check_context, raise_for_code
+from harness.base.context import check_context, raise_for_code
 from harness.calling import cdecl, cudart  # noqa: F401  (cudart tells NoGPUError the driver and runtime versions)
 from harness.calling.cdecl import header_to_cdef  # noqa: F401  (re-exported: library.header_to_cdef)
 from harness.compile import build as _build
@@ -175,7 +175,27 @@ class _StreamSlot:
 STREAM = _StreamSlot()
 
 
-class Library:
+class EntryPoints:
+    """Attribute access to a loaded library's C functions, shared by Library and inline's InlineModule:
+    each name's wrapper is made once, by the class's `_wrap(fname)` (AttributeError for a name that is
+    not an entry point), and kept in `_wrapped`. Names starting with "_" are never entry points: copy,
+    pickle and hasattr probe them, and `_wrapped` itself is looked up before __init__ sets it."""
+
+    _wrapped: dict[str, object]
+
+    def _wrap(self, fname: str):
+        raise NotImplementedError
+
+    def __getattr__(self, fname: str):
+        if fname.startswith("_"):
+            raise AttributeError(fname)
+        w = self._wrapped.get(fname)
+        if w is None:
+            w = self._wrapped[fname] = self._wrap(fname)
+        return w
+
+
+class Library(EntryPoints):
     """A loaded lib<prog>.so. Attribute access returns a checked wrapper of each entry point;
     `prepare` marshals the arguments once, for the timing loop."""
 
@@ -247,12 +267,7 @@ class Library:
         launch.__name__ = f"{fname}_prepared"
         return launch
 
-    def __getattr__(self, fname: str):
-        if fname.startswith("_"):
-            raise AttributeError(fname)
-        w = self._wrapped.get(fname)
-        if w is not None:
-            return w
+    def _wrap(self, fname: str):
         try:
             func = getattr(self.lib, fname)
         except AttributeError:
@@ -267,7 +282,6 @@ class Library:
 
         call.__name__ = fname
         call.__doc__ = f"{ftype.result.cname} {fname}({', '.join(a.cname for a in ftype.args)})"
-        self._wrapped[fname] = call
         return call
 
 
@@ -296,6 +310,21 @@ def read_table(prog: str, kind: str = "variant") -> tuple[str, ...]:
     lib = load(prog)
     count, name = (getattr(lib, prog + suffix) for suffix in accessors[kind])
     return tuple(lib.ffi.string(name(i)).decode() for i in range(count()))
+
+
+def table_attributes(module: str, prog: str, **more: Callable[[], object]):
+    """A program module's __getattr__ (PEP 562) for the names read from its library's tables when first
+    asked for, never typed in Python: VARIANTS, the variant table, and each of `more` (a name and the
+    function that reads it). Any other name is the usual AttributeError of `module`."""
+
+    def __getattr__(name: str):
+        if name == "VARIANTS":
+            return read_table(prog)
+        if name in more:
+            return more[name]()
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__
 
 
 def table_index(prog: str, kind: str, name: str) -> int:

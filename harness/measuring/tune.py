@@ -118,11 +118,12 @@ def pick_winner(df, prog: str) -> str:
 
 
 def time_and_pick(prog: str, device: str, rows: list[dict], items: list, size: int, options, on_progress,
-                  cache: bool, state: dict):
+                  cache: bool):
     """The second half of a single-winner search (matmul, gemm_tc) at size^3: one NVBench session
     (harness.measuring.timing) over `items`, the times put into `rows` (the checked configurations; the refused
     and wrong ones keep their status), the fastest picked and, with `cache`, cached for this GPU and
-    `state` (the program's apply_tuned memo) cleared. Returns (table, path or None)."""
+    handed to the library, so that the tuned rung runs it from now on in this process too (apply_tuned
+    reads the cache only while the library still runs its compiled default). Returns (table, path or None)."""
     got = timing.run_plan(items, options, on_progress=(lambda i, key: on_progress(key)) if on_progress else None)
     for r in rows:
         t = got.get(r["config"])
@@ -134,22 +135,35 @@ def time_and_pick(prog: str, device: str, rows: list[dict], items: list, size: i
     path = None
     if cache:
         path = save(prog, device, {"size": f"{size}^3", "winner": winner}, df)
-        state.clear()
+        set_tuned(prog, library.table_index(prog, "config", winner))
     return df, path
 
 
-def apply_tuned(prog: str, state: dict, tuned_choice, configs, config_index) -> str:
+def set_tuned(prog: str, index: int) -> None:
+    """What a program's tuned rung runs in this process from now on: a configuration's index in its
+    table, or -1 for the compiled default as in a fresh process (nothing chosen: the next apply_tuned
+    reads the cache again)."""
+    getattr(library.load(prog), f"{prog}_set_tuned")(index)
+
+
+def tuned_is_set(prog: str) -> bool:
+    """Whether a set has chosen what the tuned rung runs in this process (False: the compiled default)."""
+    return bool(getattr(library.load(prog), f"{prog}_tuned_is_set")())
+
+
+def apply_tuned(prog: str, tuned_choice) -> str:
     """Point a program's tuned rung (matmul's 09_tuned, gemm_tc's 06_wgmma_tuned) at this GPU's cached
-    winner, once per process (`state` is the program's module-level memo): the library's
-    <prog>_set_tuned(index) and <prog>_tuned_config() carry the choice. Returns the configuration it runs."""
-    if "name" not in state:
-        winner, why = tuned_choice()
-        lib = library.load(prog)
+    winner unless a set has already chosen it in this process. The library is the one holder of the
+    choice (<prog>_set_tuned, <prog>_tuned_config, <prog>_tuned_is_set): this asks it each time and
+    keeps no copy; `tuned_choice()` says why the cache was or was not used. Without a usable cache
+    nothing is set (setting matmul's default would check it against the device, where a launch's own
+    check says more), so a later call looks at the cache again. Returns the configuration the rung runs."""
+    lib = library.load(prog)
+    if not tuned_is_set(prog):
+        winner, _why = tuned_choice()
         if winner is not None:
-            getattr(lib, f"{prog}_set_tuned")(config_index(winner))
-        state["name"] = configs()[getattr(lib, f"{prog}_tuned_config")()]
-        state["why"] = why
-    return state["name"]
+            set_tuned(prog, library.table_index(prog, "config", winner))
+    return library.read_table(prog, "config")[getattr(lib, f"{prog}_tuned_config")()]
 
 
 def run_with_tuned(prog: str, args: list[str], variant: str | None, tuned_variant: str, tuned_choice,

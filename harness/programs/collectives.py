@@ -34,11 +34,8 @@ from harness.calling import library
 PROGRAM = "collectives"
 
 
-def __getattr__(name: str):
-    # VARIANTS is the library's one table (cuda/collectives/collectives.cu), read when first asked for: never typed here.
-    if name == "VARIANTS":
-        return library.read_table(PROGRAM)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# VARIANTS is the library's one table (cuda/collectives/collectives.cu), read when first asked for: never typed here.
+__getattr__ = library.table_attributes(__name__, PROGRAM)
 
 ALLREDUCE_VARIANTS = ("02_ring_allreduce", "03_oneshot_allreduce", "nccl_allreduce")
 NCCL_VARIANTS = ("nccl_allreduce", "nccl_allgather", "nccl_reducescatter")

@@ -89,11 +89,8 @@ BF16_FLOP_PER_CLK_PER_SM = {(8, 0): 2048, (9, 0): 4096}
 PROGRAM = "gemm_tc"
 
 
-def __getattr__(name: str):
-    # VARIANTS is the library's one table (cuda/gemm_tc), read when first asked for: never typed here.
-    if name == "VARIANTS":
-        return library.read_table(PROGRAM)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# VARIANTS is the library's one table (cuda/gemm_tc), read when first asked for: never typed here.
+__getattr__ = library.table_attributes(__name__, PROGRAM)
 
 
 def _lib():
@@ -259,15 +256,12 @@ def tuned_choice(device: str | None = None) -> tuple[str | None, str]:
     return htune.cached_winner(PROGRAM, device, functools.partial(library.read_table, PROGRAM, "config"))
 
 
-_applied: dict = {}
-
-
 def apply_tuned() -> str:
-    """Point 06_wgmma_tuned at this GPU's cached winner (once per process); returns the configuration it runs."""
+    """Point 06_wgmma_tuned at this GPU's cached winner unless already chosen in this process (the library
+    holds the choice); returns the configuration it runs."""
     from harness.measuring import tune as htune
 
-    return htune.apply_tuned(PROGRAM, _applied, tuned_choice, functools.partial(library.read_table, PROGRAM, "config"),
-                             functools.partial(library.table_index, PROGRAM, "config"))
+    return htune.apply_tuned(PROGRAM, tuned_choice)
 
 
 # --- reference and checker -----------------------------------------------------------------------
@@ -600,7 +594,7 @@ def tune(size: int = 4096, save: bool = True, on_progress=None, options=None, ki
         raise RuntimeError("no gemm_tc configuration could run correctly on this device: "
                            + "; ".join(f"{r['config']}: {r['status']}" for r in rows))
     # One NVBench session for every choice (harness.measuring.timing), each a cold measurement stopped on noise.
-    return htune.time_and_pick("gemm_tc", device, rows, items, size, options, on_progress, save, _applied)
+    return htune.time_and_pick("gemm_tc", device, rows, items, size, options, on_progress, save)
 
 
 # --- `invoke run gemm_tc -- ...` ------------------------------------------------------------------

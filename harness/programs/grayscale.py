@@ -24,13 +24,13 @@ Variants: 01_1d (256 threads a block, cdiv(n, 256) blocks), 02_2d (16x16 blocks 
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 from pathlib import Path
 
 import numpy as np
 
+from harness.base import files
 from harness.base.paths import PLOTS
 from harness.base.sim import blk_kernel, blk_kernel2d, dim3, run_kernel
 from harness.calling import library, results
@@ -38,11 +38,8 @@ from harness.calling import library, results
 PROGRAM = "grayscale"
 
 
-def __getattr__(name: str):
-    # VARIANTS is the library's one table (cuda/grayscale/grayscale.cu), read when first asked for: never typed here.
-    if name == "VARIANTS":
-        return library.read_table(PROGRAM)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# VARIANTS is the library's one table (cuda/grayscale/grayscale.cu), read when first asked for: never typed here.
+__getattr__ = library.table_attributes(__name__, PROGRAM)
 
 DEFAULT_VARIANT = "03_vectorized"
 # EXERCISE grayscale: copy
@@ -356,17 +353,10 @@ def output_path(out) -> tuple[Path, str]:
     return p, fmt
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def save_image(pixels: np.ndarray, path, fmt: str | None = None) -> Path:
-    """Write an (H, W) grey or (H, W, 3) RGB image: to a temporary name in the same folder, then renamed
-    over `path`, so that a failed or interrupted write never leaves half a file under the real name."""
-    import tempfile
-
+    """Write an (H, W) grey or (H, W, 3) RGB image whole (harness.base.files.replace: a temporary name in
+    the same folder, then renamed over `path`), so that a failed or interrupted write never leaves half
+    a file under the real name. A file replaced keeps its mode; a new one gets a plain open()'s."""
     from PIL import Image
 
     p = Path(path)
@@ -374,17 +364,15 @@ def save_image(pixels: np.ndarray, path, fmt: str | None = None) -> Path:
         fmt = Image.registered_extensions().get(p.suffix.lower())
         if fmt is None:
             raise ValueError(f"cannot write {p}: use a .png or .jpg name")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            Image.fromarray(pixels, mode="L" if pixels.ndim == 2 else "RGB").save(f, format=fmt)
-        # mkstemp makes the file private (0600): give it the mode a plain open() would have.
-        os.chmod(tmp, p.stat().st_mode & 0o7777 if p.exists() else 0o666 & ~_umask())
-        os.replace(tmp, p)
+        image = Image.fromarray(pixels, mode="L" if pixels.ndim == 2 else "RGB")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        def write(tmp):
+            with open(tmp, "wb") as f:
+                image.save(f, format=fmt)
+
+        files.replace(p, write, mode=p.stat().st_mode & 0o7777 if p.exists() else None)
     except (ValueError, KeyError, OSError) as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         raise ValueError(f"cannot write {p}: {e}") from None
     return p
 

@@ -35,11 +35,8 @@ if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where t
 PROGRAM = "mandelbrot"
 
 
-def __getattr__(name: str):
-    # VARIANTS is the library's one table (cuda/mandelbrot/mandelbrot.cu), read when first asked for: never typed here.
-    if name == "VARIANTS":
-        return library.read_table(PROGRAM)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# VARIANTS is the library's one table (cuda/mandelbrot/mandelbrot.cu), read when first asked for: never typed here.
+__getattr__ = library.table_attributes(__name__, PROGRAM)
 
 DTYPES = {np.dtype(np.float32): 32, np.dtype(np.float64): 64}
 DEFAULT_REGION = (-2.0, 1.0, -1.5, 1.5)

@@ -54,13 +54,9 @@ TUNED = "09_tuned"
 PROGRAM = "matmul"
 
 
-def __getattr__(name: str):
-    # VARIANTS and KERNEL_VARIANTS come from the library's one table, read when first asked for.
-    if name == "VARIANTS":
-        return library.read_table(PROGRAM)
-    if name == "KERNEL_VARIANTS":
-        return tuple(v for v in library.read_table(PROGRAM) if v != "cublas")
-    raise AttributeError(name)
+# VARIANTS and KERNEL_VARIANTS come from the library's one table, read when first asked for.
+__getattr__ = library.table_attributes(
+    __name__, PROGRAM, KERNEL_VARIANTS=lambda: tuple(v for v in library.read_table(PROGRAM) if v != "cublas"))
 
 
 # --- the library ---------------------------------------------------------------------------------
@@ -292,15 +288,12 @@ def tuned_choice(device: str | None = None) -> tuple[str | None, str]:
     return htune.cached_winner(PROGRAM, device, functools.partial(library.read_table, PROGRAM, "config"))
 
 
-_applied: dict = {}
-
-
 def apply_tuned() -> str:
-    """Point 09_tuned at this GPU's cached winner (once per process); returns the configuration it runs."""
+    """Point 09_tuned at this GPU's cached winner unless already chosen in this process (the library holds
+    the choice); returns the configuration it runs."""
     from harness.measuring import tune as htune
 
-    return htune.apply_tuned(PROGRAM, _applied, tuned_choice, functools.partial(library.read_table, PROGRAM, "config"),
-                             functools.partial(library.table_index, PROGRAM, "config"))
+    return htune.apply_tuned(PROGRAM, tuned_choice)
 
 
 def tune(size: int = 4096, kinds=TUNE_KINDS, save: bool = True, on_progress=None, options=None):
@@ -327,7 +320,7 @@ def tune(size: int = 4096, kinds=TUNE_KINDS, save: bool = True, on_progress=None
         rows.append({"config": name, "status": "ok"})
         items.append(timing.Item(name, "harness.programs.matmul:config_setup", {"config": name, "size": size}))
     # One NVBench session for every choice (harness.measuring.timing), each a cold measurement stopped on noise.
-    return htune.time_and_pick("matmul", device, rows, items, size, options, on_progress, save, _applied)
+    return htune.time_and_pick("matmul", device, rows, items, size, options, on_progress, save)
 
 
 # --- reference and checker -----------------------------------------------------------------------

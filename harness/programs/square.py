@@ -25,11 +25,8 @@ from harness.calling.results import relative_error
 PROGRAM = "square"
 
 
-def __getattr__(name: str):
-    # VARIANTS is the library's one table (cuda/square/square.cu), read when first asked for: never typed here.
-    if name == "VARIANTS":
-        return library.read_table(PROGRAM)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# VARIANTS is the library's one table (cuda/square/square.cu), read when first asked for: never typed here.
+__getattr__ = library.table_attributes(__name__, PROGRAM)
 
 DEFAULT_VARIANT = "03_vectorized"
 DEFAULT_THREADS = 256

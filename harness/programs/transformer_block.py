@@ -32,13 +32,10 @@ LN_EPS = 1e-5
 PROGRAM = "transformer_block"
 
 
-def __getattr__(name: str):
-    # VARIANTS is the library's one table (cuda/transformer_block/transformer_block.cu), read when first asked for: never typed here.
-    # PROFILE_VARIANTS: every variant, profiled as separate runs and drawn side by side: naive against
-    # flash is the course's point, and the bf16 tensor-core block beside the float32 ones.
-    if name in ("VARIANTS", "PROFILE_VARIANTS"):
-        return library.read_table(PROGRAM)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# VARIANTS is the library's one table (cuda/transformer_block/transformer_block.cu), read when first asked for: never typed here.
+# PROFILE_VARIANTS: every variant, profiled as separate runs and drawn side by side: naive against
+# flash is the course's point, and the bf16 tensor-core block beside the float32 ones.
+__getattr__ = library.table_attributes(__name__, PROGRAM, PROFILE_VARIANTS=lambda: library.read_table(PROGRAM))
 
 # ||out - ref|| / ||ref|| against the float64 reference of the float32 inputs. float32: 1e-4, as for
 # attention (its error dominates: the projections are float32 sums of E=256 terms, ~1e-6, and

@@ -2,14 +2,15 @@ from __future__ import annotations
 
 import pytest
 
-from harness.base import errors
-from harness.base.errors import BuildError, CudaError, NoGPUError, ProgramError, TraceError, raise_for_code
+from harness.base import context, errors
+from harness.base.context import raise_for_code
+from harness.base.errors import BuildError, CudaError, NoGPUError, ProgramError, TraceError
 
 
 @pytest.fixture(autouse=True)
 def _fresh_context(monkeypatch):
     """A sticky code below marks the process's context as lost: keep that inside each test."""
-    monkeypatch.setattr(errors, "_lost", None)
+    monkeypatch.setattr(context, "_lost", None)
 
 
 def test_codes_map_to_types():
@@ -47,7 +48,7 @@ def test_a_sticky_error_says_the_context_is_lost_and_every_later_call_says_so_ag
     with pytest.raises(errors.ContextLostError, match="lost earlier: .*cudaErrorIllegalAddress"):
         raise_for_code(1, "cudaErrorInvalidValue", "invalid argument", where="matmul.matmul_host")
     with pytest.raises(errors.ContextLostError, match="Restart the process"):
-        errors.check_context("grayscale.grayscale_host")
+        context.check_context("grayscale.grayscale_host")
 
 
 def test_a_sticky_code_returned_as_an_argument_check_does_not_lose_the_context():
@@ -56,7 +57,7 @@ def test_a_sticky_code_returned_as_an_argument_check_does_not_lose_the_context()
     with pytest.raises(CudaError) as ei:
         raise_for_code(716, "cudaErrorMisalignedAddress", "misaligned address", still_failing=False)
     assert not isinstance(ei.value, errors.ContextLostError)
-    errors.check_context()  # does not raise
+    context.check_context()  # does not raise
 
 
 STICKY_SCRIPT = r'''

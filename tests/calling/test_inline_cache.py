@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import pids_mentioning
 from harness.calling import inline
 from harness.compile import jit
 
@@ -211,19 +212,6 @@ LOADER = textwrap.dedent("""
 """).format(root=str(ROOT))
 
 
-def _ours(marker: str) -> list[int]:
-    """Processes whose command line mentions `marker` (this test's folder): nvcc, cicc, ptxas, gcc."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if marker.encode() in (d / "cmdline").read_bytes():
-                    pids.append(int(d.name))
-            except OSError:
-                pass
-    return [p for p in pids if p != os.getpid()]
-
-
 def _start_slow_compile(tmp_path):
     cache, tmpdir = tmp_path / "cache", tmp_path / "tmpdir"
     tmpdir.mkdir()
@@ -231,7 +219,7 @@ def _start_slow_compile(tmp_path):
     p = subprocess.Popen([sys.executable, "-c", LOADER, SLOW + f"// {tmp_path}\n"], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not any(b"cicc" in Path(f"/proc/{q}/cmdline").read_bytes() for q in _ours(str(tmp_path))
+    while not any(b"cicc" in Path(f"/proc/{q}/cmdline").read_bytes() for q in pids_mentioning(str(tmp_path))
                   if Path(f"/proc/{q}/cmdline").exists()):
         assert p.poll() is None and time.monotonic() < deadline, "the compile never reached cicc"
         time.sleep(0.05)
@@ -239,7 +227,7 @@ def _start_slow_compile(tmp_path):
 
 
 def _reap(marker: str) -> None:
-    for q in _ours(marker):
+    for q in pids_mentioning(marker):
         try:
             os.kill(q, signal.SIGKILL)
         except OSError:
@@ -254,7 +242,7 @@ def test_ctrl_c_during_an_inline_compile_stops_nvcc_and_leaves_nothing(tmp_path)
         _, err = p.communicate(timeout=60)
         assert time.monotonic() - t0 < 10 and "KeyboardInterrupt" in err
         time.sleep(0.5)
-        assert _ours(str(tmp_path)) == [], "nvcc's children run on after the interrupt"
+        assert pids_mentioning(str(tmp_path)) == [], "nvcc's children run on after the interrupt"
         assert list(tmpdir.iterdir()) == [], "nvcc's temporary files were left in TMPDIR"
         assert not list(cache.glob(".*")), f"left in the cache: {[x.name for x in cache.glob('.*')]}"
         assert not list(cache.glob("*.so")) and not list(cache.glob("*.manifest.json"))

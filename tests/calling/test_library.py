@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import GPU_OK
-from harness.base import errors
+from harness.base import context, errors
 from harness.base.errors import CudaError, NoGPUError
 from harness.calling import cudart, library
 from harness.compile import build
@@ -248,8 +248,24 @@ def test_prepare_marshals_once_and_checks_the_status(fake):
 
 
 def test_after_a_sticky_error_every_call_says_the_context_is_lost(fake, monkeypatch):
-    monkeypatch.setattr(errors, "_lost", None)
+    monkeypatch.setattr(context, "_lost", None)
     with pytest.raises(errors.ContextLostError, match="restart"):
         fake.fake_fault()
     with pytest.raises(errors.ContextLostError, match="lost earlier"):
         fake.fake_scale(np.ones(1, np.float32), np.ones(1, np.float32), 1, 1.0)
+
+
+def test_table_attributes_read_the_table_only_when_asked(monkeypatch):
+    """A program module's VARIANTS (and its other table-read names) come from the library when first
+    asked for, never at import; any other name is the module's usual AttributeError."""
+    calls = []
+    monkeypatch.setattr(library, "read_table", lambda prog, kind="variant": calls.append((prog, kind)) or ("a", "b"))
+    getattr_ = library.table_attributes("harness.programs.x", "x", MORE=lambda: 7)
+    assert calls == []
+    assert getattr_("VARIANTS") == ("a", "b") and calls == [("x", "variant")]
+    assert getattr_("MORE") == 7
+    with pytest.raises(AttributeError, match="module 'harness.programs.x' has no attribute 'NOPE'"):
+        getattr_("NOPE")
+    from harness.programs import square
+
+    assert not hasattr(square, "NOPE")  # hasattr relies on the AttributeError

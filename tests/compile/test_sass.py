@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.compile import build, sass
+from conftest import ensure_built
+from harness.compile import sass
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 
@@ -65,9 +66,7 @@ def test_the_built_ladder_kernels_keep_their_banks_apart(split):
     """A guard on ptxas's colouring of the built library's sm_90 code: these loops measured fast with 616-719
     same-bank FFMAs and 8% slow with 3337. An epilogue change can move it (NOTES-matmul run 14): this says so
     before a GPU does."""
-    lib = build.lib_path("matmul")
-    if not lib.exists():
-        pytest.skip(f"{lib} is not built")
+    lib = ensure_built("matmul")
     try:
         text = sass.dump(lib, KERNELS[split])
     except FileNotFoundError as e:  # cuobjdump and nvdisasm come with the CUDA toolkit, beside nvcc

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import pythonpath
+from conftest import pids_mentioning, pythonpath
 from harness.base.errors import ToolMissing
 from harness.measuring import timing
 
@@ -255,15 +255,7 @@ def test_ctrl_c_stops_the_session_and_its_children_at_once(tmp_path):
     assert p.stdout.readline().strip() == "started"
 
     def sleepers():
-        out = []
-        for d in Path("/proc").iterdir():
-            if d.name.isdigit():
-                try:
-                    if marker.encode() in (d / "cmdline").read_bytes():
-                        out.append(int(d.name))
-                except OSError:
-                    pass
-        return out
+        return pids_mentioning(marker)
 
     try:
         deadline = time.monotonic() + 30

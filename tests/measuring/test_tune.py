@@ -76,6 +76,53 @@ def test_default_tuned_config_is_a_pipelined_one():
     assert r.stdout.strip() == "08_pipelined-128x128x16-w64x32-s3"
 
 
+def test_the_library_is_the_one_holder_of_the_tuned_choice(results_dir, monkeypatch):
+    """apply_tuned asks the library what the tuned rung runs and whether a set chose it, each time, and
+    keeps no copy: a cache written after the choice changes nothing until the library is reset; reset,
+    the cache is read again; with no cache the compiled default runs, still unchosen. (gemm_tc's
+    library loads and takes a set without a GPU; matmul's set checks the device, so only its reset here.)"""
+    from conftest import ensure_built
+    from harness.base.errors import CudaError
+    from harness.calling import cudart
+    from harness.programs import gemm_tc as gt
+
+    ensure_built("gemm_tc")
+    lib = library.load("gemm_tc")
+    configs = library.read_table("gemm_tc", "config")
+    before = lib.gemm_tc_tuned_config() if lib.gemm_tc_tuned_is_set() else -1
+    monkeypatch.setattr(cudart, "device_name", lambda i=0: DEVICE)
+    cache = results_dir / "h100" / "gemm_tc-tune.json"
+    default = "04_wgmma_persistent-128x256x64-s4-gm8"
+    try:
+        tune.set_tuned("gemm_tc", -1)
+        assert not tune.tuned_is_set("gemm_tc") and gt.apply_tuned() == default  # no cache: the default
+        assert not tune.tuned_is_set("gemm_tc")  # ... unchosen, so a cache written later is read
+        write(cache, device=DEVICE, winner=configs[5])
+        assert gt.apply_tuned() == configs[5] and tune.tuned_is_set("gemm_tc")
+        write(cache, device=DEVICE, winner=configs[9])
+        assert gt.apply_tuned() == configs[5]  # chosen in this process: the library's choice stands
+        assert configs[lib.gemm_tc_tuned_config()] == configs[5]
+        tune.set_tuned("gemm_tc", -1)
+        assert lib.gemm_tc_tuned_config() == configs.index(default) and not tune.tuned_is_set("gemm_tc")
+        assert gt.apply_tuned() == configs[9]
+        for bad in (-2, len(configs)):
+            with pytest.raises(CudaError):
+                tune.set_tuned("gemm_tc", bad)
+        assert configs[lib.gemm_tc_tuned_config()] == configs[9]  # a refused set changes nothing
+    finally:
+        lib.gemm_tc_set_tuned(before)
+
+    ensure_built("matmul")
+    mlib = library.load("matmul")
+    before = mlib.matmul_tuned_config() if mlib.matmul_tuned_is_set() else -1  # a GPU test may have chosen
+    try:
+        tune.set_tuned("matmul", -1)
+        assert not tune.tuned_is_set("matmul")
+        assert library.read_table("matmul", "config")[mlib.matmul_tuned_config()] == "08_pipelined-128x128x16-w64x32-s3"
+    finally:
+        mlib.matmul_set_tuned(before)
+
+
 @pytest.mark.gpu
 def test_gpu_tune_small(results_dir):
     df, path = mm.tune(size=256, save=True, options=timing.SMOKE)
@@ -87,9 +134,10 @@ def test_gpu_tune_small(results_dir):
     # Every configuration that does not fit is listed with the limit it exceeds, never launched.
     for st in df.loc[df["status"] != "ok", "status"]:
         assert st.startswith("refused: needs") and "at most" in st
-    mm._applied.clear()
+    assert mm.apply_tuned() == data["winner"]  # the search handed its winner to the library
+    tune.set_tuned("matmul", -1)  # a fresh process's state: the cache is read again
     assert mm.apply_tuned() == data["winner"]
-    mm._applied.clear()
+    tune.set_tuned("matmul", -1)
 
 
 # --- attention: 03_flash_bf16's (warps, stages) per head size ---------------------------------------

@@ -17,7 +17,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import built_names, poison
+from conftest import built_names, ensure_built, poison
 from fault_build import use_fault_library
 from harness.base.errors import CudaError
 from harness.calling import cudart, runner
@@ -182,8 +182,7 @@ def test_profile_and_sanitize_hooks():
 
 
 def test_variant_table_matches_library():
-    if not build.lib_path("attention").exists():
-        pytest.skip("libattention.so not built")
+    ensure_built("attention")
     lib = att.library.load("attention")
     assert att.VARIANTS == tuple(lib.ffi.string(lib.attention_variant_name(i)).decode()
                                  for i in range(lib.attention_variant_count()))
@@ -202,8 +201,7 @@ def test_variant_table_matches_library():
 def test_wgmma_refused_with_the_reason_off_sm90a():
     """Where 05_flash_wgmma cannot run (CI: no GPU; an Ampere GPU; a build without sm_90a), the
     library names why and attention() raises that before any launch; the executable exits 2 with it."""
-    if not build.lib_path("attention").exists():
-        pytest.skip("libattention.so not built")
+    ensure_built("attention")
     why = att.unsupported_reason("05_flash_wgmma")
     if why is None:
         pytest.skip("this GPU runs 05_flash_wgmma")
@@ -216,9 +214,9 @@ def test_wgmma_refused_with_the_reason_off_sm90a():
     with pytest.raises(ValueError, match="cannot run here: needs sm_90a"):
         att.attention(x, x, x, variant="05_flash_wgmma")
     assert att.default_bf16_variant() == "03_flash_bf16"
-    if _exe().exists():
-        res = runner.run("attention", "--variant", "05_flash_wgmma", "1", "1", "8", "64", check=False)
-        assert res.returncode == 2 and "needs sm_90a" in res.stderr, res.stderr
+    _exe()
+    res = runner.run("attention", "--variant", "05_flash_wgmma", "1", "1", "8", "64", check=False)
+    assert res.returncode == 2 and "needs sm_90a" in res.stderr, res.stderr
 
 
 def test_config_names_its_variant():
@@ -318,10 +316,7 @@ def test_bench_cases_honour_quick():
 
 
 def _exe():
-    path = build.bin_path("attention")
-    if not path.exists():
-        pytest.skip(f"{path} not built (run `invoke build`)")
-    return path
+    return ensure_built("attention", "exe")
 
 
 @pytest.mark.parametrize("argv", [[], ["1", "1", "4"], ["1", "0", "4", "32"], ["--variant", "x", "1", "1", "4", "32"],

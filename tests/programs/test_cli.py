@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import GPU_OK
+from conftest import GPU_OK, ensure_built
 from harness.calling import cudart
 from harness.compile import build
 
@@ -16,9 +16,7 @@ MINE = ["hello", "device_info", "square", "grid_stride", "grayscale", "mandelbro
 
 
 def _run(prog, *args):
-    path = build.bin_path(prog)
-    if not path.exists():
-        pytest.skip(f"{path} is not built")
+    path = ensure_built(prog, "exe")
     return subprocess.run([str(path), *map(str, args)], capture_output=True, text=True, timeout=60)
 
 

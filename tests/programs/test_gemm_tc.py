@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from conftest import write_json
+from conftest import built_names, ensure_built, write_json
 from fault_build import dropped_k_tiles, use_fault_library
 from harness.base.errors import CudalabError, NotBuilt
 from harness.calling import library, runner
@@ -30,6 +30,7 @@ def bf16(rng, *shape):
 
 @functools.cache
 def _lib_state() -> tuple[bool, str]:
+    ensure_built("gemm_tc")
     try:
         list(library.read_table("gemm_tc"))
         return True, ""
@@ -157,8 +158,7 @@ def test_bad_variant_is_refused_before_launch(rng):
 
 def test_executable_rejects_bad_argv():
     # Argument errors are found before any CUDA call, so this runs without a GPU too.
-    if not runner_exists():
-        pytest.skip("build/bin/gemm_tc not built")
+    ensure_built("gemm_tc", "exe")
     for argv in (["--variant", "nope", "8", "8", "8"], ["8", "8"], ["0", "8", "8"], ["--bogus", "8", "8", "8"],
                  ["8", "8", "x"]):
         r = runner.run("gemm_tc", *argv, check=False)
@@ -305,8 +305,7 @@ def test_empty_and_k_zero(rng):
 
 @pytest.mark.gpu
 def test_executable_all_variants():
-    if not runner_exists():
-        pytest.skip("build/bin/gemm_tc not built")
+    ensure_built("gemm_tc", "exe")
     df = gt.run("--variant", "all", "--reps", "2", "257", "129", "136")
     assert set(df["check"]) == {"pass"}
     # Every variant the library says runs here (and takes this shape) ran and checked; the ones it
@@ -314,12 +313,6 @@ def test_executable_all_variants():
     runs = {v for v in gt.VARIANTS
             if gt.unsupported_reason(v) is None and gt.requirement(v, 257, 129, 136) is None}
     assert runs and set(df["variant"]) == runs
-
-
-def runner_exists() -> bool:
-    from harness.compile import build
-
-    return (build.ROOT / "build" / "bin" / "gemm_tc").exists()
 
 
 def test_errors_are_typed():
@@ -415,6 +408,7 @@ def test_tuned_rung_default_and_set_in_a_fresh_process():
 
     from harness.compile import build
 
+    ensure_built("gemm_tc")
     code = ("from harness.calling import library; lib = library.load('gemm_tc'); "
             "configs = library.read_table('gemm_tc', 'config'); print(configs[lib.gemm_tc_tuned_config()]); "
             "lib.gemm_tc_set_tuned(7); print(configs[lib.gemm_tc_variant_config(b'06_wgmma_tuned')]); "
@@ -422,8 +416,6 @@ def test_tuned_rung_default_and_set_in_a_fresh_process():
             "try:\n    lib.gemm_tc_set_tuned(lib.gemm_tc_config_count())\nexcept e.CudaError as x:\n"
             "    print('refused', x.code)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=build.ROOT)
-    if r.returncode != 0 and "NotBuilt" in r.stderr:
-        pytest.skip("libgemm_tc.so not built")
     assert r.returncode == 0, r.stderr
     first, second, third = r.stdout.strip().splitlines()
     assert first == "04_wgmma_persistent-128x256x64-s4-gm8"
@@ -458,11 +450,11 @@ def test_apply_tuned_points_06_at_the_cached_winner(results_dir, monkeypatch):
     from harness.calling import cudart
 
     lib = gt._lib()
-    before = lib.gemm_tc_tuned_config()
+    before = lib.gemm_tc_tuned_config() if lib.gemm_tc_tuned_is_set() else -1
     cfg = library.read_table("gemm_tc", "config")[31]
     write_json(results_dir / "h100" / "gemm_tc-tune.json", device=DEVICE, winner=cfg)
     monkeypatch.setattr(cudart, "device_name", lambda i=0: DEVICE)
-    monkeypatch.setattr(gt, "_applied", {})
+    lib.gemm_tc_set_tuned(-1)  # nothing chosen yet, as in a fresh process
     try:
         assert gt.apply_tuned() == cfg
         assert gt.variant_config("06_wgmma_tuned") == cfg and gt.runs_as("06_wgmma_tuned") == cfg
@@ -574,8 +566,7 @@ def test_sanitize_args_cover_every_kernel_instantiation():
 
 def test_executable_refuses_a_bad_config():
     # Argument errors are found before any CUDA call, so this runs without a GPU too.
-    if not runner_exists():
-        pytest.skip("build/bin/gemm_tc not built")
+    ensure_built("gemm_tc", "exe")
     r = runner.run("gemm_tc", "--config", "nope", "8", "8", "8", check=False)
     assert r.returncode == 2 and "unknown --config 'nope'" in r.stderr and "04_wgmma_persistent-128x256x64-s4-gm8" in r.stderr
     r = runner.run("gemm_tc", "--config", library.read_table("gemm_tc", "config")[0] if _lib_state()[0] else "03_wgmma-128x256x64-s4-gm4",
@@ -590,15 +581,8 @@ def test_executable_refuses_a_bad_config():
 CONFIG_SHAPES = [(1000, 4097, 33), (33, 7, 1000), (7, 1, 4097)]
 
 
-def _all_configs() -> list[str]:
-    try:
-        return list(library.read_table("gemm_tc", "config"))
-    except Exception:  # not built: the GPU tests below are skipped anyway
-        return ["03_wgmma-128x256x64-s4-gm8"]
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", _all_configs())
+@pytest.mark.parametrize("config", built_names(lambda: library.read_table("gemm_tc", "config"), "gemm_tc"))
 def test_every_config_matches_reference(config):
     skip_unless_runnable("03_wgmma")
     rng = np.random.default_rng(sum(map(ord, config)))
@@ -621,8 +605,7 @@ def test_checker_rejects_a_config_that_drops_last_k_tile(monkeypatch):
 
 @pytest.mark.gpu
 def test_executable_runs_a_config():
-    if not runner_exists():
-        pytest.skip("build/bin/gemm_tc not built")
+    ensure_built("gemm_tc", "exe")
     skip_unless_runnable("03_wgmma")
     cfg = "04_wgmma_persistent-128x256x64-s3-gn4"
     df = gt.run("--config", cfg, "--reps", "2", "300", "260", "200")
@@ -642,8 +625,9 @@ def test_gpu_tune_small(results_dir):
     assert (df["status"] == "ok").all(), df[df["status"] != "ok"][["config", "status"]]
     assert len(df) == 12 and (df["tflops"] > 0).all() and df["winner"].sum() == 1
     data = json.loads(path.read_text())
-    gt._applied.clear()
     try:
+        assert gt.apply_tuned() == data["winner"]  # the search handed its winner to the library
+        gt._lib().gemm_tc_set_tuned(-1)  # a fresh process's state: the cache is read again
         assert gt.apply_tuned() == data["winner"]
     finally:
-        gt._applied.clear()
+        gt._lib().gemm_tc_set_tuned(-1)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import ensure_built
 from harness.base.errors import ProgramError
 from harness.calling import cudart, runner
-from harness.compile import build
 from harness.programs import hello
 
 pytestmark = pytest.mark.gpu
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module", autouse=True)
 def built():
-    build.build(build.targets("hello"))
+    ensure_built("hello")
 
 
 def test_shapes_print_exact_sets():

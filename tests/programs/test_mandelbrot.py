@@ -25,9 +25,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import poison
+from conftest import ensure_built, poison
 from harness.calling import cudart
-from harness.compile import build
 from harness.programs import mandelbrot as mb
 
 REGIONS = [(-2.0, 1.0, -1.5, 1.5), (-0.8, -0.7, 0.05, 0.15), (-1.8, -1.7, -0.05, 0.05), (0.25, 0.5, -0.1, 0.2)]
@@ -130,10 +129,7 @@ def test_too_big_values_say_at_most_and_name_the_parameter():
 
 
 def test_the_python_limit_is_the_library_s():
-    from harness.compile import build
-
-    if not build.lib_path("mandelbrot").exists():
-        pytest.skip("libmandelbrot.so is not built")
+    ensure_built("mandelbrot")
     from harness.calling import library
 
     assert library.load("mandelbrot").mandelbrot_max_edge() == mb.MAX_EDGE  # a value, not a status
@@ -159,10 +155,7 @@ def test_bad_dtype_and_variant():
 
 
 def _exe():
-    path = build.bin_path("mandelbrot")
-    if not path.exists():
-        pytest.skip(f"{path} not built (run `invoke build`)")
-    return path
+    return ensure_built("mandelbrot", "exe")
 
 
 @pytest.mark.parametrize("argv", [[], ["0", "10", "10"], ["10", "10"], ["10", "x", "10"], ["--variant", "9", "4", "4", "4"],
@@ -177,8 +170,7 @@ def test_executable_rejects_bad_argv(argv):
 # --- CPU: SASS counts and the picture -----------------------------------------------------------
 
 def test_sass_counts_match_recorded():
-    if not build.lib_path("mandelbrot").exists():
-        pytest.skip("libmandelbrot.so not built")
+    ensure_built("mandelbrot")
     if os.environ.get("PTX_ONLY") == "1":
         pytest.skip("PTX_ONLY=1: a PTX-only build holds no SASS to count")
     try:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import poison
+from conftest import ensure_built, poison
 from harness.calling import cudart, library, runner
 from harness.programs import matmul as mm
 
@@ -29,10 +29,11 @@ def rand(rng, *shape):
 
 
 def cublas_available() -> tuple[bool, str]:
+    ensure_built("matmul")
     try:
         return (True, "") if mm.have_cublas() else (False, "libmatmul.so was built without cuBLAS "
                                                           "(not found beside nvcc; see `invoke doctor`)")
-    except Exception as e:  # library not built
+    except Exception as e:  # built, yet it does not load here (no driver, say)
         return False, f"cannot load libmatmul.so: {e}"
 
 

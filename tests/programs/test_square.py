@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import fault_build
-from conftest import built_names, poison
+from conftest import built_names, ensure_built, poison
 from harness.base.errors import CudaError, ProgramError
 from harness.calling import cudart, library, runner
 from harness.compile import build as hb
@@ -24,7 +24,7 @@ RTOL = 1e-5  # float32 elementwise (ARCHITECTURE.md, Tests); x*x is one correctl
 @pytest.fixture(scope="module")
 def built():
     """Build libsquare.so, build/bin/square and build/bin/square_cpu (incremental; nvcc only, no GPU)."""
-    hb.build(hb.targets("square"))
+    ensure_built("square")
     return True
 
 

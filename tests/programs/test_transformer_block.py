@@ -11,9 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import built_names, poison
+from conftest import built_names, ensure_built, poison
 from harness.calling import library
-from harness.compile import build
 from harness.programs import attention as att
 from harness.programs import transformer_block as tb
 
@@ -73,10 +72,7 @@ def test_parse_rejects_other_text():
 
 
 def _exe():
-    path = build.bin_path("transformer_block")
-    if not path.exists():
-        pytest.skip(f"{path} not built (run `invoke build`)")
-    return path
+    return ensure_built("transformer_block", "exe")
 
 
 @pytest.mark.parametrize("argv", [["--batch", "0"], ["--variant", "x"], ["--embed", "100", "--heads", "3"],
@@ -124,8 +120,7 @@ def test_output_fully_written():
 
 
 def test_variant_table_matches_library():
-    if not build.lib_path("transformer_block").exists():
-        pytest.skip("libtransformer_block.so not built")
+    ensure_built("transformer_block")
     lib = library.load("transformer_block")
     names = [lib.ffi.string(lib.transformer_block_variant_name(i)).decode()
              for i in range(lib.transformer_block_variant_count())]

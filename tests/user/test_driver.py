@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from invoke import Context, Exit
 
-from harness.base import errors
-from harness.base.errors import DriverTooOldError, NoGPUError, ToolMissing, raise_for_code
+from harness.base import context, errors
+from harness.base.context import raise_for_code
+from harness.base.errors import DriverTooOldError, NoGPUError, ToolMissing
 from harness.calling import cudart
 from harness.compile import build, toolchain
 from harness.user import doctor
@@ -86,7 +87,7 @@ def test_invoke_build_refuses_with_the_same_line(colab_t4, monkeypatch):
 
 
 def test_no_gpu_error_for_code_35_names_the_versions(monkeypatch):
-    monkeypatch.setattr(errors, "_lost", None)
+    monkeypatch.setattr(context, "_lost", None)
     monkeypatch.setattr(cudart, "driver_version", lambda: 12020)
     monkeypatch.setattr(cudart, "runtime_version", lambda: 13000)
     with pytest.raises(NoGPUError) as ei:

@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 from test_tasks import inv_many
 
-from conftest import GPU_OK
+from conftest import GPU_OK, ensure_built
 from harness.base.errors import NoGPUError
 from harness.calling import cudart
-from harness.compile import build
 from harness.measuring import bench
 from harness.profiling import profile as hp
 
@@ -41,8 +40,8 @@ def test_profile_without_a_gpu_is_the_no_gpu_error(monkeypatch, tmp_path):
 
 @pytest.mark.skipif(GPU_OK, reason="checks the no-GPU message; a GPU would run the commands")
 def test_bench_and_profile_commands_end_in_one_line_without_a_gpu():
-    if not build.lib_path("square").exists() or not build.lib_path("device_info").exists():
-        pytest.skip("libsquare.so / libdevice_info.so are not built")
+    ensure_built("square")
+    ensure_built("device_info")
     cases = [["bench", "--quick", "-p", "square"], ["bench", "--programs", "square"], ["profile", "square"],
              ["profile", "square", "--tool", "auto", "--variant", "all"]]
     for args, r in zip(cases, inv_many(cases)):

@@ -273,12 +273,11 @@ def test_good_pytest_expressions_pass_the_check():
 
 
 def test_viz_without_a_gpu_suggests_the_simulator():
-    from conftest import GPU_OK
+    from conftest import GPU_OK, ensure_built
 
     if GPU_OK:
         pytest.skip("checks the no-GPU message")
-    if not build.bin_path("grid_stride").exists():
-        pytest.skip("build/bin/grid_stride is not built")
+    ensure_built("grid_stride", "exe")
     r = inv("viz", "gridstride", "-n", "40")
     assert r.returncode == 1
     assert r.stderr.strip().splitlines()[-1].endswith("draws it without one: invoke viz gridstride -n 40 --simulate")
