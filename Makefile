@@ -3,6 +3,7 @@
 #   build/bin/<prog>         main.cu + <prog>.cu (run by harness/calling/runner.py)
 #   build/bin/<prog>_cpu     <prog>_cpu.c with gcc, where the program has a CPU twin
 #   build/ptxas/<prog>.txt   ptxas -v resource usage (registers, shared memory, spills) per kernel
+# and, only when asked for with FAULTS=1, the fault build beside it (see FAULTS below).
 # Adding a program needs no edit here. A program may add cuda/<prog>/build.mk, which can set
 # <prog>_NVCCFLAGS and <prog>_LDLIBS (matmul uses it to link cuBLAS when it is found), and
 # <prog>_GENCODE, used for that program's compile and link instead of GENCODE (gemm_tc: sm_90a).
@@ -109,23 +110,40 @@ endif
 # Host-compiler warnings are errors. -Xptxas -v goes to a log per object, kept as build/ptxas/.
 # A program's folder includes only its own files, cuda/common (the lab's helpers) and cuda/shared
 # (kernels that more than one program runs, as "<family>/<file>"); the dependency files (-MMD) list them.
+# FAULTS=1 (on make's command line): the fault build, the product compiled with -DCUDALAB_FAULTS, which
+# adds the deliberately wrong answers the tests use to show each checker rejects one (gemm_tc's dropped
+# K tiles, attention's sabotaged variants, square's --skip-every and --oob, collectives' stalled rank).
+# Without the flag the product has none of them. Every output then lives under build/faults/ (its own
+# objects, flag stamp, ptxas logs, libraries and executables, with records in build/sums/build/faults/),
+# so the two builds never overwrite each other; nothing builds it unless asked:
+#   make FAULTS=1 build/faults/lib/libgemm_tc.so build/faults/bin/square
+# Only the command line counts: a FAULTS variable in the environment builds the product.
+OUT := build
 NVCCFLAGS := -O3 -lineinfo -std=c++17 $(GENCODE) -Icuda/common -Icuda/shared \
              -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Xptxas -v $(EXTRA_NVCCFLAGS)
+ifeq ($(origin FAULTS),command line)
+ifeq ($(FAULTS),1)
+OUT := build/faults
+NVCCFLAGS += -DCUDALAB_FAULTS
+else ifneq ($(filter-out 0,$(FAULTS)),)
+$(error FAULTS must be 1 (the fault build, under build/faults/) or 0; got $(FAULTS))
+endif
+endif
 CFLAGS    := -O2 -std=c11 -Wall -Wextra -Werror
 LDFLAGS   := $(TOOLKIT_LDFLAGS)
 
 PROGRAMS := $(sort $(foreach d,$(wildcard cuda/*/),$(if $(wildcard $(d)$(notdir $(patsubst %/,%,$(d))).cu),$(notdir $(patsubst %/,%,$(d))))))
 -include $(wildcard $(foreach p,$(PROGRAMS),cuda/$(p)/build.mk))
 
-COMMON_OBJ := build/obj/common/cudalab.o
+COMMON_OBJ := $(OUT)/obj/common/cudalab.o
 
-# The flags are part of every object's inputs: build/.flags holds the text of the flags the objects were
-# built with, and each object depends on it. Reading this file only compares that text (it writes
+# The flags are part of every object's inputs: build/.flags (build/faults/.flags for the fault build)
+# holds the text of the flags the objects were built with, and each object depends on it. Reading this file only compares that text (it writes
 # nothing, so `make -n`, `make arch` and a count of pending steps change nothing); where the text
 # differs, the stamp's rule is forced, and it is rewritten by the build that then recompiles every
 # object after it. Each program's own flags (from its build.mk) get a stamp of their own, so changing
 # them rebuilds that program only.
-FLAGS_STAMP := build/.flags
+FLAGS_STAMP := $(OUT)/.flags
 FLAGS_TEXT  := $(NVCCFLAGS) | $(CFLAGS)
 prog_flags_text = $($(1)_NVCCFLAGS) | $($(1)_LDLIBS)$(if $($(1)_GENCODE), | $($(1)_GENCODE))
 
@@ -149,7 +167,7 @@ $(1): $(if $(call eq,$(file <$(1)),$(2)),,FORCE)
 	@printf '%s\n' $(subst $$,$$$$,$(call shell_quote,$(2))) > $$(TMP) && mv -f $$(TMP) $$@
 endef
 $(eval $(call stamp_rule,$(FLAGS_STAMP),$(FLAGS_TEXT)))
-$(foreach p,$(PROGRAMS),$(eval $(call stamp_rule,build/obj/$(p)/.flags,$(call prog_flags_text,$(p)))))
+$(foreach p,$(PROGRAMS),$(eval $(call stamp_rule,$(OUT)/obj/$(p)/.flags,$(call prog_flags_text,$(p)))))
 
 ifdef CUBLAS_LINK
 $(CUBLAS_LINK): $(if $(call eq,$(shell readlink $(CUBLAS_LINK) 2>/dev/null),$(CUBLAS_LIBDIR)$(CUBLAS_SONAME)),,FORCE)
@@ -173,32 +191,32 @@ endef
 .DELETE_ON_ERROR:
 .PHONY: all clean list arch FORCE
 FORCE:
-all: $(foreach p,$(PROGRAMS),build/lib/lib$(p).so build/bin/$(p) build/ptxas/$(p).txt \
-       $(if $(wildcard cuda/$(p)/$(p)_cpu.c),build/bin/$(p)_cpu))
+all: $(foreach p,$(PROGRAMS),$(OUT)/lib/lib$(p).so $(OUT)/bin/$(p) $(OUT)/ptxas/$(p).txt \
+       $(if $(wildcard cuda/$(p)/$(p)_cpu.c),$(OUT)/bin/$(p)_cpu))
 
-build/obj/common/%.o: cuda/common/%.cu $(FLAGS_STAMP)
+$(OUT)/obj/common/%.o: cuda/common/%.cu $(FLAGS_STAMP)
 	$(NVCC_COMPILE)
 
 # The executable: main.cu + <prog>.cu. A program folder without main.cu gets a rule that says so
 # (make -k then goes on with the other programs).
 define BIN_RULE
-build/bin/$(1): build/obj/$(1)/main.o build/obj/$(1)/$(1).o $(COMMON_OBJ) build/obj/$(1)/.flags | $(CUBLAS_LINK)
+$(OUT)/bin/$(1): $(OUT)/obj/$(1)/main.o $(OUT)/obj/$(1)/$(1).o $(COMMON_OBJ) $(OUT)/obj/$(1)/.flags | $(CUBLAS_LINK)
 	@mkdir -p $$(@D)
 	@echo "  LINK    $$@"
 	@$(NVCC) $(or $($(1)_GENCODE),$(GENCODE)) -o $$(TMP) $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS) && $$(PUBLISH) || { rm -f $$(TMP); exit 1; }
 endef
 define NO_MAIN_RULE
-build/bin/$(1):
-	@echo "cuda/$(1)/main.cu: error: missing: every program needs a main.cu for its executable build/bin/$(1) (argv, result lines, exit status; cuda/square/main.cu is a small example)" >&2; exit 1
+$(OUT)/bin/$(1):
+	@echo "cuda/$(1)/main.cu: error: missing: every program needs a main.cu for its executable $(OUT)/bin/$(1) (argv, result lines, exit status; cuda/square/main.cu is a small example)" >&2; exit 1
 endef
 
 define PROGRAM_RULES
-build/obj/$(1)/%.o: PROG_NVCCFLAGS := $$($(1)_NVCCFLAGS)
-build/obj/$(1)/%.o: PROG_GENCODE := $$($(1)_GENCODE)
-build/obj/$(1)/%.o: cuda/$(1)/%.cu $(FLAGS_STAMP) build/obj/$(1)/.flags
+$(OUT)/obj/$(1)/%.o: PROG_NVCCFLAGS := $$($(1)_NVCCFLAGS)
+$(OUT)/obj/$(1)/%.o: PROG_GENCODE := $$($(1)_GENCODE)
+$(OUT)/obj/$(1)/%.o: cuda/$(1)/%.cu $(FLAGS_STAMP) $(OUT)/obj/$(1)/.flags
 	$$(NVCC_COMPILE)
 
-build/lib/lib$(1).so: build/obj/$(1)/$(1).o $(COMMON_OBJ) build/obj/$(1)/.flags | $(CUBLAS_LINK)
+$(OUT)/lib/lib$(1).so: $(OUT)/obj/$(1)/$(1).o $(COMMON_OBJ) $(OUT)/obj/$(1)/.flags | $(CUBLAS_LINK)
 	@mkdir -p $$(@D)
 	@echo "  LINK    $$@"
 	@# Linked beside it, then renamed over it: a process that has the library loaded (a test worker,
@@ -207,16 +225,16 @@ build/lib/lib$(1).so: build/obj/$(1)/$(1).o $(COMMON_OBJ) build/obj/$(1)/.flags 
 
 $(if $(wildcard cuda/$(1)/main.cu),$(call BIN_RULE,$(1)),$(call NO_MAIN_RULE,$(1)))
 
-build/ptxas/$(1).txt: $(if $(wildcard cuda/$(1)/main.cu),build/obj/$(1)/main.o) build/obj/$(1)/$(1).o
+$(OUT)/ptxas/$(1).txt: $(if $(wildcard cuda/$(1)/main.cu),$(OUT)/obj/$(1)/main.o) $(OUT)/obj/$(1)/$(1).o
 	@mkdir -p $$(@D)
 	@cat $$(^:.o=.log) > $$(TMP) && mv -f $$(TMP) $$@
 
-build/bin/$(1)_cpu: cuda/$(1)/$(1)_cpu.c $(FLAGS_STAMP)
-	@mkdir -p $$(@D) build/obj/$(1)
+$(OUT)/bin/$(1)_cpu: cuda/$(1)/$(1)_cpu.c $(FLAGS_STAMP)
+	@mkdir -p $$(@D) $(OUT)/obj/$(1)
 	@echo "  CC      $$<"
-	@$(CC) $(CFLAGS) -MMD -MP -MT $$@ -MF build/obj/$(1)/$(1)_cpu.d.tmp$$$$$$$$ -o $$(TMP) $$< -lm \
-	  && mv -f build/obj/$(1)/$(1)_cpu.d.tmp$$$$$$$$ build/obj/$(1)/$(1)_cpu.d && $$(PUBLISH) \
-	  || { rm -f $$(TMP) build/obj/$(1)/$(1)_cpu.d.tmp$$$$$$$$; exit 1; }
+	@$(CC) $(CFLAGS) -MMD -MP -MT $$@ -MF $(OUT)/obj/$(1)/$(1)_cpu.d.tmp$$$$$$$$ -o $$(TMP) $$< -lm \
+	  && mv -f $(OUT)/obj/$(1)/$(1)_cpu.d.tmp$$$$$$$$ $(OUT)/obj/$(1)/$(1)_cpu.d && $$(PUBLISH) \
+	  || { rm -f $$(TMP) $(OUT)/obj/$(1)/$(1)_cpu.d.tmp$$$$$$$$; exit 1; }
 endef
 $(foreach p,$(PROGRAMS),$(eval $(call PROGRAM_RULES,$(p))))
 
@@ -227,6 +245,6 @@ arch:
 	@echo $(ARCH)
 
 clean:
-	rm -rf build/obj build/lib build/bin build/ptxas build/sums build/toolkit $(FLAGS_STAMP)
+	rm -rf build/obj build/lib build/bin build/ptxas build/sums build/toolkit build/.flags build/faults
 
--include $(shell find build/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(OUT)/obj -name '*.d' 2>/dev/null)

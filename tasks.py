@@ -668,7 +668,7 @@ def profile(c, prog, tool="auto", variant=None, metrics=None, clock_control=Fals
 def sanitize(c, programs="", tool="all", jobs=""):
     """Run compute-sanitizer over every program and variant at small sizes: `invoke sanitize -p square,matmul`.
 
-    Arguments after `--` replace each program's own runs (`-- --oob` plants square's bug).
+    Arguments after `--` replace each program's own runs (`-- 1000 64`: square at another size).
     Exits non-zero when any run is not clean."""
     from harness.profiling import sanitize as hs
 
@@ -684,7 +684,7 @@ def sanitize(c, programs="", tool="all", jobs=""):
             outcomes = hs.sanitize(cases, tools, jobs=n_jobs,
                                    on_total=lambda k: bar.update(t, total=k),
                                    on_done=lambda o: bar.update(t, advance=1, description=f"{o.program} {o.label} {o.tool}"))
-        if not args:  # a planted-bug run is not the project's state: keep it out of the report
+        if not args:  # a run of the user's own arguments is not the project's state: keep it out of the report
             hs.write_summary(outcomes)
     _print_table(hs.summary(outcomes).reset_index(), "compute-sanitizer: program x tool")
     bad = [o for o in outcomes if not o.clean]

@@ -10,8 +10,9 @@
      "05_flash_wgmma" sm_90a (Hopper) only: FlashAttention-3's design (TMA, wgmma, warp
                       specialisation, ping-pong and intra-warpgroup pipelining); bf16 as 03;
                       elsewhere cudaErrorNotSupported, attention_unsupported_reason says why
-   Test-only, deliberately wrong: "flash_skip_last_tile" (02_flash without its last key tile),
-   "flash_bf16_skip_last_tile" and "flash_bf16_no_causal_mask" (03_flash_bf16 sabotaged).
+   The fault build only (`make FAULTS=1 build/faults/lib/libattention.so`, for the tests), deliberately
+   wrong: "flash_skip_last_tile" (02_flash without its last key tile), "flash_bf16_skip_last_tile" and
+   "flash_bf16_no_causal_mask" (03_flash_bf16 sabotaged). The product calls them unknown variants.
    Tuning-only: "flash_bf16_w8s2", "_w8s3", "_w4s2", "_w4s3" (03_flash_bf16 with warps per block and
    pipeline stages fixed), "_w4k32s2", "_w4k32s3" (32-key tiles), "_w4m2s2" (32 query rows per warp
    instead of 16) and "_w4m2k32s2", "_w4m2k32s3" (both): `invoke tune attention` picks one per head
@@ -39,7 +40,8 @@ const char *attention_config_variant(const char *config);
 /* NULL when the variant (or tuning choice) can run on this build and device, else why not
    ("needs sm_90a: ..."); "unknown variant" for a name the library does not know. */
 const char *attention_unsupported_reason(const char *variant);
-/* 1 when the variant (test-only ones included) takes bf16 arrays, 0 for float32, -1 unknown. */
+/* 1 when the variant (or tuning choice, or the fault build's variant) takes bf16 arrays, 0 for
+   float32, -1 for a name this library does not know. */
 int attention_variant_is_bf16(const char *variant);
 /* Device workspace the variant needs, in bytes (0 for flash); -1 for invalid arguments. */
 long long attention_workspace_bytes(const char *variant, int B, int H, int S, int D);

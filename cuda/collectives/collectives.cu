@@ -280,7 +280,9 @@ __device__ void ring_body(const CollArgs &a, int r, int b) {
 __global__ void __launch_bounds__(kThreads) ring_allreduce_kernel(CollArgs a) {
     const int r = a.rank >= 0 ? a.rank : (int)(blockIdx.x / a.blocks_per_rank);
     const int b = a.rank >= 0 ? (int)blockIdx.x : (int)(blockIdx.x % a.blocks_per_rank);
-    if (r == a.stall_rank) return;  // the planted fault: this rank never sends
+#ifdef CUDALAB_FAULTS
+    if (r == a.stall_rank) return;  // the fault build's stalled rank: it never sends
+#endif
     if (a.dtype == 0) ring_body<float>(a, r, b);
     else if (a.dtype == 1) ring_body<__nv_bfloat16>(a, r, b);
     else ring_body<int>(a, r, b);
@@ -337,7 +339,9 @@ __device__ void oneshot_body(const CollArgs &a, int r, int b) {
 __global__ void __launch_bounds__(kThreads) oneshot_allreduce_kernel(CollArgs a) {
     const int r = a.rank >= 0 ? a.rank : (int)(blockIdx.x / a.blocks_per_rank);
     const int b = a.rank >= 0 ? (int)blockIdx.x : (int)(blockIdx.x % a.blocks_per_rank);
+#ifdef CUDALAB_FAULTS
     if (r == a.stall_rank) return;
+#endif
     if (a.dtype == 0) oneshot_body<float>(a, r, b);
     else if (a.dtype == 1) oneshot_body<__nv_bfloat16>(a, r, b);
     else oneshot_body<int>(a, r, b);
@@ -1058,11 +1062,28 @@ extern "C" cudalab_status collectives_poison(int handle, int byte) {
     return 0;
 }
 
-extern "C" cudalab_status collectives_run(int handle, int variant, int dtype, long long n, int stall_rank) {
+#ifdef CUDALAB_FAULTS
+// The fault build's stalled rank (collectives_set_fault_stall_rank), -1 for none. In the product there
+// is none: the kernels have no stall check at all.
+static int g_fault_stall_rank = -1;
+
+extern "C" cudalab_status collectives_set_fault_stall_rank(int rank) {
+    if (rank < -1) return cudaErrorInvalidValue;
+    g_fault_stall_rank = rank;
+    return 0;
+}
+#endif
+
+extern "C" cudalab_status collectives_run(int handle, int variant, int dtype, long long n) {
     Comm *c = get(handle);
     if (!c) return cudaErrorInvalidValue;
     COLL_TRY(check_run(*c, variant, dtype, n));
-    if (stall_rank >= c->world || stall_rank < -1) return cudaErrorInvalidValue;
+#ifdef CUDALAB_FAULTS
+    const int stall_rank = g_fault_stall_rank;
+    if (stall_rank >= c->world) return cudaErrorInvalidValue;
+#else
+    const int stall_rank = -1;
+#endif
     COLL_TRY(enqueue(*c, variant, dtype, n, stall_rank, 3, nullptr, false));
     return run_sync(*c, variant);
 }

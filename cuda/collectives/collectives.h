@@ -55,8 +55,15 @@ cudalab_status collectives_upload(int handle, int rank, const uint8_t *src, long
 cudalab_status collectives_download(int handle, int rank, uint8_t *dst, long long bytes);
 cudalab_status collectives_poison(int handle, int byte);
 /* Run `variant` on n elements of every rank's input into its output, wait for it, and check each
-   rank's error record. stall_rank >= 0 makes that rank skip its part (to show the timeout works). */
-cudalab_status collectives_run(int handle, int variant, int dtype, long long n, int stall_rank);
+   rank's error record. */
+cudalab_status collectives_run(int handle, int variant, int dtype, long long n);
+#ifdef CUDALAB_FAULTS
+/* The fault build only (`make FAULTS=1 build/faults/lib/libcollectives.so`, for the tests): while
+   rank >= 0, collectives_run's lab all-reduces run without that rank's part, so the others time out
+   (the tests show the timeout works); -1 restores normal runs. cudaErrorInvalidValue below -1, and
+   from collectives_run for a rank the communicator lacks. */
+cudalab_status collectives_set_fault_stall_rank(int rank);
+#endif
 /* The bench's form: enqueue only, ordered after `stream` (the current device's) and before whatever
    follows on it; no synchronisation, no error-record check (collectives_check does both). */
 /* collectives_run for 01_p2p_copy / 01_memcpy_peer with a direction: 1 = rank 0 -> rank 1,

@@ -226,7 +226,7 @@ int main(int argc, char **argv) {
     }
     check_status(collectives_poison(h, 0xAB), "collectives_poison");
     auto once = [&]() {
-        check_status(v <= 1 ? collectives_run_direction(h, v, dtype, n, direction) : collectives_run(h, v, dtype, n, -1),
+        check_status(v <= 1 ? collectives_run_direction(h, v, dtype, n, direction) : collectives_run(h, v, dtype, n),
                      variant);
     };
     once();

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cuda_runtime.h>
 
+#include "faults.cuh"  // CUDALAB_FAULT: what only the tests' fault build does, 0 in every other build
+
 // A driver older than the CUDA runtime these programs were built with: the runtime says only "CUDA
 // driver version is insufficient" (cudaErrorInsufficientDriver). This sentence, the same as
 // harness/base/errors.py's DRIVER_TOO_OLD (a test compares them), says which versions and the two ways out.

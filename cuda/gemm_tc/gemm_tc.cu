@@ -8,7 +8,9 @@
 using gemm_tc::kVariantNames;
 using gemm_tc::VCOUNT;
 
-static int g_drop_k_tiles = 0;  // gemm_tc_set_fault_drop_k_tiles: test-only
+#ifdef CUDALAB_FAULTS
+static int g_drop_k_tiles = 0;  // gemm_tc_set_fault_drop_k_tiles: the fault build only (faults.cuh)
+#endif
 
 extern "C" int gemm_tc_variant_count(void) { return VCOUNT; }
 extern "C" const char *gemm_tc_variant_name(int i) { return i >= 0 && i < VCOUNT ? kVariantNames[i] : nullptr; }
@@ -95,7 +97,7 @@ extern "C" int gemm_tc_tf32_device(int m, int n, int k, const float *a, const fl
 static int dispatch(int v, int cfg, int m, int n, int k, const uint16_t *a, const uint16_t *b, float *c,
                     cudaStream_t s) {
     if (v < 0) {
-        CUDA_TRY(gemm_tc::launch_config(cfg, m, n, k, a, b, c, s, g_drop_k_tiles));
+        CUDA_TRY(gemm_tc::launch_config(cfg, m, n, k, a, b, c, s, CUDALAB_FAULT(g_drop_k_tiles)));
         return 0;
     }
     if (v == gemm_tc::VCUBLAS_BF16) {
@@ -111,7 +113,7 @@ static int dispatch(int v, int cfg, int m, int n, int k, const uint16_t *a, cons
 #endif
     }
     if (v == gemm_tc::VCUBLAS_TF32) return (int)cudaErrorInvalidValue;  // float operands: gemm_tc_tf32_device
-    CUDA_TRY(gemm_tc::launch(v, m, n, k, a, b, c, s, g_drop_k_tiles));
+    CUDA_TRY(gemm_tc::launch(v, m, n, k, a, b, c, s, CUDALAB_FAULT(g_drop_k_tiles)));
     return 0;
 }
 
@@ -170,8 +172,10 @@ extern "C" int gemm_tc_config_host(int i, int m, int n, int k, const cudalab_bf1
     return host_roundtrip(-1, i, m, n, k, a, b, c);
 }
 
+#ifdef CUDALAB_FAULTS
 extern "C" int gemm_tc_set_fault_drop_k_tiles(int t) {
     if (t < 0) return (int)cudaErrorInvalidValue;
     g_drop_k_tiles = t;
     return 0;
 }
+#endif

@@ -74,9 +74,12 @@ cudalab_status gemm_tc_set_tuned(int i);
 int gemm_tc_tuned_config(void);
 int gemm_tc_tuned_is_set(void);
 
-/* Test-only fault injection: while set to t > 0, 02_mma_sync and 03-08 skip their last t K tiles
-   (the tests show the checker rejects that). 0 restores normal operation. */
+#ifdef CUDALAB_FAULTS
+/* The fault build only (`make FAULTS=1 build/faults/lib/libgemm_tc.so`, for the tests): while set to
+   t > 0, 02_mma_sync and 03-08 skip their last t K tiles (the tests show the checker rejects that).
+   0 restores normal operation. The product library has no such entry point. */
 cudalab_status gemm_tc_set_fault_drop_k_tiles(int t);
+#endif
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
 
 #include "arch.cuh"
 #include "check.cuh"
+#include "faults.cuh"
 #include "tc_ptx.cuh"
 #include "tma_host.cuh"
 
@@ -150,7 +151,7 @@ __global__ void __launch_bounds__(H_THREADS, 1)
         n0 = tn * H_BN;
     };
     const int unit0 = blockIdx.x / kCluster, unit_step = gridDim.x / kCluster;
-    const int KT = (int)cdiv(K, H_BK) - drop_last_k_tiles;
+    const int KT = (int)cdiv(K, H_BK) - CUDALAB_FAULT(drop_last_k_tiles);
 
     if (KT > 0 && wg == 0) {
         tc::setmaxnreg_dec<40>();

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "check.cuh"
+#include "faults.cuh"
 #include "k03_wgmma.cuh"
 #include "tc_ptx.cuh"
 
@@ -87,7 +88,7 @@ __global__ void __launch_bounds__(P_THREADS, 1)
         n0 = tn * P_BN;
     };
     const int n_tiles = (int)blockIdx.x < tiles ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
-    const int KT = (int)cdiv(K, P_BK) - drop_last_k_tiles;
+    const int KT = (int)cdiv(K, P_BK) - CUDALAB_FAULT(drop_last_k_tiles);
     if (KT <= 0 || n_tiles == 0) return;  // the whole block, before any named barrier
 
     if (wg == 0) {

@@ -1,13 +1,14 @@
 // build/bin/square: the course's managed-memory solution (section 2.10).
 //
-//   square [N [THREADS]] [--print K] [--skip-every K] [--oob]
+//   square [N [THREADS]] [--print K]
 //
 // Fills a[i] = i + 1 on the host (1..N, like square_cpu), squares it on the GPU with one thread per
 // element, synchronises, and checks every element on the host. Ends with
 //   result program=square variant=managed_int32 n=N threads=T blocks=B kernel_ms=... mismatches=M check=pass|fail
 // and exits 0 only when the check passed (2 for bad arguments, 1 for a CUDA error or a failed check).
 //
-// Test-only flags (they exist so that the checks around this program can be shown to work):
+// The fault build alone (-DCUDALAB_FAULTS: `make FAULTS=1 build/faults/bin/square`) takes two more
+// flags, so that the checks around this program can be shown to work; the product refuses them as unknown:
 //   --skip-every K  the kernel leaves every K-th element unsquared: the host check must fail (exit 1).
 //   --oob           the kernel's guard lets one thread write one element past the end of the
 //                   allocation: a planted bug for compute-sanitizer memcheck, which must report it.
@@ -22,9 +23,13 @@
 #include "check.cuh"
 #include "cli.cuh"
 
+#ifdef CUDALAB_FAULTS
 extern "C" int square_int32_test_dev(int *d_a, long long n, int threads, int skip_every, int oob, void *stream);
 
 static const char *kUsage = "usage: square [N [THREADS]] [--print K] [--skip-every K] [--oob]";
+#else
+static const char *kUsage = "usage: square [N [THREADS]] [--print K]";
+#endif
 
 // What the kernel must have produced from a[i] = i + 1, computed independently of it (64-bit
 // product reduced modulo 2^32, i.e. numpy int32's wrap-around).
@@ -33,20 +38,33 @@ static int expected(long long i) {
     return (int)(unsigned)((unsigned long long)(v * v) & 0xffffffffULL);
 }
 
+// The value of the option at argv[*i] (which moves past it): a positive integer.
+static long long positive_option(int argc, char **argv, int *i) {
+    const char *opt = argv[*i];
+    long long v = cudalab_parse_int(cudalab_option_value(argc, argv, i, kUsage), opt, kUsage);
+    if (v <= 0) CUDALAB_USAGE_ERROR("%s must be positive, got %lld", opt, v);
+    return v;
+}
+
 int main(int argc, char **argv) {
-    long long n = 100000, threads = 256, print_rows = 0, skip_every = 0;
+    long long n = 100000, threads = 256, print_rows = 0;
+#ifdef CUDALAB_FAULTS
+    long long skip_every = 0;
     bool oob = false;
+#endif
     const char *pos[2];  // N, THREADS
     int npos = 0;
     cudalab_handle_help(argc, argv, kUsage);
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
-        if (strcmp(a, "--print") == 0 || strcmp(a, "--skip-every") == 0) {
-            long long v = cudalab_parse_int(cudalab_option_value(argc, argv, &i, kUsage), a, kUsage);
-            if (v <= 0) CUDALAB_USAGE_ERROR("%s must be positive, got %lld", a, v);
-            (strcmp(a, "--print") == 0 ? print_rows : skip_every) = v;
+        if (strcmp(a, "--print") == 0) {
+            print_rows = positive_option(argc, argv, &i);
+#ifdef CUDALAB_FAULTS
+        } else if (strcmp(a, "--skip-every") == 0) {
+            skip_every = positive_option(argc, argv, &i);
         } else if (strcmp(a, "--oob") == 0) {
             oob = true;
+#endif
         } else {
             cudalab_take_positional(a, pos, &npos, 2, kUsage);
         }
@@ -57,7 +75,9 @@ int main(int argc, char **argv) {
     if (n > INT_MAX) CUDALAB_USAGE_ERROR("N must be at most %d (the values 1..N are int), got %lld", INT_MAX, n);
     if (threads <= 0) CUDALAB_USAGE_ERROR("THREADS must be a positive number of threads per block, got %lld", threads);
     if (threads > INT_MAX) CUDALAB_USAGE_ERROR("THREADS must be at most %d, got %lld", INT_MAX, threads);
+#ifdef CUDALAB_FAULTS
     if (skip_every > INT_MAX) CUDALAB_USAGE_ERROR("--skip-every must be at most %d", INT_MAX);
+#endif
 
     cudalab_check_launch_shape(0, threads);  // the grid is cdiv(N, THREADS), sized by the program
 
@@ -71,7 +91,11 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
     CUDA_CHECK(cudaEventRecord(start));
+#ifdef CUDALAB_FAULTS
     CUDA_CHECK((cudaError_t)square_int32_test_dev(a, n, (int)threads, (int)skip_every, oob ? 1 : 0, nullptr));
+#else
+    CUDA_CHECK((cudaError_t)square_int32_dev(a, n, (int)threads, nullptr));
+#endif
     CUDA_CHECK(cudaEventRecord(stop));
     // The host may not read managed memory the kernel is still writing: wait for it.
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -97,7 +121,11 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaEventDestroy(stop));
     CUDA_CHECK(cudaFree(a));
 
+#ifdef CUDALAB_FAULTS
     const char *test_only = oob ? " test_only=oob" : (skip_every ? " test_only=skip_every" : "");
+#else
+    const char *test_only = "";
+#endif
     printf("result program=square variant=managed_int32 n=%lld threads=%lld blocks=%lld kernel_ms=%.4f mismatches=%lld%s "
            "check=%s\n",
            n, threads, cdiv(n, threads), kernel_ms, mismatches, test_only, mismatches == 0 ? "pass" : "fail");

@@ -24,8 +24,9 @@ const int kNumVariants = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
 __device__ __host__ inline int wrap_square(int v) { return (int)((unsigned)v * (unsigned)v); }
 
 // The course's kernel: one thread per element and a bounds guard for the last, partial block.
-// skip_every > 0 is test-only (build/bin/square --skip-every K): every K-th element is left alone
-// so that the executable's host check has something to catch.
+// skip_every works in the tests' fault build only (-DCUDALAB_FAULTS, `make FAULTS=1 build/faults/bin/square`:
+// --skip-every K leaves every K-th element alone so that the executable's host check has something to
+// catch). Everywhere else CUDALAB_FAULT(skip_every) is 0 (cuda/common/faults.cuh): the check compiles away.
 __global__ void square_int32_kernel(int *a, long long n, int skip_every) {
 // EXERCISE square: begin i = this thread's global index (block index times block size plus the thread index,
 // EXERCISE square: todo as long long); then return when i is past the end of the array (the last block is partial).
@@ -33,7 +34,7 @@ __global__ void square_int32_kernel(int *a, long long n, int skip_every) {
     if (i >= n) return;
 // EXERCISE square: stub long long i = 0;
 // EXERCISE square: end
-    if (skip_every > 0 && i % skip_every == skip_every - 1) return;
+    if (CUDALAB_FAULT(skip_every) > 0 && i % skip_every == skip_every - 1) return;
 // EXERCISE square: begin square a[i] in place with wrap_square (it wraps modulo 2^32 like numpy's int32).
     a[i] = wrap_square(a[i]);
 // EXERCISE square: end
@@ -140,12 +141,14 @@ extern "C" cudalab_status square_int32_dev(int *d_a, long long n, int threads, v
     return launch_int32(d_a, n, threads, 0, (cudaStream_t)stream);
 }
 
-// Test-only (not in square.h, so not part of the Python API): build/bin/square's --skip-every
-// leaves elements unsquared, and --oob runs the guard one element past the end of the array,
-// a planted out-of-bounds access for compute-sanitizer to find.
+#ifdef CUDALAB_FAULTS
+// The fault build's only (not in square.h, so not part of the Python API): build/faults/bin/square's
+// --skip-every leaves elements unsquared, and --oob runs the guard one element past the end of the
+// array, a planted out-of-bounds access for compute-sanitizer to find.
 extern "C" int square_int32_test_dev(int *d_a, long long n, int threads, int skip_every, int oob, void *stream) {
     return launch_int32(d_a, oob ? n + 1 : n, threads, skip_every, (cudaStream_t)stream);
 }
+#endif
 
 extern "C" cudalab_status square_int32(int *a, long long n, int threads) {
     if (n < 0 || (n > 0 && a == nullptr)) return (int)cudaErrorInvalidValue;

@@ -138,6 +138,10 @@ def not_built_message(paths, progs, why: str | None = None) -> str:
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     progs = [progs] if isinstance(progs, str) else list(dict.fromkeys(progs))
     verb = "is" if len(paths) == 1 else "are"
+    faults = [Path(p) for p in paths if Path(p).parent.parent.name == "faults"]
+    if faults:  # the fault build (build/faults/, tests only) is made by make alone, target by target
+        targets = " ".join("build/faults/" + "/".join(p.parts[-2:]) for p in faults)
+        return f"{', '.join(map(str, paths))} {verb} {why or 'missing'}: run `make FAULTS=1 {targets}`"
     return (f"{', '.join(map(str, paths))} {verb} {why or 'missing'}: run `invoke build --programs {','.join(progs)}` "
             "(or `invoke build` for every program)")
 

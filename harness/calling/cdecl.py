@@ -29,24 +29,27 @@ import cffi
 from harness.base.errors import CudalabError
 
 
-def header_to_cdef(text: str) -> str:
+def header_to_cdef(text: str, faults: bool = False) -> str:
     """Turn a plain C header into something cffi's cdef accepts: drop preprocessor lines and the
-    `extern "C" {` ... `}` wrapper that sits inside `#ifdef __cplusplus` blocks."""
-    out, skip_depth, depth = [], None, 0
+    `extern "C" {` ... `}` wrapper that sits inside `#ifdef __cplusplus` blocks. What a header declares
+    inside `#ifdef CUDALAB_FAULTS` exists only in the tests' fault build (cuda/common/faults.cuh): it is
+    kept with faults=True (and that block's #else part dropped), else left out like the wrapper."""
+    out: list[str] = []
+    blocks: list[list] = []  # per open conditional: [kind ("cpp", "faults" or None), in its #else part]
     for line in text.splitlines():
         s = line.strip()
         if s.startswith("#"):
             d = s[1:].strip()
             if d.startswith(("if", "ifdef", "ifndef")):
-                depth += 1
-                if skip_depth is None and re.match(r"ifdef\s+__cplusplus|if\s+defined\(__cplusplus\)", d):
-                    skip_depth = depth
-            elif d.startswith("endif"):
-                if skip_depth == depth:
-                    skip_depth = None
-                depth -= 1
+                kind = ("cpp" if re.match(r"ifdef\s+__cplusplus|if\s+defined\(__cplusplus\)", d) else
+                        "faults" if re.match(r"ifdef\s+CUDALAB_FAULTS\b|if\s+defined\(CUDALAB_FAULTS\)", d) else None)
+                blocks.append([kind, False])
+            elif d.startswith(("else", "elif")) and blocks:
+                blocks[-1][1] = True
+            elif d.startswith("endif") and blocks:
+                blocks.pop()
             continue
-        if skip_depth is not None:
+        if any(kind == "cpp" or (kind == "faults" and in_else == faults) for kind, in_else in blocks):
             continue
         out.append(line)
     return "\n".join(out)

@@ -286,15 +286,17 @@ class Library(EntryPoints):
 
 
 @functools.cache
-def load(prog: str) -> Library:
+def load(prog: str, faults: bool = False) -> Library:
     """Load lib<prog>.so once per process. A missing or stale library raises NotBuilt (which names
-    the `invoke build --programs` command); an unknown program ValueError."""
+    the `invoke build --programs` command); an unknown program ValueError. faults=True loads the fault
+    build's twin, build/faults/lib/lib<prog>.so (`make FAULTS=1 ...`, for tests only), whose cdef also
+    holds what the header declares under `#ifdef CUDALAB_FAULTS` (which the product lacks)."""
     header = _build.CUDA_DIR / prog / f"{prog}.h"
     if not header.exists():
         raise ValueError(f"no program {prog!r}: {header} does not exist")
     # Checked against the build's record before dlopen: a truncated library would kill Python (SIGBUS).
-    path = _build.require(prog, "lib")
-    return Library(prog, path, header_to_cdef(header.read_text()))
+    path = _build.require(prog, "lib", faults=True) if faults else _build.require(prog, "lib")
+    return Library(prog, path, header_to_cdef(header.read_text(), faults=faults))
 
 
 @functools.cache

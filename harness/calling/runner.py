@@ -27,10 +27,11 @@ class Result:
         return self.returncode == 0
 
 
-def executable(prog: str) -> Path:
+def executable(prog: str, faults: bool = False) -> Path:
     """build/bin/<prog>, once it is checked to be the file its build wrote (NotBuilt naming the
-    command that builds it when it is missing, truncated or changed since)."""
-    return _build.require(prog, "exe")
+    command that builds it when it is missing, truncated or changed since). faults=True: the fault
+    build's twin, build/faults/bin/<prog> (`make FAULTS=1 ...`, for tests only)."""
+    return _build.require(prog, "exe", faults=True) if faults else _build.require(prog, "exe")
 
 
 def tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
@@ -38,12 +39,14 @@ def tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
 
 
 def run(prog: str, *args, timeout: float = DEFAULT_TIMEOUT, check: bool = True, prefix: list[str] | None = None,
-        env: dict | None = None) -> Result:
+        env: dict | None = None, faults: bool = False) -> Result:
     """Run `build/bin/<prog> args...`. With check=True a non-zero status raises ProgramError with
-    the tail of stderr; a timeout always raises. `prefix` wraps the command (a profiler, say)."""
+    the tail of stderr; a timeout always raises. `prefix` wraps the command (a profiler, say).
+    faults=True runs the fault build's twin instead (see executable)."""
     import time
 
-    argv = list(prefix or []) + [str(executable(prog))] + [str(a) for a in args]
+    exe = executable(prog, faults=True) if faults else executable(prog)
+    argv = list(prefix or []) + [str(exe)] + [str(a) for a in args]
     t0 = time.perf_counter()
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,

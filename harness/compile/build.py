@@ -28,12 +28,23 @@ def programs(root: Path | None = None) -> list[str]:
     return sorted(d.name for d in cuda.iterdir() if d.is_dir() and (d / f"{d.name}.cu").exists())
 
 
-def lib_path(prog: str) -> Path:
-    return BUILD / "lib" / f"lib{prog}.so"
+# The fault build (`make FAULTS=1 ...`): the product compiled with -DCUDALAB_FAULTS, which adds the
+# deliberately wrong answers tests use to show a checker rejects one. It has outputs of its own under
+# build/faults/ (the same layout as build/), is never part of `invoke build`, and only tests ask for it.
+FAULTS_BUILD = BUILD / "faults"
 
 
-def bin_path(prog: str) -> Path:
-    return BUILD / "bin" / prog
+def lib_path(prog: str, faults: bool = False) -> Path:
+    return (FAULTS_BUILD if faults else BUILD) / "lib" / f"lib{prog}.so"
+
+
+def bin_path(prog: str, faults: bool = False) -> Path:
+    return (FAULTS_BUILD if faults else BUILD) / "bin" / prog
+
+
+def is_fault_target(target: str) -> bool:
+    """Whether a make target (a path relative to the root) is an output of the fault build."""
+    return target.startswith("build/faults/")
 
 
 # --- what the build wrote: each library and executable against its record -------------------------
@@ -120,11 +131,14 @@ def verified(output: Path, prog: str) -> Path:
     return Path(output)
 
 
-def require(prog: str, kind: str = "lib") -> Path:
+def require(prog: str, kind: str = "lib", faults: bool = False) -> Path:
     """The one check that a program is built: build/lib/lib<prog>.so (kind "lib") or build/bin/<prog>
-    ("exe"), verified against the build's record (size and SHA-256), else NotBuilt."""
+    ("exe"), verified against the build's record (size and SHA-256), else NotBuilt. faults=True: the
+    same file of the fault build, build/faults/lib/lib<prog>.so or build/faults/bin/<prog>."""
     if kind not in ("lib", "exe"):
         raise ValueError(f"kind must be 'lib' or 'exe', not {kind!r}")
+    if faults:
+        return verified(lib_path(prog, True) if kind == "lib" else bin_path(prog, True), prog)
     return verified(lib_path(prog) if kind == "lib" else bin_path(prog), prog)
 
 
@@ -134,7 +148,7 @@ def invalidate_stale(targets_: list[str], root: Path | None = None) -> list[str]
     root = root or ROOT
     removed = []
     for t in targets_:
-        if not t.startswith(("build/lib/", "build/bin/")):
+        if not t.startswith(("build/lib/", "build/bin/", "build/faults/lib/", "build/faults/bin/")):
             continue
         path = root / t
         if path.exists() and stale_reason(path, root) is not None:
@@ -320,6 +334,13 @@ def make_command(targets_: list[str] | None = None, jobs: int | None = None, arc
         raise BuildError(f"EXTRA_NVCCFLAGS={extra!r}: only nvcc flags, without the shell's special characters")
     cmd = ["make", "-C", str(root or ROOT), f"-j{jobs or os.cpu_count() or 2}", "--no-print-directory",
            f"NVCC={nvcc.path}"]
+    # The target names the build: outputs under build/faults/ are made by the fault build (FAULTS=1),
+    # which has rules for nothing else, so one make builds one or the other.
+    faults = [is_fault_target(t) for t in targets_ or []]
+    if any(faults) and not all(faults):
+        raise BuildError("the fault build's outputs (build/faults/...) and the product's are built by separate makes")
+    if faults and all(faults):
+        cmd.append("FAULTS=1")
     home = toolchain.cuda_home()
     if home:
         cmd.append(f"CUDA_HOME={home}")

@@ -36,6 +36,7 @@ class Case:
     program: str
     label: str
     argv: tuple[str, ...]
+    faults: bool = False  # run the fault build's executable (build/faults/bin/<program>): tests only
 
 
 @dataclass
@@ -119,7 +120,8 @@ def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
 def run_case(case: Case, tool: str, sanitizer: str | None = None, timeout: float = DEFAULT_TIMEOUT,
              logdir: Path | None = None, run: Runner = _run) -> Outcome:
     sanitizer = sanitizer or find_sanitizer()
-    exe = _build.require(case.program, "exe")  # the build's own file, checked against its record (else NotBuilt)
+    # The build's own file, checked against its record (else NotBuilt).
+    exe = _build.require(case.program, "exe", faults=True) if case.faults else _build.require(case.program, "exe")
     cmd = command(tool, exe, list(case.argv), sanitizer)
     logdir = logdir or SANITIZE_DIR / case.program
     logdir.mkdir(parents=True, exist_ok=True)

@@ -215,7 +215,7 @@ def profile_runs(prog: str, variant: str | None = None, args: list[str] | None =
 
 def sanitize_cases(prog: str, mod=None, args: list[str] | None = None) -> list[tuple[str, tuple[str, ...]]]:
     """(label, argv) for each small run compute-sanitizer checks; `args` replaces them with one run
-    of those arguments (how a test plants a bug: `square --oob`)."""
+    of those arguments (`invoke sanitize -p square -- 1000 64`)."""
     if args:
         return [(_label([str(a) for a in args], 0), tuple(str(a) for a in args))]
     fn = hook(prog, "sanitize_args", mod)

@@ -18,9 +18,9 @@ Q, K, V and the output are B x H x S x D, C-contiguous. Variants (the C library'
                        warpgroups taking turns at the tensor cores (ping-pong), the softmax of one
                        key tile overlapping the P·V of the one before. Elsewhere
                        `unsupported_reason` says why, and nothing is launched.
-"naive" and "flash" are accepted for the first two. Test-only, deliberately wrong variants the
-checkers must reject: "flash_skip_last_tile" (02_flash without its last key tile),
-"flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask" (03_flash_bf16 sabotaged).
+"naive" and "flash" are accepted for the first two, and any other name the loaded library knows
+(attention_variant_is_bf16 >= 0): the tests' fault build (cuda/common/faults.cuh) knows deliberately
+wrong variants, which the product library does not.
 The tensor-core variants need scale > 0. Tuning-only: the library's config table (attention_config_name):
 TUNING_VARIANTS, 03_flash_bf16 with its warps per block, query rows per warp, keys per tile and pipeline
 stages fixed; `invoke tune attention` picks one per head size and GPU (runs_as); WGMMA_CONFIGS are
@@ -58,9 +58,7 @@ ALIASES = {"naive": "01_naive", "flash": "02_flash"}
 # tile (k128, k64) and pipeline stages (s2, s3): ATTN_WGMMA_CONFIGS in attention_kernels.cuh.
 # `invoke tune attention` searches both (runs_as below).
 _CHOICE_PREFIX = {"03_flash_bf16": "flash_bf16_", "05_flash_wgmma": "flash_wgmma_"}
-# Deliberately wrong variants the checkers must reject (test-only faults, not in the variant table).
-FAULTS = ("flash_skip_last_tile", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask")
-_BF16 = ("03_flash_bf16", "05_flash_wgmma", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask")
+_BF16 = ("03_flash_bf16", "05_flash_wgmma")  # the table's bf16 variants (every tuning choice is bf16 too)
 
 
 def tuned() -> dict[str, tuple[str, ...]]:
@@ -80,8 +78,6 @@ def __getattr__(name: str):
         return tuned()["03_flash_bf16"]
     if name == "WGMMA_CONFIGS":
         return tuned()["05_flash_wgmma"]
-    if name == "TEST_VARIANTS":
-        return FAULTS + library.read_table(PROGRAM, "config")
     if name == "BF16_VARIANTS":
         return _BF16 + library.read_table(PROGRAM, "config")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -112,11 +108,19 @@ TOLERANCE_BF16 = 1e-2
 TOLERANCES = {"float32": TOLERANCE, "bfloat16": TOLERANCE_BF16}
 
 
+def _known(v: str) -> bool:
+    """Whether the loaded library knows the name (a variant, a tuning choice, or a variant only the
+    fault build has); a string that is no C string is unknown."""
+    return isinstance(v, str) and "\0" not in v and library.load(PROGRAM).attention_variant_is_bf16(v) >= 0
+
+
 def canonical_variant(variant: str, allow_test: bool = True) -> str:
+    """The variant's name in the library's table (an alias resolved); ValueError naming the valid
+    ones otherwise. allow_test=False takes the table's variants only (no tuning choice, nothing else
+    the library knows)."""
     v = ALIASES.get(variant, variant)
     variants = library.read_table(PROGRAM)
-    valid = variants + ((FAULTS + library.read_table(PROGRAM, "config")) if allow_test else ())
-    if v not in valid:
+    if v not in variants and not (allow_test and _known(v)):
         raise ValueError(f"unknown variant {variant!r}; valid variants: {', '.join(variants)} "
                          f"(or {', '.join(ALIASES)})")
     return v
@@ -168,7 +172,12 @@ def _bf16_fallback_reason(q, variant) -> str | None:
 
 def is_bf16(variant: str) -> bool:
     """Whether the variant takes ml_dtypes.bfloat16 arrays (else float32)."""
-    return canonical_variant(variant) in _BF16 + library.read_table(PROGRAM, "config")
+    v = canonical_variant(variant)
+    if v in _BF16 or v in library.read_table(PROGRAM, "config"):
+        return True
+    if v in library.read_table(PROGRAM):
+        return False
+    return library.load(PROGRAM).attention_variant_is_bf16(v) == 1  # a name only the loaded library knows
 
 
 def dtype_of(variant: str):
@@ -180,7 +189,8 @@ def head_sizes(variant: str) -> tuple[int, ...] | None:
     v = canonical_variant(variant)
     if v == "01_naive":
         return None
-    return FLASH_D if v in ("02_flash", "flash_skip_last_tile") else TC_D
+    # 02_flash's kernel (and any other float32 one on the CUDA cores) takes FLASH_D; 04 and bf16 ones TC_D.
+    return TC_D if v == "04_flash_3xtf32" or is_bf16(v) else FLASH_D
 
 
 def check_sizes(B, H, S, D, variant: str | None = None, names: str = "B x H x S x D") -> tuple[int, int, int, int]:

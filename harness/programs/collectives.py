@@ -250,9 +250,9 @@ class Communicator:
     def poison(self) -> None:
         self._call("collectives_poison", self.handle, POISON_BYTE)
 
-    def run(self, variant: str, arrays: list[np.ndarray], stall_rank: int = -1, direction: int = 3,
+    def run(self, variant: str, arrays: list[np.ndarray], direction: int = 3,
             out_count: int | None = None) -> list[np.ndarray]:
-        """Upload, poison the outputs, run, download. `stall_rank` plants a rank that never takes part."""
+        """Upload, poison the outputs, run, download."""
         arrays = check_arrays(arrays)
         if len(arrays) != self.world:
             raise ValueError(f"this communicator has {self.world} ranks, got {len(arrays)} arrays")
@@ -260,17 +260,17 @@ class Communicator:
             raise ValueError(f"{arrays[0].nbytes} bytes per rank exceed the communicator's {self.nbytes}")
         self.upload(arrays)
         self.poison()
-        self.launch(variant, arrays[0].dtype, arrays[0].size, stall_rank, direction)
+        self.launch(variant, arrays[0].dtype, arrays[0].size, direction)
         return self.download(out_count or arrays[0].size, arrays[0].dtype)
 
-    def launch(self, variant: str, dtype, n: int, stall_rank: int = -1, direction: int = 3) -> None:
+    def launch(self, variant: str, dtype, n: int, direction: int = 3) -> None:
         """Run `variant` on the uploaded inputs (n elements of `dtype` per rank), wait for it and raise
         if a rank gave up; the outputs stay on the device (download reads them)."""
         v, dt = variant_index(variant), _dtypes()[np.dtype(dtype)]
         if variant in ("01_p2p_copy", "01_memcpy_peer"):
             self._call("collectives_run_direction", self.handle, v, dt, int(n), direction)
         else:
-            self._call("collectives_run", self.handle, v, dt, int(n), stall_rank)
+            self._call("collectives_run", self.handle, v, dt, int(n))
 
     def enqueue(self, variant: str, dtype, n: int, stream=None) -> None:
         """Enqueue one run on `stream` (a cudart.Stream or cffi pointer; None: the default stream), no wait."""

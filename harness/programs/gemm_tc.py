@@ -54,7 +54,6 @@ k <= 4096 (tests/programs/test_gemm_tc.py shows the checker rejecting exactly th
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import re
@@ -263,17 +262,6 @@ def apply_tuned() -> str:
     from harness.measuring import tune as htune
 
     return htune.apply_tuned(PROGRAM, tuned_choice)
-
-
-@contextlib.contextmanager
-def dropped_k_tiles(t: int = 1):
-    """Test-only: inside the block 02_mma_sync and 03-08 skip their last `t` K tiles."""
-    lib = _lib()
-    lib.gemm_tc_set_fault_drop_k_tiles(int(t))
-    try:
-        yield
-    finally:
-        lib.gemm_tc_set_fault_drop_k_tiles(0)
 
 
 # --- reference and checker -----------------------------------------------------------------------

@@ -164,7 +164,7 @@ def test_attention_tuned_choice_per_head_size(results_dir, monkeypatch):
     assert at.runs_as("03_flash_bf16", 128) == "flash_bf16_w4s2"
     assert at.runs_as("03_flash_bf16", 64) == "flash_bf16_w8s3"
     assert at.runs_as("02_flash", 128) == "02_flash"
-    assert at.runs_as("flash_bf16_no_causal_mask", 128) == "flash_bf16_no_causal_mask"
+    assert at.runs_as("flash_bf16_w4s2", 128) == "flash_bf16_w4s2"
     assert set(at.TUNING_VARIANTS) <= set(at.BF16_VARIANTS)
 
 
@@ -199,13 +199,16 @@ def test_attention_tune_refuses_a_bad_size():
 
 @pytest.mark.gpu
 def test_gpu_attention_tune_small(results_dir, monkeypatch):
-    """A small real search. A deliberately wrong kernel (it skips the last key tile, so it is also
-    the fastest) is put among the choices: the search must list it as wrong and never pick it."""
+    """A small real search. A deliberately wrong kernel (the fault build's: it skips the last key tile,
+    so it is also the fastest) is put among the choices: the search must list it as wrong and never pick it."""
+    from fault_build import use_fault_library
     from harness.programs import attention as at
 
+    use_fault_library(monkeypatch, "attention")
     monkeypatch.setattr(at, "_tuned", {})
     choices = at.TUNING_VARIANTS + ("flash_bf16_skip_last_tile",)
-    monkeypatch.setitem(at.TUNED, "03_flash_bf16", choices)
+    tuned = at.tuned
+    monkeypatch.setattr(at, "tuned", lambda: {**tuned(), "03_flash_bf16": choices})  # tune() searches tuned()'s choices
     searched = {v: cs for v, cs in at.TUNED.items() if at.unsupported_reason(v) is None}
     if not searched:  # sm_75: every tuned kernel is refused, and the search says why before timing anything
         with pytest.raises(ValueError, match="nothing to tune here: 03_flash_bf16 needs sm_80") as ei:
@@ -214,6 +217,7 @@ def test_gpu_attention_tune_small(results_dir, monkeypatch):
     df, path = at.tune(size=200, save=True, options=timing.SMOKE)
     assert len(df) == len(at.TC_D) * sum(len(cs) for cs in searched.values())
     bad = df[df["config"] == "flash_bf16_skip_last_tile"]
+    assert len(bad) == len(at.TC_D), "the wrong kernel was not among the choices searched"
     assert bad["status"].str.startswith("wrong answer").all() and not bad["winner"].any()
     ok = df[df["config"] != "flash_bf16_skip_last_tile"]
     assert (ok["status"] == "ok").all(), ok[ok["status"] != "ok"][["D", "config", "status"]]

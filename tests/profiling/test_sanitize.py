@@ -1,6 +1,6 @@
 """harness.profiling.sanitize: compute-sanitizer's reports (recorded on an H200, tests/fixtures/sanitizer_*),
 the runs each program gets, and the program x tool summary. On a GPU: every program comes out
-clean under all four tools, and the planted out-of-bounds access (`square --oob`) is caught."""
+clean under all four tools, and the planted out-of-bounds access (the fault build's `square --oob`) is caught."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import fault_build
 from harness import programs
 from harness.base.errors import NotBuilt
 from harness.compile import build
@@ -166,10 +167,13 @@ def test_invoke_sanitize_is_clean_for_every_program():
 
 
 @pytest.mark.gpu
-def test_invoke_sanitize_catches_the_planted_out_of_bounds_write():
-    r = _inv("sanitize", "-p", "square", "--tool", "memcheck", "--", "--oob", "1000")
-    assert r.returncode == 1, r.stdout + r.stderr
-    assert "error" in r.stdout and "not clean" in r.stderr
+def test_sanitize_catches_the_planted_out_of_bounds_write(tmp_path):
+    """The fault build's `square --oob` writes one element past its array: memcheck must report it, and
+    `invoke sanitize` must call the same run of the product, which has no such flag, clean."""
+    fault_build.build_twin("square", "exe")
+    bad = hs.run_case(hs.Case("square", "--oob 1000", ("--oob", "1000"), faults=True), "memcheck", logdir=tmp_path)
+    assert bad.status == "errors" and bad.errors > 0, (bad.status, bad.detail, bad.log.read_text())
+    assert str(build.bin_path("square", True)) in bad.argv
     r = _inv("sanitize", "-p", "square", "--tool", "memcheck", "--", "1000")  # the same run without the flag
     assert r.returncode == 0, r.stdout + r.stderr
 

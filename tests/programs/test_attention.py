@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import built_names, ensure_built, poison
+from fault_build import use_fault_library
 from harness.base.errors import CudaError
 from harness.calling import cudart, runner
 from harness.compile import build
@@ -248,7 +249,7 @@ def test_bf16_validation():
         att.attention(x, x, x, out=np.zeros((1, 1, 4, 64), np.float32))
     assert att.validate(x, x, x)[3] == att.default_bf16_variant()  # the default follows the dtype (and GPU)
     assert att.default_bf16_variant() in ("03_flash_bf16", "05_flash_wgmma")
-    assert att.is_bf16("flash_bf16_no_causal_mask") and not att.is_bf16("04_flash_3xtf32")
+    assert att.is_bf16("03_flash_bf16") and att.is_bf16("flash_bf16_w4s2") and not att.is_bf16("04_flash_3xtf32")
 
 
 class _ReachedTheFallback(Exception):
@@ -481,7 +482,8 @@ def test_other_scale_and_naive_odd_d(variant, rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("S, causal", [(100, False), (4097, False), (200, True)])
-def test_checker_catches_flash_that_skips_last_tile(S, causal):
+def test_checker_catches_flash_that_skips_last_tile(S, causal, monkeypatch):
+    use_fault_library(monkeypatch, "attention")  # the fault build: flash_skip_last_tile exists only there
     q, k, v = _inputs(np.random.default_rng(3), (1, 2, S, 64))
     ref = att.reference(q, k, v, causal)
     good = att.attention(q, k, v, causal, variant="02_flash")
@@ -496,7 +498,8 @@ def test_checker_catches_flash_that_skips_last_tile(S, causal):
                                             ("flash_bf16_skip_last_tile", 1000, True),
                                             ("flash_bf16_no_causal_mask", 200, True),
                                             ("flash_bf16_no_causal_mask", 1000, True)])
-def test_bf16_checker_catches_sabotaged_kernels(bad, S, causal, D):
+def test_bf16_checker_catches_sabotaged_kernels(bad, S, causal, D, monkeypatch):
+    use_fault_library(monkeypatch, "attention")  # the fault build: the sabotaged variants exist only there
     _skip_unless_runs(bad)
     q, k, v = _inputs(np.random.default_rng(5), (1, 3, S, D), bf16)
     ref = att.reference(q, k, v, causal)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import pythonpath
+from fault_build import stalled_rank, use_fault_library
 from harness import programs
 from harness.base.errors import CudaError, ToolMissing
 from harness.calling import launch
@@ -425,12 +426,13 @@ def test_the_poison_never_lands_after_the_collective_while_the_default_stream_is
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", LAB_ALLREDUCE)
-def test_a_rank_that_never_arrives_times_out_with_rank_and_step(variant):
+def test_a_rank_that_never_arrives_times_out_with_rank_and_step(variant, monkeypatch):
+    lib = use_fault_library(monkeypatch, "collectives")  # a stalled rank exists only in the fault build
     arrays = [np.ones(1000, np.float32)] * 2
     with co.Communicator(2, 4000, virtual=True, timeout_ms=200) as c:
         t0 = time.monotonic()
-        with pytest.raises(CudaError, match="rank 1 gave up waiting at .* step") as ei:
-            c.run(variant, arrays, stall_rank=0)
+        with pytest.raises(CudaError, match="rank 1 gave up waiting at .* step") as ei, stalled_rank(lib, 0):
+            c.run(variant, arrays)
         assert ei.value.code == co.TIMEOUT and time.monotonic() - t0 < 5
         fail = c.last_failure()
         assert fail["rank"] == 1

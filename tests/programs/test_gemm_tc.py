@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import built_names, ensure_built, write_json
+from fault_build import dropped_k_tiles, use_fault_library
 from harness.base.errors import CudalabError, NotBuilt
 from harness.calling import library, runner
 from harness.measuring import tune
@@ -203,12 +204,13 @@ def test_matmul_takes_k_by_n(rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["02_mma_sync", "03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster",
                                      "07_wgmma_pingpong", "08_wgmma_tma_store"])
-def test_checker_rejects_kernel_that_drops_last_k_tile(variant, rng):
+def test_checker_rejects_kernel_that_drops_last_k_tile(variant, rng, monkeypatch):
     skip_unless_runnable(variant)
+    lib = use_fault_library(monkeypatch, "gemm_tc")  # gt runs the fault build for the rest of the test
     a, b = bf16(rng, 256, 256), bf16(rng, 256, 256)
     ref = gt.reference(a, b)
     assert gt.check(gt.gemm(a, b, variant), ref, 256)[0]
-    with gt.dropped_k_tiles(1):
+    with dropped_k_tiles(lib, 1):
         ok, e = gt.check(gt.gemm(a, b, variant), ref, 256)
     assert not ok and e > 0.1, e
     assert gt.check(gt.gemm(a, b, variant), ref, 256)[0]  # the fault is off again
@@ -591,11 +593,12 @@ def test_every_config_matches_reference(config):
 
 
 @pytest.mark.gpu
-def test_checker_rejects_a_config_that_drops_last_k_tile():
+def test_checker_rejects_a_config_that_drops_last_k_tile(monkeypatch):
     """The tuner's check would catch a configuration that forgets part of the reduction."""
     skip_unless_runnable("03_wgmma")
+    lib = use_fault_library(monkeypatch, "gemm_tc")
     cfg = "05_wgmma_cluster-128x256x64-s3-gn16"
-    with gt.dropped_k_tiles(1):
+    with dropped_k_tiles(lib, 1):
         assert gt._tune_check(cfg).startswith("wrong answer")
     assert gt._tune_check(cfg) is None
 

@@ -9,6 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
+import fault_build
 from conftest import built_names, ensure_built, poison
 from harness.base.errors import CudaError, ProgramError
 from harness.calling import cudart, library, runner
@@ -24,6 +25,13 @@ RTOL = 1e-5  # float32 elementwise (ARCHITECTURE.md, Tests); x*x is one correctl
 def built():
     """Build libsquare.so, build/bin/square and build/bin/square_cpu (incremental; nvcc only, no GPU)."""
     ensure_built("square")
+    return True
+
+
+@pytest.fixture(scope="module")
+def built_faults():
+    """Build the fault build's build/faults/bin/square (its --skip-every and --oob; nvcc only, no GPU)."""
+    fault_build.build_twin("square", "exe")
     return True
 
 
@@ -307,23 +315,23 @@ def test_executable_rejects_too_many_threads(built):
 
 
 @pytest.mark.gpu
-def test_executable_check_can_fail(built):
-    """--skip-every (test-only) leaves every 7th element alone: the host check must catch it."""
+def test_executable_check_can_fail(built_faults):
+    """--skip-every (the fault build's) leaves every 7th element alone: the host check must catch it."""
     with pytest.raises(ProgramError) as e:
-        runner.run("square", 1000, 256, "--skip-every", 7)
+        runner.run("square", 1000, 256, "--skip-every", 7, faults=True)
     assert e.value.returncode == 1
     assert "check=fail" in e.value.stdout and "mismatches=142" in e.value.stdout
     assert "check failed" in e.value.stderr_tail
 
 
 @pytest.mark.gpu
-def test_planted_oob_is_found_by_compute_sanitizer(built):
-    """--oob (test-only) writes one element past the managed allocation; memcheck must say so,
+def test_planted_oob_is_found_by_compute_sanitizer(built_faults):
+    """--oob (the fault build's) writes one element past the managed allocation; memcheck must say so,
     and must stay quiet on a normal run. Runs in subprocesses, like any deliberate memory error."""
     tool = toolchain.find("compute-sanitizer")
     if not tool.found:
         pytest.skip("compute-sanitizer not found")
-    exe = str(runner.executable("square"))
+    exe = str(runner.executable("square", faults=True))
     clean = subprocess.run([tool.path, "--tool", "memcheck", "--error-exitcode", "3", exe, "1000", "256"],
                            capture_output=True, text=True, timeout=300)
     assert clean.returncode == 0, clean.stdout + clean.stderr

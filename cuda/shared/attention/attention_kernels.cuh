@@ -14,9 +14,11 @@
 //   04_flash_3xtf32  float32 on the tensor cores with 3xTF32 error compensation (flash_3xtf32.cuh).
 //   05_flash_wgmma  sm_90a: FlashAttention-3's design, bf16: TMA, wgmma, warp specialisation,
 //             ping-pong and intra-warpgroup pipelining (flash_wgmma.cuh).
-// Test-only variants, wrong answers that the checkers must reject: "flash_skip_last_tile" runs
-// 02_flash without its last key tile; "flash_bf16_skip_last_tile" and "flash_bf16_no_causal_mask"
-// sabotage 03_flash_bf16 the same way and by leaving the diagonal tiles unmasked.
+// The fault build alone (-DCUDALAB_FAULTS, cuda/common/faults.cuh; only the tests build it) knows three
+// more variants, wrong answers that the checkers must reject: "flash_skip_last_tile" runs 02_flash
+// without its last key tile; "flash_bf16_skip_last_tile" and "flash_bf16_no_causal_mask" sabotage
+// 03_flash_bf16 the same way and by leaving the diagonal tiles unmasked. In the product their names
+// are unknown variants and the kernels' fault paths are compiled out (CUDALAB_FAULT is 0).
 #pragma once
 
 #include <cmath>
@@ -26,6 +28,7 @@
 #include "attention_limits.h"
 #include "check.cuh"
 #include "cudalab.h"
+#include "faults.cuh"
 #include "matmul/matmul_kernels.cuh"
 #include "flash_bf16.cuh"
 #include "flash_3xtf32.cuh"
@@ -52,7 +55,7 @@ enum attn_variant_id_t {
     ATTN_FLASH_BF16_W4M2S2 = 86,     // ... with 32 query rows a warp (two m16 tiles), FlashAttention-2's split
     ATTN_FLASH_BF16_W4M2K32S2 = 87,  // ... and 32-key tiles (room in the registers for 32 rows of O at D=128)
     ATTN_FLASH_BF16_W4M2K32S3 = 88,
-    ATTN_FLASH_BF16_NO_CAUSAL_MASK = 97,
+    ATTN_FLASH_BF16_NO_CAUSAL_MASK = 97,  // the fault build's (attn_variant_id names them only there)
     ATTN_FLASH_BF16_SKIP_LAST_TILE = 98,
     ATTN_FLASH_SKIP_LAST_TILE = 99
 };
@@ -81,9 +84,11 @@ static inline int attn_variant_id(const char *variant) {
     if (strcmp(variant, "02_flash") == 0) return ATTN_02_FLASH;
     if (strcmp(variant, "03_flash_bf16") == 0) return ATTN_03_FLASH_BF16;
     if (strcmp(variant, "04_flash_3xtf32") == 0) return ATTN_04_FLASH_3XTF32;
+#ifdef CUDALAB_FAULTS
     if (strcmp(variant, "flash_skip_last_tile") == 0) return ATTN_FLASH_SKIP_LAST_TILE;
     if (strcmp(variant, "flash_bf16_skip_last_tile") == 0) return ATTN_FLASH_BF16_SKIP_LAST_TILE;
     if (strcmp(variant, "flash_bf16_no_causal_mask") == 0) return ATTN_FLASH_BF16_NO_CAUSAL_MASK;
+#endif
     if (strcmp(variant, "flash_bf16_w8s2") == 0) return ATTN_FLASH_BF16_W8S2;
     if (strcmp(variant, "flash_bf16_w8s3") == 0) return ATTN_FLASH_BF16_W8S3;
     if (strcmp(variant, "flash_bf16_w4s2") == 0) return ATTN_FLASH_BF16_W4S2;
@@ -261,7 +266,7 @@ __global__ void __launch_bounds__(FA_NT)
 
     // Keys past the block's last row can't be seen by any of its rows under the causal mask.
     const int kv_end = causal ? min(S, q0 + FA_BR) : S;
-    const int n_tiles = (int)cdiv(kv_end, FA_BC) - skip_last;
+    const int n_tiles = (int)cdiv(kv_end, FA_BC) - CUDALAB_FAULT(skip_last);
 
     for (int t = 0; t < n_tiles; ++t) {
         const int k0 = t * FA_BC;

@@ -25,6 +25,7 @@
 #include "check.cuh"
 #include "arch.cuh"
 #include "cudalab.h"
+#include "faults.cuh"
 #include "tc_ptx.cuh"
 
 #define FB_WARPS 8             // the 3xTF32 kernel's block: 8 warps, 128 query rows
@@ -122,7 +123,7 @@ __device__ __forceinline__ void flash_softmax_tile(float (&s)[NJ][4], float (&m)
         mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
         mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
         // A row that has seen only masked keys keeps m = -inf; 0 as the offset then makes
-        // exp2(-inf - offset) = 0 instead of NaN (only the test-only sabotage can get here).
+        // exp2(-inf - offset) = 0 instead of NaN (only the fault build's sabotage can get here).
         const float mo = mt == -INFINITY ? 0.0f : mt * scale_log2e;
         alpha[h] = tc::exp2_approx(m[h] * scale_log2e - mo);  // 0 on the first tile
         m[h] = mt;
@@ -185,7 +186,8 @@ __device__ __forceinline__ void flash_store_o(T *__restrict__ O, const float (&o
 }
 #endif  // CUDALAB_SM80_CODE
 
-// flags: test-only sabotage, so the tests can show the checker rejects a wrong kernel.
+// flags: the fault build's sabotage (faults.cuh; compiled out of the product), so the tests can show
+// the checker rejects a wrong kernel.
 #define FB_FLAG_SKIP_LAST_TILE 1  // leave out the last key tile
 #define FB_FLAG_NO_CAUSAL_MASK 2  // causal tile range, but no mask inside the diagonal tiles
 
@@ -213,7 +215,7 @@ __global__ void __launch_bounds__(NW * 32, FlashBf16Cfg<D, NW, STAGES, MT, BC>::
 
     // Key tiles this block visits: under the causal mask none past its last row.
     const int kv_end = causal ? min(S, q0 + C::BR) : S;
-    const int n_tiles = (int)cdiv(kv_end, BC) - ((flags & FB_FLAG_SKIP_LAST_TILE) ? 1 : 0);
+    const int n_tiles = (int)cdiv(kv_end, BC) - CUDALAB_FAULT((flags & FB_FLAG_SKIP_LAST_TILE) ? 1 : 0);
 
     // Prologue: Q, then the first STAGES-1 K/V tiles, one commit group each (empty groups past the
     // end keep the group count uniform for the waits below).
@@ -305,7 +307,7 @@ __global__ void __launch_bounds__(NW * 32, FlashBf16Cfg<D, NW, STAGES, MT, BC>::
             }
         }
 
-        const bool mask_causal = causal && !(flags & FB_FLAG_NO_CAUSAL_MASK);
+        const bool mask_causal = causal && !CUDALAB_FAULT(flags & FB_FLAG_NO_CAUSAL_MASK);
         // P as bf16 A fragments, one per k16 step over the keys: the C fragments of n8 tiles 2kk
         // and 2kk+1 (rows g and g+8, keys 2t, 2t+1 and 8+2t, 8+2t+1) are a0..a3 as they stand.
         uint32_t pf[MT][BC / 16][4];

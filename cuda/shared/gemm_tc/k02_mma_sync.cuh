@@ -11,6 +11,7 @@
 
 #include "arch.cuh"
 #include "check.cuh"
+#include "faults.cuh"
 #include "tc_ptx.cuh"
 
 namespace gemm_tc {
@@ -60,8 +61,8 @@ __device__ __forceinline__ void load_tile_x64(unsigned char *smem_tile, const ui
 }
 #endif
 
-// drop_last_k_tiles: a test-only fault (0 in every real call): skip the last K tiles, so the tests
-// can show that the checker rejects a kernel that forgets part of the reduction.
+// drop_last_k_tiles: the fault build's (faults.cuh; the product compiles it to 0): skip the last K
+// tiles, so the tests can show that the checker rejects a kernel that forgets part of the reduction.
 template <bool kAligned>
 __global__ void __launch_bounds__(S_THREADS) k02_mma_sync(int M, int N, int K, const uint16_t *__restrict__ A,
                                                           const uint16_t *__restrict__ B, float *__restrict__ C,
@@ -81,7 +82,7 @@ __global__ void __launch_bounds__(S_THREADS) k02_mma_sync(int M, int N, int K, c
 
     auto tileA = [&](int s) { return smem + s * (S_TILE_A + S_TILE_B); };
     auto tileB = [&](int s) { return smem + s * (S_TILE_A + S_TILE_B) + S_TILE_A; };
-    const int KT = (int)cdiv(K, S_BK) - drop_last_k_tiles;
+    const int KT = (int)cdiv(K, S_BK) - CUDALAB_FAULT(drop_last_k_tiles);
 
     float acc[S_MI][S_NI][4];
 #pragma unroll
