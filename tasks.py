@@ -243,14 +243,49 @@ def _print_table(df, title: str | None = None) -> None:
     console.print_table(df, title)
 
 
+class _LineProgress:
+    """rich's Progress calls, for a stderr that cannot redraw (a log, a notebook cell, CI): a line for each
+    named step as it ends ("build [3/46] NVCC cuda/square/square.cu"), and one each tenth of the way for
+    counts without names, so long work shows it is moving instead of keeping quiet until the end."""
+
+    def __init__(self, label: str):
+        self.label, self.total, self.done, self.tenth = label, None, 0, 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def add_task(self, description: str = "", total=None) -> int:
+        self.total = total
+        return 0
+
+    def update(self, task: int, total=None, advance: float = 0, completed=None, description: str | None = None):
+        if total is not None:
+            self.total = total
+        self.done = (completed if completed is not None else self.done) + advance
+        of = f"{self.done:g}/{self.total:g}" if self.total else f"{self.done:g}"
+        if description:
+            print(f"{self.label} [{of}] {description}", file=sys.stderr, flush=True)
+        elif self.total and (advance or completed is not None) and int(10 * self.done / self.total) > self.tenth:
+            self.tenth = int(10 * self.done / self.total)
+            print(f"{self.label} [{of}]", file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        pass
+
+
 def _progress(label: str):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    # On stderr, so that a piped stdout holds only the results; transient where it can redraw.
+    # On stderr, so that a piped stdout holds only the results: a bar where it can redraw, else lines.
     con = Console(stderr=True, highlight=False)
+    if not con.is_terminal:
+        return _LineProgress(label)
     return Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                    console=con, transient=con.is_terminal)
+                    console=con, transient=True)
 
 
 # --- the tasks -------------------------------------------------------------------------------------

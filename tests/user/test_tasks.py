@@ -282,3 +282,22 @@ def test_viz_without_a_gpu_suggests_the_simulator():
     assert r.returncode == 1
     assert r.stderr.strip().splitlines()[-1].endswith("draws it without one: invoke viz gridstride -n 40 --simulate")
     assert "Traceback" not in r.stderr
+
+
+def test_progress_without_a_terminal_is_lines_that_move(capsys):
+    """A notebook cell, a log or CI cannot redraw a bar: each named step is a line as it ends, and a
+    count without names says each tenth, so a long build is not silent until it finishes."""
+    import tasks
+
+    with tasks._progress("build") as bar:  # pytest's captured stderr is no terminal
+        t = bar.add_task("", total=None)
+        bar.update(t, total=3)
+        for what in ("NVCC cuda/a.cu", "LINK build/lib/liba.so", "LINK build/bin/a"):
+            bar.update(t, advance=1, description=what)
+    with tasks._progress("viz") as bar:
+        t = bar.add_task("simulating", total=None)
+        for done in range(1, 101):
+            bar.update(t, completed=done, total=100)
+    err = capsys.readouterr().err.splitlines()
+    assert err[:3] == ["build [1/3] NVCC cuda/a.cu", "build [2/3] LINK build/lib/liba.so", "build [3/3] LINK build/bin/a"]
+    assert err[3:] == [f"viz [{k}/100]" for k in range(10, 101, 10)]
