@@ -49,6 +49,16 @@ def pythonpath(*first, env=None) -> str:
     return os.pathsep.join([str(p) for p in first] + keep)
 
 
+def sigint_as_from_a_terminal() -> None:
+    """preexec_fn for an interrupt test's child: SIGINT back to its default, so that Python raises
+    KeyboardInterrupt on it. A shell that starts pytest in the background (`cmd &`, nohup, some CI
+    runners) ignores SIGINT in everything it starts, and Python keeps an ignored SIGINT ignored: the
+    test would then see its Ctrl-C do nothing and fail for a reason outside the code it checks."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def pids_mentioning(marker: str) -> list[int]:
     """Processes other than this one whose command line mentions `marker` (a test's own folder or tag):
     how the interrupt tests find the children that must not outlive what started them."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import pids_mentioning
+from conftest import pids_mentioning, sigint_as_from_a_terminal
 from harness.calling import inline
 from harness.compile import jit
 
@@ -217,7 +217,8 @@ def _start_slow_compile(tmp_path):
     tmpdir.mkdir()
     env = {**os.environ, "CUDALAB_CACHE": str(cache), "TMPDIR": str(tmpdir)}
     p = subprocess.Popen([sys.executable, "-c", LOADER, SLOW + f"// {tmp_path}\n"], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=sigint_as_from_a_terminal)
     deadline = time.monotonic() + 120
     while not any(b"cicc" in Path(f"/proc/{q}/cmdline").read_bytes() for q in pids_mentioning(str(tmp_path))
                   if Path(f"/proc/{q}/cmdline").exists()):

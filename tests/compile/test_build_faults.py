@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import pythonpath
+from conftest import pythonpath, sigint_as_from_a_terminal
 from harness.base.errors import BuildError, NotBuilt
 from harness.calling import library, runner
 from harness.compile import build, toolchain
@@ -408,7 +408,8 @@ def test_interrupting_a_build_stops_make_and_its_compilers(tmp_path, sig):
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": pythonpath(build.ROOT)}
     # In a session of its own, as a terminal would start it; the signal goes to the Python process only.
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=build.ROOT, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=sigint_as_from_a_terminal)
     try:
         deadline = time.time() + 60
         while time.time() < deadline and not (pids.exists() and len(pids.read_text().split()) >= 2):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import pids_mentioning, pythonpath
+from conftest import pids_mentioning, pythonpath, sigint_as_from_a_terminal
 from harness.base.errors import ToolMissing
 from harness.measuring import timing
 
@@ -251,7 +251,8 @@ def test_ctrl_c_stops_the_session_and_its_children_at_once(tmp_path):
         f"print({timing.PROGRESS!r} + ' 0 a', flush=True)\ntime.sleep(60)\n")
     root = str(Path(__file__).resolve().parents[2])
     script = INTERRUPTED.format(root=root, fake=str(fake), work=str(tmp_path / "s"))
-    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=sigint_as_from_a_terminal)
     assert p.stdout.readline().strip() == "started"
 
     def sleepers():
