@@ -338,8 +338,9 @@ def build(c, jobs="", arch="", programs=""):
             "args": "extra pytest arguments, quoted: --args '-x --durations=20'",
             "jobs": "pytest-xdist workers: `auto` (default: one per CPU core, at most 16; one process where "
                     "pytest-xdist is missing) or a number; 1 runs everything in one process",
-            "gpus": "`all` or GPU numbers 0,1,...: the workers take these GPUs in turn, at least one each "
-                    "(default: the first GPU)"})
+            "gpus": "`all` or GPU numbers 0,1,...: the workers take these GPUs in turn, at least one each, and "
+                    "each sees only its own, so tests that need several GPUs skip (default: every worker sees "
+                    "every GPU and uses the first)"})
 def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
     """Run the tests with pytest, spread over pytest-xdist workers.
 

@@ -81,6 +81,21 @@ def pin_worker(environ=os.environ) -> str | None:
     return gpu
 
 
+def too_few_gpus(k: int, environ=os.environ, visible: list[str] | None = None) -> str | None:
+    """Why a test that needs `k` GPUs in one process cannot run here, or None when it can. In a worker
+    that `invoke test --gpus` pinned to one GPU the others are hidden from it, whatever the machine
+    has: the reason says so and how to run such tests (without --gpus, every worker sees every GPU)."""
+    visible = physical_gpus() if visible is None else list(visible)
+    if len(visible) >= k:
+        return None
+    why = f"needs {k} GPUs (one rank per GPU); {len(visible)} visible"
+    pool = [g for g in environ.get(ENV, "").split(",") if g]
+    if assign(environ.get("PYTEST_XDIST_WORKER", ""), environ.get(ENV, "")) is not None and len(pool) >= k:
+        why += (f" to this worker, which --gpus pinned to one of the {len(pool)} GPUs: "
+                "run the multi-GPU tests without --gpus")
+    return why
+
+
 def worker_env(gpus: list[str], environ=None) -> dict:
     """The environment for a pytest run whose workers spread over `gpus`."""
     env = dict(os.environ if environ is None else environ)

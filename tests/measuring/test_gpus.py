@@ -26,6 +26,21 @@ def test_pin_worker_sets_cuda_visible_devices_only_in_a_worker():
     assert gpus.pin_worker(env) is None and env["CUDA_VISIBLE_DEVICES"] == "2"
 
 
+def test_a_test_needing_several_gpus_says_why_it_cannot_run_here():
+    assert gpus.too_few_gpus(2, {}, ["0", "1"]) is None
+    assert gpus.too_few_gpus(2, {}, ["0"]) == "needs 2 GPUs (one rank per GPU); 1 visible"
+    assert gpus.too_few_gpus(4, {}, ["0", "1"]) == "needs 4 GPUs (one rank per GPU); 2 visible"
+    # A worker that --gpus pinned to one of two GPUs sees one: the machine has enough, the reason says
+    # what hid the other and how to run the test.
+    pinned = {"PYTEST_XDIST_WORKER": "gw1", gpus.ENV: "0,1"}
+    assert gpus.pin_worker(dict(pinned)) == "1"
+    why = gpus.too_few_gpus(2, pinned, ["1"])
+    assert why.startswith("needs 2 GPUs (one rank per GPU); 1 visible to this worker, which --gpus pinned")
+    assert why.endswith("run the multi-GPU tests without --gpus")
+    # --gpus with fewer GPUs than the test needs: pinning is not the reason, and is not named.
+    assert gpus.too_few_gpus(4, pinned, ["1"]) == "needs 4 GPUs (one rank per GPU); 1 visible"
+
+
 def test_select_reads_all_and_numbers():
     assert gpus.select("all", ["0", "1"]) == ["0", "1"]
     assert gpus.select("1", ["0", "1"]) == ["1"]

@@ -35,7 +35,8 @@ N_GPUS = len(gpus.physical_gpus())  # nvidia-smi's count: no CUDA context in the
 
 
 def needs_gpus(k: int):
-    return pytest.mark.skipif(N_GPUS < k, reason=f"needs {k} GPUs (one rank per GPU); {N_GPUS} visible")
+    why = gpus.too_few_gpus(k)
+    return pytest.mark.skipif(why is not None, reason=why or "")
 
 
 def needs_nccl():

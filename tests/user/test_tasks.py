@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from conftest import ensure_built
 from harness.compile import build
 
 ROOT = build.ROOT
@@ -37,6 +38,7 @@ def test_run_unknown_program_is_a_clear_error():
 
 
 def test_run_passes_arguments_after_dashdash():
+    ensure_built("hello", "exe")  # its CPU path runs without a GPU, but the executable must exist
     r = inv("run", "hello", "--", "cpu")
     assert r.returncode == 0 and "Hello World from the CPU!" in r.stdout
     r = inv("run", "hello", "--", "loop", "0", "1")
