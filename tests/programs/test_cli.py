@@ -56,6 +56,11 @@ def test_help_prints_the_usage_and_exits_0(prog, flag):
     ("grayscale", ["8", "8", "--variant"], "--variant needs a value"),
     ("grayscale", ["8", "99999999999"], "W must be at most 2147483647"),
     ("grayscale", ["--frobnicate", "8", "8"], "unknown option --frobnicate"),
+    ("grayscale", ["0", "5"], "H must be a positive integer, got 0"),
+    ("grayscale", ["-3", "4"], "H must be a positive integer, got -3"),
+    ("grayscale", ["4", "x"], "W must be an integer, got 'x'"),
+    ("grayscale", ["5"], "H and W are needed"),
+    ("grayscale", ["--variant", "nope", "4", "4"], "unknown variant 'nope' (01_1d, 02_2d, 03_vectorized, all)"),
     ("mandelbrot", ["10", "10", "2199023255552"], "MAX_ITERS must be at most 2147483647"),
     ("mandelbrot", ["10", "10", "0"], "MAX_ITERS must be a positive integer"),
     ("mandelbrot", ["10", "10", "10", "10"], "unexpected argument '10'"),
@@ -104,6 +109,12 @@ def test_help_prints_the_usage_and_exits_0(prog, flag):
     # The default build has no block recorder: the flag says how to get one, before any CUDA call.
     ("matmul", ["--variant", "11_splitk_tail", "--timeline", "t.csv", "8", "8", "8"], "-DCUDALAB_TIMELINE"),
     ("matmul", ["--timeline"], "--timeline needs a value"),
+    ("matmul", ["0", "5", "5"], "M must be a positive integer, got 0"),
+    ("matmul", ["-3", "4", "4"], "M must be a positive integer, got -3"),
+    ("matmul", ["4", "4", "x"], "K must be an integer, got 'x'"),
+    ("matmul", ["--variant", "nope", "4", "4", "4"], "unknown variant 'nope' (01_naive, 02_tiled"),
+    ("matmul", ["--tile", "0", "4", "4", "4"], "--tile must be a positive integer, got 0"),
+    ("matmul", ["--config", "nope", "4", "4", "4"], "unknown configuration 'nope' (04_blocktile_1d"),
 ])
 def test_bad_argv_is_one_sentence_and_status_2(prog, args, match):
     r = _run(prog, *args)
