@@ -121,8 +121,12 @@ def test_gpu_ci_script_names_only_real_tasks_and_options():
 
     from harness import programs as _registry
 
-    stages = ["env", "build", "test", "jobs", "slow", "sanitize", "tune", "bench", "bench2", "quickall", "ncu", "nsys",
-              "gpus"]
+    # Every stage the script has: the list its refusal of an unknown one gives.
+    r = subprocess.run(["bash", str(ROOT / ".ci" / "gpu"), "--dry-run", "nosuch"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "unknown stage 'nosuch'" in r.stdout
+    stages = r.stdout.split("stages:", 1)[1].split()
+    assert {"env", "build", "test", "sanitize", "gpus", "ptx75", "ptx80"} <= set(stages)
     r = subprocess.run(["bash", str(ROOT / ".ci" / "gpu"), "--dry-run", *stages], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -133,7 +137,7 @@ def test_gpu_ci_script_names_only_real_tasks_and_options():
             rest = words[words.index("invoke") + 1:]
             rest = rest[:rest.index("--")] if "--" in rest else rest
             calls.append((rest[0], [w for w in rest[1:] if w.startswith("--")]))
-    assert {t for t, _ in calls} >= {"doctor", "build", "test", "sanitize", "tune", "bench", "profile"}
+    assert {t for t, _ in calls} >= {"doctor", "build", "test", "sanitize", "tune", "bench", "profile", "demo"}
     assert any(t == "profile" and "--metrics" in o for t, o in calls)
     tasks = sorted({t for t, _ in calls})
     helps = {}
@@ -142,11 +146,10 @@ def test_gpu_ci_script_names_only_real_tasks_and_options():
         helps[task] = h.stdout
     for task, opts in calls:
         for opt in opts:
-            assert re.search(rf"(^|\s){re.escape(opt)}[\s=\[]", helps[task], re.M), f"invoke {task} has no {opt}"
+            # invoke shows a boolean flag's negation as --[no-]name.
+            shown = rf"(?:{re.escape(opt)}|--\[no-\]{re.escape(opt[5:])})" if opt.startswith("--no-") else re.escape(opt)
+            assert re.search(rf"(^|\s){shown}[\s=\[]", helps[task], re.M), f"invoke {task} has no {opt}"
     assert "matmul" in _registry.tunables()
-    r = subprocess.run(["bash", str(ROOT / ".ci" / "gpu"), "--dry-run", "nosuch"], capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode == 2 and "unknown stage 'nosuch'" in r.stdout
 
 
 def test_task_then_help_prints_the_help():
