@@ -332,8 +332,11 @@ def make_command(targets_: list[str] | None = None, jobs: int | None = None, arc
     extra = os.environ.get("EXTRA_NVCCFLAGS", "")
     if _SHELL_META.search(extra):
         raise BuildError(f"EXTRA_NVCCFLAGS={extra!r}: only nvcc flags, without the shell's special characters")
+    # --output-sync=line: each recipe line's output is written whole when the line ends. Without it, parallel
+    # jobs interleave inside a line (a tool that writes "mkdir: " and its message in two writes can have
+    # another job's "  LINK ..." between them), and the error line the build reports comes out torn.
     cmd = ["make", "-C", str(root or ROOT), f"-j{jobs or os.cpu_count() or 2}", "--no-print-directory",
-           f"NVCC={nvcc.path}"]
+           "--output-sync=line", f"NVCC={nvcc.path}"]
     # The target names the build: outputs under build/faults/ are made by the fault build (FAULTS=1),
     # which has rules for nothing else, so one make builds one or the other.
     faults = [is_fault_target(t) for t in targets_ or []]

@@ -353,6 +353,26 @@ def test_an_unwritable_build_folder_says_why(tmp_path):
     assert text.count("cannot create directory") == 1 and "see the log above" not in text
 
 
+def test_parallel_jobs_never_tear_a_line(tmp_path):
+    """The make that builds runs jobs side by side; a tool that writes one line in two pieces (mkdir's
+    "mkdir: " then its message) had another job's "  LINK ..." land between them, and the error line
+    the build reported came out torn (seen once in CI). Here one job writes its error in two pieces
+    with a pause between while the other prints: the build's make keeps the line whole."""
+    (tmp_path / "Makefile").write_text(
+        "all: a b\n"
+        "a:\n\t@printf 'mkdir: ' >&2; sleep 0.6; printf 'cannot create directory: File exists\\n' >&2; exit 1\n"
+        "b:\n\t@sleep 0.2; echo '  LINK    build/bin/b'\n")
+    cmd = build.make_command(["all"], jobs=2, root=tmp_path, keep_going=True)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert r.returncode != 0
+    lines = r.stdout.splitlines()
+    assert "mkdir: cannot create directory: File exists" in lines and "  LINK    build/bin/b" in lines, r.stdout
+    # The same two jobs under a make without the build's output sync: the line is torn.
+    plain = [c for c in cmd if not c.startswith("--output-sync")]
+    r = subprocess.run(plain, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert "mkdir: cannot create directory: File exists" not in r.stdout.splitlines(), r.stdout
+
+
 def test_linker_lines_are_diagnostics():
     log = textwrap.dedent("""\
         /usr/bin/ld: cannot open output file build/bin/x.tmp77: Permission denied
