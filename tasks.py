@@ -595,22 +595,38 @@ def bench(c, programs="", quick=False, save=False, rounds="", repeat="", gpus=""
             raise Exit("bench: no bench cases to run" + (f" for {', '.join(names)}" if names else ""))
         hbench.check_built(_registry.bench_libraries(cases))
         ceilings = _registry.ceilings()
-    if gpus:
-        with _one_line("bench"):
-            chosen = hg.select(gpus)
-            paths = hbench.run_on_gpus("harness.user.bench_worker", names, quick=quick, gpus=chosen)
-        frames = None
-    else:
-        frames, paths = [], []
-        with _one_line("bench"), _progress("bench") as bar:
-            t = bar.add_task("", total=None)
-            for run_no in range(1, n_repeat + 1):
-                tag = f"run {run_no}/{n_repeat}: " if n_repeat > 1 else ""
-                df, ceil = hbench.run(cases, ceilings, quick=quick, rounds=n_rounds,
-                                      on_total=lambda k: bar.update(t, total=k * n_repeat),
-                                      on_progress=lambda d, tag=tag: bar.update(t, advance=1, description=tag + d))
-                paths.append(results_csv.write(df, hbench.metadata(), ceil))
-                frames.append(df)
+    done = [0, 0]  # measurements done, planned
+    frames, paths = [], []
+    try:
+        if gpus:
+            with _one_line("bench"):
+                chosen = hg.select(gpus)
+                paths = hbench.run_on_gpus("harness.user.bench_worker", names, quick=quick, gpus=chosen)
+            frames = None
+        else:
+            with _one_line("bench"), _progress("bench") as bar:
+                t = bar.add_task("", total=None)
+
+                def total(k):
+                    done[1] = k * n_repeat
+                    bar.update(t, total=done[1])
+
+                def step(d, tag):
+                    done[0] += 1
+                    bar.update(t, advance=1, description=tag + d)
+
+                for run_no in range(1, n_repeat + 1):
+                    tag = f"run {run_no}/{n_repeat}: " if n_repeat > 1 else ""
+                    df, ceil = hbench.run(cases, ceilings, quick=quick, rounds=n_rounds, on_total=total,
+                                          on_progress=lambda d, tag=tag: step(d, tag))
+                    paths.append(results_csv.write(df, hbench.metadata(), ceil))
+                    frames.append(df)
+    except KeyboardInterrupt:
+        # NVBench writes a session's results when the session ends: a run stopped part way has none to keep.
+        kept = f"; the {len(paths)} whole run(s) before it are in {_paths.BUILD / 'bench'}" if paths else ""
+        where = f" after {done[0]} of {done[1]} measurements" if done[1] else ""
+        raise Exit(f"bench: interrupted{where}; the timing session was stopped, and a session keeps its results "
+                   f"only when it ends, so this run wrote none{kept}", code=130) from None
     for i, path in enumerate(paths):
         frame, meta, ceilings = results_csv.read(path)
         shown = [col for col in hbench.SHOWN if col in frame]

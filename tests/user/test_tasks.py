@@ -306,3 +306,48 @@ def test_progress_without_a_terminal_is_lines_that_move(capsys):
     err = capsys.readouterr().err.splitlines()
     assert err[:3] == ["build [1/3] NVCC cuda/a.cu", "build [2/3] LINK build/lib/liba.so", "build [3/3] LINK build/bin/a"]
     assert err[3:] == [f"viz [{k}/100]" for k in range(10, 101, 10)]
+
+
+def test_an_interrupted_bench_says_what_it_kept(monkeypatch, tmp_path):
+    """Ctrl-C part way through a bench: one line with how far it got and what was written (the session's
+    results exist only once it ends), status 130; the whole runs of a --repeat before it stay."""
+    from invoke import Context, Exit
+
+    import tasks
+    from harness import programs as registry
+    from harness.base import paths
+    from harness.measuring import bench as hbench
+    from harness.measuring import results_csv
+
+    monkeypatch.setattr(registry, "bench_cases", lambda names, quick: ["a case"])
+    monkeypatch.setattr(registry, "bench_libraries", lambda cases: [])
+    monkeypatch.setattr(registry, "ceilings", lambda: {})
+    monkeypatch.setattr(hbench, "check_built", lambda libs: None)
+    monkeypatch.setattr(hbench, "metadata", lambda: {})
+    monkeypatch.setattr(paths, "BUILD", tmp_path)
+    calls, stop_at = [], [1]
+
+    def run(cases, ceilings, quick, rounds, on_total, on_progress):
+        calls.append(1)
+        on_total(10)
+        for k in range(4):
+            on_progress(f"square 01 2^24 (round {k + 1}/2)")
+        if len(calls) == stop_at[0]:
+            raise KeyboardInterrupt
+        for k in range(4, 10):
+            on_progress(f"square 01 2^24 (round {k + 1}/2)")
+        return "frame", {}
+
+    monkeypatch.setattr(hbench, "run", run)
+    monkeypatch.setattr(results_csv, "write", lambda df, meta, ceil: tmp_path / f"run{len(calls)}.csv")
+    with pytest.raises(Exit) as ei:
+        tasks.bench(Context(), quick=True)
+    assert ei.value.code == 130
+    assert ei.value.message == ("bench: interrupted after 4 of 10 measurements; the timing session was stopped, and a "
+                                "session keeps its results only when it ends, so this run wrote none")
+    calls.clear()
+    stop_at[0] = 2
+    with pytest.raises(Exit) as ei:
+        tasks.bench(Context(), quick=True, repeat="3")
+    assert ei.value.message.startswith("bench: interrupted after 14 of 30 measurements;")
+    assert ei.value.message.endswith(f"wrote none; the 1 whole run(s) before it are in {tmp_path / 'bench'}")
