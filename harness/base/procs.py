@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 
 
 def stop_group(proc: subprocess.Popen, grace_s: float = 1.0, first: int = signal.SIGTERM) -> None:
@@ -25,3 +26,23 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 1.0, first: int = signal
     with contextlib.suppress(ProcessLookupError, PermissionError):  # stragglers, once the leader is gone too
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """While the block runs a child, a SIGTERM to this process (a timeout, a closed terminal, a job
+    scheduler) unwinds like Ctrl-C, so that the code that started the child stops its group and
+    releases what it holds, rather than dying around them and leaving the group running. Only the main
+    thread can take a signal handler: elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)

@@ -410,24 +410,6 @@ def _stop(proc: subprocess.Popen) -> None:
             signal.signal(signal.SIGINT, old)
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """While make runs, a SIGTERM to this process (a timeout, a closed terminal) unwinds like Ctrl-C,
-    so that make is stopped and the lock released, rather than the process dying around them."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
 def build(targets_: list[str] | None = None, jobs: int | None = None, arch: str | None = None,
           on_step: Callable[[str, str], None] | None = None, root: Path | None = None,
           keep_going: bool = False, on_plan: Callable[[list[str]], None] | None = None) -> BuildResult:
@@ -452,7 +434,7 @@ def build(targets_: list[str] | None = None, jobs: int | None = None, arch: str 
                                 errors="replace", env=env, start_new_session=True)
         assert proc.stdout is not None
         try:
-            with _sigterm_as_interrupt():
+            with procs.sigterm_as_interrupt():
                 for line in proc.stdout:
                     lines.append(line)
                     m = _STEP.match(line)

@@ -195,14 +195,16 @@ def run_plan(items: list[Item], options: Options | None = None, *, on_progress: 
     watchdog.daemon = True
     watchdog.start()
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith(PROGRESS):
-                _, idx, key = line.rstrip("\n").split(" ", 2)
-                if on_progress:
-                    on_progress(int(idx), key)
-            else:
-                log.append(line.rstrip("\n"))
+        # A SIGTERM (a timeout around the bench) unwinds too: the session would otherwise run on alone.
+        with procs.sigterm_as_interrupt():
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.startswith(PROGRESS):
+                    _, idx, key = line.rstrip("\n").split(" ", 2)
+                    if on_progress:
+                        on_progress(int(idx), key)
+                else:
+                    log.append(line.rstrip("\n"))
     except BaseException:
         watchdog.cancel()
         procs.stop_group(proc)

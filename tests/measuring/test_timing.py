@@ -5,6 +5,7 @@ refusals, and on a GPU a real session."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -232,11 +233,12 @@ except KeyboardInterrupt:
 '''
 
 
-def test_ctrl_c_stops_the_session_and_its_children_at_once(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_the_session_and_its_children_at_once(tmp_path, sig):
     """Ctrl-C while a session runs: the parent stops its child and what the child started (the whole
-    process group) at once, instead of waiting for the plan to finish."""
+    process group) at once, instead of waiting for the plan to finish. A SIGTERM (`timeout` around a
+    bench) alike: the parent used to die at once and leave the session running on the GPU."""
     import os
-    import signal
     import subprocess
     import sys
     import time
@@ -264,7 +266,7 @@ def test_ctrl_c_stops_the_session_and_its_children_at_once(tmp_path):
             assert time.monotonic() < deadline, "the fake session's worker did not start"
             time.sleep(0.05)
         t0 = time.monotonic()
-        p.send_signal(signal.SIGINT)
+        p.send_signal(sig)
         out, err = p.communicate(timeout=90)
         assert time.monotonic() - t0 < 10, f"the interrupt waited {time.monotonic() - t0:.0f} s for the session"
         assert p.returncode == 130 and "interrupted" in out, err
