@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.base.errors import ProgramError
+from harness.base.procs import sigterm_as_interrupt
 
 POLL_S = 0.02
 GRACE_S = 2.0  # between SIGTERM and SIGKILL
@@ -123,25 +124,28 @@ def launch(argv: list[str], ranks: int, deadline_s: float = 600.0, extra_env: di
         t0 = time.monotonic()
         failure = None
         try:
-            for r in range(ranks):
-                out, err = open(d / f"rank{r}.out", "w+b"), open(d / f"rank{r}.err", "w+b")
-                files[r] = (out, err)
-                procs[r] = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                            env=rank_env(r, ranks, id_file, extra=extra_env), start_new_session=True)
-            while True:
-                codes = {r: p.poll() for r, p in procs.items()}
-                bad = [r for r, c in codes.items() if c not in (None, 0)]
-                if bad:
-                    first = bad[0]
-                    failure = (first, _describe(codes[first]), codes[first], False)
-                    break
-                if all(c == 0 for c in codes.values()):
-                    break
-                if time.monotonic() - t0 > deadline_s:
-                    late = [r for r, c in codes.items() if c is None]
-                    failure = (late[0], f"did not finish within the deadline of {deadline_s:g} s", -1, True)
-                    break
-                time.sleep(POLL_S)
+            # A SIGTERM to the launcher (a timeout, a job scheduler) unwinds like Ctrl-C, through the finally
+            # below: each rank runs in a session of its own and would otherwise run on alone.
+            with sigterm_as_interrupt():
+                for r in range(ranks):
+                    out, err = open(d / f"rank{r}.out", "w+b"), open(d / f"rank{r}.err", "w+b")
+                    files[r] = (out, err)
+                    procs[r] = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                                env=rank_env(r, ranks, id_file, extra=extra_env), start_new_session=True)
+                while True:
+                    codes = {r: p.poll() for r, p in procs.items()}
+                    bad = [r for r, c in codes.items() if c not in (None, 0)]
+                    if bad:
+                        first = bad[0]
+                        failure = (first, _describe(codes[first]), codes[first], False)
+                        break
+                    if all(c == 0 for c in codes.values()):
+                        break
+                    if time.monotonic() - t0 > deadline_s:
+                        late = [r for r, c in codes.items() if c is None]
+                        failure = (late[0], f"did not finish within the deadline of {deadline_s:g} s", -1, True)
+                        break
+                    time.sleep(POLL_S)
         finally:
             stopped = _stop(procs)  # nothing is left behind, whatever happened above
         runs = []

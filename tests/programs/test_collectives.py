@@ -5,8 +5,10 @@ paths (skipped, with the reason, where fewer GPUs are visible)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -17,7 +19,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from conftest import pythonpath
+from conftest import pythonpath, sigint_as_from_a_terminal
 from fault_build import stalled_rank, use_fault_library
 from harness import programs
 from harness.base.errors import CudaError, ToolMissing
@@ -338,6 +340,45 @@ def test_launcher_names_a_rank_killed_by_a_signal(tmp_path):
     assert err is not None and err.rank == 0 and "was killed by SIGKILL" in str(err)
     assert err.stopped == [1] and took < 10
     assert len(pids) == 2 and all(_gone(p) for p in pids)
+
+
+LAUNCHER = """
+import sys
+sys.path.insert(0, {root!r})
+from harness.calling import launch
+try:
+    launch.launch([sys.executable, {rank!r}], 3, 60.0, extra_env={{"FAKE_RANK_MODE": "exit:9:0",
+                  "FAKE_RANK_PIDS": {pids!r}}})
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_launcher_interrupted_or_terminated_stops_every_rank(tmp_path, sig):
+    """Ctrl-C, or a SIGTERM (a timeout, a job scheduler), to the process that launched the ranks: every
+    rank is stopped before it exits. Each rank runs in a session of its own, so on SIGTERM the ranks
+    used to run on after the launcher had died."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    code = LAUNCHER.format(root=str(ROOT), rank=str(FAKE_RANK), pids=str(pids))
+    p = subprocess.Popen([sys.executable, "-c", code], preexec_fn=sigint_as_from_a_terminal)
+    written = []
+    try:
+        deadline = time.monotonic() + 30
+        while len(list(pids.glob("*.pids"))) < 3:  # every rank up (rank 9 does not exist: all wait)
+            assert p.poll() is None and time.monotonic() < deadline, "the ranks did not start"
+            time.sleep(0.05)
+        written = [int(q) for f in pids.glob("*.pids") for q in f.read_text().split()]
+        p.send_signal(sig)
+        assert p.wait(timeout=20) == 130
+        assert all(_gone(q) for q in written), "a rank runs on after its launcher stopped"
+    finally:
+        for q in written:
+            with contextlib.suppress(OSError):
+                os.kill(q, signal.SIGKILL)
+        if p.poll() is None:
+            p.kill()
 
 
 def test_launcher_refuses_bad_rank_counts():
