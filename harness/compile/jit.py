@@ -209,7 +209,8 @@ def _run_nvcc(cmd: list[str], out: Path, deps: bool = False) -> tuple[int, str, 
         proc = subprocess.Popen(cmd + extra + ["-o", str(tmp)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, errors="replace", env=env, start_new_session=True)
         try:
-            stdout, stderr = proc.communicate(timeout=600)
+            with procs.sigterm_as_interrupt():  # a SIGTERM unwinds like Ctrl-C: the group is stopped below
+                stdout, stderr = proc.communicate(timeout=600)
         except subprocess.TimeoutExpired:
             procs.stop_group(proc)
             return 124, "nvcc timed out after 600 s", []

@@ -235,11 +235,12 @@ def _reap(marker: str) -> None:
             pass
 
 
-def test_ctrl_c_during_an_inline_compile_stops_nvcc_and_leaves_nothing(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_during_an_inline_compile_stops_nvcc_and_leaves_nothing(tmp_path, sig):
     p, cache, tmpdir = _start_slow_compile(tmp_path)
     try:
         t0 = time.monotonic()
-        p.send_signal(signal.SIGINT)
+        p.send_signal(sig)
         _, err = p.communicate(timeout=60)
         assert time.monotonic() - t0 < 10 and "KeyboardInterrupt" in err
         time.sleep(0.5)

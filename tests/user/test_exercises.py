@@ -5,14 +5,17 @@ texts compile here; running them is in the gpu-marked tests at the end."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import pythonpath
+from conftest import pythonpath, sigint_as_from_a_terminal
 from harness.user import exercises as hx
 from harness.user.exercises import catalog, markers
 from harness.user.exercises import check as hcheck
@@ -258,6 +261,47 @@ def test_python_hang_is_stopped_at_the_deadline(tmp_path):
                                                      "    stride = 0\n"))
     v = hcheck.check("grid_stride", "python", tmp_path, deadline=5)
     assert not v.passed and "stopped after 5 s" in v.first_fix and "never finished" in v.first_fix
+
+
+STOPPED_CHECK = """
+import sys
+sys.path.insert(0, {root!r})
+from harness.user.exercises import check
+try:
+    check._run_worker({{}}, 60, prefix=["sh", "-c", "sleep 60 & echo $! > {pidfile}; wait", "sh"])
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_check_interrupted_or_terminated_leaves_no_worker(tmp_path, sig):
+    """Ctrl-C, or a SIGTERM (a timeout around `invoke exercise check`), while the check's worker runs:
+    the worker's process group goes with the check. On SIGTERM it used to run on alone."""
+    import subprocess
+    import sys
+    import time
+
+    pidfile = tmp_path / "pid"
+    p = subprocess.Popen([sys.executable, "-c", STOPPED_CHECK.format(root=str(ROOT), pidfile=str(pidfile))],
+                         preexec_fn=sigint_as_from_a_terminal)
+    t0 = time.monotonic()
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        assert p.poll() is None and time.monotonic() - t0 < 30, "the worker did not start"
+        time.sleep(0.05)
+    sleeper = int(pidfile.read_text())
+    p.send_signal(sig)
+    try:
+        assert p.wait(timeout=20) == 130
+        stat = Path(f"/proc/{sleeper}/stat")
+        while stat.exists() and stat.read_text().rsplit(")", 1)[-1].split()[0] != "Z":
+            assert time.monotonic() - t0 < 30, "the worker's child outlived the check"
+            time.sleep(0.05)
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(sleeper, signal.SIGKILL)
+        if p.poll() is None:
+            p.kill()
 
 
 def test_python_syntax_error_is_file_line_with_the_line_quoted(tmp_path):

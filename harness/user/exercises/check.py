@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.base.errors import ToolMissing
-from harness.base.procs import stop_group
+from harness.base.procs import sigterm_as_interrupt, stop_group
 from harness.compile.build import ROOT
 from harness.user.exercises import (
     ExerciseError,
@@ -122,7 +122,8 @@ def _run_worker(job: dict, deadline: float, prefix: list[str] | None = None) -> 
 
     p = _start_worker(job, prefix)
     try:
-        return _finish_worker(p, time.monotonic() + deadline)
+        with sigterm_as_interrupt():  # a SIGTERM (a timeout around the check) unwinds like Ctrl-C
+            return _finish_worker(p, time.monotonic() + deadline)
     except BaseException:  # an interrupt: the worker goes too
         stop_group(p)
         raise
@@ -287,26 +288,27 @@ def _run_cuda(ex: Exercise, job: dict, deadline: float, sanitize: bool):
     sanitized: dict = {}
     procs: dict = {}
     try:
-        procs["cases"] = _start_worker(job)
-        if sanitize:
-            try:
-                tool_path = hs.find_sanitizer()
-            except ToolMissing as e:
-                sanitized["skipped"] = f"sanitizer skipped: {e}"
-            else:
-                small = dict(job, small=True)
-                for tool in ("memcheck", "racecheck"):
-                    procs[tool] = _start_worker(small, prefix=hs.command(tool, Path(sys.executable), [], tool_path)[:-1])
-        t0 = time.monotonic()
-        data, out, rc = _finish_worker(procs["cases"], t0 + deadline)
-        if rc is None:
-            for p in procs.values():
-                stop_group(p)
-            return data, out, rc, {}
-        for tool in ("memcheck", "racecheck"):
-            if tool in procs:
-                sanitized[tool] = _finish_worker(procs[tool], t0 + SANITIZER_DEADLINE_S)
-        return data, out, rc, sanitized
+        with sigterm_as_interrupt():  # a SIGTERM unwinds like Ctrl-C, through the except below
+            procs["cases"] = _start_worker(job)
+            if sanitize:
+                try:
+                    tool_path = hs.find_sanitizer()
+                except ToolMissing as e:
+                    sanitized["skipped"] = f"sanitizer skipped: {e}"
+                else:
+                    small = dict(job, small=True)
+                    for tool in ("memcheck", "racecheck"):
+                        procs[tool] = _start_worker(small, prefix=hs.command(tool, Path(sys.executable), [], tool_path)[:-1])
+            t0 = time.monotonic()
+            data, out, rc = _finish_worker(procs["cases"], t0 + deadline)
+            if rc is None:
+                for p in procs.values():
+                    stop_group(p)
+                return data, out, rc, {}
+            for tool in ("memcheck", "racecheck"):
+                if tool in procs:
+                    sanitized[tool] = _finish_worker(procs[tool], t0 + SANITIZER_DEADLINE_S)
+            return data, out, rc, sanitized
     except BaseException:  # an interrupt: nothing of ours keeps running
         for p in procs.values():
             if p.returncode is None:
