@@ -623,7 +623,7 @@ def bench(c, programs="", quick=False, save=False, rounds="", repeat="", gpus=""
                     frames.append(df)
     except KeyboardInterrupt:
         # NVBench writes a session's results when the session ends: a run stopped part way has none to keep.
-        kept = f"; the {len(paths)} whole run(s) before it are in {_paths.BUILD / 'bench'}" if paths else ""
+        kept = f"; the {len(paths)} whole run(s) before it are in {paths[0].parent}" if paths else ""
         where = f" after {done[0]} of {done[1]} measurements" if done[1] else ""
         raise Exit(f"bench: interrupted{where}; the timing session was stopped, and a session keeps its results "
                    f"only when it ends, so this run wrote none{kept}", code=130) from None

@@ -315,7 +315,6 @@ def test_an_interrupted_bench_says_what_it_kept(monkeypatch, tmp_path):
 
     import tasks
     from harness import programs as registry
-    from harness.base import paths
     from harness.measuring import bench as hbench
     from harness.measuring import results_csv
 
@@ -324,7 +323,6 @@ def test_an_interrupted_bench_says_what_it_kept(monkeypatch, tmp_path):
     monkeypatch.setattr(registry, "ceilings", lambda: {})
     monkeypatch.setattr(hbench, "check_built", lambda libs: None)
     monkeypatch.setattr(hbench, "metadata", lambda: {})
-    monkeypatch.setattr(paths, "BUILD", tmp_path)
     calls, stop_at = [], [1]
 
     def run(cases, ceilings, quick, rounds, on_total, on_progress):
@@ -339,7 +337,9 @@ def test_an_interrupted_bench_says_what_it_kept(monkeypatch, tmp_path):
         return "frame", {}
 
     monkeypatch.setattr(hbench, "run", run)
-    monkeypatch.setattr(results_csv, "write", lambda df, meta, ceil: tmp_path / f"run{len(calls)}.csv")
+    written = []
+    monkeypatch.setattr(results_csv, "write",
+                        lambda df, meta, ceil: written.append(tmp_path / "bench" / f"run{len(calls)}.csv") or written[-1])
     with pytest.raises(Exit) as ei:
         tasks.bench(Context(), quick=True)
     assert ei.value.code == 130
@@ -351,3 +351,4 @@ def test_an_interrupted_bench_says_what_it_kept(monkeypatch, tmp_path):
         tasks.bench(Context(), quick=True, repeat="3")
     assert ei.value.message.startswith("bench: interrupted after 14 of 30 measurements;")
     assert ei.value.message.endswith(f"wrote none; the 1 whole run(s) before it are in {tmp_path / 'bench'}")
+    assert [p.name for p in written] == ["run1.csv"]
