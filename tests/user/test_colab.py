@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -95,7 +96,6 @@ def test_committed_notebook_holds_a_whole_gpu_run():
 
 def test_the_whole_run_check_fails_on_a_broken_run():
     book = json.loads(NOTEBOOK.read_text())
-    code = [c for c in book["cells"] if c["cell_type"] == "code"]
     broken = json.loads(json.dumps(book))
     [c for c in broken["cells"] if c["cell_type"] == "code"][-1]["outputs"].append(
         {"output_type": "error", "ename": "SystemExit", "evalue": "1", "traceback": []})
@@ -103,7 +103,9 @@ def test_the_whole_run_check_fails_on_a_broken_run():
     for c in stripped["cells"]:
         if c["cell_type"] == "code":
             c["outputs"], c["execution_count"] = [], None
-    failed = json.loads(NOTEBOOK.read_text().replace("demo: 21 passed, 0 failed", "demo: 20 passed, 1 failed"))
+    text, n = re.subn(r"demo: (\d+) passed, 0 failed", r"demo: \1 passed, 1 failed", NOTEBOOK.read_text())
+    assert n >= 1, "the saved run has no tour line to break"
+    failed = json.loads(text)
     fewer = json.loads(json.dumps(book))
     pics = [c for c in fewer["cells"] if c["cell_type"] == "code"][-1]
     pics["outputs"] = [o for o in pics["outputs"] if "image/png" not in o.get("data", {})][:-1] + pics["outputs"][-1:]
@@ -113,7 +115,6 @@ def test_the_whole_run_check_fails_on_a_broken_run():
     for bad in (broken, stripped, failed, fewer, fetched):
         with pytest.raises(AssertionError):
             check_whole_run(bad)
-    assert len(code) == 6
 
 
 @pytest.mark.gpu
