@@ -194,7 +194,7 @@ def ratio_figure(cases: pd.DataFrame, title: str = "", ceilings: pd.DataFrame | 
     axes[-1, 0].set_xlabel("ratio to the ceiling measured in the same run (1.0 = the ceiling)")
     handles = [Patch(color=green, label="meets its target"), Patch(color=red, label="misses its target"),
                Patch(color=blue, label="no target"),
-               Line2D([], [], color="crimson", ls="--", lw=1.4, label="target (the issue's goal)"),
+               Line2D([], [], color="crimson", ls="--", lw=1.4, label="target (the goal set for it)"),
                Line2D([], [], color="grey", lw=1.0, label="the ceiling (1.0)")]
     if any_spread:
         handles.append(Line2D([], [], color="black", lw=1.1, marker="|", markersize=7,

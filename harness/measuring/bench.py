@@ -63,7 +63,7 @@ class BenchCase:
     unit: str  # GB/s, TFLOP/s or Giter/s
     amount: float  # bytes (read + written), FLOPs or iterations per launch, in the unit's base
     ceiling: str  # a key of ceilings()
-    target: float | None = None  # the ratio the issue that set it asks for
+    target: float | None = None  # the ratio this case is held to, written before it was met
     quick: bool = False  # part of `invoke bench --quick`
     bytes: float = 0.0  # for the roofline
     flops: float = 0.0

@@ -97,7 +97,7 @@ MAX_S = 92680  # ATTN_MAX_S in cuda/shared/attention/attention_limits.h: S*S sco
 # inputs; 1e-4 keeps a margin of 10x over the worst case seen, while a kernel that drops or
 # duplicates one key tile, or reads a wrong row, is off by 1e-2 or more (test_attention.py shows it).
 # 3xTF32 keeps ~21 bits of each product (2^-21 ~ 5e-7 relative), so 04_flash_3xtf32 is held to the
-# issue's FP32 bar too: TOLERANCE_FP32_STRICT.
+# FP32 bar too: TOLERANCE_FP32_STRICT.
 # bfloat16: the output is rounded to bf16 (8 bits: relative error up to 2^-9, RMS ~1.1e-3), and so
 # are the softmax weights before P·V (another ~1e-3, averaged over the keys); accumulation and the
 # softmax statistics are FP32 and add nothing visible. ~1.5e-3 expected; 1e-2 leaves a margin of

@@ -473,7 +473,7 @@ def run(*args, timeout: float = 300):
 
 def bench_cases(quick: bool = False):
     """16384 x 16384 for every variant against the cudaMemcpy D2D ceiling, 4 bytes a pixel
-    (3 read, 1 written). The issue's target, 0.90 of memcpy, is for 03_vectorized."""
+    (3 read, 1 written). The target, 0.90 of memcpy, is for 03_vectorized: one pass over the bytes at copy speed."""
     from harness.measuring import bench
 
     h = w = 4096 if quick else 16384

@@ -431,7 +431,7 @@ def _bench_case(variant: str, edge: int, iters: int, quick: bool):
         setup="harness.programs.mandelbrot:bench_setup", kwargs={"variant": variant, "edge": edge, "iters": iters},
         unit="Giter/s",
         amount=0.0, ceiling="fp32_inst", ceiling_divisor=fp32,
-        target=0.6 if variant == "02_fast" and edge == 8192 else None, quick=quick,  # the size
+        target=0.6 if variant == "02_fast" and edge == 8192 else None, quick=quick,  # the size the goal was set at
         note=f"float32; ceiling = fp32_inst / {fp32:g} FP32 instructions per iteration "
              f"({total:g} SASS instructions in all)")
 

@@ -42,7 +42,7 @@ from harness.compile import toolchain
 REPORT = _build.BUILD / "report"
 RECORDED = _build.ROOT / "harness" / "data"  # output recorded on a GPU that the demo draws without one
 JUNIT = REPORT / "demo-junit.xml"  # the demo's own steps as a test report: what its report shows as tests
-PROFILED = ("square", "transformer_block")  # the two: a first kernel, and naive against flash
+PROFILED = ("square", "transformer_block")  # a first kernel, and naive attention against flash
 NOT_PICTURES = {"profile", "bench", "report", "__init__"}
 
 

@@ -214,7 +214,7 @@ def profile_program(tool: str, prog: inline.Program, argv: list[str], timeout: f
     try:
         from harness.profiling import profile as _profile
     except ImportError:
-        print(f"--profile {tool}: harness.profiling.profile (the orchestration issue's profile machinery) is not in "
+        print(f"--profile {tool}: harness.profiling.profile (the lab's profiler runner) is not in "
               f"this checkout, so the cell runs without a profiler. By hand: "
               + (f"nsys profile --stats=true {prog.path}" if tool == "nsys" else f"ncu {prog.path}"),
               file=sys.stderr)

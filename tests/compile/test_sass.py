@@ -1,5 +1,5 @@
 """harness.compile.sass, the one SASS parser, on real cuobjdump output (tests/fixtures: the main loop of 11_splitk_tail's
-uneven twin from two builds that ran on an H100, NOTES-matmul run 14), and on the built library when cuobjdump
+uneven twin from two builds that ran on an H100; NOTES-matmul has their timings), and on the built library when cuobjdump
 is here. No GPU needed."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ KERNELS = {s: f"_Z16sgemm_10_regtileILi128ELi256ELi32ELi64ELi64ELi16ELi8ELi3ELi{
 @pytest.mark.parametrize("split", sorted(KERNELS))
 def test_the_built_ladder_kernels_keep_their_banks_apart(split):
     """A guard on ptxas's colouring of the built library's sm_90 code: these loops measured fast with 616-719
-    same-bank FFMAs and 8% slow with 3337. An epilogue change can move it (NOTES-matmul run 14): this says so
+    same-bank FFMAs and 8% slow with 3337. An epilogue change can move it (NOTES-matmul saw it move): this says so
     before a GPU does."""
     lib = ensure_built("matmul")
     try:

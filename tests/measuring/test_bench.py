@@ -367,7 +367,7 @@ def test_invoke_bench_quick_runs():
 @pytest.mark.slow
 @pytest.mark.gpu
 def test_two_runs_agree_within_5_percent():
-    """Issue 18's repeatability, on a small subset: two back-to-back runs of rows held to the goal
+    """Repeatability, on a small subset: two back-to-back runs of rows held to the goal
     (a GEMM against cuBLAS at 2048^3, a copy-like kernel against memcpy at 2^24) give ratios within
     5% of each other. (The committed repeat CSV holds the full suite to 3%.)"""
     if timing.engine_version() is None:

@@ -16,7 +16,7 @@ from harness.base.errors import ToolMissing
 from harness.measuring import timing
 
 FIX = Path(__file__).parent.parent / "fixtures"
-PROBE = FIX / "nvbench_0.3.0_h100_probe.json"  # NVIDIA H100 80GB HBM3, cuda-bench 0.3.0, device run 1
+PROBE = FIX / "nvbench_0.3.0_h100_probe.json"  # NVIDIA H100 80GB HBM3, cuda-bench 0.3.0
 
 
 def test_summarize_median_and_iqr():

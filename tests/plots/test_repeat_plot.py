@@ -25,7 +25,7 @@ def _close_figures():
 
 def long_rows():
     """Three runs of five cases, written run after run as --repeat writes them. square is seen first, so
-    a sorted groupby would put matmul first. Per case (ratios over runs 1, 2, 3):
+    a sorted groupby would put matmul first. Per case (ratios over the first, second and third run):
       square 01_naive 2^24     1.00 1.03 1.01   spread exactly 3%: within
       square 03_vec 2^24       0.50 0.52 0.50   4%: outside (held to the goal: red)
       matmul 09_tuned 4096^3   0.90 nan  0.91   a run has no ratio: no spread, not within (red)

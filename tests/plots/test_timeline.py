@@ -1,5 +1,5 @@
 """The block timeline (analysis/timeline.py, `invoke plot timeline`) on a real recording: one launch of
-11_splitk_tail at 4096³ on an H100 (NOTES-matmul run 15), written by `matmul --timeline` from a build
+11_splitk_tail at 4096³ on an H100 (NOTES-matmul: the uneven tail cut), written by `matmul --timeline` from a build
 with -DCUDALAB_TIMELINE. No GPU needed."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Tolerances by dtype, ||out - ref|| / ||ref|| against the float64 reference (attention.TOLERANCES
 has the arithmetic): float32 1e-4 (dot products of length D, exp() of the scores and sums over up to
 S=4097 keys give 1e-6..1e-5 on unit-scale random inputs; one skipped or doubled key tile costs 1e-2
-or more), and 1e-5 for the 3xTF32 variant (the issue's FP32 bar); bfloat16 1e-2 against the
+or more), and 1e-5 for the 3xTF32 variant (the FP32 bar: what FP32 attention reaches); bfloat16 1e-2 against the
 reference of the bf16-rounded inputs (the bf16 rounding of the output and of the softmax weights
 gives ~1.5e-3; a skipped key tile or a missing causal mask costs 5e-2 or more).
 """
@@ -157,7 +157,7 @@ def test_flops_formula():
     assert att.flops(1, 1, 4, 2, causal=True) == 4 * 10 * 2  # 4+3+2+1 pairs
 
 
-# Recorded on an NVIDIA H100 80GB HBM3 (run 1 of issue 12, build/bin/attention).
+# Recorded on an NVIDIA H100 80GB HBM3 (build/bin/attention's first recorded run).
 RECORDED_H100 = """\
 result program=attention variant=03_flash_bf16 dtype=bf16 b=1 h=3 s=300 d=128 causal=0 ms=0.0158 tflops=8.763 rel_err=2.285e-03 check=pass
 result program=attention variant=04_flash_3xtf32 dtype=f32 b=1 h=3 s=300 d=128 causal=1 ms=0.0474 tflops=1.464 rel_err=1.897e-07 check=pass
@@ -432,7 +432,7 @@ def test_gpu_executable_runs_a_wgmma_schedule(config):
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_bf16_error_is_within_twice_torchs(variant, D, causal):
-    """Issue 19's second accuracy bar: on the same bf16 inputs, our error against the float64
+    """The second accuracy bar, a fair one for bf16: on the same bf16 inputs, our error against the float64
     reference is at most twice torch's own bf16 SDPA error (where torch and a CUDA device exist)."""
     _skip_unless_runs(variant)
     torch = pytest.importorskip("torch", reason="torch is not installed: the comparison with its SDPA needs it")

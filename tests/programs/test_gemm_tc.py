@@ -127,7 +127,7 @@ def test_library_variant_table_and_rules():
                              "06_wgmma_tuned", "07_wgmma_pingpong", "08_wgmma_tma_store", "cublas_bf16",
                              "cublas_tf32"]
     assert gt.requirement("02_mma_sync", 7, 9, 13) is None
-    # k not a multiple of 8 takes 03/04's padded-copy path instead of a refusal (issue 20).
+    # k not a multiple of 8 takes 03/04's padded-copy path instead of a refusal: any k a user has runs.
     assert gt.requirement("03_wgmma", 128, 128, 100) is None
     assert gt.requirement("04_wgmma_persistent", 128, 128, 4095) is None
     assert gt.requirement("03_wgmma", 100, 37, 64) is None
@@ -335,7 +335,7 @@ def test_bench_cases_and_ceilings(monkeypatch):
     assert vs_cublas[("03_wgmma", "4096^3")].target == 0.90
     assert vs_cublas[("02_mma_sync", "4096^3")].target == 0.50
     assert vs_cublas[("03_wgmma", "8192^3")].target is None
-    assert vs_cublas[("04_wgmma_persistent", "4096^3")].target == 1.05  # issue 20
+    assert vs_cublas[("04_wgmma_persistent", "4096^3")].target == 1.05  # the goal: ahead of cuBLAS where the tuned rungs are
     assert vs_cublas[("06_wgmma_tuned", "4096^3")].target == 1.05
     assert vs_cublas[("07_wgmma_pingpong", "4096^3")].target == 1.05
     assert vs_cublas[("08_wgmma_tma_store", "4096^3")].target == 1.05
@@ -347,7 +347,7 @@ def test_bench_cases_and_ceilings(monkeypatch):
     assert {c.size for c in gt.bench_cases(quick=True)} == {"2048^3"}
 
 
-# --- the wgmma configurations and `invoke tune gemm_tc` (issue 20) -----------------------------------
+# --- the wgmma configurations and `invoke tune gemm_tc` --------------------------------------------
 # CPU: the library's table, the names, the defaults and the cache run anywhere the library is built;
 # the tuner's selection runs with a fake timing session. GPU: every configuration on ragged shapes.
 
@@ -389,7 +389,7 @@ def test_config_table_names_parse_and_cover_the_search():
 
 
 def test_rungs_run_their_defaults():
-    """03, 04 and 05 keep what they ran before issue 20's tuner: 4 stages, groups of 8 tiles down M;
+    """03, 04 and 05 keep what they ran before the tuner came: 4 stages, groups of 8 tiles down M;
     07 runs its 6-stage ring in the same raster."""
     _need_lib()
     lib = gt._lib()

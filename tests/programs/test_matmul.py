@@ -196,7 +196,7 @@ def test_bench_cases_describe_the_goals():
             assert c.ceiling == mm.cublas_ceiling_name(label) and c.amount == 2.0 * m * n * k
             assert c.bytes == 4.0 * (m * k + k * n + m * n)
     assert cases[("09_tuned", "4096^3")].target == 0.9
-    # Issue 20's goals sit on the last rung.
+    # The ladder's goals sit on its last rung, the one a reader compares with cuBLAS.
     assert mm.LADDER[-1] == mm.LAST_RUNG
     assert {label: cases[(mm.LAST_RUNG, label)].target for label, *_ in mm.LADDER_SIZES} == {
         "2048^3": 0.95, "4096^3": 1.0, "8192^3": 1.0, "5120x256x5120": None}
@@ -252,8 +252,8 @@ def test_issue20_rungs_and_their_tuning_configurations():
 def test_tail_split_rule_decides_as_measured():
     """11's rule (no GPU needed: pure arithmetic in the library). On 132 SMs with 128x256x32 tiles: the
     116-tile tail of 4096^3 is cut in two uneven pieces, heads of 116 k-tiles on 116 SMs and rests of 12
-    shared by the 16 others (a 9-way equal split measured 3% slower, run 7; 115/13 left rests over at the
-    heads' end, run 14); 8192^3's 68 split 5 ways;
+    shared by the 16 others (a 9-way equal split measured 3% slower; 115/13 left rests over at the
+    heads' end: NOTES-matmul); 8192^3's 68 split 5 ways;
     the lecture shape's 40 tiles 3 ways; the bench's 5120x5120x256 (tail 8, 8 k-tiles) 2 ways, the most
     its k allows (k-tiles / 4). No tail, or too few k-tiles, is no split; a tail of at most half the
     slots never takes the uneven cut (equal halves are within its 0.02 margin)."""
@@ -285,8 +285,8 @@ def test_tail_plan_uneven_pieces_balance():
                 assert all(t < -(-tail * s // slots) * (1 / s + c) - 0.02 for s in range(2, smax + 1))
 
 
-def test_run6_regtile_configurations_are_tuner_candidates():
-    """Run 6 (issue 20): 10's k-depth, stages, 8x16 and the conflict-free-copy ("-cf") variants are compiled
+def test_regtile_configurations_are_tuner_candidates():
+    """10's k-depth, stages, 8x16 and the conflict-free-copy ("-cf") variants are compiled
     into the table under unique names; test_gpu_every_config_is_exact checks each on ragged shapes."""
     cfgs = library.read_table("matmul", "config")
     assert len(set(cfgs)) == len(cfgs)
@@ -456,7 +456,7 @@ def test_gpu_executable_checks_itself():
 
 # --- the ladder on the GPU ----------------------------------------------------------------------------
 
-# (m, k, n): the issue's ragged sizes (1, 7, 33, 1000, 4097), aligned-but-ragged shapes (the 16-byte
+# (m, k, n): ragged sizes that miss every tile edge (1, 7, 33, 1000, 4097), aligned-but-ragged shapes (the 16-byte
 # paths with partial tiles), and k = 4 (one chunk).
 LADDER_SHAPES = [(1, 1, 1), (7, 7, 7), (33, 33, 33), (1, 4097, 1), (4097, 7, 33), (33, 1000, 7), (7, 33, 4097),
                  (129, 36, 68), (260, 512, 132), (1000, 4, 1000), (64, 64, 64), (127, 129, 255),
@@ -612,7 +612,7 @@ def test_gpu_executable_ladder_table():
 
 @pytest.mark.gpu
 def test_gpu_executable_refuses_what_cannot_fit():
-    """Issue 13: sizes whose A, B and C cannot fit are refused with the need and the limit, status 2,
+    """Sizes whose A, B and C cannot fit are refused with the need and the limit, status 2,
     no bad_alloc. The size comes from the device in hand: a fixed 100000^3 (3 x 40 GB) fits an H200's
     141 GB, and then the executable set out to fill and multiply it instead of refusing."""
     _, total = cudart.mem_info()
