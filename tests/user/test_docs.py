@@ -89,8 +89,10 @@ def test_every_link_and_path_resolves(md):
 
 
 def committed(folder: Path) -> list[Path] | None:
-    """The files git tracks under `folder` (None outside a git checkout): a run a user has just saved
-    with `invoke bench --save` is theirs to place, and is checked once it is committed."""
+    """The files git tracks under `folder` that are there (None outside a git checkout): a run a user
+    has just saved with `invoke bench --save` is theirs to place, and is checked once it is committed; a
+    tracked file that is gone (a move not yet committed, or a copy whose git metadata lags its files, as
+    the GPU machine's can) is no longer in front."""
     import subprocess
 
     try:
@@ -98,7 +100,7 @@ def committed(folder: Path) -> list[Path] | None:
                              text=True, timeout=60, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    return [ROOT / f for f in out.split("\0") if f]
+    return [ROOT / f for f in out.split("\0") if f and (ROOT / f).exists()]
 
 
 def test_every_gpu_folder_has_its_results_in_front_and_its_history_behind():
