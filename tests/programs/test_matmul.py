@@ -238,7 +238,7 @@ def test_config_limits_are_named():
         library.table_index("matmul", "config", "08_pipelined-1x1x1")
 
 
-def test_issue20_rungs_and_their_tuning_configurations():
+def test_last_rungs_and_their_tuning_configurations():
     """10 and 11 follow 09 in the table, each runs a configuration of its own kind, and the tuner times them."""
     assert mm.LADDER[-3:] == ("09_tuned", "10_regtile", "11_splitk_tail")
     cfgs = library.read_table("matmul", "config")

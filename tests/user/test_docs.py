@@ -231,7 +231,9 @@ CODE_FILES = ("tasks.py", "Makefile")
 THIS_FILE = Path(__file__).resolve()
 # An issue by number, or "the issue('s)" / "this issue" with at most one word between: either way a
 # reader without the issue tracker is pointed at nothing.
-CITES_ISSUE = re.compile(r"(?i)\bissue #?\d+|\bissues #?\d+\s*(?:-|,|and)\s*\d+|\b(?:the|this|that)\s+(?:[\w-]+\s+)?issue(?:'s)?\b")
+# Or one in a name (`test_issue20_...`, `ISSUE20_TARGETS`).
+CITES_ISSUE = re.compile(r"(?i)\bissue #?\d+|\bissues #?\d+\s*(?:-|,|and)\s*\d+|\b(?:the|this|that)\s+(?:[\w-]+\s+)?issue(?:'s)?\b"
+                         r"|(?:\b|(?<=_))issue_?\d+")
 CITES_RUN = re.compile(r"(?i)\b(?:device |NOTES(?:-\w+)? )?runs? [1-9]\d*(?:\s*-\s*\d+)?(?:'s)?(?![\w.])")
 CITES_MD = re.compile(r"(?<![\w/.'\"-])((?:\.\./|[\w-]+/)*[\w.-]+\.md)\b")
 # Files the code writes, not files it cites: the report's page (build/report/index.md).
@@ -275,10 +277,11 @@ def test_the_citation_checker_finds_each_kind(tmp_path):
     src = tmp_path / "k.cu"
     src.write_text("// issue 18: goal\n// runs 13-15 measured\n# NOTES-matmul run 14\n// see DESIGN.md\n"
                    "// (Issue 20's goals)\n# the issue's size\n# (the orchestration issue's runner)\n"
+                   "def test_issue20_rungs(): ISSUE20_TARGETS\n"
                    "// fine: 136 runs 08's stores; 05 runs 2.0x faster; a warp issues 8 ldmatrix\n"
                    "// fine: NOTES-x.md and bench/NOTES-x.md exist\n")
     found = citation_problems(src, tmp_path)
-    assert [f.split(":")[1] for f in found] == ["1", "2", "3", "4", "5", "6", "7"], found
+    assert [f.split(":")[1] for f in found] == ["1", "2", "3", "4", "5", "6", "7", "8"], found
 
 
 DOTTED = re.compile(r"\b(harness(?:\.[A-Za-z_]\w*)+)")
