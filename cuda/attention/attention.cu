@@ -65,16 +65,13 @@ extern "C" cudalab_status attention_forward(const char *variant, int B, int H, i
     const size_t ws_bytes = (size_t)attn_workspace_bytes(id, B, H, S, D);
     // Freed on every path: by release_all after a success, by the destructors after an early return.
     cudalab::DeviceAlloc dq, dk, dv, dout, dws;
-    if (int err = dq.alloc(bytes)) return err;
-    if (int err = dk.alloc(bytes)) return err;
-    if (int err = dv.alloc(bytes)) return err;
+    if (int err = dq.upload(q, bytes)) return err;
+    if (int err = dk.upload(k, bytes)) return err;
+    if (int err = dv.upload(v, bytes)) return err;
     if (int err = dout.alloc(bytes)) return err;
     if (ws_bytes != 0) {
         if (int err = dws.alloc(ws_bytes)) return err;
     }
-    CUDA_TRY(cudaMemcpy(dq.p, q, bytes, cudaMemcpyHostToDevice));
-    CUDA_TRY(cudaMemcpy(dk.p, k, bytes, cudaMemcpyHostToDevice));
-    CUDA_TRY(cudaMemcpy(dv.p, v, bytes, cudaMemcpyHostToDevice));
     CUDA_TRY(attention_launch(variant, B, H, S, D, causal, scale, dq.as<float>(), dk.as<float>(), dv.as<float>(),
                               dout.as<float>(), dws.as<float>(), nullptr));
     CUDA_TRY(cudaMemcpy(o, dout.p, bytes, cudaMemcpyDeviceToHost));
@@ -97,13 +94,10 @@ extern "C" cudalab_status attention_forward_bf16(const char *variant, int B, int
         return (int)cudaErrorInvalidValue;
     const size_t bytes = (size_t)B * H * S * D * sizeof(cudalab_bf16);
     cudalab::DeviceAlloc dq, dk, dv, dout;
-    if (int err = dq.alloc(bytes)) return err;
-    if (int err = dk.alloc(bytes)) return err;
-    if (int err = dv.alloc(bytes)) return err;
+    if (int err = dq.upload(q, bytes)) return err;
+    if (int err = dk.upload(k, bytes)) return err;
+    if (int err = dv.upload(v, bytes)) return err;
     if (int err = dout.alloc(bytes)) return err;
-    CUDA_TRY(cudaMemcpy(dq.p, q, bytes, cudaMemcpyHostToDevice));
-    CUDA_TRY(cudaMemcpy(dk.p, k, bytes, cudaMemcpyHostToDevice));
-    CUDA_TRY(cudaMemcpy(dv.p, v, bytes, cudaMemcpyHostToDevice));
     CUDA_TRY(attention_launch_bf16(variant, B, H, S, D, causal, scale, dq.as<cudalab_bf16>(), dk.as<cudalab_bf16>(),
                                    dv.as<cudalab_bf16>(), dout.as<cudalab_bf16>(), nullptr));
     CUDA_TRY(cudaMemcpy(o, dout.p, bytes, cudaMemcpyDeviceToHost));

@@ -491,6 +491,19 @@ cudaError_t fill(const Comm &c, int r, void *dst, int byte, size_t bytes) {
     COLL_TRY(cudaStreamSynchronize(rank_stream(c, r)));
     return cudaSuccess;
 }
+// Every buffer of a communicator starts defined (initcheck) and at 0: the flags' memory may be a
+// freed communicator's, holding its epochs, so the reset is done here, before any launch.
+template <class T>
+cudaError_t alloc_zeroed(const Comm &c, int r, T **p, size_t bytes) {
+    COLL_TRY(cudaSetDevice(c.dev[r]));
+    COLL_TRY(cudaMalloc(p, bytes));
+    return fill(c, r, *p, 0, bytes);
+}
+// Sizes each per-launch or per-rank array to n, every entry null: what destroy frees is what was made.
+template <class... V>
+void size_null(int n, V &...vectors) {
+    (vectors.assign(n, nullptr), ...);
+}
 
 cudaError_t check_records(Comm &c) {
     for (int l = 0; l < c.launches(); ++l) {
@@ -791,11 +804,7 @@ cudaError_t run_sync(Comm &c, int variant) {
 // ---- the tensor-parallel block -----------------------------------------------------------------------
 cudaError_t tp_alloc(Comm &c, TpBuffers &t, int T, int H, int Fr) {
     const int R = c.world;
-    t.x.assign(R, nullptr);
-    t.w1.assign(R, nullptr);
-    t.w2.assign(R, nullptr);
-    t.g.assign(R, nullptr);
-    t.h.assign(R, nullptr);
+    size_null(R, t.x, t.w1, t.w2, t.g, t.h);
     for (int r = 0; r < R; ++r) {
         COLL_TRY(cudaSetDevice(c.dev[r]));
         // Virtual ranks share the one x; each rank still has its own weights and activations.
@@ -873,6 +882,16 @@ cudaError_t tp_check(const Comm &c, int ar_variant, int chunks, int T, int H, in
     if (T < 1 || H < 1 || F < 1 || chunks < 1 || F % c.world != 0) return cudaErrorInvalidValue;
     if ((long long)T * H * 4 > std::min(c.in_bytes, c.out_bytes)) return cudaErrorInvalidValue;
     return cudaSuccess;
+}
+
+// The start of both TP entry points: the arguments checked, then each rank's buffers (all freed
+// again when one allocation fails, so the caller frees only after a success).
+cudaError_t tp_open(Comm &c, TpBuffers &t, int ar_variant, int chunks, int T, int H, int F) {
+    COLL_TRY(tp_check(c, ar_variant, chunks, T, H, F));
+    if (gemm_tc::sm80_unsupported_reason() != nullptr) return cudaErrorNotSupported;
+    const cudaError_t e = tp_alloc(c, t, T, H, F / c.world);
+    if (e != cudaSuccess) tp_free(c, t);
+    return e;
 }
 
 }  // namespace
@@ -980,12 +999,7 @@ extern "C" cudalab_status collectives_comm_create(int world, int use_devices, lo
     c->flag_count = 2LL * world * std::max(kCpsMax, kMaxBlocksPerRank);
     // The streams first: everything below is done on them (rank_stream says why).
     const int L = c->launches();
-    c->table.assign(L, nullptr);
-    c->err.assign(L, nullptr);
-    c->stream.assign(L, nullptr);
-    c->stream2.assign(L, nullptr);
-    c->ev_fork.assign(L, nullptr);
-    c->ev_done.assign(L, nullptr);
+    size_null(L, c->table, c->err, c->stream, c->stream2, c->ev_fork, c->ev_done);
     for (int l = 0; l < L; ++l) {
         if (cudaError_t e = cudaSetDevice(c->dev[l]); e != cudaSuccess) return fail(e);
         cudaError_t e = cudaStreamCreateWithFlags(&c->stream[l], cudaStreamNonBlocking);
@@ -993,26 +1007,15 @@ extern "C" cudalab_status collectives_comm_create(int world, int use_devices, lo
         if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->ev_fork[l], cudaEventDisableTiming);
         if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->ev_done[l], cudaEventDisableTiming);
         if (e == cudaSuccess) e = cudaMalloc(&c->table[l], sizeof(RankPtrs) * world);
-        if (e == cudaSuccess) e = cudaMalloc(&c->err[l], sizeof(ErrRec));
-        if (e == cudaSuccess) e = fill(*c, l, c->err[l], 0, sizeof(ErrRec));
+        if (e == cudaSuccess) e = alloc_zeroed(*c, l, &c->err[l], sizeof(ErrRec));
         if (e != cudaSuccess) return fail(e);
     }
-    c->in.assign(world, nullptr);
-    c->out.assign(world, nullptr);
-    c->recv.assign(world, nullptr);
-    c->flags.assign(world, nullptr);
+    size_null(world, c->in, c->out, c->recv, c->flags);
     for (int r = 0; r < world; ++r) {
-        if (cudaError_t e = cudaSetDevice(c->dev[r]); e != cudaSuccess) return fail(e);
-        cudaError_t e = cudaMalloc(&c->in[r], (size_t)in_bytes);
-        if (e == cudaSuccess) e = cudaMalloc(&c->out[r], (size_t)out_bytes);
-        if (e == cudaSuccess) e = cudaMalloc(&c->recv[r], (size_t)in_bytes);
-        if (e == cudaSuccess) e = cudaMalloc(&c->flags[r], (size_t)c->flag_count * 8);
-        // Everything starts defined (initcheck), flags at 0: below every epoch. The flags' memory may
-        // be a freed communicator's, holding its epochs: the reset must be done before any launch.
-        if (e == cudaSuccess) e = fill(*c, r, c->in[r], 0, (size_t)in_bytes);
-        if (e == cudaSuccess) e = fill(*c, r, c->out[r], 0, (size_t)out_bytes);
-        if (e == cudaSuccess) e = fill(*c, r, c->recv[r], 0, (size_t)in_bytes);
-        if (e == cudaSuccess) e = fill(*c, r, c->flags[r], 0, (size_t)c->flag_count * 8);
+        cudaError_t e = alloc_zeroed(*c, r, &c->in[r], (size_t)in_bytes);
+        if (e == cudaSuccess) e = alloc_zeroed(*c, r, &c->out[r], (size_t)out_bytes);
+        if (e == cudaSuccess) e = alloc_zeroed(*c, r, &c->recv[r], (size_t)in_bytes);
+        if (e == cudaSuccess) e = alloc_zeroed(*c, r, &c->flags[r], (size_t)c->flag_count * 8);
         if (e != cudaSuccess) return fail(e);
     }
     std::vector<RankPtrs> host(world);
@@ -1126,11 +1129,10 @@ extern "C" cudalab_status collectives_tp_mlp(int handle, int ar_variant, int ove
                                              float *y) {
     Comm *c = get(handle);
     if (!c || !x || !w1 || !w2 || !y) return cudaErrorInvalidValue;
-    COLL_TRY(tp_check(*c, ar_variant, chunks, T, H, F));
-    if (gemm_tc::sm80_unsupported_reason() != nullptr) return cudaErrorNotSupported;
-    const int Fr = F / c->world;
     TpBuffers t;
-    cudaError_t e = tp_alloc(*c, t, T, H, Fr);
+    COLL_TRY(tp_open(*c, t, ar_variant, chunks, T, H, F));
+    const int Fr = F / c->world;
+    cudaError_t e = cudaSuccess;
     for (int r = 0; r < c->world && e == cudaSuccess; ++r) {
         if (c->use_devices || r == 0) e = h2d(*c, r, t.x[r], x, (size_t)T * H * 2);
         if (e == cudaSuccess)  // rows r*Fr .. of W1 (F x H): contiguous
@@ -1153,11 +1155,10 @@ extern "C" cudalab_status collectives_tp_mlp_time(int handle, int ar_variant, in
                                                   int F, int iters, float *ms) {
     Comm *c = get(handle);
     if (!c || !ms || iters < 1) return cudaErrorInvalidValue;
-    COLL_TRY(tp_check(*c, ar_variant, chunks, T, H, F));
-    if (gemm_tc::sm80_unsupported_reason() != nullptr) return cudaErrorNotSupported;
-    const int Fr = F / c->world;
     TpBuffers t;
-    cudaError_t e = tp_alloc(*c, t, T, H, Fr);
+    COLL_TRY(tp_open(*c, t, ar_variant, chunks, T, H, F));
+    const int Fr = F / c->world;
+    cudaError_t e = cudaSuccess;
     for (int r = 0; r < c->world && e == cudaSuccess; ++r) {
         e = cudaSetDevice(c->dev[r]);
         // Scales that keep the activations near 1 (sums of H and F/world products).

@@ -100,6 +100,13 @@ struct DeviceAlloc {
         CUDA_TRY(cudaMalloc(&p, bytes > 0 ? bytes : 1));
         return 0;
     }
+    // Allocates and fills from the host: the inputs of a host-pointer entry point. Nothing to copy
+    // from an empty array (its host pointer may be null).
+    int upload(const void *host, size_t bytes) {
+        if (int err = alloc(bytes)) return err;
+        if (bytes > 0) CUDA_TRY(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
+        return 0;
+    }
     template <class T>
     T *as() const { return static_cast<T *>(p); }
     int release() {

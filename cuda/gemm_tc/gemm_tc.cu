@@ -135,13 +135,11 @@ static int host_roundtrip(int v, int cfg, int m, int n, int k, const uint16_t *a
     if (nc == 0) return 0;
     // Freed on every path: by release_all after a success, by the destructors after an early return.
     cudalab::DeviceAlloc dA, dB, dC, fA, fB;
-    if (int err = dA.alloc(na * sizeof(uint16_t))) return err;
-    if (int err = dB.alloc(nb * sizeof(uint16_t))) return err;
+    if (int err = dA.upload(a, na * sizeof(uint16_t))) return err;
+    if (int err = dB.upload(b, nb * sizeof(uint16_t))) return err;
     if (int err = dC.alloc(nc * sizeof(float))) return err;
     // Poison C (0xFF bytes are NaN): an element no kernel writes comes back NaN and fails the check.
     CUDA_TRY(cudaMemset(dC.p, 0xFF, nc * sizeof(float)));
-    if (na) CUDA_TRY(cudaMemcpy(dA.p, a, na * sizeof(uint16_t), cudaMemcpyHostToDevice));
-    if (nb) CUDA_TRY(cudaMemcpy(dB.p, b, nb * sizeof(uint16_t), cudaMemcpyHostToDevice));
     if (v == gemm_tc::VCUBLAS_TF32) {
         if (int err = fA.alloc(na * sizeof(float))) return err;
         if (int err = fB.alloc(nb * sizeof(float))) return err;

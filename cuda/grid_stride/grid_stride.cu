@@ -43,14 +43,11 @@ extern "C" cudalab_status grid_stride_square_dev(int *d_a, int n, int blocks, in
 
 extern "C" cudalab_status grid_stride_square(int *a, int n, int blocks, int threads) {
     if (a == nullptr || n <= 0 || n > GRID_STRIDE_MAX_N) return (int)cudaErrorInvalidValue;
-    int *d = nullptr;
-    size_t bytes = (size_t)n * sizeof(int);
-    CUDA_TRY(cudaMalloc(&d, bytes));
-    int err = (int)cudaMemcpy(d, a, bytes, cudaMemcpyHostToDevice);
-    if (err == 0) err = grid_stride_square_dev(d, n, blocks, threads, nullptr);
-    if (err == 0) err = (int)cudaMemcpy(a, d, bytes, cudaMemcpyDeviceToHost);
-    // Free even when a step failed; the first error is the one reported.
-    cudaError_t ferr = cudaFree(d);
-    if (err == 0) CUDA_TRY(ferr);
-    return err;
+    const size_t bytes = (size_t)n * sizeof(int);
+    // Freed on every path: by release() after a success, by the destructor after an early return.
+    cudalab::DeviceAlloc d;
+    if (int err = d.upload(a, bytes)) return err;
+    if (int err = grid_stride_square_dev(d.as<int>(), n, blocks, threads, nullptr)) return err;
+    CUDA_TRY(cudaMemcpy(a, d.p, bytes, cudaMemcpyDeviceToHost));
+    return d.release();
 }

@@ -437,11 +437,9 @@ int host_roundtrip(size_t na, size_t nb, size_t nc, const float *a, const float 
     // destructors after an early return (the first error is the one reported). With k = 0 nothing
     // reads A or B.
     cudalab::DeviceAlloc dA, dB, dC;
-    if (int err = dA.alloc(na * sizeof(float))) return err;
-    if (int err = dB.alloc(nb * sizeof(float))) return err;
+    if (int err = dA.upload(a, na * sizeof(float))) return err;
+    if (int err = dB.upload(b, nb * sizeof(float))) return err;
     if (int err = dC.alloc(nc * sizeof(float))) return err;
-    if (na) CUDA_TRY(cudaMemcpy(dA.p, a, na * sizeof(float), cudaMemcpyHostToDevice));
-    if (nb) CUDA_TRY(cudaMemcpy(dB.p, b, nb * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_TRY(launch(dA.as<float>(), dB.as<float>(), dC.as<float>()));
     CUDA_TRY(cudaMemcpy(c, dC.p, nc * sizeof(float), cudaMemcpyDeviceToHost));
     return cudalab::release_all(dA, dB, dC);

@@ -156,8 +156,7 @@ extern "C" cudalab_status square_int32(int *a, long long n, int threads) {
     if (n == 0) return 0;
     size_t bytes = (size_t)n * sizeof(int);
     cudalab::DeviceAlloc d;
-    if (int err = d.alloc(bytes)) return err;
-    CUDA_TRY(cudaMemcpy(d.p, a, bytes, cudaMemcpyHostToDevice));
+    if (int err = d.upload(a, bytes)) return err;
     if (int err = launch_int32((int *)d.p, n, threads, 0, 0)) return err;
     CUDA_TRY(cudaDeviceSynchronize());
     CUDA_TRY(cudaMemcpy(a, d.p, bytes, cudaMemcpyDeviceToHost));
@@ -223,9 +222,8 @@ extern "C" cudalab_status square_f32(const char *variant, const float *x, float 
     if (x == nullptr || out == nullptr) return (int)cudaErrorInvalidValue;
     size_t bytes = (size_t)n * sizeof(float);
     cudalab::DeviceAlloc dx, dout;
-    if (int err = dx.alloc(bytes)) return err;
+    if (int err = dx.upload(x, bytes)) return err;
     if (int err = dout.alloc(bytes)) return err;
-    CUDA_TRY(cudaMemcpy(dx.p, x, bytes, cudaMemcpyHostToDevice));
     if (int err = square_f32_dev(variant, (const float *)dx.p, (float *)dout.p, n, 0, 0, nullptr)) return err;
     CUDA_TRY(cudaDeviceSynchronize());
     CUDA_TRY(cudaMemcpy(out, dout.p, bytes, cudaMemcpyDeviceToHost));
@@ -254,9 +252,8 @@ extern "C" cudalab_status square_matrix(const float *x, float *out, int height, 
     if (x == nullptr || out == nullptr) return (int)cudaErrorInvalidValue;
     size_t bytes = (size_t)height * (size_t)width * sizeof(float);
     cudalab::DeviceAlloc dx, dout;
-    if (int err = dx.alloc(bytes)) return err;
+    if (int err = dx.upload(x, bytes)) return err;
     if (int err = dout.alloc(bytes)) return err;
-    CUDA_TRY(cudaMemcpy(dx.p, x, bytes, cudaMemcpyHostToDevice));
     if (int err = square_matrix_dev((const float *)dx.p, (float *)dout.p, height, width, nullptr)) return err;
     CUDA_TRY(cudaDeviceSynchronize());
     CUDA_TRY(cudaMemcpy(out, dout.p, bytes, cudaMemcpyDeviceToHost));

@@ -218,18 +218,13 @@ extern "C" cudalab_status transformer_block_forward(const char *attn_variant, in
     const size_t ws = (size_t)transformer_block_workspace_bytes(attn_variant, B, S, E, H);
     // Freed on every path: by release_all after a success, by the destructors after an early return.
     cudalab::DeviceAlloc dx, dw, db, dgamma, dbeta, dout, dws;
-    if (int err = dx.alloc(xb)) return err;
-    if (int err = dw.alloc(wb)) return err;
-    if (int err = db.alloc(bb)) return err;
-    if (int err = dgamma.alloc(eb)) return err;
-    if (int err = dbeta.alloc(eb)) return err;
+    if (int err = dx.upload(x, xb)) return err;
+    if (int err = dw.upload(w_qkv, wb)) return err;
+    if (int err = db.upload(b_qkv, bb)) return err;
+    if (int err = dgamma.upload(gamma, eb)) return err;
+    if (int err = dbeta.upload(beta, eb)) return err;
     if (int err = dout.alloc(xb)) return err;
     if (int err = dws.alloc(ws)) return err;
-    CUDA_TRY(cudaMemcpy(dx.p, x, xb, cudaMemcpyHostToDevice));
-    CUDA_TRY(cudaMemcpy(dw.p, w_qkv, wb, cudaMemcpyHostToDevice));
-    CUDA_TRY(cudaMemcpy(db.p, b_qkv, bb, cudaMemcpyHostToDevice));
-    CUDA_TRY(cudaMemcpy(dgamma.p, gamma, eb, cudaMemcpyHostToDevice));
-    CUDA_TRY(cudaMemcpy(dbeta.p, beta, eb, cudaMemcpyHostToDevice));
     const int e = transformer_block_forward_device(attn_variant, B, S, E, H, causal, dx.as<float>(), dw.as<float>(),
                                                    db.as<float>(), dgamma.as<float>(), dbeta.as<float>(),
                                                    dout.as<float>(), dws.as<float>(), nullptr);
