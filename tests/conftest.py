@@ -32,6 +32,10 @@ GPU_OK, GPU_WHY = _gpu_state()
 
 
 def pytest_collection_modifyitems(config, items):
+    # Longest first: pytest-xdist hands tests out in this order, so the long ones start while every
+    # worker is free and the run ends on short tests, not on one worker finishing a long one alone
+    # (a stable sort: everything else keeps its order).
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
     if GPU_OK:
         return
     skip = pytest.mark.skip(reason=f"needs a GPU: {GPU_WHY}")

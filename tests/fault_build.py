@@ -36,6 +36,15 @@ def target(prog: str, kind: str = "lib") -> str:
     return str(path.relative_to(build.ROOT))
 
 
+# Every twin some GPU test loads, with what it loads of it.
+TWINS = {"attention": ("lib",), "gemm_tc": ("lib",), "collectives": ("lib",), "square": ("lib", "exe")}
+
+
+def build_all() -> None:
+    """All of TWINS in one make (its -j compiles them side by side, under one hold of the build lock)."""
+    build.build([target(prog, k) for prog, kinds in TWINS.items() for k in kinds])
+
+
 @functools.cache
 def build_twin(prog: str, *kinds: str) -> None:
     """Build the fault twin's library and/or executable (default: the library), incrementally and

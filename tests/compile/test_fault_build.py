@@ -1,7 +1,8 @@
 """The fault build: `make FAULTS=1 build/faults/...` compiles a program with -DCUDALAB_FAULTS
 (cuda/common/faults.cuh) beside the product build; only it has the deliberately wrong answers the
 tests use (tests/fault_build.py). These run without a GPU: make's dry runs, the cheap programs built
-for real (square), the product's symbols and options, and the source guards of the slow ones."""
+for real (square), the product's symbols and options, and the source guards of the slow ones; on a
+GPU machine one more builds every twin the GPU tests load, first."""
 
 from __future__ import annotations
 
@@ -135,6 +136,20 @@ def test_the_product_libraries_export_no_fault_entry_point(prog):
     assert f"{prog}_variant_count" in symbols and symbol not in symbols
     with pytest.raises(AttributeError, match=f"has no entry point '{symbol}'"):
         getattr(library.load(prog), symbol)
+
+
+@pytest.mark.long
+@pytest.mark.gpu
+def test_every_twin_the_gpu_tests_load_builds_in_one_make():
+    """Collected first (long): the twins are built side by side at the start of a GPU run, so that the
+    tests which load them find them built, not each waiting on the build lock while one compiles.
+    Marked gpu because only the GPU tests load them: a run without a GPU does not pay the compile."""
+    fault_build.build_all()
+    for prog, (kind, symbol) in fault_build.FAULT_SYMBOLS.items():
+        path = build.lib_path(prog, True) if kind == "lib" else build.bin_path(prog, True)
+        assert build.stale_reason(path) is None and symbol in _symbols(path, dynamic=kind == "lib"), prog
+    twin = library.load("attention", faults=True)
+    assert all(twin.attention_variant_is_bf16(name) != -1 for name in fault_build.ATTENTION_FAULTS)
 
 
 def test_the_fault_twin_of_collectives_has_its_entry_point():

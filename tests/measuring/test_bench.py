@@ -400,6 +400,7 @@ def test_gpu_workers_share_whole_ceiling_groups():
     assert bench_worker.main(["0"]) == 2  # usage, before anything is imported or timed
 
 
+@pytest.mark.long
 def test_every_bench_case_names_a_setup_the_timing_child_can_call():
     """Each case carries its own "module:function" and JSON keyword arguments; the child imports only
     that module and calls it with them, so both must resolve and bind here, without a GPU."""

@@ -141,6 +141,37 @@ def test_profiler_slow_and_serial_tests_never_overlap(tmp_path):
     assert len({w for w, _, _ in runs("free")}) == 2  # the control: the other tests do spread
 
 
+def test_long_tests_are_collected_first_and_the_rest_keep_their_order(tmp_path):
+    """This project's conftest on a tiny suite: the long-marked tests come first (pytest-xdist then
+    starts them first), in their own order, and every other test keeps its place after them."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from harness.compile import build
+
+    shutil.copy(build.ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_y.py").write_text(
+        "import pytest\n"
+        "def test_a(): pass\n"
+        "@pytest.mark.long\n"
+        "def test_b(): pass\n"
+        "def test_c(): pass\n"
+        "@pytest.mark.parametrize('i', range(2))\n"
+        "@pytest.mark.long\n"
+        "def test_d(i): pass\n"
+        "def test_long_in_name_only(): pass\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    long\n")
+    env = dict(os.environ, PYTHONPATH=pythonpath(build.ROOT))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "--co", "-p", "no:cacheprovider",
+                        "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    order = [line.split("::")[1] for line in r.stdout.splitlines() if "::" in line]
+    assert order == ["test_b", "test_d[0]", "test_d[1]", "test_a", "test_c", "test_long_in_name_only"], order
+
+
 def test_workers_share_the_cores_among_their_blas_threads():
     env = gpus.share_cores(8, {"PATH": "/bin"}, cpus=16)
     assert {env[v] for v in gpus.BLAS_THREAD_VARS} == {"2"} and env["PATH"] == "/bin"

@@ -76,6 +76,7 @@ def test_default_tuned_config_is_a_pipelined_one():
     assert r.stdout.strip() == "08_pipelined-128x128x16-w64x32-s3"
 
 
+@pytest.mark.long
 def test_the_library_is_the_one_holder_of_the_tuned_choice(results_dir, monkeypatch):
     """apply_tuned asks the library what the tuned rung runs and whether a set chose it, each time, and
     keeps no copy: a cache written after the choice changes nothing until the library is reset; reset,
@@ -197,6 +198,7 @@ def test_attention_tune_refuses_a_bad_size():
         programs.tuner("attention")(size=10**6)
 
 
+@pytest.mark.long
 @pytest.mark.gpu
 def test_gpu_attention_tune_small(results_dir, monkeypatch):
     """A small real search. A deliberately wrong kernel (the fault build's: it skips the last key tile,

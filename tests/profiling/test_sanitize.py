@@ -166,6 +166,7 @@ def test_invoke_sanitize_is_clean_for_every_program():
     assert (table == "clean").all().all()
 
 
+@pytest.mark.long
 @pytest.mark.gpu
 def test_sanitize_catches_the_planted_out_of_bounds_write(tmp_path):
     """The fault build's `square --oob` writes one element past its array: memcheck must report it, and

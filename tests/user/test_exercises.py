@@ -591,6 +591,7 @@ def test_cuda_wrong_solutions_are_valid_edits_of_the_solution(name, old, new, sa
     assert _wrong(name, "cuda", old, new) != hx.solution_text(hx.exercise(name), "cuda")
 
 
+@pytest.mark.long
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", CU_EXERCISES)
 def test_gpu_cuda_fresh_fails_and_solution_passes_with_sanitizer_and_ratio(name, tmp_path):
@@ -605,6 +606,7 @@ def test_gpu_cuda_fresh_fails_and_solution_passes_with_sanitizer_and_ratio(name,
     assert v.ratio is not None and v.ratio > 0 and "the lab's solution" in text and "ceiling" in text
 
 
+@pytest.mark.long
 @pytest.mark.gpu
 @pytest.mark.parametrize("name, old, new, says", list(_cu_cases()))
 def test_gpu_cuda_wrong_solution_fails_with_its_cause(name, old, new, says, tmp_path):
@@ -615,6 +617,7 @@ def test_gpu_cuda_wrong_solution_fails_with_its_cause(name, old, new, says, tmp_
     assert says in text, v.lines
 
 
+@pytest.mark.long
 @pytest.mark.gpu
 def test_gpu_cuda_hang_is_stopped_and_said(tmp_path):
     """The sanitizer runs start with the cases and would hang the same way: they are stopped with them,

@@ -45,6 +45,7 @@ def test_run_passes_arguments_after_dashdash():
     assert r.returncode == 2 and "BLOCKS must be a positive integer" in r.stderr
 
 
+@pytest.mark.long
 def test_doctor_reports_each_item():
     r = inv("doctor")
     for item in ("nvcc", "gcc", "driver", "GPU", "ncu", "nsys", "compute-sanitizer", "python:numpy"):
@@ -74,6 +75,7 @@ def test_sanitize_takes_a_list_of_programs():
     assert r.returncode != 0 and "unknown program 'no_such_program'" in r.stderr
 
 
+@pytest.mark.long
 def test_user_errors_are_one_line_not_tracebacks(tmp_path):
     (tmp_path / "notes.txt").write_text("not,a\nbench\n")
     (tmp_path / "ro").mkdir()
