@@ -191,6 +191,22 @@ def ensure_built(prog: str, kind: str = "lib") -> Path:
     return build.require(prog, kind)
 
 
+def refuse_loads_after_the_table(monkeypatch, prog: str) -> None:
+    """For a test that bad sizes are refused before any launch. Naming a variant reads lib<prog>.so's
+    variant table (a load, never a launch, cached for the process): read it here first, then make every
+    later library.load fail the test. Without the first read the test would pass or fail by whether
+    something earlier in the same process had read the table."""
+    from harness.calling import library
+
+    ensure_built(prog)
+    library.read_table(prog)
+
+    def refuse(*a, **kw):
+        raise AssertionError("reached the library: the sizes were not refused before any launch")
+
+    monkeypatch.setattr(library, "load", refuse)
+
+
 def built_names(names, prog: str) -> list:
     """A parametrize list read from a program's built library (its one C table): `names` is a callable.
     With a GPU, the program is built first (the list is what the GPU tests run). Without one, nothing

@@ -17,7 +17,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import built_names, ensure_built, poison
+from conftest import built_names, ensure_built, poison, refuse_loads_after_the_table
 from fault_build import use_fault_library
 from harness.base.errors import CudaError
 from harness.calling import cudart, runner
@@ -584,10 +584,6 @@ def test_executable_config_error_lists_every_tuning_choice():
     assert res.returncode == 2 and all(c in res.stderr for c in att.TUNING_VARIANTS), res.stderr
 
 
-def _no_launch(*a, **kw):
-    raise AssertionError("reached the library: the sizes were not refused before any launch")
-
-
 @pytest.mark.parametrize("shape,rule", [
     ((1, 1, -5, 64), "must be positive"),
     ((1, 0, 8, 64), "must be positive"),
@@ -599,8 +595,8 @@ def _no_launch(*a, **kw):
 ])
 def test_forward_device_refuses_bad_sizes_before_any_launch(monkeypatch, shape, rule):
     """The device-pointer entry checks the same rules as attention() (they reached C and came back as
-    cudaErrorInvalidValue); the library is never loaded."""
-    monkeypatch.setattr(att.library, "load", _no_launch)
+    cudaErrorInvalidValue); past the variant table the library is never loaded."""
+    refuse_loads_after_the_table(monkeypatch, "attention")
     with pytest.raises(ValueError, match=rule):
         att.forward_device("02_flash", shape, False, None, None, None, None)
     if len(shape) == 4 and "integers" not in rule:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import built_names, ensure_built, poison
+from conftest import built_names, ensure_built, poison, refuse_loads_after_the_table
 from harness.calling import library
 from harness.programs import attention as att
 from harness.programs import transformer_block as tb
@@ -194,10 +194,6 @@ def test_gpu_executable_seed_0_checks_itself():
     assert list(df["seq"]) == [33] and (df["check"] == "pass").all()
 
 
-def _no_launch(*a, **kw):
-    raise AssertionError("reached the library: the sizes were not refused before any launch")
-
-
 @pytest.mark.parametrize("shape,heads,rule", [
     ((65536, 1, 64), 4, r"B\*H must be at most 65535 .*65536\*4"),  # attention's grid-axis limit
     ((1, att.MAX_S + 1, 64), 4, f"S must be at most {att.MAX_S}"),
@@ -205,8 +201,9 @@ def _no_launch(*a, **kw):
 ])
 def test_attention_limits_are_refused_before_any_launch(monkeypatch, shape, heads, rule):
     """The block's attention limits are attention's own rules: a too-large batch or sequence is one
-    ValueError naming the rule, and the library is never loaded (it came back as a CUDA invalid argument)."""
-    monkeypatch.setattr(tb.library, "load", _no_launch)
+    ValueError naming the rule, and past attention's variant table no library is loaded (it came back as a
+    CUDA invalid argument)."""
+    refuse_loads_after_the_table(monkeypatch, "attention")
     p = tb.make_params(64, 0)
     with pytest.raises(ValueError, match=rule):
         tb.forward(np.zeros(shape, np.float32), p, heads=heads, variant="01_naive")
@@ -214,7 +211,7 @@ def test_attention_limits_are_refused_before_any_launch(monkeypatch, shape, head
 
 def test_the_limits_are_shared_not_copied(monkeypatch):
     """One rule: moving attention's limit moves the block's (a copy of the numbers would not follow)."""
-    monkeypatch.setattr(tb.library, "load", _no_launch)
+    refuse_loads_after_the_table(monkeypatch, "attention")
     monkeypatch.setattr(att, "MAX_S", 8)
     with pytest.raises(ValueError, match="S must be at most 8"):
         tb.forward(np.zeros((1, 9, 64), np.float32), tb.make_params(64, 0), heads=1, variant="01_naive")
