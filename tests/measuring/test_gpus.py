@@ -96,10 +96,9 @@ def test_jobs_gives_the_number_of_workers():
         gpus.test_workers("4", xdist=False)
 
 
-def test_profiler_slow_and_serial_tests_never_overlap(tmp_path):
-    """The real thing, on a tiny suite with this project's conftest under -n 2 (what `invoke test
-    --jobs 2` runs): the profiler, slow and serial tests never run at the same time, whichever worker
-    has them; the others do spread over both workers."""
+def _tiny_suite(tmp_path, tests: str, markers: list[str], *args: str):
+    """`tests` as one test file beside a copy of this project's conftest, run by pytest with `args`
+    in a child process (the markers registered); returns the finished process, which must pass."""
     import os
     import shutil
     import subprocess
@@ -108,28 +107,37 @@ def test_profiler_slow_and_serial_tests_never_overlap(tmp_path):
     from harness.compile import build
 
     shutil.copy(build.ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
-    (tmp_path / "test_x.py").write_text(
-        "import os, time, pytest\n"
-        "def _note(kind, i, nap=0.0):\n"
-        "    t0 = time.monotonic(); time.sleep(nap)\n"
-        "    open(f'{kind}-{i}', 'w').write(f\"{os.environ['PYTEST_XDIST_WORKER']} {t0} {time.monotonic()}\")\n"
-        "@pytest.mark.parametrize('i', range(3))\n"
-        "@pytest.mark.profiler\n"
-        "def test_p(i): _note('locked', i, 0.3)\n"
-        "@pytest.mark.parametrize('i', range(3))\n"
-        "@pytest.mark.slow\n"
-        "def test_s(i): _note('locked', 10 + i, 0.3)\n"
-        "@pytest.mark.parametrize('i', range(3))\n"
-        "@pytest.mark.serial\n"
-        "def test_r(i): _note('locked', 20 + i, 0.3)\n"
-        "@pytest.mark.parametrize('i', range(12))\n"
-        "def test_free(i): _note('free', i, 0.05)\n")
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    profiler\n    slow\n    serial\n")
+    (tmp_path / "test_tiny.py").write_text(tests)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n" + "".join(f"    {m}\n" for m in markers))
     env = dict(os.environ, PYTHONPATH=pythonpath(build.ROOT))
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args,
                         "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path)],
                        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r
+
+
+def test_profiler_slow_and_serial_tests_never_overlap(tmp_path):
+    """The real thing, on a tiny suite with this project's conftest under -n 2 (what `invoke test
+    --jobs 2` runs): the profiler, slow and serial tests never run at the same time, whichever worker
+    has them; the others do spread over both workers."""
+    _tiny_suite(tmp_path,
+                "import os, time, pytest\n"
+                "def _note(kind, i, nap=0.0):\n"
+                "    t0 = time.monotonic(); time.sleep(nap)\n"
+                "    open(f'{kind}-{i}', 'w').write(f\"{os.environ['PYTEST_XDIST_WORKER']} {t0} {time.monotonic()}\")\n"
+                "@pytest.mark.parametrize('i', range(3))\n"
+                "@pytest.mark.profiler\n"
+                "def test_p(i): _note('locked', i, 0.3)\n"
+                "@pytest.mark.parametrize('i', range(3))\n"
+                "@pytest.mark.slow\n"
+                "def test_s(i): _note('locked', 10 + i, 0.3)\n"
+                "@pytest.mark.parametrize('i', range(3))\n"
+                "@pytest.mark.serial\n"
+                "def test_r(i): _note('locked', 20 + i, 0.3)\n"
+                "@pytest.mark.parametrize('i', range(12))\n"
+                "def test_free(i): _note('free', i, 0.05)\n",
+                ["profiler", "slow", "serial"], "-n", "2")
 
     def runs(kind):
         return [(w, float(a), float(b)) for w, a, b in (p.read_text().split() for p in tmp_path.glob(f"{kind}-*"))]
@@ -144,30 +152,17 @@ def test_profiler_slow_and_serial_tests_never_overlap(tmp_path):
 def test_long_tests_are_collected_first_and_the_rest_keep_their_order(tmp_path):
     """This project's conftest on a tiny suite: the long-marked tests come first (pytest-xdist then
     starts them first), in their own order, and every other test keeps its place after them."""
-    import os
-    import shutil
-    import subprocess
-    import sys
-
-    from harness.compile import build
-
-    shutil.copy(build.ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
-    (tmp_path / "test_y.py").write_text(
-        "import pytest\n"
-        "def test_a(): pass\n"
-        "@pytest.mark.long\n"
-        "def test_b(): pass\n"
-        "def test_c(): pass\n"
-        "@pytest.mark.parametrize('i', range(2))\n"
-        "@pytest.mark.long\n"
-        "def test_d(i): pass\n"
-        "def test_long_in_name_only(): pass\n")
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    long\n")
-    env = dict(os.environ, PYTHONPATH=pythonpath(build.ROOT))
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "--co", "-p", "no:cacheprovider",
-                        "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path)],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    r = _tiny_suite(tmp_path,
+                    "import pytest\n"
+                    "def test_a(): pass\n"
+                    "@pytest.mark.long\n"
+                    "def test_b(): pass\n"
+                    "def test_c(): pass\n"
+                    "@pytest.mark.parametrize('i', range(2))\n"
+                    "@pytest.mark.long\n"
+                    "def test_d(i): pass\n"
+                    "def test_long_in_name_only(): pass\n",
+                    ["long"], "--co")
     order = [line.split("::")[1] for line in r.stdout.splitlines() if "::" in line]
     assert order == ["test_b", "test_d[0]", "test_d[1]", "test_a", "test_c", "test_long_in_name_only"], order
 
