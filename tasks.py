@@ -197,14 +197,6 @@ def _check_pytest_expression(expr: str, flag: str) -> None:
                    + (f" (at column {col})" if col else "")) from None
 
 
-def _takes(fn, option: str) -> bool:
-    """Whether `fn` names `option` as a parameter (a catch-all **kwargs does not count: it ignores it)."""
-    if fn is None:
-        return False
-    p = inspect.signature(fn).parameters.get(option)
-    return p is not None and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-
-
 def _flag(option: str) -> str:
     return f"-{option}" if len(option) == 1 else f"--{option.replace('_', '-')}"
 
@@ -412,7 +404,7 @@ def run(c, prog, variant=None, image=None, out=None, ranks=""):
     cli = _registry.hook(prog, "cli")
     # --image and --out exist only where the program's `cli` hook names them (grayscale's).
     _refuse_foreign_options("run", prog, {"image": image, "out": out},
-                            lambda p, o: _takes(_registry.hook(p, "cli"), o), _hb.programs(), "program")
+                            _registry.takes, _hb.programs(), "program")
     if (_registry.has(prog, "on_cpu") and not {"-h", "--help"} & set(args)  # --help needs no GPU
             and not _registry.gpu_here()[0]):
         return _run_on_cpu(prog, args, variant)
@@ -485,6 +477,24 @@ def clean(c):
     print("removed build/")
 
 
+@task(help={"name": "the new program's name: lower-case letters, digits and _ (a C prefix and a Python module)"})
+@_help_if_asked
+def new(c, name):
+    """Write a working program folder, cuda/NAME/: a grid-stride kernel, its tests, bench case and page.
+
+    With no edit anywhere else it builds, tests, benches, profiles, sanitizes, and appears in the demo,
+    the report and the README's learning path: `invoke new saxpy && invoke build --programs saxpy`."""
+    from harness.programs import scaffold
+
+    with _one_line("new"):
+        written = scaffold.write(name)
+        readme = scaffold.write_readme(_registry.learning_path())
+    for f in written:
+        print(f.relative_to(ROOT))
+    print(f"{readme.relative_to(ROOT)} (the learning path, from the records)")
+    print(f"next: invoke build --programs {name} && invoke test --args cuda/{name}")
+
+
 @task(help={"prog": "the program with a CPU twin: square",
             "n": "number of elements, a positive integer (default 100000)"})
 @_help_if_asked
@@ -528,7 +538,7 @@ def viz(c, what, n="", blocks="", threads="", simulate=False, width="", height="
         raise Exit(f"viz: nothing to draw for {what!r}; choose from {', '.join(pictures)}")
     given = dict(n=n, blocks=blocks, threads=threads, simulate=simulate, width=width, height=height, iters=iters,
                  region=region, variant=variant)
-    _refuse_foreign_options("viz", what, given, _viz_takes, pictures, "picture")
+    _refuse_foreign_options("viz", what, given, _registry.picture_takes, pictures, "picture")
     opts = dict(n=_int(n, "-n", lo=1), blocks=_int(blocks, "--blocks", lo=1), threads=_int(threads, "--threads", lo=1),
                 simulate=simulate or None, width=_int(width, "--width", lo=1), height=_int(height, "--height", lo=1),
                 iters=_int(iters, "--iters", lo=1), region=region, variant=variant)
@@ -542,7 +552,7 @@ def viz(c, what, n="", blocks="", threads="", simulate=False, width="", height="
         except CudalabError:
             # The executable or the runtime failed: where that is for want of a GPU and the picture has a
             # simulator, say how to draw it without one.
-            if _viz_takes(what, "simulate") and not simulate and not cudart.gpu_available()[0]:
+            if _registry.picture_takes(what, "simulate") and not simulate and not cudart.gpu_available()[0]:
                 bar.stop()
                 raise Exit(f"viz {what}: no usable GPU here (`invoke doctor` says what is missing); the Python "
                            f"simulator draws it without one: invoke {shlex.join(sys.argv[1:] + ['--simulate'])}"
@@ -554,15 +564,6 @@ def viz(c, what, n="", blocks="", threads="", simulate=False, width="", height="
         print(p)
     if isinstance(data, dict) and data.get("computed_on"):
         print(f"viz {what}: {data['computed_on']}")
-
-
-def _viz_takes(picture: str, option: str) -> bool:
-    """Whether the picture's viz_data takes `option` (one that takes **kwargs takes everything)."""
-    fn = _registry.hook(picture, "viz_data")
-    if fn is None:
-        return False
-    params = inspect.signature(fn).parameters
-    return _takes(fn, option) or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 @task(help={"programs": "comma-separated programs (default: all with bench cases: "
@@ -849,7 +850,7 @@ def report(c, outdir="build/report"):
     from harness.user import demo as hdemo
 
     with _one_line("report"):
-        md, html = arep.write(Path(outdir), facts=hdemo.collect_facts())
+        md, html = arep.write(Path(outdir), facts=hdemo.collect_facts(), tour=_registry.tour())
     print(md)
     print(html)
 

@@ -31,41 +31,6 @@ FOLD_ROWS = 12  # a table longer than this is folded (<details>) under its one-l
 
 
 @dataclass
-class Tour:
-    """One program's place in the tour: what its picture shows, the pictures a run draws (globs under
-    build/), and the picture committed with the program for when this run drew none."""
-    program: str
-    shows: str
-    drawn: tuple[str, ...] = ()
-    committed: tuple[str, ...] = ()
-    labels: tuple[str, ...] = ()  # what each drawn pattern's picture is, where a program draws several
-
-
-# In the order a learner meets the programs (the README's learning path).
-TOUR = (
-    Tour("hello", "hello from the CPU and the GPU and the launch shapes; the chart is each kernel's share of "
-                  "GPU time under nsys", ("plots/profile_recorded_hello.png",)),
-    Tour("device_info", "the GPU's properties and its FP32 and bandwidth peaks (text: `invoke run device_info`)"),
-    Tour("square", "x*x on managed memory against its C twin; the chart is the kernel's share of GPU time",
-         ("profiles/square/*.png",)),
-    Tour("grid_stride", "which thread squared which element: a grid-stride loop steps by blocks x threads",
-         ("plots/gridstride_*_scatter.png",), ("cuda/grid_stride/trace_sim.png",)),
-    Tour("grayscale", "RGB to grey, one thread per pixel", ("plots/grayscale_input.png", "plots/grayscale.png"),
-         ("cuda/grayscale/grey_cpu.png",), labels=("the test picture", "its grey image")),
-    Tour("matmul", "the SGEMM ladder: each rung's TFLOP/s as a fraction of cuBLAS",
-         ("plots/ladder_matmul*.png",), ("bench/results/h100/ladder_matmul-20261124T195859.png",)),
-    Tour("mandelbrot", "escape counts of z -> z^2 + c over the complex plane, one thread per pixel",
-         ("plots/mandelbrot.png",), ("cuda/mandelbrot/mandelbrot_cpu.png",)),
-    Tour("attention", "each attention variant as a ratio to torch's SDPA at the same shape",
-         ("plots/attention_ratios*.png",), ("bench/results/h100/attention_ratios-20261124T104549.png",)),
-    Tour("transformer_block", "naive against flash attention inside a transformer block: kernel time shares",
-         ("profiles/transformer_block/*.png",)),
-    Tour("gemm_tc", "the tensor-core ladder: each BF16 rung as a fraction of cuBLAS",
-         ("plots/ladder_gemm_tc*.png",), ("bench/results/h100/ladder_gemm_tc-20261124T211953.png",)),
-)
-
-
-@dataclass
 class Section:
     title: str
     text: list[str] = field(default_factory=list)  # paragraphs (plain text, may hold `code`)
@@ -112,28 +77,30 @@ def _source(details: dict[Path, str], p: Path) -> str:
     return "this run, on the GPU"
 
 
-def tour_section(build: Path, demo: dict | None, keep, root: Path = ROOT) -> Section:
-    """Each program's picture from this run, else the one committed with it, captioned."""
+def tour_section(build: Path, demo: dict | None, keep, root: Path = ROOT, tour=()) -> Section:
+    """Each program's picture from this run, else the one committed with it, captioned. `tour` is
+    (program, entry) in the order a learner meets them, each entry with `shows`, `drawn` (globs under
+    build/), `committed` (paths in the repository) and `labels`: the programs' records give it."""
     s = Section("The tour", grid=True)
     s.text.append("Each program in the order a learner meets it, with its picture and what the picture shows. "
                   "Each caption says where the picture came from: this run (on the GPU, or computed on the CPU "
                   "where there is none) or the picture committed with the program.")
     details = _step_details(demo)
     missing = []
-    for t in TOUR:
+    for prog, t in tour:
         drawn = [(p, t.labels[i] if i < len(t.labels) else "") for i, pat in enumerate(t.drawn)
                  for p in _glob(build, pat) if keep(p)]
         if drawn:
             for p, label in drawn:
                 s.images.append(p)
-                s.captions[p] = f"**{t.program}**: {t.shows}{': ' + label if label else ''}. ({_source(details, p)})"
+                s.captions[p] = f"**{prog}**: {t.shows}{': ' + label if label else ''}. ({_source(details, p)})"
             continue
         committed = [root / c for c in t.committed if (root / c).is_file()]
         for p in committed:
             s.images.append(p)
-            s.captions[p] = f"**{t.program}**: {t.shows}. (committed picture, `{p.relative_to(root).as_posix()}`)"
+            s.captions[p] = f"**{prog}**: {t.shows}. (committed picture, `{p.relative_to(root).as_posix()}`)"
         if not committed:
-            missing.append(f"`{t.program}` ({t.shows})")
+            missing.append(f"`{prog}` ({t.shows})")
     if missing:
         s.text.append("No picture in this run for " + "; ".join(missing) + ": these need a GPU "
                       "(`invoke demo` on one draws them).")
@@ -336,10 +303,10 @@ def current_pictures(demo: dict | None):
 
 
 def gather(build: Path, img: Path, facts: dict | None = None, demo: dict | None = None,
-           bench_csv: Path | None = None, junit: Path | None = None, root: Path = ROOT) -> list[Section]:
+           bench_csv: Path | None = None, junit: Path | None = None, root: Path = ROOT, tour=()) -> list[Section]:
     plots = build / "plots"
     keep = current_pictures(demo)
-    tour = tour_section(build, demo, keep, root)
+    tour = tour_section(build, demo, keep, root, tour)
     try:
         bench = bench_section(build, img, bench_csv)
     except Exception as e:  # a malformed CSV must not stop the rest of the report
@@ -485,7 +452,7 @@ def to_html(sections: list[Section]) -> str:
 
 def write(outdir: Path | None = None, facts: dict | None = None, demo: dict | None = None,
           build: Path | None = None, bench_csv: Path | None = None, junit: Path | None = None,
-          root: Path | None = None) -> tuple[Path, Path]:
+          root: Path | None = None, tour=()) -> tuple[Path, Path]:
     """Write index.md (+ img/) and a self-contained index.html into outdir; returns both paths.
     `facts` (device, tools) and `demo` (steps) default to facts.json / demo.json found in outdir;
     `junit` is the test report of the run writing this one (else the newest under build/, said so)."""
@@ -503,7 +470,7 @@ def write(outdir: Path | None = None, facts: dict | None = None, demo: dict | No
     if demo is None and (outdir / "demo.json").exists():
         demo = json.loads((outdir / "demo.json").read_text())
         demo.setdefault("finished", (outdir / "demo.json").stat().st_mtime)
-    sections = gather(build, img, facts, demo, bench_csv, junit, Path(root or ROOT))
+    sections = gather(build, img, facts, demo, bench_csv, junit, Path(root or ROOT), tour)
     md = outdir / "index.md"
     _write_atomic(md, to_markdown(sections, outdir, img))
     html = outdir / "index.html"

@@ -63,16 +63,24 @@ class Import:
 
 def module_name(rel: Path) -> str:
     parts = list(rel.with_suffix("").parts)
+    if len(parts) == 3 and parts[0] == "cuda" and parts[1] == parts[2]:
+        return f"harness.programs.{parts[1]}"  # a program's module, in its own folder
+
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
 
 
 def product_files(root: Path = ROOT) -> list[Path]:
-    files = [*root.glob("harness/**/*.py"), *root.glob("analysis/**/*.py")]
+    files = [*root.glob("harness/**/*.py"), *root.glob("analysis/**/*.py"), *program_modules(root)]
     if (root / "tasks.py").exists():
         files.append(root / "tasks.py")
     return sorted(f for f in files if "__pycache__" not in f.parts)
+
+
+def program_modules(root: Path = ROOT) -> list[Path]:
+    """Each program's Python module: cuda/<prog>/<prog>.py, imported as harness.programs.<prog>."""
+    return sorted(d / f"{d.name}.py" for d in (root / "cuda").iterdir() if (d / f"{d.name}.py").is_file())
 
 
 def layer_of(mod: str) -> str | None:
@@ -206,7 +214,7 @@ def _is_docstring(tree: ast.AST, node: ast.AST) -> bool:
 def hand_typed_variants(root: Path = ROOT) -> list[str]:
     """Program modules that spell their variant names out (`VARIANTS = ("01_naive", ...)`)."""
     out = []
-    for f in sorted((root / "harness" / "programs").glob("*.py")):
+    for f in program_modules(root):
         for node in ast.parse(f.read_text()).body:
             if isinstance(node, (ast.Assign, ast.AnnAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]

@@ -1,78 +1,14 @@
-"""The program registry: the one place that resolves a program's module and what it offers.
+"""The program registry: the one place that reads a program's record and resolves what it offers.
 
-A *program* is a folder `cuda/<prog>/` holding `<prog>.cu` (what the Makefile builds). Its Python
-side is the module `harness.programs.<prog>`, optional: a program without one still builds, runs
-and is sanitized with no arguments. Tasks, the bench, the profilers, the sanitizer and the demo ask
-this module (`module`, `variants`, `ceilings`, `profile_argv`, `sanitize_cases`, ...) and never
-import a program module or probe it with hasattr themselves.
-
-The protocol of a program module (every name is optional; a missing one means "not offered")
-------------------------------------------------------------------------------------------------
-
-Variants
-    `VARIANTS: tuple[str, ...]`
-        The kernel variants, in the order a learner meets them ("01_naive", "02_tiled", ...). They are
-        the library's ONE table (the C side exports `int <prog>_variant_count(void)` and
-        `const char *<prog>_variant_name(int i)`, both plain values) and are never typed in Python:
-        the module offers `VARIANTS` through a module `__getattr__` that returns
-        `harness.calling.library.read_table(prog)`, read when first asked for (CI builds every library
-        before it tests). `variants()` below reads the same table.
-    `PROFILE_VARIANTS: tuple[str, ...]`
-        The variants `invoke profile <prog>` runs, one run each, when the user names none
-        (default: one run with the program's own default).
-
-Benchmarks (`invoke bench`, harness/measuring/bench.py)
-    `bench_cases(quick: bool) -> list[harness.measuring.bench.BenchCase]`
-        Sizes, bytes and FLOPs of each case. A case names its setup as a module-level function of
-        this module, `setup="harness.programs.<prog>:<function>"` with JSON `kwargs` (the timing
-        child process imports only that module and calls it). The function allocates, fills and MARSHALS
-        everything once (cffi pointers, launch structs) and returns `Prepared(launch, close)`;
-        `launch(stream)` only enqueues the kernel: the timing loop records its start event right
-        before calling it, so any Python work in `launch` is timed. The way to get such a launch:
-            launch = library.load(prog).prepare("<prog>_device", variant, n, x_buf, out_buf,
-                                                library.STREAM)
-        (`harness.calling.library.Library.prepare` checks and converts the arguments once, then each call
-        is the bare cffi call; `library.STREAM` marks where the stream goes.) Under
-        `invoke bench --gpus all` a case runs in a worker pinned to one GPU: use device 0.
-        With `quick=True` return only the small cases (under a minute for every program together).
-    `ceilings() -> dict[str, Callable[[bool], harness.measuring.bench.Ceiling | None]]`
-        A HOOK, called by the bench only when a collected case names one of these ceilings
-        (e.g. matmul's "cublas", attention's "sdpa_d64", device_info's "fp32"). Each callable takes
-        `quick` and measures in the same run; None means "not available here" (ratio left empty).
-        Do not register anything at import time. The tasks hand the cases (`bench_cases` below) and
-        these hooks (`ceilings` below) down to harness.measuring.bench.run.
-
-Profiling and sanitizing (`invoke profile`, `invoke sanitize`)
-    `profile_args(variant: str | None) -> list[str]`
-        argv for build/bin/<prog> for one profiled run of `variant` (None: the program's default).
-    `sanitize_args() -> dict[str, list[str]]`
-        label -> argv, the small runs compute-sanitizer checks (every variant, small sizes).
-        Without it: one run per variant with `profile_args(v)`, else one run with no arguments.
-        (A list of argv lists, or one argv, is still accepted.)
-
-Running, checking, drawing
-    `run(*args, timeout=...)`          run build/bin/<prog>, return its parsed result lines
-                                       (use `harness.calling.results.run`/`parse_output`).
-    `parse_output(text)`               the executable's tagged output as a DataFrame or dict.
-    `reference(...)`                   numpy, float64 where rounding matters.
-    `relative_error` is NOT redefined per program: use `harness.calling.results.relative_error`.
-    `cli(args, variant=None, image=None, out=None) -> int`   `invoke run <prog>` hands over to it.
-    `compare(n: int) -> (DataFrame, str)`                    `invoke compare <prog>`.
-    `viz_data(**opts)` / `recorded_viz_data()`               data for analysis/<name>.py's `plot`
-                                       (`invoke viz <name>`; `simulate=` where a simulator exists,
-                                       `progress(done, total)` for long ones).
-    `on_cpu(args) -> (DataFrame, str)`  what the program computes without a GPU (its numpy
-                                       reference, its Python twin on harness.base.sim, or its C twin),
-                                       small sizes, with a `check` column; the str says how. `invoke
-                                       run <prog>` and `invoke demo` use it where there is no GPU,
-                                       labelled with `cpu_label` (never silently). A `cpu=` keyword
-                                       of viz_data/cli does the same for a picture.
+A *program* is a folder `cuda/<prog>/` holding `<prog>.cu` (what the Makefile builds) and, beside it, its
+Python module `<prog>.py`, imported as `harness.programs.<prog>`, which ends with one
+`RECORD = Program(...)` (harness/programs/record.py: the contract, field by field). Tasks, the bench,
+the profilers, the sanitizer, the tour, the report and the exercise catalog ask this module (`record`,
+`variants`, `ceilings`, `profile_runs`, `sanitize_cases`, `tour`, ...) and never import a program module
+or read its record themselves; a program module reaches another program only through `module` here.
 
 C side of the same contract (cuda/<prog>/<prog>.h): a status return is declared `cudalab_status`
 (cuda/common/cudalab.h); a plain `int` return is a value (counts, flags, limits).
-
-Every function above must raise ValueError/TypeError for bad arguments before anything is
-launched, and never print; the tasks turn those into one-line errors.
 """
 
 from __future__ import annotations
@@ -84,6 +20,19 @@ from types import ModuleType
 from harness.base import paths
 from harness.calling import cudart, library
 from harness.compile import build
+
+from .record import Exercise, Picture, Program, Tour  # noqa: F401  (the contract, re-exported)
+
+
+# A program's Python module lives in its own folder, beside its CUDA (cuda/<prog>/<prog>.py), and is
+# imported as harness.programs.<prog>: each program folder that holds one joins this package's search
+# path, so `from harness.programs import matmul`, `invoke run matmul` and the timing child's
+# "harness.programs.<prog>:<function>" setups resolve it the ordinary way, with no second loader.
+def _program_folders() -> list[str]:
+    return [str(d) for d in sorted(paths.CUDA_DIR.iterdir()) if d.is_dir() and (d / f"{d.name}.py").is_file()]
+
+
+__path__ = [__path__[0], *_program_folders()]
 
 
 def names() -> list[str]:
@@ -102,6 +51,9 @@ def check_name(prog: str) -> str:
 def module(prog: str) -> ModuleType | None:
     """harness.programs.<prog>, or None when the program has no Python module. An import error
     inside the module itself is raised, not hidden."""
+    for folder in _program_folders():  # a folder written since this package was imported (invoke new)
+        if folder not in __path__:
+            __path__.append(folder)
     try:
         return importlib.import_module(f"{__name__}.{prog}")
     except ModuleNotFoundError as e:
@@ -110,58 +62,67 @@ def module(prog: str) -> ModuleType | None:
         return None
 
 
-def _mod(prog: str, mod):
-    # `mod` lets a caller (or a test) hand in a module object instead of the one resolved by name.
-    return mod if mod is not None else module(prog)
+def record(prog: str) -> Program:
+    """The program's record: its module's RECORD, or a bare record for a folder without a module (it
+    builds, runs and is sanitized with no arguments). A module whose RECORD is missing, misnamed or not
+    a Program is an error of the program, said in one line."""
+    mod = module(prog)
+    if mod is None:
+        return Program(name=prog, summary="")
+    rec = mod.__dict__.get("RECORD")
+    if not isinstance(rec, Program):
+        raise TypeError(f"cuda/{prog}/{prog}.py must end with RECORD = Program(name={prog!r}, ...) "
+                        f"(harness/programs/record.py), not {type(rec).__name__}")
+    if rec.name != prog:
+        raise ValueError(f"cuda/{prog}/{prog}.py: its RECORD is named {rec.name!r}, not {prog!r}")
+    return rec
 
 
-def has(prog: str, attr: str, mod=None) -> bool:
-    mod = _mod(prog, mod)
-    return mod is not None and hasattr(mod, attr)
+def _rec(prog: str, rec: Program | None) -> Program:
+    # `rec` lets a caller (or a test) hand in a record instead of the one the program declares.
+    return rec if rec is not None else record(prog)
 
 
-def hook(prog: str, attr: str, mod=None):
-    """The module's attribute `attr`, or None."""
-    mod = _mod(prog, mod)
-    return getattr(mod, attr, None) if mod is not None else None
+def has(prog: str, what: str, rec: Program | None = None) -> bool:
+    """Whether the program's record offers `what` (a Program field)."""
+    return _rec(prog, rec).offers(what)
 
 
-def variants(prog: str, mod=None) -> list[str]:
-    """The program's variant names: its library's one table (harness.calling.library.read_table), for a
-    program whose module offers `VARIANTS`; [] for one that offers none. A stand-in module a test hands
-    in (not a real module) lists its own."""
-    mod = _mod(prog, mod)
-    if mod is None or not hasattr(mod, "VARIANTS"):
-        return []
-    if isinstance(mod, ModuleType):
-        return list(library.read_table(prog))
-    return [str(v) for v in mod.VARIANTS]
+def hook(prog: str, what: str, rec: Program | None = None):
+    """The record's field `what` (a hook, or None when not offered)."""
+    return getattr(_rec(prog, rec), what)
 
 
-def check_variant(prog: str, variant: str, mod=None) -> str:
-    known = variants(prog, mod)
+def variants(prog: str, rec: Program | None = None) -> list[str]:
+    """The program's variant names: its library's one table (harness.calling.library.read_table) for a
+    program whose record says it has one; [] for one that has none."""
+    return list(library.read_table(prog)) if _rec(prog, rec).variants else []
+
+
+def check_variant(prog: str, variant: str, rec: Program | None = None) -> str:
+    known = variants(prog, rec)
     if known and variant not in known:
         raise ValueError(f"unknown variant {variant!r} for {prog}; variants: {', '.join(known)}")
     return variant
 
 
-def profile_variants(prog: str, mod=None) -> list[str | None]:
-    pv = hook(prog, "PROFILE_VARIANTS", mod)
-    return list(pv) if pv else [None]
+def profile_variants(prog: str, rec: Program | None = None) -> list[str | None]:
+    pv = _rec(prog, rec).profile_variants
+    return list(pv() if callable(pv) else pv) or [None]
 
 
-def profile_argv(prog: str, variant: str | None = None, mod=None) -> list[str]:
-    """argv for one profiled run: the module's profile_args(variant), else `--variant V` or []."""
-    fn = hook(prog, "profile_args", mod)
+def profile_argv(prog: str, variant: str | None = None, rec: Program | None = None) -> list[str]:
+    """argv for one profiled run: the record's profile_args(variant), else `--variant V` or []."""
+    fn = _rec(prog, rec).profile_args
     if fn is not None:
         return [str(a) for a in fn(variant)]
     return ["--variant", variant] if variant else []
 
 
-def refused_here(prog: str, names: list[str | None], mod=None) -> dict[str, str]:
+def refused_here(prog: str, names: list[str | None], rec: Program | None = None) -> dict[str, str]:
     """{variant: why} for each of `names` that this build and GPU cannot run (the module's
     `unsupported_reason`, which launches nothing; {} for a program without one)."""
-    why = hook(prog, "unsupported_reason", mod)
+    why = hook(prog, "unsupported_reason", rec)
     if why is None:
         return {}
     out = {}
@@ -171,22 +132,22 @@ def refused_here(prog: str, names: list[str | None], mod=None) -> dict[str, str]
     return out
 
 
-def resolve_variants(prog: str, variant: str | None, mod=None,
+def resolve_variants(prog: str, variant: str | None, rec: Program | None = None,
                      refused: dict[str, str] | None = None) -> list[str | None]:
     """--variant V -> [V]; --variant all -> every variant; none -> profile_variants. For `all` and
     the program's own choice, variants this build or GPU cannot run are left out (a PTX-only sm_80
     build has no sm_90a kernel) and put in `refused` with the reason, unless none would be left: then
     all stay, so the run itself says why. A variant named alone stays, so its refusal reaches the user."""
     if variant == "all":
-        names = variants(prog, mod)
+        names = variants(prog, rec)
         if not names:
             raise ValueError(f"{prog} lists no VARIANTS, so --variant all has nothing to run")
     elif variant:
-        check_variant(prog, variant, mod)
+        check_variant(prog, variant, rec)
         return [variant]
     else:
-        names = profile_variants(prog, mod)
-    no = refused_here(prog, names, mod)
+        names = profile_variants(prog, rec)
+    no = refused_here(prog, names, rec)
     if not no or len(no) == len([v for v in names if v is not None]):
         return names
     if refused is not None:
@@ -195,30 +156,29 @@ def resolve_variants(prog: str, variant: str | None, mod=None,
 
 
 def profile_runs(prog: str, variant: str | None = None, args: list[str] | None = None,
-                 mod=None, refused: dict[str, str] | None = None) -> list[tuple[str | None, list[str]]]:
+                 rec: Program | None = None, refused: dict[str, str] | None = None) -> list[tuple[str | None, list[str]]]:
     """(variant, argv) for each profiled run of build/bin/<prog>, handed to harness.profiling.profile.
     --variant all (or one name) with the caller's args: one run per variant, each given `--variant V`
     (an executable need not know "all"); args alone: one run with the args as they are; neither: the
     module's choice (PROFILE_VARIANTS, each with profile_args(variant)). Variants left out because
     they cannot run here go into `refused` ({variant: why}; see resolve_variants)."""
-    mod = _mod(prog, mod)
     args = [str(a) for a in args] if args else None
-    chosen = resolve_variants(prog, variant, mod, refused) if (variant or not args) else [None]
+    chosen = resolve_variants(prog, variant, rec, refused) if (variant or not args) else [None]
     runs = []
     for v in chosen:
         if args:
             runs.append((v, ["--variant", v, *args] if v and "--variant" not in args else list(args)))
         else:
-            runs.append((v, profile_argv(prog, v, mod)))
+            runs.append((v, profile_argv(prog, v, rec)))
     return runs
 
 
-def sanitize_cases(prog: str, mod=None, args: list[str] | None = None) -> list[tuple[str, tuple[str, ...]]]:
+def sanitize_cases(prog: str, rec: Program | None = None, args: list[str] | None = None) -> list[tuple[str, tuple[str, ...]]]:
     """(label, argv) for each small run compute-sanitizer checks; `args` replaces them with one run
     of those arguments (`invoke sanitize -p square -- 1000 64`)."""
     if args:
         return [(_label([str(a) for a in args], 0), tuple(str(a) for a in args))]
-    fn = hook(prog, "sanitize_args", mod)
+    fn = hook(prog, "sanitize_args", rec)
     if fn is not None:
         spec = fn()
         if isinstance(spec, dict):
@@ -227,11 +187,11 @@ def sanitize_cases(prog: str, mod=None, args: list[str] | None = None) -> list[t
         if not spec or all(isinstance(a, (str, int, float)) for a in spec):
             spec = [spec]
         return [(_label([str(a) for a in v], i), tuple(str(a) for a in v)) for i, v in enumerate(spec)]
-    if has(prog, "profile_args", mod):
-        vs = variants(prog, mod)
+    if has(prog, "profile_args", rec):
+        vs = variants(prog, rec)
         if vs:
-            return [(v, tuple(profile_argv(prog, v, mod))) for v in vs]
-        return [("default", tuple(profile_argv(prog, None, mod)))]
+            return [(v, tuple(profile_argv(prog, v, rec))) for v in vs]
+        return [("default", tuple(profile_argv(prog, None, rec)))]
     return [("default", ())]
 
 
@@ -244,25 +204,20 @@ def _label(argv: list[str], i: int) -> str:
     return text[:40] if text else (f"run{i}" if i else "default")
 
 
-def bench_programs(selected: list[str] | None = None) -> dict[str, ModuleType]:
-    """prog -> module for the programs with bench cases. Unknown names in `selected` raise ValueError."""
+def bench_programs(selected: list[str] | None = None) -> dict[str, Program]:
+    """prog -> record for the programs with bench cases. Unknown names in `selected` raise ValueError."""
     if selected:
         for p in selected:
             check_name(p)
-    out = {}
-    for prog in selected or names():
-        mod = module(prog)
-        if mod is not None and hasattr(mod, "bench_cases"):
-            out[prog] = mod
-    return out
+    return {prog: rec for prog in selected or names() if (rec := record(prog)).bench_cases is not None}
 
 
 def bench_cases(selected: list[str] | None = None, quick: bool = False) -> list:
     """The selected programs' bench cases (every program's when None); with quick, only the quick ones.
     Unknown names raise ValueError."""
     cases = []
-    for mod in bench_programs(selected).values():
-        cases += [c for c in mod.bench_cases(quick) if c.quick or not quick]
+    for rec in bench_programs(selected).values():
+        cases += [c for c in rec.bench_cases(quick) if c.quick or not quick]
     return cases
 
 
@@ -275,8 +230,8 @@ def ceilings(progs: list[str] | None = None) -> dict[str, Callable[[bool], objec
 def _ceiling_hooks(progs: list[str] | None) -> dict[str, tuple[str, Callable[[bool], object]]]:
     out = {}
     for prog in progs or names():
-        fn = hook(prog, "ceilings")
-        if callable(fn):
+        fn = record(prog).ceilings
+        if fn is not None:
             out.update({name: (prog, f) for name, f in fn().items()})
     return out
 
@@ -291,7 +246,7 @@ def bench_libraries(cases: list) -> list[str]:
 
 def tunables() -> list[str]:
     """The programs with a parameter search (a `tune` function in their module)."""
-    return [p for p in names() if callable(hook(p, "tune"))]
+    return [p for p in names() if record(p).tune is not None]
 
 
 def tuner(prog: str) -> Callable:
@@ -303,31 +258,55 @@ def tuner(prog: str) -> Callable:
     return hook(prog, "tune")
 
 
-def pictures() -> list[str]:
-    """Names with both analysis/<name>.py (a `plot`) and a module with `viz_data`."""
-    out = []
-    for p in sorted((paths.ROOT / "analysis").glob("*.py")):
-        if p.stem.startswith("_"):
-            continue
-        try:
-            mod = importlib.import_module(f"{__name__}.{p.stem}")
-        except ModuleNotFoundError:
-            continue
-        if hasattr(mod, "viz_data"):
-            out.append(p.stem)
+def _pictures() -> dict[str, Picture]:
+    out = {}
+    for prog in names():
+        pic = record(prog).picture
+        if pic is not None:
+            if pic.name in out:
+                raise ValueError(f"two programs draw the picture {pic.name!r}")
+            out[pic.name] = pic
     return out
 
 
-def viz_data(name: str, **opts):
-    """`harness.programs.<name>.viz_data` called with the options it names (None = its default)."""
-    import inspect
+def pictures() -> list[str]:
+    """The names `invoke viz` draws: each record's picture that has analysis/<name>.py (its `plot`)."""
+    return sorted(n for n in _pictures() if (paths.ROOT / "analysis" / f"{n}.py").is_file())
 
-    mod = importlib.import_module(f"{__name__}.{name}")
-    fn = mod.viz_data
-    params = inspect.signature(fn).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return fn(**{k: v for k, v in opts.items() if v is not None})
-    return fn(**{k: v for k, v in opts.items() if k in params and v is not None})
+
+def picture(name: str) -> Picture:
+    """The record's picture called `name`, else ValueError naming those there are."""
+    pics = _pictures()
+    if name not in pics:
+        raise ValueError(f"unknown picture {name!r}; pictures: {', '.join(pictures())}")
+    return pics[name]
+
+
+def picture_takes(name: str, option: str) -> bool:
+    return option in picture(name).options
+
+
+def viz_data(name: str, **opts):
+    """The picture's data, called with the options it declares (None = its default)."""
+    pic = picture(name)
+    return pic.data(**{k: v for k, v in opts.items() if k in pic.options and v is not None})
+
+
+def takes(prog: str, option: str) -> bool:
+    """Whether the program's `cli` hook takes `option` (--image, --out, cpu=): declared in its record."""
+    rec = record(prog)
+    return rec.cli is not None and option in rec.cli_options
+
+
+def tour() -> list[tuple[str, Tour]]:
+    """(prog, its Tour) for each program in the tour, in the order a learner meets them."""
+    recs = sorted((record(p) for p in names()), key=lambda r: (r.order, r.name))
+    return [(r.name, r.tour) for r in recs if r.tour is not None]
+
+
+def learning_path() -> list[Program]:
+    """Every program's record in the order a learner meets them (the README's learning path)."""
+    return sorted((record(p) for p in names()), key=lambda r: (r.order, r.name))
 
 
 # --- without a GPU ---------------------------------------------------------------------------------
@@ -350,4 +329,4 @@ def gpu_here() -> tuple[bool, str]:
 
 def cpu_programs() -> list[str]:
     """The programs with an `on_cpu` hook, in name order."""
-    return [p for p in names() if has(p, "on_cpu")]
+    return [p for p in names() if record(p).on_cpu is not None]

@@ -11,7 +11,7 @@ simulator), the profiles recorded on a GPU (harness/data/) and the report still 
 "computed on the CPU (no GPU)"; every step that needs a device is listed as skipped with what a GPU
 adds, and the demo ends by saying so (status 0). The tasks layer only shows progress and the table.
 
-Hooks read from harness/programs/<prog>.py (all optional; see harness/programs/__init__.py):
+Hooks read from each program's record (all optional; see harness/programs/record.py):
     on_cpu(args)             the program's result without a GPU: a step "<prog> on the CPU"
     viz_data(...)            with analysis/<name>.py's plot(data, outdir): a picture; called with
                              simulate=True (a simulator) or cpu=True (a numpy twin) when there is
@@ -23,7 +23,6 @@ Hooks read from harness/programs/<prog>.py (all optional; see harness/programs/_
 from __future__ import annotations
 
 import importlib
-import inspect
 import json
 import re
 import time
@@ -141,9 +140,9 @@ def collect_facts() -> dict:
     facts["device"] = {"name": s.name, "compute capability": s.cc, "SMs": s.sm_count, "driver": s.driver,
                        "runtime": s.runtime, "memory (GiB)": round(s.memory_gib, 1)}
     try:
-        from harness.programs import device_info
+        from harness import programs
 
-        d = device_info.query(0)
+        d = programs.module("device_info").query(0)
         facts["device"].update({"L2 (MiB)": round(d["l2_bytes"] / 2**20, 1), "FP32 peak (TFLOP/s)": d["fp32_tflops"],
                                 "DRAM peak (GB/s)": d["mem_bandwidth_gbs"]})
     except Exception as e:  # the library may not be built yet
@@ -179,28 +178,7 @@ def image_programs() -> list[str]:
     """Programs whose cli takes an input image and an output path (grayscale)."""
     from harness import programs
 
-    out = []
-    for prog in _build.programs():
-        cli = programs.hook(prog, "cli")
-        if cli is not None:
-            params = inspect.signature(cli).parameters
-            if "image" in params and "out" in params:
-                out.append(prog)
-    return out
-
-
-def _picture_module(name: str):
-    """harness.programs.<name> for a picture name (gridstride is an alias module of grid_stride)."""
-    return importlib.import_module(f"harness.programs.{name}")
-
-
-def _module(prog: str):
-    from harness import programs
-
-    try:
-        return programs.module(prog)
-    except Exception:
-        return None
+    return [p for p in _build.programs() if programs.takes(p, "image") and programs.takes(p, "out")]
 
 
 def step_build(on_step: Callable[[str, str], None] | None = None) -> tuple[Step, list[str]]:
@@ -257,16 +235,15 @@ def step_run(prog: str) -> Step:
 def step_picture(name: str, gpu: bool, outdir: Path = PLOTS) -> list[Step]:
     """A picture from the GPU; without one, from the simulator (simulate=True) or a numpy twin
     (cpu=True) where viz_data offers either, labelled as such; else skipped."""
+    from harness import programs
     from harness.programs import cpu_label
 
-    mod = _picture_module(name)
     draw = importlib.import_module(f"analysis.{name}")
-    params = inspect.signature(mod.viz_data).parameters
-    off_gpu = "simulate" if "simulate" in params else "cpu" if "cpu" in params else None
+    off_gpu = next((o for o in ("simulate", "cpu") if programs.picture_takes(name, o)), None)
     st = Step(f"draw {name}", needs_gpu=off_gpu is None)
     if gpu or off_gpu:
         try:
-            data = mod.viz_data() if gpu else mod.viz_data(**{off_gpu: True})
+            data = programs.viz_data(name) if gpu else programs.viz_data(name, **{off_gpu: True})
             st.outputs = [str(p) for p in draw.plot(data, outdir)]
             if gpu:
                 how = "from the GPU"
@@ -284,10 +261,11 @@ def step_picture(name: str, gpu: bool, outdir: Path = PLOTS) -> list[Step]:
 
 def step_image(prog: str, gpu: bool, outdir: Path = PLOTS) -> Step:
     """An image program on its test picture: on the GPU, or without one through its CPU path."""
+    from harness import programs
     from harness.programs import cpu_label
 
-    cli = _module(prog).cli
-    off_gpu = "cpu" in inspect.signature(cli).parameters
+    cli = programs.hook(prog, "cli")
+    off_gpu = programs.takes(prog, "cpu")
     st = Step(f"draw {prog}", needs_gpu=not off_gpu)
     if not gpu and not off_gpu:
         st.status, st.detail = "skipped", gpu_adds("draw", prog)
@@ -469,7 +447,10 @@ def run(bench: bool = True, profile: bool = True, on_step: Callable[[str], None]
         # The report's tests are this run's steps, written first as the demo's own test report (the
         # report step itself counts as passed there: a failure below is recorded afterwards).
         junit = result.write_junit(REPORT / JUNIT.name)
-        md, html = arep.write(REPORT, facts=collect_facts(), demo=result.to_json(), junit=junit)
+        from harness import programs
+
+        md, html = arep.write(REPORT, facts=collect_facts(), demo=result.to_json(), junit=junit,
+                              tour=programs.tour())
         st.outputs = [str(md), str(html)]
         result.report = str(html)
     except Exception as e:

@@ -239,13 +239,19 @@ def check_packages() -> list[Check]:
     return out
 
 
-def check_collectives() -> list[Check]:
-    """NCCL's version in the collectives library, and peer access between the visible GPUs."""
-    from harness.programs import collectives
+def check_programs() -> list[Check]:
+    """Each program's own line, where its record offers one (collectives: NCCL's version in its library
+    and peer access between the visible GPUs)."""
+    from harness import programs
 
-    ok, detail, fix = collectives.doctor_status()
-    return [Check("NCCL (collectives)", ok, detail, fix, optional=True)]
+    out = []
+    for prog in programs.names():
+        fn = programs.hook(prog, "doctor")
+        if fn is not None:
+            ok, detail, fix = fn()
+            out.append(Check(f"{prog} program", ok, detail, fix, optional=True))
+    return out
 
 
 def check_all() -> list[Check]:
-    return check_tools() + check_gpu() + check_packages() + check_collectives()
+    return check_tools() + check_gpu() + check_packages() + check_programs()

@@ -106,7 +106,7 @@ def _tiny_suite(tmp_path, tests: str, markers: list[str], *args: str):
 
     from harness.compile import build
 
-    shutil.copy(build.ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+    shutil.copy(build.ROOT / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "test_tiny.py").write_text(tests)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n" + "".join(f"    {m}\n" for m in markers))
     env = dict(os.environ, PYTHONPATH=pythonpath(build.ROOT))

@@ -9,7 +9,6 @@ import io
 import sqlite3
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ import pandas as pd
 import pytest
 
 from analysis import profile as aprof
+from conftest import stand_in
 from harness import programs
 from harness.base.errors import NotBuilt
 from harness.compile import build, toolchain
@@ -383,46 +383,46 @@ def test_ci_unpacks_the_debs_where_the_nsys_helper_looks():
     assert build.ROOT / dw == nsys.DW_DIR and 'dpkg -x "$f" "$DW_DIR"' in text
 
 
-def test_program_argument_contract():
+def test_program_argument_contract(monkeypatch):
     """The registry turns a program's module and the user's --variant / arguments into the runs."""
-    mod = types.SimpleNamespace(VARIANTS=("01_naive", "02_flash"), PROFILE_VARIANTS=("01_naive", "02_flash"),
+    mod = stand_in(monkeypatch, "x", variants=("01_naive", "02_flash"), profile_variants=("01_naive", "02_flash"),
                                 profile_args=lambda v: ["--variant", v or "all", "64"])
     runs = programs.profile_runs
-    assert runs("x", "02_flash", mod=mod) == [("02_flash", ["--variant", "02_flash", "64"])]
-    assert runs("x", None, mod=mod) == [("01_naive", ["--variant", "01_naive", "64"]),
+    assert runs("x", "02_flash", rec=mod) == [("02_flash", ["--variant", "02_flash", "64"])]
+    assert runs("x", None, rec=mod) == [("01_naive", ["--variant", "01_naive", "64"]),
                                         ("02_flash", ["--variant", "02_flash", "64"])]  # PROFILE_VARIANTS
-    assert runs("x", "02_flash", ["7"], mod=mod) == [("02_flash", ["--variant", "02_flash", "7"])]  # user args win
-    assert runs("x", None, ["--variant", "a", "7"], mod=mod) == [(None, ["--variant", "a", "7"])]
-    assert runs("x", "all", ["7"], mod=mod) == [("01_naive", ["--variant", "01_naive", "7"]),
+    assert runs("x", "02_flash", ["7"], rec=mod) == [("02_flash", ["--variant", "02_flash", "7"])]  # user args win
+    assert runs("x", None, ["--variant", "a", "7"], rec=mod) == [(None, ["--variant", "a", "7"])]
+    assert runs("x", "all", ["7"], rec=mod) == [("01_naive", ["--variant", "01_naive", "7"]),
                                                 ("02_flash", ["--variant", "02_flash", "7"])]
     assert programs.resolve_variants("x", "all", mod) == ["01_naive", "02_flash"]
     with pytest.raises(ValueError, match="unknown variant 'nope'"):
-        runs("x", "nope", mod=mod)
-    plain = types.SimpleNamespace()
-    assert runs("x", None, mod=plain) == [(None, [])] and runs("x", "v", mod=plain) == [("v", ["--variant", "v"])]
+        runs("x", "nope", rec=mod)
+    plain = stand_in(monkeypatch, "x")
+    assert runs("x", None, rec=plain) == [(None, [])] and runs("x", "v", rec=plain) == [("v", ["--variant", "v"])]
     with pytest.raises(ValueError, match="lists no VARIANTS"):
-        runs("x", "all", mod=plain)
+        runs("x", "all", rec=plain)
     assert runs("hello") == HELLO
 
 
-def test_variants_this_build_cannot_run_are_left_out_with_the_reason():
+def test_variants_this_build_cannot_run_are_left_out_with_the_reason(monkeypatch):
     """A PTX-only sm_80 build has no sm_90a kernel: the program's own choice and `all` profile what
     runs and say what was left out; a variant named alone stays, so its own refusal reaches the user."""
     no = {"05_wgmma": "needs sm_90a: this build has no sm_90a code"}
-    mod = types.SimpleNamespace(VARIANTS=("01_naive", "05_wgmma"), PROFILE_VARIANTS=("01_naive", "05_wgmma"),
+    mod = stand_in(monkeypatch, "x", variants=("01_naive", "05_wgmma"), profile_variants=("01_naive", "05_wgmma"),
                                 unsupported_reason=no.get)
     refused: dict = {}
-    assert programs.profile_runs("x", None, mod=mod, refused=refused) == [("01_naive", ["--variant", "01_naive"])]
+    assert programs.profile_runs("x", None, rec=mod, refused=refused) == [("01_naive", ["--variant", "01_naive"])]
     assert refused == no
     refused = {}
-    assert [v for v, _ in programs.profile_runs("x", "all", ["7"], mod=mod, refused=refused)] == ["01_naive"]
+    assert [v for v, _ in programs.profile_runs("x", "all", ["7"], rec=mod, refused=refused)] == ["01_naive"]
     assert refused == no
     refused = {}
-    assert programs.profile_runs("x", "05_wgmma", mod=mod, refused=refused) == [("05_wgmma", ["--variant", "05_wgmma"])]
+    assert programs.profile_runs("x", "05_wgmma", rec=mod, refused=refused) == [("05_wgmma", ["--variant", "05_wgmma"])]
     assert refused == {}
     # Nothing runs here: every variant stays, so the runs themselves say why.
-    none_run = types.SimpleNamespace(VARIANTS=("05_wgmma",), PROFILE_VARIANTS=("05_wgmma",), unsupported_reason=no.get)
-    assert [v for v, _ in programs.profile_runs("x", None, mod=none_run)] == ["05_wgmma"]
+    none_run = stand_in(monkeypatch, "x", variants=("05_wgmma",), profile_variants=("05_wgmma",), unsupported_reason=no.get)
+    assert [v for v, _ in programs.profile_runs("x", None, rec=none_run)] == ["05_wgmma"]
 
 
 def test_runs_are_profiled_as_handed_down(monkeypatch, tmp_path):

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 import fault_build
+from conftest import stand_in
 from harness import programs
 from harness.base.errors import NotBuilt
 from harness.compile import build
@@ -73,23 +73,23 @@ def test_tools_for():
         hs.tools_for("leakcheck")
 
 
-def _cases(prog, mod=None, args=None):
+def _cases(prog, rec=None, args=None):
     # What `invoke sanitize` hands down: the registry's (label, argv) as the sanitizer's Cases.
-    return [hs.Case(prog, label, argv) for label, argv in programs.sanitize_cases(prog, mod, args=args)]
+    return [hs.Case(prog, label, argv) for label, argv in programs.sanitize_cases(prog, rec, args=args)]
 
 
-def test_cases_contract():
-    as_list = types.SimpleNamespace(sanitize_args=lambda: [["--variant", "01_a", "33"], ["--variant", "02_b", "33"]])
+def test_cases_contract(monkeypatch):
+    as_list = stand_in(monkeypatch, "p", sanitize_args=lambda: [["--variant", "01_a", "33"], ["--variant", "02_b", "33"]])
     assert [(c.label, c.argv) for c in _cases("p", as_list)] == [("01_a", ("--variant", "01_a", "33")),
                                                                   ("02_b", ("--variant", "02_b", "33"))]
-    as_dict = types.SimpleNamespace(sanitize_args=lambda: {"small": [5], "ragged": [7, 3]})
+    as_dict = stand_in(monkeypatch, "p", sanitize_args=lambda: {"small": [5], "ragged": [7, 3]})
     assert [(c.label, c.argv) for c in _cases("p", as_dict)] == [("small", ("5",)), ("ragged", ("7", "3"))]
-    one = types.SimpleNamespace(sanitize_args=lambda: ["all"])
+    one = stand_in(monkeypatch, "p", sanitize_args=lambda: ["all"])
     assert [c.argv for c in _cases("p", one)] == [("all",)]
-    by_variant = types.SimpleNamespace(VARIANTS=("01_a", "02_b"), profile_args=lambda v: ["--variant", v, "9"])
+    by_variant = stand_in(monkeypatch, "p", variants=("01_a", "02_b"), profile_args=lambda v: ["--variant", v, "9"])
     assert [(c.label, c.argv) for c in _cases("p", by_variant)] == [("01_a", ("--variant", "01_a", "9")),
                                                                      ("02_b", ("--variant", "02_b", "9"))]
-    plain = types.SimpleNamespace(VARIANTS=("01_a",))  # variants the executable may not take: run it plainly
+    plain = stand_in(monkeypatch, "p", variants=("01_a",))  # variants the executable may not take: run it plainly
     assert [c.argv for c in _cases("p", plain)] == [()]
     assert [c.argv for c in _cases("hello")] == [("all",)]  # hello.profile_args
     # The caller's arguments replace the program's runs with one run, labelled by its --variant.

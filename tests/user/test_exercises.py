@@ -46,8 +46,8 @@ def test_every_marker_in_the_sources_belongs_to_an_exercise_and_pairs_up():
     seen = set()
     for rel in ["cuda/square/square.cu", "cuda/grayscale/grayscale.cu", "cuda/shared/matmul/matmul_kernels.cuh",
                 "cuda/mandelbrot/mandelbrot.cu", "cuda/shared/attention/attention_kernels.cuh",
-                "harness/programs/square.py", "harness/programs/grayscale.py", "harness/programs/matmul.py",
-                "harness/programs/mandelbrot.py", "harness/programs/attention.py"]:
+                "cuda/square/square.py", "cuda/grayscale/grayscale.py", "cuda/matmul/matmul.py",
+                "cuda/mandelbrot/mandelbrot.py", "cuda/attention/attention.py"]:
         text = (ROOT / rel).read_text()
         names = markers.names_in(text)
         assert names <= set(catalog.BY_NAME), f"{rel}: markers of unknown exercises {names - set(catalog.BY_NAME)}"

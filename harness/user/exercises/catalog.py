@@ -181,7 +181,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "square", "square", "CUDA course, \"Exercise: CUDA version\" (section 2.10)",
         "the global index, the bounds check and the square; managed memory (cudaMallocManaged, cudaFree) in the "
         "course's program", ("python", "cuda"),
-        "harness/programs/square.py", "square_int32_bk", "cuda/square/square.cu", ("square_int32_kernel",),
+        "cuda/square/square.py", "square_int32_bk", "cuda/square/square.cu", ("square_int32_kernel",),
         _SQUARE_GLUE, "#include <cstdint>\n#include <cstring>\n",
         ("One thread per element: its index is blockIdx.x * blockDim.x + threadIdx.x (in Python: "
          "blockidx * blockdim + threadidx).",
@@ -193,7 +193,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise(
         "grid_stride", "square", "CUDA course, the grid-stride exercise (squareElements)",
         "idx and stride of the grid-stride loop", ("python", "cuda"),
-        "harness/programs/square.py", "square_grid_stride_k", "cuda/square/square.cu", ("square_02_grid_stride",),
+        "cuda/square/square.py", "square_grid_stride_k", "cuda/square/square.cu", ("square_02_grid_stride",),
         _GRID_STRIDE_GLUE, "",
         ("The loop starts at the thread's global index, like a one-thread-per-element kernel.",
          "The step is the number of threads in the whole grid: gridDim.x * blockDim.x. Then thread t handles "
@@ -205,7 +205,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "grayscale", "grayscale", "GPU MODE lecture 3, exercise 1 (RGB to grayscale)",
         "the 1-D kernel body: the pixel index, the bounds check, the weighted sum of the three planes",
         ("python", "cuda"),
-        "harness/programs/grayscale.py", "rgb2grey_bk", "cuda/grayscale/grayscale.cu", ("grayscale_01_1d",),
+        "cuda/grayscale/grayscale.py", "rgb2grey_bk", "cuda/grayscale/grayscale.cu", ("grayscale_01_1d",),
         _GRAYSCALE_GLUE, "#include <cstdint>\n",
         ("The planes are stored one after the other: red at x[i], green at x[i + n] (Python) or "
          "x[i + stride] (CUDA), blue two planes on.",
@@ -215,7 +215,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise(
         "grayscale_2d", "grayscale", "GPU MODE lecture 3 (the 2-D grid of the grayscale kernel)",
         "the 2-D mapping: row and column from block and thread, the bounds on both edges", ("python", "cuda"),
-        "harness/programs/grayscale.py", "rgb2grey_bk2d", "cuda/grayscale/grayscale.cu", ("grayscale_02_2d",),
+        "cuda/grayscale/grayscale.py", "rgb2grey_bk2d", "cuda/grayscale/grayscale.cu", ("grayscale_02_2d",),
         _GRAYSCALE_2D_GLUE, "#include <cstdint>\n",
         ("x runs along the width (columns), y along the height (rows).",
          "Both edges overhang: blocks on the right have columns >= w, blocks at the bottom rows >= h.",
@@ -225,7 +225,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise(
         "matmul", "matmul", "GPU MODE lecture 3, exercise 2 (matrix multiplication)",
         "the naive kernel body: row and column, the bounds, the dot product", ("python", "cuda"),
-        "harness/programs/matmul.py", "matmul_bk", "cuda/shared/matmul/matmul_kernels.cuh", ("matmul_01_naive",),
+        "cuda/matmul/matmul.py", "matmul_bk", "cuda/shared/matmul/matmul_kernels.cuh", ("matmul_01_naive",),
         _MATMUL_GLUE, "",
         ("One thread per element of the output: the row from the .y parts, the column from the .x parts.",
          "Row-major: element (r, c) of an h x w matrix is at r * w + c; A is m x k, B is k x n.",
@@ -234,7 +234,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise(
         "matmul_tiled", "matmul", "GPU MODE lecture 5 (tiling through shared memory)",
         "the shared-memory tile loads, the two barriers, the ragged edges", ("python", "cuda"),
-        "harness/programs/matmul.py", "matmul_tiled_k", "cuda/shared/matmul/matmul_kernels.cuh",
+        "cuda/matmul/matmul.py", "matmul_tiled_k", "cuda/shared/matmul/matmul_kernels.cuh",
         ("matmul_03_tiled_dynamic",), _MATMUL_TILED_GLUE, "",
         ("Each thread loads one element of each tile; the dot product then reads a whole row and a whole column "
          "of the tiles, loaded by other threads.",
@@ -246,7 +246,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise(
         "mandelbrot", "mandelbrot", "CUDA course, section 3.1 (the Mandelbrot set)",
         "the escape-time loop of one pixel", ("python", "cuda"),
-        "harness/programs/mandelbrot.py", "mandelbrot_bk", "cuda/mandelbrot/mandelbrot.cu", ("mandelbrot_01_naive",),
+        "cuda/mandelbrot/mandelbrot.py", "mandelbrot_bk", "cuda/mandelbrot/mandelbrot.cu", ("mandelbrot_01_naive",),
         _MANDELBROT_GLUE, "#include <cstdint>\n#include <cmath>\n",
         ("z starts at 0; each step is z = z^2 + c: x' = x*x - y*y + cr, y' = 2*x*y + ci, both from the old x, y.",
          "Test |z|^2 = x*x + y*y > 4 before each step, and count only the steps taken: a pixel that never "
@@ -257,7 +257,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise(
         "mandelbrot_zoom", "mandelbrot", "CUDA course, section 3.1's puzzle (zoom into an interesting region)",
         "a region (x0, x1, y0, y1) whose picture is interesting", ("python",),
-        "harness/programs/mandelbrot.py", "ZOOM_REGION", None, (), "", "",
+        "cuda/mandelbrot/mandelbrot.py", "ZOOM_REGION", None, (), "", "",
         ("The interesting pixels sit on the boundary of the set: where some points escape after a few steps "
          "and their neighbours after many.",
          "Look at `invoke viz mandelbrot` (or the picture in the README): the cusp at the left of the main "
@@ -268,7 +268,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise(
         "flash_softmax", "attention", "CUDA course, section 4 (flash attention's online softmax)",
         "the online-softmax update: the running max, the rescaled sum and output", ("python", "cuda"),
-        "harness/programs/attention.py", "flash_bk", "cuda/shared/attention/attention_kernels.cuh", ("attn_flash_fwd",),
+        "cuda/attention/attention.py", "flash_bk", "cuda/shared/attention/attention_kernels.cuh", ("attn_flash_fwd",),
         _FLASH_GLUE, "#include <cmath>\n",
         ("Keep, per query row, the largest score seen so far (m), the sum of exp(score - m) (l) and the sum of "
          "exp(score - m) * v (o).",

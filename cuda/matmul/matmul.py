@@ -39,6 +39,7 @@ import numpy as np
 from harness.base.sim import blk_kernel2d, dim3, launch
 from harness.calling import library, results
 from harness.calling.cudart import MAX_GRID_YZ
+from harness.programs.record import Exercise, Program, Tour
 
 if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
     import pandas as pd
@@ -667,3 +668,28 @@ def cli(args: list[str], variant: str | None = None, **_) -> int:
     from harness.measuring import tune as htune
 
     return htune.run_with_tuned("matmul", args, variant, TUNED, tuned_choice, "default configuration")
+
+
+# --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
+
+RECORD = Program(
+    name='matmul',
+    summary='a 2-D grid over C, then shared-memory tiles and barriers',
+    follows='[lecture 3](https://github.com/gpu-mode/lectures/blob/main/lecture_003/pmpp.ipynb), [lecture 5](https://github.com/gpu-mode/lectures/blob/main/lecture_005/matmul_l5.ipynb)',
+    order=60,
+    readme_picture='[ladder](bench/results/h100/ladder_matmul-20261124T195859.png)',
+    variants=True,
+    profile_args=profile_args,
+    sanitize_args=sanitize_args,
+    bench_cases=bench_cases,
+    ceilings=ceilings,
+    tune=tune,
+    run=run,
+    parse_output=parse_output,
+    reference=reference,
+    cli=cli,
+    on_cpu=on_cpu,
+    cli_options=('variant',),
+    tour=Tour("the SGEMM ladder: each rung's TFLOP/s as a fraction of cuBLAS", drawn=('plots/ladder_matmul*.png',), committed=('bench/results/h100/ladder_matmul-20261124T195859.png',)),
+    exercises=(Exercise('matmul'), Exercise('matmul_tiled'),),
+)

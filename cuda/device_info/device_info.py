@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from harness.calling import library, parse, runner
 from harness.measuring import bench
+from harness.programs.record import Program, Tour
 
 
 def parse_output(text: str) -> dict:
@@ -53,3 +54,17 @@ def ceilings() -> dict:
     """The bench's peak ceilings derived from this device's SM count and clock (device 0: under
     `invoke bench --gpus` each worker sees only its own GPU)."""
     return {"fp32": _fp32, "fp32_inst": _fp32_inst}
+
+
+# --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
+
+RECORD = Program(
+    name='device_info',
+    summary='what the GPU has: SMs, memory, limits, peaks',
+    follows='intro course §1.4-1.6',
+    order=20,
+    ceilings=ceilings,
+    run=run,
+    parse_output=parse_output,
+    tour=Tour("the GPU's properties and its FP32 and bandwidth peaks (text: `invoke run device_info`)"),
+)

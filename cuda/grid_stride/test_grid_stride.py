@@ -16,7 +16,7 @@ from harness.calling import runner
 from harness.compile import build as hb
 from harness.programs import grid_stride as gs
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURES = Path(__file__).parent / "fixtures"
 FIX_500 = FIXTURES / "grid_stride_n500_b8_t32.txt"
 FIX_100 = FIXTURES / "grid_stride_n100_b8_t32.txt"
 

@@ -6,6 +6,7 @@ import pandas as pd
 
 from harness.base.errors import TraceError
 from harness.calling import parse, runner
+from harness.programs.record import Program, Tour
 
 COLUMNS = ["kernel", "block", "thread", "global"]
 
@@ -65,3 +66,16 @@ def expected_shape(blocks: int, threads: int) -> set[tuple[int, int]]:
 def profile_args(variant: str | None = None) -> list[str]:
     """argv for `invoke profile hello` and `invoke sanitize`: every kernel of the program once."""
     return ["all"]
+
+
+# --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
+
+RECORD = Program(
+    name='hello',
+    summary='a kernel launch; blocks, threads and the global index',
+    follows='intro course §2.3-2.6',
+    order=10,
+    profile_args=profile_args,
+    run=run,
+    tour=Tour("hello from the CPU and the GPU and the launch shapes; the chart is each kernel's share of GPU time under nsys", drawn=('plots/profile_recorded_hello.png',)),
+)

@@ -224,7 +224,7 @@ def test_cli_argument_errors(tmp_path):
 def test_parse_recorded_output():
     from pathlib import Path
 
-    text = (Path(__file__).parent.parent / "fixtures" / "grayscale_h200.txt").read_text()
+    text = (Path(__file__).parent / "fixtures" / "grayscale_h200.txt").read_text()
     df = gs.parse_output(text)
     assert set(df["variant"]) == set(gs.VARIANTS)
     assert (df["check"] == "pass").all() and (df["mismatches"] == 0).all()

@@ -34,6 +34,7 @@ from harness.base import files
 from harness.base.paths import PLOTS
 from harness.base.sim import blk_kernel, blk_kernel2d, dim3, run_kernel
 from harness.calling import library, results
+from harness.programs.record import Exercise, Program, Tour
 
 PROGRAM = "grayscale"
 
@@ -517,3 +518,24 @@ def bench_setup(variant: str, h: int, w: int):
 # --- hooks for `invoke profile` and `invoke sanitize` (small, ragged sizes; see harness/profiling/profile.py) ---
 def profile_args(variant: str | None = None) -> list[str]:
     return ["--variant", variant or library.read_table(PROGRAM)[-1], "--reps", "1", "67", "93"]
+
+
+# --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
+
+RECORD = Program(
+    name='grayscale',
+    summary='a kernel on an image: 1-D and 2-D grids',
+    follows='[GPU MODE lecture 3](https://github.com/gpu-mode/lectures/blob/main/lecture_003/pmpp.ipynb)',
+    order=50,
+    readme_picture='[grey](cuda/grayscale/grey_cpu.png)',
+    variants=True,
+    profile_args=profile_args,
+    bench_cases=bench_cases,
+    run=run,
+    parse_output=parse_output,
+    reference=reference,
+    cli=cli,
+    cli_options=('variant', 'image', 'out', 'cpu'),
+    tour=Tour('RGB to grey, one thread per pixel', drawn=('plots/grayscale_input.png', 'plots/grayscale.png'), committed=('cuda/grayscale/grey_cpu.png',), labels=('the test picture', 'its grey image')),
+    exercises=(Exercise('grayscale'), Exercise('grayscale_2d'),),
+)

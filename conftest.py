@@ -233,3 +233,19 @@ def _failed_build(request):
     mark = request.node.get_closest_marker("build_failed")
     if mark is not None:
         pytest.fail(mark.args[0], pytrace=False)
+
+
+def stand_in(monkeypatch, prog: str, variants=(), **fields):
+    """A program record for a program that does not exist, as the registry's callers receive one: its
+    variant table (read from C for a real program) is `variants`, through the one table reader."""
+    from harness.calling import library
+    from harness.programs import Program
+
+    if variants:
+        real = library.read_table
+
+        def read_table(p, kind="variant"):
+            return tuple(variants) if (p, kind) == (prog, "variant") else real(p, kind)
+
+        monkeypatch.setattr(library, "read_table", read_table)
+    return Program(name=prog, summary="a stand-in", variants=bool(variants), **fields)

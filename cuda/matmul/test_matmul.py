@@ -173,7 +173,7 @@ def test_cublas_absent_is_a_clear_error():
 # --- executable, fixtures and bench cases (CPU) -----------------------------------------------------
 
 def test_parse_recorded_output():
-    text = (Path(__file__).parent.parent / "fixtures" / "matmul_h200.txt").read_text()
+    text = (Path(__file__).parent / "fixtures" / "matmul_h200.txt").read_text()
     df = mm.parse_output(text)
     assert {"01_naive", "02_tiled", "03_tiled_dynamic"} <= set(df["variant"])
     assert (df["check"] == "pass").all()

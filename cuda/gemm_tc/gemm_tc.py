@@ -49,7 +49,7 @@ Tolerance: the reference is the float64 product of the same bf16 values, so the 
 and only the FP32 accumulation differs: random-sign rounding grows like sqrt(k) * 2^-24 (4e-6 at
 k = 4096). TOL = 1e-4 for every k the tests and bench use (k <= 8192), room for the tensor cores'
 own accumulation order while a kernel that drops one 64-wide K tile misses by more than 0.1 at
-k <= 4096 (tests/programs/test_gemm_tc.py shows the checker rejecting exactly that).
+k <= 4096 (cuda/gemm_tc/test_gemm_tc.py shows the checker rejecting exactly that).
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ import numpy as np
 
 from harness.calling import library
 from harness.calling import results as _results
+from harness.programs.record import Program, Tour
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 TUNED = "06_wgmma_tuned"
@@ -376,7 +377,7 @@ def sanitize_args() -> dict[str, list[str]]:
     # The tuner may pick any configuration (06_wgmma_tuned runs it): every kernel instantiation
     # (schedule x stages) in both raster orders, groups of 16 (wider than this shape's 3 x 2 tiles, so
     # the last group is the ragged one). The group size is only index arithmetic in the tile walk;
-    # tests/programs/test_gemm_tc.py checks every configuration's answer.
+    # cuda/gemm_tc/test_gemm_tc.py checks every configuration's answer.
     for c in configs_by_name():
         p = config_parts(c)
         if p["group"] == 16:
@@ -604,3 +605,28 @@ def cli(args: list[str], variant: str | None = None, **_) -> int:
     from harness.measuring import tune as htune
 
     return htune.run_with_tuned("gemm_tc", args, variant, TUNED, tuned_choice, "04's default configuration")
+
+
+# --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
+
+RECORD = Program(
+    name='gemm_tc',
+    summary="the tensor cores: wmma, mma.sync, then Hopper's wgmma and TMA",
+    follows='beyond the courses',
+    order=100,
+    readme_picture='[ladder](bench/results/h100/ladder_gemm_tc-20261124T211953.png)',
+    variants=True,
+    profile_variants=PROFILE_VARIANTS,
+    profile_args=profile_args,
+    sanitize_args=sanitize_args,
+    unsupported_reason=unsupported_reason,
+    bench_cases=bench_cases,
+    ceilings=ceilings,
+    tune=tune,
+    run=run,
+    parse_output=parse_output,
+    reference=reference,
+    cli=cli,
+    cli_options=('variant',),
+    tour=Tour('the tensor-core ladder: each BF16 rung as a fraction of cuBLAS', drawn=('plots/ladder_gemm_tc*.png',), committed=('bench/results/h100/ladder_gemm_tc-20261124T211953.png',)),
+)

@@ -21,6 +21,7 @@ import pandas as pd
 from harness.base import sim
 from harness.calling import library, parse, runner
 from harness.calling.results import relative_error
+from harness.programs.record import Exercise, Program, Tour
 
 PROGRAM = "square"
 
@@ -403,3 +404,22 @@ def profile_args(variant: str | None = None) -> list[str]:
 
 def sanitize_args() -> dict[str, list[str]]:
     return {"n1000": ["1000"], "ragged": ["4099", "96"]}
+
+
+# --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
+
+RECORD = Program(
+    name='square',
+    summary='managed memory, one thread per element, the bounds check; the CPU twin',
+    follows='intro course §2.7-2.12',
+    order=30,
+    variants=True,
+    profile_args=profile_args,
+    sanitize_args=sanitize_args,
+    bench_cases=bench_cases,
+    reference=reference,
+    compare=compare,
+    on_cpu=on_cpu,
+    tour=Tour("x*x on managed memory against its C twin; the chart is the kernel's share of GPU time", drawn=('profiles/square/*.png',)),
+    exercises=(Exercise('square'),),
+)

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness import programs as _programs
 from harness.calling import library, results
-
-from . import attention as _attention
+from harness.programs.record import Program, Tour
 
 LN_EPS = 1e-5
 PROGRAM = "transformer_block"
@@ -71,7 +71,7 @@ def make_params(embed: int, seed: int = 0) -> Params:
 
 
 def validate(x, params: Params, heads: int, variant: str):
-    variant = _attention.canonical_variant(variant, allow_test=False)
+    variant = _programs.module("attention").canonical_variant(variant, allow_test=False)
     if variant not in library.read_table(PROGRAM):  # attention's variants that this block does not run
         library.table_index(PROGRAM, "variant", variant)
     x = library.check_array(x, "x", np.float32, ndim=3)
@@ -82,11 +82,11 @@ def validate(x, params: Params, heads: int, variant: str):
         raise ValueError(f"heads must be a positive integer, got {heads!r}")
     if E % heads:
         raise ValueError(f"E={E} is not a multiple of heads={heads}")
-    ds = _attention.head_sizes(variant)
+    ds = _programs.module("attention").head_sizes(variant)
     if ds is not None and E // heads not in ds:
         raise ValueError(f"{variant} needs a head size E/heads in {ds}, got {E // heads}")
     # The block's attention runs on B x heads x S x E/heads: its limits are attention's, checked by its rules.
-    _attention.check_sizes(B, heads, S, E // heads, names="B x heads x S x E/heads")
+    _programs.module("attention").check_sizes(B, heads, S, E // heads, names="B x heads x S x E/heads")
     w = library.check_array(params.w_qkv, "w_qkv", np.float32, shape=(3 * E, E))
     b = library.check_array(params.b_qkv, "b_qkv", np.float32, shape=(3 * E,))
     g = library.check_array(params.gamma, "gamma", np.float32, shape=(E,))
@@ -128,7 +128,7 @@ def reference(x, params: Params, heads: int = 4, causal: bool = False) -> np.nda
         return t.reshape(B, S, heads, D).transpose(0, 2, 1, 3)
 
     q, k, v = (heads_of(qkv[..., i * E:(i + 1) * E]) for i in range(3))
-    a = _attention.reference(q, k, v, causal=causal, scale=1.0 / math.sqrt(D))
+    a = _programs.module("attention").reference(q, k, v, causal=causal, scale=1.0 / math.sqrt(D))
     y = a.transpose(0, 2, 1, 3).reshape(B, S, E) + x64
     mean = y.mean(axis=-1, keepdims=True)
     var = ((y - mean) ** 2).mean(axis=-1, keepdims=True)
@@ -206,7 +206,7 @@ def bf16_variant() -> str | None:
 def unsupported_reason(variant: str) -> str | None:
     """None when the block runs `variant` on this build and GPU, else why not: the bf16 path needs sm_80
     (03, and gemm_tc's 02_mma_sync for the projection), 05_flash_wgmma sm_90a. Nothing is launched."""
-    v = _attention.canonical_variant(variant, allow_test=False)
+    v = _programs.module("attention").canonical_variant(variant, allow_test=False)
     lib = library.load("transformer_block")
     why = lib.transformer_block_unsupported_reason(lib.ffi.new("char[]", v.encode()))
     return None if why == lib.ffi.NULL else lib.ffi.string(why).decode()
@@ -217,7 +217,7 @@ def run(variant: str = "02_flash", batch: int | None = None, seqs=(), embed: int
         dtype: str | None = None):
     """Run build/bin/transformer_block and parse its result lines (one per sequence length)."""
     variant = _variant_for(variant, dtype)
-    args = ["--variant", _attention.canonical_variant(variant, allow_test=False), "--reps", str(reps)]
+    args = ["--variant", _programs.module("attention").canonical_variant(variant, allow_test=False), "--reps", str(reps)]
     if seed:
         args += ["--seed", str(seed)]
     if batch is not None:
@@ -246,3 +246,23 @@ def sanitize_args() -> dict[str, list[str]]:
     """Small and ragged: the sanitizers slow kernels down a hundredfold."""
     return {v: ["--variant", v, "--batch", "2", "--seq", "33", "--embed", "128", "--heads", "2", "--reps", "1"]
             for v in library.read_table(PROGRAM)}
+
+
+# --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
+
+RECORD = Program(
+    name='transformer_block',
+    summary='kernels put together: QKV, attention, residual, LayerNorm',
+    follows='intro course §4',
+    order=90,
+    uses=("attention",),
+    variants=True,
+    profile_variants=lambda: library.read_table(PROGRAM),
+    profile_args=profile_args,
+    sanitize_args=sanitize_args,
+    unsupported_reason=unsupported_reason,
+    run=run,
+    parse_output=parse_output,
+    reference=reference,
+    tour=Tour('naive against flash attention inside a transformer block: kernel time shares', drawn=('profiles/transformer_block/*.png',)),
+)

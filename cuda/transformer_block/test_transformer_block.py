@@ -16,7 +16,7 @@ from harness.calling import library
 from harness.programs import attention as att
 from harness.programs import transformer_block as tb
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.mark.parametrize("causal", [False, True])

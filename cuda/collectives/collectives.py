@@ -30,6 +30,7 @@ import numpy as np
 
 from harness.base.errors import CudaError
 from harness.calling import library
+from harness.programs.record import Program
 
 PROGRAM = "collectives"
 
@@ -582,3 +583,23 @@ def environment_for_ranks() -> dict[str, str]:
     """What every rank process's environment gets: NVLink multicast off (never used here)."""
     return {"NCCL_NVLS_ENABLE": "0"}
 
+
+# --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
+
+RECORD = Program(
+    name='collectives',
+    summary='several GPUs: peer copies, ring and one-shot all-reduce, NCCL, a tensor-parallel layer',
+    follows='beyond the courses',
+    order=110,
+    readme_picture='[vs NCCL](bench/results/h100/collectives_ratios-20261125T214623.png)',
+    variants=True,
+    profile_variants=PROFILE_VARIANTS,
+    profile_args=profile_args,
+    sanitize_args=sanitize_args,
+    unsupported_reason=unsupported_reason,
+    bench_cases=bench_cases,
+    ceilings=ceilings,
+    run=run,
+    parse_output=parse_output,
+    doctor=doctor_status,
+)

@@ -24,6 +24,7 @@ import pandas as pd
 from harness.base import sim
 from harness.base.errors import TraceError
 from harness.calling import runner
+from harness.programs.record import Exercise, Picture, Program, Tour
 
 PROGRAM = "grid_stride"
 COLUMNS = ["Thread ID", "Block ID", "Thread in Block", "Element Index", "Old Value", "New Value"]
@@ -226,3 +227,19 @@ def viz_data(n: int = DEFAULT_N, blocks: int = DEFAULT_BLOCKS, threads: int = DE
 def profile_args(variant: str | None = None) -> list[str]:
     """argv for build/bin/grid_stride: N=100 over 3 blocks of 32, so threads take several elements."""
     return ["100", "3", "32"]
+
+
+# --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
+
+RECORD = Program(
+    name='grid_stride',
+    summary='a grid-stride loop: any n with a fixed grid',
+    follows='intro course, grid-stride loops',
+    order=40,
+    readme_picture='[trace](cuda/grid_stride/trace_sim.png)',
+    profile_args=profile_args,
+    run=run,
+    picture=Picture('gridstride', viz_data, options=('n', 'blocks', 'threads', 'simulate', 'progress')),
+    tour=Tour('which thread squared which element: a grid-stride loop steps by blocks x threads', drawn=('plots/gridstride_*_scatter.png',), committed=('cuda/grid_stride/trace_sim.png',)),
+    exercises=(Exercise('grid_stride'),),
+)

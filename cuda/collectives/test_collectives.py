@@ -29,7 +29,7 @@ from harness.measuring import gpus
 from harness.programs import collectives as co
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE_RANK = Path(__file__).parent.parent / "fixtures" / "fake_rank.py"
+FAKE_RANK = ROOT / "tests" / "fixtures" / "fake_rank.py"
 BF16 = np.dtype(ml_dtypes.bfloat16)
 DTYPES = [np.dtype(np.float32), BF16, np.dtype(np.int32)]
 LAB_ALLREDUCE = ["02_ring_allreduce", "03_oneshot_allreduce"]

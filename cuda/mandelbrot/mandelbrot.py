@@ -28,6 +28,7 @@ from harness.compile import sass
 
 # The SASS parser is harness.compile.sass's (one per format); tests reach it through this module too.
 from harness.compile.sass import FP32_OPS, SassLoop, find_cuobjdump, sass_functions, sass_loops  # noqa: F401
+from harness.programs.record import Exercise, Picture, Program, Tour
 
 if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
     import pandas as pd
@@ -447,3 +448,22 @@ def bench_cases(quick: bool = False):
 # --- hooks for `invoke profile` and `invoke sanitize` (small, ragged sizes; see harness/profiling/profile.py) ---
 def profile_args(variant: str | None = None) -> list[str]:
     return ["--variant", variant or library.read_table(PROGRAM)[-1], "--reps", "1", "97", "61", "64"]
+
+
+# --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
+
+RECORD = Program(
+    name='mandelbrot',
+    summary='a compute-bound kernel: one thread per pixel, a loop per thread',
+    follows='intro course §3.1',
+    order=70,
+    readme_picture='[set](cuda/mandelbrot/mandelbrot_cpu.png)',
+    variants=True,
+    profile_args=profile_args,
+    bench_cases=bench_cases,
+    reference=reference,
+    on_cpu=on_cpu,
+    picture=Picture('mandelbrot', viz_data, options=('width', 'height', 'iters', 'region', 'variant', 'cpu')),
+    tour=Tour('escape counts of z -> z^2 + c over the complex plane, one thread per pixel', drawn=('plots/mandelbrot.png',), committed=('cuda/mandelbrot/mandelbrot_cpu.png',)),
+    exercises=(Exercise('mandelbrot'), Exercise('mandelbrot_zoom'),),
+)

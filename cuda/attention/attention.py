@@ -38,6 +38,7 @@ import numpy as np
 from harness.base import sim
 from harness.calling import cudart, library, results
 from harness.calling.results import relative_error
+from harness.programs.record import Exercise, Program, Tour
 
 if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
     import pandas as pd
@@ -763,3 +764,28 @@ def sanitize_args() -> dict[str, list[str]]:
         out[f"{v}-{c}-d128"] = ["--config", c, "--causal", "--reps", "1", "1", "3", "130", "128"]
         out[f"{v}-{c}-d64"] = ["--config", c, "--reps", "1", "3", "1", "67", "64"]
     return out
+
+
+# --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
+
+RECORD = Program(
+    name='attention',
+    summary="naive attention, then flash attention's online softmax",
+    follows='intro course §4, [GPU MODE lecture 12](https://github.com/gpu-mode/lectures/tree/main/lecture_012)',
+    order=80,
+    readme_picture='[ratios](bench/results/h100/attention_ratios-20261124T104549.png)',
+    variants=True,
+    profile_variants=PROFILE_VARIANTS,
+    profile_args=profile_args,
+    sanitize_args=sanitize_args,
+    unsupported_reason=unsupported_reason,
+    bench_cases=bench_cases,
+    ceilings=ceilings,
+    tune=tune,
+    run=run,
+    parse_output=parse_output,
+    reference=reference,
+    on_cpu=on_cpu,
+    tour=Tour("each attention variant as a ratio to torch's SDPA at the same shape", drawn=('plots/attention_ratios*.png',), committed=('bench/results/h100/attention_ratios-20261124T104549.png',)),
+    exercises=(Exercise('flash_softmax'),),
+)
