@@ -120,8 +120,12 @@ def start(argv, *, status_fd: int = -1, **popen_kwargs) -> subprocess.Popen:
     _check_runnable(argv, popen_kwargs.get("env"), popen_kwargs.get("cwd"))
     if status_fd >= 0:
         popen_kwargs["pass_fds"] = tuple(popen_kwargs.get("pass_fds", ())) + (status_fd,)
+    # Imported here, not at the top: the supervisor runs this file with no harness to import.
+    from harness.base import paths
+
     # -I -S: the supervisor needs the standard library only, and none of the environment's Python settings.
-    cmd = [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid()), str(status_fd), "--", *argv]
+    script = paths.ROOT / "harness" / "base" / "procs.py"
+    cmd = [sys.executable, "-I", "-S", str(script), str(os.getpid()), str(status_fd), "--", *argv]
     return subprocess.Popen(cmd, **popen_kwargs)
 
 

@@ -71,9 +71,10 @@ def test_the_process_limit_is_checked(monkeypatch):
     monkeypatch.setattr(launch.resource, "getrlimit",
                         lambda which: (100, 100) if which == launch.resource.RLIMIT_NPROC else (1 << 20, 1 << 20))
     monkeypatch.setattr(launch.os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(launch, "_user_tasks", lambda: 90)
-    with pytest.raises(launch.RanksRefused, match=r"--ranks 8: needs 16 more processes, and this user runs 90 of its "
-                                                  r"limit of 100"):
+    busy = 90  # this user's processes and threads already
+    monkeypatch.setattr(launch, "_user_tasks", lambda: busy)
+    with pytest.raises(launch.RanksRefused, match=rf"--ranks 8: needs 16 more processes, and this user runs {busy} of "
+                                                  r"its limit of 100"):
         launch.check_capacity(8)
     launch.check_capacity(4)
 
