@@ -853,7 +853,10 @@ cudaError_t nccl_wait(Comm *c, std::vector<ncclComm_t> &comms, const std::vector
             nccl_abort_all(comms);
             return cudaErrorTimeout;
         }
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        // Poll without sleeping for the first 2 ms: a small collective finishes in microseconds, and a
+        // 200 us sleep would time the host's nap instead of NCCL.
+        if (seconds_since(t0) < 2e-3) std::this_thread::yield();
+        else std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
 }
 
@@ -1207,7 +1210,7 @@ cudaError_t tp_open(Comm &c, TpBuffers &t, int ar_variant, int chunks, int T, in
 cudaError_t comm_alloc(Comm &c, int only) {
     const int W = c.world;
     c.small_flags = 2LL * W * std::max(kCpsMax, kMaxBlocksPerRank);
-    c.flag_count = c.small_flags + 2LL * kMaxBlocksPerRank * W + kMaxBlocksPerRank + 1;
+    c.flag_count = c.small_flags + 2LL * kMaxBlocksPerRank * W + kMaxBlocksPerRank + W + 1;
     const long long one = (std::min(c.in_bytes, kOneshotMaxBytes) + 15) / 16 * 16;
     const long long two = (std::min(c.in_bytes, kTwoshotMaxBytes) + W * 16 - 1) / (W * 16) * 16;
     c.scratch_bytes = 2 * W * std::max(one, two);
@@ -1402,6 +1405,12 @@ extern "C" cudalab_status collectives_poison(int handle, int byte) {
         COLL_TRY(fill(*c, r, c->out[r], byte, (size_t)c->out_bytes));
         COLL_TRY(fill(*c, r, c->recv[r], byte, (size_t)c->in_bytes));
     }
+#ifdef CUDALAB_HAVE_NCCL
+    // One process per rank: no rank's kernel may store into a peer's output or receive buffer, or read
+    // its input, before that peer has uploaded and poisoned (the ring's first step and the peer copy
+    // wait for nothing): every rank waits here for every other.
+    if (c->self >= 0) COLL_TRY(ipc_barrier(*c, c->stream[0]));
+#endif
     COLL_TRY(cudaSetDevice(c->dev[0]));
     return 0;
 }
@@ -1724,7 +1733,7 @@ cudaError_t ipc_barrier(Comm &c, cudaStream_t s) {
 // The fault build's rank faults for the process-per-rank tests: CUDALAB_FAULT_IPC=KIND:RANK, KIND one of
 // foreign (its record claims another run), freed (its flags buffer is freed after its handle was
 // taken), noopen (it never opens its peers' handles: sleeps), exit (it dies after the exchange),
-// stall (its 04/05/02/03 kernels send nothing).
+// hang (it sleeps after the exchange, before any collective).
 int fault_ipc(const char *kind, int rank) {
     const char *v = getenv("CUDALAB_FAULT_IPC");
     const size_t k = strlen(kind);
@@ -1844,6 +1853,11 @@ extern "C" cudalab_status collectives_comm_create_rank(int rank, int world, int 
         if (!verdict[0] && (d2h(*c, rank, &seen, c->flags[p] + c->flag_count - 1, 8) != cudaSuccess ||
                             seen != canary(token, p)))
             verdict[0] = -3, verdict[1] = p;
+        // A hello in the owner's flags (slot `rank`), which the owner looks for in its own live buffer
+        // below: a handle of a buffer freed after it was taken still opens, and still holds the canary.
+        const unsigned long long hello = canary(token, rank) ^ 0x5a5a5a5a5a5a5a5aull;
+        if (!verdict[0] && h2d(*c, rank, c->flags[p] + c->flag_count - 1 - world + rank, &hello, 8) != cudaSuccess)
+            verdict[0] = -3, verdict[1] = p;
     }
     mark(id_file, "opened", rank);
     std::vector<int> verdicts(2 * world);
@@ -1853,6 +1867,22 @@ extern "C" cudalab_status collectives_comm_create_rank(int rank, int world, int 
         if (!who.empty()) g_message = me + "rank(s) " + who + " never opened their peers' IPC handles within the deadline";
         return fail(e);
     }
+    // Every peer's hello must be in this rank's own flags (the all-gather above ordered them before).
+    bool clean = true;
+    for (int q = 0; q < world; ++q) clean = clean && verdicts[2 * q] == 0;
+    if (clean) {
+        int own[2] = {0, -1};
+        std::vector<unsigned long long> hellos(world, 0);
+        if (!c->flags[rank] ||
+            d2h(*c, rank, hellos.data(), c->flags[rank] + c->flag_count - 1 - world, 8 * world) != cudaSuccess)
+            own[0] = -4, own[1] = rank;
+        for (int p = 0; p < world && !own[0]; ++p)
+            if (p != rank && hellos[p] != (canary(token, p) ^ 0x5a5a5a5a5a5a5a5aull)) own[0] = -4, own[1] = rank;
+        std::vector<int> second(2 * world);
+        if (cudaError_t e = host_allgather(*c, own, second.data(), sizeof own, "the IPC hello check"); e != cudaSuccess)
+            return fail(e);
+        verdicts = second;
+    }
     for (int q = 0; q < world; ++q) {
         const int code = verdicts[2 * q], p = verdicts[2 * q + 1];
         if (!code) continue;
@@ -1860,6 +1890,7 @@ extern "C" cudalab_status collectives_comm_create_rank(int rank, int world, int 
             code == -1   ? "its record belongs to another run (or is not one)"
             : code == -2 ? "its buffers' sizes differ from this rank's"
             : code == -3 ? "the mapped flags are not that rank's of this run"
+            : code == -4 ? "its handles name buffers it no longer holds (freed after the handle was taken)"
                          : std::string("cudaIpcOpenMemHandle failed with ") + cudaGetErrorName((cudaError_t)code) +
                                " (a freed buffer, or another process's)";
         g_message = me + "rank " + std::to_string(q) + " refused rank " + std::to_string(p) + "'s IPC handles: " + what;
@@ -1870,7 +1901,7 @@ extern "C" cudalab_status collectives_comm_create_rank(int rank, int world, int 
     if (cudaError_t e = comm_table(*c); e != cudaSuccess) return fail(e);
 #ifdef CUDALAB_FAULTS
     if (fault_ipc("exit", rank)) _exit(3);
-    if (fault_ipc("stall", rank)) g_fault_stall_rank = rank;
+    if (fault_ipc("hang", rank)) std::this_thread::sleep_for(std::chrono::hours(1));
 #endif
     g_comms.push_back(c);
     handle[0] = (int)g_comms.size() - 1;

@@ -704,41 +704,69 @@ LATENCY_VARIANTS = ("nccl_allreduce", "04_oneshot_signal", "05_twoshot_allreduce
                     "auto_allreduce")
 
 
-def latency_sweep(sizes=None, variants=LATENCY_VARIANTS, world: int | None = None, iters: int = 200):
-    """Microseconds per all-reduce (float32) of each variant at each size, one rank per GPU in one
-    process, eager and (GRAPH_VARIANTS, auto where it picks one) as one captured CUDA graph of `iters`
-    calls, NCCL's in the same process: the rows behind the NOTES' latency table. Each size's
-    communicator checks one call of each variant against numpy first (a wrong answer raises)."""
+def latency_sweep(sizes=None, variants=LATENCY_VARIANTS, iters: int = 200, check_max_bytes: int = 64 << 20):
+    """Microseconds per all-reduce (float32) of each variant at each size, eager and (GRAPH_VARIANTS,
+    auto where it picks one) as one captured CUDA graph of `iters` calls, NCCL's on the same
+    communicator: the rows behind the NOTES' latency table. Run in each rank's process (one process
+    per GPU: the ranks' environment, see latency_sweep_processes), else one process for every GPU.
+    Each size is first checked against numpy (to check_max_bytes; a wrong sum raises)."""
     import pandas as pd
 
     sizes = LATENCY_SIZES if sizes is None else sizes
-    world = world or min(8, gpu_count())
+    top = max(sizes)
+    env = rank_environment()
+    c = Communicator.from_environment(top) if env else Communicator(min(8, gpu_count()), top, virtual=False)
     rows = []
-    for nbytes in sizes:
-        n = nbytes // 4
-        rng = np.random.default_rng(nbytes)
-        arrays = [rng.integers(-8, 9, n).astype(np.float32) for _ in range(world)]
-        want = reference_allreduce(arrays)
-        with Communicator(world, nbytes, virtual=False) as c:
+    with c:
+        for nbytes in sizes:
+            n = nbytes // 4
+            if nbytes <= check_max_bytes:
+                rng = np.random.default_rng(nbytes)
+                arrays = [rng.integers(-8, 9, n).astype(np.float32) for _ in range(c.world)]
+                want = reference_allreduce(arrays).tobytes()
+                mine = [arrays[r] for r in c._mine()]
             for variant in variants:
                 if nbytes > SWEEP_MAX_BYTES.get(variant, nbytes) or (variant == "nccl_allreduce" and not have_nccl()):
                     continue
-                outs = c.run(variant, arrays)
-                if any(o.tobytes() != want.tobytes() for o in outs):
+                if nbytes <= check_max_bytes and any(o.tobytes() != want for o in c.run(variant, mine)):
                     raise AssertionError(f"{variant} at {nbytes} bytes: a rank's sum differs from numpy's")
                 k = max(5, min(iters, int(iters * (1 << 20) / max(nbytes, 1 << 20))))
                 chosen = c.auto_choice(np.float32, n) if variant == "auto_allreduce" else variant
                 eager = c.time(variant, np.float32, n, k) * 1e3
                 graph = c.time(variant, np.float32, n, k, graph=True) * 1e3 if chosen in GRAPH_VARIANTS else float("nan")
-                rows.append({"variant": variant, "chosen": chosen, "bytes": nbytes, "world": world, "iters": k,
-                             "eager_us": eager, "graph_us": graph,
-                             "busbw_gbs": busbw_gbs("allreduce", nbytes, world, eager * 1e-6)})
+                rows.append({"variant": variant, "chosen": chosen, "bytes": nbytes, "world": c.world, "ranks": c.ranks,
+                             "rank": -1 if c.rank is None else c.rank, "iters": k, "eager_us": eager,
+                             "graph_us": graph, "busbw_gbs": busbw_gbs("allreduce", nbytes, c.world, eager * 1e-6)})
     df = pd.DataFrame(rows)
     nccl = df[df.variant == "nccl_allreduce"].set_index("bytes")
     for col in ("eager_us", "graph_us"):
         base = df["bytes"].map(nccl[col]) if len(nccl) else float("nan")
         df[f"speedup_{col[:-3]}"] = base / df[col]  # NCCL's time / ours: above 1, faster than NCCL
     return df
+
+
+SWEEP_RANK = """
+import sys
+sys.path.insert(0, {root!r})
+from harness.programs import collectives as co
+df = co.latency_sweep({sizes!r}, iters={iters!r})
+print(df.to_csv(index=False))
+"""
+
+
+def latency_sweep_processes(world: int, sizes=None, iters: int = 200, deadline_s: float = 600.0):
+    """latency_sweep with one process per GPU (the lab's launcher, `world` ranks): every rank's rows."""
+    import io
+    import sys
+
+    import pandas as pd
+
+    from harness.calling import launch
+    from harness.compile import build as _build
+
+    code = SWEEP_RANK.format(root=str(_build.ROOT), sizes=LATENCY_SIZES if sizes is None else list(sizes), iters=iters)
+    res = launch.launch([sys.executable, "-c", code], world, deadline_s)
+    return pd.concat([pd.read_csv(io.StringIO(r.stdout)) for r in res.ranks], ignore_index=True)
 
 
 # --- `invoke doctor` ---------------------------------------------------------------------------------

@@ -857,8 +857,8 @@ def test_python_one_process_per_gpu(style):
     ("exit:1", "rank 1 exited with status 3"),
     ("noopen:1", "rank\\(s\\) 1 never opened their peers' IPC handles"),
     ("foreign:1", "refused rank 1's IPC handles: its record belongs to another run"),
-    ("freed:1", "refused rank 1's IPC handles"),
-    ("stall:1", "rank 1's flag never came"),
+    ("freed:1", "refused rank 1's IPC handles: its handles name buffers it no longer holds"),
+    ("hang:1", "rank 1's flag never came"),
 ])
 def test_a_faulty_rank_ends_every_rank_within_the_deadline_naming_it(fault, names):
     t0 = time.monotonic()
