@@ -1008,16 +1008,19 @@ long long small_cap(const Comm &c, int variant) {
     return std::min(c.in_bytes, variant == V04_ONESHOT_SIGNAL ? kOneshotMaxBytes : kTwoshotMaxBytes);
 }
 
-// The crossovers of auto_allreduce, by message size in bytes per rank, from the measured curves
-// (bench/results/NOTES-collectives.md): 04 while one step of W reads beats two, 05 while its two
-// steps stay under NCCL's latency, then NCCL (the ring where this build or rank layout has none).
-constexpr long long kAutoOneshotMax = 256LL << 10;
+// The crossovers of auto_allreduce, by message size in bytes per rank, from the curves measured on two
+// GPUs, one process each (bench/results/NOTES-collectives.md): 04 to 1 MiB (one store of the buffer
+// per peer and one flag); then on two ranks the ring to 64 MiB (05 moves the same bytes as 04 there,
+// in two steps, and never won), NCCL above; on more ranks 05 to 16 MiB, a prediction not yet measured.
+constexpr long long kAutoOneshotMax = 1LL << 20;
+constexpr long long kAutoRingMax2 = 64LL << 20;
 constexpr long long kAutoTwoshotMax = 16LL << 20;
 
 int auto_variant(const Comm &c, int dtype, long long n) {
     const long long bytes = n * elt_size(dtype);
     const bool small_ok = c.world <= kSmallMaxWorld;
     if (small_ok && bytes <= std::min(kAutoOneshotMax, small_cap(c, V04_ONESHOT_SIGNAL))) return V04_ONESHOT_SIGNAL;
+    if (c.world == 2 && bytes <= kAutoRingMax2) return V02_RING;
     if (small_ok && bytes <= std::min(kAutoTwoshotMax, small_cap(c, V05_TWOSHOT))) return V05_TWOSHOT;
 #ifdef CUDALAB_HAVE_NCCL
     if (c.use_devices) return VNCCL_AR;
@@ -1427,9 +1430,18 @@ extern "C" cudalab_status collectives_set_fault_stall_rank(int rank) {
 }
 #endif
 
+#ifdef CUDALAB_HAVE_NCCL
+namespace {
+int fault_ipc(const char *kind, int rank);
+}
+#endif
+
 extern "C" cudalab_status collectives_run(int handle, int variant, int dtype, long long n) {
     Comm *c = get(handle);
     if (!c) return cudaErrorInvalidValue;
+#if defined(CUDALAB_FAULTS) && defined(CUDALAB_HAVE_NCCL)
+    if (c->self >= 0 && fault_ipc("hang", c->self)) std::this_thread::sleep_for(std::chrono::hours(1));
+#endif
     COLL_TRY(check_run(*c, variant, dtype, n));
 #ifdef CUDALAB_FAULTS
     const int stall_rank = g_fault_stall_rank;
@@ -1733,7 +1745,7 @@ cudaError_t ipc_barrier(Comm &c, cudaStream_t s) {
 // The fault build's rank faults for the process-per-rank tests: CUDALAB_FAULT_IPC=KIND:RANK, KIND one of
 // foreign (its record claims another run), freed (its flags buffer is freed after its handle was
 // taken), noopen (it never opens its peers' handles: sleeps), exit (it dies after the exchange),
-// hang (it sleeps after the exchange, before any collective).
+// hang (it sleeps in its first collectives_run, after every rank's upload and poison).
 int fault_ipc(const char *kind, int rank) {
     const char *v = getenv("CUDALAB_FAULT_IPC");
     const size_t k = strlen(kind);
@@ -1901,7 +1913,6 @@ extern "C" cudalab_status collectives_comm_create_rank(int rank, int world, int 
     if (cudaError_t e = comm_table(*c); e != cudaSuccess) return fail(e);
 #ifdef CUDALAB_FAULTS
     if (fault_ipc("exit", rank)) _exit(3);
-    if (fault_ipc("hang", rank)) std::this_thread::sleep_for(std::chrono::hours(1));
 #endif
     g_comms.push_back(c);
     handle[0] = (int)g_comms.size() - 1;
