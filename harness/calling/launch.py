@@ -4,6 +4,9 @@ No MPI: each rank is a plain child process whose environment names it, the way t
 (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), which is also what build/bin/collectives reads
 besides mpirun's OMPI_COMM_WORLD_* and srun's SLURM_*. NCCL's unique id goes through a file in a fresh
 folder (CUDALAB_ID_FILE): rank 0 writes it under a temporary name and renames it, the others wait for it.
+`style` sets the variables another launcher would, so that a program is tested in that shape without
+it: "mpirun" (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE, the id file) or "torchrun" (RANK,
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT, no id file).
 
 Each rank runs in its own process group (a new session), so that stopping it also stops anything it
 started. The run ends when every rank has exited 0, or at the first rank that fails -- exits non-zero
@@ -82,10 +85,50 @@ class LaunchResult:
         return "".join(r.stdout for r in self.ranks)
 
 
-def rank_env(rank: int, world: int, id_file: Path, base: dict | None = None, extra: dict | None = None) -> dict:
-    env = dict(os.environ if base is None else base)
-    env.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world),
-                "CUDALAB_ID_FILE": str(id_file)})
+STYLES = ("lab", "mpirun", "torchrun")
+# Every launcher's rank variables: a rank's environment holds only its own launcher's (an inherited
+# RANK would otherwise win over OMPI_COMM_WORLD_RANK in the program's reading order).
+RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                  "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                  "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "CUDALAB_ID_FILE")
+
+
+def free_port_pair() -> int:
+    """A loopback port p with p + 1 also free at the time of asking: torchrun's MASTER_PORT, where the
+    program puts NCCL's bootstrap root on MASTER_PORT + 1."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            p = a.getsockname()[1]
+            if p >= 65535:
+                continue
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", p + 1))
+                except OSError:
+                    continue
+            return p
+    raise OSError("no two neighbouring free loopback ports")
+
+
+def rank_env(rank: int, world: int, id_file: Path, base: dict | None = None, extra: dict | None = None,
+             style: str = "lab", master_port: int | None = None) -> dict:
+    if style not in STYLES:
+        raise ValueError(f"style must be one of {', '.join(STYLES)}, got {style!r}")
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in RANK_VARIABLES}
+    if style == "mpirun":
+        env.update({"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(world),
+                    "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "OMPI_COMM_WORLD_LOCAL_SIZE": str(world),
+                    "CUDALAB_ID_FILE": str(id_file)})
+    else:
+        env.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+                    "LOCAL_WORLD_SIZE": str(world)})
+        if style == "torchrun":
+            env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port or 29500)})
+        else:
+            env["CUDALAB_ID_FILE"] = str(id_file)
     env.update(extra or {})
     # Never NVLink multicast, whatever the caller's environment says (on shared multi-GPU hosts a
     # program that uses it can take the GPUs out of service).
@@ -167,12 +210,15 @@ def _stop(procs: dict[int, subprocess.Popen]) -> list[int]:
 
 
 def launch(argv: list[str], ranks: int, deadline_s: float = 600.0, extra_env: dict | None = None,
-           folder: Path | None = None) -> LaunchResult:
+           folder: Path | None = None, style: str = "lab") -> LaunchResult:
     """Run `argv` as `ranks` processes; return when all exit 0, else raise RankFailure (see above)."""
     check_capacity(ranks)
     if not deadline_s > 0:
         raise ValueError(f"the deadline must be positive, got {deadline_s!r}")
+    if style not in STYLES:
+        raise ValueError(f"style must be one of {', '.join(STYLES)}, got {style!r}")
     argv = [str(a) for a in argv]
+    port = free_port_pair() if style == "torchrun" else None
     d = Path(tempfile.mkdtemp(prefix="cudalab-ranks-", dir=folder))
     id_file = d / "nccl.id"
     procs: dict[int, subprocess.Popen] = {}
@@ -189,7 +235,8 @@ def launch(argv: list[str], ranks: int, deadline_s: float = 600.0, extra_env: di
                     try:
                         files[r] = (open(d / f"rank{r}.out", "w+b"), open(d / f"rank{r}.err", "w+b"))
                         procs[r] = _procs.start(argv, stdout=files[r][0], stderr=files[r][1], stdin=subprocess.DEVNULL,
-                                                env=rank_env(r, ranks, id_file, extra=extra_env))
+                                                env=rank_env(r, ranks, id_file, extra=extra_env, style=style,
+                                                             master_port=port))
                     except OSError as e:
                         if r == 0 and isinstance(e, (FileNotFoundError, PermissionError)):
                             raise  # the program itself cannot run: the caller says so
@@ -232,9 +279,16 @@ def launch(argv: list[str], ranks: int, deadline_s: float = 600.0, extra_env: di
     return res
 
 
-def run_program(prog: str, ranks: int, args: list[str], deadline_s: float = 600.0) -> LaunchResult:
-    """build/bin/<prog> as `ranks` processes (the executable must be built)."""
-    from harness.calling import runner
+def run_program(prog: str, ranks: int, args: list[str], deadline_s: float = 600.0, style: str = "lab",
+                faults: bool = False, extra_env: dict | None = None) -> LaunchResult:
+    """build/bin/<prog> (the fault build's twin with faults=True) as `ranks` processes, in the
+    environment `style` gives them (the executable must be built)."""
+    from harness.compile import build
 
     check_capacity(ranks)  # before the executable is even looked for: the count is the first thing wrong
-    return launch([str(runner.executable(prog)), *args], ranks, deadline_s)
+    exe = build.bin_path(prog, faults) if faults else None
+    if exe is None:
+        from harness.calling import runner
+
+        exe = runner.executable(prog)
+    return launch([str(exe), *args], ranks, deadline_s, extra_env=extra_env, style=style)
