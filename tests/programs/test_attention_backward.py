@@ -241,7 +241,12 @@ def test_backward_matches_autograd(variant, causal, D, S):
         ins, got = _run_backward(variant, (B, H, S, D), causal, seed)
         want = _torch_grads(*ins, causal)
         for name, g, w in zip(("dQ", "dK", "dV"), got, want):
-            err = att.rel_error(g, w)
+            if S == 1 and name != "dV":
+                # One key: P = 1 and Di = dO·O = dP, so dS = 0 and dQ = dK = 0 exactly; the kernel's
+                # are dP − Di rounded (~1e-7 of dV's size in float32): relative to dV's norm then.
+                err = np.linalg.norm(np.asarray(g, np.float64) - w) / np.linalg.norm(want[2])
+            else:
+                err = att.rel_error(g, w)
             assert err <= tol, f"seed {seed}: {name} rel err {err:.2e}"
 
 

@@ -480,7 +480,9 @@ static inline cudaError_t attn_flash_bwd_bf16_launch(int BH, int S, const cudala
     cudaError_t e = cudalab_allow_dynamic_smem(kernel, C::SMEM);
     if (e != cudaSuccess) return e;
     const long long rows = (long long)BH * S;
-    float *di = ws, *acc = ws + rows;
+    // Di first, rounded up to 4 floats (attn_backward_workspace_bytes): the accumulator after it
+    // stays 16-byte aligned for the float2 reads of the last kernel whatever B·H·S is.
+    float *di = ws, *acc = ws + (rows + 3) / 4 * 4;
     e = cudaMemsetAsync(acc, 0, (size_t)rows * D * sizeof(float), stream);
     if (e != cudaSuccess) return e;
     attn_bwd_rowdot<cudalab_bf16><<<(unsigned)cdiv(rows, 8), 256, 0, stream>>>(dout, o, di, rows, D);
