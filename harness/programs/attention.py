@@ -598,6 +598,38 @@ def _ceiling_name(dtype: str, D: int, S: int = BENCH_S, causal: bool = False, ba
     return f"sdpa_bf16_d{D}_s{S}" + ("_causal" if causal else "")
 
 
+def _torch_inputs(dtype: str, D: int, S: int, n: int) -> list:
+    """n random B=4 x H=16 x S x D torch tensors in [-1, 1) on the GPU (seed 0), TF32 off for the
+    float32 paths (matmul and cuDNN); RuntimeError when torch sees no GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("torch sees no CUDA device")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    tdt = torch.float32 if dtype == "float32" else torch.bfloat16
+    g = torch.Generator(device="cuda").manual_seed(0)
+    return [torch.rand(BENCH_B, BENCH_H, S, D, device="cuda", dtype=tdt, generator=g) * 2 - 1 for _ in range(n)]
+
+
+def _on_timing_stream(call):
+    """A Prepared's launch(stream) for a torch call: `call()` enqueued on the timing session's stream
+    (a torch ExternalStream per handle, made once; the current stream for None)."""
+    import torch
+
+    streams: dict = {}
+
+    def launch(stream):
+        key = 0 if stream is None else int(cudart.ffi.cast("uintptr_t", stream))
+        ext = streams.get(key)
+        if ext is None:
+            ext = streams[key] = torch.cuda.ExternalStream(key) if key else torch.cuda.current_stream()
+        with torch.cuda.stream(ext):
+            call()
+
+    return launch
+
+
 def sdpa_setup(dtype: str, D: int, S: int, causal: bool, backend: str | None = None):
     """harness.measuring.timing's target: torch's scaled_dot_product_attention at B=4, H=16 and (S, D, causal) on
     random inputs, enqueued on the timing session's stream. backend None is torch's default choice;
@@ -608,31 +640,20 @@ def sdpa_setup(dtype: str, D: int, S: int, causal: bool, backend: str | None = N
 
     from harness.measuring import bench
 
-    if not torch.cuda.is_available():
-        raise RuntimeError("torch sees no CUDA device")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    tdt = torch.float32 if dtype == "float32" else torch.bfloat16
-    g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.rand(BENCH_B, BENCH_H, S, D, device="cuda", dtype=tdt, generator=g) * 2 - 1 for _ in range(3))
+    q, k, v = _torch_inputs(dtype, D, S, 3)
     ctx = None
     if backend is not None:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         ctx = lambda: sdpa_kernel(getattr(SDPBackend, backend))  # noqa: E731
-    streams: dict = {}
 
-    def launch(stream):
-        key = 0 if stream is None else int(cudart.ffi.cast("uintptr_t", stream))
-        ext = streams.get(key)
-        if ext is None:
-            ext = streams[key] = torch.cuda.ExternalStream(key) if key else torch.cuda.current_stream()
-        with torch.cuda.stream(ext):
-            if ctx is None:
+    def call():
+        if ctx is None:
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        else:
+            with ctx():
                 F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            else:
-                with ctx():
-                    F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
+    launch = _on_timing_stream(call)
     launch(None)  # a backend that refuses these inputs raises here, before timing
     torch.cuda.synchronize()
     return bench.Prepared(launch, lambda: torch.cuda.synchronize())
@@ -672,14 +693,7 @@ def sdpa_backward_setup(dtype: str, D: int, S: int, causal: bool, backend: str |
 
     from harness.measuring import bench
 
-    if not torch.cuda.is_available():
-        raise RuntimeError("torch sees no CUDA device")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    tdt = torch.float32 if dtype == "float32" else torch.bfloat16
-    g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v, do = ((torch.rand(BENCH_B, BENCH_H, S, D, device="cuda", dtype=tdt, generator=g) * 2 - 1)
-                   for _ in range(4))
+    q, k, v, do = _torch_inputs(dtype, D, S, 4)
     for t in (q, k, v):
         t.requires_grad_(True)
     if backend is None:
@@ -688,16 +702,7 @@ def sdpa_backward_setup(dtype: str, D: int, S: int, causal: bool, backend: str |
         from torch.nn.attention import SDPBackend, sdpa_kernel
         with sdpa_kernel(getattr(SDPBackend, backend)):  # a backend that refuses these inputs raises here
             out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    streams: dict = {}
-
-    def launch(stream):
-        key = 0 if stream is None else int(cudart.ffi.cast("uintptr_t", stream))
-        ext = streams.get(key)
-        if ext is None:
-            ext = streams[key] = torch.cuda.ExternalStream(key) if key else torch.cuda.current_stream()
-        with torch.cuda.stream(ext):
-            torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
-
+    launch = _on_timing_stream(lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True))
     launch(None)
     torch.cuda.synchronize()
     return bench.Prepared(launch, lambda: torch.cuda.synchronize())
