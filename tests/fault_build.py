@@ -17,8 +17,9 @@ from harness.compile import build
 
 # The variants only the fault build of attention (and of transformer_block, which compiles the same
 # kernels) knows: 02_flash without its last key tile, 03_flash_bf16 without it, and 03_flash_bf16 with
-# the diagonal tiles unmasked.
-ATTENTION_FAULTS = ("flash_skip_last_tile", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask")
+# the diagonal tiles unmasked; the two backward rungs with dS = P ∘ dP (the rowsum(dO ∘ O) term dropped).
+ATTENTION_FAULTS = ("flash_skip_last_tile", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask",
+                    "flash_bwd_no_di", "flash_bwd_bf16_no_di")
 ATTENTION_BF16_FAULTS = ("flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask")
 
 # The symbol each program's fault build adds (the product has none of them), and where: "lib" in
