@@ -244,7 +244,7 @@ def judge(ex: Exercise, track: str, cases: list, oc: child.Outcome) -> dict:
 def _show_output(v: Verdict, oc: child.Outcome, data: dict) -> None:
     """What the learner's code printed (bounded), unless a message above already quotes it."""
     if oc.output.total and not data.get("shown"):
-        v.lines.append((None, f"your code printed ({oc.output.total} bytes):\n{oc.output.text().rstrip()}"))
+        v.lines.append((None, f"your code printed ({oc.output.total} bytes):\n{oc.output.excerpt()}"))
 
 
 def _case_lines(v: Verdict, data: dict) -> tuple[str | None, str | None]:
@@ -312,29 +312,39 @@ def _check_python(ex: Exercise, path: Path, v: Verdict, deadline: float) -> None
 
 def _code_only(text: str) -> str:
     """`text` with its comments blanked (string and character literals kept whole, so that a `//`
-    inside one is not a comment). One regular expression whose alternatives never overlap, each
-    ending where it can (an unclosed comment or string runs to its end): one pass, no backtracking."""
+    inside one is not a comment). One pass of one regular expression, each alternative written so that
+    it never backtracks (`[^*]*` runs, then a star that does not close): an unclosed comment or string
+    simply runs to the end."""
     def blank(m: re.Match) -> str:
         return m.group() if m.group()[0] in "\"'" else " "
 
     return _COMMENT_OR_LITERAL.sub(blank, text)
 
 
-_COMMENT_OR_LITERAL = re.compile(r"//[^\n]*|/\*(?:[^*]|\*(?!/))*(?:\*/)?|\"(?:[^\"\\\n]|\\.)*\"?|'(?:[^'\\\n]|\\.)*'?")
-# After `__global__`, anchored there: the return type and __launch_bounds__(...) in either order, then the
-# kernel's name and its opening parenthesis. The launch bounds are searched over at most 200 characters,
-# so each `__global__` costs a bounded amount whatever follows it.
-_KERNEL_HEAD = re.compile(r"\s*(?:void\s+)?(?:__launch_bounds__\s*\(([^;{}]{0,200}?)\)\s*)?(?:void\s+)?(\w+)\s*\(")
+_COMMENT_OR_LITERAL = re.compile(r"//[^\n]*"
+                                 r"|/\*[^*]*(?:\*+[^*/][^*]*)*(?:\*+/)?"
+                                 r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"?'
+                                 r"|'[^'\\\n]*(?:\\.[^'\\\n]*)*'?")
+# After `__global__`, anchored there: the return type and __launch_bounds__(...) (one level of nested
+# parentheses inside) in either order, then the kernel's name and its opening parenthesis. Each part
+# stops at the first character that cannot continue it, so a `__global__` costs no more than the
+# stretch up to the next parenthesis, whatever follows.
+_KERNEL_HEAD = re.compile(r"\s*(?:void\s+)?(?:__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)?\)\s*)?"
+                          r"(?:void\s+)?(\w+)\s*\(")
+_HEAD_MAX = 400  # from `__global__` to the kernel's name: the return type and launch bounds
 _PARAMS_MAX = 4000  # characters of a parameter list: far more than any kernel of the exercises has
 
 
 def _params_of(code: str, kernel: str) -> str | None:
     """The parameter list of `__global__ ... kernel(...)` in `code` (comments blanked), whitespace
-    folded; None when there is none. Linear in the text: each `__global__` is looked at once, over a
-    bounded stretch after it."""
-    for m in re.finditer(r"\b__global__\b", code):
+    folded; None when there is none. Linear in the text: each `__global__` is looked at once, over the
+    stretch after it up to a parenthesis."""
+    for m in re.finditer("__global__", code):  # a plain literal: searched at C speed
+        if code.find(kernel, m.end(), m.end() + _HEAD_MAX) < 0 or (m.start() and (code[m.start() - 1].isalnum()
+                                                                                  or code[m.start() - 1] == "_")):
+            continue  # not this kernel's declaration (the name is not near), or part of a longer word
         h = _KERNEL_HEAD.match(code, m.end())
-        if h is None or h.group(2) != kernel:
+        if h is None or h.group(1) != kernel:
             continue
         end = code.find(")", h.end(), h.end() + _PARAMS_MAX)
         if end < 0:

@@ -74,6 +74,15 @@ class Bounded:
             return f"{head}\n[... {self.dropped} bytes dropped ...]\n{tail}"
         return head + tail
 
+    def excerpt(self, n: int = 10) -> str:
+        """The output's first and last n lines, and what was left out between them."""
+        lines = self.text().rstrip("\n").splitlines()
+        if len(lines) <= 2 * n + 1:
+            return "\n".join(lines)
+        hidden = len(lines) - 2 * n - (1 if self.dropped else 0)
+        gap = f"{hidden} lines" + (f" and {self.dropped} bytes" if self.dropped else "")
+        return "\n".join(lines[:n] + [f"[... {gap} not shown ...]"] + lines[-n:])
+
     def last_lines(self, n: int = 8) -> str:
         """The output's last n lines (from the tail), with a note of how much came before them."""
         lines = self.text().rstrip().splitlines()
@@ -202,9 +211,28 @@ class Child:
                     os.close(fd)
         self._chan_r = self._chan_w = None
 
-    def stop(self) -> None:
-        if self.proc.returncode is None:
+    def _exited(self) -> bool:
+        """The child has ended; it is left unreaped (a zombie), so that its process group's id cannot
+        be taken by another process before _end_group has stopped what the child left running."""
+        if self.proc.returncode is not None:
+            return True
+        try:
+            return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
+
+    def _end_group(self) -> None:
+        if self.proc.returncode is not None:
+            return
+        if self._exited():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # whatever it started and left behind
+            self.proc.wait()
+        else:
             stop_group(self.proc)
+
+    def stop(self) -> None:
+        self._end_group()
         self._close_channel()
 
     def finish(self, until: float) -> Outcome:
@@ -223,7 +251,7 @@ class Child:
                     if now >= until:
                         timed_out = True
                         break
-                    if self.proc.poll() is not None:
+                    if self._exited():
                         exited_at = exited_at or now
                         if now - exited_at > _LINGER_S:
                             break  # something it started still holds the pipes: stopped below
@@ -239,7 +267,7 @@ class Child:
                             chan += data
         finally:
             sel.close()
-            stop_group(self.proc)  # the deadline, an interrupt, or leftovers of a child that ended
+            self._end_group()  # the deadline, an interrupt, or leftovers of a child that ended
             self.proc.stdout.close()
             self._close_channel()
         out = Outcome(None if timed_out else self.proc.returncode, self.output, seconds=time.monotonic() - self.t0)
