@@ -1,13 +1,17 @@
 """`invoke exercise check`: run a learner's file through the checks and say what to fix.
 
-Python track: the learner's module is imported and its kernel run on harness.base.sim in a child process
-(harness/user/exercises/worker.py) with a deadline. CUDA track: the file alone is compiled by the lab's
-inline compiler (harness/compile/jit.py: the Makefile's nvcc flags, errors as file:line with the line quoted)
-into a cache folder of the exercises' own, then run in a child with a deadline while two more children
-run a small case under compute-sanitizer memcheck and racecheck (harness/profiling/sanitize.py). A wrong
-output is blamed on what a sanitizer found, with the learner's line, before any guess from the values. A
-kernel that passes is timed against the lab's solution and the program's ceiling by the timing engine
-(harness/measuring/timing.py, NVBench).
+The learner's code runs only in a child process (harness/user/exercises/worker.py, started through
+child.py): its own process group, a deadline, a bounded capture of its output. This process never
+imports the learner's Python file nor loads their compiled library: the CUDA track's file is compiled
+here by the lab's inline compiler (harness/compile/jit.py: the Makefile's nvcc flags, errors as
+file:line with the line quoted) into a cache folder of the exercises' own, and loaded by the worker
+only. The worker sends raw outputs over a pipe of its own; judge() below computes each case's
+reference and decides, so nothing the learner's code prints or does in its process can pass a case.
+On the CUDA track two more children run a small case under compute-sanitizer memcheck and racecheck
+(harness/profiling/sanitize.py), and a wrong output is blamed on what a sanitizer found, with the
+learner's line, before any guess from the values. A kernel that passes is timed against the lab's
+solution and the program's ceiling by the timing engine (harness/measuring/timing.py, NVBench, in a
+child of its own).
 """
 
 from __future__ import annotations
