@@ -1012,14 +1012,13 @@ def exercise(c, action, name=None, track="", dir="", write=False):  # noqa: A002
         else:
             from harness.user.exercises import check as hcheck
 
-            v = hcheck.check(name, track or None, dir or None)
-            for ok, text in v.lines:
-                mark = "ok  " if ok else ("FAIL" if ok is False else "    ")
-                first, *rest = str(text).splitlines()
-                print(f"{mark} {first}")
-                for line in rest:
-                    print(f"     {line}")
-            print(v.final_line())
+            try:
+                v = hcheck.check(name, track or None, dir or None)
+            except KeyboardInterrupt:
+                raise Exit(f"exercise check: interrupted; the check's processes were stopped, and {name}'s status "
+                           f"was left as it was", code=130) from None
+            for line in v.report():
+                print(line)
             if not v.passed:
                 raise Exit(code=1)
 
