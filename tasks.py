@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from invoke import Exit, Task
+from invoke import Argument, Exit, Task
 from invoke import task as _invoke_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # before anything of the lab is importable
@@ -566,7 +566,32 @@ def viz(c, what, n="", blocks="", threads="", simulate=False, width="", height="
         print(f"viz {what}: {data['computed_on']}")
 
 
-@task(help={"programs": "comma-separated programs (default: all with bench cases: "
+class _CompareArgument(Argument):
+    """`--compare [BASE] [NEW]`: a flag that takes no, one or two values. invoke's flags take one value
+    and its positional arguments are required, so the parser is told this flag still waits for a value
+    (raw_value None) until it has two; a flag or the end of the line finishes it, and it then holds the
+    paths given as a tuple (empty: the default pair)."""
+
+    def set_value(self, value, cast: bool = True) -> None:
+        if value is True:  # the parser's "seen with no (more) values": what was gathered is the value
+            self._value = self.raw_value = tuple(getattr(self, "_given", ()))
+            return
+        self._given = (*getattr(self, "_given", ()), str(value))
+        if len(self._given) == 2:
+            self._value = self.raw_value = self._given
+
+
+class _BenchTask(_Task):
+    def get_arguments(self, ignore_unknown_help=None):
+        args = super().get_arguments(ignore_unknown_help)
+        for i, a in enumerate(args):
+            if a.name == "compare":
+                args[i] = _CompareArgument(names=a.names, kind=str, default=None, help=a.help, optional=True)
+        return args
+
+
+@task(klass=_BenchTask,
+      help={"programs": "comma-separated programs (default: all with bench cases: "
                         + ", ".join(_registry.bench_programs()) + ")",
             "quick": "small sizes, 2 rounds, shorter measurements: a fast look",
             "save": "copy the CSV(s) to bench/results/<gpu>/ (the committed reference runs)",
@@ -574,17 +599,28 @@ def viz(c, what, n="", blocks="", threads="", simulate=False, width="", height="
             "repeat": "run the whole suite N times and print how far each ratio moved between runs "
                       "(writes repeat-<gpu>-<date>.csv and repeat.png)",
             "gpus": "`all` or GPU numbers 0,1,...: the ceiling groups spread over one worker process per GPU, "
-                    "each GPU with its own ceilings and its own CSV"})
-def bench(c, programs="", quick=False, save=False, rounds="", repeat="", gpus=""):
+                    "each GPU with its own ceilings and its own CSV",
+            "compare": "[BASE] [NEW]: time nothing; compare two bench CSVs of one GPU case by case (default: the "
+                       "two newest of --programs), SAME / FASTER / SLOWER from each run's p25-p75 spread; "
+                       "exit status 1 when a case is SLOWER"})
+def bench(c, programs="", quick=False, save=False, rounds="", repeat="", gpus="", compare=None):
     """Time every bench case as a ratio to its ceiling, in interleaved rounds on the same GPU (NVBench).
 
     Each row prints the median ratio over the rounds and its 25th-75th percentile spread; a row that
-    ran with the SM clock under 90% of the run's highest gets a warning line."""
+    ran with the SM clock under 90% of the run's highest gets a warning line. `--compare [BASE] [NEW]`
+    is the regression gate: it times nothing, and exits 1 when a case of NEW is SLOWER than in BASE."""
     from harness.measuring import bench as hbench
     from harness.measuring import gpus as hg
     from harness.measuring import results_csv
 
     names = _names(programs) or None
+    if compare is not None:
+        given = {"--quick": quick, "--save": save, "--rounds": rounds, "--repeat": repeat, "--gpus": gpus}
+        extra = [flag for flag, v in given.items() if v]
+        if extra:
+            raise Exit(f"bench --compare reads two CSVs and times nothing: leave out {', '.join(extra)}", code=2)
+        _bench_compare(tuple(compare) if not isinstance(compare, str) else (compare,), names)
+        return
     n_rounds = _int(rounds, "--rounds", lo=1) if rounds else None
     n_repeat = _int(repeat, "--repeat", lo=1) if repeat else 1
     if gpus and n_repeat > 1:
@@ -651,6 +687,32 @@ def bench(c, programs="", quick=False, save=False, rounds="", repeat="", gpus=""
             print(f"saved {results_csv.save(path, meta['device'])}")
     if n_repeat > 1:
         _report_repeat(frames, save)
+
+
+def _bench_compare(given: tuple, names: list[str] | None) -> None:
+    """--compare: the table, the figure and the one summary line; Exit 1 when a case is SLOWER, 2 when
+    the CSVs cannot be compared (missing, unreadable, none to pick, different GPUs)."""
+    from analysis import compare as acompare
+    from harness.measuring import compare as hc
+
+    try:
+        base, new = hc.pick(list(given), names)
+        table = hc.runs(base, new, names)
+    except (ValueError, OSError) as e:
+        raise Exit(f"bench --compare: {e}", code=2) from None
+    device = new.meta.get("device", "")
+    print(f"BASE {base.path} ({base.meta.get('date', '')})\nNEW  {new.path} ({new.meta.get('date', '')})")
+    for k in ("driver", "nvcc"):
+        if base.meta.get(k, "") != new.meta.get(k, ""):
+            print(f"note: {k} {base.meta.get(k) or '?'} in BASE, {new.meta.get(k) or '?'} in NEW")
+    _print_table(hc.shown(table), f"bench --compare on {device}: ratio to the ceiling timed in each run")
+    with _one_line("bench --compare"):
+        print(acompare.plot(table, _paths.PLOTS, title=f"bench --compare on {device}: {base.path.name} -> "
+                                                         f"{new.path.name}"))
+    line = f"bench --compare: {hc.summary(table)}"
+    if (table["verdict"] == hc.SLOWER).any():
+        raise Exit(line, code=1)
+    print(line)
 
 
 def _report_repeat(frames, save: bool) -> None:
@@ -951,14 +1013,13 @@ def exercise(c, action, name=None, track="", dir="", write=False):  # noqa: A002
         else:
             from harness.user.exercises import check as hcheck
 
-            v = hcheck.check(name, track or None, dir or None)
-            for ok, text in v.lines:
-                mark = "ok  " if ok else ("FAIL" if ok is False else "    ")
-                first, *rest = str(text).splitlines()
-                print(f"{mark} {first}")
-                for line in rest:
-                    print(f"     {line}")
-            print(v.final_line())
+            try:
+                v = hcheck.check(name, track or None, dir or None)
+            except KeyboardInterrupt:
+                raise Exit(f"exercise check: interrupted; the check's processes were stopped, and {name}'s status "
+                           f"was left as it was", code=130) from None
+            for line in v.report():
+                print(line)
             if not v.passed:
                 raise Exit(code=1)
 

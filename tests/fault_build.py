@@ -2,8 +2,8 @@
 
 `make FAULTS=1 build/faults/...` compiles a program with -DCUDALAB_FAULTS (cuda/common/faults.cuh)
 into build/faults/, beside the product build: only that twin has the deliberately wrong answers
-(gemm_tc's dropped K tiles, attention's sabotaged variants, square's --skip-every and --oob,
-collectives' stalled rank). The harness can load or run it (library.load(prog, faults=True),
+(gemm_tc's dropped K tiles, attention's sabotaged variants, square's --skip-every and --oob and its
+slowed 03_vectorized, collectives' stalled rank). The harness can load or run it (library.load(prog, faults=True),
 runner.run(prog, ..., faults=True)) but never names a fault: the names and switches live here.
 """
 
@@ -17,8 +17,9 @@ from harness.compile import build
 
 # The variants only the fault build of attention (and of transformer_block, which compiles the same
 # kernels) knows: 02_flash without its last key tile, 03_flash_bf16 without it, and 03_flash_bf16 with
-# the diagonal tiles unmasked.
-ATTENTION_FAULTS = ("flash_skip_last_tile", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask")
+# the diagonal tiles unmasked; the two backward rungs with dS = P ∘ dP (the rowsum(dO ∘ O) term dropped).
+ATTENTION_FAULTS = ("flash_skip_last_tile", "flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask",
+                    "flash_bwd_no_di", "flash_bwd_bf16_no_di")
 ATTENTION_BF16_FAULTS = ("flash_bf16_skip_last_tile", "flash_bf16_no_causal_mask")
 
 # The symbol each program's fault build adds (the product has none of them), and where: "lib" in
@@ -28,6 +29,11 @@ FAULT_SYMBOLS = {
     "collectives": ("lib", "collectives_set_fault_stall_rank"),
     "square": ("exe", "square_int32_test_dev"),
 }
+
+
+# The slowed kernel of the bench's regression gate: while set above 0, every thread of square's
+# 03_vectorized (in the fault build's library) sleeps that many nanoseconds first; 01 and 02 are as ever.
+SLOWED = {"square": ("lib", "square_set_fault_sleep_ns")}
 
 
 def target(prog: str, kind: str = "lib") -> str:
@@ -86,3 +92,20 @@ def stalled_rank(lib: library.Library, rank: int = 0):
         yield
     finally:
         lib.collectives_set_fault_stall_rank(-1)
+
+
+def slowed_square_setup(variant: str, n: int, sleep_ns: int):
+    """A timing target (harness.measuring.timing's "module:function", reached with tests/ on the timing
+    child's PYTHONPATH): square's own bench setup, run on the fault build's library with 03_vectorized
+    slowed by `sleep_ns` per thread, so that a bench CSV of it holds the product's cases, one made slower."""
+    from harness.programs import square
+
+    twin = library.load("square", faults=True)
+    twin.square_set_fault_sleep_ns(int(sleep_ns))
+    real = library.load
+    # square.bench_setup marshals its launch once, through library.load: the twin only for that call.
+    library.load = lambda name, faults=False: twin if name == "square" else real(name, faults)
+    try:
+        return square.bench_setup(variant, n)
+    finally:
+        library.load = real

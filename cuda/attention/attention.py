@@ -18,6 +18,13 @@ Q, K, V and the output are B x H x S x D, C-contiguous. Variants (the C library'
                        warpgroups taking turns at the tensor cores (ping-pong), the softmax of one
                        key tile overlapping the P·V of the one before. Elsewhere
                        `unsupported_reason` says why, and nothing is launched.
+    "06_flash_bwd"     the backward rungs: each names a training pair. As a forward variant it runs
+    "07_flash_bwd_bf16" the forward it differentiates (02_flash; 03_flash_bf16), which also saves
+                       the log-sum-exp (attention(..., lse=)); backward() runs its backward:
+                       06 the recurrence in FP32 on the CUDA cores (dK and dV in one pass over the
+                       query tiles, dQ in a second pass over the key tiles), 07 FlashAttention-2's
+                       backward in bf16 on mma.sync (dK, dV in registers, dQ by FP32 atomics).
+                       BACKWARD_VARIANTS lists them (attention_variant_is_backward).
 "naive" and "flash" are accepted for the first two, and any other name the loaded library knows
 (attention_variant_is_bf16 >= 0): the tests' fault build (cuda/common/faults.cuh) knows deliberately
 wrong variants, which the product library does not.
@@ -59,7 +66,15 @@ ALIASES = {"naive": "01_naive", "flash": "02_flash"}
 # tile (k128, k64) and pipeline stages (s2, s3): ATTN_WGMMA_CONFIGS in attention_kernels.cuh.
 # `invoke tune attention` searches both (runs_as below).
 _CHOICE_PREFIX = {"03_flash_bf16": "flash_bf16_", "05_flash_wgmma": "flash_wgmma_"}
-_BF16 = ("03_flash_bf16", "05_flash_wgmma")  # the table's bf16 variants (every tuning choice is bf16 too)
+# The table's bf16 variants (every tuning choice is bf16 too), known without loading the library so
+# that size checks run before any load; test_attention_backward.py checks them against the library's.
+_BF16 = ("03_flash_bf16", "05_flash_wgmma", "07_flash_bwd_bf16")
+
+
+def backward_variants() -> tuple[str, ...]:
+    """The backward rungs of the library's variant table, in its order."""
+    lib = library.load(PROGRAM)
+    return tuple(v for v in library.read_table(PROGRAM) if lib.attention_variant_is_backward(v) == 1)
 
 
 def tuned() -> dict[str, tuple[str, ...]]:
@@ -81,6 +96,8 @@ def __getattr__(name: str):
         return tuned()["05_flash_wgmma"]
     if name == "BF16_VARIANTS":
         return _BF16 + library.read_table(PROGRAM, "config")
+    if name == "BACKWARD_VARIANTS":
+        return backward_variants()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -181,6 +198,11 @@ def is_bf16(variant: str) -> bool:
     return library.load(PROGRAM).attention_variant_is_bf16(v) == 1  # a name only the loaded library knows
 
 
+def is_backward(variant: str) -> bool:
+    """Whether the variant is a backward rung (backward() takes it), asked of the library."""
+    return library.load(PROGRAM).attention_variant_is_backward(canonical_variant(variant)) == 1
+
+
 def dtype_of(variant: str):
     return bfloat16 if is_bf16(variant) else np.float32
 
@@ -244,15 +266,18 @@ def validate(q, k, v, variant: str | None = None, scale=None):
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False, scale=None,
-              variant: str | None = None, out: np.ndarray | None = None) -> np.ndarray:
+              variant: str | None = None, out: np.ndarray | None = None, lse: np.ndarray | None = None) -> np.ndarray:
     """O = softmax(scale·QKᵀ [+ causal mask])·V on the GPU; scale defaults to 1/sqrt(D).
     float32 arrays for 01/02/04, ml_dtypes.bfloat16 for 03_flash_bf16 and 05_flash_wgmma (the default
     variant follows q's dtype: 02_flash, or default_bf16_variant()). Written into `out` when given (q's
     dtype and shape, C-contiguous). A variant that cannot run here raises ValueError with the reason,
     before any launch. bfloat16 inputs with no variant named, where no bf16 kernel runs (sm_75), run
-    BF16_FALLBACK on float32 copies and come back as bfloat16; a note on stderr says so once."""
+    BF16_FALLBACK on float32 copies and come back as bfloat16; a note on stderr says so once.
+    `lse`: a float32 B x H x S array that receives the log-sum-exp of each query row's scores, what
+    backward() needs; only the variants that save it take one (02_flash, 03_flash_bf16 and its tuning
+    choices, the backward rungs), others raise ValueError before any launch."""
     global _fallback_said
-    why = _bf16_fallback_reason(q, variant)
+    why = None if lse is not None else _bf16_fallback_reason(q, variant)
     if why:
         # The inputs are checked against the bf16 default's rules first (head size, scale > 0, out's
         # dtype), as on a GPU that runs it: the fallback takes more than the kernel would, and the same
@@ -271,6 +296,9 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
         out[...] = got
         return out
     q, k, v, variant, scale, (B, H, S, D) = validate(q, k, v, variant, scale)
+    if lse is not None:
+        _check_saves_lse(variant)
+        lse = library.check_array(lse, "lse", np.float32, shape=(B, H, S))
     why = unsupported_reason(variant)
     if why:
         raise ValueError(f"variant {variant!r} cannot run here: {why}")
@@ -280,8 +308,24 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
         out = library.check_array(out, "out", q.dtype, shape=q.shape)
     lib = library.load("attention")
     fn = lib.attention_forward_bf16 if is_bf16(variant) else lib.attention_forward
-    fn(runs_as(variant, D), B, H, S, D, int(bool(causal)), scale, q, k, v, out)
+    fn(runs_as(variant, D), B, H, S, D, int(bool(causal)), scale, q, k, v, out, lse)
     return out
+
+
+def _forward_of(variant: str) -> str:
+    """The forward a variant runs: a backward rung's is the one it pairs with (02_flash or 03_flash_bf16),
+    read from the library's table by dtype; any other variant is its own."""
+    if not is_backward(variant):
+        return variant
+    return "03_flash_bf16" if is_bf16(variant) else "02_flash"
+
+
+def _check_saves_lse(variant: str) -> None:
+    """ValueError unless the variant's forward saves the log-sum-exp (02_flash, 03_flash_bf16, its choices)."""
+    f = _forward_of(variant)
+    if f not in ("02_flash", "03_flash_bf16") and f not in tuned()["03_flash_bf16"]:
+        raise ValueError(f"{variant} does not save the log-sum-exp; use 02_flash, 03_flash_bf16 or a backward rung "
+                         f"({', '.join(backward_variants())})")
 
 
 def workspace_bytes(variant: str, B: int, H: int, S: int, D: int) -> int:
@@ -294,19 +338,23 @@ def workspace_bytes(variant: str, B: int, H: int, S: int, D: int) -> int:
     return int(n)
 
 
-def forward_device(variant: str, shape, causal: bool, q, k, v, o, workspace=None, scale=None, stream=None) -> None:
-    """Enqueue one forward on device buffers (DeviceBuffer or pointers) on `stream`; for timing."""
+def forward_device(variant: str, shape, causal: bool, q, k, v, o, workspace=None, scale=None, stream=None,
+                   lse=None) -> None:
+    """Enqueue one forward on device buffers (DeviceBuffer or pointers) on `stream`; for timing. `lse`:
+    B·H·S float32 of device memory for the log-sum-exp (the variants attention() takes one for)."""
     variant = canonical_variant(variant)
     if len(tuple(shape)) != 4:
         raise ValueError(f"shape must be (B, H, S, D), got {tuple(shape)}")
     B, H, S, D = check_sizes(*shape, variant=variant)
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    if lse is not None:
+        _check_saves_lse(variant)
     lib = library.load("attention")
     variant = runs_as(variant, D)
     if is_bf16(variant):
-        lib.attention_forward_bf16_device(variant, B, H, S, D, int(bool(causal)), scale, q, k, v, o, stream)
+        lib.attention_forward_bf16_device(variant, B, H, S, D, int(bool(causal)), scale, q, k, v, o, lse, stream)
     else:
-        lib.attention_forward_device(variant, B, H, S, D, int(bool(causal)), scale, q, k, v, o, workspace,
+        lib.attention_forward_device(variant, B, H, S, D, int(bool(causal)), scale, q, k, v, o, lse, workspace,
                                      stream)
 
 
@@ -324,6 +372,108 @@ def reference(q, k, v, causal: bool = False, scale=None) -> np.ndarray:
     p = np.exp(s)
     p /= p.sum(axis=-1, keepdims=True)
     return np.matmul(p, v64)
+
+
+def reference_backward(q, k, v, do, causal: bool = False, scale=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dQ, dK, dV) of O = softmax(scale·QKᵀ [+ causal mask])·V for the upstream gradient `do`, in
+    float64, by the recurrence the kernels follow: P from the scores, Di = rowsum(dO ∘ O),
+    dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P ∘ (dP − Di), dQ = scale·dS·K, dK = scale·dSᵀ·Q."""
+    q64, k64, v64, do64 = (np.asarray(a, dtype=np.float64) for a in (q, k, v, do))
+    S, D = q64.shape[-2], q64.shape[-1]
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    s = np.matmul(q64, np.swapaxes(k64, -1, -2)) * scale
+    if causal:
+        s = np.where(np.triu(np.ones((S, S), dtype=bool), k=1), -np.inf, s)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    o = np.matmul(p, v64)
+    di = np.sum(do64 * o, axis=-1, keepdims=True)
+    dv = np.matmul(np.swapaxes(p, -1, -2), do64)
+    dp = np.matmul(do64, np.swapaxes(v64, -1, -2))
+    ds = p * (dp - di)
+    return np.matmul(ds, k64) * scale, np.matmul(np.swapaxes(ds, -1, -2), q64) * scale, dv
+
+
+# ||grad - ref|| / ||ref|| each backward rung must meet, for each of dQ, dK and dV, against the
+# float64 gradients of the same inputs (for bf16: of the bf16-rounded q, k, v and dO).
+# float32, 1e-4 as the forward: the same dot products and exp() of the scores, and sums over S keys
+# (dQ) or S queries (dK, dV) of up to 4097 terms (~sqrt(S)·2^-24 with random-walk rounding); the
+# one new step, dP − Di, cancels where dP is near its row mean, but dS is then small and weighs little
+# in the norm. Dropping Di altogether costs O(1) (test_attention_backward.py shows it).
+# bfloat16: P and dS are rounded to bf16 before their products (2^-9 relative each, ~1e-3 RMS after
+# averaging), the gradients are rounded to bf16 on the way out (~1e-3 RMS), and dS = P·(dP − Di)
+# inherits the rounding of the bf16 O (through Di) and of the bf16 products' inputs relative to
+# |dP − Di|, which is smaller than |dP|: ~3-6e-3 expected; 3e-2 keeps a margin of ~5x, while a
+# missing Di term is off by ~0.1 on unit-range uniform inputs (test_attention_backward.py).
+BACKWARD_TOLERANCE = 1e-4
+BACKWARD_TOLERANCE_BF16 = 3e-2
+BACKWARD_TOLERANCES = {"float32": BACKWARD_TOLERANCE, "bfloat16": BACKWARD_TOLERANCE_BF16}
+
+
+def _backward_variant(variant: str | None, q) -> str:
+    """The backward rung to run: the named one (ValueError unless it is a backward rung), or by q's
+    dtype, 07_flash_bwd_bf16 for bfloat16 and 06_flash_bwd otherwise."""
+    if variant is None:
+        bf = bfloat16 is not None and getattr(q, "dtype", None) == bfloat16
+        return next(v for v in backward_variants() if is_bf16(v) == bf)
+    v = canonical_variant(variant)
+    if not is_backward(v):
+        raise ValueError(f"{variant!r} is no backward rung; backward variants: {', '.join(backward_variants())}")
+    return v
+
+
+def backward(q, k, v, o, do, lse, causal: bool = False, variant: str | None = None, scale=None,
+             out: tuple | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dq, dk, dv) of attention on the GPU: q, k, v the forward's inputs, o and lse its output and
+    saved log-sum-exp (attention(..., lse=) with the same variant), do the gradient of the loss with
+    respect to o. float32 arrays for 06_flash_bwd, ml_dtypes.bfloat16 for 07_flash_bwd_bf16 (the
+    default follows q's dtype); lse float32 B x H x S. Written into `out` = (dq, dk, dv) when given.
+    Every argument is checked before any launch (ValueError/TypeError)."""
+    variant = _backward_variant(variant, q)
+    q, k, v, variant, scale, (B, H, S, D) = validate(q, k, v, variant, scale)
+    dt = dtype_of(variant)
+    o = library.check_array(o, "o", dt, shape=q.shape)
+    do = library.check_array(do, "do", dt, shape=q.shape)
+    lse = library.check_array(lse, "lse", np.float32, shape=(B, H, S))
+    if not scale > 0:  # both rungs fold the scale into exp2 of the recomputed scores
+        raise ValueError(f"{variant} needs scale > 0, got {scale}")
+    if out is None:
+        out = tuple(np.empty_like(q) for _ in range(3))
+    else:
+        if not isinstance(out, (tuple, list)) or len(out) != 3:
+            raise TypeError("out must be a tuple (dq, dk, dv)")
+        out = tuple(library.check_array(a, n, dt, shape=q.shape) for a, n in zip(out, ("dq", "dk", "dv")))
+    why = unsupported_reason(variant)
+    if why:
+        raise ValueError(f"variant {variant!r} cannot run here: {why}")
+    lib = library.load(PROGRAM)
+    fn = lib.attention_backward_bf16 if is_bf16(variant) else lib.attention_backward
+    fn(variant, B, H, S, D, int(bool(causal)), scale, q, k, v, o, do, lse, *out)
+    return out
+
+
+def backward_workspace_bytes(variant: str, B: int, H: int, S: int, D: int) -> int:
+    """Device workspace bytes the backward rung needs at (B, H, S, D)."""
+    variant = _backward_variant(variant, None)
+    B, H, S, D = check_sizes(B, H, S, D, variant=variant)
+    n = library.load(PROGRAM).attention_backward_workspace_bytes(variant, B, H, S, D)
+    if n < 0:
+        raise ValueError(f"invalid sizes for {variant}: B={B} H={H} S={S} D={D}")
+    return int(n)
+
+
+def backward_device(variant: str, shape, causal: bool, q, k, v, o, do, lse, dq, dk, dv, workspace, scale=None,
+                    stream=None) -> None:
+    """Enqueue one backward on device buffers (DeviceBuffer or pointers) on `stream`; for timing.
+    `workspace`: backward_workspace_bytes() of device memory."""
+    variant = _backward_variant(variant, None)
+    if len(tuple(shape)) != 4:
+        raise ValueError(f"shape must be (B, H, S, D), got {tuple(shape)}")
+    B, H, S, D = check_sizes(*shape, variant=variant)
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    lib = library.load(PROGRAM)
+    fn = lib.attention_backward_bf16_device if is_bf16(variant) else lib.attention_backward_device
+    fn(variant, B, H, S, D, int(bool(causal)), scale, q, k, v, o, do, lse, dq, dk, dv, workspace, stream)
 
 
 # One checker for every program (harness.calling.results); the old name stays for the tests' sake.
@@ -433,11 +583,52 @@ def flops(B: int, H: int, S: int, D: int, causal: bool = False) -> float:
     return 4.0 * B * H * pairs * D
 
 
-def _ceiling_name(dtype: str, D: int, S: int = BENCH_S, causal: bool = False) -> str:
-    """sdpa_d64 / sdpa_d128 (float32 at S=4096, the first bench's names) and sdpa_bf16_d{D}_s{S}[_causal]."""
+def backward_flops(B: int, H: int, S: int, D: int, causal: bool = False) -> float:
+    """2.5 times the forward's: five S×S×D products (S and dP recomputed, dV, dQ, dK), the count
+    FlashAttention's papers use; 06_flash_bwd's second pass does two more, uncounted."""
+    return 2.5 * flops(B, H, S, D, causal)
+
+
+def _ceiling_name(dtype: str, D: int, S: int = BENCH_S, causal: bool = False, backward: bool = False) -> str:
+    """sdpa_d64 / sdpa_d128 (float32 at S=4096, the first bench's names) and sdpa_bf16_d{D}_s{S}[_causal];
+    the backward's sdpa_bwd_{f32,bf16}_d{D}_s{S}[_causal]."""
+    if backward:
+        return f"sdpa_bwd_{'f32' if dtype == 'float32' else 'bf16'}_d{D}_s{S}" + ("_causal" if causal else "")
     if dtype == "float32":
         return f"sdpa_d{D}"
     return f"sdpa_bf16_d{D}_s{S}" + ("_causal" if causal else "")
+
+
+def _torch_inputs(dtype: str, D: int, S: int, n: int) -> list:
+    """n random B=4 x H=16 x S x D torch tensors in [-1, 1) on the GPU (seed 0), TF32 off for the
+    float32 paths (matmul and cuDNN); RuntimeError when torch sees no GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("torch sees no CUDA device")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    tdt = torch.float32 if dtype == "float32" else torch.bfloat16
+    g = torch.Generator(device="cuda").manual_seed(0)
+    return [torch.rand(BENCH_B, BENCH_H, S, D, device="cuda", dtype=tdt, generator=g) * 2 - 1 for _ in range(n)]
+
+
+def _on_timing_stream(call):
+    """A Prepared's launch(stream) for a torch call: `call()` enqueued on the timing session's stream
+    (a torch ExternalStream per handle, made once; the current stream for None)."""
+    import torch
+
+    streams: dict = {}
+
+    def launch(stream):
+        key = 0 if stream is None else int(cudart.ffi.cast("uintptr_t", stream))
+        ext = streams.get(key)
+        if ext is None:
+            ext = streams[key] = torch.cuda.ExternalStream(key) if key else torch.cuda.current_stream()
+        with torch.cuda.stream(ext):
+            call()
+
+    return launch
 
 
 def sdpa_setup(dtype: str, D: int, S: int, causal: bool, backend: str | None = None):
@@ -450,31 +641,20 @@ def sdpa_setup(dtype: str, D: int, S: int, causal: bool, backend: str | None = N
 
     from harness.measuring import bench
 
-    if not torch.cuda.is_available():
-        raise RuntimeError("torch sees no CUDA device")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    tdt = torch.float32 if dtype == "float32" else torch.bfloat16
-    g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.rand(BENCH_B, BENCH_H, S, D, device="cuda", dtype=tdt, generator=g) * 2 - 1 for _ in range(3))
+    q, k, v = _torch_inputs(dtype, D, S, 3)
     ctx = None
     if backend is not None:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         ctx = lambda: sdpa_kernel(getattr(SDPBackend, backend))  # noqa: E731
-    streams: dict = {}
 
-    def launch(stream):
-        key = 0 if stream is None else int(cudart.ffi.cast("uintptr_t", stream))
-        ext = streams.get(key)
-        if ext is None:
-            ext = streams[key] = torch.cuda.ExternalStream(key) if key else torch.cuda.current_stream()
-        with torch.cuda.stream(ext):
-            if ctx is None:
+    def call():
+        if ctx is None:
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        else:
+            with ctx():
                 F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            else:
-                with ctx():
-                    F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
+    launch = _on_timing_stream(call)
     launch(None)  # a backend that refuses these inputs raises here, before timing
     torch.cuda.synchronize()
     return bench.Prepared(launch, lambda: torch.cuda.synchronize())
@@ -504,9 +684,66 @@ _BF16_SHAPES = [(D, S, causal, S != 16384) for D in (64, 128)
                 for S, causal in ((4096, False), (4096, True), (1024, False), (16384, False), (16384, True))]
 
 
+def sdpa_backward_setup(dtype: str, D: int, S: int, causal: bool, backend: str | None = None):
+    """harness.measuring.timing's target: the backward of torch's scaled_dot_product_attention at
+    B=4, H=16 and (S, D, causal): the forward runs once here, and each launch is one
+    torch.autograd.grad of its output (retain_graph), i.e. the backend's backward kernels alone.
+    backend as sdpa_setup's (None: torch's default choice; FLASH_ATTENTION, CUDNN_ATTENTION, ...)."""
+    import torch
+    import torch.nn.functional as F
+
+    from harness.measuring import bench
+
+    q, k, v, do = _torch_inputs(dtype, D, S, 4)
+    for t in (q, k, v):
+        t.requires_grad_(True)
+    if backend is None:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    else:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        with sdpa_kernel(getattr(SDPBackend, backend)):  # a backend that refuses these inputs raises here
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    launch = _on_timing_stream(lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True))
+    launch(None)
+    torch.cuda.synchronize()
+    return bench.Prepared(launch, lambda: torch.cuda.synchronize())
+
+
+def _sdpa_backward_ceiling(dtype: str, D: int, S: int, causal: bool, quick: bool):
+    """torch SDPA's backward (default backend), timed beside the backward cases; the other backends
+    are timed once and named in the detail. None without torch."""
+    import importlib.util
+
+    from harness.measuring import bench
+
+    if importlib.util.find_spec("torch") is None:
+        return None
+    kw = {"dtype": dtype, "D": D, "S": S, "causal": causal}
+    detail = (f"torch SDPA backward (autograd.grad of one forward), default backend, {dtype}, allow_tf32=False, "
+              f"B*H={BENCH_B * BENCH_H} S={S} D={D} causal={causal}")
+    others = () if dtype == "float32" else ("FLASH_ATTENTION", "CUDNN_ATTENTION")
+    extras = () if quick else tuple((b.lower(), "harness.programs.attention:sdpa_backward_setup", {**kw, "backend": b})
+                                    for b in others)
+    return bench.TimedCeiling(_ceiling_name(dtype, D, S, causal, backward=True), "TFLOP/s",
+                              backward_flops(BENCH_B, BENCH_H, S, D, causal),
+                              "harness.programs.attention:sdpa_backward_setup", kw, detail, extras=extras)
+
+
+# (D, S, causal, quick) of the backward rungs' bench shapes: 06 in float32 at S=4096 not causal, 07 as
+# the forward's bf16 shapes at S=4096 and 16384 (the latter only without --quick).
+_BWD_FP32_SHAPES = [(D, BENCH_S, False, D == 128) for D in (64, 128)]
+_BWD_BF16_SHAPES = [(D, S, causal, S != 16384) for D in (64, 128) for S in (4096, 16384) for causal in (False, True)]
+
+
 def ceilings():
     """The registry's hook: torch SDPA in the same run, for each shape a bench case names."""
     out = {}
+    for D, S, causal, _ in _BWD_FP32_SHAPES:
+        out[_ceiling_name("float32", D, S, causal, backward=True)] = \
+            lambda quick, D=D, S=S, causal=causal: _sdpa_backward_ceiling("float32", D, S, causal, quick)
+    for D, S, causal, _ in _BWD_BF16_SHAPES:
+        out[_ceiling_name("bfloat16", D, S, causal, backward=True)] = \
+            lambda quick, D=D, S=S, causal=causal: _sdpa_backward_ceiling("bfloat16", D, S, causal, quick)
     for D in (64, 128):
         out[_ceiling_name("float32", D)] = lambda quick, D=D: _sdpa_ceiling("float32", D, BENCH_S, False, quick)
     for D, S, causal, _ in _BF16_SHAPES:
@@ -563,16 +800,61 @@ def variant_setup(variant: str, D: int, S: int, causal: bool):
     lib = library.load("attention")
     if bf:
         launch = lib.prepare("attention_forward_bf16_device", ran, B, H, S, D, int(causal), 1.0 / math.sqrt(D),
-                             *(b.ptr for b in bufs), o.ptr, library.STREAM)
+                             *(b.ptr for b in bufs), o.ptr, None, library.STREAM)
     else:
         launch = lib.prepare("attention_forward_device", ran, B, H, S, D, int(causal), 1.0 / math.sqrt(D),
-                             *(b.ptr for b in bufs), o.ptr, ws.ptr if ws else None, library.STREAM)
+                             *(b.ptr for b in bufs), o.ptr, None, ws.ptr if ws else None, library.STREAM)
 
     def close():
         for b in bufs + [o] + ([ws] if ws else []):
             b.close()
 
     return bench.Prepared(launch=launch, close=close, note=f"ran {ran}" if ran != variant else "")
+
+
+def _backward_case(variant: str, D: int, S: int, causal: bool, quick: bool):
+    from harness.measuring import bench
+
+    B, H = BENCH_B, BENCH_H
+    bf = is_bf16(variant)
+    f = backward_flops(B, H, S, D, causal)
+    dtype = "bfloat16" if bf else "float32"
+    return bench.BenchCase(
+        program="attention", variant=variant, size=f"B{B}xH{H}xS{S}xD{D}" + ("-causal" if causal else "") + "-bwd",
+        setup="harness.programs.attention:backward_setup", kwargs={"variant": variant, "D": D, "S": S, "causal": causal},
+        unit="TFLOP/s", amount=f, ceiling=_ceiling_name(dtype, D, S, causal, backward=True), target=None, quick=quick,
+        flops=f, bytes=(9.0 * B * H * S * D) * (2 if bf else 4),
+        note=f"backward; {'causal' if causal else 'non-causal'}; ratio to torch SDPA's backward {dtype} (default "
+             "backend, same run); FLOPs 2.5x the forward's")
+
+
+def backward_setup(variant: str, D: int, S: int, causal: bool):
+    """harness.measuring.timing's target: one backward rung's backward at B=4, H=16, (S, D, causal),
+    on the O and log-sum-exp of its forward (run once here) and a random dO."""
+    from harness.measuring import bench
+
+    B, H = BENCH_B, BENCH_H
+    shape = (B, H, S, D)
+    dt = dtype_of(variant)
+    rng = np.random.default_rng(0)
+    bufs = [cudart.DeviceBuffer.from_array(rng.uniform(-1, 1, shape).astype(dt)) for _ in range(4)]  # q k v dO
+    esize = np.dtype(dt).itemsize
+    n = int(np.prod(shape)) * esize
+    o, dq, dk, dv = (cudart.DeviceBuffer(n) for _ in range(4))
+    lse = cudart.DeviceBuffer(B * H * S * 4)
+    ws = cudart.DeviceBuffer(backward_workspace_bytes(variant, *shape))
+    forward_device(variant, shape, causal, *bufs[:3], o, lse=lse)
+    cudart.synchronize()
+    lib = library.load(PROGRAM)
+    fn = "attention_backward_bf16_device" if is_bf16(variant) else "attention_backward_device"
+    launch = lib.prepare(fn, variant, B, H, S, D, int(causal), 1.0 / math.sqrt(D), *(b.ptr for b in bufs[:3]), o.ptr,
+                         bufs[3].ptr, lse.ptr, dq.ptr, dk.ptr, dv.ptr, ws.ptr, library.STREAM)
+
+    def close():
+        for b in bufs + [o, dq, dk, dv, lse, ws]:
+            b.close()
+
+    return bench.Prepared(launch=launch, close=close)
 
 
 def bench_cases(quick: bool = False):
@@ -589,6 +871,9 @@ def bench_cases(quick: bool = False):
     for D, S, causal, q in _BF16_SHAPES:
         for variant in ("03_flash_bf16",) + (("05_flash_wgmma",) if wgmma else ()):
             cases.append(_bench_case(variant, D, S, causal, quick=q))
+    fp32_bwd, bf16_bwd = (next(v for v in backward_variants() if is_bf16(v) == bf) for bf in (False, True))
+    cases += [_backward_case(fp32_bwd, D, S, causal, q) for D, S, causal, q in _BWD_FP32_SHAPES]
+    cases += [_backward_case(bf16_bwd, D, S, causal, q) for D, S, causal, q in _BWD_BF16_SHAPES]
     return [c for c in cases if c.quick or not quick]
 
 
@@ -755,7 +1040,7 @@ def sanitize_args() -> dict[str, list[str]]:
     for v in library.read_table(PROGRAM):
         out[v] = ["--variant", v, "--reps", "1", "1", "3", "67", "64"]
         out[f"{v}-causal"] = ["--variant", v, "--causal", "--reps", "1", "1", "3", "130", "64"]
-        if v in ("03_flash_bf16", "04_flash_3xtf32", "05_flash_wgmma"):
+        if v in ("03_flash_bf16", "04_flash_3xtf32", "05_flash_wgmma") or is_backward(v):
             out[f"{v}-d128"] = ["--variant", v, "--causal", "--reps", "1", "3", "1", "67", "128"]
     # Each tuning choice of 03 (the tuner may pick any): causal at D=128, S=130 (ragged for 32- and
     # 64-key tiles), and at D=64, where 32 rows a warp keep Q in registers.

@@ -66,11 +66,17 @@ enum Variant {
     VNCCL_RS = 6,
     VTP = 7,
     VTP_OVERLAP = 8,
-    VCOUNT = 9
+    V04_ONESHOT_SIGNAL = 9,
+    V05_TWOSHOT = 10,
+    VAUTO = 11,
+    VCOUNT = 12
 };
 const char *const kNames[VCOUNT] = {"01_p2p_copy",     "01_memcpy_peer", "02_ring_allreduce",
                                     "03_oneshot_allreduce", "nccl_allreduce", "nccl_allgather",
-                                    "nccl_reducescatter",   "tp_mlp",         "tp_mlp_overlap"};
+                                    "nccl_reducescatter",   "tp_mlp",         "tp_mlp_overlap",
+                                    "04_oneshot_signal",    "05_twoshot_allreduce", "auto_allreduce"};
+// The rungs whose epoch lives on the device (a CUDA graph can replay them): 04 and 05.
+bool device_epoch(int v) { return v == V04_ONESHOT_SIGNAL || v == V05_TWOSHOT; }
 bool needs_nccl(int v) { return v == VNCCL_AR || v == VNCCL_AG || v == VNCCL_RS; }
 
 constexpr int kThreads = 512;
@@ -79,21 +85,26 @@ constexpr int kThreads = 512;
 constexpr int kCpsMax = 256;
 constexpr int kMaxBlocksPerRank = 64;
 constexpr long long kChunkBytesMax = 512 << 10;  // a chunk in flight per block: enough to fill a link
-enum Phase { PH_RS = 0, PH_AG = 1, PH_START = 2, PH_END = 3, PH_NCCL = 4 };
+// The largest messages 04 (every rank's whole buffer lands in every rank's scratch) and 05 (one
+// buffer's worth of scratch per rank) take; the scratch holds two of each (double buffering).
+constexpr long long kOneshotMaxBytes = 2LL << 20;
+constexpr long long kTwoshotMaxBytes = 64LL << 20;
+constexpr int kSmallMaxWorld = 8;  // 04 and 05 keep a store target per rank in registers
+enum Phase { PH_RS = 0, PH_AG = 1, PH_START = 2, PH_END = 3, PH_NCCL = 4, PH_SIGNAL = 5, PH_GATHER = 6 };
 
 struct RankPtrs {
-    unsigned char *in, *out, *recv;
+    unsigned char *in, *out, *recv, *scratch;
     unsigned long long *flags;
 };
 struct ErrRec {
     unsigned int code;
-    int rank, step, chunk, phase;
+    int rank, step, chunk, phase, peer;  // peer: the rank whose flag never came (-1: not known)
 };
 struct CollArgs {
     const RankPtrs *ranks;
     ErrRec *err;
     int world, rank, blocks_per_rank, dtype, stall_rank, direction, cps;
-    long long n, base, seg_len, chunk;
+    long long n, base, seg_len, chunk, half, small_flags;
     unsigned long long epoch, timeout_ns;
 };
 
@@ -115,12 +126,12 @@ __device__ __forceinline__ unsigned long long now_ns() {
 // One thread waits until *f reaches the call's epoch. False when the deadline passed (the first such
 // thread of the launch records where) or another thread of the launch already gave up.
 __device__ bool spin_until(const CollArgs &a, const unsigned long long *f, int rank, int step, int chunk,
-                           int phase) {
-    if (ld_acquire(f) >= a.epoch) return true;
+                           int phase, int peer = -1, unsigned long long target = 0) {
+    if (!target) target = a.epoch;
+    if (ld_acquire(f) >= target) return true;
     const unsigned long long t0 = now_ns();
     for (;;) {
-        __nanosleep(128);
-        if (ld_acquire(f) >= a.epoch) return true;
+        if (ld_acquire(f) >= target) return true;
         if (*(volatile unsigned int *)&a.err->code != 0u) return false;
         if (now_ns() - t0 > a.timeout_ns) {
             if (atomicCAS(&a.err->code, 0u, 1u) == 0u) {
@@ -128,6 +139,7 @@ __device__ bool spin_until(const CollArgs &a, const unsigned long long *f, int r
                 a.err->step = step;
                 a.err->chunk = chunk;
                 a.err->phase = phase;
+                a.err->peer = peer;
                 __threadfence();
             }
             return false;
@@ -135,9 +147,10 @@ __device__ bool spin_until(const CollArgs &a, const unsigned long long *f, int r
     }
 }
 // The whole block waits on one flag (thread 0 spins); the answer reaches every thread.
-__device__ bool block_wait(const CollArgs &a, const unsigned long long *f, int rank, int step, int chunk, int phase) {
+__device__ bool block_wait(const CollArgs &a, const unsigned long long *f, int rank, int step, int chunk, int phase,
+                           int peer) {
     int ok = 1;
-    if (threadIdx.x == 0) ok = spin_until(a, f, rank, step, chunk, phase);
+    if (threadIdx.x == 0) ok = spin_until(a, f, rank, step, chunk, phase, peer);
     return __syncthreads_and(ok) != 0;
 }
 // Every thread's stores of this step are done (the barrier), then one release store makes them
@@ -248,7 +261,7 @@ __device__ void ring_body(const CollArgs &a, int r, int b) {
             chunk_range(a, seg, c, &lo, &hi);
             if (lo >= hi) continue;
             const int f = seg * a.cps + c;
-            if (s > 0 && !block_wait(a, me.flags + f, r, s, c, PH_RS)) return;
+            if (s > 0 && !block_wait(a, me.flags + f, r, s, c, PH_RS, wrap(r - 1, W))) return;
             range_add(lo, hi, in, s > 0 ? recv : (const T *)nullptr, rrecv, (T *)nullptr);
             block_signal(right.flags + f, a.epoch);
         }
@@ -257,7 +270,7 @@ __device__ void ring_body(const CollArgs &a, int r, int b) {
         chunk_range(a, r, c, &lo, &hi);
         if (lo < hi) {
             const int f = r * a.cps + c;
-            if (W > 1 && !block_wait(a, me.flags + f, r, W - 1, c, PH_RS)) return;
+            if (W > 1 && !block_wait(a, me.flags + f, r, W - 1, c, PH_RS, wrap(r - 1, W))) return;
             range_add(lo, hi, in, W > 1 ? recv : (const T *)nullptr, out, W > 1 ? rout : (T *)nullptr);
             if (W > 1) block_signal(right.flags + ag + f, a.epoch);
         }
@@ -268,7 +281,7 @@ __device__ void ring_body(const CollArgs &a, int r, int b) {
             chunk_range(a, seg, c, &lo, &hi);
             if (lo >= hi) continue;
             const int f = ag + seg * a.cps + c;
-            if (!block_wait(a, me.flags + f, r, W - 1 + t, c, PH_AG)) return;
+            if (!block_wait(a, me.flags + f, r, W - 1 + t, c, PH_AG, wrap(r - 1, W))) return;
             if (t < W - 1) {
                 range_add(lo, hi, (const T *)out, (const T *)nullptr, rout, (T *)nullptr);
                 block_signal(right.flags + f, a.epoch);
@@ -300,7 +313,7 @@ __device__ bool oneshot_barrier(const CollArgs &a, int r, int b, int which) {
     for (int p = threadIdx.x; p < W; p += blockDim.x) st_release(a.ranks[p].flags + slot + r, a.epoch);
     int ok = 1;
     for (int p = threadIdx.x; p < W && ok; p += blockDim.x)
-        ok = spin_until(a, a.ranks[r].flags + slot + p, r, which, b, which == 0 ? PH_START : PH_END);
+        ok = spin_until(a, a.ranks[r].flags + slot + p, r, which, b, which == 0 ? PH_START : PH_END, p);
     return __syncthreads_and(ok) != 0;
 }
 
@@ -345,6 +358,161 @@ __global__ void __launch_bounds__(kThreads) oneshot_allreduce_kernel(CollArgs a)
     if (a.dtype == 0) oneshot_body<float>(a, r, b);
     else if (a.dtype == 1) oneshot_body<__nv_bfloat16>(a, r, b);
     else oneshot_body<int>(a, r, b);
+}
+
+// ---- 04_oneshot_signal and 05_twoshot_allreduce ---------------------------------------------------
+// Push, not pull: a rank stores its data into its peers' scratch (a store over NVLink does not wait
+// for an answer; a load does), raises ONE flag per peer (st.release.sys of the call's epoch, in the
+// peer's memory) and spins on its own, local flags. No barrier kernel and no end barrier: the scratch
+// is double-buffered by the epoch's parity. A rank writes parity P at call k+2 only after it saw every
+// peer's flag of call k+1, which a peer raises only once its call k (the last reader of parity P) has
+// finished, in stream order. The epoch is a per-block counter in the rank's own flag memory, read at
+// the start and written back at the end, so it needs no host (a CUDA graph replays the same launch)
+// and never needs a reset; every call launches the communicator's fixed number of blocks, so the
+// counters of one rank's blocks stay equal and the parity is the same for the whole call.
+// Flag layout after the ring's and 03's (small_flags): [signal|gather][block][source rank], then
+// [block] epoch counters.
+__device__ __forceinline__ unsigned long long *sig_flag(const CollArgs &a, int q, int which, int b, int src) {
+    return a.ranks[q].flags + a.small_flags + ((long long)which * kMaxBlocksPerRank + b) * a.world + src;
+}
+__device__ __forceinline__ unsigned long long *epoch_counter(const CollArgs &a, int r, int b) {
+    return a.ranks[r].flags + a.small_flags + 2LL * kMaxBlocksPerRank * a.world + b;
+}
+// The block's epoch: this call's number for block b of rank r (the same on every rank).
+__device__ unsigned long long block_epoch(const CollArgs &a, int r, int b) {
+    __shared__ unsigned long long e;
+    if (threadIdx.x == 0) e = *(volatile unsigned long long *)epoch_counter(a, r, b) + 1;
+    __syncthreads();
+    return e;
+}
+// Every thread's stores of this step are done; then thread q raises rank q's flag `which` (source r).
+__device__ void signal_all(const CollArgs &a, int r, int b, int which, unsigned long long e) {
+    __syncthreads();
+    for (int q = threadIdx.x; q < a.world; q += blockDim.x) {
+        __threadfence_system();
+        st_release(sig_flag(a, q, which, b, r), e);
+    }
+}
+// Thread p waits for source p's flag `which` in rank r's own memory; the verdict reaches every thread.
+__device__ bool wait_all(const CollArgs &a, int r, int b, int which, unsigned long long e) {
+    int ok = 1;
+    for (int p = threadIdx.x; p < a.world && ok; p += blockDim.x)
+        ok = spin_until(a, sig_flag(a, r, which, b, p), r, which, b, which ? PH_GATHER : PH_SIGNAL, p, e);
+    return __syncthreads_and(ok) != 0;
+}
+__device__ __forceinline__ void end_epoch(const CollArgs &a, int r, int b, unsigned long long e) {
+    __syncthreads();
+    if (threadIdx.x == 0) *(volatile unsigned long long *)epoch_counter(a, r, b) = e;
+}
+
+// Elements [lo, hi) of a range whose lo is a whole pack: block b's share is every B-th pack, and
+// block 0 takes the tail past the last whole pack. f(i, k) handles k elements from i (k = pack or 1).
+template <class T, class F>
+__device__ __forceinline__ void block_share(long long lo, long long hi, int b, int B, F f) {
+    constexpr int N = Pack<T>::N;
+    const long long nv = (hi - lo) / N;
+    for (long long v = (long long)b * blockDim.x + threadIdx.x; v < nv; v += (long long)B * blockDim.x)
+        f(lo + v * N, N);
+    if (b == 0)
+        for (long long i = lo + nv * N + threadIdx.x; i < hi; i += blockDim.x) f(i, 1);
+}
+template <class T>
+__device__ __forceinline__ void copy_elems(T *dst, const T *src, int k) {
+    if (k == Pack<T>::N) st_pack(dst, ld_pack(src));
+    else *dst = __ldcg(src);
+}
+// The sum of base[p * stride + 0..k) over p = 0..W-1, in rank order (every rank gets the same bits),
+// stored at dst[q][0..k) for q < D.
+template <class T>
+__device__ __forceinline__ void sum_elems(T *const *dst, int D, long long i, const T *base, long long stride, int W,
+                                          int k) {
+    using E = Elt<T>;
+    constexpr int N = Pack<T>::N;
+    if (k == N) {
+        typename E::Acc acc[N];
+#pragma unroll
+        for (int j = 0; j < N; ++j) acc[j] = 0;
+        for (int p = 0; p < W; ++p) {
+            const Pack<T> x = ld_pack(base + i + p * stride);
+#pragma unroll
+            for (int j = 0; j < N; ++j) acc[j] += E::up(x.v[j]);
+        }
+        Pack<T> o;
+#pragma unroll
+        for (int j = 0; j < N; ++j) o.v[j] = E::down(acc[j]);
+        for (int q = 0; q < D; ++q) st_pack(dst[q] + i, o);
+    } else {
+        typename E::Acc acc = 0;
+        for (int p = 0; p < W; ++p) acc += E::up(__ldcg(base + i + p * stride));
+        for (int q = 0; q < D; ++q) dst[q][i] = E::down(acc);
+    }
+}
+__device__ __forceinline__ long long round_pack(long long n, int N) { return (n + N - 1) / N * N; }
+
+// 04: rank r's input goes to slot r of every rank's scratch; then each rank sums its W local slots.
+template <class T>
+__device__ void oneshot_signal_body(const CollArgs &a, int r, int b, unsigned long long e) {
+    const int W = a.world, B = a.blocks_per_rank;
+    const long long stride = round_pack(a.n, Pack<T>::N);
+    const long long par = (long long)(e & 1) * a.half;
+    const T *in = reinterpret_cast<const T *>(a.ranks[r].in);
+    block_share<T>(0, a.n, b, B, [&](long long i, int k) {
+        for (int q = 0; q < W; ++q)
+            copy_elems(reinterpret_cast<T *>(a.ranks[q].scratch + par) + r * stride + i, in + i, k);
+    });
+    signal_all(a, r, b, 0, e);
+    if (!wait_all(a, r, b, 0, e)) return;
+    const T *mine = reinterpret_cast<const T *>(a.ranks[r].scratch + par);
+    T *out = reinterpret_cast<T *>(a.ranks[r].out);
+    block_share<T>(0, a.n, b, B, [&](long long i, int k) { sum_elems(&out, 1, i, mine, stride, W, k); });
+}
+
+// 05: chunk j of every rank's input goes to slot (source) of rank j's scratch (reduce-scatter's
+// traffic); rank j sums chunk j and stores the sum into chunk j of every rank's output (all-gather's).
+template <class T>
+__device__ void twoshot_body(const CollArgs &a, int r, int b, unsigned long long e) {
+    const int W = a.world, B = a.blocks_per_rank;
+    const long long cs = round_pack((a.n + W - 1) / W, Pack<T>::N);
+    const long long par = (long long)(e & 1) * a.half;
+    const T *in = reinterpret_cast<const T *>(a.ranks[r].in);
+    for (int j = 0; j < W; ++j) {
+        const long long lo = min(a.n, j * cs), hi = min(a.n, lo + cs);
+        T *dst = reinterpret_cast<T *>(a.ranks[j].scratch + par) + r * cs - lo;
+        block_share<T>(lo, hi, b, B, [&](long long i, int k) { copy_elems(dst + i, in + i, k); });
+    }
+    signal_all(a, r, b, 0, e);
+    if (!wait_all(a, r, b, 0, e)) return;
+    const long long lo = min(a.n, r * cs), hi = min(a.n, lo + cs);
+    const T *mine = reinterpret_cast<const T *>(a.ranks[r].scratch + par) - lo;
+    // Each rank's list starts with itself and goes round, so the ranks' stores spread over the links.
+    T *outs[kSmallMaxWorld];
+    for (int q0 = 0; q0 < W; ++q0) outs[q0] = reinterpret_cast<T *>(a.ranks[(r + q0) % W].out);
+    block_share<T>(lo, hi, b, B, [&](long long i, int k) { sum_elems(outs, W, i, mine, cs, W, k); });
+    signal_all(a, r, b, 1, e);
+    wait_all(a, r, b, 1, e);
+}
+
+__global__ void __launch_bounds__(kThreads) small_allreduce_kernel(CollArgs a, int twoshot) {
+    const int r = a.rank >= 0 ? a.rank : (int)(blockIdx.x / a.blocks_per_rank);
+    const int b = a.rank >= 0 ? (int)blockIdx.x : (int)(blockIdx.x % a.blocks_per_rank);
+    const unsigned long long e = block_epoch(a, r, b);
+#ifdef CUDALAB_FAULTS
+    // The stalled rank sends nothing, but keeps its epoch in step (the next call works again).
+    if (r == a.stall_rank) {
+        end_epoch(a, r, b, e);
+        return;
+    }
+#endif
+    if (twoshot) {
+        if (a.dtype == 0) twoshot_body<float>(a, r, b, e);
+        else if (a.dtype == 1) twoshot_body<__nv_bfloat16>(a, r, b, e);
+        else twoshot_body<int>(a, r, b, e);
+    } else {
+        if (a.dtype == 0) oneshot_signal_body<float>(a, r, b, e);
+        else if (a.dtype == 1) oneshot_signal_body<__nv_bfloat16>(a, r, b, e);
+        else oneshot_signal_body<int>(a, r, b, e);
+    }
+    end_epoch(a, r, b, e);
 }
 
 // ---- 01_p2p_copy -------------------------------------------------------------------------------------
@@ -396,17 +564,24 @@ struct TpBuffers {
 
 struct Comm {
     int world = 0, use_devices = 0, blocks = 1;
-    long long in_bytes = 0, out_bytes = 0, flag_count = 0;
+    // One process per rank: this process's rank (its buffers are its own; the peers' are mapped
+    // through CUDA IPC), -1 when one process holds every rank.
+    int self = -1;
+    long long in_bytes = 0, out_bytes = 0, flag_count = 0, scratch_bytes = 0, small_flags = 0;
     unsigned long long timeout_ns = 0, epoch = 0;
-    std::vector<int> dev;  // each rank's device (virtual ranks: all the same)
-    std::vector<unsigned char *> in, out, recv;
+    std::vector<int> dev;  // each rank's device (virtual ranks: all the same; one process per rank: its own)
+    std::vector<unsigned char *> in, out, recv, scratch;
     std::vector<unsigned long long *> flags;
+    std::vector<char> mapped;  // 1 where the rank's buffers are a peer process's, opened by handle
+    int *sync_buf = nullptr;   // one process per rank: the barrier's NCCL all-reduce operand
     std::vector<RankPtrs *> table;  // the rank table, one copy on each launching device
     std::vector<ErrRec *> err;      // one error record per launch (virtual: 1, devices: world)
     std::vector<cudaStream_t> stream, stream2;
     std::vector<cudaEvent_t> ev_fork, ev_done;
     ErrRec last{};
-    int launches() const { return use_devices ? world : 1; }
+    int launches() const { return use_devices && self < 0 ? world : 1; }
+    // The rank that launch l serves: -1 for the one launch of every virtual rank.
+    int launch_rank(int l) const { return self >= 0 ? self : use_devices ? l : -1; }
 #ifdef CUDALAB_HAVE_NCCL
     std::vector<ncclComm_t> nccl;
 #endif
@@ -427,7 +602,7 @@ cudaError_t resident_blocks(int *out) {
     if (!coop) return cudaErrorNotSupported;
     int per_sm = 1 << 30, k = 0;
     const void *kernels[] = {(const void *)ring_allreduce_kernel, (const void *)oneshot_allreduce_kernel,
-                             (const void *)p2p_copy_kernel};
+                             (const void *)p2p_copy_kernel, (const void *)small_allreduce_kernel};
     for (const void *f : kernels) {
         COLL_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&k, f, kThreads, 0));
         per_sm = std::min(per_sm, k);
@@ -444,9 +619,12 @@ void free_comm(Comm *c) {
 #endif
     for (int r = 0; r < (int)c->in.size(); ++r) {
         (void)cudaSetDevice(c->dev[r]);
-        for (void *p : {(void *)c->in[r], (void *)c->out[r], (void *)c->recv[r], (void *)c->flags[r]})
-            if (p) (void)cudaFree(p);
+        const bool peer = r < (int)c->mapped.size() && c->mapped[r];
+        for (void *p : {(void *)c->in[r], (void *)c->out[r], (void *)c->recv[r], (void *)c->scratch[r],
+                        (void *)c->flags[r]})
+            if (p) (void)(peer ? cudaIpcCloseMemHandle(p) : cudaFree(p));
     }
+    if (c->sync_buf) (void)cudaFree(c->sync_buf);
     for (int l = 0; l < (int)c->table.size(); ++l) {
         (void)cudaSetDevice(c->dev[l]);
         if (c->table[l]) (void)cudaFree(c->table[l]);
@@ -471,7 +649,7 @@ int launch_device(const Comm &c, int l) { return c.dev[l]; }
 // staged), so on the default stream a poison memset could land AFTER the kernel wrote its output, and
 // an upload or a flag reset after the kernel read it: wrong answers with no error, seen whenever other
 // work (another process's kernels, time-sliced on the same GPU) delays the default stream's queue.
-cudaStream_t rank_stream(const Comm &c, int r) { return c.stream[c.use_devices ? r : 0]; }
+cudaStream_t rank_stream(const Comm &c, int r) { return c.stream[c.launches() > 1 ? r : 0]; }
 
 cudaError_t h2d(const Comm &c, int r, void *dst, const void *src, size_t bytes) {
     COLL_TRY(cudaSetDevice(c.dev[r]));
@@ -512,12 +690,18 @@ cudaError_t check_records(Comm &c) {
         if (e.code) {
             c.last = e;
             static const char *const phase[] = {"reduce-scatter", "all-gather", "start barrier", "end barrier",
-                                                "NCCL"};
+                                                "NCCL", "signal", "gather"};
             char buf[256];
-            snprintf(buf, sizeof buf,
-                     "rank %d gave up waiting at %s step %d (chunk or block %d): a peer never reached that "
-                     "step within the deadline",
-                     e.rank, phase[e.phase < 5 ? e.phase : 0], e.step, e.chunk);
+            if (e.peer >= 0)
+                snprintf(buf, sizeof buf,
+                         "rank %d gave up waiting at %s step %d (chunk or block %d): rank %d's flag never came "
+                         "within the deadline",
+                         e.rank, phase[e.phase < 7 ? e.phase : 0], e.step, e.chunk, e.peer);
+            else
+                snprintf(buf, sizeof buf,
+                         "rank %d gave up waiting at %s step %d (chunk or block %d): a peer never reached that "
+                         "step within the deadline",
+                         e.rank, phase[e.phase < 7 ? e.phase : 0], e.step, e.chunk);
             g_message = buf;
             // Clear the records so that the communicator can be used (or destroyed) afterwards.
             for (int m = 0; m < c.launches(); ++m) COLL_TRY(fill(c, m, c.err[m], 0, sizeof(ErrRec)));
@@ -567,19 +751,28 @@ cudaError_t enqueue_lab(Comm &c, int variant, int dtype, long long n, long long 
     a.base = base;
     a.epoch = ++c.epoch;
     a.timeout_ns = c.timeout_ns;
+    a.half = c.scratch_bytes / 2;
+    a.small_flags = c.small_flags;
+    const bool small = device_epoch(variant);
+    int twoshot = variant == V05_TWOSHOT;
     const void *kernel = variant == V02_RING      ? (const void *)ring_allreduce_kernel
                          : variant == V03_ONESHOT ? (const void *)oneshot_allreduce_kernel
+                         : small                  ? (const void *)small_allreduce_kernel
                                                   : (const void *)p2p_copy_kernel;
     if (variant == V02_RING) ring_geometry(c, dtype, n, &a);
     if (variant == V01_P2P) a.n = n * elt_size(dtype);  // the copy counts bytes
     for (int l = 0; l < c.launches(); ++l) {
         COLL_TRY(cudaSetDevice(launch_device(c, l)));
-        a.rank = c.use_devices ? l : -1;
+        a.rank = c.launch_rank(l);
         a.ranks = c.table[l];
         a.err = c.err[l];
-        void *args[] = {&a};
-        const unsigned grid = (unsigned)(c.use_devices ? c.blocks : c.blocks * c.world);
-        COLL_TRY(cudaLaunchCooperativeKernel(kernel, dim3(grid), dim3(kThreads), args, 0, streams[l]));
+        void *args[] = {&a, &twoshot};
+        const bool one_gpu = a.rank < 0;
+        const unsigned grid = (unsigned)(one_gpu ? c.blocks * c.world : c.blocks);
+        // 04 and 05 wait only on blocks of other GPUs when each rank has its own, so a plain launch
+        // (cheaper to start) does; virtual ranks wait on blocks of the same launch: cooperative.
+        if (small && !one_gpu) COLL_TRY(cudaLaunchKernel(kernel, dim3(grid), dim3(kThreads), args, 0, streams[l]));
+        else COLL_TRY(cudaLaunchCooperativeKernel(kernel, dim3(grid), dim3(kThreads), args, 0, streams[l]));
     }
     COLL_TRY(cudaSetDevice(c.dev[0]));
     return cudaSuccess;
@@ -589,6 +782,10 @@ cudaError_t enqueue_memcpy_peer(Comm &c, int dtype, long long n, int direction, 
     const size_t bytes = (size_t)n * elt_size(dtype);
     for (int r = 0; r < 2; ++r) {
         if (!(direction & (r == 1 ? 1 : 2))) continue;
+        if (c.self >= 0) {  // the peer's input is mapped into this process: a plain copy reads it
+            if (r == c.self) COLL_TRY(cudaMemcpyAsync(c.out[r], c.in[1 - r], bytes, cudaMemcpyDeviceToDevice, streams[0]));
+            continue;
+        }
         const int l = c.use_devices ? r : 0;
         COLL_TRY(cudaSetDevice(launch_device(c, l)));
         COLL_TRY(cudaMemcpyPeerAsync(c.out[r], c.dev[r], c.in[1 - r], c.dev[1 - r], bytes, streams[l]));
@@ -608,7 +805,7 @@ cudaError_t nccl_failed(Comm *c, const char *what, ncclResult_t r, int rank) {
     snprintf(buf, sizeof buf, "rank %d: %s failed: %s (%s)", rank, what, ncclGetErrorString(r),
              c && rank >= 0 && rank < (int)c->nccl.size() && c->nccl[rank] ? ncclGetLastError(c->nccl[rank]) : "");
     g_message = buf;
-    if (c) c->last = ErrRec{1u, rank, 0, 0, PH_NCCL};
+    if (c) c->last = ErrRec{1u, rank, 0, 0, PH_NCCL, -1};
     return cudaErrorUnknown;
 }
 
@@ -652,11 +849,14 @@ cudaError_t nccl_wait(Comm *c, std::vector<ncclComm_t> &comms, const std::vector
             snprintf(buf, sizeof buf, "rank %d: %s did not finish within %.1f s: every communicator was aborted",
                      rank0, what, deadline_s);
             g_message = buf;
-            if (c) c->last = ErrRec{1u, rank0, 0, 0, PH_NCCL};
+            if (c) c->last = ErrRec{1u, rank0, 0, 0, PH_NCCL, -1};
             nccl_abort_all(comms);
             return cudaErrorTimeout;
         }
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        // Poll without sleeping for the first 2 ms: a small collective finishes in microseconds, and a
+        // 200 us sleep would time the host's nap instead of NCCL.
+        if (seconds_since(t0) < 2e-3) std::this_thread::yield();
+        else std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
 }
 
@@ -674,10 +874,81 @@ ncclConfig_t nonblocking_config() {
     return cfg;
 }
 
+// This process's rank of a `world`-rank NCCL communicator (non-blocking, under `deadline`). The unique
+// id: from NCCL_COMM_ID on every rank; else, under torchrun (MASTER_ADDR / MASTER_PORT and no id file),
+// NCCL_COMM_ID is set to MASTER_ADDR:MASTER_PORT+1 (torchrun's own store holds MASTER_PORT) and rank 0
+// runs NCCL's bootstrap root there; else rank 0 writes it to id_file (a temporary name, then rename: a
+// reader never sees half of it) and the others wait for the file. token: a hash of the id, the run's.
+cudaError_t nccl_rank_comm(int rank, int world, const char *id_file, double deadline, ncclComm_t *out,
+                           unsigned long long *token) {
+    const char *maddr = getenv("MASTER_ADDR"), *mport = getenv("MASTER_PORT");
+    if (!getenv("NCCL_COMM_ID") && (!id_file || !*id_file) && maddr && *maddr && mport && *mport && world > 1) {
+        const long port = strtol(mport, nullptr, 10);
+        if (port < 1 || port > 65534) {
+            g_message = "MASTER_PORT must be a port number below 65535, got '" + std::string(mport) + "'";
+            return cudaErrorInvalidValue;
+        }
+        setenv("NCCL_COMM_ID", (std::string(maddr) + ":" + std::to_string(port + 1)).c_str(), 1);
+    }
+    ncclUniqueId id;
+    ncclResult_t r = ncclSuccess;
+    if (getenv("NCCL_COMM_ID") || world == 1) {
+        r = ncclGetUniqueId(&id);
+        if (r != ncclSuccess) return nccl_failed(nullptr, "ncclGetUniqueId", r, rank);
+    } else if (!id_file || !*id_file) {
+        g_message = "with several ranks, give --id-file PATH (on a file system every rank sees) or set NCCL_COMM_ID";
+        return cudaErrorInvalidValue;
+    } else if (rank == 0) {
+        r = ncclGetUniqueId(&id);
+        if (r != ncclSuccess) return nccl_failed(nullptr, "ncclGetUniqueId", r, rank);
+        const std::string tmp = std::string(id_file) + ".tmp." + std::to_string((long long)getpid());
+        FILE *f = fopen(tmp.c_str(), "wb");
+        bool ok = f && fwrite(&id, sizeof id, 1, f) == 1;
+        if (f) ok = (fclose(f) == 0) && ok;
+        if (!ok || rename(tmp.c_str(), id_file) != 0) {
+            g_message = "rank 0: cannot write the unique id to " + std::string(id_file);
+            remove(tmp.c_str());
+            return cudaErrorInvalidValue;
+        }
+    } else {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (;;) {
+            FILE *f = fopen(id_file, "rb");
+            if (f) {
+                const bool ok = fread(&id, sizeof id, 1, f) == 1;
+                fclose(f);
+                if (ok) break;
+            }
+            if (seconds_since(t0) > deadline) {
+                g_message = "rank " + std::to_string(rank) + ": no unique id in " + id_file + " within the deadline (rank 0 writes it)";
+                return cudaErrorTimeout;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+    }
+    std::vector<ncclComm_t> comm(1, nullptr);
+    ncclConfig_t cfg = nonblocking_config();
+    r = ncclCommInitRankConfig(&comm[0], world, id, rank, &cfg);
+    if (r != ncclSuccess && r != ncclInProgress) return nccl_failed(nullptr, "ncclCommInitRankConfig", r, rank);
+    const cudaError_t e = nccl_wait(nullptr, comm, {}, nullptr, deadline, "ncclCommInitRankConfig", rank);
+    if (e != cudaSuccess) return e;
+    *out = comm[0];
+    if (token) {  // FNV-1a of the unique id: the same on every rank of this run
+        unsigned long long h = 1469598103934665603ull;
+        for (size_t i = 0; i < sizeof id; ++i) h = (h ^ (unsigned char)id.internal[i]) * 1099511628211ull;
+        *token = h;
+    }
+    return cudaSuccess;
+}
+
 // One process, every rank's GPU: what ncclCommInitAll does, with non-blocking communicators (InitAll
 // takes no config): one unique id, then ncclCommInitRankConfig for each rank inside one group.
 cudaError_t nccl_init_all(Comm &c) {
     if (!c.nccl.empty()) return cudaSuccess;
+    if (c.self >= 0) {  // one process per rank: its communicator came with the IPC exchange
+        g_message = "rank " + std::to_string(c.self) + ": the NCCL communicator was aborted by an earlier failure";
+        return cudaErrorUnknown;
+    }
     no_multicast();
     ncclUniqueId id;
     ncclResult_t r = ncclGetUniqueId(&id);
@@ -707,15 +978,16 @@ cudaError_t enqueue_nccl(Comm &c, int variant, int dtype, long long n, const std
     if (e != cudaSuccess) return e;
     ncclResult_t r = ncclGroupStart();
     if (r != ncclSuccess) return nccl_failed(&c, "ncclGroupStart", r, 0);
-    for (int i = 0; i < c.world; ++i) {
+    for (int l = 0; l < c.launches(); ++l) {
+        const int i = c.self >= 0 ? c.self : l;
         COLL_TRY(cudaSetDevice(c.dev[i]));
         if (variant == VNCCL_AR)
-            r = ncclAllReduce(c.in[i], c.out[i], (size_t)n, nccl_type(dtype), ncclSum, c.nccl[i], streams[i]);
+            r = ncclAllReduce(c.in[i], c.out[i], (size_t)n, nccl_type(dtype), ncclSum, c.nccl[l], streams[l]);
         else if (variant == VNCCL_AG)
-            r = ncclAllGather(c.in[i], c.out[i], (size_t)n, nccl_type(dtype), c.nccl[i], streams[i]);
+            r = ncclAllGather(c.in[i], c.out[i], (size_t)n, nccl_type(dtype), c.nccl[l], streams[l]);
         else
-            r = ncclReduceScatter(c.in[i], c.out[i], (size_t)(n / c.world), nccl_type(dtype), ncclSum, c.nccl[i],
-                                  streams[i]);
+            r = ncclReduceScatter(c.in[i], c.out[i], (size_t)(n / c.world), nccl_type(dtype), ncclSum, c.nccl[l],
+                                  streams[l]);
         if (r != ncclSuccess && r != ncclInProgress) {
             (void)ncclGroupEnd();
             return nccl_failed(&c, kNames[variant], r, i);
@@ -731,12 +1003,38 @@ cudaError_t enqueue_nccl(Comm &c, int variant, int dtype, long long n, const std
 }
 #endif
 
+// The largest message 04 / 05 take on this communicator (its scratch, the two kernels' caps).
+long long small_cap(const Comm &c, int variant) {
+    return std::min(c.in_bytes, variant == V04_ONESHOT_SIGNAL ? kOneshotMaxBytes : kTwoshotMaxBytes);
+}
+
+// The crossovers of auto_allreduce, by message size in bytes per rank, from the curves measured on two
+// GPUs, one process each (bench/results/NOTES-collectives.md): 04 to 1 MiB (one store of the buffer
+// per peer and one flag); then on two ranks the ring to 64 MiB (05 moves the same bytes as 04 there,
+// in two steps, and never won), NCCL above; on more ranks 05 to 16 MiB, a prediction not yet measured.
+constexpr long long kAutoOneshotMax = 1LL << 20;
+constexpr long long kAutoRingMax2 = 64LL << 20;
+constexpr long long kAutoTwoshotMax = 16LL << 20;
+
+int auto_variant(const Comm &c, int dtype, long long n) {
+    const long long bytes = n * elt_size(dtype);
+    const bool small_ok = c.world <= kSmallMaxWorld;
+    if (small_ok && bytes <= std::min(kAutoOneshotMax, small_cap(c, V04_ONESHOT_SIGNAL))) return V04_ONESHOT_SIGNAL;
+    if (c.world == 2 && bytes <= kAutoRingMax2) return V02_RING;
+    if (small_ok && bytes <= std::min(kAutoTwoshotMax, small_cap(c, V05_TWOSHOT))) return V05_TWOSHOT;
+#ifdef CUDALAB_HAVE_NCCL
+    if (c.use_devices) return VNCCL_AR;
+#endif
+    return V02_RING;
+}
+
 // Where a run's launches go: the communicator's own streams, after `ext` (when given) and before what
 // follows on it, through events (several GPUs: each rank's stream on its own device).
 cudaError_t enqueue(Comm &c, int variant, int dtype, long long n, int stall_rank, int direction, cudaStream_t ext,
                     bool has_ext) {
+    if (variant == VAUTO) variant = auto_variant(c, dtype, n);
     std::vector<cudaStream_t> streams(c.stream);
-    if (has_ext && !c.use_devices) {
+    if (has_ext && c.launches() == 1 && c.self < 0) {
         streams[0] = ext;
     } else if (has_ext) {
         COLL_TRY(cudaSetDevice(c.dev[0]));
@@ -757,7 +1055,7 @@ cudaError_t enqueue(Comm &c, int variant, int dtype, long long n, int stall_rank
 #endif
     } else e = enqueue_lab(c, variant, dtype, n, 0, stall_rank, direction, streams);
     if (e != cudaSuccess) return e;
-    if (has_ext && c.use_devices) {
+    if (has_ext && !(c.launches() == 1 && c.self < 0)) {
         for (int l = 0; l < c.launches(); ++l) {
             COLL_TRY(cudaSetDevice(c.dev[l]));
             COLL_TRY(cudaEventRecord(c.ev_done[l], c.stream[l]));
@@ -773,6 +1071,15 @@ cudaError_t check_run(const Comm &c, int variant, int dtype, long long n) {
     if (variant < 0 || variant >= VCOUNT || variant == VTP || variant == VTP_OVERLAP || dtype < 0 || dtype > 2 || n < 1)
         return cudaErrorInvalidValue;
     const long long bytes = n * elt_size(dtype);
+    if (device_epoch(variant) && c.world > kSmallMaxWorld) {
+        g_message = std::string(kNames[variant]) + " runs at most " + std::to_string(kSmallMaxWorld) + " ranks";
+        return cudaErrorInvalidValue;
+    }
+    if (device_epoch(variant) && bytes > small_cap(c, variant)) {
+        g_message = std::string(kNames[variant]) + " takes at most " + std::to_string(small_cap(c, variant)) +
+                    " bytes per rank on this communicator, got " + std::to_string(bytes);
+        return cudaErrorInvalidValue;
+    }
     if (bytes > c.in_bytes) return cudaErrorInvalidValue;
     if (variant == VNCCL_AG ? bytes * c.world > c.out_bytes : bytes > c.out_bytes) return cudaErrorInvalidValue;
     if (variant == VNCCL_RS && n % c.world != 0) return cudaErrorInvalidValue;
@@ -784,7 +1091,8 @@ cudaError_t check_run(const Comm &c, int variant, int dtype, long long n) {
     return cudaSuccess;
 }
 
-cudaError_t run_sync(Comm &c, int variant) {
+cudaError_t run_sync(Comm &c, int variant, int dtype, long long n) {
+    if (variant == VAUTO) variant = auto_variant(c, dtype, n);
 #ifdef CUDALAB_HAVE_NCCL
     if (needs_nccl(variant)) {
         std::vector<int> devs(c.dev.begin(), c.dev.begin() + c.launches());
@@ -879,6 +1187,10 @@ cudaError_t tp_forward(Comm &c, TpBuffers &t, int ar_variant, int overlap, int c
 
 cudaError_t tp_check(const Comm &c, int ar_variant, int chunks, int T, int H, int F) {
     if (ar_variant != V02_RING && ar_variant != V03_ONESHOT) return cudaErrorInvalidValue;
+    if (c.self >= 0) {
+        g_message = "the tensor-parallel block runs in one process (every rank's GEMMs from one host thread)";
+        return cudaErrorNotSupported;
+    }
     if (T < 1 || H < 1 || F < 1 || chunks < 1 || F % c.world != 0) return cudaErrorInvalidValue;
     if ((long long)T * H * 4 > std::min(c.in_bytes, c.out_bytes)) return cudaErrorInvalidValue;
     return cudaSuccess;
@@ -892,6 +1204,51 @@ cudaError_t tp_open(Comm &c, TpBuffers &t, int ar_variant, int chunks, int T, in
     const cudaError_t e = tp_alloc(c, t, T, H, F / c.world);
     if (e != cudaSuccess) tp_free(c, t);
     return e;
+}
+
+// The streams, the launch tables and error records, and the buffers of rank `only` (-1: every rank),
+// each zeroed. The flags: the ring's and 03's, then 04/05's signal flags and epoch counters, then
+// one word for the IPC canary. The scratch: two halves (the epoch's parity), each the larger of 04's
+// W slots and 05's W chunks.
+cudaError_t comm_alloc(Comm &c, int only) {
+    const int W = c.world;
+    c.small_flags = 2LL * W * std::max(kCpsMax, kMaxBlocksPerRank);
+    c.flag_count = c.small_flags + 2LL * kMaxBlocksPerRank * W + kMaxBlocksPerRank + W + 1;
+    const long long one = (std::min(c.in_bytes, kOneshotMaxBytes) + 15) / 16 * 16;
+    const long long two = (std::min(c.in_bytes, kTwoshotMaxBytes) + W * 16 - 1) / (W * 16) * 16;
+    c.scratch_bytes = 2 * W * std::max(one, two);
+    // The streams first: everything below is done on them (rank_stream says why).
+    const int L = c.launches();
+    size_null(L, c.table, c.err, c.stream, c.stream2, c.ev_fork, c.ev_done);
+    for (int l = 0; l < L; ++l) {
+        COLL_TRY(cudaSetDevice(c.dev[l]));
+        COLL_TRY(cudaStreamCreateWithFlags(&c.stream[l], cudaStreamNonBlocking));
+        COLL_TRY(cudaStreamCreateWithFlags(&c.stream2[l], cudaStreamNonBlocking));
+        COLL_TRY(cudaEventCreateWithFlags(&c.ev_fork[l], cudaEventDisableTiming));
+        COLL_TRY(cudaEventCreateWithFlags(&c.ev_done[l], cudaEventDisableTiming));
+        COLL_TRY(cudaMalloc(&c.table[l], sizeof(RankPtrs) * W));
+        COLL_TRY(alloc_zeroed(c, l, &c.err[l], sizeof(ErrRec)));
+    }
+    size_null(W, c.in, c.out, c.recv, c.scratch, c.flags);
+    c.mapped.assign(W, 0);
+    for (int r = 0; r < W; ++r) {
+        if (only >= 0 && r != only) continue;
+        COLL_TRY(alloc_zeroed(c, r, &c.in[r], (size_t)c.in_bytes));
+        COLL_TRY(alloc_zeroed(c, r, &c.out[r], (size_t)c.out_bytes));
+        COLL_TRY(alloc_zeroed(c, r, &c.recv[r], (size_t)c.in_bytes));
+        COLL_TRY(alloc_zeroed(c, r, &c.scratch[r], (size_t)c.scratch_bytes));
+        COLL_TRY(alloc_zeroed(c, r, &c.flags[r], (size_t)c.flag_count * 8));
+    }
+    return cudaSuccess;
+}
+
+// Every launch's table of the ranks' pointers (own and, one process per rank, the mapped peers').
+cudaError_t comm_table(Comm &c) {
+    std::vector<RankPtrs> host(c.world);
+    for (int r = 0; r < c.world; ++r) host[r] = RankPtrs{c.in[r], c.out[r], c.recv[r], c.scratch[r], c.flags[r]};
+    for (int l = 0; l < c.launches(); ++l) COLL_TRY(h2d(c, l, c.table[l], host.data(), sizeof(RankPtrs) * c.world));
+    COLL_TRY(cudaSetDevice(c.dev[0]));
+    return cudaSuccess;
 }
 
 }  // namespace
@@ -996,51 +1353,38 @@ extern "C" cudalab_status collectives_comm_create(int world, int use_devices, lo
                 else if (e != cudaSuccess) return fail(e);
             }
     }
-    c->flag_count = 2LL * world * std::max(kCpsMax, kMaxBlocksPerRank);
-    // The streams first: everything below is done on them (rank_stream says why).
-    const int L = c->launches();
-    size_null(L, c->table, c->err, c->stream, c->stream2, c->ev_fork, c->ev_done);
-    for (int l = 0; l < L; ++l) {
-        if (cudaError_t e = cudaSetDevice(c->dev[l]); e != cudaSuccess) return fail(e);
-        cudaError_t e = cudaStreamCreateWithFlags(&c->stream[l], cudaStreamNonBlocking);
-        if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->stream2[l], cudaStreamNonBlocking);
-        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->ev_fork[l], cudaEventDisableTiming);
-        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->ev_done[l], cudaEventDisableTiming);
-        if (e == cudaSuccess) e = cudaMalloc(&c->table[l], sizeof(RankPtrs) * world);
-        if (e == cudaSuccess) e = alloc_zeroed(*c, l, &c->err[l], sizeof(ErrRec));
-        if (e != cudaSuccess) return fail(e);
-    }
-    size_null(world, c->in, c->out, c->recv, c->flags);
-    for (int r = 0; r < world; ++r) {
-        cudaError_t e = alloc_zeroed(*c, r, &c->in[r], (size_t)in_bytes);
-        if (e == cudaSuccess) e = alloc_zeroed(*c, r, &c->out[r], (size_t)out_bytes);
-        if (e == cudaSuccess) e = alloc_zeroed(*c, r, &c->recv[r], (size_t)in_bytes);
-        if (e == cudaSuccess) e = alloc_zeroed(*c, r, &c->flags[r], (size_t)c->flag_count * 8);
-        if (e != cudaSuccess) return fail(e);
-    }
-    std::vector<RankPtrs> host(world);
-    for (int r = 0; r < world; ++r) host[r] = RankPtrs{c->in[r], c->out[r], c->recv[r], c->flags[r]};
-    for (int l = 0; l < L; ++l)
-        if (cudaError_t e = h2d(*c, l, c->table[l], host.data(), sizeof(RankPtrs) * world); e != cudaSuccess)
-            return fail(e);
-    COLL_TRY(cudaSetDevice(c->dev[0]));
+    if (cudaError_t e = comm_alloc(*c, -1); e != cudaSuccess) return fail(e);
+    if (cudaError_t e = comm_table(*c); e != cudaSuccess) return fail(e);
     g_comms.push_back(c);
     handle[0] = (int)g_comms.size() - 1;
     return 0;
 }
+
+#ifdef CUDALAB_HAVE_NCCL
+namespace {
+cudaError_t ipc_barrier(Comm &c, cudaStream_t s);
+}
+#endif
 
 extern "C" cudalab_status collectives_comm_destroy(int handle) {
     Comm *c = get(handle);
     if (!c) return cudaErrorInvalidValue;
     g_comms[handle] = nullptr;
     (void)sync_all(*c);
+#ifdef CUDALAB_HAVE_NCCL
+    // One process per rank: no rank frees its buffers while a peer's kernel may still write into them.
+    // A dead or aborted peer ends the wait at the deadline (or at once); the buffers go either way.
+    if (c->self >= 0 && !c->nccl.empty()) (void)ipc_barrier(*c, c->stream[0]);
+#endif
     free_comm(c);
     return 0;
 }
 
 extern "C" cudalab_status collectives_upload(int handle, int rank, const uint8_t *src, long long bytes) {
     Comm *c = get(handle);
-    if (!c || rank < 0 || rank >= c->world || bytes < 0 || bytes > c->in_bytes || (!src && bytes)) return cudaErrorInvalidValue;
+    if (!c || rank < 0 || rank >= c->world || bytes < 0 || bytes > c->in_bytes || (!src && bytes) ||
+        (c->self >= 0 && rank != c->self))
+        return cudaErrorInvalidValue;
     COLL_TRY(h2d(*c, rank, c->in[rank], src, (size_t)bytes));
     COLL_TRY(cudaSetDevice(c->dev[0]));
     return 0;
@@ -1048,7 +1392,9 @@ extern "C" cudalab_status collectives_upload(int handle, int rank, const uint8_t
 
 extern "C" cudalab_status collectives_download(int handle, int rank, uint8_t *dst, long long bytes) {
     Comm *c = get(handle);
-    if (!c || rank < 0 || rank >= c->world || bytes < 0 || bytes > c->out_bytes || (!dst && bytes)) return cudaErrorInvalidValue;
+    if (!c || rank < 0 || rank >= c->world || bytes < 0 || bytes > c->out_bytes || (!dst && bytes) ||
+        (c->self >= 0 && rank != c->self))
+        return cudaErrorInvalidValue;
     COLL_TRY(d2h(*c, rank, dst, c->out[rank], (size_t)bytes));
     COLL_TRY(cudaSetDevice(c->dev[0]));
     return 0;
@@ -1058,9 +1404,16 @@ extern "C" cudalab_status collectives_poison(int handle, int byte) {
     Comm *c = get(handle);
     if (!c || byte < 0 || byte > 255) return cudaErrorInvalidValue;
     for (int r = 0; r < c->world; ++r) {
+        if (c->self >= 0 && r != c->self) continue;  // a peer process poisons its own
         COLL_TRY(fill(*c, r, c->out[r], byte, (size_t)c->out_bytes));
         COLL_TRY(fill(*c, r, c->recv[r], byte, (size_t)c->in_bytes));
     }
+#ifdef CUDALAB_HAVE_NCCL
+    // One process per rank: no rank's kernel may store into a peer's output or receive buffer, or read
+    // its input, before that peer has uploaded and poisoned (the ring's first step and the peer copy
+    // wait for nothing): every rank waits here for every other.
+    if (c->self >= 0) COLL_TRY(ipc_barrier(*c, c->stream[0]));
+#endif
     COLL_TRY(cudaSetDevice(c->dev[0]));
     return 0;
 }
@@ -1077,9 +1430,18 @@ extern "C" cudalab_status collectives_set_fault_stall_rank(int rank) {
 }
 #endif
 
+#ifdef CUDALAB_HAVE_NCCL
+namespace {
+int fault_ipc(const char *kind, int rank);
+}
+#endif
+
 extern "C" cudalab_status collectives_run(int handle, int variant, int dtype, long long n) {
     Comm *c = get(handle);
     if (!c) return cudaErrorInvalidValue;
+#if defined(CUDALAB_FAULTS) && defined(CUDALAB_HAVE_NCCL)
+    if (c->self >= 0 && fault_ipc("hang", c->self)) std::this_thread::sleep_for(std::chrono::hours(1));
+#endif
     COLL_TRY(check_run(*c, variant, dtype, n));
 #ifdef CUDALAB_FAULTS
     const int stall_rank = g_fault_stall_rank;
@@ -1088,7 +1450,7 @@ extern "C" cudalab_status collectives_run(int handle, int variant, int dtype, lo
     const int stall_rank = -1;
 #endif
     COLL_TRY(enqueue(*c, variant, dtype, n, stall_rank, 3, nullptr, false));
-    return run_sync(*c, variant);
+    return run_sync(*c, variant, dtype, n);
 }
 
 extern "C" cudalab_status collectives_run_direction(int handle, int variant, int dtype, long long n, int direction) {
@@ -1096,7 +1458,7 @@ extern "C" cudalab_status collectives_run_direction(int handle, int variant, int
     if (!c || direction < 1 || direction > 3) return cudaErrorInvalidValue;
     COLL_TRY(check_run(*c, variant, dtype, n));
     COLL_TRY(enqueue(*c, variant, dtype, n, -1, direction, nullptr, false));
-    return run_sync(*c, variant);
+    return run_sync(*c, variant, dtype, n);
 }
 
 extern "C" cudalab_status collectives_enqueue(int handle, int variant, int dtype, long long n, void *stream) {
@@ -1121,6 +1483,7 @@ extern "C" cudalab_status collectives_last_failure(int handle, int *info) {
     info[1] = c->last.step;
     info[2] = c->last.chunk;
     info[3] = c->last.phase;
+    info[4] = c->last.peer;
     return 0;
 }
 
@@ -1215,52 +1578,11 @@ extern "C" int collectives_rank_run(int rank, int world, int local_rank, const c
         return cudaErrorInvalidDevice;
     }
     COLL_TRY(cudaSetDevice(local_rank));
-    // The unique id: from NCCL_COMM_ID on every rank, else rank 0 writes it to id_file (a temporary name,
-    // then rename: a reader never sees half of it) and the others wait for the file.
-    ncclUniqueId id;
-    ncclResult_t r = ncclSuccess;
-    if (getenv("NCCL_COMM_ID") || world == 1) {
-        r = ncclGetUniqueId(&id);
-        if (r != ncclSuccess) return nccl_failed(nullptr, "ncclGetUniqueId", r, rank);
-    } else if (!id_file || !*id_file) {
-        g_message = "with several ranks, give --id-file PATH (on a file system every rank sees) or set NCCL_COMM_ID";
-        return cudaErrorInvalidValue;
-    } else if (rank == 0) {
-        r = ncclGetUniqueId(&id);
-        if (r != ncclSuccess) return nccl_failed(nullptr, "ncclGetUniqueId", r, rank);
-        const std::string tmp = std::string(id_file) + ".tmp." + std::to_string((long long)getpid());
-        FILE *f = fopen(tmp.c_str(), "wb");
-        bool ok = f && fwrite(&id, sizeof id, 1, f) == 1;
-        if (f) ok = (fclose(f) == 0) && ok;
-        if (!ok || rename(tmp.c_str(), id_file) != 0) {
-            g_message = "rank 0: cannot write the unique id to " + std::string(id_file);
-            remove(tmp.c_str());
-            return cudaErrorInvalidValue;
-        }
-    } else {
-        const auto t0 = std::chrono::steady_clock::now();
-        for (;;) {
-            FILE *f = fopen(id_file, "rb");
-            if (f) {
-                const bool ok = fread(&id, sizeof id, 1, f) == 1;
-                fclose(f);
-                if (ok) break;
-            }
-            if (seconds_since(t0) > deadline) {
-                g_message = "rank " + std::to_string(rank) + ": no unique id in " + id_file + " within the deadline (rank 0 writes it)";
-                return cudaErrorTimeout;
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
-    }
     std::vector<ncclComm_t> comm(1, nullptr);
-    ncclConfig_t cfg = nonblocking_config();
-    r = ncclCommInitRankConfig(&comm[0], world, id, rank, &cfg);
-    if (r != ncclSuccess && r != ncclInProgress) return nccl_failed(nullptr, "ncclCommInitRankConfig", r, rank);
     const std::vector<int> devs{local_rank};
-    cudaError_t e = nccl_wait(nullptr, comm, devs, nullptr, deadline, "ncclCommInitRankConfig", rank);
+    cudaError_t e = nccl_rank_comm(rank, world, id_file, deadline, &comm[0], nullptr);
     if (e != cudaSuccess) return e;
-
+    ncclResult_t r = ncclSuccess;
     const int es = elt_size(dtype);
     const long long nrs = std::max<long long>(world, n - n % world);  // reduce-scatter: a multiple of world
     const long long cap = std::max(n, nrs) * world;
@@ -1347,4 +1669,322 @@ extern "C" int collectives_rank_run(int rank, int world, int local_rank, const c
     cleanup();
     return (int)e;
 #endif
+}
+
+// ================================================================================================
+// One process per rank with the lab's kernels: buffers mapped through CUDA IPC
+// ================================================================================================
+#ifdef CUDALAB_HAVE_NCCL
+namespace {
+// What each rank hands every other once: its buffers' IPC handles and what they must match.
+struct IpcRecord {
+    unsigned long long magic, token;
+    int rank, world, pid, blocks;
+    long long in_bytes, out_bytes, scratch_bytes, flag_count;
+    cudaIpcMemHandle_t h[5];  // in, out, recv, scratch, flags
+};
+constexpr unsigned long long kIpcMagic = 0x636f6c6c69706331ull;  // "collipc1"
+// The canary in the last word of each rank's flags: proves a mapped buffer is that rank's, of this run.
+unsigned long long canary(unsigned long long token, int rank) { return token ^ (0x9E3779B97F4A7C15ull * (rank + 1)); }
+
+// Progress marks beside the id file (when there is one), so that a rank which waited in vain can say
+// which peers never reached a stage: "<id file>.<stage>.<rank>".
+std::string mark_path(const char *id_file, const char *stage, int rank) {
+    return std::string(id_file) + "." + stage + "." + std::to_string(rank);
+}
+void mark(const char *id_file, const char *stage, int rank) {
+    if (!id_file || !*id_file) return;
+    if (FILE *f = fopen(mark_path(id_file, stage, rank).c_str(), "wb")) fclose(f);
+}
+void unmark(const char *id_file, const char *stage, int rank) {
+    if (id_file && *id_file) remove(mark_path(id_file, stage, rank).c_str());
+}
+std::string missing(const char *id_file, const char *stage, int world) {
+    if (!id_file || !*id_file) return "";
+    std::string out;
+    for (int q = 0; q < world; ++q)
+        if (FILE *f = fopen(mark_path(id_file, stage, q).c_str(), "rb")) fclose(f);
+        else out += (out.empty() ? "" : ", ") + std::to_string(q);
+    return out;
+}
+
+// An NCCL all-gather of `bytes` per rank from host `mine` into host `all`, waited for under the deadline.
+cudaError_t host_allgather(Comm &c, const void *mine, void *all, size_t bytes, const char *what) {
+    unsigned char *d = nullptr;
+    COLL_TRY(cudaMalloc(&d, bytes * (c.world + 1)));
+    cudaStream_t s = c.stream[0];
+    cudaError_t e = cudaMemcpyAsync(d, mine, bytes, cudaMemcpyHostToDevice, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    if (e == cudaSuccess) {
+        const ncclResult_t r = ncclAllGather(d, d + bytes, bytes, ncclUint8, c.nccl[0], s);
+        if (r != ncclSuccess && r != ncclInProgress) e = nccl_failed(&c, what, r, c.self);
+    }
+    if (e == cudaSuccess) {
+        const std::vector<cudaStream_t> ss{s};
+        e = nccl_wait(&c, c.nccl, c.dev, &ss, (double)c.timeout_ns * 1e-9, what, c.self);
+    }
+    if (e == cudaSuccess) e = cudaMemcpyAsync(all, d + bytes, bytes * c.world, cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    (void)cudaFree(d);
+    return e;
+}
+
+// Every rank reaches this point (the ranks' kernels are done with each other's buffers): an NCCL
+// all-reduce of one word, on `s`, waited for under the deadline.
+cudaError_t ipc_barrier(Comm &c, cudaStream_t s) {
+    if (c.nccl.empty()) return nccl_init_all(c);  // aborted earlier: says so
+    const ncclResult_t r = ncclAllReduce(c.sync_buf, c.sync_buf, 1, ncclInt32, ncclSum, c.nccl[0], s);
+    if (r != ncclSuccess && r != ncclInProgress) return nccl_failed(&c, "barrier (ncclAllReduce)", r, c.self);
+    const std::vector<cudaStream_t> ss{s};
+    const cudaError_t e = nccl_wait(&c, c.nccl, c.dev, &ss, (double)c.timeout_ns * 1e-9, "barrier", c.self);
+    if (e != cudaSuccess) c.nccl.clear();
+    return e;
+}
+
+#ifdef CUDALAB_FAULTS
+// The fault build's rank faults for the process-per-rank tests: CUDALAB_FAULT_IPC=KIND:RANK, KIND one of
+// foreign (its record claims another run), freed (its flags buffer is freed after its handle was
+// taken), noopen (it never opens its peers' handles: sleeps), exit (it dies after the exchange),
+// hang (it sleeps in its first collectives_run, after every rank's upload and poison).
+int fault_ipc(const char *kind, int rank) {
+    const char *v = getenv("CUDALAB_FAULT_IPC");
+    const size_t k = strlen(kind);
+    return v && strncmp(v, kind, k) == 0 && v[k] == ':' && atoi(v + k + 1) == rank;
+}
+#else
+int fault_ipc(const char *, int) { return 0; }
+#endif
+}  // namespace
+#endif
+
+extern "C" cudalab_status collectives_comm_create_rank(int rank, int world, int local_rank, const char *id_file,
+                                                       long long in_bytes, long long out_bytes, int blocks_per_rank,
+                                                       long long timeout_ms, int *handle) {
+#ifndef CUDALAB_HAVE_NCCL
+    (void)rank, (void)world, (void)local_rank, (void)id_file, (void)in_bytes, (void)out_bytes, (void)blocks_per_rank,
+        (void)timeout_ms, (void)handle;
+    g_message = "one process per rank exchanges its buffers through NCCL, and this build has no NCCL "
+                "(pip install -e '.[nccl]', then rebuild)";
+    return cudaErrorNotSupported;
+#else
+    if (world < 1 || rank < 0 || rank >= world || in_bytes < 1 || out_bytes < 1 || blocks_per_rank < 0 ||
+        blocks_per_rank > kMaxBlocksPerRank || timeout_ms < 1 || !handle)
+        return cudaErrorInvalidValue;
+    no_multicast();
+    int ndev = 0;
+    COLL_TRY(cudaGetDeviceCount(&ndev));
+    if (local_rank < 0 || local_rank >= ndev) {
+        g_message = "rank " + std::to_string(rank) + ": local rank " + std::to_string(local_rank) + " has no GPU (" +
+                    std::to_string(ndev) + " visible)";
+        return cudaErrorInvalidDevice;
+    }
+    COLL_TRY(cudaSetDevice(local_rank));
+    Comm *c = new Comm();
+    c->world = world;
+    c->use_devices = 1;
+    c->self = rank;
+    c->in_bytes = in_bytes;
+    c->out_bytes = out_bytes;
+    c->timeout_ns = (unsigned long long)timeout_ms * 1000000ull;
+    c->dev.assign(world, local_rank);
+    const std::string me = "rank " + std::to_string(rank) + ": ";
+    auto fail = [&](cudaError_t e) {
+        free_comm(c);
+        return (int)e;
+    };
+    int resident = 0;
+    if (cudaError_t e = resident_blocks(&resident); e != cudaSuccess) return fail(e);
+    c->blocks = blocks_per_rank ? blocks_per_rank : std::min(32, resident);
+    if (c->blocks > resident) return fail(cudaErrorCooperativeLaunchTooLarge);
+    if (cudaError_t e = comm_alloc(*c, rank); e != cudaSuccess) return fail(e);
+    if (cudaError_t e = cudaMalloc(&c->sync_buf, 16); e != cudaSuccess) return fail(e);
+    const double deadline = (double)timeout_ms * 1e-3;
+    unsigned long long token = 0;
+    c->nccl.assign(1, nullptr);
+    if (cudaError_t e = nccl_rank_comm(rank, world, id_file, deadline, &c->nccl[0], &token); e != cudaSuccess) {
+        c->nccl.clear();
+        return fail(e);
+    }
+    // This rank's record; its canary goes into its own flags before anyone can map them.
+    IpcRecord mine{};
+    mine.magic = kIpcMagic;
+    mine.token = token ^ (fault_ipc("foreign", rank) ? 1ull : 0ull);
+    mine.rank = rank;
+    mine.world = world;
+    mine.pid = (int)getpid();
+    mine.blocks = c->blocks;
+    mine.in_bytes = in_bytes;
+    mine.out_bytes = out_bytes;
+    mine.scratch_bytes = c->scratch_bytes;
+    mine.flag_count = c->flag_count;
+    const unsigned long long can = canary(token, rank);
+    if (cudaError_t e = h2d(*c, rank, c->flags[rank] + c->flag_count - 1, &can, 8); e != cudaSuccess) return fail(e);
+    unsigned char *own[5] = {c->in[rank], c->out[rank], c->recv[rank], c->scratch[rank],
+                             (unsigned char *)c->flags[rank]};
+    for (int k = 0; k < 5; ++k)
+        if (cudaError_t e = cudaIpcGetMemHandle(&mine.h[k], own[k]); e != cudaSuccess) return fail(e);
+    if (fault_ipc("freed", rank)) {  // the handle now names a freed buffer
+        (void)cudaFree(c->flags[rank]);
+        c->flags[rank] = nullptr;
+    }
+    mark(id_file, "joined", rank);
+    std::vector<IpcRecord> all(world);
+    if (cudaError_t e = host_allgather(*c, &mine, all.data(), sizeof mine, "the IPC handle exchange"); e != cudaSuccess) {
+        const std::string who = missing(id_file, "joined", world);
+        if (!who.empty()) g_message = me + "the IPC handle exchange did not finish: rank(s) " + who + " never joined it";
+        return fail(e);
+    }
+    if (fault_ipc("noopen", rank)) std::this_thread::sleep_for(std::chrono::hours(1));
+    // Open every peer's buffers; the first refusal is this rank's verdict: {code, peer} (0 = all opened).
+    int verdict[2] = {0, -1};
+    std::string why;
+    for (int p = 0; p < world && !verdict[0]; ++p) {
+        if (p == rank) continue;
+        const IpcRecord &R = all[p];
+        if (R.magic != kIpcMagic || R.token != token || R.rank != p || R.world != world) {
+            verdict[0] = -1, verdict[1] = p;
+            break;
+        }
+        if (R.in_bytes != in_bytes || R.out_bytes != out_bytes || R.scratch_bytes != c->scratch_bytes ||
+            R.flag_count != c->flag_count || R.blocks != c->blocks) {
+            verdict[0] = -2, verdict[1] = p;
+            break;
+        }
+        c->mapped[p] = 1;
+        void **dst[5] = {(void **)&c->in[p], (void **)&c->out[p], (void **)&c->recv[p], (void **)&c->scratch[p],
+                         (void **)&c->flags[p]};
+        for (int k = 0; k < 5 && !verdict[0]; ++k) {
+            const cudaError_t e = cudaIpcOpenMemHandle(dst[k], R.h[k], cudaIpcMemLazyEnablePeerAccess);
+            if (e != cudaSuccess) {
+                (void)cudaGetLastError();
+                *dst[k] = nullptr;
+                verdict[0] = (int)e, verdict[1] = p;
+            }
+        }
+        unsigned long long seen = 0;
+        if (!verdict[0] && (d2h(*c, rank, &seen, c->flags[p] + c->flag_count - 1, 8) != cudaSuccess ||
+                            seen != canary(token, p)))
+            verdict[0] = -3, verdict[1] = p;
+        // A hello in the owner's flags (slot `rank`), which the owner looks for in its own live buffer
+        // below: a handle of a buffer freed after it was taken still opens, and still holds the canary.
+        const unsigned long long hello = canary(token, rank) ^ 0x5a5a5a5a5a5a5a5aull;
+        if (!verdict[0] && h2d(*c, rank, c->flags[p] + c->flag_count - 1 - world + rank, &hello, 8) != cudaSuccess)
+            verdict[0] = -3, verdict[1] = p;
+    }
+    mark(id_file, "opened", rank);
+    std::vector<int> verdicts(2 * world);
+    if (cudaError_t e = host_allgather(*c, verdict, verdicts.data(), sizeof verdict, "the IPC open check");
+        e != cudaSuccess) {
+        const std::string who = missing(id_file, "opened", world);
+        if (!who.empty()) g_message = me + "rank(s) " + who + " never opened their peers' IPC handles within the deadline";
+        return fail(e);
+    }
+    // Every peer's hello must be in this rank's own flags (the all-gather above ordered them before).
+    bool clean = true;
+    for (int q = 0; q < world; ++q) clean = clean && verdicts[2 * q] == 0;
+    if (clean) {
+        int own[2] = {0, -1};
+        std::vector<unsigned long long> hellos(world, 0);
+        if (!c->flags[rank] ||
+            d2h(*c, rank, hellos.data(), c->flags[rank] + c->flag_count - 1 - world, 8 * world) != cudaSuccess)
+            own[0] = -4, own[1] = rank;
+        for (int p = 0; p < world && !own[0]; ++p)
+            if (p != rank && hellos[p] != (canary(token, p) ^ 0x5a5a5a5a5a5a5a5aull)) own[0] = -4, own[1] = rank;
+        std::vector<int> second(2 * world);
+        if (cudaError_t e = host_allgather(*c, own, second.data(), sizeof own, "the IPC hello check"); e != cudaSuccess)
+            return fail(e);
+        verdicts = second;
+    }
+    for (int q = 0; q < world; ++q) {
+        const int code = verdicts[2 * q], p = verdicts[2 * q + 1];
+        if (!code) continue;
+        const std::string what =
+            code == -1   ? "its record belongs to another run (or is not one)"
+            : code == -2 ? "its buffers' sizes differ from this rank's"
+            : code == -3 ? "the mapped flags are not that rank's of this run"
+            : code == -4 ? "its handles name buffers it no longer holds (freed after the handle was taken)"
+                         : std::string("cudaIpcOpenMemHandle failed with ") + cudaGetErrorName((cudaError_t)code) +
+                               " (a freed buffer, or another process's)";
+        g_message = me + "rank " + std::to_string(q) + " refused rank " + std::to_string(p) + "'s IPC handles: " + what;
+        return fail(cudaErrorInvalidResourceHandle);
+    }
+    unmark(id_file, "joined", rank);
+    unmark(id_file, "opened", rank);
+    if (cudaError_t e = comm_table(*c); e != cudaSuccess) return fail(e);
+#ifdef CUDALAB_FAULTS
+    if (fault_ipc("exit", rank)) _exit(3);
+#endif
+    g_comms.push_back(c);
+    handle[0] = (int)g_comms.size() - 1;
+    return 0;
+#endif
+}
+
+extern "C" int collectives_comm_rank(int handle) {
+    Comm *c = get(handle);
+    return c ? c->self : -2;
+}
+
+extern "C" int collectives_auto_variant(int handle, int dtype, long long n) {
+    Comm *c = get(handle);
+    if (!c || dtype < 0 || dtype > 2 || n < 1) return -1;
+    return auto_variant(*c, dtype, n);
+}
+
+// iters calls, back to back, eager or as one CUDA graph of iters calls; ms = milliseconds per call.
+extern "C" cudalab_status collectives_time(int handle, int variant, int dtype, long long n, int iters, int graph,
+                                           float *ms) {
+    Comm *c = get(handle);
+    if (!c || !ms || iters < 1 || graph < 0 || graph > 1) return cudaErrorInvalidValue;
+    COLL_TRY(check_run(*c, variant, dtype, n));
+    const int v = variant == VAUTO ? auto_variant(*c, dtype, n) : variant;
+    if (graph && !device_epoch(v) && !needs_nccl(v)) {
+        g_message = std::string(kNames[v]) + " takes its epoch from the host at each launch, which a graph would "
+                    "replay unchanged: graphs run 04_oneshot_signal, 05_twoshot_allreduce and NCCL";
+        return cudaErrorNotSupported;
+    }
+    COLL_TRY(cudaSetDevice(c->dev[0]));
+    cudaStream_t s = nullptr;
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t ge = nullptr;
+    auto done = [&](cudaError_t e) {
+        if (ge) (void)cudaGraphExecDestroy(ge);
+        if (g) (void)cudaGraphDestroy(g);
+        if (e0) (void)cudaEventDestroy(e0);
+        if (e1) (void)cudaEventDestroy(e1);
+        if (s) (void)cudaStreamDestroy(s);
+        return (int)e;
+    };
+    cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreate(&e0);
+    if (e == cudaSuccess) e = cudaEventCreate(&e1);
+    for (int w = 0; w < 3 && e == cudaSuccess; ++w) e = enqueue(*c, v, dtype, n, -1, 3, s, true);  // warm-up
+    if (e == cudaSuccess && graph) {
+        e = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+        for (int i = 0; i < iters && e == cudaSuccess; ++i) e = enqueue(*c, v, dtype, n, -1, 3, s, true);
+        const cudaError_t end = cudaStreamEndCapture(s, &g);
+        if (e == cudaSuccess) e = end;
+        if (e == cudaSuccess) e = cudaGraphInstantiate(&ge, g, 0);
+        if (e == cudaSuccess) e = cudaGraphLaunch(ge, s);  // the first replay uploads the graph
+    }
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    if (e == cudaSuccess) e = check_records(*c);
+    // One process per rank: start the timed calls together (each rank times from its own start).
+#ifdef CUDALAB_HAVE_NCCL
+    if (e == cudaSuccess && c->self >= 0) e = ipc_barrier(*c, s);
+#endif
+    if (e == cudaSuccess) e = cudaEventRecord(e0, s);
+    if (graph) {
+        if (e == cudaSuccess) e = cudaGraphLaunch(ge, s);
+    } else {
+        for (int i = 0; i < iters && e == cudaSuccess; ++i) e = enqueue(*c, v, dtype, n, -1, 3, s, true);
+    }
+    if (e == cudaSuccess) e = cudaEventRecord(e1, s);
+    if (e == cudaSuccess) e = cudaEventSynchronize(e1);
+    if (e == cudaSuccess) e = check_records(*c);
+    float total = 0.f;
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&total, e0, e1);
+    if (e == cudaSuccess) ms[0] = total / iters;
+    return done(e);
 }

@@ -23,7 +23,12 @@ extern "C" {
 #endif
 
 /* The variant table: 01_p2p_copy, 01_memcpy_peer, 02_ring_allreduce, 03_oneshot_allreduce,
-   nccl_allreduce, nccl_allgather, nccl_reducescatter, tp_mlp, tp_mlp_overlap. */
+   nccl_allreduce, nccl_allgather, nccl_reducescatter, tp_mlp, tp_mlp_overlap, 04_oneshot_signal,
+   05_twoshot_allreduce, auto_allreduce.
+   04 and 05 (at most 8 ranks) push into the peers' scratch and raise one flag per peer; their epoch
+   is a counter on the device, so a CUDA graph can replay them. 04 takes at most 2 MiB per rank, 05
+   64 MiB (and at most in_bytes); auto_allreduce picks 04, 05 or NCCL (the ring without NCCL or on
+   virtual ranks) by size: collectives_auto_variant says which. */
 int collectives_variant_count(void);
 const char *collectives_variant_name(int i);
 /* 1 when the variant needs NCCL (the nccl_* ones), 0 otherwise, -1 for an unknown index. */
@@ -47,6 +52,25 @@ int collectives_max_virtual_world(int blocks_per_rank);
    blocks_per_rank 0 picks a default. handle[0] receives the handle. */
 cudalab_status collectives_comm_create(int world, int use_devices, long long in_bytes, long long out_bytes,
                                        int blocks_per_rank, long long timeout_ms, int *handle);
+/* One process per rank (mpirun, srun, torchrun, `invoke run --ranks`): this process's rank `rank` of
+   `world`, on device local_rank. Its buffers are allocated once, their CUDA IPC handles exchanged once
+   through an NCCL all-gather (NCCL's unique id from NCCL_COMM_ID, MASTER_ADDR/MASTER_PORT + 1, or
+   id_file), every peer's opened and checked (same run, same sizes, its canary); a refusal anywhere
+   fails every rank, naming the rank refused. Then every variant but tp_* runs here as in one process;
+   upload, download and poison reach this rank's buffers only. Destroy waits for every rank first. */
+cudalab_status collectives_comm_create_rank(int rank, int world, int local_rank, const char *id_file,
+                                            long long in_bytes, long long out_bytes, int blocks_per_rank,
+                                            long long timeout_ms, int *handle);
+/* This process's rank on the communicator (one process per rank), -1 for one process of every rank,
+   -2 for no such handle. */
+int collectives_comm_rank(int handle);
+/* The variant auto_allreduce runs for n elements of dtype; -1 for bad arguments. */
+int collectives_auto_variant(int handle, int dtype, long long n);
+/* Milliseconds per call of `iters` back-to-back calls (after 3 warm-up calls), eager (graph = 0) or
+   replayed as one captured CUDA graph of `iters` calls (graph = 1: 04, 05, NCCL and auto where it
+   picks one of those; cudaErrorNotSupported for the rungs with a host epoch). One process per rank:
+   every rank starts its timed calls after a barrier. */
+cudalab_status collectives_time(int handle, int variant, int dtype, long long n, int iters, int graph, float *ms);
 cudalab_status collectives_comm_destroy(int handle);
 /* Host <-> a rank's input / output buffer, and every output set to `byte` (poison). Each is done on the
    communicator's own stream, after what was run there, and is complete on return; after
@@ -72,7 +96,8 @@ cudalab_status collectives_run_direction(int handle, int variant, int dtype, lon
 cudalab_status collectives_enqueue(int handle, int variant, int dtype, long long n, void *stream);
 cudalab_status collectives_check(int handle);
 /* After cudaErrorTimeout: info[0] = rank, info[1] = step, info[2] = chunk, info[3] = phase
-   (0 reduce-scatter, 1 all-gather, 2 start barrier, 3 end barrier, 4 NCCL). */
+   (0 reduce-scatter, 1 all-gather, 2 start barrier, 3 end barrier, 4 NCCL, 5 signal, 6 gather),
+   info[4] = the rank whose flag never came (-1: not known). info holds 5 ints. */
 cudalab_status collectives_last_failure(int handle, int *info);
 /* The last failure in words (which rank, which step, or NCCL's own message); "" when none. */
 const char *collectives_last_message(void);

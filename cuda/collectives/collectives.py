@@ -16,9 +16,12 @@ cooperative launch. That proves the protocol (chunks, flags, tails, back-to-back
 bandwidth; the result says which it was (`result.ranks`, `result.note`). NCCL needs one GPU per rank
 (2.28 refuses two ranks on one device), so NCCL with several ranks needs several GPUs.
 
-One process per rank (NCCL, the shape that extends across nodes): `invoke run collectives --ranks N`
-(harness/calling/launch.py), or `mpirun` / `srun` on build/bin/collectives, which reads its rank from the
-environment (cuda/collectives/main.cu).
+One process per rank: `invoke run collectives --ranks N` (harness/calling/launch.py), or `mpirun` /
+`srun` / `torchrun` on build/bin/collectives, which reads its rank from the environment
+(cuda/collectives/main.cu): NCCL's collectives, or with --variant any all-reduce over CUDA IPC. From
+Python, each process opens `Communicator.from_environment(nbytes)` (rank_environment() reads the
+same variables) and calls `run_rank` / `time`; every kernel runs as in one process, the peers'
+buffers mapped through CUDA IPC.
 """
 
 from __future__ import annotations
@@ -38,12 +41,17 @@ PROGRAM = "collectives"
 # VARIANTS is the library's one table (cuda/collectives/collectives.cu), read when first asked for: never typed here.
 __getattr__ = library.table_attributes(__name__, PROGRAM)
 
-ALLREDUCE_VARIANTS = ("02_ring_allreduce", "03_oneshot_allreduce", "nccl_allreduce")
+ALLREDUCE_VARIANTS = ("02_ring_allreduce", "03_oneshot_allreduce", "nccl_allreduce", "04_oneshot_signal",
+                      "05_twoshot_allreduce", "auto_allreduce")
+# The rungs whose epoch lives on the device, which a CUDA graph can replay (and NCCL's).
+GRAPH_VARIANTS = ("04_oneshot_signal", "05_twoshot_allreduce", "nccl_allreduce")
+SMALL_MAX_WORLD = 8  # 04 and 05 keep a store target per rank in registers
+ONESHOT_SIGNAL_MAX_BYTES, TWOSHOT_MAX_BYTES = 2 << 20, 64 << 20  # collectives.cu's caps
 NCCL_VARIANTS = ("nccl_allreduce", "nccl_allgather", "nccl_reducescatter")
 PROFILE_VARIANTS = ("02_ring_allreduce", "03_oneshot_allreduce")
 DEFAULT_TIMEOUT_MS = 10_000
 TIMEOUT = 909  # cudaErrorTimeout: a bounded wait expired
-PHASES = ("reduce-scatter", "all-gather", "start barrier", "end barrier", "NCCL")
+PHASES = ("reduce-scatter", "all-gather", "start barrier", "end barrier", "NCCL", "signal", "gather")
 POISON_BYTE = 0xFF  # NaN in float32 and bfloat16, -1 in int32
 
 
@@ -143,6 +151,61 @@ def check_arrays(arrays, name: str = "arrays") -> list[np.ndarray]:
     return out
 
 
+# --- one process per rank: where the rank comes from ----------------------------------------------------
+
+# (rank, world, local rank) variables of each launcher, in the order the executable reads them.
+RANK_VARIABLES = (("RANK", "WORLD_SIZE", "LOCAL_RANK"),  # torchrun, `invoke run --ranks`
+                  ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),  # mpirun
+                  ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"))  # srun
+
+
+@dataclass
+class RankEnvironment:
+    rank: int
+    world: int
+    local_rank: int
+    source: str  # the rank variable read: RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID
+    id_file: str  # CUDALAB_ID_FILE, "" when the unique id comes from NCCL_COMM_ID or MASTER_ADDR/PORT
+
+
+def rank_environment(env=None) -> RankEnvironment | None:
+    """This process's rank as its launcher set it (torchrun, mpirun, srun or the lab's launcher), None
+    when no rank variable is set; ValueError naming the variable for a value that is not a whole
+    number, a rank beyond the world, or a world size missing. The same rules as the executable's."""
+    import os
+
+    env = os.environ if env is None else env
+
+    def first(k: int) -> tuple[str, str] | None:
+        for names in RANK_VARIABLES:
+            if env.get(names[k], ""):
+                return names[k], env[names[k]]
+        return None
+
+    def whole(name: str, text: str) -> int:
+        if not text.strip().isdigit():
+            raise ValueError(f"{name} must be a whole number >= 0, got {text!r}")
+        return int(text)
+
+    found = first(0)
+    if found is None:
+        return None
+    source, rank = found[0], whole(*found)
+    w = first(1)
+    if w is None:
+        raise ValueError(f"{source} is set but no world size is (WORLD_SIZE, OMPI_COMM_WORLD_SIZE or SLURM_NTASKS)")
+    world = whole(*w)
+    if world < 1 or rank >= world:
+        raise ValueError(f"{source}={rank} must be below the world size {world}")
+    loc = first(2)
+    local = whole(*loc) if loc else rank  # one node: the local rank is the rank
+    id_file = env.get("CUDALAB_ID_FILE", "")
+    if world > 1 and not id_file and not env.get("NCCL_COMM_ID") and not (env.get("MASTER_ADDR") and env.get("MASTER_PORT")):
+        raise ValueError("with several ranks the NCCL unique id needs CUDALAB_ID_FILE (a file every rank sees), "
+                         "NCCL_COMM_ID, or torchrun's MASTER_ADDR and MASTER_PORT")
+    return RankEnvironment(rank, world, local, source, id_file)
+
+
 def check_world_fits(world: int, largest: int) -> None:
     if world > largest:
         raise ValueError(f"{world} virtual ranks do not fit one cooperative launch on this GPU (every block must be "
@@ -199,24 +262,49 @@ class Communicator:
     reuse its flags, with a new epoch each time, which is what back-to-back calls test."""
 
     def __init__(self, world: int, nbytes: int, virtual: bool = False, out_nbytes: int | None = None,
-                 blocks_per_rank: int = 0, timeout_ms: int = DEFAULT_TIMEOUT_MS):
+                 blocks_per_rank: int = 0, timeout_ms: int = DEFAULT_TIMEOUT_MS, rank: int | None = None,
+                 local_rank: int | None = None, id_file: str = ""):
         for name, v, lo in (("world", world, 1), ("nbytes", nbytes, 1), ("timeout_ms", timeout_ms, 1),
                             ("blocks_per_rank", blocks_per_rank, 0)):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
                 raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
         if blocks_per_rank > 64:
             raise ValueError(f"blocks_per_rank must be at most 64, got {blocks_per_rank}")
+        if rank is not None and not (isinstance(rank, (int, np.integer)) and 0 <= rank < world):
+            raise ValueError(f"rank must be an integer in [0, {world}), got {rank!r}")
+        if rank is not None and virtual:
+            raise ValueError("one process per rank has one GPU per rank: virtual ranks run in one process")
         self.world, self.virtual = int(world), bool(virtual)
+        self.rank = None if rank is None else int(rank)
         self.nbytes, self.out_nbytes = int(nbytes), int(out_nbytes or nbytes)
         if self.virtual and self.world > 1:
             check_world_fits(self.world, max_virtual_world(blocks_per_rank or 1))
         h = np.full(1, -1, dtype=np.int32)
-        self._call("collectives_comm_create", self.world, 0 if self.virtual else 1, self.nbytes, self.out_nbytes,
-                   int(blocks_per_rank), int(timeout_ms), h)
+        if self.rank is None:
+            self._call("collectives_comm_create", self.world, 0 if self.virtual else 1, self.nbytes, self.out_nbytes,
+                       int(blocks_per_rank), int(timeout_ms), h)
+        else:
+            if not have_nccl():
+                raise ValueError(NO_NCCL + "; one process per rank exchanges its IPC handles through NCCL")
+            local = self.rank if local_rank is None else int(local_rank)
+            self._call("collectives_comm_create_rank", self.rank, self.world, local, str(id_file).encode(),
+                       self.nbytes, self.out_nbytes, int(blocks_per_rank), int(timeout_ms), h)
         self.handle = int(h[0])
+
+    @classmethod
+    def from_environment(cls, nbytes: int, env=None, **kw) -> Communicator:
+        """This process's rank of a communicator of one process per GPU, as its launcher (torchrun,
+        mpirun, srun, `invoke run --ranks`) named it; every rank opens it with the same nbytes."""
+        re_ = rank_environment(env)
+        if re_ is None:
+            raise ValueError("no rank in the environment: set RANK and WORLD_SIZE (torchrun), run under mpirun or "
+                             "srun, or use Communicator(world, nbytes) for every rank in one process")
+        return cls(re_.world, nbytes, rank=re_.rank, local_rank=re_.local_rank, id_file=re_.id_file, **kw)
 
     @property
     def ranks(self) -> str:
+        if self.rank is not None:
+            return "processes"
         return "virtual" if self.virtual and self.world > 1 else "devices"
 
     def _call(self, fname: str, *args):
@@ -231,18 +319,23 @@ class Communicator:
             raise
 
     def last_failure(self) -> dict:
-        info = np.zeros(4, dtype=np.int32)
+        info = np.zeros(5, dtype=np.int32)
         lib().collectives_last_failure(self.handle, info)
         return {"rank": int(info[0]), "step": int(info[1]), "chunk": int(info[2]),
-                "phase": PHASES[int(info[3])] if 0 <= info[3] < len(PHASES) else str(int(info[3]))}
+                "phase": PHASES[int(info[3])] if 0 <= info[3] < len(PHASES) else str(int(info[3])),
+                "peer": int(info[4])}
+
+    def _mine(self) -> list[int]:
+        return list(range(self.world)) if self.rank is None else [self.rank]
 
     def upload(self, arrays: list[np.ndarray]) -> None:
-        for r, a in enumerate(arrays):
+        """One array per rank of this process (every rank; one process per rank: its own)."""
+        for r, a in zip(self._mine(), arrays):
             self._call("collectives_upload", self.handle, r, a.view(np.uint8), a.nbytes)
 
     def download(self, count: int, dtype) -> list[np.ndarray]:
         outs = []
-        for r in range(self.world):
+        for r in self._mine():
             o = np.empty(count, dtype=dtype)
             self._call("collectives_download", self.handle, r, o.view(np.uint8), o.nbytes)
             outs.append(o)
@@ -255,8 +348,8 @@ class Communicator:
             out_count: int | None = None) -> list[np.ndarray]:
         """Upload, poison the outputs, run, download."""
         arrays = check_arrays(arrays)
-        if len(arrays) != self.world:
-            raise ValueError(f"this communicator has {self.world} ranks, got {len(arrays)} arrays")
+        if len(arrays) != len(self._mine()):
+            raise ValueError(f"this communicator has {len(self._mine())} rank(s) in this process, got {len(arrays)} arrays")
         if arrays[0].nbytes > self.nbytes:
             raise ValueError(f"{arrays[0].nbytes} bytes per rank exceed the communicator's {self.nbytes}")
         self.upload(arrays)
@@ -264,9 +357,33 @@ class Communicator:
         self.launch(variant, arrays[0].dtype, arrays[0].size, direction)
         return self.download(out_count or arrays[0].size, arrays[0].dtype)
 
+    def run_rank(self, variant: str, array: np.ndarray) -> np.ndarray:
+        """One process per rank: this rank's array in, this rank's output out (every rank calls it)."""
+        if self.rank is None:
+            raise ValueError("run_rank is for one process per rank (Communicator.from_environment); "
+                             "this communicator holds every rank: use run(variant, arrays)")
+        return self.run(variant, [array])[0]
+
+    def time(self, variant: str, dtype, n: int, iters: int = 100, graph: bool = False) -> float:
+        """Milliseconds per call of `iters` back-to-back calls on the uploaded inputs, eager or replayed
+        as one CUDA graph (GRAPH_VARIANTS, and auto_allreduce where it picks one of them)."""
+        check_call(self, variant, dtype, n, graph)
+        ms = np.zeros(1, dtype=np.float32)
+        self._call("collectives_time", self.handle, variant_index(variant), _dtypes()[np.dtype(dtype)], int(n),
+                   int(iters), int(bool(graph)), ms)
+        return float(ms[0])
+
+    def auto_choice(self, dtype, n: int) -> str:
+        """The variant auto_allreduce runs for n elements of dtype on this communicator."""
+        i = int(lib().collectives_auto_variant(self.handle, _dtypes()[np.dtype(dtype)], int(n)))
+        if i < 0:
+            raise ValueError(f"no auto choice for n={n!r}")
+        return library.read_table(PROGRAM)[i]
+
     def launch(self, variant: str, dtype, n: int, direction: int = 3) -> None:
         """Run `variant` on the uploaded inputs (n elements of `dtype` per rank), wait for it and raise
         if a rank gave up; the outputs stay on the device (download reads them)."""
+        check_call(self, variant, dtype, n)
         v, dt = variant_index(variant), _dtypes()[np.dtype(dtype)]
         if variant in ("01_p2p_copy", "01_memcpy_peer"):
             self._call("collectives_run_direction", self.handle, v, dt, int(n), direction)
@@ -300,6 +417,23 @@ class Communicator:
             pass
 
 
+def check_call(comm, variant: str, dtype, n: int, graph: bool = False) -> None:
+    """The rules of 04, 05 and graphs, named before any launch (the library refuses them too)."""
+    variant_index(variant)
+    nbytes = int(n) * np.dtype(dtype).itemsize
+    if variant in ("04_oneshot_signal", "05_twoshot_allreduce"):
+        if comm.world > SMALL_MAX_WORLD:
+            raise ValueError(f"{variant} runs at most {SMALL_MAX_WORLD} ranks, this communicator has {comm.world}")
+        cap = min(comm.nbytes, ONESHOT_SIGNAL_MAX_BYTES if variant == "04_oneshot_signal" else TWOSHOT_MAX_BYTES)
+        if nbytes > cap:
+            raise ValueError(f"{variant} takes at most {cap} bytes per rank on this communicator, got {nbytes}")
+    if graph:
+        chosen = comm.auto_choice(dtype, n) if variant == "auto_allreduce" else variant
+        if chosen not in GRAPH_VARIANTS:
+            raise ValueError(f"{chosen} takes its epoch from the host at each launch, which a CUDA graph would replay "
+                             f"unchanged: graphs run {', '.join(GRAPH_VARIANTS)} (and auto_allreduce where it picks one)")
+
+
 # --- the public calls ---------------------------------------------------------------------------------
 
 def allreduce(arrays, variant: str = "02_ring_allreduce", virtual: bool | None = None, blocks_per_rank: int = 0,
@@ -309,6 +443,8 @@ def allreduce(arrays, variant: str = "02_ring_allreduce", virtual: bool | None =
     if variant not in ALLREDUCE_VARIANTS:
         raise ValueError(f"allreduce variants: {', '.join(ALLREDUCE_VARIANTS)}; got {variant!r}")
     arrays = check_arrays(arrays)
+    if variant in ("04_oneshot_signal", "05_twoshot_allreduce") and len(arrays) > SMALL_MAX_WORLD:
+        raise ValueError(f"{variant} runs at most {SMALL_MAX_WORLD} ranks, got {len(arrays)} arrays")
     v = plan(len(arrays), variant, virtual)
     with Communicator(len(arrays), arrays[0].nbytes, v, blocks_per_rank=blocks_per_rank, timeout_ms=timeout_ms) as c:
         outs = c.run(variant, arrays)
@@ -450,9 +586,15 @@ def parse_output(text: str):
     return results.parse_output(text, PROGRAM)
 
 
-BENCH_SIZES = [("4KiB", 4 << 10, True), ("64KiB", 64 << 10, False), ("1MiB", 1 << 20, True),
-               ("16MiB", 16 << 20, True), ("256MiB", 256 << 20, False), ("1GiB", 1 << 30, False)]
+BENCH_SIZES = [("4KiB", 4 << 10, True), ("32KiB", 32 << 10, False), ("64KiB", 64 << 10, False),
+               ("1MiB", 1 << 20, True), ("16MiB", 16 << 20, True), ("256MiB", 256 << 20, False),
+               ("1GiB", 1 << 30, False)]
 ONESHOT_MAX_BYTES = 16 << 20  # one step that reads every rank's buffer: a small-message algorithm
+BENCH_VARIANTS = ("02_ring_allreduce", "03_oneshot_allreduce", "04_oneshot_signal", "05_twoshot_allreduce",
+                  "auto_allreduce")
+# Where each stops in the bench: 03 and 04 move W times the buffer, 05 holds its scratch.
+BENCH_MAX_BYTES = {"03_oneshot_allreduce": ONESHOT_MAX_BYTES, "04_oneshot_signal": 1 << 20,
+                   "05_twoshot_allreduce": 16 << 20}
 
 
 def _bench_world() -> tuple[int, bool]:
@@ -510,8 +652,8 @@ def bench_cases(quick: bool = False) -> list:
     world, virtual = _bench_world()
     cases = []
     for label, nbytes, is_quick in BENCH_SIZES:
-        for variant in ("02_ring_allreduce", "03_oneshot_allreduce"):
-            if variant == "03_oneshot_allreduce" and nbytes > ONESHOT_MAX_BYTES:
+        for variant in BENCH_VARIANTS:
+            if nbytes > BENCH_MAX_BYTES.get(variant, nbytes):
                 continue
             note = (f"busbw, float32, {world} GPUs" if not virtual else
                     "one-GPU protocol cost, not link bandwidth: 2 virtual ranks on one GPU, busbw = algbw x 2(n-1)/n")
@@ -539,6 +681,10 @@ def sanitize_args() -> dict[str, list[str]]:
         "oneshot_i32_w4": ["--variant", "03_oneshot_allreduce", "--world", "4", "--n", "517", "--dtype", "i32",
                            *common],
         "p2p_w2": ["--variant", "01_p2p_copy", "--n", "1001", *common],
+        "oneshot_signal_bf16_w3": ["--variant", "04_oneshot_signal", "--world", "3", "--n", "1037", "--dtype", "bf16",
+                                   *common],
+        "twoshot_f32_w4": ["--variant", "05_twoshot_allreduce", "--world", "4", "--n", "2053", "--dtype", "f32",
+                           *common],
         "tp_overlap_w2": ["--variant", "tp_mlp_overlap", "--world", "2", "--tokens", "40", "--hidden", "64",
                           "--ffn", "128", "--chunks", "3", *common],
     }
@@ -549,6 +695,79 @@ def sanitize_args() -> dict[str, list[str]]:
     except Exception:
         refused = set()
     return {label: argv for label, argv in cases.items() if argv[1] not in refused}
+
+
+# --- latency: eager and CUDA-graph calls against NCCL, the executable's own timing ------------------------
+
+LATENCY_SIZES = [4 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
+SWEEP_MAX_BYTES = {"04_oneshot_signal": ONESHOT_SIGNAL_MAX_BYTES, "05_twoshot_allreduce": TWOSHOT_MAX_BYTES}
+LATENCY_VARIANTS = ("nccl_allreduce", "04_oneshot_signal", "05_twoshot_allreduce", "02_ring_allreduce",
+                    "auto_allreduce")
+
+
+def latency_sweep(sizes=None, variants=LATENCY_VARIANTS, iters: int = 200, check_max_bytes: int = 64 << 20):
+    """Microseconds per all-reduce (float32) of each variant at each size, eager and (GRAPH_VARIANTS,
+    auto where it picks one) as one captured CUDA graph of `iters` calls, NCCL's on the same
+    communicator: the rows behind the NOTES' latency table. Run in each rank's process (one process
+    per GPU: the ranks' environment, see latency_sweep_processes), else one process for every GPU.
+    Each size is first checked against numpy (to check_max_bytes; a wrong sum raises)."""
+    import pandas as pd
+
+    sizes = LATENCY_SIZES if sizes is None else sizes
+    top = max(sizes)
+    env = rank_environment()
+    c = Communicator.from_environment(top) if env else Communicator(min(8, gpu_count()), top, virtual=False)
+    rows = []
+    with c:
+        for nbytes in sizes:
+            n = nbytes // 4
+            if nbytes <= check_max_bytes:
+                rng = np.random.default_rng(nbytes)
+                arrays = [rng.integers(-8, 9, n).astype(np.float32) for _ in range(c.world)]
+                want = reference_allreduce(arrays).tobytes()
+                mine = [arrays[r] for r in c._mine()]
+            for variant in variants:
+                if nbytes > SWEEP_MAX_BYTES.get(variant, nbytes) or (variant == "nccl_allreduce" and not have_nccl()):
+                    continue
+                if nbytes <= check_max_bytes and any(o.tobytes() != want for o in c.run(variant, mine)):
+                    raise AssertionError(f"{variant} at {nbytes} bytes: a rank's sum differs from numpy's")
+                k = max(5, min(iters, int(iters * (1 << 20) / max(nbytes, 1 << 20))))
+                chosen = c.auto_choice(np.float32, n) if variant == "auto_allreduce" else variant
+                eager = c.time(variant, np.float32, n, k) * 1e3
+                graph = c.time(variant, np.float32, n, k, graph=True) * 1e3 if chosen in GRAPH_VARIANTS else float("nan")
+                rows.append({"variant": variant, "chosen": chosen, "bytes": nbytes, "world": c.world, "ranks": c.ranks,
+                             "rank": -1 if c.rank is None else c.rank, "iters": k, "eager_us": eager,
+                             "graph_us": graph, "busbw_gbs": busbw_gbs("allreduce", nbytes, c.world, eager * 1e-6)})
+    df = pd.DataFrame(rows)
+    nccl = df[df.variant == "nccl_allreduce"].set_index("bytes")
+    for col in ("eager_us", "graph_us"):
+        base = df["bytes"].map(nccl[col]) if len(nccl) else float("nan")
+        df[f"speedup_{col[:-3]}"] = base / df[col]  # NCCL's time / ours: above 1, faster than NCCL
+    return df
+
+
+SWEEP_RANK = """
+import sys
+sys.path.insert(0, {root!r})
+from harness.programs import collectives as co
+df = co.latency_sweep({sizes!r}, iters={iters!r})
+print(df.to_csv(index=False))
+"""
+
+
+def latency_sweep_processes(world: int, sizes=None, iters: int = 200, deadline_s: float = 600.0):
+    """latency_sweep with one process per GPU (the lab's launcher, `world` ranks): every rank's rows."""
+    import io
+    import sys
+
+    import pandas as pd
+
+    from harness.calling import launch
+    from harness.compile import build as _build
+
+    code = SWEEP_RANK.format(root=str(_build.ROOT), sizes=LATENCY_SIZES if sizes is None else list(sizes), iters=iters)
+    res = launch.launch([sys.executable, "-c", code], world, deadline_s)
+    return pd.concat([pd.read_csv(io.StringIO(r.stdout)) for r in res.ranks], ignore_index=True)
 
 
 # --- `invoke doctor` ---------------------------------------------------------------------------------

@@ -13,12 +13,17 @@
 //
 // One process per rank, when the environment names a rank: RANK/WORLD_SIZE/LOCAL_RANK (torchrun and
 // `invoke run collectives --ranks N`), OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK (mpirun) or
-// SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID (srun). Each process drives GPU LOCAL_RANK and runs NCCL's
-// all-reduce, all-gather and reduce-scatter (the lab's kernels are single-node and single-process by
-// design: their peers' pointers come from one address space). The unique id comes from NCCL_COMM_ID, or
-// from --id-file (rank 0 writes it atomically; the file must be new for each run). So
+// SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID (srun). Each process drives GPU LOCAL_RANK. Without
+// --variant it runs NCCL's all-reduce, all-gather and reduce-scatter (the shape that crosses nodes);
+// with --variant it runs that variant on a communicator whose peers' buffers are mapped through CUDA
+// IPC (one node: the lab's kernels load and store into them exactly as in one process). The unique
+// id comes from NCCL_COMM_ID, from MASTER_ADDR/MASTER_PORT (torchrun: NCCL's root at MASTER_PORT+1),
+// or from --id-file (rank 0 writes it atomically; the file must be new for each run). So
 //   mpirun -np 16 -x NCCL_NVLS_ENABLE=0 build/bin/collectives --id-file /shared/run42.id --n 268435456
-// runs across nodes with no MPI in the lab. Each rank prints its own result lines, tagged rank=R.
+//   torchrun --nproc-per-node 4 --no-python build/bin/collectives --variant auto_allreduce --n 8192
+// run with no MPI in the lab. Each rank prints its own result lines, tagged rank=R.
+// Timing: --iters back-to-back calls after 3 warm-ups (ms=), and for the variants a CUDA graph can
+// replay (04, 05, NCCL, auto when it picks one of them) the same calls captured as one graph (graph_ms=).
 // Exit status: 0 pass, 1 a CUDA/NCCL failure, a timeout or a wrong result, 2 bad arguments.
 #include <climits>
 #include <cmath>
@@ -39,8 +44,10 @@ static const char *kUsage =
     "                   [--blocks B] [--timeout-ms T] [--direction 0to1|1to0|both]\n"
     "                   [--tokens T --hidden H --ffn F --chunks C] [--id-file PATH]\n"
     "variants: 01_p2p_copy 01_memcpy_peer 02_ring_allreduce 03_oneshot_allreduce nccl_allreduce\n"
-    "          nccl_allgather nccl_reducescatter tp_mlp tp_mlp_overlap\n"
-    "one process per rank when RANK/WORLD_SIZE, OMPI_COMM_WORLD_* or SLURM_PROCID/SLURM_NTASKS are set (NCCL)";
+    "          nccl_allgather nccl_reducescatter tp_mlp tp_mlp_overlap 04_oneshot_signal\n"
+    "          05_twoshot_allreduce auto_allreduce\n"
+    "one process per rank when RANK/WORLD_SIZE, OMPI_COMM_WORLD_* or SLURM_PROCID/SLURM_NTASKS are set\n"
+    "(NCCL's three collectives; with --variant, that variant over CUDA IPC)";
 
 static const char *kDtypes[] = {"f32", "bf16", "i32"};
 
@@ -55,6 +62,10 @@ static long long env_int(const char *const *names, int count, const char **which
     }
     return -1;
 }
+
+constexpr int kAuto = 11;  // auto_allreduce's index in the variant table
+// The variants a CUDA graph can replay: 04, 05 (their epoch lives on the device) and NCCL's.
+static bool graphable(int v) { return v == 4 || v == 5 || v == 6 || v == 9 || v == 10; }
 
 static int variant_index(const char *name) {
     for (int i = 0; i < collectives_variant_count(); ++i)
@@ -121,6 +132,7 @@ int main(int argc, char **argv) {
     long long tokens = 256, hidden = 512, ffn = 2048, chunks = 4;
     int dtype = 0, direction = 3;
     bool force_virtual = false, variant_given = false;
+    int self = -1, local_rank = 0;  // one process per rank: this one's rank and GPU
     cudalab_handle_help(argc, argv, kUsage);
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
@@ -166,23 +178,31 @@ int main(int argc, char **argv) {
         if (env_world < 1) CUDALAB_USAGE_ERROR("%s is set but no world size is (WORLD_SIZE, OMPI_COMM_WORLD_SIZE or SLURM_NTASKS)", which);
         if (env_rank >= env_world) CUDALAB_USAGE_ERROR("%s=%lld must be below the world size %lld", which, env_rank, env_world);
         if (local < 0) local = env_rank;  // one node: the local rank is the rank
-        if (variant_given && collectives_variant_needs_nccl(v) != 1)
-            CUDALAB_USAGE_ERROR("one process per rank runs NCCL's collectives; %s runs in one process (unset %s)", variant, which);
+        if (v == 7 || v == 8)
+            CUDALAB_USAGE_ERROR("%s runs in one process (every rank's GEMMs from one host thread); unset %s", variant, which);
+        if (force_virtual) CUDALAB_USAGE_ERROR("--virtual runs every rank in one process; unset %s", which);
         if (!collectives_have_nccl())
             CUDALAB_USAGE_ERROR("one process per rank needs NCCL, and this build has none: pip install -e '.[nccl]', then rebuild");
-        return run_per_rank((int)env_rank, (int)env_world, (int)local, id_file, n, dtype, (int)iters, timeout_ms);
+        if (!variant_given)
+            return run_per_rank((int)env_rank, (int)env_world, (int)local, id_file, n, dtype, (int)iters, timeout_ms);
+        self = (int)env_rank;
+        world = env_world;
+        local_rank = (int)local;
     }
 
-    // ---- one process, every rank ----
+    // ---- one process, every rank (or this process's rank, its peers' buffers mapped) ----
     const bool tp = v == 7 || v == 8;
+    const bool mine_only = self >= 0;
     if (const char *why = collectives_unsupported_reason(v)) CUDALAB_USAGE_ERROR("variant %s cannot run here: %s", variant, why);
-    if (v == 0 || v == 1) world = 2;
+    if ((v == 0 || v == 1) && !mine_only) world = 2;
     if (collectives_variant_needs_nccl(v) && !collectives_have_nccl())
         CUDALAB_USAGE_ERROR("%s needs NCCL, and this build has none: pip install -e '.[nccl]', then rebuild", variant);
+    if (mine_only && (v == 0 || v == 1) && world != 2)
+        CUDALAB_USAGE_ERROR("%s runs two ranks; the environment names %lld", variant, world);
     int ndev = 0;
     CUDA_CHECK(cudaGetDeviceCount(&ndev));
-    bool devices = !force_virtual && world > 1 && world <= ndev;
-    for (int a = 0; devices && a < world; ++a)
+    bool devices = mine_only || (!force_virtual && world > 1 && world <= ndev);
+    for (int a = 0; devices && !mine_only && a < world; ++a)
         for (int b = 0; b < world; ++b)
             if (a != b && collectives_peer_access(a, b) != 1) devices = false;
     if (world == 1) devices = true;
@@ -217,10 +237,17 @@ int main(int argc, char **argv) {
     if (v == 6 && n % world) CUDALAB_USAGE_ERROR("nccl_reducescatter needs --n a multiple of --world (%lld)", world);
     const long long in_bytes = n * es, out_bytes = v == 5 ? in_bytes * world : in_bytes;
     int h = -1;
-    check_status(collectives_comm_create((int)world, devices, in_bytes, out_bytes, (int)blocks, timeout_ms, &h),
-                 "collectives_comm_create");
+    if (mine_only)
+        check_status(collectives_comm_create_rank(self, (int)world, local_rank, id_file, in_bytes, out_bytes, (int)blocks,
+                                                  timeout_ms, &h),
+                     "collectives_comm_create_rank");
+    else
+        check_status(collectives_comm_create((int)world, devices, in_bytes, out_bytes, (int)blocks, timeout_ms, &h),
+                     "collectives_comm_create");
+    auto owned = [&](int q) { return !mine_only || q == self; };
     std::vector<unsigned char> buf((size_t)out_bytes);
     for (int q = 0; q < world; ++q) {
+        if (!owned(q)) continue;
         fill(buf, dtype, n, q);
         check_status(collectives_upload(h, q, buf.data(), in_bytes), "collectives_upload");
     }
@@ -234,7 +261,7 @@ int main(int argc, char **argv) {
     long long bad = 0;
     const double tri = (double)world * (world + 1) / 2;
     for (int q = 0; q < world; ++q) {
-        if (v <= 1 && !(direction & (q == 1 ? 1 : 2))) continue;
+        if (!owned(q) || (v <= 1 && !(direction & (q == 1 ? 1 : 2)))) continue;
         const long long outn = v == 5 ? n * world : v == 6 ? n / world : n;
         check_status(collectives_download(h, q, buf.data(), outn * es), "collectives_download");
         for (long long i = 0; i < outn; ++i) {
@@ -245,32 +272,24 @@ int main(int argc, char **argv) {
             if (value_at(buf, dtype, i) != want) ++bad;
         }
     }
-    // The timing: back-to-back runs on the communicator's own streams, one synchronisation at the end.
-    cudaStream_t s = nullptr;
-    CUDA_CHECK(cudaSetDevice(0));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    CUDA_CHECK(cudaEventRecord(e0, s));
-    for (long long it = 0; it < iters; ++it) check_status(collectives_enqueue(h, v, dtype, n, s), variant);
-    CUDA_CHECK(cudaEventRecord(e1, s));
-    CUDA_CHECK(cudaEventSynchronize(e1));
-    check_status(collectives_check(h), variant);
-    float total = 0.f;
-    CUDA_CHECK(cudaEventElapsedTime(&total, e0, e1));
-    const double ms = total / iters;
+    // The timing: back-to-back calls (collectives_time), eager, and as one CUDA graph where it replays.
+    float eager_ms = 0.f, graph_ms = -1.f;
+    check_status(collectives_time(h, v, dtype, n, (int)iters, 0, &eager_ms), variant);
+    const int chosen = v == kAuto ? collectives_auto_variant(h, dtype, n) : v;
+    if (graphable(chosen)) check_status(collectives_time(h, v, dtype, n, (int)iters, 1, &graph_ms), variant);
+    const double ms = eager_ms;
     const int dirs = v <= 1 ? (direction == 3 ? 2 : 1) : 1;
     const double bytes = v <= 1 ? (double)in_bytes * dirs : v == 5 ? (double)in_bytes * world : (double)in_bytes;
     const double factor = v <= 1 ? 1.0 : (v == 5 || v == 6) ? (double)(world - 1) / world : 2.0 * (world - 1) / world;
     const double algbw = bytes / (ms * 1e6);
-    printf("result program=collectives variant=%s dtype=%s n=%lld bytes=%.0f world=%lld ranks=%s ms=%.6f "
+    char extra[160] = "";
+    if (mine_only) snprintf(extra, sizeof extra, " rank=%d", self);
+    if (graph_ms >= 0.f) snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " graph_ms=%.6f", graph_ms);
+    if (v == kAuto) snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " chosen=%s", collectives_variant_name(chosen));
+    printf("result program=collectives variant=%s dtype=%s n=%lld bytes=%.0f world=%lld ranks=%s%s ms=%.6f "
            "algbw_gbs=%.3f busbw_gbs=%.3f mismatches=%lld check=%s\n",
-           variant, kDtypes[dtype], n, bytes, world, devices ? "devices" : "virtual", ms, algbw, algbw * factor, bad,
-           bad == 0 ? "pass" : "fail");
-    CUDA_CHECK(cudaEventDestroy(e0));
-    CUDA_CHECK(cudaEventDestroy(e1));
-    CUDA_CHECK(cudaStreamDestroy(s));
+           variant, kDtypes[dtype], n, bytes, world, mine_only ? "processes" : devices ? "devices" : "virtual", extra,
+           ms, algbw, algbw * factor, bad, bad == 0 ? "pass" : "fail");
     check_status(collectives_comm_destroy(h), "collectives_comm_destroy");
     return bad == 0 ? 0 : 1;
 }

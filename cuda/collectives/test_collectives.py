@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from conftest import pythonpath, sigint_as_from_a_terminal
-from fault_build import stalled_rank, use_fault_library
+from fault_build import build_twin, stalled_rank, use_fault_library
 from harness import programs
 from harness.base.errors import CudaError, ToolMissing
 from harness.calling import launch
@@ -33,6 +33,7 @@ FAKE_RANK = ROOT / "tests" / "fixtures" / "fake_rank.py"
 BF16 = np.dtype(ml_dtypes.bfloat16)
 DTYPES = [np.dtype(np.float32), BF16, np.dtype(np.int32)]
 LAB_ALLREDUCE = ["02_ring_allreduce", "03_oneshot_allreduce"]
+SIGNAL_ALLREDUCE = ["04_oneshot_signal", "05_twoshot_allreduce", "auto_allreduce"]  # device epochs, graphs
 N_GPUS = len(gpus.physical_gpus())  # nvidia-smi's count: no CUDA context in the collecting process
 
 
@@ -218,8 +219,10 @@ def test_executable_refuses_bad_arguments_with_status_2():
     assert r.returncode == 2 and "no world size" in r.stderr
     r = _exe(env={"RANK": "3", "WORLD_SIZE": "2"})
     assert r.returncode == 2 and "below the world size" in r.stderr
-    r = _exe("--variant", "03_oneshot_allreduce", env={"RANK": "0", "WORLD_SIZE": "1"})
-    assert r.returncode == 2 and "runs NCCL's collectives" in r.stderr
+    r = _exe("--variant", "tp_mlp", env={"RANK": "0", "WORLD_SIZE": "1"})
+    assert r.returncode == 2 and "runs in one process" in r.stderr
+    r = _exe("--variant", "03_oneshot_allreduce", "--virtual", env={"RANK": "0", "WORLD_SIZE": "1"})
+    assert r.returncode == 2 and "--virtual runs every rank in one process" in r.stderr, r.stderr
 
 
 def test_executable_reads_mpirun_and_srun_variables():
@@ -256,11 +259,14 @@ def test_bench_cases_span_4kib_to_1gib_and_say_one_gpu_protocol_cost(monkeypatch
     monkeypatch.setattr(gpus, "physical_gpus", lambda: ["0"])
     cases = co.bench_cases(quick=False)
     sizes = {c.size for c in cases}
-    assert sizes == {"4KiB", "64KiB", "1MiB", "16MiB", "256MiB", "1GiB"}
+    assert sizes == {"4KiB", "32KiB", "64KiB", "1MiB", "16MiB", "256MiB", "1GiB"}
+    by_variant = {v: {c.size for c in cases if c.variant == v} for v in co.BENCH_VARIANTS}
+    assert by_variant["auto_allreduce"] == sizes and "1GiB" not in by_variant["04_oneshot_signal"]
+    assert "16MiB" in by_variant["05_twoshot_allreduce"] and "256MiB" not in by_variant["05_twoshot_allreduce"]
     for c in cases:
         assert c.unit == "GB/s" and c.ceiling == "memcpy" and "one-GPU protocol cost" in c.note
         assert c.amount == c.bytes * 1.0  # two virtual ranks: busbw = algbw x 2(2-1)/2
-    assert all(c.size in ("4KiB", "64KiB", "1MiB", "16MiB") for c in cases if c.variant == "03_oneshot_allreduce")
+    assert all(c.size in ("4KiB", "32KiB", "64KiB", "1MiB", "16MiB") for c in cases if c.variant == "03_oneshot_allreduce")
     assert {c.size for c in cases if c.quick} == {"4KiB", "1MiB", "16MiB"}
     assert all(fn(False) is None for fn in co.ceilings().values())  # no NCCL curve on one GPU
     monkeypatch.setattr(gpus, "physical_gpus", lambda: ["0", "1", "2", "3"])
@@ -273,6 +279,92 @@ def test_doctor_line_never_raises():
     ok, detail, fix = co.doctor_status()
     assert isinstance(ok, bool) and detail
     assert ok or fix
+
+
+# --- one process per rank: the environment, the launcher's shapes, the rules of 04/05 and graphs ---------
+
+def test_rank_environment_reads_torchrun_mpirun_and_srun():
+    tr = co.rank_environment({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
+                              "MASTER_PORT": "29500"})
+    assert (tr.rank, tr.world, tr.local_rank, tr.source, tr.id_file) == (1, 4, 1, "RANK", "")
+    mp = co.rank_environment({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4",
+                              "OMPI_COMM_WORLD_LOCAL_RANK": "1", "CUDALAB_ID_FILE": "/shared/x.id"})
+    assert (mp.rank, mp.world, mp.local_rank, mp.source, mp.id_file) == (3, 4, 1, "OMPI_COMM_WORLD_RANK", "/shared/x.id")
+    sl = co.rank_environment({"SLURM_PROCID": "2", "SLURM_NTASKS": "3", "NCCL_COMM_ID": "127.0.0.1:5000"})
+    assert (sl.rank, sl.world, sl.local_rank) == (2, 3, 2)  # no local rank: one node, the rank
+    assert co.rank_environment({"PATH": "/bin"}) is None
+    # torchrun's variables come first, as in the executable
+    both = co.rank_environment({"RANK": "0", "WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "5",
+                                "OMPI_COMM_WORLD_SIZE": "8"})
+    assert (both.rank, both.world, both.source) == (0, 1, "RANK")
+
+
+@pytest.mark.parametrize("env, msg", [
+    ({"RANK": "0"}, "RANK is set but no world size"),
+    ({"RANK": "2", "WORLD_SIZE": "2", "CUDALAB_ID_FILE": "x"}, "RANK=2 must be below the world size 2"),
+    ({"OMPI_COMM_WORLD_RANK": "one", "OMPI_COMM_WORLD_SIZE": "2"}, "OMPI_COMM_WORLD_RANK must be a whole number"),
+    ({"RANK": "0", "WORLD_SIZE": "-2"}, "WORLD_SIZE must be a whole number"),
+    ({"RANK": "0", "WORLD_SIZE": "2"}, "needs CUDALAB_ID_FILE.*NCCL_COMM_ID.*MASTER_ADDR and MASTER_PORT"),
+])
+def test_rank_environment_names_the_broken_rule(env, msg):
+    with pytest.raises(ValueError, match=msg):
+        co.rank_environment(env)
+
+
+def test_communicator_from_environment_refuses_without_a_rank_before_any_library_call(monkeypatch):
+    monkeypatch.setattr(co, "lib", None)  # reaching the library would raise TypeError, not this
+    with pytest.raises(ValueError, match="no rank in the environment"):
+        co.Communicator.from_environment(1024, env={})
+    with pytest.raises(ValueError, match="rank must be an integer in \\[0, 2\\)"):
+        co.Communicator(2, 1024, rank=2)
+    with pytest.raises(ValueError, match="virtual ranks run in one process"):
+        co.Communicator(2, 1024, rank=0, virtual=True)
+
+
+@pytest.mark.parametrize("style", ["lab", "mpirun", "torchrun"])
+def test_launcher_styles_set_only_their_launchers_variables(style, tmp_path):
+    base = {"PATH": "/bin", "RANK": "7", "WORLD_SIZE": "9", "OMPI_COMM_WORLD_RANK": "7", "MASTER_PORT": "1",
+            "NCCL_NVLS_ENABLE": "1"}
+    env = launch.rank_env(1, 2, tmp_path / "nccl.id", base=base, style=style, master_port=4242)
+    parsed = co.rank_environment(env)  # what the rank program reads back
+    assert (parsed.rank, parsed.world, parsed.local_rank) == (1, 2, 1) and env["NCCL_NVLS_ENABLE"] == "0"
+    if style == "mpirun":
+        assert parsed.source == "OMPI_COMM_WORLD_RANK" and "RANK" not in env and env["CUDALAB_ID_FILE"]
+    elif style == "torchrun":
+        assert parsed.source == "RANK" and env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"] == "4242"
+        assert "CUDALAB_ID_FILE" not in env and "OMPI_COMM_WORLD_RANK" not in env
+    else:
+        assert parsed.source == "RANK" and parsed.id_file.endswith("nccl.id") and "MASTER_PORT" not in env
+    with pytest.raises(ValueError, match="style must be one of lab, mpirun, torchrun"):
+        launch.rank_env(0, 1, tmp_path / "x", style="srun")
+
+
+def test_torchrun_style_picks_two_free_neighbouring_loopback_ports():
+    import socket
+
+    p = launch.free_port_pair()
+    for port in (p, p + 1):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+
+
+def test_signal_rungs_and_graphs_are_refused_with_the_rule_before_launch():
+    from types import SimpleNamespace
+
+    big = SimpleNamespace(world=9, nbytes=1 << 20)
+    with pytest.raises(ValueError, match="04_oneshot_signal runs at most 8 ranks"):
+        co.check_call(big, "04_oneshot_signal", np.float32, 16)
+    small = SimpleNamespace(world=2, nbytes=64 << 20)
+    with pytest.raises(ValueError, match="takes at most 2097152 bytes"):
+        co.check_call(small, "04_oneshot_signal", np.float32, (2 << 20) // 4 + 1)
+    co.check_call(small, "05_twoshot_allreduce", np.float32, (2 << 20) // 4 + 1)
+    with pytest.raises(ValueError, match="at most 1024 bytes"):
+        co.check_call(SimpleNamespace(world=2, nbytes=1024), "05_twoshot_allreduce", np.float32, 257)
+    with pytest.raises(ValueError, match="02_ring_allreduce takes its epoch from the host.*CUDA graph"):
+        co.check_call(small, "02_ring_allreduce", np.float32, 16, graph=True)
+    co.check_call(small, "04_oneshot_signal", np.float32, 16, graph=True)
+    with pytest.raises(ValueError, match="runs at most 8 ranks, got 9 arrays"):
+        co.allreduce([np.ones(4, np.float32)] * 9, variant="05_twoshot_allreduce")
 
 
 # --- the launcher, on the CPU, with a stand-in rank program ----------------------------------------------
@@ -405,7 +497,7 @@ SIZES = [1, 7, 1001, 4099, (1 << 17) + 3]  # one element, odd, not a multiple of
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", LAB_ALLREDUCE)
+@pytest.mark.parametrize("variant", LAB_ALLREDUCE + SIGNAL_ALLREDUCE)
 @pytest.mark.parametrize("world", [2, 3, 4, 8])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16", "i32"])
 def test_allreduce_is_exact_on_virtual_ranks(variant, world, dtype):
@@ -418,7 +510,7 @@ def test_allreduce_is_exact_on_virtual_ranks(variant, world, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", LAB_ALLREDUCE)
+@pytest.mark.parametrize("variant", LAB_ALLREDUCE + SIGNAL_ALLREDUCE)
 def test_one_hundred_back_to_back_calls_on_one_communicator(variant):
     rng = np.random.default_rng(5)
     world, n = 3, 4099
@@ -434,6 +526,38 @@ def test_one_hundred_back_to_back_calls_on_one_communicator(variant):
             c.enqueue(variant, np.float32, n)
         c.check()
         assert_exact(c.download(n, np.float32), co.reference_allreduce(arrays))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["04_oneshot_signal", "05_twoshot_allreduce"])
+def test_a_cuda_graph_of_signal_rungs_replays_exact_sums(variant):
+    """The epoch lives on the device: a graph of 50 captured calls, replayed, gives the sum every time
+    (a host epoch, replayed unchanged, would wait for flags that already hold it and race)."""
+    rng = np.random.default_rng(21)
+    world, n = 3, 4099
+    with co.Communicator(world, n * 4, virtual=True) as c:
+        for graph in (True, False, True):  # eager calls in between: the counters stay in step
+            arrays = rank_inputs(rng, world, n, np.float32)
+            c.upload(arrays)
+            c.poison()
+            assert c.time(variant, np.float32, n, iters=50, graph=graph) > 0
+            assert_exact(c.download(n, np.float32), co.reference_allreduce(arrays))
+        with pytest.raises(ValueError, match="CUDA graph"):
+            c.time("02_ring_allreduce", np.float32, n, graph=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["04_oneshot_signal", "05_twoshot_allreduce"])
+def test_a_signal_rung_names_the_rank_whose_flag_never_came(variant, monkeypatch):
+    lib = use_fault_library(monkeypatch, "collectives")
+    arrays = [np.ones(1000, np.float32)] * 3
+    with co.Communicator(3, 4000, virtual=True, timeout_ms=200) as c:
+        with pytest.raises(CudaError, match="rank 0's flag never came") as ei, stalled_rank(lib, 0):
+            c.run(variant, arrays)
+        assert ei.value.code == co.TIMEOUT
+        fail = c.last_failure()
+        assert fail["peer"] == 0 and fail["rank"] in (1, 2) and fail["phase"] == "signal"
+        assert_exact(c.run(variant, arrays), co.reference_allreduce(arrays))  # epochs still in step
 
 
 BUSY_ELEMENTS, BUSY_CALLS = 16 << 20, 48  # tens of milliseconds of all-reduces queued on the default stream
@@ -584,7 +708,7 @@ def test_compute_sanitizer_is_clean_on_virtual_rank_launches(tmp_path):
 
 @pytest.mark.gpu
 @needs_gpus(2)
-@pytest.mark.parametrize("variant", LAB_ALLREDUCE)
+@pytest.mark.parametrize("variant", LAB_ALLREDUCE + SIGNAL_ALLREDUCE)
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16", "i32"])
 def test_allreduce_one_rank_per_gpu(variant, dtype):
     world = min(N_GPUS, 8)
@@ -646,8 +770,123 @@ def test_invoke_run_collectives_two_processes():
 
 
 @pytest.mark.gpu
+@needs_gpus(2)
+@pytest.mark.parametrize("variant", ["04_oneshot_signal", "05_twoshot_allreduce", "auto_allreduce"])
+def test_graph_captured_signal_rungs_one_rank_per_gpu(variant):
+    world, n = min(N_GPUS, 8), 100_003
+    rng = np.random.default_rng(23)
+    with co.Communicator(world, n * 4, virtual=False) as c:
+        arrays = rank_inputs(rng, world, n, np.float32)
+        c.upload(arrays)
+        c.poison()
+        us = c.time(variant, np.float32, n, iters=100, graph=True) * 1e3
+        assert_exact(c.download(n, np.float32), co.reference_allreduce(arrays))
+        assert 0 < us < 1000
+
+
+# --- several GPUs, one process per GPU: the executable and Python under each launcher's environment -----
+
+def _processes(args, world, style="lab", faults=False, extra_env=None, deadline=120.0):
+    if faults:
+        build_twin("collectives", "exe")
+    return launch.run_program("collectives", world, args, deadline_s=deadline, style=style, faults=faults,
+                              extra_env=extra_env)
+
+
+@pytest.mark.gpu
+@needs_gpus(2)
+@needs_nccl()
+@pytest.mark.parametrize("style", ["lab", "mpirun", "torchrun"])
+@pytest.mark.parametrize("variant", ["04_oneshot_signal", "05_twoshot_allreduce", "auto_allreduce",
+                                     "02_ring_allreduce", "03_oneshot_allreduce", "nccl_allreduce"])
+def test_the_lab_kernels_run_one_process_per_gpu_under_each_launcher(style, variant):
+    world = min(N_GPUS, 8)
+    res = _processes(["--variant", variant, "--n", "10007", "--iters", "20", "--dtype", "bf16"], world, style)
+    df = co.parse_output(res.stdout)
+    assert sorted(df["rank"]) == list(range(world)) and (df["ranks"] == "processes").all()
+    assert (df["check"] == "pass").all() and (df["mismatches"] == 0).all()
+    if variant in ("04_oneshot_signal", "05_twoshot_allreduce", "auto_allreduce", "nccl_allreduce"):
+        assert (df["graph_ms"] > 0).all()
+
+
+@pytest.mark.gpu
+@needs_gpus(2)
+@needs_nccl()
+def test_the_peer_copy_runs_between_two_processes():
+    res = _processes(["--variant", "01_p2p_copy", "--n", "4099"], 2)
+    df = co.parse_output(res.stdout)
+    assert len(df) == 2 and (df["check"] == "pass").all()
+
+
+PY_RANK = """
+import sys, numpy as np
+sys.path.insert(0, {root!r})
+from harness.programs import collectives as co
+env = co.rank_environment()
+world, n = env.world, 7001
+rng = np.random.default_rng(5)
+arrays = [rng.integers(-8, 9, n).astype(np.float32) for _ in range(world)]
+want = co.reference_allreduce(arrays)
+with co.Communicator.from_environment(n * 4) as c:
+    for variant in {variants!r}:
+        out = c.run_rank(variant, arrays[env.rank])
+        assert out.tobytes() == want.tobytes(), variant
+    c.upload([arrays[env.rank]])
+    c.poison()
+    c.time("04_oneshot_signal", np.float32, n, iters=30, graph=True)
+    assert c.download(n, np.float32)[0].tobytes() == want.tobytes()
+print("python rank", env.rank, "ok", c.ranks)
+"""
+
+
+@pytest.mark.gpu
+@needs_gpus(2)
+@needs_nccl()
+@pytest.mark.parametrize("style", ["lab", "torchrun"])
+def test_python_one_process_per_gpu(style):
+    world = min(N_GPUS, 8)
+    code = PY_RANK.format(root=str(ROOT), variants=[*SIGNAL_ALLREDUCE, *LAB_ALLREDUCE, "nccl_allreduce"])
+    res = launch.launch([sys.executable, "-c", code], world, 180.0, style=style)
+    assert [r.stdout.strip() for r in res.ranks] == [f"python rank {r} ok processes" for r in range(world)]
+
+
+@pytest.mark.gpu
+@needs_gpus(2)
+@needs_nccl()
+@pytest.mark.parametrize("fault, names", [
+    ("exit:1", "rank 1 exited with status 3"),
+    ("noopen:1", "rank\\(s\\) 1 never opened their peers' IPC handles"),
+    ("foreign:1", "refused rank 1's IPC handles: its record belongs to another run"),
+    ("freed:1", "refused rank 1's IPC handles: its handles name buffers it no longer holds"),
+    ("hang:1", "rank 1's flag never came"),
+])
+def test_a_faulty_rank_ends_every_rank_within_the_deadline_naming_it(fault, names):
+    t0 = time.monotonic()
+    with pytest.raises(launch.RankFailure) as ei:
+        _processes(["--variant", "04_oneshot_signal", "--n", "4099", "--timeout-ms", "3000"], 2, faults=True,
+                   extra_env={"CUDALAB_FAULT_IPC": fault}, deadline=60.0)
+    took = time.monotonic() - t0
+    text = str(ei.value) + ei.value.stderr_tail
+    assert re.search(names, text), text
+    assert took < 30, took  # the ranks' own 3 s deadlines, not the launcher's minute
+    # nothing left: no process of the fault build's executable runs on (or only as a zombie)
+    exe = str(build.bin_path("collectives", True))
+    assert not [p for p in _running(exe) if not _gone(p)]
+
+
+def _running(exe: str) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with contextlib.suppress(OSError):
+                if (d / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace") == exe:
+                    pids.append(int(d.name))
+    return pids
+
+
+@pytest.mark.gpu
 @needs_gpus(4)
-@pytest.mark.parametrize("variant", LAB_ALLREDUCE)
+@pytest.mark.parametrize("variant", LAB_ALLREDUCE + SIGNAL_ALLREDUCE)
 def test_allreduce_on_four_gpus(variant):
     rng = np.random.default_rng(12)
     arrays = rank_inputs(rng, 4, 4099, np.float32)

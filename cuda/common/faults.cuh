@@ -11,3 +11,18 @@
 #else
 #define CUDALAB_FAULT(x) 0
 #endif
+
+// CUDALAB_FAULT_SLEEP(ns): in the fault build, the calling thread sleeps about `ns` nanoseconds
+// (__nanosleep, sm_70 and later) when ns > 0: a kernel slowed on purpose, which the bench's regression
+// gate (`invoke bench --compare`) must call SLOWER. In the product it is nothing, and `ns` is not even
+// evaluated, so it may name a variable that only the fault build declares.
+#ifdef CUDALAB_FAULTS
+#define CUDALAB_FAULT_SLEEP(ns)                   \
+    do {                                          \
+        if ((ns) > 0) __nanosleep((unsigned)(ns)); \
+    } while (0)
+#else
+#define CUDALAB_FAULT_SLEEP(ns) \
+    do {                        \
+    } while (0)
+#endif

@@ -18,6 +18,14 @@ const int kNumVariants = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
 
 // Kernels sit outside the anonymous namespace so profilers show their plain names.
 
+#ifdef CUDALAB_FAULTS
+// The fault build's slowed square (square_set_fault_sleep_ns): while it is above 0, every thread of
+// 03_vectorized sleeps that long before its work, so the bench's regression gate has one slower kernel
+// to catch beside two unchanged ones. The product has no such variable: CUDALAB_FAULT_SLEEP drops its
+// argument there.
+__device__ unsigned g_fault_sleep_ns = 0;
+#endif
+
 // EXERCISE square: copy
 // Multiply as unsigned so that overflow wraps modulo 2^32 (signed overflow is undefined in C++);
 // the bit pattern is what numpy's int32 multiplication gives.
@@ -69,6 +77,7 @@ __device__ inline float4 square4(float4 v) { return make_float4(v.x * v.x, v.y *
 // threads of the grid.
 __global__ void square_03_vectorized(const float *__restrict__ x, float *__restrict__ out, long long n,
                                      int head) {
+    CUDALAB_FAULT_SLEEP(g_fault_sleep_ns);
     const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long stride = (long long)gridDim.x * blockDim.x;
     const long long nvec = (n - head) / 4;
@@ -145,6 +154,11 @@ extern "C" cudalab_status square_int32_dev(int *d_a, long long n, int threads, v
 // The fault build's only (not in square.h, so not part of the Python API): build/faults/bin/square's
 // --skip-every leaves elements unsquared, and --oob runs the guard one element past the end of the
 // array, a planted out-of-bounds access for compute-sanitizer to find.
+extern "C" int square_set_fault_sleep_ns(unsigned ns) {
+    CUDA_TRY(cudaMemcpyToSymbol(g_fault_sleep_ns, &ns, sizeof(ns)));
+    return 0;
+}
+
 extern "C" int square_int32_test_dev(int *d_a, long long n, int threads, int skip_every, int oob, void *stream) {
     return launch_int32(d_a, oob ? n + 1 : n, threads, skip_every, (cudaStream_t)stream);
 }

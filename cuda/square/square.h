@@ -44,6 +44,13 @@ cudalab_status square_f32_dev(const char *variant, const float *d_x, float *d_ou
 cudalab_status square_matrix(const float *x, float *out, int height, int width);
 cudalab_status square_matrix_dev(const float *d_x, float *d_out, int height, int width, void *stream);
 
+#ifdef CUDALAB_FAULTS
+/* The fault build only (`make FAULTS=1 build/faults/lib/libsquare.so`, for the tests): while ns > 0 every
+   thread of 03_vectorized sleeps about ns nanoseconds first, a slowed square for the bench's regression
+   gate to catch. 0 restores normal operation. The product library has no such entry point. */
+cudalab_status square_set_fault_sleep_ns(unsigned ns);
+#endif
+
 #ifdef __cplusplus
 }
 #endif

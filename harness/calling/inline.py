@@ -70,6 +70,10 @@ What `load` does
   an interrupt stops it and everything it started at once and removes them.
 * **Errors.** A failed compile raises BuildError (InlineBuildError) whose diagnostics name
   `<inline>` (or the name given) with line numbers of the user's string, each offending line quoted.
+* **Load-time code.** Before this process loads the library, a child process loads it with a deadline
+  (PROBE_TIMEOUT_S): a constructor or a global object that crashes, aborts, exits or never returns
+  raises InlineLoadError, one line naming the signal, the status or the deadline, and the caller (a
+  notebook's kernel) lives on. Once a library has loaded here, a later load of it is not probed again.
 * **printf.** Device printf writes to the process's standard output (file descriptor 1), like a
   C program's, when the device synchronises. `with capture_stdout() as out: ...` captures it at
   the descriptor level (it synchronises the device and flushes C stdio before reading) into
@@ -117,7 +121,7 @@ from harness.compile.jit import (  # noqa: F401  (the compiler half, re-exported
 __all__ = [
     "load", "compile_program", "InlineModule", "Program", "DeviceArray", "to_device", "empty",
     "capture_stdout", "synchronize", "cdiv", "cache_dir", "default_arch", "extract_cdef",
-    "UnsupportedSignature", "InlineBuildError", "InlineCacheError", "InlineSourceError", "PRELUDE",
+    "UnsupportedSignature", "InlineBuildError", "InlineCacheError", "InlineSourceError", "InlineLoadError", "PRELUDE",
 ]
 
 def cdiv(n: int, b: int) -> int:
@@ -349,8 +353,61 @@ def load(source: str, *, name: str | None = None, arch=None, flags=(), header=No
     if verbose:
         for w in compiled.warnings:
             print(f"harness.calling.inline: {w}", file=sys.stderr)
+    _probe_load(compiled.path, label)
     _check_symbols(compiled.path, extracted, label, header is not None)
     return InlineModule(label, compiled, extracted, source)
+
+
+# How long a library's load-time code (constructors, global objects: a CUDA context, say) may take.
+PROBE_TIMEOUT_S = 60.0
+_PROBED: set[Path] = set()
+# Loads the library in a child and then prints a token the library's code never sees (it is taken out of
+# the environment before the load): a constructor that prints or exits cannot pass for a whole load.
+_PROBE = ("import ctypes, os, sys\n"
+          "token = os.environ.pop('CUDALAB_PROBE_TOKEN')\n"
+          "try:\n"
+          "    ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW)\n"
+          "except OSError:\n"
+          "    sys.exit(3)\n"
+          "sys.stdout.write(token)\n")
+
+
+class InlineLoadError(CudalabError):
+    """The library's own load-time code failed in a test process (crashed, exited, hung); the notebook's
+    process never loaded it. IPython shows the sentence only."""
+
+    def _render_traceback_(self):
+        return [f"InlineLoadError: {self.args[0]}"]
+
+
+def _probe_load(path: Path, label: str) -> None:
+    """Load the library in a child process with a deadline before this process loads it: code that runs
+    at load time (a constructor, a global object's) runs there first, so a crash, an exit or a hang
+    ends in one line here instead of taking the caller (a notebook's kernel) down. A library that does
+    not link (status 3) is left to _check_symbols, which names the symbol."""
+    import secrets
+
+    from harness.base import procs
+
+    path = Path(path).resolve()
+    if path in _PROBED:  # already loaded in this process (a cache entry never changes in place)
+        return
+    token = secrets.token_hex(16)
+    fin = procs.run_bounded([sys.executable, "-I", "-S", "-c", _PROBE, str(path)], timeout=PROBE_TIMEOUT_S,
+                            env={**os.environ, "CUDALAB_PROBE_TOKEN": token}, limit=1 << 16)
+    if fin.returncode == 3 or (fin.returncode == 0 and fin.stdout.endswith(token)):
+        _PROBED.add(path)
+        return
+    if fin.timed_out:
+        what = f"did not finish loading within {PROBE_TIMEOUT_S:g} s (load-time code that never returns)"
+    elif fin.returncode == 0:
+        what = "exited with status 0 while loading, before the load was done (exit() in load-time code)"
+    else:
+        what = f"{procs.describe_status(fin.returncode)} while loading"
+    last = fin.stderr.strip().splitlines()[-1:] if fin.stderr.strip() else []
+    raise InlineLoadError(f"inline.load({label!r}): a test process that loaded the library {what}, so this process "
+                          f"did not load it: look at its constructors and global objects"
+                          + (f" (its last line: {last[0].strip()})" if last else ""))
 
 
 class InlineSourceError(CudalabError, ValueError):

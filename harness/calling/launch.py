@@ -4,17 +4,29 @@ No MPI: each rank is a plain child process whose environment names it, the way t
 (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), which is also what build/bin/collectives reads
 besides mpirun's OMPI_COMM_WORLD_* and srun's SLURM_*. NCCL's unique id goes through a file in a fresh
 folder (CUDALAB_ID_FILE): rank 0 writes it under a temporary name and renames it, the others wait for it.
+`style` sets the variables another launcher would, so that a program is tested in that shape without
+it: "mpirun" (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE, the id file) or "torchrun" (RANK,
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT, no id file).
 
 Each rank runs in its own process group (a new session), so that stopping it also stops anything it
 started. The run ends when every rank has exited 0, or at the first rank that fails -- exits non-zero
 or is killed by a signal -- or at the deadline: then every rank still running is stopped, each by its
 own process group (SIGTERM, then SIGKILL after a grace period), and RankFailure names the rank and why.
 Every rank's output goes to a file (a pipe that nobody reads could block a rank) and is handed back.
+
+A rank count the machine cannot hold (the launcher's open-file limit, the user's process limit, or more
+ranks than one host sensibly runs) is refused before anything starts, naming the count and the limit.
+Each rank is started through harness/base/procs.py's `start`, so a rank's group also dies with the
+launcher when the launcher is killed outright, and a hang-up stops the ranks as Ctrl-C does. On every
+path out, the rank files are closed and the temporary folder is removed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -22,12 +34,23 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.base import procs as _procs
 from harness.base.errors import ProgramError
 from harness.base.procs import sigterm_as_interrupt
 
 POLL_S = 0.02
 GRACE_S = 2.0  # between SIGTERM and SIGKILL
 TAIL_LINES = 20
+# More ranks than any one host has GPUs for (each rank drives the GPU LOCAL_RANK), and all of them started
+# on this host: a count beyond this is a typo, not a run.
+MAX_RANKS = 256
+FILES_PER_RANK = 2  # the launcher holds each rank's stdout and stderr file open while it runs
+PROCS_PER_RANK = 2  # the rank and its group's supervisor
+FD_RESERVE = 16  # what starting a process takes besides (its status and error pipes)
+
+
+class RanksRefused(ValueError):
+    """The machine cannot hold this many ranks, or one could not be started; nothing is left running."""
 
 
 class RankFailure(ProgramError):
@@ -62,10 +85,50 @@ class LaunchResult:
         return "".join(r.stdout for r in self.ranks)
 
 
-def rank_env(rank: int, world: int, id_file: Path, base: dict | None = None, extra: dict | None = None) -> dict:
-    env = dict(os.environ if base is None else base)
-    env.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world),
-                "CUDALAB_ID_FILE": str(id_file)})
+STYLES = ("lab", "mpirun", "torchrun")
+# Every launcher's rank variables: a rank's environment holds only its own launcher's (an inherited
+# RANK would otherwise win over OMPI_COMM_WORLD_RANK in the program's reading order).
+RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                  "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                  "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "CUDALAB_ID_FILE")
+
+
+def free_port_pair() -> int:
+    """A loopback port p with p + 1 also free at the time of asking: torchrun's MASTER_PORT, where the
+    program puts NCCL's bootstrap root on MASTER_PORT + 1."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            p = a.getsockname()[1]
+            if p >= 65535:
+                continue
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", p + 1))
+                except OSError:
+                    continue
+            return p
+    raise OSError("no two neighbouring free loopback ports")
+
+
+def rank_env(rank: int, world: int, id_file: Path, base: dict | None = None, extra: dict | None = None,
+             style: str = "lab", master_port: int | None = None) -> dict:
+    if style not in STYLES:
+        raise ValueError(f"style must be one of {', '.join(STYLES)}, got {style!r}")
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in RANK_VARIABLES}
+    if style == "mpirun":
+        env.update({"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(world),
+                    "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "OMPI_COMM_WORLD_LOCAL_SIZE": str(world),
+                    "CUDALAB_ID_FILE": str(id_file)})
+    else:
+        env.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+                    "LOCAL_WORLD_SIZE": str(world)})
+        if style == "torchrun":
+            env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port or 29500)})
+        else:
+            env["CUDALAB_ID_FILE"] = str(id_file)
     env.update(extra or {})
     # Never NVLink multicast, whatever the caller's environment says (on shared multi-GPU hosts a
     # program that uses it can take the GPUs out of service).
@@ -73,14 +136,52 @@ def rank_env(rank: int, world: int, id_file: Path, base: dict | None = None, ext
     return env
 
 
-def _describe(code: int) -> str:
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"was killed by {name}"
-    return f"exited with status {code}"
+_describe = _procs.describe_status
+
+
+def _open_files() -> int:
+    for d in ("/proc/self/fd", "/dev/fd"):
+        with contextlib.suppress(OSError):
+            return len(os.listdir(d))
+    return 0
+
+
+def _user_tasks() -> int:
+    """Processes and threads of this user now: what RLIMIT_NPROC counts."""
+    uid, n = os.getuid(), 0
+    with contextlib.suppress(OSError):
+        for e in os.listdir("/proc"):
+            if not e.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                if os.stat(f"/proc/{e}").st_uid != uid:
+                    continue
+                with open(f"/proc/{e}/status") as f:
+                    n += next((int(line.split()[1]) for line in f if line.startswith("Threads:")), 1)
+    return n
+
+
+def check_capacity(ranks: int) -> None:
+    """Refuse, in one line naming the rank count and the limit, a world this machine cannot hold:
+    before any file is written or any process started."""
+    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
+        raise ValueError(f"--ranks must be a positive integer, got {ranks!r}")
+    if ranks > MAX_RANKS:
+        raise RanksRefused(f"--ranks {ranks}: more than the {MAX_RANKS} ranks one host runs (one process per "
+                           f"rank, each driving one GPU); use at most {MAX_RANKS}")
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    need = _open_files() + FILES_PER_RANK * ranks + FD_RESERVE
+    if soft != resource.RLIM_INFINITY and need > soft:
+        most = max(0, (soft - _open_files() - FD_RESERVE) // FILES_PER_RANK)
+        raise RanksRefused(f"--ranks {ranks}: needs about {need} open files ({FILES_PER_RANK} per rank for its "
+                           f"output), more than this process's limit of {soft} (ulimit -n); raise the limit or use "
+                           f"at most {most} ranks")
+    soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    if soft != resource.RLIM_INFINITY and os.geteuid() != 0:
+        have = _user_tasks()
+        if have + PROCS_PER_RANK * ranks > soft:
+            raise RanksRefused(f"--ranks {ranks}: needs {PROCS_PER_RANK * ranks} more processes, and this user runs "
+                               f"{have} of its limit of {soft} (ulimit -u); raise the limit or use fewer ranks")
 
 
 def _stop(procs: dict[int, subprocess.Popen]) -> list[int]:
@@ -109,29 +210,38 @@ def _stop(procs: dict[int, subprocess.Popen]) -> list[int]:
 
 
 def launch(argv: list[str], ranks: int, deadline_s: float = 600.0, extra_env: dict | None = None,
-           folder: Path | None = None) -> LaunchResult:
+           folder: Path | None = None, style: str = "lab") -> LaunchResult:
     """Run `argv` as `ranks` processes; return when all exit 0, else raise RankFailure (see above)."""
-    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
-        raise ValueError(f"--ranks must be a positive integer, got {ranks!r}")
+    check_capacity(ranks)
     if not deadline_s > 0:
         raise ValueError(f"the deadline must be positive, got {deadline_s!r}")
+    if style not in STYLES:
+        raise ValueError(f"style must be one of {', '.join(STYLES)}, got {style!r}")
     argv = [str(a) for a in argv]
-    with tempfile.TemporaryDirectory(prefix="cudalab-ranks-", dir=folder) as tmp:
-        d = Path(tmp)
-        id_file = d / "nccl.id"
-        procs: dict[int, subprocess.Popen] = {}
-        files = {}
-        t0 = time.monotonic()
-        failure = None
+    port = free_port_pair() if style == "torchrun" else None
+    d = Path(tempfile.mkdtemp(prefix="cudalab-ranks-", dir=folder))
+    id_file = d / "nccl.id"
+    procs: dict[int, subprocess.Popen] = {}
+    files = {}
+    t0 = time.monotonic()
+    failure = None
+    runs = []
+    try:
         try:
-            # A SIGTERM to the launcher (a timeout, a job scheduler) unwinds like Ctrl-C, through the finally
-            # below: each rank runs in a session of its own and would otherwise run on alone.
+            # A SIGTERM or SIGHUP to the launcher unwinds like Ctrl-C, through the finally below: each
+            # rank runs in a session of its own and would otherwise run on alone.
             with sigterm_as_interrupt():
                 for r in range(ranks):
-                    out, err = open(d / f"rank{r}.out", "w+b"), open(d / f"rank{r}.err", "w+b")
-                    files[r] = (out, err)
-                    procs[r] = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                                env=rank_env(r, ranks, id_file, extra=extra_env), start_new_session=True)
+                    try:
+                        files[r] = (open(d / f"rank{r}.out", "w+b"), open(d / f"rank{r}.err", "w+b"))
+                        procs[r] = _procs.start(argv, stdout=files[r][0], stderr=files[r][1], stdin=subprocess.DEVNULL,
+                                                env=rank_env(r, ranks, id_file, extra=extra_env, style=style,
+                                                             master_port=port))
+                    except OSError as e:
+                        if r == 0 and isinstance(e, (FileNotFoundError, PermissionError)):
+                            raise  # the program itself cannot run: the caller says so
+                        raise RanksRefused(f"--ranks {ranks}: could not start rank {r}: {e.strerror or e}; this "
+                                           f"machine cannot hold {ranks} ranks now") from None
                 while True:
                     codes = {r: p.poll() for r, p in procs.items()}
                     bad = [r for r, c in codes.items() if c not in (None, 0)]
@@ -148,15 +258,18 @@ def launch(argv: list[str], ranks: int, deadline_s: float = 600.0, extra_env: di
                     time.sleep(POLL_S)
         finally:
             stopped = _stop(procs)  # nothing is left behind, whatever happened above
-        runs = []
         for r in range(len(procs)):
             out, err = files[r]
             out.seek(0)
             err.seek(0)
             runs.append(RankRun(r, procs[r].returncode, out.read().decode(errors="replace"),
                                 err.read().decode(errors="replace")))
-            out.close()
-            err.close()
+    finally:
+        # Closed before the folder goes: with every descriptor in use, removing it would fail.
+        for pair in files.values():
+            for f in pair:
+                f.close()
+        shutil.rmtree(d, ignore_errors=True)
     res = LaunchResult(argv, runs, time.monotonic() - t0)
     if failure is not None:
         rank, reason, code, timed_out = failure
@@ -166,8 +279,16 @@ def launch(argv: list[str], ranks: int, deadline_s: float = 600.0, extra_env: di
     return res
 
 
-def run_program(prog: str, ranks: int, args: list[str], deadline_s: float = 600.0) -> LaunchResult:
-    """build/bin/<prog> as `ranks` processes (the executable must be built)."""
-    from harness.calling import runner
+def run_program(prog: str, ranks: int, args: list[str], deadline_s: float = 600.0, style: str = "lab",
+                faults: bool = False, extra_env: dict | None = None) -> LaunchResult:
+    """build/bin/<prog> (the fault build's twin with faults=True) as `ranks` processes, in the
+    environment `style` gives them (the executable must be built)."""
+    from harness.compile import build
 
-    return launch([str(runner.executable(prog)), *args], ranks, deadline_s)
+    check_capacity(ranks)  # before the executable is even looked for: the count is the first thing wrong
+    exe = build.bin_path(prog, faults) if faults else None
+    if exe is None:
+        from harness.calling import runner
+
+        exe = runner.executable(prog)
+    return launch([str(exe), *args], ranks, deadline_s, extra_env=extra_env, style=style)

@@ -1,17 +1,23 @@
-"""Run build/bin/<prog> with a timeout and hand back stdout, stderr and the exit status."""
+"""Run build/bin/<prog> with a timeout and hand back stdout, stderr and the exit status.
+
+The program runs through harness/base/procs.py's run_bounded: in a process group of its own that a
+timeout or an interrupt stops whole and that dies with this process, its output kept to a bounded head
+and tail."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.base import procs
 from harness.base.errors import ProgramError
 from harness.compile import build as _build
 
 DEFAULT_TIMEOUT = 120.0
 STDERR_TAIL_LINES = 20
+# A lab program's output is parsed whole: far more than any of them prints, and still a bound.
+OUTPUT_LIMIT = 64 << 20
 
 
 @dataclass
@@ -21,6 +27,7 @@ class Result:
     stdout: str
     stderr: str
     seconds: float = 0.0
+    dropped: int = 0  # bytes of output left out (the middle of a stream past OUTPUT_LIMIT)
 
     @property
     def ok(self) -> bool:
@@ -42,20 +49,16 @@ def run(prog: str, *args, timeout: float = DEFAULT_TIMEOUT, check: bool = True, 
         env: dict | None = None, faults: bool = False) -> Result:
     """Run `build/bin/<prog> args...`. With check=True a non-zero status raises ProgramError with
     the tail of stderr; a timeout always raises. `prefix` wraps the command (a profiler, say).
-    faults=True runs the fault build's twin instead (see executable)."""
-    import time
+    faults=True runs the fault build's twin instead (see executable). Output beyond OUTPUT_LIMIT per
+    stream is cut from the middle; with check=True that raises too (a parser would read a partial run)."""
 
     exe = executable(prog, faults=True) if faults else executable(prog)
     argv = list(prefix or []) + [str(exe)] + [str(a) for a in args]
-    t0 = time.perf_counter()
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                           env={**os.environ, **(env or {})}, errors="replace")
-    except subprocess.TimeoutExpired as e:
-        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        raise ProgramError(argv, -1, tail(err), out, timed_out=True) from None
-    res = Result(argv, p.returncode, p.stdout, p.stderr, time.perf_counter() - t0)
-    if check and p.returncode != 0:
-        raise ProgramError(argv, p.returncode, tail(p.stderr), p.stdout)
+    fin = procs.run_bounded(argv, timeout=timeout, env={**os.environ, **(env or {})}, limit=OUTPUT_LIMIT)
+    if fin.timed_out:
+        raise ProgramError(argv, -1, tail(fin.stderr), fin.stdout, timed_out=True)
+    res = Result(argv, fin.returncode, fin.stdout, fin.stderr, fin.seconds, fin.dropped)
+    if check and (fin.returncode != 0 or fin.dropped):
+        why = "" if fin.returncode != 0 else f"{argv[0]} {fin.what_happened()}\n"
+        raise ProgramError(argv, fin.returncode, why + tail(fin.stderr), fin.stdout)
     return res

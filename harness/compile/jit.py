@@ -206,10 +206,11 @@ def _run_nvcc(cmd: list[str], out: Path, deps: bool = False) -> tuple[int, str, 
     depfile = work / "deps.d"
     extra = ["-MD", "-MF", str(depfile)] if deps else []
     try:
-        proc = subprocess.Popen(cmd + extra + ["-o", str(tmp)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, errors="replace", env=env, start_new_session=True)
+        # A group of its own that dies with this process (procs.start), even when it is killed outright.
+        proc = procs.start(cmd + extra + ["-o", str(tmp)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, errors="replace", env=env)
         try:
-            with procs.sigterm_as_interrupt():  # a SIGTERM unwinds like Ctrl-C: the group is stopped below
+            with procs.sigterm_as_interrupt():  # a SIGTERM or SIGHUP unwinds like Ctrl-C: the group is stopped below
                 stdout, stderr = proc.communicate(timeout=600)
         except subprocess.TimeoutExpired:
             procs.stop_group(proc)

@@ -17,6 +17,10 @@ does, and the offending lines quoted. A program that exits non-zero fails the ce
 * `--arch` sets the compute capability (default: the visible GPU's, else 90, as the Makefile).
 * `--timeit N` runs the program N times and reports the process times (wall time of each whole
   process, so start-up and CUDA context creation are in it; the compile is not).
+* `--timeout S` (default 120) stops the program and everything it started: it runs in a process group
+  of its own, which also dies with the notebook's kernel. A program that exits leaving a child of its
+  own running (a fork, `system("x &")`) has that child stopped, and the cell says so. Output past
+  1 MiB per stream keeps its head and tail and says how many bytes were dropped between them.
 * `--profile nsys|ncu` runs it under a profiler through harness.profiling.profile, the orchestration's
   profile machinery, and prints its kernel table. Where that module is missing the cell says so
   and runs without a profiler.
@@ -51,6 +55,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only where IPython is absent
     raise ImportError("harness.user.notebook needs IPython: pip install -e '.[notebook]'") from e
 
+from harness.base import procs
 from harness.base.errors import BuildError, CudalabError, ProgramError
 from harness.calling import inline
 
@@ -62,9 +67,13 @@ VALUE_OPTIONS = ("--args", "--flags")
 class CellProgramError(ProgramError):
     """The cell's program failed; its output has been shown already, so IPython shows one line."""
 
+    def __init__(self, argv, returncode: int, stderr_tail: str = "", stdout: str = "", timed_out: bool = False,
+                 what: str | None = None):
+        super().__init__(argv, returncode, stderr_tail, stdout, timed_out)
+        self.what = what or ("timed out" if timed_out else procs.describe_status(returncode))
+
     def _render_traceback_(self):
-        what = "timed out" if self.timed_out else f"exited with status {self.returncode}"
-        return [f"ProgramError: the cell's program {what}"]
+        return [f"ProgramError: the cell's program {self.what}"]
 
 
 class CellNoGPUError(CellProgramError):
@@ -190,21 +199,28 @@ def _show(p: subprocess.CompletedProcess) -> None:
 
 def run_program(prog: inline.Program, argv: list[str], timeout: float,
                 env: dict | None = None) -> tuple[subprocess.CompletedProcess, float, float]:
-    """Run the compiled cell once: (completed process, wall seconds, user+sys CPU seconds)."""
+    """Run the compiled cell once: (completed process, wall seconds, user+sys CPU seconds).
+
+    The program runs through harness.base.procs.run_bounded: in a process group of its own (a
+    `system()` or a fork of the cell's stops with it, at the timeout and when the program ends), dying
+    with the notebook's kernel, its output kept to a bounded head and tail. What was stopped or dropped
+    is said on stderr. The times are the program's own, measured by its supervisor."""
     cmd = [str(prog.path), *argv]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace", env=env)
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-        _show(subprocess.CompletedProcess(cmd, -1, out, err))
-        raise CellProgramError(cmd, -1, err[-2000:], out, timed_out=True) from None
-    wall = time.perf_counter() - t0
+    fin = procs.run_bounded(cmd, timeout=timeout, env=env)
+    p = subprocess.CompletedProcess(cmd, fin.returncode, fin.stdout, fin.stderr)
+    if fin.timed_out:
+        _show(p)
+        raise CellProgramError(cmd, -1, fin.stderr[-2000:], fin.stdout, timed_out=True,
+                               what=fin.what_happened(timeout))
+    if fin.left or fin.dropped:
+        print(f"%%cuda: the cell's program {fin.what_happened()}", file=sys.stderr)
+    wall = fin.child_seconds if fin.child_seconds is not None else time.perf_counter() - t0
+    if fin.child_cpu is not None:
+        return p, wall, fin.child_cpu
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return p, wall, cpu
+    return p, wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def profile_program(tool: str, prog: inline.Program, argv: list[str], timeout: float, name: str = "cell") -> bool:

@@ -684,3 +684,54 @@ def test_launch_error_raises_and_the_next_call_works():
     yd = inline.to_device(np.ones(4, np.float32))
     mod.saxpy_launch(1.0, xd, yd, 4, grid=1, block=4)
     np.testing.assert_array_equal(yd.to_host(), np.full(4, 2.0, np.float32))
+
+
+# --- a library whose load-time code fails: refused in one line, the loading process lives on ------------
+
+LOAD_TIME = r"""#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+__attribute__((constructor)) static void at_load() {
+    fprintf(stderr, "constructor runs\n");
+    MISBEHAVE;
+}
+extern "C" long twice(long x) { return 2 * x; }
+"""
+
+LOADER = r"""
+import sys
+sys.path.insert(0, {root!r})
+from harness.calling import inline
+inline.PROBE_TIMEOUT_S = 5
+try:
+    inline.load({src!r}, name="ctor")
+except inline.InlineLoadError as e:
+    print("REFUSED", e._render_traceback_()[0])
+    sys.exit(0)
+print("LOADED")
+"""
+
+
+@pytest.mark.parametrize("misbehave, says", [
+    ("raise(SIGSEGV)", "was killed by SIGSEGV while loading"),
+    ("abort()", "was killed by SIGABRT while loading"),
+    ('printf("passed\\n"); exit(0)', "exited with status 0 while loading, before the load was done"),
+    ("for (volatile int spin = 1; spin;) {}", "did not finish loading within 5 s"),
+], ids=["segfault", "abort", "exit0", "loop"])
+def test_a_library_whose_load_time_code_fails_is_refused_in_one_line(cache, misbehave, says):
+    """inline.load (and %%cuda_lib through it) loads a user's library into the caller's process: a
+    constructor that crashes, aborts, exits or never returns used to take that process (a notebook's
+    kernel) down with it, or hang it. The load is tried in a child with a deadline first."""
+    root = str(Path(__file__).resolve().parents[2])
+    src = LOAD_TIME.replace("MISBEHAVE", misbehave)
+    p = subprocess.run([sys.executable, "-c", LOADER.format(root=root, src=src)], capture_output=True, text=True,
+                       timeout=240, env={**os.environ, "CUDALAB_CACHE": str(cache)})
+    assert p.returncode == 0, f"the loading process died: status {p.returncode}\n{p.stderr[-2000:]}"
+    lines = p.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("REFUSED InlineLoadError: inline.load('ctor'): "), p.stdout
+    assert says in lines[0] and "(its last line: constructor runs)" in lines[0]
+
+
+def test_a_library_with_a_quiet_constructor_loads(cache):
+    mod = inline.load(LOAD_TIME.replace("MISBEHAVE", "(void)0"), name="ctor")
+    assert mod.twice(21) == 42

@@ -41,3 +41,25 @@ def test_missing_binary_says_to_build(monkeypatch, tmp_path):
 def test_cpu_hello_runs_anywhere():
     r = runner.run("hello", "cpu")
     assert r.ok and 'msg="Hello World from the CPU!"' in r.stdout
+
+
+def test_a_timeout_stops_what_the_program_started(monkeypatch, tmp_path):
+    from pathlib import Path
+
+    monkeypatch.setattr(runner, "executable", lambda prog: "/bin/sh")
+    pidfile = tmp_path / "child.pid"
+    with pytest.raises(ProgramError) as ei:
+        runner.run("sh", "-c", f"sleep 45 & echo $! > {pidfile}; sleep 45", timeout=1)
+    assert ei.value.timed_out
+    pid = int(pidfile.read_text())
+    stat = Path(f"/proc/{pid}/stat")
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"), "its child runs on"
+
+
+def test_output_past_the_limit_is_cut_and_said(monkeypatch):
+    monkeypatch.setattr(runner, "executable", lambda prog: "/bin/sh")
+    monkeypatch.setattr(runner, "OUTPUT_LIMIT", 1000)
+    r = runner.run("sh", "-c", "yes | head -c 100000", check=False)
+    assert r.ok and r.dropped == 99000 and len(r.stdout) < 1200
+    with pytest.raises(ProgramError, match="99000 bytes of its output were dropped"):
+        runner.run("sh", "-c", "yes | head -c 100000")

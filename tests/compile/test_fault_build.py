@@ -111,6 +111,8 @@ def test_the_fault_twin_of_square_builds_beside_the_product(square_both):
     assert symbol in _symbols(twin_exe, dynamic=False) and symbol in _symbols(twin_lib, dynamic=True)
     assert symbol not in _symbols(build.bin_path("square"), dynamic=False)
     assert symbol not in _symbols(build.lib_path("square"), dynamic=True)
+    _, slowed = fault_build.SLOWED["square"]  # the regression gate's slowed 03_vectorized: the twin's alone
+    assert slowed in _symbols(twin_lib, dynamic=True) and slowed not in _symbols(build.lib_path("square"), dynamic=True)
 
 
 @pytest.mark.parametrize("option", [["--oob"], ["--skip-every", "7"]])
@@ -175,7 +177,8 @@ def test_the_product_attention_calls_the_fault_variants_unknown():
 
 def test_the_harness_names_no_fault():
     """The product's Python side never names a fault: the names and switches live in tests/fault_build.py."""
-    names = fault_build.ATTENTION_FAULTS + tuple(s for _, s in fault_build.FAULT_SYMBOLS.values()) + (
+    names = fault_build.ATTENTION_FAULTS + tuple(s for _, s in fault_build.FAULT_SYMBOLS.values()) + tuple(
+        s for _, s in fault_build.SLOWED.values()) + (
         "--oob", "--skip-every", "stall_rank", "dropped_k_tiles")
     found = [(str(p.relative_to(ROOT)), n) for p in sorted((ROOT / "harness").rglob("*.py"))
              for n in names if n in p.read_text()]
@@ -230,7 +233,8 @@ GUARDED = [
     ("cuda/shared/attention/flash_bf16.cuh", r"flags & FB_FLAG_"),
     ("cuda/collectives/collectives.cu", r"a\.stall_rank\)|collectives_set_fault_stall_rank|g_fault_stall_rank"),
     ("cuda/collectives/collectives.h", r"collectives_set_fault_stall_rank"),
-    ("cuda/square/square.cu", r"square_int32_test_dev|skip_every - 1"),
+    ("cuda/square/square.cu", r"square_int32_test_dev|skip_every - 1|square_set_fault_sleep_ns|unsigned g_fault_sleep_ns"),
+    ("cuda/square/square.h", r"square_set_fault_sleep_ns"),
     ("cuda/square/main.cu", r'square_int32_test_dev|"--oob"|"--skip-every"|skip_every\s*='),
 ]
 

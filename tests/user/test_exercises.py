@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from conftest import pythonpath, sigint_as_from_a_terminal
+from harness.calling.cdecl import extract_cdef
 from harness.user import exercises as hx
-from harness.user.exercises import catalog, markers
+from harness.user.exercises import catalog, child, markers
 from harness.user.exercises import check as hcheck
 
 ROOT = hx.ROOT
@@ -104,8 +105,8 @@ def test_cuda_texts_compile_alone_with_the_labs_flags(name, tmp_path):
     for which in ("solution", "learner"):
         text = hx.solution_text(ex, "cuda") if which == "solution" else hx.learner_text(ex, "cuda")
         path = _write(tmp_path, name, "cuda", text)
-        mod = hcheck.compile_learner(ex, tmp_path, path, text)
-        assert "exercise_run" in mod.functions
+        compiled = hcheck.compile_learner(ex, tmp_path, path, text)  # compiled here, loaded by the worker only
+        assert compiled.path.exists() and "exercise_run" in [f.name for f in extract_cdef(text).functions]
 
 
 def test_a_cuda_compile_error_names_the_learners_file_and_line_and_quotes_it(tmp_path):
@@ -375,8 +376,9 @@ def test_list_shows_every_exercise_in_order_with_status(tmp_path):
     rows = hx.listing(tmp_path)
     assert [r["exercise"] for r in rows][:9] == ["square", "grid_stride", "grayscale", "grayscale_2d", "matmul",
                                                 "matmul_tiled", "mandelbrot", "mandelbrot_zoom", "flash_softmax"]
-    assert rows[0]["status"].startswith("python: started") and "cuda: not started" in rows[0]["status"]
-    assert rows[1]["status"] == "python: not started; cuda: not started"
+    assert (rows[0]["python"], rows[0]["cuda"]) == ("started", "not started")
+    assert (rows[1]["python"], rows[1]["cuda"]) == ("not started", "not started")
+    assert next(r for r in rows if r["exercise"] == "mandelbrot_zoom")["cuda"] == "-"
 
 
 def test_a_damaged_progress_file_is_rewritten_not_fatal(tmp_path):
@@ -431,12 +433,19 @@ MATMUL_TILED_WRONG = {"results": [
     "pattern": "only sizes that are not a multiple of the tile fail: look at the bounds check"}
 
 
+def _ran(output: str, status: int) -> child.Outcome:
+    """A sanitizer run's outcome: its output and exit status."""
+    out = child.Bounded()
+    out.feed(output.encode())
+    return child.Outcome(status, out)
+
+
 def test_a_wrong_output_is_blamed_on_the_sanitizers_finding_with_the_line_before_the_values(tmp_path):
     path, k = _learner_file(tmp_path, "matmul_tiled")
     clean = (FIX / "sanitizer_2025.3.1_h200_memcheck_square_clean.txt").read_text()
     v = hcheck.Verdict("matmul_tiled", "cuda", path)
-    hcheck._cuda_verdict(hx.exercise("matmul_tiled"), path, v, MATMUL_TILED_WRONG, "", 0,
-                         {"memcheck": (None, clean, 0), "racecheck": (None, _racecheck_text(k), 86)})
+    hcheck._cuda_verdict(hx.exercise("matmul_tiled"), path, v, MATMUL_TILED_WRONG,
+                         {"memcheck": _ran(clean, 0), "racecheck": _ran(_racecheck_text(k), 86)})
     quote = path.read_text().splitlines()[k - 1].strip()
     assert v.first_fix.startswith("compute-sanitizer racecheck: 6721 error(s)"), v.first_fix
     assert f"at {path}:{k}: `{quote}`" in v.first_fix and "__syncthreads()" in v.first_fix
@@ -449,14 +458,14 @@ def test_with_both_sanitizers_clean_the_values_give_the_cause(tmp_path):
     path, _ = _learner_file(tmp_path, "matmul_tiled")
     clean = (FIX / "sanitizer_2025.3.1_h200_memcheck_square_clean.txt").read_text()
     v = hcheck.Verdict("matmul_tiled", "cuda", path)
-    hcheck._cuda_verdict(hx.exercise("matmul_tiled"), path, v, MATMUL_TILED_WRONG, "", 0,
-                         {"memcheck": (None, clean, 0), "racecheck": (None, clean, 0)})
+    hcheck._cuda_verdict(hx.exercise("matmul_tiled"), path, v, MATMUL_TILED_WRONG,
+                         {"memcheck": _ran(clean, 0), "racecheck": _ran(clean, 0)})
     assert v.first_fix.startswith("only sizes that are not a multiple of the tile fail") and "(first: 1023x517" in v.first_fix
     assert [ok for ok, t in v.lines if "compute-sanitizer" in t] == [True, True]
     # a sanitizer run that gave no verdict is said, and fails a check that nothing else fails
     v = hcheck.Verdict("matmul_tiled", "cuda", path)
-    hcheck._cuda_verdict(hx.exercise("matmul_tiled"), path, v, {"results": MATMUL_TILED_WRONG["results"][:1]}, "", 0,
-                         {"memcheck": (None, "boom\n", 1), "racecheck": (None, clean, 0)})
+    hcheck._cuda_verdict(hx.exercise("matmul_tiled"), path, v, {"results": MATMUL_TILED_WRONG["results"][:1]},
+                         {"memcheck": _ran("boom\n", 1), "racecheck": _ran(clean, 0)})
     assert not v.passed and v.first_fix.startswith("compute-sanitizer memcheck: the small case under it failed")
 
 
@@ -504,8 +513,8 @@ def test_a_worker_past_its_deadline_is_stopped_with_what_it_started(tmp_path):
     while not pidfile.exists() or not pidfile.read_text().strip():
         assert time.monotonic() - t0 < 30
         time.sleep(0.05)
-    assert hcheck._finish_worker(p, time.monotonic() + 0.5) == (None, "", None)
-    assert time.monotonic() - t0 < 30 and p.returncode is not None
+    assert p.finish(time.monotonic() + 0.5).timed_out
+    assert time.monotonic() - t0 < 30 and p.proc.returncode is not None
     stat = Path(f"/proc/{int(pidfile.read_text())}/stat")
 
     def alive():

@@ -410,3 +410,86 @@ def test_a_host_only_program_runs_without_a_gpu(ip, capsys, no_gpu):
     ip.run_cell_magic("cuda", '--args "x" --timeit 2', HOST_ONLY)
     out = capsys.readouterr().out
     assert "argc=2 [x]" in out and "timeit: 2 runs" in out
+
+
+# A cell's program that starts others or prints without end (host-only: runs without a GPU).
+UNRULY = r"""#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "system")) {  /* a shell and its sleep, both still running at the timeout */
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "echo $$ > %s; sleep 45", argv[2]);
+        return system(cmd);
+    }
+    if (!strcmp(mode, "fork")) {  /* exits 0 with a child still running */
+        pid_t child = fork();
+        if (child == 0) { sleep(45); return 0; }
+        FILE *f = fopen(argv[2], "w");
+        fprintf(f, "%d", (int)child);
+        fclose(f);
+        printf("parent done\n");
+        return 0;
+    }
+    for (long i = 0; i < 4000000; ++i) printf("line %ld of a loop\n", i);  /* about 90 MB */
+    return 0;
+}
+"""
+
+
+def _gone(pid: int, within: float = 3.0) -> bool:
+    import time
+
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                return True
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_timed_out_cell_stops_the_programs_it_started(ip, capsys, tmp_path):
+    """`system("sleep 45")` under --timeout 4: the shell and its sleep are stopped with the program, and
+    the cell ends at the timeout rather than when the sleep does."""
+    import time
+
+    from harness.user.notebook import CellProgramError
+
+    pidfile = tmp_path / "shell.pid"
+    t0 = time.monotonic()
+    with pytest.raises(CellProgramError) as ei:
+        ip.run_cell_magic("cuda", f'--timeout 4 --name unruly --args "system {pidfile}"', UNRULY)
+    assert time.monotonic() - t0 < 4 + 10  # the compile (cached after the first test) and the 4 s
+    assert _gone(int(pidfile.read_text())), "the cell's shell runs on"
+    assert ei.value.timed_out
+    assert ei.value._render_traceback_() == [
+        "ProgramError: the cell's program timed out after 4 s; its process group was stopped"]
+
+
+def test_a_cell_that_leaves_a_child_running_says_so_and_stops_it(ip, capsys, tmp_path):
+    import time
+
+    pidfile = tmp_path / "child.pid"
+    t0 = time.monotonic()
+    ip.run_cell_magic("cuda", f'--timeout 30 --name unruly --args "fork {pidfile}"', UNRULY)
+    assert time.monotonic() - t0 < 20, "the cell waited for the child the program left"
+    shown = capsys.readouterr()
+    assert "parent done" in shown.out and "timed out" not in shown.err
+    assert "exited with status 0, and left 1 process(es) running" in shown.err
+    assert _gone(int(pidfile.read_text())), "the program's child runs on"
+
+
+def test_a_cell_that_prints_without_end_keeps_a_bounded_head_and_tail(ip, capsys):
+    from harness.base import procs
+
+    ip.run_cell_magic("cuda", '--timeout 120 --name unruly --args "loop"', UNRULY)
+    shown = capsys.readouterr()
+    assert len(shown.out) < procs.OUTPUT_LIMIT + 1000
+    assert shown.out.startswith("line 0 of a loop\n") and shown.out.endswith("line 3999999 of a loop\n")
+    assert "bytes of output dropped here" in shown.out
+    assert "bytes of its output were dropped" in shown.err

@@ -14,6 +14,14 @@
 //   04_flash_3xtf32  float32 on the tensor cores with 3xTF32 error compensation (flash_3xtf32.cuh).
 //   05_flash_wgmma  sm_90a: FlashAttention-3's design, bf16: TMA, wgmma, warp specialisation,
 //             ping-pong and intra-warpgroup pipelining (flash_wgmma.cuh).
+// The backward rungs (flash_bwd.cuh) follow in the same table. Each names a training pair: its
+// forward is the rung it differentiates, which also saves the log-sum-exp the backward needs.
+//   06_flash_bwd       FP32: forward 02_flash; backward the recurrence on the CUDA cores, dK and dV
+//             in one pass over the query tiles, dQ in a second pass over the key tiles.
+//   07_flash_bwd_bf16  bf16: forward 03_flash_bf16; backward FlashAttention-2's on mma.sync, dK and
+//             dV in registers, dQ by FP32 atomics.
+// Both forwards (02, 03 and its tuning choices) take an optional `lse` output (B×H×S float32,
+// ln Σ_j exp(scale·q·k_j)); NULL saves nothing. The other forwards refuse one.
 // The fault build alone (-DCUDALAB_FAULTS, cuda/common/faults.cuh; only the tests build it) knows three
 // more variants, wrong answers that the checkers must reject: "flash_skip_last_tile" runs 02_flash
 // without its last key tile; "flash_bf16_skip_last_tile" and "flash_bf16_no_causal_mask" sabotage
@@ -33,6 +41,7 @@
 #include "flash_bf16.cuh"
 #include "flash_3xtf32.cuh"
 #include "flash_wgmma.cuh"
+#include "flash_bwd.cuh"
 
 // The matmul variant and tile width the naive attention uses for its two products.
 #define ATTN_NAIVE_MATMUL "02_tiled"
@@ -44,6 +53,8 @@ enum attn_variant_id_t {
     ATTN_03_FLASH_BF16 = 3,
     ATTN_04_FLASH_3XTF32 = 4,
     ATTN_05_FLASH_WGMMA = 5,
+    ATTN_06_FLASH_BWD = 6,
+    ATTN_07_FLASH_BWD_BF16 = 7,
     ATTN_FLASH_WGMMA_FIRST = 60,  // tuning: 05_flash_wgmma's choices, ATTN_WGMMA_CONFIGS below
     ATTN_FLASH_WGMMA_LAST = 79,
     ATTN_FLASH_BF16_W8S2 = 80,  // tuning: 03_flash_bf16 with (warps, stages) fixed, any D
@@ -55,7 +66,9 @@ enum attn_variant_id_t {
     ATTN_FLASH_BF16_W4M2S2 = 86,     // ... with 32 query rows a warp (two m16 tiles), FlashAttention-2's split
     ATTN_FLASH_BF16_W4M2K32S2 = 87,  // ... and 32-key tiles (room in the registers for 32 rows of O at D=128)
     ATTN_FLASH_BF16_W4M2K32S3 = 88,
-    ATTN_FLASH_BF16_NO_CAUSAL_MASK = 97,  // the fault build's (attn_variant_id names them only there)
+    ATTN_FLASH_BWD_BF16_NO_DI = 95,       // the fault build's (attn_variant_id names them only there)
+    ATTN_FLASH_BWD_NO_DI = 96,
+    ATTN_FLASH_BF16_NO_CAUSAL_MASK = 97,
     ATTN_FLASH_BF16_SKIP_LAST_TILE = 98,
     ATTN_FLASH_SKIP_LAST_TILE = 99
 };
@@ -84,10 +97,14 @@ static inline int attn_variant_id(const char *variant) {
     if (strcmp(variant, "02_flash") == 0) return ATTN_02_FLASH;
     if (strcmp(variant, "03_flash_bf16") == 0) return ATTN_03_FLASH_BF16;
     if (strcmp(variant, "04_flash_3xtf32") == 0) return ATTN_04_FLASH_3XTF32;
+    if (strcmp(variant, "06_flash_bwd") == 0) return ATTN_06_FLASH_BWD;
+    if (strcmp(variant, "07_flash_bwd_bf16") == 0) return ATTN_07_FLASH_BWD_BF16;
 #ifdef CUDALAB_FAULTS
     if (strcmp(variant, "flash_skip_last_tile") == 0) return ATTN_FLASH_SKIP_LAST_TILE;
     if (strcmp(variant, "flash_bf16_skip_last_tile") == 0) return ATTN_FLASH_BF16_SKIP_LAST_TILE;
     if (strcmp(variant, "flash_bf16_no_causal_mask") == 0) return ATTN_FLASH_BF16_NO_CAUSAL_MASK;
+    if (strcmp(variant, "flash_bwd_no_di") == 0) return ATTN_FLASH_BWD_NO_DI;
+    if (strcmp(variant, "flash_bwd_bf16_no_di") == 0) return ATTN_FLASH_BWD_BF16_NO_DI;
 #endif
     if (strcmp(variant, "flash_bf16_w8s2") == 0) return ATTN_FLASH_BF16_W8S2;
     if (strcmp(variant, "flash_bf16_w8s3") == 0) return ATTN_FLASH_BF16_W8S3;
@@ -106,10 +123,30 @@ static inline bool attn_is_wgmma(int id) {
     return id == ATTN_05_FLASH_WGMMA || (id >= ATTN_FLASH_WGMMA_FIRST && id <= ATTN_FLASH_WGMMA_LAST);
 }
 
+// The backward rungs (and the fault build's sabotaged ones): attention_backward* take them.
+static inline bool attn_is_backward(int id) {
+    return id == ATTN_06_FLASH_BWD || id == ATTN_07_FLASH_BWD_BF16 || id == ATTN_FLASH_BWD_NO_DI ||
+           id == ATTN_FLASH_BWD_BF16_NO_DI;
+}
+
 // Variants whose Q, K, V and O are bf16 (the others are float32).
 static inline bool attn_is_bf16(int id) {
     return id == ATTN_03_FLASH_BF16 || attn_is_wgmma(id) || id == ATTN_FLASH_BF16_SKIP_LAST_TILE || id == ATTN_FLASH_BF16_NO_CAUSAL_MASK ||
-           (id >= ATTN_FLASH_BF16_W8S2 && id <= ATTN_FLASH_BF16_W4M2K32S3);
+           (id >= ATTN_FLASH_BF16_W8S2 && id <= ATTN_FLASH_BF16_W4M2K32S3) || id == ATTN_07_FLASH_BWD_BF16 ||
+           id == ATTN_FLASH_BWD_BF16_NO_DI;
+}
+
+// The forward a backward rung pairs with (it saves the log-sum-exp): 02_flash or 03_flash_bf16; any
+// other variant is its own forward.
+static inline int attn_forward_id(int id) {
+    if (!attn_is_backward(id)) return id;
+    return attn_is_bf16(id) ? ATTN_03_FLASH_BF16 : ATTN_02_FLASH;
+}
+
+// The forwards that can save the log-sum-exp: 02_flash, 03_flash_bf16 and its tuning choices.
+static inline bool attn_saves_lse(int id) {
+    const int f = attn_forward_id(id);
+    return f == ATTN_02_FLASH || f == ATTN_03_FLASH_BF16 || (f >= ATTN_FLASH_BF16_W8S2 && f <= ATTN_FLASH_BF16_W4M2K32S3);
 }
 
 // Why a variant cannot run on this GPU with this build, or nullptr (cuda/common/arch.cuh): the
@@ -221,7 +258,8 @@ __device__ __forceinline__ void flash_load_rows(float *dst, int ld, const float 
 template <int D>
 __global__ void __launch_bounds__(FA_NT)
     attn_flash_fwd(const float *__restrict__ Q, const float *__restrict__ K, const float *__restrict__ V,
-                   float *__restrict__ O, int S, float scale_log2e, int causal, int skip_last) {
+                   float *__restrict__ O, int S, float scale_log2e, int causal, int skip_last,
+                   float *__restrict__ lse = nullptr) {
     using L = FlashLayout<D>;
     constexpr int OC = L::OC;
     extern __shared__ float4 attn_smem4[];
@@ -392,10 +430,13 @@ __global__ void __launch_bounds__(FA_NT)
     }
 
     // O / l, rows past S dropped. A row with l = 0 only happens when tiles were skipped on purpose.
+    // With `lse`, the backward's saved statistic: ln Σ_j exp(scale·q·k_j). m and l are in base 2
+    // (the scores carry log2 e), so it is (m + log2 l) / log2 e.
 #pragma unroll
     for (int r = 0; r < FA_TM; ++r) {
         const int i = q0 + r0 + r;
         if (i >= S) continue;
+        if (lse != nullptr && lg == 0) lse[(size_t)blockIdx.y * S + i] = (m[r] + log2f(l[r])) / CUDALAB_LOG2E;
         const float inv = 1.0f / l[r];
         float *orow = O + (size_t)i * D;
         if constexpr (OC >= 4) {
@@ -423,37 +464,52 @@ static inline long long attn_workspace_bytes(int id, int B, int H, int S, int D)
     return 0;
 }
 
+// Workspace bytes the backward of a backward rung needs, or -1 (invalid arguments, not a backward
+// rung): Di (B·H·S floats, rounded up to 4 so what follows stays 16-byte aligned), and for the bf16
+// rung the FP32 accumulator of dQ (B·H·S·D floats).
+static inline long long attn_backward_workspace_bytes(int id, int B, int H, int S, int D) {
+    if (!attn_is_backward(id) || B <= 0 || H <= 0 || S <= 0 || D <= 0) return -1;
+    const long long rows = (long long)B * H * S, di = (rows + 3) / 4 * 4;
+    return (di + (attn_is_bf16(id) ? rows * D : 0)) * (long long)sizeof(float);
+}
+
 static inline cudaError_t attn_check_args(int id, int B, int H, int S, int D) {
     if (id == 0) return cudaErrorInvalidValue;
     if (B <= 0 || H <= 0 || S <= 0 || D <= 0) return cudaErrorInvalidValue;
     if ((long long)B * H > CUDALAB_MAX_GRID_YZ) return cudaErrorInvalidValue;  // grid y (flash) / z (matmul)
     if (S > ATTN_MAX_S) return cudaErrorInvalidValue;
     if (attn_is_bf16(id) || id == ATTN_04_FLASH_3XTF32) return (D == 64 || D == 128) ? cudaSuccess : cudaErrorInvalidValue;
+    // 06_flash_bwd: D as 02_flash, its forward.
     if (id != ATTN_01_NAIVE && D != 32 && D != 64 && D != 128) return cudaErrorInvalidValue;
     return cudaSuccess;
 }
 
 template <int D>
 static inline cudaError_t attn_flash_launch(int BH, int S, const float *q, const float *k, const float *v, float *o,
-                                            float scale, int causal, int skip_last, cudaStream_t stream) {
+                                            float scale, int causal, int skip_last, cudaStream_t stream,
+                                            float *lse = nullptr) {
     const size_t smem = FlashLayout<D>::BYTES;
     const cudaError_t e = cudalab_allow_dynamic_smem(attn_flash_fwd<D>, smem);
     if (e != cudaSuccess) return e;
     const dim3 grid((unsigned)cdiv(S, FA_BR), (unsigned)BH);
-    attn_flash_fwd<D><<<grid, FA_NT, smem, stream>>>(q, k, v, o, S, scale * CUDALAB_LOG2E, causal, skip_last);
+    attn_flash_fwd<D><<<grid, FA_NT, smem, stream>>>(q, k, v, o, S, scale * CUDALAB_LOG2E, causal, skip_last, lse);
     return cudaGetLastError();
 }
 
 // Enqueue O = attention(Q, K, V) on `stream`. Device pointers, 16-byte aligned for flash.
 // `workspace` must hold attn_workspace_bytes() bytes for 01_naive (may be NULL otherwise).
+// `lse` (B·H·S floats, may be NULL): the log-sum-exp the backward needs, from 02_flash (and the
+// backward rungs' forward); any other variant refuses a non-NULL one.
 static inline cudaError_t attention_launch(const char *variant, int B, int H, int S, int D, int causal, float scale,
                                            const float *q, const float *k, const float *v, float *o,
-                                           float *workspace, cudaStream_t stream) {
-    const int id = attn_variant_id(variant);
-    cudaError_t err = attn_check_args(id, B, H, S, D);
+                                           float *workspace, cudaStream_t stream, float *lse = nullptr) {
+    const int given = attn_variant_id(variant);
+    cudaError_t err = attn_check_args(given, B, H, S, D);
     if (err != cudaSuccess) return err;
-    if (attn_is_bf16(id)) return cudaErrorInvalidValue;  // float32 buffers: see attention_launch_bf16
+    if (attn_is_bf16(given)) return cudaErrorInvalidValue;  // float32 buffers: see attention_launch_bf16
     if (q == nullptr || k == nullptr || v == nullptr || o == nullptr) return cudaErrorInvalidValue;
+    if (lse != nullptr && !attn_saves_lse(given)) return cudaErrorInvalidValue;
+    const int id = attn_forward_id(given);
     const int BH = B * H;
     const long long sd = (long long)S * D, ss = (long long)S * S;
     if (id == ATTN_01_NAIVE) {
@@ -480,23 +536,27 @@ static inline cudaError_t attention_launch(const char *variant, int B, int H, in
     }
     const int skip = id == ATTN_FLASH_SKIP_LAST_TILE ? 1 : 0;
     switch (D) {
-        case 32: return attn_flash_launch<32>(BH, S, q, k, v, o, scale, causal, skip, stream);
-        case 64: return attn_flash_launch<64>(BH, S, q, k, v, o, scale, causal, skip, stream);
-        default: return attn_flash_launch<128>(BH, S, q, k, v, o, scale, causal, skip, stream);
+        case 32: return attn_flash_launch<32>(BH, S, q, k, v, o, scale, causal, skip, stream, lse);
+        case 64: return attn_flash_launch<64>(BH, S, q, k, v, o, scale, causal, skip, stream, lse);
+        default: return attn_flash_launch<128>(BH, S, q, k, v, o, scale, causal, skip, stream, lse);
     }
 }
 
 // Enqueue the bf16 attention on `stream`. Device pointers, 16-byte aligned. The scale must be
 // positive: the kernel keeps its running max in raw score units and multiplies by the scale after
 // (a negative scale would flip the max), and masked scores are -inf (times 0 is NaN).
+// `lse` as attention_launch's: 03_flash_bf16, its tuning choices and 07_flash_bwd_bf16 save it.
 static inline cudaError_t attention_launch_bf16(const char *variant, int B, int H, int S, int D, int causal,
                                                 float scale, const cudalab_bf16 *q, const cudalab_bf16 *k,
-                                                const cudalab_bf16 *v, cudalab_bf16 *o, cudaStream_t stream) {
-    const int id = attn_variant_id(variant);
-    cudaError_t err = attn_check_args(id, B, H, S, D);
+                                                const cudalab_bf16 *v, cudalab_bf16 *o, cudaStream_t stream,
+                                                float *lse = nullptr) {
+    const int given = attn_variant_id(variant);
+    cudaError_t err = attn_check_args(given, B, H, S, D);
     if (err != cudaSuccess) return err;
-    if (!attn_is_bf16(id) || !(scale > 0.0f) || isinf(scale)) return cudaErrorInvalidValue;
+    if (!attn_is_bf16(given) || !(scale > 0.0f) || isinf(scale)) return cudaErrorInvalidValue;
     if (q == nullptr || k == nullptr || v == nullptr || o == nullptr) return cudaErrorInvalidValue;
+    if (lse != nullptr && !attn_saves_lse(given)) return cudaErrorInvalidValue;
+    const int id = attn_forward_id(given);
     if ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v) |
          reinterpret_cast<uintptr_t>(o)) % 16 != 0)
         return cudaErrorMisalignedAddress;
@@ -516,8 +576,8 @@ static inline cudaError_t attention_launch_bf16(const char *variant, int B, int 
     }
 #define ATTN_BF16_TUNED(ID, NW, ST, MT, BC)                                                                        \
     if (id == ID)                                                                                                  \
-        return D == 64 ? attn_flash_bf16_launch<64, NW, ST, MT, BC>(BH, S, q, k, v, o, scale, causal, flags, stream) \
-                       : attn_flash_bf16_launch<128, NW, ST, MT, BC>(BH, S, q, k, v, o, scale, causal, flags, stream);
+        return D == 64 ? attn_flash_bf16_launch<64, NW, ST, MT, BC>(BH, S, q, k, v, o, scale, causal, flags, stream, lse) \
+                       : attn_flash_bf16_launch<128, NW, ST, MT, BC>(BH, S, q, k, v, o, scale, causal, flags, stream, lse);
     ATTN_BF16_TUNED(ATTN_FLASH_BF16_W8S2, 8, 2, 1, 64)
     ATTN_BF16_TUNED(ATTN_FLASH_BF16_W8S3, 8, 3, 1, 64)
     ATTN_BF16_TUNED(ATTN_FLASH_BF16_W4S2, 4, 2, 1, 64)
@@ -528,6 +588,62 @@ static inline cudaError_t attention_launch_bf16(const char *variant, int B, int 
     ATTN_BF16_TUNED(ATTN_FLASH_BF16_W4M2K32S2, 4, 2, 2, 32)
     ATTN_BF16_TUNED(ATTN_FLASH_BF16_W4M2K32S3, 4, 3, 2, 32)
 #undef ATTN_BF16_TUNED
-    if (D == 64) return attn_flash_bf16_launch<64>(BH, S, q, k, v, o, scale, causal, flags, stream);
-    return attn_flash_bf16_launch<128>(BH, S, q, k, v, o, scale, causal, flags, stream);
+    if (D == 64) return attn_flash_bf16_launch<64>(BH, S, q, k, v, o, scale, causal, flags, stream, lse);
+    return attn_flash_bf16_launch<128>(BH, S, q, k, v, o, scale, causal, flags, stream, lse);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The backward: dQ, dK, dV from Q, K, V, the forward's O and LSE, and dO (flash_bwd.cuh).
+// Device pointers, 16-byte aligned; `workspace` holds attn_backward_workspace_bytes(). The same
+// rules as the forward (sizes, scale > 0 for the bf16 rung), and a variant that is no backward rung
+// is refused, all before any launch.
+// ---------------------------------------------------------------------------------------------
+static inline cudaError_t attn_backward_check(int id, int B, int H, int S, int D, float scale, const void *q,
+                                              const void *k, const void *v, const void *o, const void *dout,
+                                              const float *lse, const void *dq, const void *dk, const void *dv,
+                                              const float *workspace) {
+    cudaError_t err = attn_check_args(id, B, H, S, D);
+    if (err != cudaSuccess) return err;
+    if (!attn_is_backward(id) || !(scale > 0.0f) || isinf(scale)) return cudaErrorInvalidValue;
+    const void *ptrs[] = {q, k, v, o, dout, lse, dq, dk, dv, workspace};
+    uintptr_t bits = 0;
+    for (const void *p : ptrs) {
+        if (p == nullptr) return cudaErrorInvalidValue;
+        bits |= reinterpret_cast<uintptr_t>(p);
+    }
+    return bits % 16 != 0 ? cudaErrorMisalignedAddress : cudaSuccess;
+}
+
+static inline cudaError_t attention_backward_launch(const char *variant, int B, int H, int S, int D, int causal,
+                                                    float scale, const float *q, const float *k, const float *v,
+                                                    const float *o, const float *dout, const float *lse, float *dq,
+                                                    float *dk, float *dv, float *workspace, cudaStream_t stream) {
+    const int id = attn_variant_id(variant);
+    cudaError_t err = attn_backward_check(id, B, H, S, D, scale, q, k, v, o, dout, lse, dq, dk, dv, workspace);
+    if (err != cudaSuccess) return err;
+    if (attn_is_bf16(id)) return cudaErrorInvalidValue;  // bf16 buffers: attention_backward_launch_bf16
+    const int flags = id == ATTN_FLASH_BWD_NO_DI ? FBW_FLAG_NO_DI : 0;
+    const int BH = B * H;
+    switch (D) {
+        case 32: return attn_flash_bwd_launch<32>(BH, S, q, k, v, o, dout, lse, dq, dk, dv, workspace, scale, causal, flags, stream);
+        case 64: return attn_flash_bwd_launch<64>(BH, S, q, k, v, o, dout, lse, dq, dk, dv, workspace, scale, causal, flags, stream);
+        default: return attn_flash_bwd_launch<128>(BH, S, q, k, v, o, dout, lse, dq, dk, dv, workspace, scale, causal, flags, stream);
+    }
+}
+
+static inline cudaError_t attention_backward_launch_bf16(const char *variant, int B, int H, int S, int D, int causal,
+                                                         float scale, const cudalab_bf16 *q, const cudalab_bf16 *k,
+                                                         const cudalab_bf16 *v, const cudalab_bf16 *o,
+                                                         const cudalab_bf16 *dout, const float *lse, cudalab_bf16 *dq,
+                                                         cudalab_bf16 *dk, cudalab_bf16 *dv, float *workspace,
+                                                         cudaStream_t stream) {
+    const int id = attn_variant_id(variant);
+    cudaError_t err = attn_backward_check(id, B, H, S, D, scale, q, k, v, o, dout, lse, dq, dk, dv, workspace);
+    if (err != cudaSuccess) return err;
+    if (!attn_is_bf16(id)) return cudaErrorInvalidValue;
+    const int flags = id == ATTN_FLASH_BWD_BF16_NO_DI ? FBW_FLAG_NO_DI : 0;
+    const int BH = B * H;
+    if (D == 64)
+        return attn_flash_bwd_bf16_launch<64>(BH, S, q, k, v, o, dout, lse, dq, dk, dv, workspace, scale, causal, flags, stream);
+    return attn_flash_bwd_bf16_launch<128>(BH, S, q, k, v, o, dout, lse, dq, dk, dv, workspace, scale, causal, flags, stream);
 }

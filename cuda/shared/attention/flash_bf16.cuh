@@ -195,7 +195,7 @@ template <int D, int NW, int STAGES, int MT, int BC>
 __global__ void __launch_bounds__(NW * 32, FlashBf16Cfg<D, NW, STAGES, MT, BC>::MIN_BLOCKS)
     attn_flash_bf16_fwd(const cudalab_bf16 *__restrict__ Q, const cudalab_bf16 *__restrict__ K,
                         const cudalab_bf16 *__restrict__ V, cudalab_bf16 *__restrict__ O, int S, float scale_log2e,
-                        int causal, int flags) {
+                        int causal, int flags, float *__restrict__ lse) {
 #if CUDALAB_SM80_CODE  // mma.sync bf16, ldmatrix, cp.async; the host refuses sm_75 (cudalab_arch::needs_sm)
     using C = FlashBf16Cfg<D, NW, STAGES, MT, BC>;
     constexpr int KD = D / 16;  // k16 steps over D (Q·Kᵀ) and n8-tile pairs over D (P·V)
@@ -347,6 +347,18 @@ __global__ void __launch_bounds__(NW * 32, FlashBf16Cfg<D, NW, STAGES, MT, BC>::
     tc::cp_async_wait<0>();
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) flash_store_o<D>(O, o[mt], l[mt], qw + 16 * mt, S);  // O / l, rounded to bf16
+    // With `lse`, the backward's saved statistic ln Σ_j exp(scale·q·k_j) = m·scale + ln l (m in raw
+    // score units, l the sum of 2^((x - m)·scale·log2 e)): one lane of each row's four writes it.
+    if (lse != nullptr && lane % 4 == 0) {
+        const float scale = scale_log2e / CUDALAB_LOG2E;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = qw + 16 * mt + lane / 4 + 8 * h;
+                if (row < S) lse[(size_t)blockIdx.y * S + row] = m[mt][h] * scale + log2f(l[mt][h]) / CUDALAB_LOG2E;
+            }
+    }
 #endif
 }
 
@@ -354,13 +366,13 @@ template <int D, int NW = FlashBf16Default<D>::NW, int STAGES = FlashBf16Default
           int MT = FlashBf16Default<D>::MT, int BC = FB_BC>
 static inline cudaError_t attn_flash_bf16_launch(int BH, int S, const cudalab_bf16 *q, const cudalab_bf16 *k,
                                                  const cudalab_bf16 *v, cudalab_bf16 *o, float scale, int causal,
-                                                 int flags, cudaStream_t stream) {
+                                                 int flags, cudaStream_t stream, float *lse = nullptr) {
     using C = FlashBf16Cfg<D, NW, STAGES, MT, BC>;
     const auto kernel = attn_flash_bf16_fwd<D, NW, STAGES, MT, BC>;
     if (cudalab_arch::needs_sm(80, (const void *)kernel) != nullptr) return cudaErrorNotSupported;
     const cudaError_t e = cudalab_allow_dynamic_smem(kernel, C::SMEM);
     if (e != cudaSuccess) return e;
     const dim3 grid((unsigned)cdiv(S, C::BR), (unsigned)BH);
-    kernel<<<grid, C::NT, C::SMEM, stream>>>(q, k, v, o, S, scale * CUDALAB_LOG2E, causal, flags);
+    kernel<<<grid, C::NT, C::SMEM, stream>>>(q, k, v, o, S, scale * CUDALAB_LOG2E, causal, flags, lse);
     return cudaGetLastError();
 }

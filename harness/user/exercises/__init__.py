@@ -29,6 +29,7 @@ from harness.user.exercises.catalog import BY_NAME, EXERCISES, Exercise
 TRACKS = ("python", "cuda")
 DEFAULT_DIR = "exercises"
 PROGRESS = ".progress.json"
+MAX_SOURCE_BYTES = 1 << 20  # a learner's file: the lab's largest exercise is under 10 kB
 _TAG = re.compile(r"cudalab exercise (?P<name>[A-Za-z0-9_]+) \((?P<track>python|cuda) track\)")
 
 
@@ -145,6 +146,10 @@ def read_learner(d: Path, ex: Exercise, track: str) -> tuple[Path, str]:
                             + (f" (with --dir {d})" if str(d) != DEFAULT_DIR else ""))
     if path.is_dir():
         raise ExerciseError(f"{path} is a folder: move it away, then `invoke exercise start {ex.name}{flag}`")
+    size = path.stat().st_size
+    if size > MAX_SOURCE_BYTES:
+        raise ExerciseError(f"{path} is {size:,} bytes, over the check's limit of {MAX_SOURCE_BYTES:,}: an exercise's "
+                            f"file is a few kilobytes; keep your solution and cut what was pasted in")
     text = path.read_text(errors="replace")
     if not text.strip():
         raise ExerciseError(f"{path} is empty: write your solution there, or delete it and run "
@@ -173,14 +178,19 @@ def load_progress(d: Path) -> dict:
 
 
 def update_progress(d: Path, name: str, **changes) -> dict:
+    """track_status=(track, status, ratio): the status is the last check's (a pass, then a failing
+    check, reads failed; "passed_once" keeps that it passed), "started" changes only a track never
+    checked; ratio keeps the best."""
     data = load_progress(d)
     entry = data.setdefault(name, {})
     for key, value in changes.items():
         if key == "track_status":
             track, status, ratio = value
             t = entry.setdefault(track, {})
-            if status == "passed" or t.get("status") != "passed":
+            if status != "started" or t.get("status") in (None, "started"):
                 t["status"] = status
+            if status == "passed":
+                t["passed_once"] = True
             if ratio is not None and (t.get("best_ratio") is None or ratio > t["best_ratio"]):
                 t["best_ratio"] = round(float(ratio), 3)
         else:
@@ -192,19 +202,23 @@ def update_progress(d: Path, name: str, **changes) -> dict:
 
 # --- the actions (check is in harness/user/exercises/check.py) ----------------------------------------
 
+def _status(prog: dict, d: Path, ex: Exercise, track: str) -> str:
+    if track not in ex.tracks:
+        return "-"
+    s = prog.get(ex.name, {}).get(track, {})
+    st = s.get("status") or ("started" if learner_path(d, ex, track).exists() else "not started")
+    if st != "passed" and s.get("passed_once"):
+        st += " (passed before)"
+    if s.get("best_ratio") is not None:
+        st += f", best {s['best_ratio']:.2f}x"
+    return st
+
+
 def listing(d: Path) -> list[dict]:
+    """A row per exercise: its name and each track's status (the last check's; `best` is the speed
+    against the lab's solution). Narrow enough for 80 columns: where each comes from is in the README."""
     prog = load_progress(d) if d.is_dir() else {}
-    rows = []
-    for ex in EXERCISES:
-        status = []
-        for t in ex.tracks:
-            s = prog.get(ex.name, {}).get(t, {})
-            st = s.get("status") or ("started" if learner_path(d, ex, t).exists() else "not started")
-            if s.get("best_ratio") is not None:
-                st += f" (best {s['best_ratio']:.2f}x the lab's)"
-            status.append(f"{t}: {st}")
-        rows.append({"exercise": ex.name, "tracks": ", ".join(ex.tracks), "from": ex.origin, "status": "; ".join(status)})
-    return rows
+    return [{"exercise": ex.name, **{t: _status(prog, d, ex, t) for t in TRACKS}} for ex in EXERCISES]
 
 
 def start(name: str, track: str | None = None, dir_=None) -> tuple[Path, bool]:

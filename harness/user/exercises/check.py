@@ -1,46 +1,56 @@
 """`invoke exercise check`: run a learner's file through the checks and say what to fix.
 
-Python track: the learner's module is imported and its kernel run on harness.base.sim in a child process
-(harness/user/exercises/worker.py) with a deadline. CUDA track: the file alone is compiled by the lab's
-inline compiler (harness/compile/jit.py: the Makefile's nvcc flags, errors as file:line with the line quoted)
-into a cache folder of the exercises' own, then run in a child with a deadline while two more children
-run a small case under compute-sanitizer memcheck and racecheck (harness/profiling/sanitize.py). A wrong
-output is blamed on what a sanitizer found, with the learner's line, before any guess from the values. A
-kernel that passes is timed against the lab's solution and the program's ceiling by the timing engine
-(harness/measuring/timing.py, NVBench).
+The learner's code runs only in a child process (harness/user/exercises/worker.py, started through
+child.py): its own process group, a deadline, a bounded capture of its output. This process never
+imports the learner's Python file nor loads their compiled library: the CUDA track's file is compiled
+here by the lab's inline compiler (harness/compile/jit.py: the Makefile's nvcc flags, errors as
+file:line with the line quoted) into a cache folder of the exercises' own, and loaded by the worker
+only. The worker sends raw outputs over a pipe of its own; judge() below computes each case's
+reference and decides, so nothing the learner's code prints or does in its process can pass a case.
+On the CUDA track two more children run a small case under compute-sanitizer memcheck and racecheck
+(harness/profiling/sanitize.py), and a wrong output is blamed on what a sanitizer found, with the
+learner's line, before any guess from the values. A kernel that passes is timed against the lab's
+solution and the program's ceiling by the timing engine (harness/measuring/timing.py, NVBench, in a
+child of its own).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from harness.base.errors import ToolMissing
-from harness.base.procs import sigterm_as_interrupt, stop_group
+from harness.base.procs import sigterm_as_interrupt
 from harness.compile.build import ROOT
 from harness.user.exercises import (
     ExerciseError,
+    catalog,
+    child,
     exercise,
     folder,
     read_learner,
     solution_text,
     track_of,
     update_progress,
+    worker,
 )
 from harness.user.exercises.catalog import Exercise, speed
-from harness.user.exercises.worker import TAG
 
 PYTHON_DEADLINE_S = 30.0
 CUDA_DEADLINE_S = 60.0
+LOAD_DEADLINE_S = 30.0  # without a GPU, for loading the library alone
 SANITIZER_DEADLINE_S = 120.0
+SANITIZER_OUTPUT_BYTES = 64 << 10  # head and tail each: the first error's location, and the summary
 
 
 @dataclass
@@ -71,7 +81,22 @@ class Verdict:
         if self.compiled_only:
             return (f"compiled; running it needs a GPU, and none is here: try the Python track "
                     f"(invoke exercise start {self.name}), or check this file on a machine with a GPU")
-        return f"fix: {self.first_fix.splitlines()[0]}"
+        return f"fix: {self.first_fix}"
+
+    def report(self) -> list[str]:
+        """The lines to print: a mark and the text of each line, then the final line. The thing to fix
+        is said once, at the end: its own line above is left out."""
+        out, skipped = [], False
+        for ok, text in self.lines:
+            if ok is False and not skipped and text == self.first_fix:
+                skipped = True
+                continue
+            mark = "ok  " if ok else ("FAIL" if ok is False else "    ")
+            first, *rest = str(text).splitlines() or [""]
+            out.append(f"{mark} {first}")
+            out.extend(f"     {line}" for line in rest)
+        first, *rest = self.final_line().splitlines()
+        return out + [first] + [f"     {line}" for line in rest]
 
 
 @contextlib.contextmanager
@@ -94,39 +119,136 @@ def _child_env() -> dict:
     return env
 
 
-def _start_worker(job: dict, prefix: list[str] | None = None) -> subprocess.Popen:
+def _start_worker(job: dict, prefix: list[str] | None = None, channel: bool = True,
+                  head: int = child.HEAD_BYTES, tail: int = child.TAIL_BYTES) -> child.Child:
+    """The worker on `job`, in a process group of its own; `channel`: with the pipe its results come
+    back on (a run under compute-sanitizer has none: its verdict is the sanitizer's report)."""
     cmd = (prefix or []) + [sys.executable, "-m", "harness.user.exercises.worker", json.dumps(job)]
-    # Its own process group: a run stopped at its deadline takes along what it started (under
-    # compute-sanitizer, the worker is the sanitizer's child).
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
-                            env=_child_env(), cwd=str(ROOT), start_new_session=True)
+    return child.Child(cmd, env=_child_env(), cwd=str(ROOT), channel=channel, head=head, tail=tail)
 
 
-def _finish_worker(p: subprocess.Popen, until: float) -> tuple[dict | None, str, int | None]:
-    """(the worker's JSON or None, its output, its status; None when it ran past `until`, a
-    time.monotonic() instant, and was stopped)."""
-
-    try:
-        out, err = p.communicate(timeout=max(0.0, until - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        stop_group(p)
-        return None, "", None
-    for line in reversed(out.splitlines()):
-        if line.startswith(TAG):
-            return json.loads(line[len(TAG):]), out + err, p.returncode
-    return None, out + err, p.returncode
-
-
-def _run_worker(job: dict, deadline: float, prefix: list[str] | None = None) -> tuple[dict | None, str, int | None]:
-    """(the worker's JSON or None, its output, its status; None when it ran past the deadline)."""
-
+def _run_worker(job: dict, deadline: float, prefix: list[str] | None = None) -> child.Outcome:
+    """Start the worker and collect what it leaves; its group is stopped at the deadline, on an
+    interrupt, and once it ends."""
     p = _start_worker(job, prefix)
     try:
-        with sigterm_as_interrupt():  # a SIGTERM (a timeout around the check) unwinds like Ctrl-C
-            return _finish_worker(p, time.monotonic() + deadline)
+        return p.finish(p.t0 + deadline)
     except BaseException:  # an interrupt: the worker goes too
-        stop_group(p)
+        p.stop()
         raise
+
+
+def _cases_job(cases: list) -> list[dict]:
+    return [dataclasses.asdict(c) for c in cases]
+
+
+# --- the verdict: the checker's side decides, from the child's raw results -------------------------
+
+def _ended(ex: Exercise, track: str, oc: child.Outcome, during: str | None) -> str:
+    """Why a child left no result (it ended early or crashed), with its output's last lines."""
+    how = child.how_it_ended(oc.status)
+    if during is None:
+        if track == "python":
+            when, why = ("while your file was being imported", "code at the top level of the file ended the "
+                         "process (sys.exit, os._exit) or crashed it: the check imports the file, then calls "
+                         f"{ex.py_entry}; keep the work inside it")
+        else:
+            when, why = ("while your library was being loaded, before any case ran", "code that runs at load time "
+                         "(an __attribute__((constructor)) function, or a global object's constructor such as a "
+                         "global thrust::device_vector) ended or crashed the process: the check loads the library, "
+                         "then calls exercise_run; keep the work inside the functions it calls")
+    elif oc.status == 0:
+        when, why = (f"during case {during}", "the kernel (or the code around it) ended the process: exit(), "
+                     "sys.exit() or os._exit() there stops the check; a kernel returns")
+    else:
+        when, why = f"during case {during}", "the kernel or the code that calls it crashed the process"
+    msg = f"the check's process {how} {when}: {why}"
+    tail = oc.output.last_lines()
+    return msg + (f"\nits output ended with:\n{tail}" if tail else "\n(it printed nothing)")
+
+
+def _facts(case: catalog.Case) -> dict:
+    p = case.params
+    return {"label": case.label, "ragged": case.ragged, "multi": p.get("k", 0) > p.get("tw", 1e9),
+            "strided": p.get("blocks", 0) * p.get("threads", 0) < p.get("n", 0)}
+
+
+def _compare_case(name: str, case: catalog.Case, arrays: dict, r: dict) -> str | None:
+    """The case's reference, computed here, against the output that came back."""
+    out = arrays.get("out")
+    if out is None or out.dtype.kind not in "biuf":
+        return "no output came back for this case (the results the check's process sent were not numbers)"
+    inp = catalog.inputs(name, case)
+    ref = catalog.reference(name, case, inp)
+    msg = worker.compare(name, out, ref, arrays.get("guard"), before=inp.get("a") if name == "square" else None,
+                         facts=r)
+    r["zeros"] = bool(out.size and np.all(out == 0) and np.any(np.asarray(ref) != 0))
+    return msg
+
+
+def judge(ex: Exercise, track: str, cases: list, oc: child.Outcome) -> dict:
+    """{"fatal": message}, or {"results": a dict per case, "pattern": summarize()'s}: from the raw
+    results the worker sent, compared here with the references computed here. A case passes only
+    when its output came back and matches; a worker that ends early leaves failures, never a pass."""
+    if oc.channel_error:
+        return {"fatal": f"the check's process sent results that cannot be read ({oc.channel_error}): something in "
+                         f"your code wrote into the check's pipe, or the process was stopped while writing",
+                "shown": True}
+    records = [r for r, _ in oc.records]
+    fatal = next((r["fatal"] for r in records if "fatal" in r and "case" not in r), None)
+    if fatal is not None:
+        return {"fatal": str(fatal)}
+    if not any(r.get("loaded") for r in records):
+        return {"fatal": _ended(ex, track, oc, None), "shown": True}
+    by_case: dict = {}
+    for r, arrays in oc.records:
+        if isinstance(r.get("case"), int):
+            by_case.setdefault(r["case"], (r, arrays))
+    if ex.name == "mandelbrot_zoom":
+        if 0 not in by_case:
+            return {"fatal": _ended(ex, track, oc, f"reading {ex.py_entry}"), "shown": True}
+        region = by_case[0][0].get("value")
+        try:
+            ok, msg, _ = catalog.zoom_verdict(region)
+        except (ValueError, TypeError) as e:
+            return {"fatal": f"{ex.py_entry}: {e}"}
+        return {"results": [{"label": f"region {region}", "ok": ok, "message": None if ok else msg, "ragged": False,
+                             "detail": msg}]}
+    results: list = []
+    shown = False
+    for k, case in enumerate(cases):
+        r = _facts(case)
+        got = by_case.get(k)
+        if got is None:
+            r.update(ok=False, message=_ended(ex, track, oc, case.label))
+            results.append(r)
+            shown = True
+            break
+        rec, arrays = got
+        if "error" in rec:
+            msg = str(rec["error"])
+            if rec.get("fatal"):
+                r["fatal"] = True
+        else:
+            msg = _compare_case(ex.name, case, arrays, r)
+        r.update(ok=msg is None, message=msg)
+        results.append(r)
+        if r.get("fatal"):
+            break  # a CUDA error: the worker ran no more cases
+    done = any(r.get("done") for r in records)
+    if not shown and not any(r.get("fatal") for r in results) and (not done or oc.status != 0):
+        results.append({"label": "after the last case", "ragged": False, "ok": False, "shown": True,
+                        "message": f"the check's process {child.how_it_ended(oc.status)} after the cases: the code "
+                                   f"that runs at exit (a global object's destructor, an atexit handler) failed\n"
+                                   + oc.output.last_lines()})
+        shown = True
+    return {"results": results, "pattern": worker.summarize(ex.name, results), "shown": shown}
+
+
+def _show_output(v: Verdict, oc: child.Outcome, data: dict) -> None:
+    """What the learner's code printed (bounded), unless a message above already quotes it."""
+    if oc.output.total and not data.get("shown"):
+        v.lines.append((None, f"your code printed ({oc.output.total} bytes):\n{oc.output.excerpt()}"))
 
 
 def _case_lines(v: Verdict, data: dict) -> tuple[str | None, str | None]:
@@ -148,7 +270,6 @@ def _case_lines(v: Verdict, data: dict) -> tuple[str | None, str | None]:
 def _report_cases(v: Verdict, data: dict) -> None:
     cause, pattern = _case_lines(v, data)
     if pattern:
-        v.lines.append((False, pattern))
         cause = f"{pattern} (first: {cause})"
     if cause and v.first_fix is None:
         v.first_fix = cause
@@ -167,47 +288,87 @@ def check(name: str, track: str | None = None, dir_=None, *, deadline: float | N
     else:
         _check_cuda(ex, d, path, text, v, deadline or CUDA_DEADLINE_S, sanitize, timing)
     v.seconds = time.perf_counter() - t0
-    status = "passed" if v.passed else "started"
+    status = "passed" if v.passed else "compiled" if v.compiled_only else "failed"
     with contextlib.suppress(OSError):
         update_progress(d, ex.name, track_status=(track, status, v.ratio if v.passed else None))
     return v
 
 
 def _check_python(ex: Exercise, path: Path, v: Verdict, deadline: float) -> None:
-    job = {"track": "python", "name": ex.name, "file": str(path.resolve()), "solution": solution_text(ex, "python")}
-    data, out, rc = _run_worker(job, deadline)
-    if rc is None:
-        v.say(False, f"stopped after {deadline:.0f} s: the kernel never finished (a loop that never ends: a stride of 0, "
-                     f"or a loop condition that stays true)")
+    cases = [] if ex.name == "mandelbrot_zoom" else catalog.cases(ex.name, "python")
+    job = {"track": "python", "name": ex.name, "file": str(path.resolve()), "solution": solution_text(ex, "python"),
+           "cases": _cases_job(cases)}
+    oc = _run_worker(job, deadline)
+    if oc.timed_out:
+        loaded = any(r.get("loaded") for r, _ in oc.records)
+        v.say(False, f"stopped after {deadline:.0f} s: "
+                     + ("the kernel never finished (a loop that never ends: a stride of 0, or a loop condition that "
+                        "stays true)" if loaded else
+                        f"importing {path.name} never finished: code at the top level of the file never ends"))
+        _show_output(v, oc, {})
         return
-    if data is None:
-        tail = "\n".join(out.strip().splitlines()[-6:])
-        v.say(False, f"the check's process failed (status {rc}):\n{tail}")
-        return
+    data = judge(ex, "python", cases, oc)
+    _show_output(v, oc, data)
     _report_cases(v, data)
 
 
 # --- the CUDA track ------------------------------------------------------------------------------
 
-_KERNEL = r"__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:void\s+)?{name}\s*\(([^)]*)\)"
+def _code_only(text: str) -> str:
+    """`text` with its comments blanked (string and character literals kept whole, so that a `//`
+    inside one is not a comment). One pass of one regular expression, each alternative written so that
+    it never backtracks (`[^*]*` runs, then a star that does not close): an unclosed comment or string
+    simply runs to the end."""
+    def blank(m: re.Match) -> str:
+        return m.group() if m.group()[0] in "\"'" else " "
+
+    return _COMMENT_OR_LITERAL.sub(blank, text)
 
 
-def _params_of(text: str, kernel: str) -> str | None:
-    m = re.search(_KERNEL.format(name=re.escape(kernel)), text)
-    return None if m is None else re.sub(r"\s+", " ", m.group(1)).strip()
+_COMMENT_OR_LITERAL = re.compile(r"//[^\n]*"
+                                 r"|/\*[^*]*(?:\*+[^*/][^*]*)*(?:\*+/)?"
+                                 r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"?'
+                                 r"|'[^'\\\n]*(?:\\.[^'\\\n]*)*'?")
+# After `__global__`, anchored there: the return type and __launch_bounds__(...) (one level of nested
+# parentheses inside) in either order, then the kernel's name and its opening parenthesis. Each part
+# stops at the first character that cannot continue it, so a `__global__` costs no more than the
+# stretch up to the next parenthesis, whatever follows.
+_KERNEL_HEAD = re.compile(r"\s*(?:void\s+)?(?:__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)?\)\s*)?"
+                          r"(?:void\s+)?(\w+)\s*\(")
+_HEAD_MAX = 400  # from `__global__` to the kernel's name: the return type and launch bounds
+_PARAMS_MAX = 4000  # characters of a parameter list: far more than any kernel of the exercises has
+
+
+def _params_of(code: str, kernel: str) -> str | None:
+    """The parameter list of `__global__ ... kernel(...)` in `code` (comments blanked), whitespace
+    folded; None when there is none. Linear in the text: each `__global__` is looked at once, over the
+    stretch after it up to a parenthesis."""
+    for m in re.finditer("__global__", code):  # a plain literal: searched at C speed
+        if code.find(kernel, m.end(), m.end() + _HEAD_MAX) < 0 or (m.start() and (code[m.start() - 1].isalnum()
+                                                                                  or code[m.start() - 1] == "_")):
+            continue  # not this kernel's declaration (the name is not near), or part of a longer word
+        h = _KERNEL_HEAD.match(code, m.end())
+        if h is None or h.group(1) != kernel:
+            continue
+        end = code.find(")", h.end(), h.end() + _PARAMS_MAX)
+        if end < 0:
+            return None
+        return re.sub(r"\s+", " ", code[h.end():end]).strip()
+    return None
 
 
 def static_problems(ex: Exercise, text: str) -> str | None:
-    """A renamed kernel, changed parameters or a removed entry point: one line, before compiling."""
-    sol = solution_text(ex, "cuda")
+    """A renamed kernel, changed parameters or a removed entry point: one line, before compiling.
+    (read_learner has bounded the text's size; every scan here is linear in it.)"""
+    sol, code = _code_only(solution_text(ex, "cuda")), _code_only(text)
     for k in ex.cu_kernels:
-        want, got = _params_of(sol, k), _params_of(text, k)
+        want, got = _params_of(sol, k), _params_of(code, k)
         if got is None:
             return (f"no kernel {k} in the file: the entry point launches it by that name (renamed?); keep the name "
                     f"the exercise gave it")
         if got != want:
             return f"{k}'s parameters changed: ({got}); the entry point passes ({want}): put them back"
-    if not re.search(r'extern\s+"C"\s+int\s+exercise_run\s*\(', text):
+    if not re.search(r'\bextern\s+"C"\s+int\s+exercise_run\s*\(', code):
         return ("the entry point exercise_run at the end of the file is gone or changed: copy it back from "
                 f"`invoke exercise solution {ex.name} --track cuda`")
     return None
@@ -218,11 +379,19 @@ def cache_folder(d: Path) -> Path:
     return d / ".build"
 
 
-def compile_learner(ex: Exercise, d: Path, path: Path, text: str):
-    from harness.calling import inline
+def _compile_text(text: str, name: str, display: str | None = None):
+    """Compile a CUDA file into the inline compiler's cache and load nothing: only the worker loads
+    a learner's library (code that runs at load time then runs there), and the worker's own
+    inline.load of the same text and name is a cache hit."""
+    from harness.compile import jit
 
+    return jit._compile(text, kind="lib", name=name, arch=None, flags=(), verbose=False,
+                        display=display or "<inline>")
+
+
+def compile_learner(ex: Exercise, d: Path, path: Path, text: str):
     with _env(CUDALAB_CACHE=cache_folder(d).resolve()):
-        return inline.load(text, name=module_name(ex.name, "learner"), _display=str(path))
+        return _compile_text(text, module_name(ex.name, "learner"), str(path))
 
 
 def _check_cuda(ex: Exercise, d: Path, path: Path, text: str, v: Verdict, deadline: float, sanitize: bool,
@@ -236,20 +405,22 @@ def _check_cuda(ex: Exercise, d: Path, path: Path, text: str, v: Verdict, deadli
         return
     try:
         t = time.perf_counter()
-        mod = compile_learner(ex, d, path, text)
-        v.say(True, f"compiles ({'from the cache' if mod.cache_hit else f'{time.perf_counter() - t:.1f} s'})")
+        compiled = compile_learner(ex, d, path, text)
+        v.say(True, f"compiles ({'from the cache' if compiled.cache_hit else f'{time.perf_counter() - t:.1f} s'})")
     except BuildError as e:
         v.say(False, str(e.args[0]) if e.args else str(e))
         return
     ok, why = cudart.gpu_available()
-    if not ok:
-        v.lines.append((None, f"no GPU here ({why})"))
-        v.compiled_only = True
-        return
-    job = {"track": "cuda", "name": ex.name, "file": str(path.resolve()), "display": str(path)}
+    cases = catalog.cases(ex.name, "cuda")
+    job = {"track": "cuda", "name": ex.name, "file": str(path.resolve()), "display": str(path),
+           "cases": _cases_job(cases)}
     # One cache for everything below: the child processes, and the solution's compile in a thread (which
     # reads the variable when it starts, so it is set for the whole of this block, never changed in it).
     with _env(CUDALAB_CACHE=cache_folder(d).resolve()):
+        if not ok:
+            v.lines.append((None, f"no GPU here ({why})"))
+            _load_only(ex, job, v, min(deadline, LOAD_DEADLINE_S))
+            return
         solution = None
         if timing and speed(ex.name) is not None:
             # The lab's solution, compiled for the timing while the learner's kernel runs (a cache hit
@@ -258,12 +429,18 @@ def _check_cuda(ex: Exercise, d: Path, path: Path, text: str, v: Verdict, deadli
             solution = pool.submit(_load_solution, ex)
             pool.shutdown(wait=False)
         try:
-            data, out, rc, sanitized = _run_cuda(ex, job, deadline, sanitize)
-            if rc is None:
-                v.say(False, f"stopped after {deadline:.0f} s: the kernel never finished (a loop that never ends: a "
-                             f"stride of 0, a loop condition that stays true, or a barrier some threads never reach)")
+            oc, sanitized = _run_cuda(ex, job, deadline, sanitize)
+            if oc.timed_out:
+                loaded = any(r.get("loaded") for r, _ in oc.records)
+                v.say(False, f"stopped after {deadline:.0f} s: " + (
+                    "the kernel never finished (a loop that never ends: a stride of 0, a loop condition that stays "
+                    "true, or a barrier some threads never reach)" if loaded else
+                    "loading your library never finished: code that runs at load time (a constructor) never ends"))
+                _show_output(v, oc, {})
                 return
-            _cuda_verdict(ex, path, v, data, out, rc, sanitized)
+            data = judge(ex, "cuda", cases, oc)
+            _show_output(v, oc, data)
+            _cuda_verdict(ex, path, v, data, sanitized)
             if timing and v.first_fix is None:
                 _speed(ex, d, text, v, solution)
         finally:
@@ -272,17 +449,36 @@ def _check_cuda(ex: Exercise, d: Path, path: Path, text: str, v: Verdict, deadli
                     solution.result()
 
 
-def _load_solution(ex: Exercise):
-    from harness.calling import inline
+def _load_only(ex: Exercise, job: dict, v: Verdict, deadline: float) -> None:
+    """Without a GPU: load the library in the worker all the same, so that what it runs at load time
+    (and a symbol nothing defines) shows here rather than on the first machine with a GPU."""
+    oc = _run_worker(dict(job, load_only=True, cases=[]), deadline)
+    if oc.timed_out:
+        v.say(False, f"stopped after {deadline:.0f} s while your library was being loaded: code that runs at load time "
+                     f"(an __attribute__((constructor)) function, a global object's constructor) never ends")
+        return
+    data = judge(ex, "cuda", [], oc)
+    if data.get("fatal"):
+        v.say(False, data["fatal"])
+        return
+    if not data["results"]:
+        v.say(True, "loads (in a child process)")
+    else:
+        _report_cases(v, data)
+    _show_output(v, oc, data)
+    v.compiled_only = v.first_fix is None
 
-    return inline.load(solution_text(ex, "cuda"), name=module_name(ex.name, "solution"))
+
+def _load_solution(ex: Exercise):
+    return _compile_text(solution_text(ex, "cuda"), module_name(ex.name, "solution"))
 
 
 def _run_cuda(ex: Exercise, job: dict, deadline: float, sanitize: bool):
     """The cases, and at the same time compute-sanitizer memcheck and racecheck on the small case:
     each its own process on the one GPU, so the check takes the longest of them, not their sum.
-    (data, output, status, {tool: (data, output, status) or a note why it did not run}); status None:
-    the cases ran past `deadline` (the sanitizer runs, which would hang the same way, are stopped)."""
+    (the cases' child.Outcome, {tool: its child.Outcome, or "skipped": why}); a cases' Outcome that
+    timed out: the cases ran past `deadline` (the sanitizer runs, which would hang the same way, are
+    stopped)."""
     from harness.profiling import sanitize as hs
 
     sanitized: dict = {}
@@ -296,41 +492,36 @@ def _run_cuda(ex: Exercise, job: dict, deadline: float, sanitize: bool):
                 except ToolMissing as e:
                     sanitized["skipped"] = f"sanitizer skipped: {e}"
                 else:
-                    small = dict(job, small=True)
+                    small = dict(job, cases=[c for c in job["cases"] if c.get("small")])
                     for tool in ("memcheck", "racecheck"):
-                        procs[tool] = _start_worker(small, prefix=hs.command(tool, Path(sys.executable), [], tool_path)[:-1])
-            t0 = time.monotonic()
-            data, out, rc = _finish_worker(procs["cases"], t0 + deadline)
-            if rc is None:
+                        procs[tool] = _start_worker(small, prefix=hs.command(tool, Path(sys.executable), [], tool_path)[:-1],
+                                                    channel=False, head=SANITIZER_OUTPUT_BYTES,
+                                                    tail=SANITIZER_OUTPUT_BYTES)
+            t0 = procs["cases"].t0
+            oc = procs["cases"].finish(t0 + deadline)
+            if oc.timed_out:
                 for p in procs.values():
-                    stop_group(p)
-                return data, out, rc, {}
+                    p.stop()
+                return oc, {}
             for tool in ("memcheck", "racecheck"):
                 if tool in procs:
-                    sanitized[tool] = _finish_worker(procs[tool], t0 + SANITIZER_DEADLINE_S)
-            return data, out, rc, sanitized
+                    sanitized[tool] = procs[tool].finish(t0 + SANITIZER_DEADLINE_S)
+            return oc, sanitized
     except BaseException:  # an interrupt: nothing of ours keeps running
         for p in procs.values():
-            if p.returncode is None:
-                stop_group(p)
+            p.stop()
         raise
 
 
-def _cuda_verdict(ex: Exercise, path: Path, v: Verdict, data: dict | None, out: str, rc: int, sanitized: dict) -> None:
+def _cuda_verdict(ex: Exercise, path: Path, v: Verdict, data: dict, sanitized: dict) -> None:
     """The cases' lines, then the sanitizers': when the output is wrong and a sanitizer saw a race or
     an access outside an allocation, that (with the learner's line) is the thing to fix, not a guess
     from the values (a race that shows only on the large case looks like a ragged-edge bug there)."""
-    if data is None:
-        tail = "\n".join(out.strip().splitlines()[-6:])
-        cause, pattern = f"the check's process failed (status {rc}):\n{tail}", None
-        v.lines.append((False, cause))
-    else:
-        cause, pattern = _case_lines(v, data)
+    cause, pattern = _case_lines(v, data)
     found, failed = _sanitizer_lines(ex, path, v, sanitized)
     if found:
         return  # v.say made the first sanitizer error the thing to fix
     if pattern:
-        v.lines.append((False, pattern))
         cause = f"{pattern} (first: {cause})"
     cause = cause or (failed[0] if failed else None)
     if cause and v.first_fix is None:
@@ -352,7 +543,8 @@ def _sanitizer_lines(ex: Exercise, path: Path, v: Verdict, sanitized: dict) -> t
     for tool in ("memcheck", "racecheck"):
         if tool not in sanitized:
             continue
-        _data, out, rc = sanitized[tool]
+        oc = sanitized[tool]
+        out, rc = oc.output.text(), oc.status
         if rc is None:
             failed.append(f"compute-sanitizer {tool}: no result within {SANITIZER_DEADLINE_S:.0f} s")
             v.lines.append((False, failed[-1]))

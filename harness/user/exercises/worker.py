@@ -1,9 +1,14 @@
-"""The child process that runs a learner's kernel: `python -m harness.user.exercises.worker JSON`.
+"""The child process that runs a learner's kernel: `python -m harness.user.exercises.worker JSON`,
+and the comparison the checker makes of what it sends back.
 
-It runs in a process of its own so that a kernel that never ends is stopped at a deadline (the
-parent kills it), and a CUDA error that ruins the context ruins only this process. It prints one
-line `cudalab-exercise: {json}` with a verdict per case; everything else it prints (a learner's
-printf) is ignored.
+Only this process imports the learner's Python file or loads their compiled library, in a process
+group of its own, under the checker's deadline (harness/user/exercises/child.py): a kernel that never
+ends, code that runs at load time (a constructor, an import) and a CUDA error that ruins the context
+touch this process alone. It sends raw results over a pipe of its own: `loaded` once the learner's
+code is in, the output arrays of each case (or the error the kernel raised, with the learner's
+line), then `done`. It never judges them: the checker computes the reference and calls compare()
+and summarize() below. Whatever the learner's code prints is shown to the learner, bounded, and
+decides nothing.
 """
 
 from __future__ import annotations
@@ -20,8 +25,6 @@ from pathlib import Path
 import numpy as np
 
 from harness.user.exercises import catalog
-
-TAG = "cudalab-exercise:"
 
 poisoned, is_poison = catalog.poisoned, catalog.is_poison
 
@@ -131,6 +134,11 @@ def _where(exc: BaseException, path: Path) -> str:
     return f"{path}:{f.lineno}: `{(f.line or '').strip()}`: "
 
 
+def _exit_message(e: SystemExit, what: str) -> str:
+    return (f"{what} called sys.exit({e.code!r}): the check calls your code and needs it to return; nothing in it "
+            f"may end the process")
+
+
 def import_learner(path: Path, modname: str):
     spec = importlib.util.spec_from_file_location(modname, path)
     mod = importlib.util.module_from_spec(spec)
@@ -139,6 +147,8 @@ def import_learner(path: Path, modname: str):
     except SyntaxError as e:
         line = (e.text or "").rstrip()
         return None, f"{path}:{e.lineno}: {e.msg}" + (f"\n  {e.lineno:4d} | {line}" if line else "")
+    except SystemExit as e:
+        return None, f"{_where(e, path)}" + _exit_message(e, f"importing {path.name}")
     except Exception as e:  # the learner's module raised while it was imported
         return None, f"{_where(e, path)}importing {path.name} raised {type(e).__name__}: {e}"
     return mod, None
@@ -148,42 +158,47 @@ def _params(fn) -> list[str]:
     return list(inspect.signature(fn).parameters)
 
 
-def run_python(name: str, path: Path, solution: str) -> dict:
+def _jsonable(value):
+    """mandelbrot_zoom's REGION as JSON for the checker, which judges it (a repr when it is not numbers)."""
+    try:
+        json.dumps(value, allow_nan=False)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)[:200]
+
+
+def run_python(send, name: str, path: Path, solution: str, cases: list) -> None:
     ex = catalog.BY_NAME[name]
     mod, err = import_learner(path, f"cudalab_exercise_{name}")
     if err:
-        return {"fatal": err}
+        send({"fatal": err})
+        return
+    send({"loaded": True})
     entry = ex.py_entry
     if not hasattr(mod, entry):
-        return {"fatal": f"{path} defines no {entry}: the check calls it by that name (renamed?); keep the name the "
-                         f"exercise gave it"}
+        send({"fatal": f"{path} defines no {entry}: the check calls it by that name (renamed?); keep the name the "
+                       f"exercise gave it"})
+        return
     if name == "mandelbrot_zoom":
-        try:
-            ok, msg, _ = catalog.zoom_verdict(getattr(mod, entry))
-        except (ValueError, TypeError) as e:
-            return {"fatal": f"{entry} in {path}: {e}"}
-        return {"results": [{"label": f"region {getattr(mod, entry)}", "ok": ok, "message": None if ok else msg,
-                             "ragged": False, "detail": msg}]}
+        send({"case": 0, "value": _jsonable(getattr(mod, entry))})
+        send({"done": True})
+        return
     fn = getattr(mod, entry)
     ns: dict = {}
     exec(compile(solution, "<solution>", "exec"), ns)  # noqa: S102 -- the lab's own text, for the signature
     want = _params(ns[entry])
     if not callable(fn) or _params(fn) != want:
         got = _params(fn) if callable(fn) else type(fn).__name__
-        return {"fatal": f"{entry} in {path} takes ({', '.join(got) if isinstance(got, list) else got}), the check "
-                         f"calls it with ({', '.join(want)}): put the parameters back as the exercise gave them"}
+        send({"fatal": f"{entry} in {path} takes ({', '.join(got) if isinstance(got, list) else got}), the check "
+                       f"calls it with ({', '.join(want)}): put the parameters back as the exercise gave them"})
+        return
     from harness.base import sim
 
-    results = []
-    for case in catalog.cases(name, "python"):
+    for k, case in enumerate(cases):
         inp = catalog.inputs(name, case)
-        ref = catalog.reference(name, case, inp)
-        r = {"label": case.label, "ragged": case.ragged, "multi": case.params.get("k", 0) > case.params.get("tw", 1e9),
-             "strided": case.params.get("blocks", 0) * case.params.get("threads", 0) < case.params.get("n", 0)}
         try:
-            out = catalog.run_python(name, fn, case, inp)
-            msg = compare(name, out, ref, before=inp.get("a") if name == "square" else None, facts=r)
-            r["zeros"] = bool(np.all(np.asarray(out) == 0) and np.any(np.asarray(ref) != 0))
+            send({"case": k}, {"out": np.asarray(catalog.run_python(name, fn, case, inp))})
+            continue
         except catalog.RedundantWrites as e:
             msg = str(e)
         except IndexError as e:
@@ -191,57 +206,62 @@ def run_python(name: str, path: Path, solution: str) -> dict:
                    f"the bounds check")
         except sim.SimError as e:
             msg = f"{_where(e, path)}{e}: every thread of a block must reach each barrier (a bare yield)"
+        except SystemExit as e:
+            msg = _where(e, path) + _exit_message(e, "the kernel")
         except Exception as e:  # the learner's kernel raised: say where, and go on to the next case
             msg = f"{_where(e, path)}{type(e).__name__}: {e}"
-        r.update(ok=msg is None, message=msg)
-        results.append(r)
-    return {"results": results}
+        send({"case": k, "error": msg})
+    send({"done": True})
 
 
 # --- the CUDA track ------------------------------------------------------------------------------
 
-def run_cuda(name: str, source: str, display: str, small_only: bool) -> dict:
+def run_cuda(send, name: str, source: str, display: str, cases: list, load_only: bool) -> None:
+    """`load_only`: load the library (so that what it runs at load time runs here) and stop; where
+    there is no GPU to run the cases on."""
     from harness.base.errors import CudaError, CudalabError
     from harness.calling import inline
 
-    mod = inline.load(source, name=f"exercise_{name}", _display=display)
-    results = []
-    for case in catalog.cases(name, "cuda"):
-        if small_only and not case.small:
-            continue
+    try:
+        mod = inline.load(source, name=f"exercise_{name}", _display=display)
+    except CudalabError as e:
+        send({"fatal": str(e)})
+        return
+    send({"loaded": True})
+    if load_only:
+        send({"done": True})
+        return
+    for k, case in enumerate(cases):
         inp = catalog.inputs(name, case)
-        r = {"label": case.label, "ragged": case.ragged, "multi": case.params.get("k", 0) > case.params.get("tw", 1e9),
-             "strided": case.params.get("blocks", 0) * case.params.get("threads", 0) < case.params.get("n", 0)}
         try:
             out, guard = catalog.run_cuda(name, mod, case, inp)
-            ref = catalog.reference(name, case, inp)
-            msg = compare(name, out, ref, guard, before=inp.get("a") if name == "square" else None, facts=r)
-            r["zeros"] = bool(np.all(out == 0) and np.any(ref != 0))
+            send({"case": k}, {"out": out, "guard": guard})
+            continue
         except catalog.ManagedMismatch:
             msg = ("exercise_managed (the course's program with managed memory) gives a different result from the "
                    "kernel: look at the allocation, the copies, the launch and the cudaDeviceSynchronize before the "
                    "host reads the result")
         except CudaError as e:
-            r.update(ok=False, message=f"CUDA error: {e}", fatal=True)
-            results.append(r)
+            send({"case": k, "error": f"CUDA error: {e}", "fatal": True})
             break  # the context may be unusable now
         except CudalabError as e:
             msg = str(e)
-        r.update(ok=msg is None, message=msg)
-        results.append(r)
-    return {"results": results}
+        send({"case": k, "error": msg})
+    send({"done": True})
 
 
 def main(argv: list[str]) -> int:
+    from harness.user.exercises import child
+
     job = json.loads(argv[0])
+    chan = child.Channel.from_environment()
+    send = chan.send if chan is not None else (lambda record, arrays=None: None)
+    cases = [catalog.Case(**c) for c in job.get("cases", [])]
     if job["track"] == "python":
-        out = run_python(job["name"], Path(job["file"]), job["solution"])
+        run_python(send, job["name"], Path(job["file"]), job["solution"], cases)
     else:
-        out = run_cuda(job["name"], Path(job["file"]).read_text(), job["display"], job.get("small", False))
-    if "results" in out and not out.get("fatal"):
-        out["pattern"] = summarize(job["name"], out["results"])
+        run_cuda(send, job["name"], Path(job["file"]).read_text(), job["display"], cases, job.get("load_only", False))
     sys.stdout.flush()
-    print(TAG, json.dumps(out), flush=True)
     return 0
 
 
