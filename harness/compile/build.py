@@ -426,10 +426,28 @@ def file_lock(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def unwritable(e: OSError, root: Path | None = None) -> BuildError:
+    """A build/ that cannot be written (its lock, its compilers' temporary folder, a stale output to
+    remove), as one line naming the path and the fix."""
+    root = root or ROOT
+    where = Path(e.filename) if e.filename else root / "build"
+    with contextlib.suppress(ValueError):
+        where = where.relative_to(root)
+    return BuildError(f"cannot write {where} ({(e.strerror or str(e)).lower()}): build/ must be a folder you can "
+                      f"write (`ls -ld {root / 'build'}`; remove it, or `chown -R` it to you, if another user made it)")
+
+
+@contextlib.contextmanager
 def _lock(root: Path):
     """One make at a time per tree: pytest-xdist workers (`invoke test --jobs N`) and a user's
-    `invoke build` in another terminal would otherwise compile the same object at once."""
-    return file_lock(root / "build" / ".lock")
+    `invoke build` in another terminal would otherwise compile the same object at once. A build/ where
+    the lock cannot be made is a BuildError (one line), not a traceback."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(file_lock(root / "build" / ".lock"))
+        except OSError as e:
+            raise unwritable(e, root) from None
+        yield
 
 
 @dataclass
@@ -465,14 +483,20 @@ def build(targets_: list[str] | None = None, jobs: int | None = None, arch: str 
     cmd = make_command(targets_, jobs, arch, root=root, keep_going=keep_going)
     steps, lines = [], []
     with _lock(root_):
-        sweep_temporaries(root_)
-        invalidate_stale(targets_ if targets_ is not None else targets_of(programs(root), root) or [], root_)
-        if on_plan is not None:
-            on_plan(pending_steps(targets_, arch, root))
         # The compilers' own temporaries (nvcc's tmpxft_*) go to a folder of this build's, removed
         # whatever happens, rather than to /tmp where an interrupted compile would leave them.
         tmpdir = root_ / "build" / ".tmp" / str(os.getpid())
-        tmpdir.mkdir(parents=True, exist_ok=True)
+        try:
+            sweep_temporaries(root_)
+            invalidate_stale(targets_ if targets_ is not None else targets_of(programs(root), root) or [], root_)
+        except OSError as e:
+            raise unwritable(e, root_) from None
+        if on_plan is not None:
+            on_plan(pending_steps(targets_, arch, root))
+        try:
+            tmpdir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise unwritable(e, root_) from None
         env = {**os.environ, "TMPDIR": str(tmpdir)}
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                                 errors="replace", env=env, start_new_session=True)

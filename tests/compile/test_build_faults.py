@@ -402,6 +402,51 @@ def test_an_unwritable_build_folder_says_why(tmp_path):
     assert text.count("cannot create directory") == 1 and "see the log above" not in text
 
 
+@pytest.mark.parametrize("how", ["build is a file", "the lock is refused", "build/.tmp is a file", "read-only"])
+def test_a_build_folder_without_room_for_the_lock_is_one_line(tmp_path, monkeypatch, how):
+    """build/.lock and build/.tmp are made by the harness before make runs: a build/ that refused them
+    gave a 20-line PermissionError traceback from `invoke build`."""
+    root = tiny_tree(tmp_path / "t")
+    if how == "build is a file":
+        (root / "build").write_text("not a folder")
+    elif how == "the lock is refused":  # what a build/ of another user's gives (root is never refused)
+        def refused(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        monkeypatch.setattr(build, "file_lock", refused)
+    elif how == "build/.tmp is a file":
+        (root / "build").mkdir()
+        (root / "build" / ".tmp").write_text("not a folder")
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into a read-only folder")
+        (root / "build").mkdir(mode=0o555)
+    try:
+        with pytest.raises(BuildError) as ei:
+            build.build_programs(root=root, arch="80")
+    finally:
+        if (root / "build").is_dir():
+            (root / "build").chmod(0o755)
+    line = str(ei.value)
+    assert "\n" not in line and line.startswith("cannot write build") and "must be a folder you can write" in line, line
+    assert not isinstance(ei.value, build.ProgramsFailed)  # refused before make: nothing compiled
+
+
+def test_invoke_build_says_an_unwritable_build_folder_in_one_line(tmp_path, monkeypatch):
+    from invoke import Context, Exit
+
+    import tasks
+    from harness.user import doctor
+
+    root = tiny_tree(tmp_path / "t")
+    (root / "build").write_text("not a folder")
+    for name, value in (("ROOT", root), ("BUILD", root / "build"), ("CUDA_DIR", root / "cuda")):
+        monkeypatch.setattr(build, name, value)
+    monkeypatch.setattr(doctor, "require_driver", lambda: None)
+    with pytest.raises(Exit) as ei:
+        tasks.build(Context(), arch="80")
+    assert ei.value.message.startswith("cannot write build") and "\n" not in ei.value.message
+
+
 def test_parallel_jobs_never_tear_a_line(tmp_path):
     """The make that builds runs jobs side by side; a tool that writes one line in two pieces (mkdir's
     "mkdir: " then its message) had another job's "  LINK ..." land between them, and the error line
