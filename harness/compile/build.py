@@ -328,7 +328,9 @@ _PATH_VARS = ("NVCC", "CC", "PYTHON", "CUDA_HOME", "NCCL_HOME")
 
 def flag_variables(root: Path | None = None) -> list[str]:
     """The names of the flag variables a user can set for make: EXTRA_NVCCFLAGS and each program's own."""
-    return ["EXTRA_NVCCFLAGS"] + [f"{p}_{v}" for p in programs(root) for v in PROGRAM_FLAG_VARS]
+    cuda = (root / "cuda") if root is not None else CUDA_DIR
+    progs = programs(root) if cuda.is_dir() else []  # a Makefile of its own, with no programs (tests)
+    return ["EXTRA_NVCCFLAGS"] + [f"{p}_{v}" for p in progs for v in PROGRAM_FLAG_VARS]
 
 
 def check_make_environment(env=None, root: Path | None = None) -> None:
