@@ -16,6 +16,7 @@ import functools
 import inspect
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -350,8 +351,7 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
 
     _check_pytest_expression(marker, "--marker")
     _check_pytest_expression(keyword, "--keyword")
-    # The junit file feeds the test summary of `invoke report`.
-    cmd = [sys.executable, "-m", "pytest", f"--junitxml={_paths.BUILD / 'test-results' / 'junit.xml'}"]
+    cmd = [sys.executable, "-m", "pytest"]
     env = None
     with _one_line("test"):
         chosen = hg.select(gpus) if gpus else []
@@ -383,11 +383,48 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
     if keyword:
         cmd += ["-k", keyword]
     cmd += extra
-    r = c.run(" ".join(shlex.quote(x) for x in cmd), echo=True, warn=True, pty=False, env=env)
-    if r.exited == 5:
+    code = _run_pytest(cmd, env)
+    if code == 5:
         raise Exit("pytest collected no tests: check the -m/-k filters", code=5)
-    if r.exited != 0:
-        raise Exit(f"tests failed (pytest status {r.exited})", code=r.exited)
+    if code == 2:
+        raise Exit("test: pytest stopped before the end (status 2: interrupted, or errors while collecting: "
+                   "see above)", code=2)
+    if code != 0:
+        raise Exit(f"tests failed (pytest status {code})", code=code)
+
+
+def _run_pytest(cmd: list[str], env: dict | None) -> int:
+    """Run pytest in a process group of its own and return its status. The junit file, which feeds the
+    test summary of `invoke report`, is written under a temporary name and published only when the run
+    went to its end (status 0 or 1: every test ran), so an interrupted or empty run never replaces the
+    last whole one. Ctrl-C or SIGTERM stops pytest and everything it started, then ends in one line,
+    status 130."""
+    from harness.base import files, procs
+
+    results = _paths.BUILD / "test-results"
+    with _one_line("test"):
+        results.mkdir(parents=True, exist_ok=True)
+        files.clean_stale(results)
+        tmp = files.temporary(results / "junit.xml")
+    cmd = [*cmd[:3], f"--junitxml={tmp}", *cmd[3:]]
+    print(" ".join(shlex.quote(x) for x in cmd), flush=True)
+    try:
+        with procs.sigterm_as_interrupt():
+            proc = subprocess.Popen(cmd, env={**os.environ, **env} if env else None, start_new_session=True)
+            try:
+                code = proc.wait()
+            except KeyboardInterrupt:
+                procs.stop_group(proc, 10.0, first=signal.SIGINT)
+                raise
+        if code in (0, 1) and tmp.stat().st_size:
+            files.replace(results / "junit.xml", tmp.read_bytes())
+        return code
+    except KeyboardInterrupt:
+        raise Exit("test: interrupted; pytest and its workers were stopped, and the last whole run's "
+                   f"{results / 'junit.xml'} was kept", code=130) from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 @task(help={"prog": f"the program: {_PROGRAMS}",
@@ -631,6 +668,8 @@ def bench(c, programs="", quick=False, save=False, rounds="", repeat="", gpus=""
             raise Exit("bench: no bench cases to run" + (f" for {', '.join(names)}" if names else ""))
         hbench.check_built(_registry.bench_libraries(cases))
         ceilings = _registry.ceilings()
+        if save:  # checked before anything is timed: a refusal after the whole run loses the run
+            _check_save_folders()
     done = [0, 0]  # measurements done, planned
     frames, paths = [], []
     try:
@@ -712,6 +751,25 @@ def _bench_compare(given: tuple, names: list[str] | None) -> None:
     if (table["verdict"] == hc.SLOWER).any():
         raise Exit(line, code=1)
     print(line)
+
+
+def _check_save_folders() -> None:
+    """`bench --save` copies each CSV to bench/results/<gpu>/: each GPU's folder there (named as
+    nvidia-smi names the GPUs, so that no CUDA context is made beside the timing session's) must take
+    a file. Without nvidia-smi, bench/results itself."""
+    from harness.base import files
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30)
+        names = [n.strip() for n in out.stdout.splitlines() if n.strip()] if out.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired):
+        names = []
+    for folder in dict.fromkeys(_paths.RESULTS_DIR / _paths.gpu_folder(n) for n in names) or [_paths.RESULTS_DIR]:
+        try:
+            files.check_writable(folder)
+        except OSError as e:
+            raise Exit(f"bench --save: {e}; nothing was timed") from None
 
 
 def _report_repeat(frames, save: bool) -> None:

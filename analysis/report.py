@@ -13,6 +13,7 @@ base64, so either the folder or the one HTML file can be shared. Nothing here la
 from __future__ import annotations
 
 import base64
+import contextlib
 import html as _html
 import json
 import shutil
@@ -22,11 +23,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.base import files
 from harness.base.paths import BUILD, RESULTS_DIR, ROOT
 from harness.measuring import results_csv
 
 BENCH_COLUMNS = ["program", "variant", "size", "ratio", "target", "meets_target", "value", "unit", "ceiling",
                  "median_ms"]
+IMG = "img"  # outdir/img/: the pictures index.md links
 FOLD_ROWS = 12  # a table longer than this is folded (<details>) under its one-line summary
 
 
@@ -397,6 +400,8 @@ def _caption(s: Section, p: Path) -> str:
 
 
 def to_markdown(sections: list[Section], outdir: Path, img: Path) -> str:
+    """index.md's text. Each picture is copied into `img` (the run's own folder of pictures, published as
+    outdir/img/ once the page is written) and linked as img/<name>."""
     out = ["# cudalab report", ""]
     for s in sections:
         out += [f"## {s.title}", ""]
@@ -413,7 +418,7 @@ def to_markdown(sections: list[Section], outdir: Path, img: Path) -> str:
                 out += [f"**{name}**", ""]
             out += [md_table(df), ""]
         for p in s.images:
-            rel = _copy_image(p, img).relative_to(outdir)
+            rel = Path(IMG) / _copy_image(p, img).name
             cap = _caption(s, p)
             alt = cap.replace("*", "").replace("[", "(").replace("]", ")")
             body = [f"![{alt}]({rel.as_posix()})", "", f"_{cap}_" if not cap.startswith("**") else cap, ""]
@@ -488,32 +493,49 @@ def write(outdir: Path | None = None, facts: dict | None = None, demo: dict | No
           root: Path | None = None) -> tuple[Path, Path]:
     """Write index.md (+ img/) and a self-contained index.html into outdir; returns both paths.
     `facts` (device, tools) and `demo` (steps) default to facts.json / demo.json found in outdir;
-    `junit` is the test report of the run writing this one (else the newest under build/, said so)."""
+    `junit` is the test report of the run writing this one (else the newest under build/, said so).
+
+    Several reports may be written into one outdir at once (a demo and a user's `invoke report`): each
+    draws and copies its pictures into a folder of its own, then publishes them into img/ one whole file
+    at a time, and the two pages last, each whole (harness/base/files.py). Nothing is written in the
+    locale's encoding: the files are UTF-8 whatever LANG says."""
+    import time
+
     build = Path(build or BUILD)
     outdir = Path(outdir or build / "report")
     outdir.mkdir(parents=True, exist_ok=True)
-    img = outdir / "img"
-    if img.exists():
-        shutil.rmtree(img)
-    img.mkdir()
+    files.clean_stale(outdir)  # the picture folders of reports that were killed part way
+    started = time.time()
     if facts is not None:
-        (outdir / "facts.json").write_text(json.dumps(facts, indent=1, default=str))
+        files.replace(outdir / "facts.json", json.dumps(facts, indent=1, default=str))
     elif (outdir / "facts.json").exists():
-        facts = json.loads((outdir / "facts.json").read_text())
+        facts = json.loads((outdir / "facts.json").read_text(encoding="utf-8"))
     if demo is None and (outdir / "demo.json").exists():
-        demo = json.loads((outdir / "demo.json").read_text())
+        demo = json.loads((outdir / "demo.json").read_text(encoding="utf-8"))
         demo.setdefault("finished", (outdir / "demo.json").stat().st_mtime)
-    sections = gather(build, img, facts, demo, bench_csv, junit, Path(root or ROOT))
-    md = outdir / "index.md"
-    _write_atomic(md, to_markdown(sections, outdir, img))
-    html = outdir / "index.html"
-    _write_atomic(html, to_html(sections))
+    work = files.temporary_dir(outdir, IMG)
+    try:
+        sections = gather(build, work, facts, demo, bench_csv, junit, Path(root or ROOT))
+        md_text, html_text = to_markdown(sections, outdir, work), to_html(sections)
+        _publish_images(work, outdir / IMG, started)
+        md = files.replace(outdir / "index.md", md_text)
+        html = files.replace(outdir / "index.html", html_text)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return md, html
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    import os
-
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def _publish_images(work: Path, img: Path, started: float) -> None:
+    """Each picture of `work` into `img`, whole (a page being read meanwhile links an old picture or a new
+    one, never half of one); then the pictures that no report has written since `started` go (a program
+    or plot that is gone), while those of a report running beside this one stay."""
+    img.mkdir(exist_ok=True)
+    names = set()
+    for p in sorted(work.iterdir()):
+        if p.is_file():
+            files.replace(img / p.name, p.read_bytes())
+            names.add(p.name)
+    for p in img.iterdir():
+        with contextlib.suppress(OSError):
+            if p.name not in names and not p.name.startswith(".") and p.is_file() and p.stat().st_mtime < started:
+                p.unlink()
