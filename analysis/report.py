@@ -245,8 +245,8 @@ def _latest_bench(build: Path) -> tuple[Path | None, str]:
 
 def _has_memory_roof(path: Path) -> bool:
     try:
-        df = pd.read_csv(path, usecols=lambda c: c in ("program", "unit"))
-    except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
+        df = results_csv.read_checked(path, required=("program",))
+    except (ValueError, OSError):
         return False
     return bool(((df.get("program") == "ceiling") & (df.get("unit") == "GB/s")).any())
 
