@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.base import files
+from harness.base import files, paths
 from harness.base.paths import PLOTS
 from harness.base.sim import blk_kernel, blk_kernel2d, dim3, run_kernel
 from harness.calling import library, results
@@ -328,9 +328,9 @@ def load_image(path) -> tuple[np.ndarray, str]:
 
 def output_path(out) -> tuple[Path, str]:
     """Where the grey image goes, checked before anything is computed or written: (path, Pillow format).
-    The lab's own folder (build/plots, the default's) is made when the image is written; any other --out
-    must be in a folder that exists and can be written, with a name Pillow can write. ValueError naming
-    the rule otherwise."""
+    The folder follows harness.base.paths.output_folder, the rule `invoke viz -o` keeps too: under the
+    lab's build/ (build/plots, the default's) it is made when the image is written; any other must
+    exist and be writable. The name must be one Pillow can write. ValueError naming the rule otherwise."""
     from PIL import Image
 
     if out is None:
@@ -341,16 +341,18 @@ def output_path(out) -> tuple[Path, str]:
     fmt = Image.registered_extensions().get(p.suffix.lower())
     if fmt is None or fmt not in Image.SAVE:
         raise ValueError(f"--out {p}: Pillow cannot write a {p.suffix or 'suffix-less'} file; use a .png or .jpg name")
-    parent = p.parent
-    if parent.resolve() == PLOTS.resolve():
-        return p, fmt  # the lab's own output folder (build/plots), made when the image is written
-    if not parent.is_dir():
-        raise ValueError(f"--out {p}: the folder {parent} does not exist (create it first; nothing was written)")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {p}: the folder {parent} is not writable (nothing was written)")
+    paths.output_folder(p.parent, f"--out {p}")  # the rule `invoke viz -o` keeps too
     if p.exists() and not os.access(p, os.W_OK):
         raise ValueError(f"--out {p} exists and is read-only (nothing was written)")
     return p, fmt
+
+
+def _same_file(a, b) -> bool:
+    """Whether two paths name one file: through a symbolic link, a hard link or `..` alike."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): compare where each would be
+        return Path(a).resolve() == Path(b).resolve()
 
 
 def save_image(pixels: np.ndarray, path, fmt: str | None = None) -> Path:
@@ -392,6 +394,9 @@ def cli(args: list[str], variant: str | None = None, image: str | None = None, o
     variant_given = variant is not None
     variant = check_variant(variant or DEFAULT_VARIANT)
     out_path, fmt = output_path(out)
+    if image is not None and _same_file(image, out_path):
+        raise ValueError(f"--out {out_path} is the input image {image} (the same file); the grey image would "
+                         "replace it: name another --out (nothing was written)")
     if image is None:
         hwc = test_image()
     else:

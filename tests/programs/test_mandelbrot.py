@@ -318,3 +318,16 @@ def test_executable_checks_itself(variant, dtype):
                         "777", "555", "400"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "check=pass" in p.stdout and f"variant={variant}" in p.stdout
+
+
+def test_invoke_run_mandelbrot_variant_names_are_checked_without_a_gpu():
+    import sys
+
+    from harness.base.paths import ROOT
+
+    ensure_built("mandelbrot")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    for variant, said in (("03_nosuch", "unknown variant '03_nosuch'"), ("02_fast", "needs a GPU")):
+        r = subprocess.run([sys.executable, "-m", "invoke", "run", "mandelbrot", "--variant", variant], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and said in r.stderr, r.stderr
