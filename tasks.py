@@ -383,6 +383,10 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
     if keyword:
         cmd += ["-k", keyword]
     cmd += extra
+    # pytest prints nothing while it starts its workers and collects every test, which on a small
+    # machine is a minute or more after the build's last line: say what is happening.
+    print(f"test: starting pytest ({n} worker{'s' if n > 1 else ''}); collecting the tests takes a while "
+          "(a minute or more on 2 cores) before the first results", file=sys.stderr, flush=True)
     r = c.run(" ".join(shlex.quote(x) for x in cmd), echo=True, warn=True, pty=False, env=env)
     if r.exited == 5:
         raise Exit("pytest collected no tests: check the -m/-k filters", code=5)
@@ -874,7 +878,7 @@ def report(c, outdir="build/report"):
 @task(help={"bench": "run the quick bench (default on; --no-bench skips it)",
             "profile": "profile square and transformer_block (default on; --no-profile skips it)"})
 def demo(c, bench=True, profile=True):
-    """The first thing to run: build, run every program once, draw every picture, quick bench, report.
+    """The tour, after `invoke build test`: build, run every program once, draw every picture, bench, report.
 
     Without a GPU it still builds, draws the simulated grid-stride figures and the recorded traces,
     writes the report, and says which steps need a GPU (exit 0)."""
