@@ -409,7 +409,7 @@ def cli(args: list[str], variant: str | None = None, image: str | None = None, o
     if cpu is None:
         cpu = not gpu_here()[0]
     if cpu:
-        return _cli_on_cpu(x, out_path, variant_given)
+        return _cli_on_cpu(x, out_path, variant_given, None if image is not None else hwc)
     grey = rgb2grey(x, variant)
     ok, bad = check(grey, reference(x))
     replaced = out_path.exists()
@@ -417,16 +417,22 @@ def cli(args: list[str], variant: str | None = None, image: str | None = None, o
     if replaced:
         print(f"replaced the existing {saved}")
     if image is None:
-        src = out_path.with_name(out_path.stem + "_input.png")
-        if src.exists():
-            print(f"no --image given: used the generated {TEST_H}x{TEST_W} test picture (not saved: {src} exists, "
-                  "and a file the command did not name is not replaced)")
-        else:
-            save_image(hwc, src, "PNG")
-            print(f"no --image given: used the generated {TEST_H}x{TEST_W} test picture (saved as {src})")
+        _save_test_picture(hwc, out_path)
     print(f"result program=grayscale variant={variant} h={grey.shape[0]} w={grey.shape[1]} "
           f"mismatches={bad} check={'pass' if ok else 'fail'} out={saved}")
     return 0 if ok else 1
+
+
+def _save_test_picture(hwc: np.ndarray, out_path: Path) -> None:
+    """The generated test picture beside the grey one (<out>_input.png), so that the two can be compared,
+    unless a file of that name exists: a file the command did not name is never replaced."""
+    src = out_path.with_name(out_path.stem + "_input.png")
+    if src.exists():
+        print(f"no --image given: used the generated {TEST_H}x{TEST_W} test picture (not saved: {src} exists, "
+              "and a file the command did not name is not replaced)")
+    else:
+        save_image(hwc, src, "PNG")
+        print(f"no --image given: used the generated {TEST_H}x{TEST_W} test picture (saved as {src})")
 
 
 # --- without a GPU ------------------------------------------------------------------------------
@@ -449,11 +455,13 @@ def grey_on_cpu(x: np.ndarray, sample: int = CPU_SAMPLE, seed: int = 0) -> tuple
     return grey, len(idx), bad
 
 
-def _cli_on_cpu(x: np.ndarray, out_path: Path, variant_given: bool) -> int:
+def _cli_on_cpu(x: np.ndarray, out_path: Path, variant_given: bool, test_picture: np.ndarray | None = None) -> int:
     from . import cpu_label
 
     grey, checked, bad = grey_on_cpu(x)
     saved = save_image(grey, out_path)
+    if test_picture is not None:  # as on the GPU: the colour picture beside its grey image
+        _save_test_picture(test_picture, out_path)
     print(cpu_label("the numpy reference (the same float32 bytes the kernels write)")
           + ("; the --variant kernels need a GPU" if variant_given else ""))
     print(f"result program=grayscale variant=cpu_reference h={grey.shape[0]} w={grey.shape[1]} device=cpu "
