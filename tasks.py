@@ -383,6 +383,10 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
     if keyword:
         cmd += ["-k", keyword]
     cmd += extra
+    # pytest prints nothing while it starts its workers and collects every test, which on a small
+    # machine is a minute or more after the build's last line: say what is happening.
+    print(f"test: starting pytest ({n} worker{'s' if n > 1 else ''}); collecting the tests takes a while "
+          "(a minute or more on 2 cores) before the first results", file=sys.stderr, flush=True)
     code = _run_pytest(cmd, env)
     if code == 5:
         raise Exit("pytest collected no tests: check the -m/-k filters", code=5)
@@ -450,9 +454,15 @@ def run(c, prog, variant=None, image=None, out=None, ranks=""):
     # --image and --out exist only where the program's `cli` hook names them (grayscale's).
     _refuse_foreign_options("run", prog, {"image": image, "out": out},
                             lambda p, o: _takes(_registry.hook(p, "cli"), o), _hb.programs(), "program")
-    if (_registry.has(prog, "on_cpu") and not {"-h", "--help"} & set(args)  # --help needs no GPU
+    # A program with a CPU path (an on_cpu hook, or a cli that takes `cpu`) computes there when no GPU
+    # can be used, but never in place of a kernel the user named with --variant.
+    on_cpu = _registry.has(prog, "on_cpu")
+    if ((on_cpu or _takes(cli, "cpu")) and not {"-h", "--help"} & set(args)  # --help needs no GPU
             and not _registry.gpu_here()[0]):
-        return _run_on_cpu(prog, args, variant)
+        if variant is not None:
+            _refuse_variant_without_gpu(prog, variant)
+        if on_cpu:
+            return _run_on_cpu(prog, args)
     with _one_line(prog):
         if cli is not None:
             status = cli(args, variant=variant, image=image, out=out)
@@ -489,11 +499,19 @@ def _run_ranks(prog: str, n: int, variant, args: list[str]) -> None:
         sys.stderr.write(r.stderr)
 
 
-def _run_on_cpu(prog: str, args: list[str], variant: str | None) -> None:
+def _refuse_variant_without_gpu(prog: str, variant: str) -> None:
+    """--variant where no GPU can be used: a name the program's C table does not hold is said as such
+    (read through the loader: without a built library, the line says how to build it); a real one
+    needs a GPU. One line either way."""
+    with _one_line(prog):
+        if variant != "all":  # every variant, where the executable takes it
+            _registry.check_variant(prog, variant)
+    raise Exit(f"{prog}: --variant {variant} runs a CUDA kernel, which needs a GPU; without --variant, "
+               f"`invoke run {prog}` computes its result on the CPU")
+
+
+def _run_on_cpu(prog: str, args: list[str]) -> None:
     """`invoke run <prog>` where there is no GPU: the program's CPU twin, labelled as such."""
-    if variant is not None:
-        raise Exit(f"{prog}: --variant {variant} runs a CUDA kernel, which needs a GPU; without --variant, "
-                   f"`invoke run {prog}` computes its result on the CPU")
     with _one_line(prog):
         df, how = _registry.hook(prog, "on_cpu")(args)
     _print_table(df, f"{prog}: {_registry.cpu_label(how)}")
@@ -548,10 +566,11 @@ def compare(c, prog, n="100000"):
             "iters": "mandelbrot: max iterations, a positive integer (default 256)",
             "region": "mandelbrot: 'x0 x1 y0 y1' with x0 < x1, y0 < y1 (default '-2 1 -1.5 1.5')",
             "variant": "mandelbrot: 01_naive or 02_fast",
-            "outdir": "where the PNGs go (default build/plots)"})
+            "outdir": "where the PNGs go (default the project's build/plots); a folder outside build/ must "
+                      "exist"})
 @_help_if_asked
 def viz(c, what, n="", blocks="", threads="", simulate=False, width="", height="", iters="", region=None,
-        variant=None, outdir="build/plots"):
+        variant=None, outdir=""):
     """Draw a program's pictures: `invoke viz gridstride --simulate` (no GPU needed), `invoke viz mandelbrot`.
 
     Each option belongs to one picture (the help says which); `invoke viz` alone lists the pictures."""
@@ -569,6 +588,8 @@ def viz(c, what, n="", blocks="", threads="", simulate=False, width="", height="
     opts = dict(n=_int(n, "-n", lo=1), blocks=_int(blocks, "--blocks", lo=1), threads=_int(threads, "--threads", lo=1),
                 simulate=simulate or None, width=_int(width, "--width", lo=1), height=_int(height, "--height", lo=1),
                 iters=_int(iters, "--iters", lo=1), region=region, variant=variant)
+    with _one_line(f"viz {what}"):  # before anything is computed; run grayscale --out keeps the same rule
+        outdir = _paths.output_folder(outdir or _paths.PLOTS, "-o/--outdir")
     draw = importlib.import_module(f"analysis.{what}")
     with _one_line(f"viz {what}"), _progress(f"viz {what}") as bar:
         t = bar.add_task("simulating" if simulate else "running", total=None)
@@ -977,7 +998,7 @@ def report(c, outdir="build/report"):
 @task(help={"bench": "run the quick bench (default on; --no-bench skips it)",
             "profile": "profile square and transformer_block (default on; --no-profile skips it)"})
 def demo(c, bench=True, profile=True):
-    """The first thing to run: build, run every program once, draw every picture, quick bench, report.
+    """The tour, after `invoke build test`: build, run every program once, draw every picture, bench, report.
 
     Without a GPU it still builds, draws the simulated grid-stride figures and the recorded traces,
     writes the report, and says which steps need a GPU (exit 0)."""
