@@ -7,6 +7,8 @@
 # Adding a program needs no edit here. A program may add cuda/<prog>/build.mk, which can set
 # <prog>_NVCCFLAGS and <prog>_LDLIBS (matmul uses it to link cuBLAS when it is found), and
 # <prog>_GENCODE, used for that program's compile and link instead of GENCODE (gemm_tc: sm_90a).
+# None of these, nor any other variable that reaches a command line, may hold a shell character: the
+# Makefile refuses one in a line of its own before it builds anything (see "What reaches a shell").
 #
 #   make [-j] [ARCH=90 | ARCH=75,80,90] [NVCC=/path/to/nvcc]      `invoke build` is the usual way in.
 #
@@ -22,6 +24,9 @@ CC   ?= gcc
 ifeq ($(origin CC),default)
 CC := gcc
 endif
+# The two compilers as one quoted shell word each: a folder with a space in its name is still one path.
+NVCC_CMD = $(call shell_quote,$(NVCC))
+CC_CMD = $(call shell_quote,$(CC))
 
 comma := ,
 empty :=
@@ -30,6 +35,31 @@ space := $(empty) $(empty)
 eq = $(and $(findstring x$(1)x,x$(2)x),$(findstring x$(2)x,x$(1)x))
 # shell_quote(text): text as one single-quoted shell word, whatever it holds.
 shell_quote = '$(subst ','\'',$(1))'
+
+PROGRAMS := $(sort $(foreach d,$(wildcard cuda/*/),$(if $(wildcard $(d)$(notdir $(patsubst %/,%,$(d))).cu),$(notdir $(patsubst %/,%,$(d))))))
+
+# What reaches a shell. The flag variables below are spliced into the compilers' command lines as
+# words: a shell character in one would make the recipe's shell run something else. The commands
+# (NVCC, CC, PYTHON) are quoted where they run instead, and may hold any character but `$` and a
+# newline, as may the folders CUDA_HOME and NCCL_HOME. A value given from outside (the environment or
+# the command line) is checked as it was typed, before make expands it (a `$(shell ...)` in it would
+# run as make expands it); every flag variable is checked again once the programs' build.mk files
+# have added to it (see _check_flags below). One line, before anything is built or written.
+define _newline
+
+
+endef
+_shell_meta := ; & | < > ` ' " \ ( ) $$
+_FLAG_VARS = ARCH EXTRA_NVCCFLAGS NVCCFLAGS CFLAGS LDFLAGS GENCODE GENCODE_SM90A PTX_ONLY FAULTS OUT \
+             $(foreach p,$(PROGRAMS),$(p)_NVCCFLAGS $(p)_LDLIBS $(p)_GENCODE)
+_PATH_VARS := NVCC CC PYTHON CUDA_HOME NCCL_HOME
+_meta_in = $(strip $(foreach c,$(_shell_meta),$(findstring $(c),$(1))) $(if $(findstring $(_newline),$(1)),newline))
+_from_outside = $(filter environment% command%,$(origin $(1)))
+_refuse = $(error $(1) (from the $(if $(filter file,$(origin $(1))),makefiles,$(origin $(1)))) holds $(2): a variable that reaches the compilers' command lines may hold no shell character ($(_shell_meta) or a newline))
+# _check_flags(names): stop at the first of these variables whose (expanded) text holds a shell character.
+_check_flags = $(foreach v,$(1),$(if $(call _meta_in,$($(v))),$(call _refuse,$(v),$(call _meta_in,$($(v))))))
+$(foreach v,$(_FLAG_VARS),$(if $(call _from_outside,$(v)),$(if $(call _meta_in,$(value $(v))),$(call _refuse,$(v),$(call _meta_in,$(value $(v)))))))
+$(foreach v,$(_PATH_VARS),$(if $(call _from_outside,$(v)),$(if $(or $(findstring $$,$(value $(v))),$(findstring $(_newline),$(value $(v)))),$(error $(v) (from the $(origin $(v))) holds `$$` or a newline: a path that reaches a shell may not))))
 
 # ARCH: the visible GPU's compute capability (nvidia-smi says "9.0"), else 90. `make ARCH=80` overrides;
 # ARCH=75,80,90 builds one fat binary: SASS for each, plus PTX for the highest so newer GPUs can JIT it.
@@ -58,13 +88,6 @@ GENCODE := $(foreach a,$(filter-out $(ARCH_TOP),$(ARCHS)),-gencode arch=compute_
            -gencode arch=compute_$(ARCH_TOP),code=[sm_$(ARCH_TOP),compute_$(ARCH_TOP)]
 GENCODE := $(strip $(GENCODE))
 
-# EXTRA_NVCCFLAGS (from the command line or the environment) goes into every nvcc command line as
-# flags: refuse the characters that would make the shell run something else.
-_shell_meta := ; & | < > ` ' " \ ( ) $$
-_flags_bad := $(strip $(foreach c,$(_shell_meta),$(findstring $(c),$(value EXTRA_NVCCFLAGS))))
-ifneq ($(_flags_bad),)
-$(error EXTRA_NVCCFLAGS may hold only nvcc flags, without the shell characters $(_flags_bad))
-endif
 # PTX_ONLY=1: PTX for each ARCH and no SASS, so the driver JIT-compiles every kernel for the GPU
 # it meets. `make PTX_ONLY=1 ARCH=75` (or both exported, so `invoke build/test/demo` keep them) on an
 # H100 runs the very code a T4 build holds: as near to a T4 as an H100 comes.
@@ -132,8 +155,9 @@ endif
 CFLAGS    := -O2 -std=c11 -Wall -Wextra -Werror
 LDFLAGS   := $(TOOLKIT_LDFLAGS)
 
-PROGRAMS := $(sort $(foreach d,$(wildcard cuda/*/),$(if $(wildcard $(d)$(notdir $(patsubst %/,%,$(d))).cu),$(notdir $(patsubst %/,%,$(d))))))
 -include $(wildcard $(foreach p,$(PROGRAMS),cuda/$(p)/build.mk))
+# The flags as the recipes will see them, the programs' own included (see `What reaches a shell` above).
+$(call _check_flags,$(_FLAG_VARS))
 
 COMMON_OBJ := $(OUT)/obj/common/cudalab.o
 
@@ -181,7 +205,7 @@ endif
 define NVCC_COMPILE
 	@mkdir -p $(@D)
 	@echo "  NVCC    $<"
-	@$(NVCC) $(if $(PROG_GENCODE),$(filter-out $(GENCODE),$(NVCCFLAGS)) $(PROG_GENCODE),$(NVCCFLAGS)) $(PROG_NVCCFLAGS) -MMD -MP -MT $@ -MF $(@:.o=.d).tmp$$$$ -c $< -o $(TMP) 2> $(@:.o=.log) \
+	@$(NVCC_CMD) $(if $(PROG_GENCODE),$(filter-out $(GENCODE),$(NVCCFLAGS)) $(PROG_GENCODE),$(NVCCFLAGS)) $(PROG_NVCCFLAGS) -MMD -MP -MT $@ -MF $(@:.o=.d).tmp$$$$ -c $< -o $(TMP) 2> $(@:.o=.log) \
 	  && mv -f $(@:.o=.d).tmp$$$$ $(@:.o=.d) && mv -f $(TMP) $@ \
 	  || { cat $(@:.o=.log) >&2; rm -f $(TMP) $(@:.o=.d).tmp$$$$; exit 1; }
 	@grep -vE '^ptxas info|^ +[0-9]+ bytes stack frame' $(@:.o=.log) >&2 || true
@@ -203,7 +227,7 @@ define BIN_RULE
 $(OUT)/bin/$(1): $(OUT)/obj/$(1)/main.o $(OUT)/obj/$(1)/$(1).o $(COMMON_OBJ) $(OUT)/obj/$(1)/.flags | $(CUBLAS_LINK)
 	@mkdir -p $$(@D)
 	@echo "  LINK    $$@"
-	@$(NVCC) $(or $($(1)_GENCODE),$(GENCODE)) -o $$(TMP) $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS) && $$(PUBLISH) || { rm -f $$(TMP); exit 1; }
+	@$(NVCC_CMD) $(or $($(1)_GENCODE),$(GENCODE)) -o $$(TMP) $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS) && $$(PUBLISH) || { rm -f $$(TMP); exit 1; }
 endef
 define NO_MAIN_RULE
 $(OUT)/bin/$(1):
@@ -221,7 +245,7 @@ $(OUT)/lib/lib$(1).so: $(OUT)/obj/$(1)/$(1).o $(COMMON_OBJ) $(OUT)/obj/$(1)/.fla
 	@echo "  LINK    $$@"
 	@# Linked beside it, then renamed over it: a process that has the library loaded (a test worker,
 	@# a notebook) keeps the old file, and a dlopen meanwhile sees the old or the new one, never half of one.
-	@$(NVCC) $(or $($(1)_GENCODE),$(GENCODE)) -shared -o $$(TMP) $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS) && $$(PUBLISH) || { rm -f $$(TMP); exit 1; }
+	@$(NVCC_CMD) $(or $($(1)_GENCODE),$(GENCODE)) -shared -o $$(TMP) $$(filter %.o,$$^) $(LDFLAGS) $$($(1)_LDLIBS) && $$(PUBLISH) || { rm -f $$(TMP); exit 1; }
 
 $(if $(wildcard cuda/$(1)/main.cu),$(call BIN_RULE,$(1)),$(call NO_MAIN_RULE,$(1)))
 
@@ -232,7 +256,7 @@ $(OUT)/ptxas/$(1).txt: $(if $(wildcard cuda/$(1)/main.cu),$(OUT)/obj/$(1)/main.o
 $(OUT)/bin/$(1)_cpu: cuda/$(1)/$(1)_cpu.c $(FLAGS_STAMP)
 	@mkdir -p $$(@D) $(OUT)/obj/$(1)
 	@echo "  CC      $$<"
-	@$(CC) $(CFLAGS) -MMD -MP -MT $$@ -MF $(OUT)/obj/$(1)/$(1)_cpu.d.tmp$$$$$$$$ -o $$(TMP) $$< -lm \
+	@$(CC_CMD) $(CFLAGS) -MMD -MP -MT $$@ -MF $(OUT)/obj/$(1)/$(1)_cpu.d.tmp$$$$$$$$ -o $$(TMP) $$< -lm \
 	  && mv -f $(OUT)/obj/$(1)/$(1)_cpu.d.tmp$$$$$$$$ $(OUT)/obj/$(1)/$(1)_cpu.d && $$(PUBLISH) \
 	  || { rm -f $$(TMP) $(OUT)/obj/$(1)/$(1)_cpu.d.tmp$$$$$$$$; exit 1; }
 endef

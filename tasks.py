@@ -16,6 +16,7 @@ import functools
 import inspect
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -342,8 +343,7 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
 
     _check_pytest_expression(marker, "--marker")
     _check_pytest_expression(keyword, "--keyword")
-    # The junit file feeds the test summary of `invoke report`.
-    cmd = [sys.executable, "-m", "pytest", f"--junitxml={_paths.BUILD / 'test-results' / 'junit.xml'}"]
+    cmd = [sys.executable, "-m", "pytest"]
     env = None
     with _one_line("test"):
         chosen = hg.select(gpus) if gpus else []
@@ -375,11 +375,52 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
     if keyword:
         cmd += ["-k", keyword]
     cmd += extra
-    r = c.run(" ".join(shlex.quote(x) for x in cmd), echo=True, warn=True, pty=False, env=env)
-    if r.exited == 5:
+    # pytest prints nothing while it starts its workers and collects every test, which on a small
+    # machine is a minute or more after the build's last line: say what is happening.
+    print(f"test: starting pytest ({n} worker{'s' if n > 1 else ''}); collecting the tests takes a while "
+          "(a minute or more on 2 cores) before the first results", file=sys.stderr, flush=True)
+    code = _run_pytest(cmd, env)
+    if code == 5:
         raise Exit("pytest collected no tests: check the -m/-k filters", code=5)
-    if r.exited != 0:
-        raise Exit(f"tests failed (pytest status {r.exited})", code=r.exited)
+    if code == 2:
+        raise Exit("test: pytest stopped before the end (status 2: interrupted, or errors while collecting: "
+                   "see above)", code=2)
+    if code != 0:
+        raise Exit(f"tests failed (pytest status {code})", code=code)
+
+
+def _run_pytest(cmd: list[str], env: dict | None) -> int:
+    """Run pytest in a process group of its own and return its status. The junit file, which feeds the
+    test summary of `invoke report`, is written under a temporary name and published only when the run
+    went to its end (status 0 or 1: every test ran), so an interrupted or empty run never replaces the
+    last whole one. Ctrl-C or SIGTERM stops pytest and everything it started, then ends in one line,
+    status 130."""
+    from harness.base import files, procs
+
+    results = _paths.BUILD / "test-results"
+    with _one_line("test"):
+        results.mkdir(parents=True, exist_ok=True)
+        files.clean_stale(results)
+        tmp = files.temporary(results / "junit.xml")
+    cmd = [*cmd[:3], f"--junitxml={tmp}", *cmd[3:]]
+    print(" ".join(shlex.quote(x) for x in cmd), flush=True)
+    try:
+        with procs.sigterm_as_interrupt():
+            proc = subprocess.Popen(cmd, env={**os.environ, **env} if env else None, start_new_session=True)
+            try:
+                code = proc.wait()
+            except KeyboardInterrupt:
+                procs.stop_group(proc, 10.0, first=signal.SIGINT)
+                raise
+        if code in (0, 1) and tmp.stat().st_size:
+            files.replace(results / "junit.xml", tmp.read_bytes())
+        return code
+    except KeyboardInterrupt:
+        raise Exit("test: interrupted; pytest and its workers were stopped, and the last whole run's "
+                   f"{results / 'junit.xml'} was kept", code=130) from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 @task(help={"prog": f"the program: {_PROGRAMS}",
@@ -405,9 +446,15 @@ def run(c, prog, variant=None, image=None, out=None, ranks=""):
     # --image and --out exist only where the program's `cli` hook names them (grayscale's).
     _refuse_foreign_options("run", prog, {"image": image, "out": out},
                             _registry.takes, _hb.programs(), "program")
-    if (_registry.has(prog, "on_cpu") and not {"-h", "--help"} & set(args)  # --help needs no GPU
+    # A program with a CPU path (an on_cpu hook, or a cli that takes `cpu`) computes there when no GPU
+    # can be used, but never in place of a kernel the user named with --variant.
+    on_cpu = _registry.has(prog, "on_cpu")
+    if ((on_cpu or _registry.takes(prog, "cpu")) and not {"-h", "--help"} & set(args)  # --help needs no GPU
             and not _registry.gpu_here()[0]):
-        return _run_on_cpu(prog, args, variant)
+        if variant is not None:
+            _refuse_variant_without_gpu(prog, variant)
+        if on_cpu:
+            return _run_on_cpu(prog, args)
     with _one_line(prog):
         if cli is not None:
             status = cli(args, variant=variant, image=image, out=out)
@@ -444,11 +491,19 @@ def _run_ranks(prog: str, n: int, variant, args: list[str]) -> None:
         sys.stderr.write(r.stderr)
 
 
-def _run_on_cpu(prog: str, args: list[str], variant: str | None) -> None:
+def _refuse_variant_without_gpu(prog: str, variant: str) -> None:
+    """--variant where no GPU can be used: a name the program's C table does not hold is said as such
+    (read through the loader: without a built library, the line says how to build it); a real one
+    needs a GPU. One line either way."""
+    with _one_line(prog):
+        if variant != "all":  # every variant, where the executable takes it
+            _registry.check_variant(prog, variant)
+    raise Exit(f"{prog}: --variant {variant} runs a CUDA kernel, which needs a GPU; without --variant, "
+               f"`invoke run {prog}` computes its result on the CPU")
+
+
+def _run_on_cpu(prog: str, args: list[str]) -> None:
     """`invoke run <prog>` where there is no GPU: the program's CPU twin, labelled as such."""
-    if variant is not None:
-        raise Exit(f"{prog}: --variant {variant} runs a CUDA kernel, which needs a GPU; without --variant, "
-                   f"`invoke run {prog}` computes its result on the CPU")
     with _one_line(prog):
         df, how = _registry.hook(prog, "on_cpu")(args)
     _print_table(df, f"{prog}: {_registry.cpu_label(how)}")
@@ -521,10 +576,11 @@ def compare(c, prog, n="100000"):
             "iters": "mandelbrot: max iterations, a positive integer (default 256)",
             "region": "mandelbrot: 'x0 x1 y0 y1' with x0 < x1, y0 < y1 (default '-2 1 -1.5 1.5')",
             "variant": "mandelbrot: 01_naive or 02_fast",
-            "outdir": "where the PNGs go (default build/plots)"})
+            "outdir": "where the PNGs go (default the project's build/plots); a folder outside build/ must "
+                      "exist"})
 @_help_if_asked
 def viz(c, what, n="", blocks="", threads="", simulate=False, width="", height="", iters="", region=None,
-        variant=None, outdir="build/plots"):
+        variant=None, outdir=""):
     """Draw a program's pictures: `invoke viz gridstride --simulate` (no GPU needed), `invoke viz mandelbrot`.
 
     Each option belongs to one picture (the help says which); `invoke viz` alone lists the pictures."""
@@ -542,6 +598,8 @@ def viz(c, what, n="", blocks="", threads="", simulate=False, width="", height="
     opts = dict(n=_int(n, "-n", lo=1), blocks=_int(blocks, "--blocks", lo=1), threads=_int(threads, "--threads", lo=1),
                 simulate=simulate or None, width=_int(width, "--width", lo=1), height=_int(height, "--height", lo=1),
                 iters=_int(iters, "--iters", lo=1), region=region, variant=variant)
+    with _one_line(f"viz {what}"):  # before anything is computed; run grayscale --out keeps the same rule
+        outdir = _paths.output_folder(outdir or _paths.PLOTS, "-o/--outdir")
     draw = importlib.import_module(f"analysis.{what}")
     with _one_line(f"viz {what}"), _progress(f"viz {what}") as bar:
         t = bar.add_task("simulating" if simulate else "running", total=None)
@@ -632,6 +690,8 @@ def bench(c, programs="", quick=False, save=False, rounds="", repeat="", gpus=""
             raise Exit("bench: no bench cases to run" + (f" for {', '.join(names)}" if names else ""))
         hbench.check_built(_registry.bench_libraries(cases))
         ceilings = _registry.ceilings()
+        if save:  # checked before anything is timed: a refusal after the whole run loses the run
+            _check_save_folders()
     done = [0, 0]  # measurements done, planned
     frames, paths = [], []
     try:
@@ -713,6 +773,25 @@ def _bench_compare(given: tuple, names: list[str] | None) -> None:
     if (table["verdict"] == hc.SLOWER).any():
         raise Exit(line, code=1)
     print(line)
+
+
+def _check_save_folders() -> None:
+    """`bench --save` copies each CSV to bench/results/<gpu>/: each GPU's folder there (named as
+    nvidia-smi names the GPUs, so that no CUDA context is made beside the timing session's) must take
+    a file. Without nvidia-smi, bench/results itself."""
+    from harness.base import files
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30)
+        names = [n.strip() for n in out.stdout.splitlines() if n.strip()] if out.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired):
+        names = []
+    for folder in dict.fromkeys(_paths.RESULTS_DIR / _paths.gpu_folder(n) for n in names) or [_paths.RESULTS_DIR]:
+        try:
+            files.check_writable(folder)
+        except OSError as e:
+            raise Exit(f"bench --save: {e}; nothing was timed") from None
 
 
 def _report_repeat(frames, save: bool) -> None:
@@ -920,7 +999,7 @@ def report(c, outdir="build/report"):
 @task(help={"bench": "run the quick bench (default on; --no-bench skips it)",
             "profile": "profile square and transformer_block (default on; --no-profile skips it)"})
 def demo(c, bench=True, profile=True):
-    """The first thing to run: build, run every program once, draw every picture, quick bench, report.
+    """The tour, after `invoke build test`: build, run every program once, draw every picture, bench, report.
 
     Without a GPU it still builds, draws the simulated grid-stride figures and the recorded traces,
     writes the report, and says which steps need a GPU (exit 0)."""

@@ -13,6 +13,7 @@ base64, so either the folder or the one HTML file can be shared. Nothing here la
 from __future__ import annotations
 
 import base64
+import contextlib
 import html as _html
 import json
 import shutil
@@ -22,11 +23,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.base import files
 from harness.base.paths import BUILD, RESULTS_DIR, ROOT
 from harness.measuring import results_csv
 
 BENCH_COLUMNS = ["program", "variant", "size", "ratio", "target", "meets_target", "value", "unit", "ceiling",
                  "median_ms"]
+IMG = "img"  # outdir/img/: the pictures index.md links
 FOLD_ROWS = 12  # a table longer than this is folded (<details>) under its one-line summary
 
 
@@ -77,10 +80,36 @@ def _source(details: dict[Path, str], p: Path) -> str:
     return "this run, on the GPU"
 
 
-def tour_section(build: Path, demo: dict | None, keep, root: Path = ROOT, tour=()) -> Section:
+def side_by_side(pictures: list[Path], labels: tuple[str, ...], dest: Path, title: str = "") -> Path:
+    """The pictures drawn one beside the other in one figure, each under its label (a program's input
+    and its output: grayscale's colour test picture and its grey image), written to `dest`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(pictures), figsize=(5 * len(pictures), 3.2), squeeze=False)
+    for ax, p, label in zip(axes[0], pictures, labels):
+        pixels = plt.imread(p)
+        ax.imshow(pixels, cmap="gray" if pixels.ndim == 2 else None, vmin=0, vmax=1 if pixels.dtype.kind == "f" else 255)
+        ax.set_title(label, fontsize=10)
+        ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(dest, dpi=110)
+    plt.close(fig)
+    return dest
+
+
+def tour_section(build: Path, demo: dict | None, keep, root: Path = ROOT, img: Path | None = None,
+                 tour=()) -> Section:
     """Each program's picture from this run, else the one committed with it, captioned. `tour` is
     (program, entry) in the order a learner meets them, each entry with `shows`, `drawn` (globs under
-    build/), `committed` (paths in the repository) and `labels`: the programs' records give it."""
+    build/), `committed` (paths in the repository) and `labels`: the programs' records give it. A
+    program whose run draws several labelled pictures (an input and its output) shows them side by
+    side in one figure, drawn into `img`, so that the two are compared at a glance."""
     s = Section("The tour", grid=True)
     s.text.append("Each program in the order a learner meets it, with its picture and what the picture shows. "
                   "Each caption says where the picture came from: this run (on the GPU, or computed on the CPU "
@@ -90,6 +119,12 @@ def tour_section(build: Path, demo: dict | None, keep, root: Path = ROOT, tour=(
     for prog, t in tour:
         drawn = [(p, t.labels[i] if i < len(t.labels) else "") for i, pat in enumerate(t.drawn)
                  for p in _glob(build, pat) if keep(p)]
+        if drawn and img is not None and len(t.labels) > 1 and len(drawn) == len(t.labels):
+            pair = side_by_side([p for p, _ in drawn], t.labels, img / f"tour_{t.program}.png")
+            s.images.append(pair)
+            s.captions[pair] = (f"**{t.program}**: {t.shows}: {' beside '.join(t.labels)}. "
+                                f"({_source(details, drawn[-1][0])})")
+            continue
         if drawn:
             for p, label in drawn:
                 s.images.append(p)
@@ -198,34 +233,49 @@ def sanitize_section(build: Path) -> Section:
 
 def _latest_bench(build: Path) -> tuple[Path | None, str]:
     p = results_csv.latest(build / "bench")
-    if p is not None:
-        return p, "this machine's latest run"
-    # The project's committed reference runs sit beside build/ (bench/results/<gpu>/): the newest by
-    # the date written inside each (a checkout gives every file the same mtime).
-    dated = [(_has_memory_roof(q), d, q.name, q) for q in (build.parent / RESULTS_DIR.relative_to(ROOT)).glob("*/*.csv")
-             if (d := results_csv.date_of(q)) is not None]
-    if dated:
-        # The newest that measured a memory ceiling, so that its roofline has the sloped roof; else the newest.
-        return max(dated)[3], "a committed reference run (bench/results), not this machine's"
-    return None, ""
+    return (p, "this machine's latest run") if p is not None else (None, "")
 
 
-def _has_memory_roof(path: Path) -> bool:
-    try:
-        df = pd.read_csv(path, usecols=lambda c: c in ("program", "unit"))
-    except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
-        return False
-    return bool(((df.get("program") == "ceiling") & (df.get("unit") == "GB/s")).any())
+def committed_runs(build: Path) -> tuple[str, dict[Path, list[str]]]:
+    """The committed reference results beside build/ (bench/results/<gpu>/*.csv, the files in front):
+    the GPU folder that covers the most programs (the newer runs breaking a tie) and, in it, for each
+    program, the newest run (by the date written inside) that measured it. Returns (the folder's name,
+    {CSV: the programs taken from it}); ("", {}) when there is none. A file that does not read is left out."""
+    results = build.parent / RESULTS_DIR.relative_to(ROOT)
+    best: tuple = ((0, ""), "", {})
+    for gpu_dir in sorted(p for p in results.glob("*") if p.is_dir()):
+        newest: dict[str, tuple[str, str, Path]] = {}  # program -> (date, name, CSV)
+        for q in gpu_dir.glob("*.csv"):
+            try:
+                df = results_csv.read_checked(q, required=("program", "date"))
+            except (ValueError, OSError):
+                continue
+            date = str(df["date"].astype(str).max())
+            for prog in set(df["program"].astype(str)) - {"ceiling"}:
+                newest[prog] = max(newest.get(prog, ("", "", q)), (date, q.name, q))
+        if not newest:
+            continue
+        score = (len(newest), max(d for d, _, _ in newest.values()))
+        if score > best[0]:
+            by_csv: dict[Path, list[str]] = {}
+            for prog, (_, _, q) in sorted(newest.items()):
+                by_csv.setdefault(q, []).append(prog)
+            best = (score, gpu_dir.name, by_csv)
+    return best[1], best[2]
 
 
 def bench_section(build: Path, img: Path, csv: Path | None = None) -> Section:
+    path, what = (csv, "given") if csv else _latest_bench(build)
+    if path is None:
+        return committed_bench_section(build, img)
+    return run_bench_section(path, what, img)
+
+
+def run_bench_section(path: Path, what: str, img: Path) -> Section:
+    """One bench run: every case against the targets still in force, the ceilings, the ratios and the roofline."""
     from analysis import bench as abench
 
     s = Section("Benchmarks")
-    path, what = (csv, "given") if csv else _latest_bench(build)
-    if path is None:
-        s.missing = "not generated: run `invoke bench --quick` (needs a GPU)"
-        return s
     cases, ceil = abench.load(path)
     cases = abench.current_targets(cases)
     meta = {k: cases[k].iloc[0] for k in ("device", "driver", "nvcc", "date") if k in cases and len(cases)}
@@ -253,6 +303,39 @@ def bench_section(build: Path, img: Path, csv: Path | None = None) -> Section:
                             "(a run with square or grayscale measures memcpy's bandwidth)")
     if len(table) > FOLD_ROWS:
         s.folded.add("images:" + ratios.name)
+    return s
+
+
+def committed_bench_section(build: Path, img: Path) -> Section:
+    """Without a bench run on this machine: each program's committed reference results (committed_runs),
+    one table and one ratio figure per run, each naming its file, device and date."""
+    from analysis import bench as abench
+
+    s = Section("Benchmarks")
+    gpu, by_csv = committed_runs(build)
+    if not by_csv:
+        s.missing = "not generated: run `invoke bench --quick` (needs a GPU)"
+        return s
+    progs = sorted(p for ps in by_csv.values() for p in ps)
+    s.text.append(f"No bench run on this machine (`invoke bench --quick` on a GPU makes one), so these are the "
+                  f"committed reference results of bench/results/{gpu}/ for {', '.join(progs)}: for each program, "
+                  "the newest run that measured it. Every figure is a ratio to a ceiling measured in the same run; "
+                  "only ratios compare across runs.")
+    for path, taken in sorted(by_csv.items(), key=lambda kv: kv[1]):
+        name = f"{', '.join(taken)}: `{path.name}`"
+        try:
+            cases, ceil = abench.load(path)
+            cases = abench.current_targets(cases[cases["program"].astype(str).isin(taken)])
+            device = str(cases["device"].iloc[0]) if "device" in cases and len(cases) else gpu
+            date = str(cases["date"].iloc[0])[:10] if "date" in cases and len(cases) else ""
+            label = f"{name} ({device}, {date}, {len(cases)} rows)"
+            s.tables.append((label, cases[[c for c in BENCH_COLUMNS if c in cases.columns]]))
+            s.folded.add(label)
+            ratios = abench.plot((cases, ceil), img, prefix=f"bench_{path.stem}")[0]
+            s.images.append(ratios)
+            s.captions[ratios] = f"{', '.join(taken)}: each case's ratio to its ceiling ({device}, `{path.name}`)"
+        except Exception as e:  # one unreadable run costs only its own part
+            s.text.append(f"{name}: could not be shown ({str(e).splitlines()[0] if str(e) else type(e).__name__})")
     return s
 
 
@@ -306,7 +389,7 @@ def gather(build: Path, img: Path, facts: dict | None = None, demo: dict | None 
            bench_csv: Path | None = None, junit: Path | None = None, root: Path = ROOT, tour=()) -> list[Section]:
     plots = build / "plots"
     keep = current_pictures(demo)
-    tour = tour_section(build, demo, keep, root, tour)
+    tour = tour_section(build, demo, keep, root, img, tour)
     try:
         bench = bench_section(build, img, bench_csv)
     except Exception as e:  # a malformed CSV must not stop the rest of the report
@@ -350,13 +433,31 @@ def md_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _img_name(p: Path) -> str:
+    """A picture's name in the report's img/ folder: the folder keeps profiles/<prog>/kernel_shares.png
+    apart; one drawn into img/ itself keeps its name."""
+    return p.name if p.parent.name == "img" else f"{p.parent.name}_{p.name}"
+
+
 def _copy_image(p: Path, img: Path) -> Path:
     img.mkdir(parents=True, exist_ok=True)
     if p.resolve().parent == img.resolve():
         return p
-    dest = img / f"{p.parent.name}_{p.name}"  # the folder keeps profiles/<prog>/kernel_shares.png apart
+    dest = img / _img_name(p)
     shutil.copyfile(p, dest)
     return dest
+
+
+def _is_wide(p: Path) -> bool:
+    """Whether a PNG is at least 1.8 times as wide as high (a ladder of many rungs): shown across the
+    whole page rather than in a half-width cell, where its labels could not be read."""
+    try:
+        with open(p, "rb") as f:
+            head = f.read(24)
+        w, h = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+        return head[:8] == b"\x89PNG\r\n\x1a\n" and h > 0 and w >= 1.8 * h
+    except OSError:
+        return False
 
 
 def _caption(s: Section, p: Path) -> str:
@@ -364,6 +465,8 @@ def _caption(s: Section, p: Path) -> str:
 
 
 def to_markdown(sections: list[Section], outdir: Path, img: Path) -> str:
+    """index.md's text. Each picture is copied into `img` (the run's own folder of pictures, published as
+    outdir/img/ once the page is written) and linked as img/<name>."""
     out = ["# cudalab report", ""]
     for s in sections:
         out += [f"## {s.title}", ""]
@@ -380,10 +483,12 @@ def to_markdown(sections: list[Section], outdir: Path, img: Path) -> str:
                 out += [f"**{name}**", ""]
             out += [md_table(df), ""]
         for p in s.images:
-            rel = _copy_image(p, img).relative_to(outdir)
+            rel = Path(IMG) / _copy_image(p, img).name
             cap = _caption(s, p)
             alt = cap.replace("*", "").replace("[", "(").replace("]", ")")
-            body = [f"![{alt}]({rel.as_posix()})", "", f"_{cap}_" if not cap.startswith("**") else cap, ""]
+            # The picture links to itself: a click opens it at full size.
+            body = [f"[![{alt}]({rel.as_posix()})]({rel.as_posix()})", "", f"_{cap}_" if not cap.startswith("**") else cap,
+                    ""]
             if "images:" + p.name in s.folded:
                 out += [f"<details><summary>{alt}</summary>", "", *body, "</details>", ""]
             else:
@@ -397,7 +502,8 @@ th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}img{max-widt
 .missing{color:#888;font-style:italic}code{background:#f4f4f4;padding:0 .2em}
 figure{margin:.6em 0}figcaption{font-size:.9em;color:#333}
 .tour{display:grid;grid-template-columns:repeat(2,minmax(0,1fr));gap:1em 1.4em}
-.tour img{width:100%;height:300px;object-fit:contain;background:#fff}
+.tour img{width:100%;height:360px;object-fit:contain;background:#fff}
+.tour figure.wide{grid-column:1/-1}.tour figure.wide img{height:auto;max-height:560px}
 details{margin:.5em 0}summary{cursor:pointer;color:#225}"""
 
 
@@ -440,7 +546,10 @@ def to_html(sections: list[Section]) -> str:
             for p in s.images:
                 data = base64.b64encode(p.read_bytes()).decode("ascii")
                 cap = _caption(s, p)
-                fig = (f"<figure><img alt='{_html.escape(cap.replace('*', ''))}' src='data:image/png;base64,{data}'>"
+                # Each picture links to its full-size copy in img/ beside this page (index.md's folder).
+                wide = " class='wide'" if _is_wide(p) else ""
+                fig = (f"<figure{wide}><a href='img/{_html.escape(_img_name(p))}' target='_blank'>"
+                       f"<img alt='{_html.escape(cap.replace('*', ''))}' src='data:image/png;base64,{data}'></a>"
                        f"<figcaption>{_inline(cap)}</figcaption></figure>")
                 if "images:" + p.name in s.folded:
                     fig = f"<details><summary>{_html.escape(cap)}</summary>{fig}</details>"
@@ -455,32 +564,49 @@ def write(outdir: Path | None = None, facts: dict | None = None, demo: dict | No
           root: Path | None = None, tour=()) -> tuple[Path, Path]:
     """Write index.md (+ img/) and a self-contained index.html into outdir; returns both paths.
     `facts` (device, tools) and `demo` (steps) default to facts.json / demo.json found in outdir;
-    `junit` is the test report of the run writing this one (else the newest under build/, said so)."""
+    `junit` is the test report of the run writing this one (else the newest under build/, said so).
+
+    Several reports may be written into one outdir at once (a demo and a user's `invoke report`): each
+    draws and copies its pictures into a folder of its own, then publishes them into img/ one whole file
+    at a time, and the two pages last, each whole (harness/base/files.py). Nothing is written in the
+    locale's encoding: the files are UTF-8 whatever LANG says."""
+    import time
+
     build = Path(build or BUILD)
     outdir = Path(outdir or build / "report")
     outdir.mkdir(parents=True, exist_ok=True)
-    img = outdir / "img"
-    if img.exists():
-        shutil.rmtree(img)
-    img.mkdir()
+    files.clean_stale(outdir)  # the picture folders of reports that were killed part way
+    started = time.time()
     if facts is not None:
-        (outdir / "facts.json").write_text(json.dumps(facts, indent=1, default=str))
+        files.replace(outdir / "facts.json", json.dumps(facts, indent=1, default=str))
     elif (outdir / "facts.json").exists():
-        facts = json.loads((outdir / "facts.json").read_text())
+        facts = json.loads((outdir / "facts.json").read_text(encoding="utf-8"))
     if demo is None and (outdir / "demo.json").exists():
-        demo = json.loads((outdir / "demo.json").read_text())
+        demo = json.loads((outdir / "demo.json").read_text(encoding="utf-8"))
         demo.setdefault("finished", (outdir / "demo.json").stat().st_mtime)
-    sections = gather(build, img, facts, demo, bench_csv, junit, Path(root or ROOT), tour)
-    md = outdir / "index.md"
-    _write_atomic(md, to_markdown(sections, outdir, img))
-    html = outdir / "index.html"
-    _write_atomic(html, to_html(sections))
+    work = files.temporary_dir(outdir, IMG)
+    try:
+        sections = gather(build, work, facts, demo, bench_csv, junit, Path(root or ROOT), tour)
+        md_text, html_text = to_markdown(sections, outdir, work), to_html(sections)
+        _publish_images(work, outdir / IMG, started)
+        md = files.replace(outdir / "index.md", md_text)
+        html = files.replace(outdir / "index.html", html_text)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return md, html
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    import os
-
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def _publish_images(work: Path, img: Path, started: float) -> None:
+    """Each picture of `work` into `img`, whole (a page being read meanwhile links an old picture or a new
+    one, never half of one); then the pictures that no report has written since `started` go (a program
+    or plot that is gone), while those of a report running beside this one stay."""
+    img.mkdir(exist_ok=True)
+    names = set()
+    for p in sorted(work.iterdir()):
+        if p.is_file():
+            files.replace(img / p.name, p.read_bytes())
+            names.add(p.name)
+    for p in img.iterdir():
+        with contextlib.suppress(OSError):
+            if p.name not in names and not p.name.startswith(".") and p.is_file() and p.stat().st_mtime < started:
+                p.unlink()

@@ -94,21 +94,28 @@ def plot(df: pd.DataFrame, prog: str, dest: Path, title: str | None = None) -> P
 def plot_cached(results_dir: Path, outdir: Path, warn=None) -> list[Path]:
     """One figure per cached search under results_dir (<gpu>/<prog>-tune.json): tune_<prog>_<gpu>.png.
     A file that cannot be read or drawn is named in one line (`warn`, default stderr) and skipped, so
-    one bad file costs only its own figure; ValueError when there were files and none could be drawn."""
+    one bad file costs only its own figure; so is a second file whose figure would land where an
+    earlier one's did (two searches for one program in one GPU folder): the first figure stands, never
+    overwritten. ValueError when there were files and none could be drawn."""
     import sys
 
     if warn is None:
         def warn(line):
             print(line, file=sys.stderr)
 
-    paths, bad = [], []
+    paths, bad, drawn_from = [], [], {}
     for f in sorted(Path(results_dir).glob("*/*-tune.json")):
         try:
-            table, meta = read(f)
+            table, meta = read(f)  # "program" is a program's name here, never a path
             gpu = f.parent.name
+            dest = Path(outdir) / f"tune_{meta['program']}_{gpu}.png"
+            if dest in drawn_from:
+                raise ValueError(f"{f}: its figure {dest.name} is drawn from {drawn_from[dest]} already "
+                                 f"(two tuning results for {meta['program']} in {f.parent}; keep one)")
             title = (f"invoke tune {meta['program']} on {meta.get('device', gpu)} ({meta.get('size', '')}, "
                      f"{meta.get('date', '')[:10]})")
-            paths.append(plot(table, meta["program"], Path(outdir) / f"tune_{meta['program']}_{gpu}.png", title))
+            paths.append(plot(table, meta["program"], dest, title))
+            drawn_from[dest] = f
         except (ValueError, KeyError, TypeError) as e:
             msg = str(e) if str(f) in str(e) else f"{f}: {e}"
             bad.append(msg)

@@ -11,7 +11,7 @@
 PYTHON ?= python3
 ifndef NCCL_HOME
 # nvidia.nccl may be a namespace package (no __file__): its first __path__ entry is the folder.
-NCCL_HOME := $(shell $(PYTHON) -c "import nvidia.nccl as m; print(list(m.__path__)[0])" 2>/dev/null)
+NCCL_HOME := $(shell $(call shell_quote,$(PYTHON)) -c "import nvidia.nccl as m; print(list(m.__path__)[0])" 2>/dev/null)
 endif
 NCCL_PAIRS := $(NCCL_HOME)/include:$(NCCL_HOME)/lib /usr/include:/usr/lib/x86_64-linux-gnu \
               /usr/include:/usr/lib64 $(CUDA_HOME)/include:$(CUDA_HOME)/lib64

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.base import files
+from harness.base import files, paths
 from harness.base.paths import PLOTS
 from harness.base.sim import blk_kernel, blk_kernel2d, dim3, run_kernel
 from harness.calling import library, results
@@ -329,9 +329,9 @@ def load_image(path) -> tuple[np.ndarray, str]:
 
 def output_path(out) -> tuple[Path, str]:
     """Where the grey image goes, checked before anything is computed or written: (path, Pillow format).
-    The lab's own folder (build/plots, the default's) is made when the image is written; any other --out
-    must be in a folder that exists and can be written, with a name Pillow can write. ValueError naming
-    the rule otherwise."""
+    The folder follows harness.base.paths.output_folder, the rule `invoke viz -o` keeps too: under the
+    lab's build/ (build/plots, the default's) it is made when the image is written; any other must
+    exist and be writable. The name must be one Pillow can write. ValueError naming the rule otherwise."""
     from PIL import Image
 
     if out is None:
@@ -342,16 +342,18 @@ def output_path(out) -> tuple[Path, str]:
     fmt = Image.registered_extensions().get(p.suffix.lower())
     if fmt is None or fmt not in Image.SAVE:
         raise ValueError(f"--out {p}: Pillow cannot write a {p.suffix or 'suffix-less'} file; use a .png or .jpg name")
-    parent = p.parent
-    if parent.resolve() == PLOTS.resolve():
-        return p, fmt  # the lab's own output folder (build/plots), made when the image is written
-    if not parent.is_dir():
-        raise ValueError(f"--out {p}: the folder {parent} does not exist (create it first; nothing was written)")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {p}: the folder {parent} is not writable (nothing was written)")
+    paths.output_folder(p.parent, f"--out {p}")  # the rule `invoke viz -o` keeps too
     if p.exists() and not os.access(p, os.W_OK):
         raise ValueError(f"--out {p} exists and is read-only (nothing was written)")
     return p, fmt
+
+
+def _same_file(a, b) -> bool:
+    """Whether two paths name one file: through a symbolic link, a hard link or `..` alike."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): compare where each would be
+        return Path(a).resolve() == Path(b).resolve()
 
 
 def save_image(pixels: np.ndarray, path, fmt: str | None = None) -> Path:
@@ -393,6 +395,9 @@ def cli(args: list[str], variant: str | None = None, image: str | None = None, o
     variant_given = variant is not None
     variant = check_variant(variant or DEFAULT_VARIANT)
     out_path, fmt = output_path(out)
+    if image is not None and _same_file(image, out_path):
+        raise ValueError(f"--out {out_path} is the input image {image} (the same file); the grey image would "
+                         "replace it: name another --out (nothing was written)")
     if image is None:
         hwc = test_image()
     else:
@@ -405,7 +410,7 @@ def cli(args: list[str], variant: str | None = None, image: str | None = None, o
     if cpu is None:
         cpu = not gpu_here()[0]
     if cpu:
-        return _cli_on_cpu(x, out_path, variant_given)
+        return _cli_on_cpu(x, out_path, variant_given, None if image is not None else hwc)
     grey = rgb2grey(x, variant)
     ok, bad = check(grey, reference(x))
     replaced = out_path.exists()
@@ -413,16 +418,22 @@ def cli(args: list[str], variant: str | None = None, image: str | None = None, o
     if replaced:
         print(f"replaced the existing {saved}")
     if image is None:
-        src = out_path.with_name(out_path.stem + "_input.png")
-        if src.exists():
-            print(f"no --image given: used the generated {TEST_H}x{TEST_W} test picture (not saved: {src} exists, "
-                  "and a file the command did not name is not replaced)")
-        else:
-            save_image(hwc, src, "PNG")
-            print(f"no --image given: used the generated {TEST_H}x{TEST_W} test picture (saved as {src})")
+        _save_test_picture(hwc, out_path)
     print(f"result program=grayscale variant={variant} h={grey.shape[0]} w={grey.shape[1]} "
           f"mismatches={bad} check={'pass' if ok else 'fail'} out={saved}")
     return 0 if ok else 1
+
+
+def _save_test_picture(hwc: np.ndarray, out_path: Path) -> None:
+    """The generated test picture beside the grey one (<out>_input.png), so that the two can be compared,
+    unless a file of that name exists: a file the command did not name is never replaced."""
+    src = out_path.with_name(out_path.stem + "_input.png")
+    if src.exists():
+        print(f"no --image given: used the generated {TEST_H}x{TEST_W} test picture (not saved: {src} exists, "
+              "and a file the command did not name is not replaced)")
+    else:
+        save_image(hwc, src, "PNG")
+        print(f"no --image given: used the generated {TEST_H}x{TEST_W} test picture (saved as {src})")
 
 
 # --- without a GPU ------------------------------------------------------------------------------
@@ -445,11 +456,13 @@ def grey_on_cpu(x: np.ndarray, sample: int = CPU_SAMPLE, seed: int = 0) -> tuple
     return grey, len(idx), bad
 
 
-def _cli_on_cpu(x: np.ndarray, out_path: Path, variant_given: bool) -> int:
+def _cli_on_cpu(x: np.ndarray, out_path: Path, variant_given: bool, test_picture: np.ndarray | None = None) -> int:
     from . import cpu_label
 
     grey, checked, bad = grey_on_cpu(x)
     saved = save_image(grey, out_path)
+    if test_picture is not None:  # as on the GPU: the colour picture beside its grey image
+        _save_test_picture(test_picture, out_path)
     print(cpu_label("the numpy reference (the same float32 bytes the kernels write)")
           + ("; the --variant kernels need a GPU" if variant_given else ""))
     print(f"result program=grayscale variant=cpu_reference h={grey.shape[0]} w={grey.shape[1]} device=cpu "

@@ -4,6 +4,8 @@ a file the command did not name is never replaced, and replacing the one it name
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -124,7 +126,10 @@ def test_an_interrupted_write_leaves_no_half_file(tmp_path, monkeypatch):
 
 def test_the_labs_own_plots_folder_is_made(tmp_path, monkeypatch, cpu_grey):
     """build/plots (the default output's folder, which the demo names too) is the lab's: made when missing."""
+    from harness.base import paths
+
     plots = tmp_path / "build" / "plots"
+    monkeypatch.setattr(paths, "BUILD", tmp_path / "build")
     monkeypatch.setattr(gs, "PLOTS", plots)
     monkeypatch.setattr(gs, "DEFAULT_OUT", plots / "grayscale.png")
     assert gs.cli([], cpu=False) == 0 and (plots / "grayscale.png").exists() and (plots / "grayscale_input.png").exists()
@@ -132,3 +137,79 @@ def test_the_labs_own_plots_folder_is_made(tmp_path, monkeypatch, cpu_grey):
         p.unlink()
     plots.rmdir()
     assert gs.cli([], out=str(plots / "g.png"), cpu=False) == 0 and (plots / "g.png").exists()
+
+
+def _image(path):
+    from PIL import Image
+
+    Image.fromarray(gs.test_image(24, 32)).save(path)
+    return path
+
+
+@pytest.mark.parametrize("how", ["same", "symlink", "dotdot", "hardlink"])
+def test_out_naming_the_input_image_is_refused_before_anything_runs(tmp_path, no_compute, how):
+    src = _image(tmp_path / "in.png")
+    (tmp_path / "sub").mkdir()
+    out = {"same": src, "dotdot": tmp_path / "sub" / ".." / "in.png"}.get(how)
+    if how == "symlink":
+        out = tmp_path / "link.png"
+        out.symlink_to(src)
+    if how == "hardlink":
+        out = tmp_path / "hard.png"
+        os.link(src, out)
+    before = _listing(tmp_path)
+    for cpu in (True, False):
+        with pytest.raises(ValueError, match=r"is the input image .* \(the same file\)"):
+            gs.cli([], image=str(src), out=str(out), cpu=cpu)
+    assert _listing(tmp_path) == before
+
+
+NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def _inv(*args, env=None):
+    from harness.base.paths import ROOT
+
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **(env or {})})
+
+
+def test_invoke_run_grayscale_out_over_its_image_is_one_line(tmp_path):
+    src = _image(tmp_path / "in.png")
+    data = src.read_bytes()
+    r = _inv("run", "grayscale", "--image", str(src), "--out", str(src), env=NO_GPU)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "the same file" in r.stderr
+    assert src.read_bytes() == data
+
+
+def test_one_rule_for_a_missing_output_folder_in_run_and_viz(tmp_path):
+    """`invoke run grayscale --out` and `invoke viz -o` refuse a folder that does not exist, in the same
+    words, and make none (viz used to create every folder on the way)."""
+    runs = [_inv("run", "grayscale", "--out", str(tmp_path / "a" / "new" / "g.png"), env=NO_GPU),
+            _inv("viz", "gridstride", "--simulate", "-n", "40", "-o", str(tmp_path / "a" / "new" / "dir"))]
+    for r in runs:
+        assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "does not exist (create it first; nothing was written)" in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_output_folder_rule():
+    from harness.base import paths
+
+    paths.output_folder(paths.BUILD / "plots" / "new", "-o")  # the lab's own: made when written
+    with pytest.raises(ValueError, match="-o: the folder /nonexistent/x does not exist"):
+        paths.output_folder("/nonexistent/x", "-o")
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        paths.output_folder(__file__, "-o")
+
+
+def test_a_variant_without_a_gpu_is_refused_not_run_on_the_cpu(tmp_path):
+    out = tmp_path / "g.png"
+    r = _inv("run", "grayscale", "--variant", "01_1d", "--out", str(out), env=NO_GPU)
+    assert r.returncode != 0 and "Traceback" not in r.stderr and not out.exists()
+    assert len(r.stderr.strip().splitlines()) == 1 and "needs a GPU" in r.stderr, r.stderr
+    assert "check=pass" not in r.stdout
+    r = _inv("run", "grayscale", "--variant", "nosuch", env=NO_GPU)
+    assert r.returncode != 0 and "unknown variant 'nosuch'" in r.stderr and "needs a GPU" not in r.stderr

@@ -51,6 +51,14 @@ ZOOM_REGION = (-0.7469, -0.7449, 0.1049, 0.1069)
 # EXERCISE mandelbrot_zoom: end
 # EXERCISE mandelbrot_zoom: end copy
 MAX_EDGE = MAX_GRID_YZ * 8  # mandelbrot_max_edge() in the library: the grid's y limit x 8 (a margin)
+# The edges alone allow 524280^2 pixels: a terabyte of counts. One image is held whole in host memory
+# (and on the GPU), so its pixels are bounded before anything is allocated: 1 GiB of uint32 counts.
+MAX_PIXELS = 2**28
+# The numpy twins keep about 60 bytes a pixel while they iterate (coordinates, x, y, their squares,
+# the indices still running, masks), so on the CPU the bound is 16x lower: about 1 GiB again.
+MAX_TWIN_PIXELS = 2**24
+# The picture: matplotlib makes float and colour copies of the counts, several times their size.
+MAX_PICTURE_PIXELS = 2**26
 FAST_UNROLL = 16  # cuda/mandelbrot/mandelbrot.cu FAST_UNROLL; the library reports it too
 FAST_PIXELS = 1  # pixels per 02_fast thread stepped together in its main loop (2 was tried: slower)
 BLOCK = (16, 16)  # 01_naive's block, as in the course
@@ -106,13 +114,23 @@ def _check_size(v, name: str, at_most: int = INT_MAX) -> int:
     return int(v)
 
 
-def validate(width, height, max_iters, region=None, dtype=np.float32, variant="01_naive"):
-    """Check every argument before anything is launched; returns the normalised values."""
+def check_pixels(width: int, height: int, at_most: int, what: str) -> None:
+    """ValueError naming the limit when width x height is more pixels than `what` may hold."""
+    if width * height > at_most:
+        side = math.isqrt(at_most)
+        raise ValueError(f"{width}x{height} is {width * height} pixels, more than the {at_most} ({side}x{side}) "
+                         f"{what} may have: it is held whole in memory")
+
+
+def validate(width, height, max_iters, region=None, dtype=np.float32, variant="01_naive",
+             max_pixels: int = MAX_PIXELS, what: str = "an image"):
+    """Check every argument before anything is launched or allocated; returns the normalised values."""
     width = _check_size(width, "width", MAX_EDGE)
     height = _check_size(height, "height", MAX_EDGE)
     max_iters = _check_size(max_iters, "max_iters")
     if width > MAX_EDGE or height > MAX_EDGE:
         raise ValueError(f"width and height must be at most {MAX_EDGE}, got {width}x{height}")
+    check_pixels(width, height, max_pixels, what)
     reg = parse_region(region)
     try:
         dt = np.dtype(dtype)
@@ -168,7 +186,8 @@ def reference(width: int, height: int, max_iters: int, region=DEFAULT_REGION, dt
     """The counts in numpy with 01_naive's arithmetic: each of xx = x*x, yy = y*y, xx + yy,
     xy = x*y, (xy + xy) + ci, (xx - yy) + cr rounded to `dtype` on its own (numpy never fuses).
     Vectorised over the pixels still iterating."""
-    width, height, max_iters, reg, dt, _ = validate(width, height, max_iters, region, dtype)
+    width, height, max_iters, reg, dt, _ = validate(width, height, max_iters, region, dtype,
+                                                    max_pixels=MAX_TWIN_PIXELS, what="the numpy twin")
     cr1, ci1 = coordinates(width, height, reg, dt)
     cr = np.broadcast_to(cr1[None, :], (height, width)).ravel()
     ci = np.broadcast_to(ci1[:, None], (height, width)).ravel()
@@ -230,7 +249,8 @@ def reference_fast(width: int, height: int, max_iters: int, region=DEFAULT_REGIO
     step: t = fma(-y, y, cr); y' = fma(x + x, y, ci); x' = fma(x, x, t);  test: fma(x, x, y*y) <= 4.
     Blocks of `unroll` steps are tested at their end; a block that ends outside is replayed from its
     start one step at a time. Same result as the kernel, bit for bit."""
-    width, height, max_iters, reg, _, _ = validate(width, height, max_iters, region, np.float32, "02_fast")
+    width, height, max_iters, reg, _, _ = validate(width, height, max_iters, region, np.float32, "02_fast",
+                                                   max_pixels=MAX_TWIN_PIXELS, what="the numpy twin")
     cr1, ci1 = coordinates(width, height, reg, np.float32)
     cr = np.broadcast_to(cr1[None, :], (height, width)).ravel().copy()
     ci = np.broadcast_to(ci1[:, None], (height, width)).ravel().copy()
@@ -312,7 +332,8 @@ def mandelbrot_bk(blockidx, threadidx, blockdim, out, width, height, max_iters, 
 
 def twin(width: int, height: int, max_iters: int, region=DEFAULT_REGION, dtype=np.float32) -> np.ndarray:
     """Run mandelbrot_bk over a 16x16-block grid with harness.base.sim.blk_kernel2d (tiny images only)."""
-    width, height, max_iters, reg, dt, _ = validate(width, height, max_iters, region, dtype)
+    width, height, max_iters, reg, dt, _ = validate(width, height, max_iters, region, dtype,
+                                                    max_pixels=MAX_TWIN_PIXELS, what="the Python twin")
     t = dt.type
     x0, x1, y0, y1 = (t(v) for v in reg)
     out = np.zeros(width * height, dtype=np.uint32)
@@ -365,10 +386,16 @@ def viz_data(width: int = 1024, height: int = 1024, iters: int = 256, region=Non
     reg = parse_region(region)
     if cpu is None:
         cpu = not gpu_here()[0]
+    # Checked here, before the counts or the picture's own copies exist (the figure converts them
+    # to floats and colours): a picture at most MAX_PICTURE_PIXELS, on the CPU the twin's bound.
+    validate(width, height, iters, reg, np.float32, variant,
+             max_pixels=MAX_TWIN_PIXELS if cpu else MAX_PICTURE_PIXELS,
+             what="a picture computed on the CPU" if cpu else "a picture")
     if not cpu:
         img = mandelbrot(width, height, iters, reg, np.float32, variant)
         return {"counts": img, "region": reg, "max_iters": iters, "variant": variant}
-    width, height, iters, reg, _, variant = validate(width, height, iters, reg, np.float32, variant)
+    width, height, iters, reg, _, variant = validate(width, height, iters, reg, np.float32, variant,
+                                                     max_pixels=MAX_TWIN_PIXELS, what="the numpy twin")
     if variant == "02_fast":
         img = reference_fast(width, height, iters, reg)
     else:

@@ -135,6 +135,49 @@ def test_the_python_limit_is_the_library_s():
     assert library.load("mandelbrot").mandelbrot_max_edge() == mb.MAX_EDGE  # a value, not a status
 
 
+def _must_not_compute(*args, **kwargs):
+    raise AssertionError("computed before the size was checked")
+
+
+@pytest.mark.parametrize("cpu", [True, False])
+@pytest.mark.parametrize("edge", [20000, 100000])
+def test_a_picture_too_big_to_hold_is_refused_before_anything_is_computed(monkeypatch, cpu, edge):
+    for name in ("mandelbrot", "reference", "reference_fast"):
+        monkeypatch.setattr(mb, name, _must_not_compute)
+    limit = mb.MAX_TWIN_PIXELS if cpu else mb.MAX_PICTURE_PIXELS
+    with pytest.raises(ValueError, match=rf"{edge}x{edge} is {edge * edge} pixels, more than the {limit}"):
+        mb.viz_data(edge, edge, 10, cpu=cpu)
+
+
+def test_an_image_past_the_pixel_limit_is_refused_before_allocating():
+    # Each edge is under MAX_EDGE; the product is what memory cannot hold (numpy's 30-line
+    # _ArrayMemoryError, or the machine out of memory, before).
+    with pytest.raises(ValueError, match=rf"more than the {mb.MAX_PIXELS} \({2**14}x{2**14}\)"):
+        mb.mandelbrot(100000, 100000, 10)
+    with pytest.raises(ValueError, match=rf"more than the {mb.MAX_TWIN_PIXELS}"):
+        mb.reference(20000, 20000, 10)
+    with pytest.raises(ValueError, match=rf"more than the {mb.MAX_TWIN_PIXELS}"):
+        mb.reference_fast(20000, 20000, 10)
+
+
+def test_invoke_viz_mandelbrot_too_big_is_one_line():
+    import resource
+    import sys
+
+    from harness.base.paths import ROOT
+
+    def cap():  # a regression would allocate tens of GiB: let it fail fast instead
+        resource.setrlimit(resource.RLIMIT_AS, (8 * 2**30, 8 * 2**30))
+
+    for edge in ("20000", "100000"):
+        r = subprocess.run([sys.executable, "-m", "invoke", "viz", "mandelbrot", "--width", edge, "--height", edge,
+                            "-o", str(ROOT / "build" / "plots")], cwd=ROOT, capture_output=True, text=True,
+                           timeout=300, preexec_fn=cap)
+        assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and f"{edge}x{edge} is" in r.stderr, r.stderr
+        assert "pixels, more than the" in r.stderr
+
+
 def test_region_strings():
     assert mb.parse_region("-2 1 -1.5 1.5") == (-2.0, 1.0, -1.5, 1.5)
     assert mb.parse_region("-0.8, -0.7, 0.05, 0.15") == (-0.8, -0.7, 0.05, 0.15)
@@ -275,3 +318,16 @@ def test_executable_checks_itself(variant, dtype):
                         "777", "555", "400"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "check=pass" in p.stdout and f"variant={variant}" in p.stdout
+
+
+def test_invoke_run_mandelbrot_variant_names_are_checked_without_a_gpu():
+    import sys
+
+    from harness.base.paths import ROOT
+
+    ensure_built("mandelbrot")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    for variant, said in (("03_nosuch", "unknown variant '03_nosuch'"), ("02_fast", "needs a GPU")):
+        r = subprocess.run([sys.executable, "-m", "invoke", "run", "mandelbrot", "--variant", variant], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and said in r.stderr, r.stderr

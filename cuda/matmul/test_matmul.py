@@ -658,3 +658,36 @@ def test_gpu_executable_too_many_rows_is_a_usage_error():
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr
     assert 'skip program=matmul variant=01_naive reason="M at most 1048560"' in res.stdout
     assert "variant=08_pipelined" in res.stdout and "check=pass" in res.stdout
+
+
+def test_invoke_run_matmul_checks_the_variant_name_before_saying_a_gpu_is_needed():
+    """Without a GPU `--variant` is refused, but a name the C table does not hold is said as such first
+    (it used to get "needs a GPU" whatever the name)."""
+    import os
+    import subprocess
+    import sys
+
+    from harness.base.paths import ROOT
+
+    ensure_built("matmul")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    r = subprocess.run([sys.executable, "-m", "invoke", "run", "matmul", "--variant", "99_nosuch"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode != 0 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "unknown variant '99_nosuch'" in r.stderr and "02_tiled" in r.stderr and "needs a GPU" not in r.stderr
+
+
+def test_a_variant_check_without_a_built_library_says_how_to_build(monkeypatch):
+    from invoke import Exit
+
+    import tasks
+    from harness.base.errors import NotBuilt
+
+    def not_built(prog, *a, **k):  # what the loader raises when build/lib/lib<prog>.so is missing
+        raise NotBuilt(Path("build/lib") / f"lib{prog}.so", prog)
+
+    # The registry's own reference to the loader's table reader: the one the task's check goes through.
+    monkeypatch.setattr(tasks._registry.library, "read_table", not_built)
+    with pytest.raises(Exit) as e:
+        tasks._refuse_variant_without_gpu("matmul", "02_tiled")
+    assert "invoke build --programs matmul" in str(e.value.message) and "needs a GPU" not in str(e.value.message)

@@ -110,6 +110,23 @@ def create(path, data, mode: int | None = None) -> Path:
             tmp.unlink()
 
 
+def check_writable(folder) -> Path:
+    """Make sure whole files can be written into `folder` (created with its parents if missing), by
+    creating and removing one temporary file there: a run whose results would go there checks this
+    before it starts, not after its work is done. PermissionError (or the OSError met) with one line naming
+    the folder and why, otherwise."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        temporary(folder / "probe").unlink()
+    except OSError as e:
+        probe = e.filename and Path(e.filename).name.startswith(".probe.p")  # the probe itself: the folder says it
+        where = e.filename if e.filename and not probe else folder
+        kind = type(e) if type(e) in (PermissionError, FileExistsError, NotADirectoryError) else OSError
+        raise kind(f"cannot write in {folder} ({(e.strerror or str(e)).lower()} at {where})") from None
+    return folder
+
+
 def temporary_dir(folder, what: str = "work") -> Path:
     """A private (0700) temporary folder inside `folder`, named so that clean_stale finds it once its
     process is gone: the caller removes it (shutil.rmtree) when done."""

@@ -4,6 +4,7 @@ again from its own `__file__`."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -30,3 +31,20 @@ def gpu_folder(device: str) -> str:
         if re.search(r"\d", tok):
             return re.sub(r"[^a-z0-9]+", "-", tok.lower()).strip("-")
     return gpu_slug(device)
+
+
+def output_folder(folder, what: str) -> Path:
+    """The one rule for a folder a command writes its outputs into (`invoke run grayscale --out`'s
+    folder, `invoke viz -o`), checked before anything is computed: a folder under the lab's build/ is
+    made when written; any other must already exist and be writable, so that a mistyped path never
+    leaves a trail of new folders. ValueError in one line, starting with `what`, otherwise."""
+    p = Path(folder)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"{what}: {p} is a file, not a folder (nothing was written)")
+    if p.resolve() == BUILD.resolve() or BUILD.resolve() in p.resolve().parents:
+        return p
+    if not p.is_dir():
+        raise ValueError(f"{what}: the folder {p} does not exist (create it first; nothing was written)")
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise ValueError(f"{what}: the folder {p} is not writable (nothing was written)")
+    return p

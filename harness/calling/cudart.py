@@ -271,6 +271,23 @@ class DeviceBuffer:
         self.close()
 
 
+def _dimension(d, shape) -> int:
+    # int() would truncate 2.7 to 2 and take True as 1: a size is an integer, and nothing else.
+    if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)):
+        raise TypeError(f"shape {shape!r}: each size must be an integer, got {d!r} ({type(d).__name__})")
+    if d < 0:
+        raise ValueError(f"shape {shape!r} has a negative dimension ({d})")
+    return int(d)
+
+
+def _shape(shape) -> tuple[int, ...]:
+    """A shape as a tuple of Python ints: one integer or a sequence of them, none negative. TypeError
+    for a float, a bool or anything that is not a size; ValueError for a negative one."""
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        return (_dimension(shape, shape),)
+    return tuple(_dimension(d, shape) for d in shape)
+
+
 class DeviceArray(DeviceBuffer):
     """Device memory with a shape and a dtype: DeviceBuffer plus numpy metadata.
     It passes wherever a DeviceBuffer does (every cudalab library takes it for a device pointer)."""
@@ -279,9 +296,7 @@ class DeviceArray(DeviceBuffer):
         dt = np.dtype(dtype)
         if dt.hasobject:
             raise TypeError(f"dtype {dt} cannot live in device memory")
-        shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
-        if any(s < 0 for s in shape):
-            raise ValueError(f"shape {shape} has a negative dimension")
+        shape = _shape(shape)
         self.ptr = None
         # Python ints: numpy's int64 product wraps, so (2**32, 2**32) came out as 0 bytes and (2**62, 3)
         # as a negative count, and both allocated one byte.

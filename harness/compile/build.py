@@ -123,11 +123,23 @@ def stale_reason(output: Path, root: Path | None = None) -> str | None:
     return why
 
 
+def owner(name: str) -> str:
+    """The program that builds the executable `name`: itself, or for a CPU twin (square_cpu, built from
+    cuda/square/square_cpu.c) the program whose folder holds it. `invoke build --programs` takes only that."""
+    if (CUDA_DIR / name / f"{name}.cu").exists():
+        return name
+    base = name.removesuffix("_cpu")
+    if base != name and (CUDA_DIR / base / f"{name}.c").exists():
+        return base
+    return name
+
+
 def verified(output: Path, prog: str) -> Path:
-    """`output` when it is the file its build wrote, else NotBuilt saying what is wrong and how to build it."""
+    """`output` when it is the file its build wrote, else NotBuilt saying what is wrong and how to build it
+    (the command names the program that builds it: square for build/bin/square_cpu)."""
     why = stale_reason(output)
     if why is not None:
-        raise NotBuilt(output, prog, None if why == "missing" else why)
+        raise NotBuilt(output, owner(prog), None if why == "missing" else why)
     return Path(output)
 
 
@@ -215,7 +227,7 @@ def targets(prog: str, root: Path | None = None) -> list[str]:
 
 # The `file` of a diagnostic that is a tool's own line, with no source file (nvcc fatal, the linker, a
 # recipe's shell, make's own checks).
-_TOOL_LINES = ("<nvcc>", "<link>", "<ptxas>", "<shell>", "<make>")
+_TOOL_LINES = ("<nvcc>", "<link>", "<ptxas>", "<shell>", "<make>", "<tool>")
 
 
 @dataclass(frozen=True)
@@ -264,6 +276,10 @@ _OTHER = re.compile(r"^(?:ptxas (?:error|fatal)\s*:|nvlink (?:error|fatal)|nvcc 
                     r"|.*undefined reference to|(?:\S*/)?ld(?:\.\w+)?: |collect2: |(?:/bin/)?(?:ba|da)?sh: \d+: "
                     r"|(?:mkdir|mv|cat|rm|ln|printf|stat|sha256sum): |.*\b(?:Permission denied|No space left on device"
                     r"|Read-only file system)\b|(?:Makefile|\S+\.mk):\d+: \*\*\* )")
+# Any other tool's error with no file:line of a source: `<where>: [fatal] error: <message>`, as gcc's
+# `<command-line>: fatal error: cuda_runtime.h: No such file or directory` (an nvcc that cannot find its
+# own headers). A `|` before it marks a quoted source line (gcc's `  12 | ...`), not a diagnostic.
+_TOOL_ERROR = re.compile(r"^[^|\s][^|]*?: (?:fatal )?error\s*: \S")
 # Lines of make's own that only echo a failure already shown above them.
 _MAKE_ECHO = re.compile(r"^make(?:\[\d+\])?: \*\*\* (?:\[|Waiting)|^make(?:\[\d+\])?: Target .* not remade")
 
@@ -287,6 +303,8 @@ def parse_diagnostics(text: str) -> list[Diagnostic]:
                      else "<make>" if re.match(r"(?:Makefile|\S+\.mk):\d+:", line)
                      else "<link>" if re.search(r"\bld\b|collect2|nvlink|undefined reference", line) else "<shell>")
             d = Diagnostic(where, 0, None, "error", re.sub(r"\s+:", ":", line, count=1))
+        elif _TOOL_ERROR.match(line) and not _MAKE_ECHO.match(line):
+            d = Diagnostic("<tool>", 0, None, "error", line)
         else:
             continue
         if d not in seen:
@@ -296,8 +314,38 @@ def parse_diagnostics(text: str) -> list[Diagnostic]:
 
 
 _ARCH_WORD = re.compile(r"^(?:sm_|compute_)?(\d+[af]?)$")
-# What EXTRA_NVCCFLAGS may not hold: it is spliced into every nvcc command line the shell runs.
+# What a flag variable may not hold: it is spliced into the compilers' command lines the shell runs.
+# The Makefile refuses the same characters in the same variables (its `What reaches a shell`), for a
+# plain `make`; this is the same rule, checked before make runs so that `invoke build` says it in one line.
 _SHELL_META = re.compile(r"[;&|<>`'\"\\()$\n]")
+# The variables make takes from the environment that reach a command line as flags: EXTRA_NVCCFLAGS,
+# and each program's <prog>_NVCCFLAGS, <prog>_LDLIBS and <prog>_GENCODE (the ones its build.mk sets).
+PROGRAM_FLAG_VARS = ("NVCCFLAGS", "LDLIBS", "GENCODE")
+# Commands and folders make takes from the environment: quoted where they run, but make itself would
+# expand a `$` in them.
+_PATH_VARS = ("NVCC", "CC", "PYTHON", "CUDA_HOME", "NCCL_HOME")
+
+
+def flag_variables(root: Path | None = None) -> list[str]:
+    """The names of the flag variables a user can set for make: EXTRA_NVCCFLAGS and each program's own."""
+    cuda = (root / "cuda") if root is not None else CUDA_DIR
+    progs = programs(root) if cuda.is_dir() else []  # a Makefile of its own, with no programs (tests)
+    return ["EXTRA_NVCCFLAGS"] + [f"{p}_{v}" for p in progs for v in PROGRAM_FLAG_VARS]
+
+
+def check_make_environment(env=None, root: Path | None = None) -> None:
+    """Raise BuildError (one line) when a variable of the environment that make reads would reach a shell
+    unquoted: a flag variable holding a shell character, a command or folder holding `$` or a newline."""
+    env = os.environ if env is None else env
+    for name in flag_variables(root):
+        value = env.get(name, "")
+        if _SHELL_META.search(value):
+            raise BuildError(f"{name}={value!r} (from the environment): only compiler flags, without the "
+                             "shell's special characters ; & | < > ` ' \" \\ ( ) $ or a newline")
+    for name in _PATH_VARS:
+        value = env.get(name, "")
+        if "$" in value or "\n" in value:
+            raise BuildError(f"{name}={value!r} (from the environment): a path, which may not hold `$` or a newline")
 
 
 def parse_arch(value: str, nvcc: str | None = None, source: str = "--arch") -> str:
@@ -324,14 +372,12 @@ def parse_arch(value: str, nvcc: str | None = None, source: str = "--arch") -> s
 def make_command(targets_: list[str] | None = None, jobs: int | None = None, arch: str | None = None,
                  dry_run: bool = False, root: Path | None = None, keep_going: bool = False) -> list[str]:
     nvcc = toolchain.require("nvcc")
-    # make reads ARCH and EXTRA_NVCCFLAGS from the environment too: check those here as well.
+    # make reads ARCH and the flag variables from the environment too: check those here as well.
     if arch:
         arch = parse_arch(arch, nvcc.path)
     elif os.environ.get("ARCH"):
         arch = parse_arch(os.environ["ARCH"], nvcc.path, "ARCH (from the environment)")
-    extra = os.environ.get("EXTRA_NVCCFLAGS", "")
-    if _SHELL_META.search(extra):
-        raise BuildError(f"EXTRA_NVCCFLAGS={extra!r}: only nvcc flags, without the shell's special characters")
+    check_make_environment(root=root)
     # --output-sync=line: each recipe line's output is written whole when the line ends. Without it, parallel
     # jobs interleave inside a line (a tool that writes "mkdir: " and its message in two writes can have
     # another job's "  LINK ..." between them), and the error line the build reports comes out torn.
@@ -382,10 +428,28 @@ def file_lock(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def unwritable(e: OSError, root: Path | None = None) -> BuildError:
+    """A build/ that cannot be written (its lock, its compilers' temporary folder, a stale output to
+    remove), as one line naming the path and the fix."""
+    root = root or ROOT
+    where = Path(e.filename) if e.filename else root / "build"
+    with contextlib.suppress(ValueError):
+        where = where.relative_to(root)
+    return BuildError(f"cannot write {where} ({(e.strerror or str(e)).lower()}): build/ must be a folder you can "
+                      f"write (`ls -ld {root / 'build'}`; remove it, or `chown -R` it to you, if another user made it)")
+
+
+@contextlib.contextmanager
 def _lock(root: Path):
     """One make at a time per tree: pytest-xdist workers (`invoke test --jobs N`) and a user's
-    `invoke build` in another terminal would otherwise compile the same object at once."""
-    return file_lock(root / "build" / ".lock")
+    `invoke build` in another terminal would otherwise compile the same object at once. A build/ where
+    the lock cannot be made is a BuildError (one line), not a traceback."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(file_lock(root / "build" / ".lock"))
+        except OSError as e:
+            raise unwritable(e, root) from None
+        yield
 
 
 @dataclass
@@ -421,14 +485,20 @@ def build(targets_: list[str] | None = None, jobs: int | None = None, arch: str 
     cmd = make_command(targets_, jobs, arch, root=root, keep_going=keep_going)
     steps, lines = [], []
     with _lock(root_):
-        sweep_temporaries(root_)
-        invalidate_stale(targets_ if targets_ is not None else targets_of(programs(root), root) or [], root_)
-        if on_plan is not None:
-            on_plan(pending_steps(targets_, arch, root))
         # The compilers' own temporaries (nvcc's tmpxft_*) go to a folder of this build's, removed
         # whatever happens, rather than to /tmp where an interrupted compile would leave them.
         tmpdir = root_ / "build" / ".tmp" / str(os.getpid())
-        tmpdir.mkdir(parents=True, exist_ok=True)
+        try:
+            sweep_temporaries(root_)
+            invalidate_stale(targets_ if targets_ is not None else targets_of(programs(root), root) or [], root_)
+        except OSError as e:
+            raise unwritable(e, root_) from None
+        if on_plan is not None:
+            on_plan(pending_steps(targets_, arch, root))
+        try:
+            tmpdir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise unwritable(e, root_) from None
         env = {**os.environ, "TMPDIR": str(tmpdir)}
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                                 errors="replace", env=env, start_new_session=True)

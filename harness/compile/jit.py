@@ -70,11 +70,22 @@ class InlineCacheError(CudalabError):
         return f"InlineCacheError: {self.args[0]}".splitlines()
 
 
+# The fix for a CUDALAB_CACHE that cannot serve: a private folder of the user's own. Never a chmod of the
+# folder named: it is often a shared one (/tmp, a project folder) whose mode others rely on.
+PRIVATE_FOLDER_FIX = ("set CUDALAB_CACHE to a folder of your own that only you can write (`mkdir -m 700 "
+                      "~/cudalab-cache`, then `export CUDALAB_CACHE=~/cudalab-cache`), or unset it to use "
+                      "~/.cache/cudalab/inline")
+
+
 def _cache_problem(folder: Path, why: str) -> InlineCacheError:
     env = os.environ.get("CUDALAB_CACHE")
     where = f"CUDALAB_CACHE={env}" if env else f"the inline cache {folder}"
-    fix = ("set CUDALAB_CACHE to a folder of your own, or unset it to use ~/.cache/cudalab/inline" if env
-           else "fix that folder's owner and mode, or set CUDALAB_CACHE to a folder of your own")
+    if env:
+        fix = PRIVATE_FOLDER_FIX
+    elif "can write" in why:  # the default folder, the lab's own: making it private again is the fix
+        fix = f"`chmod go-w {folder}`, or set CUDALAB_CACHE to a private folder of your own"
+    else:
+        fix = "fix that folder's owner and mode, or set CUDALAB_CACHE to a private folder of your own"
     return InlineCacheError(f"{where}: {why}; {fix}")
 
 
@@ -126,8 +137,7 @@ def cache_folder() -> Path:
         raise _cache_problem(folder, "it is a file, not a folder")
     why = _unsafe(st)
     if why:
-        raise _cache_problem(folder, f"refusing to load libraries from it: {why}"
-                             + (f" (`chmod go-w {folder}`)" if "can write" in why else ""))
+        raise _cache_problem(folder, f"refusing to load libraries from it: {why}")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise _cache_problem(folder, "it is not writable by you")
     files.clean_stale(folder)

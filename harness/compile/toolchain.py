@@ -2,7 +2,9 @@
 
 Search order: PATH, then the tool's own environment variable ($NVCC, $NCU, $NSYS,
 $COMPUTE_SANITIZER), then $CUDA_HOME/bin, then the usual install folders, and for nvcc the
-NVIDIA pip wheel (nvidia-cuda-nvcc installs it as site-packages/nvidia/cu13/bin/nvcc).
+NVIDIA pip wheel (nvidia-cuda-nvcc installs it as site-packages/nvidia/cu13/bin/nvcc). An nvcc found
+through a symbolic link is used at the file the link points to. gcc is looked for on PATH only: it is
+the host compiler nvcc runs.
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ def _nvcc_top(nvcc: str) -> Path:
     try:
         out = subprocess.run([nvcc, "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull],
                              capture_output=True, text=True, timeout=30)
-        m = re.search(r"TOP=(\S+)", out.stdout + out.stderr)
+        # `#$ TOP=<folder>` is a line of its own; the folder may hold spaces.
+        m = re.search(r"^#\$ TOP=(.+?)\s*$", out.stdout + out.stderr, re.M) or re.search(r"TOP=(\S+)", out.stdout + out.stderr)
         if m:
             return Path(m.group(1)).resolve()
     except (OSError, subprocess.TimeoutExpired):
@@ -96,13 +99,19 @@ _USUAL = {
         "/usr/local/cuda-*/bin/compute-sanitizer",
         "/opt/nvidia/compute-sanitizer/compute-sanitizer",
     ],
-    "gcc": ["/usr/bin/gcc"],
 }
 
-_ENV = {"nvcc": "NVCC", "ncu": "NCU", "nsys": "NSYS", "compute-sanitizer": "COMPUTE_SANITIZER", "gcc": "CC"}
+_ENV = {"nvcc": "NVCC", "ncu": "NCU", "nsys": "NSYS", "compute-sanitizer": "COMPUTE_SANITIZER"}
 
 
 def _candidates(name: str):
+    if name == "gcc":
+        # The one the build uses, and only that: nvcc runs the host compiler `gcc` it finds on PATH (so does
+        # make for the CPU twins, unless $CC names another). A gcc elsewhere on the disk is no help to it.
+        p = shutil.which("gcc")
+        if p:
+            yield p, "PATH"
+        return
     p = shutil.which(name)
     if p:
         yield p, "PATH"
@@ -159,6 +168,10 @@ def find(name: str) -> Tool:
     """Locate one tool; `Tool.path` is None when it is nowhere to be found."""
     for path, how in _candidates(name):
         if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            if name == "nvcc" and os.path.islink(path):
+                # nvcc finds its headers and libraries (nvcc.profile) beside the file it was started as: through a
+                # link it looks beside the link and every compile fails with "cuda_runtime.h: No such file".
+                path, how = os.path.realpath(path), f"{how}: {path} links to it"
             return Tool(name, path, _version(path, name), how, _note(name, path))
     return Tool(name, None)
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import csv
 import io
+import math
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -15,16 +18,48 @@ import pandas as pd
 from harness.base import files, paths
 
 REQUIRED = ("program", "variant", "size", "ratio", "unit", "date")
+# The largest CSV any writer of the lab makes is well under a megabyte (a --repeat run of every case a
+# few times over); a file past this is not one of them, and reading it whole could exhaust the memory.
+MAX_CSV_BYTES = 64 * 2**20
+RATIO_COLUMNS = ("ratio", "ratio_p25", "ratio_p75")
+
+
+def read_bytes(path, what: str = "bench CSV") -> bytes:
+    """The bytes of a CSV the lab wrote, checked before reading: a regular file (not a device such as
+    /dev/zero, a pipe or a folder) of at most MAX_CSV_BYTES. FileNotFoundError or ValueError, one line
+    naming the file and the limit, otherwise. Every reader of a CSV here starts from this."""
+    path = Path(path)
+    try:  # O_NONBLOCK: opening a named pipe must not wait for a writer; the kind is checked next
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} does not exist") from None
+    except OSError as e:
+        raise ValueError(f"{path} cannot be read ({e.strerror or type(e).__name__})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a device, pipe or socket"
+            raise ValueError(f"{path} is not a {what}: it is {kind}, not a regular file")
+        too_big = (f"{path} is not a {what}: it is larger than {MAX_CSV_BYTES // 2**20} MiB, the most a CSV "
+                   f"of the lab may be")
+        if st.st_size > MAX_CSV_BYTES:
+            raise ValueError(too_big)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MAX_CSV_BYTES + 1)  # a file still growing is bounded too
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CSV_BYTES:
+        raise ValueError(too_big)
+    return data
 
 
 def read_checked(path, required=REQUIRED, what: str = "bench CSV", writer: str = "`invoke bench`") -> pd.DataFrame:
     """A CSV written by `writer` (a bench CSV unless told), or ValueError (FileNotFoundError) saying in
-    one line what the file is not: not a CSV, one without the columns, or one that is not whole
-    (whole_file)."""
+    one line what the file is not: not a regular file of at most MAX_CSV_BYTES (read_bytes), not a
+    CSV, one without the columns, one that is not whole (whole_file), or one with a ratio that cannot
+    be one (check_ratios)."""
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist")
-    data = path.read_bytes()
+    data = read_bytes(path, what)
     _no_nul(path, data, what)
     try:
         df = pd.read_csv(io.BytesIO(data))
@@ -34,7 +69,33 @@ def read_checked(path, required=REQUIRED, what: str = "bench CSV", writer: str =
     if missing:
         raise ValueError(f"{path} is not a {what} written by {writer}: no column(s) {', '.join(missing)}")
     _whole_lines(path, data, what)
+    check_ratios(path, data)
     return df
+
+
+def check_ratios(path, data: bytes) -> None:
+    """ValueError, one line naming the file, the row and the column, for a ratio that no measurement
+    gives: text (abc), inf, nan or a negative number. A ratio is a rate over its ceiling's, so a finite
+    number, not negative (zero, a run that did no work, the repeat figure draws as such); an empty cell
+    is a case that was not timed (its row says why), left as it is.
+    pandas would read "inf" and "nan" as numbers, and the figures would draw them as "no ceiling"."""
+    header = pd.read_csv(io.BytesIO(data), nrows=0).columns
+    cols = [c for c in RATIO_COLUMNS if c in header]
+    if not cols:
+        return
+    raw = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False)
+    for col in cols:
+        for i, text in enumerate(raw[col]):
+            if text.strip() == "":
+                continue
+            try:
+                v = float(text)
+            except ValueError:
+                v = math.nan
+            if not (math.isfinite(v) and v >= 0):
+                where = ", ".join(f"{k} {raw[k].iloc[i]}" for k in ("program", "variant") if k in raw)
+                raise ValueError(f"{path}: row {i + 1} ({where or f'line {i + 2}'}), column {col}: {text!r} is "
+                                 f"not a ratio (a finite number, not negative; empty for a case not timed)")
 
 
 def _no_nul(path: Path, data: bytes, what: str) -> None:
@@ -64,7 +125,7 @@ def whole_file(path: Path, what: str = "bench CSV") -> None:
     pre-allocated write leaves), a line with another number of fields than the header (a line cut
     short, or two writers' lines interleaved), or a last line without its newline. pandas would read
     each as valid rows padded with NaN."""
-    data = Path(path).read_bytes()
+    data = read_bytes(path, what)
     _no_nul(path, data, what)
     _whole_lines(path, data, what)
 
@@ -72,7 +133,8 @@ def whole_file(path: Path, what: str = "bench CSV") -> None:
 def date_of(path) -> pd.Timestamp | None:
     """The run's date as written inside the CSV (its `date` column); None when unreadable."""
     try:
-        dates = pd.to_datetime(pd.read_csv(path, usecols=["date"])["date"], errors="coerce").dropna()
+        data = read_bytes(path)
+        dates = pd.to_datetime(pd.read_csv(io.BytesIO(data), usecols=["date"])["date"], errors="coerce").dropna()
     except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
         return None
     return dates.max() if len(dates) else None

@@ -11,6 +11,7 @@ per program and GPU model, bench/results/<gpu>/<prog>-tune.json, read and writte
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -24,6 +25,11 @@ from harness.measuring import bench, timing
 
 def cache_path(prog: str, device: str) -> Path:
     return paths.RESULTS_DIR / paths.gpu_folder(device) / f"{prog}-tune.json"
+
+
+# A program's name as the registry spells it (cuda/<prog>/): the only form a tune JSON's "program" may
+# take, because readers build file names from it (a "zz/../../evil" would name a file anywhere).
+_PROGRAM_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
 class BadTuneFile(ValueError):
@@ -51,6 +57,9 @@ def read(path: Path) -> dict:
     for field in ("device", "program", "size", "date", "winner"):
         if field in data and not isinstance(data[field], str):
             raise BadTuneFile(f"{path}: {field!r} must be text, got {data[field]!r:.60}")
+    if "program" in data and not _PROGRAM_NAME.fullmatch(data["program"]):
+        raise BadTuneFile(f"{path}: 'program' must be a program's name (lower-case letters, digits and _), "
+                          f"got {data['program']!r:.60}")
     if "winners" in data:
         _check_str_map(path, "winners", data["winners"])
     if "winners_by_variant" in data:

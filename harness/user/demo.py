@@ -53,6 +53,7 @@ class Step:
     needs_gpu: bool = False
     outputs: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    cpu_of: str = ""  # the program this step computed on the CPU in place of its kernels, if any
 
 
 @dataclass
@@ -116,12 +117,22 @@ class DemoResult:
 # --- facts for the report --------------------------------------------------------------------------
 
 def gpu_state() -> tuple[bool, str]:
+    """(True, "") with a usable GPU, else (False, why). A machine with no NVIDIA driver at all gets the
+    runtime's "driver version is insufficient" (code 35), as one with a driver too old does; there
+    cudaDriverGetVersion says 0, and the reason given is that there is no driver and so no GPU."""
     from harness.calling import cudart
 
     try:
-        return cudart.gpu_available()
+        ok, why = cudart.gpu_available()
     except Exception as e:  # libcudart itself missing
         return False, str(e)
+    if not ok:
+        try:
+            if cudart.driver_version() == 0:
+                return False, "no GPU: no NVIDIA driver is installed here"
+        except Exception:  # the runtime's own words stand
+            pass
+    return ok, why
 
 
 def collect_facts() -> dict:
@@ -154,17 +165,27 @@ def collect_facts() -> dict:
 
 def gpu_adds(step: str, prog: str = "") -> str:
     """The detail of a step skipped for want of a GPU: what a GPU would add."""
-    from harness import programs
-
-    if step == "run":
-        twin = "; its CPU twin ran above" if programs.has(prog, "on_cpu") or prog in image_programs() else ""
-        return f"needs a GPU: runs {prog}'s CUDA kernels (every variant, small sizes) and checks each{twin}"
+    if step == "run":  # what ran on the CPU instead is added once it has run (say_what_ran_instead)
+        return f"needs a GPU: runs {prog}'s CUDA kernels (every variant, small sizes) and checks each"
     if step == "bench":
         return ("needs a GPU: times the kernels against their ceilings (memcpy, cuBLAS, SDPA, the FP32 "
                 "instruction limit) and draws the ratios and the roofline")
     if step == "profile":
         return f"needs a GPU: profiles {prog} with nsys or ncu (each kernel's share of GPU time)"
     return f"needs a GPU: draws {prog} from the kernel's own output"
+
+
+def say_what_ran_instead(steps: list[Step]) -> None:
+    """Add to each run step skipped for want of a GPU the steps that really computed its program on
+    the CPU, and where they are in the table (above or below): worded from what ran, never assumed."""
+    for i, st in enumerate(steps):
+        if not (st.status == "skipped" and st.needs_gpu and st.name.startswith("run ")):
+            continue
+        prog = st.name[len("run "):]
+        ran = [(j, t.name) for j, t in enumerate(steps) if t.cpu_of == prog and t.status == "passed"]
+        if ran:
+            where = "above" if all(j < i for j, _ in ran) else "below" if all(j > i for j, _ in ran) else "in this table"
+            st.detail += f"; computed on the CPU instead: {', '.join(repr(n) for _, n in ran)} ({where})"
 
 
 def picture_names() -> list[str]:
@@ -251,6 +272,9 @@ def step_picture(name: str, gpu: bool, outdir: Path = PLOTS) -> list[Step]:
                 how = cpu_label("the Python simulator (titled as simulated)")
             else:
                 how = data.get("computed_on") or cpu_label("a numpy twin")
+            if not gpu:
+                # gridstride's module re-exports grid_stride's hook: the program is where viz_data lives
+                st.cpu_of = getattr(importlib.import_module(mod.viz_data.__module__), "PROGRAM", name)
             st.detail = f"{how}: {len(st.outputs)} figure(s)"
         except Exception as e:
             st.status, st.detail = "failed", f"{type(e).__name__}: {e}"
@@ -283,6 +307,7 @@ def step_image(prog: str, gpu: bool, outdir: Path = PLOTS) -> Step:
             st.outputs = [str(p) for p in sorted(outdir.glob(f"{prog}*.png"))]
             st.detail = f"the test picture and its {prog} output" + (
                 "" if gpu else f", {cpu_label('the numpy reference')}")
+            st.cpu_of = "" if gpu else prog
     except Exception as e:
         st.status, st.detail = "failed", f"{type(e).__name__}: {e}"
     return st
@@ -292,7 +317,7 @@ def step_cpu(prog: str, gpu: bool) -> Step:
     """The program's `on_cpu` hook: its result computed on the CPU, every check passing."""
     from harness import programs
 
-    st = Step(f"{prog} on the CPU")
+    st = Step(f"{prog} on the CPU", cpu_of="" if gpu else prog)
     try:
         df, how = programs.hook(prog, "on_cpu")([])
         bad = df[df["check"] != "pass"] if "check" in df else df.iloc[:0]
@@ -436,6 +461,7 @@ def run(bench: bool = True, profile: bool = True, on_step: Callable[[str], None]
     for p in profiled:
         t0 = time.perf_counter()
         done(step_profile(p, gpu), t0)
+    say_what_ran_instead(steps)
     result = DemoResult(steps, gpu, why, finished=time.time())
     t0 = time.perf_counter()
     st = Step("report", detail="build/report/index.html")

@@ -48,9 +48,18 @@ def check_tools() -> list[Check]:
     nvcc = toolchain.find("nvcc")
     out.append(Check("nvcc", nvcc.found, f"{nvcc.path} ({nvcc.version}, via {nvcc.how})" if nvcc.found else "not found",
                      errors.TOOL_FIXES["nvcc"]))
+    home = toolchain.cuda_home() if nvcc.found else None
+    if home is not None and any(c.isspace() for c in str(home)):
+        # The build quotes nvcc itself, but make splits the file lists it looks for under the install folder
+        # at spaces: the pip wheel's link folder and cuBLAS are then not found.
+        out.append(Check("CUDA folder", False, f"{home} has a space in its path: make finds neither cuBLAS nor a pip "
+                         "wheel's libraries under it", "install the toolkit (or the virtual environment holding its "
+                         "wheels) in a folder whose path has no space, or link it there (ln -s) and put that on PATH",
+                         optional=True))
     gcc = toolchain.find("gcc")
-    out.append(Check("gcc", gcc.found, f"{gcc.path} ({gcc.version})" if gcc.found else "not found",
-                     "install gcc (e.g. `apt install build-essential`)"))
+    out.append(Check("gcc", gcc.found, f"{gcc.path} ({gcc.version}; nvcc's host compiler)" if gcc.found else
+                     "not on PATH, where nvcc looks for its host compiler",
+                     "install gcc (e.g. `apt install build-essential`) or put its folder on PATH"))
     cublas = toolchain.have_cublas()
     out.append(Check("cuBLAS", cublas, f"found under {toolchain.cuda_home()}" if cublas else "not found beside nvcc",
                      "install the CUDA toolkit's cuBLAS (libcublas-dev): the matmul baseline and its tests are skipped",

@@ -237,10 +237,10 @@ def test_makefile_refuses_what_would_reach_the_shell(tmp_path):
     root = tiny_tree(tmp_path / "t")
     pwned = tmp_path / "PWNED"
     r = make(root, f"ARCH=90'; touch {pwned}; echo '", "build/lib/libtiny.so", check=False)
-    assert r.returncode != 0 and "ARCH must be a compute capability" in r.stderr
+    assert r.returncode != 0 and "ARCH (from the command line) holds ;" in r.stderr
     r = make(root, "build/lib/libtiny.so", check=False,
              env={**os.environ, "EXTRA_NVCCFLAGS": f"-DX=1; touch {pwned}"})
-    assert r.returncode != 0 and "EXTRA_NVCCFLAGS may hold only nvcc flags" in r.stderr
+    assert r.returncode != 0 and "EXTRA_NVCCFLAGS (from the environment) holds ;" in r.stderr
     r = make(root, "ARCH=9.0", "arch", check=False)
     assert r.returncode != 0 and "not 9.0" in r.stderr
     assert not pwned.exists() and not (root / "build").exists()  # refused before anything was written
@@ -257,6 +257,55 @@ def test_parse_arch_refuses_in_one_line(value):
     with pytest.raises(BuildError) as ei:
         build.parse_arch(value)
     assert "\n" not in str(ei.value) and "75, 80" in str(ei.value)
+
+
+# Each program's own variables (what its build.mk sets) reach the compile and link lines as EXTRA_NVCCFLAGS
+# does: they used to go to the shell as typed.
+PROGRAM_INJECTIONS = {"tiny_NVCCFLAGS": "-DX=1; touch {f}; true", "tiny_LDLIBS": "-lm; touch {f}; true",
+                      "tiny_GENCODE": "-gencode arch=compute_80,code=sm_80 `touch {f}`",
+                      "EXTRA_NVCCFLAGS": "-DX=$(shell touch {f})"}
+
+
+@pytest.mark.parametrize("var", sorted(PROGRAM_INJECTIONS))
+@pytest.mark.parametrize("how", ["environment", "command line"])
+def test_plain_make_runs_no_shell_from_a_programs_variables(tmp_path, var, how):
+    root = tiny_tree(tmp_path / "t")
+    pwned = tmp_path / "PWNED"
+    value = PROGRAM_INJECTIONS[var].format(f=pwned)
+    targets = ["build/lib/libtiny.so", "build/bin/tiny"]
+    if how == "environment":
+        r = make(root, *targets, check=False, env={**os.environ, var: value})
+    else:
+        r = make(root, f"{var}={value}", *targets, check=False)
+    assert r.returncode != 0 and not pwned.exists()
+    assert f"{var} (from the {how}) holds" in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+    assert not (root / "build").exists()  # refused while reading the Makefile: nothing compiled or written
+    r = make(root, "-n", *targets, check=False, env={**os.environ, var: value})  # nor shown as a dry run
+    assert r.returncode != 0 and "touch" not in r.stdout
+
+
+def test_what_a_build_mk_adds_is_checked_too(tmp_path):
+    """A program's build.mk composes its flags from other variables (NCCL_HOME, a folder found): the flags
+    as the recipe will see them are checked after every build.mk is read."""
+    root = tiny_tree(tmp_path / "t")
+    pwned = tmp_path / "PWNED"
+    (root / "cuda" / "tiny" / "build.mk").write_text("tiny_LDLIBS += -L$(TINY_LIBDIR)\n")
+    r = make(root, "build/bin/tiny", check=False, env={**os.environ, "TINY_LIBDIR": f"/x;touch {pwned}"})
+    assert r.returncode != 0 and not pwned.exists()
+    assert "tiny_LDLIBS" in r.stderr and "holds ;" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("var", sorted(PROGRAM_INJECTIONS))
+def test_invoke_build_refuses_a_programs_variables_in_one_line(tmp_path, var):
+    pwned = tmp_path / "PWNED"
+    env = {**os.environ, "PYTHONPATH": pythonpath(build.ROOT),
+           var.replace("tiny_", "square_"): PROGRAM_INJECTIONS[var].format(f=pwned)}
+    r = subprocess.run([sys.executable, "-m", "invoke", "build", "--programs", "square"], cwd=build.ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and not pwned.exists()
+    name = var.replace("tiny_", "square_")
+    assert r.stderr.strip().count("\n") == 0 and f"{name}=" in r.stderr and "from the environment" in r.stderr, r.stderr
+    assert "NVCC    cuda/" not in r.stdout + r.stderr  # refused before any compile
 
 
 def test_arch_and_flags_from_the_environment_are_checked(monkeypatch):
@@ -353,6 +402,51 @@ def test_an_unwritable_build_folder_says_why(tmp_path):
     assert text.count("cannot create directory") == 1 and "see the log above" not in text
 
 
+@pytest.mark.parametrize("how", ["build is a file", "the lock is refused", "build/.tmp is a file", "read-only"])
+def test_a_build_folder_without_room_for_the_lock_is_one_line(tmp_path, monkeypatch, how):
+    """build/.lock and build/.tmp are made by the harness before make runs: a build/ that refused them
+    gave a 20-line PermissionError traceback from `invoke build`."""
+    root = tiny_tree(tmp_path / "t")
+    if how == "build is a file":
+        (root / "build").write_text("not a folder")
+    elif how == "the lock is refused":  # what a build/ of another user's gives (root is never refused)
+        def refused(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        monkeypatch.setattr(build, "file_lock", refused)
+    elif how == "build/.tmp is a file":
+        (root / "build").mkdir()
+        (root / "build" / ".tmp").write_text("not a folder")
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into a read-only folder")
+        (root / "build").mkdir(mode=0o555)
+    try:
+        with pytest.raises(BuildError) as ei:
+            build.build_programs(root=root, arch="80")
+    finally:
+        if (root / "build").is_dir():
+            (root / "build").chmod(0o755)
+    line = str(ei.value)
+    assert "\n" not in line and line.startswith("cannot write build") and "must be a folder you can write" in line, line
+    assert not isinstance(ei.value, build.ProgramsFailed)  # refused before make: nothing compiled
+
+
+def test_invoke_build_says_an_unwritable_build_folder_in_one_line(tmp_path, monkeypatch):
+    from invoke import Context, Exit
+
+    import tasks
+    from harness.user import doctor
+
+    root = tiny_tree(tmp_path / "t")
+    (root / "build").write_text("not a folder")
+    for name, value in (("ROOT", root), ("BUILD", root / "build"), ("CUDA_DIR", root / "cuda")):
+        monkeypatch.setattr(build, name, value)
+    monkeypatch.setattr(doctor, "require_driver", lambda: None)
+    with pytest.raises(Exit) as ei:
+        tasks.build(Context(), arch="80")
+    assert ei.value.message.startswith("cannot write build") and "\n" not in ei.value.message
+
+
 def test_parallel_jobs_never_tear_a_line(tmp_path):
     """The make that builds runs jobs side by side; a tool that writes one line in two pieces (mkdir's
     "mkdir: " then its message) had another job's "  LINK ..." land between them, and the error line
@@ -385,6 +479,93 @@ def test_linker_lines_are_diagnostics():
         "/usr/bin/ld: cannot open output file build/bin/x.tmp77: Permission denied",
         "collect2: error: ld returned 1 exit status",
         "/bin/sh: 1: cannot create build/obj/x/x.log: Read-only file system"]
+
+
+# --- the tools where a user keeps them -----------------------------------------------------------------
+
+def _real_nvcc() -> str:
+    """The nvcc binary itself (this machine's PATH may hold a wrapper script that execs it)."""
+    real = toolchain.cuda_home() / "bin" / "nvcc"
+    assert real.is_file() and not real.is_symlink(), real
+    return str(real)
+
+
+def _with_nvcc_at(monkeypatch, folder: Path) -> None:
+    """Put `folder` first on PATH, where the harness looks for nvcc first."""
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    toolchain.find.cache_clear()
+
+
+@pytest.fixture
+def _fresh_toolchain():
+    toolchain.find.cache_clear()
+    yield
+    toolchain.find.cache_clear()
+
+
+def test_an_nvcc_in_a_folder_with_a_space_builds(tmp_path, monkeypatch, _fresh_toolchain):
+    """Every compile used to fail with `/bin/sh: 1: /tmp/my: not found`: the recipes ran $(NVCC) unquoted."""
+    folder = tmp_path / "my tools"
+    folder.mkdir()
+    wrapper = folder / "nvcc"
+    wrapper.write_text(f'#!/bin/sh\nexec "{_real_nvcc()}" "$@"\n')
+    wrapper.chmod(0o755)
+    _with_nvcc_at(monkeypatch, folder)
+    assert toolchain.find("nvcc").path == str(wrapper)
+    root = tiny_tree(tmp_path / "t")
+    (root / "cuda" / "tiny" / "tiny_cpu.c").write_text("int main(void) { return 0; }\n")
+    res = build.build_programs(["tiny"], arch="80", root=root)
+    assert {"build/lib/libtiny.so", "build/bin/tiny", "cuda/tiny/tiny_cpu.c"} <= set(res.steps), res.log
+    # plain make, with a gcc in a folder with a space as its CC, alike
+    gcc = folder / "gcc"
+    gcc.symlink_to(shutil.which("gcc"))
+    r = make(root, "ARCH=80", f"NVCC={wrapper}", f"CC={gcc}", "-W", "cuda/tiny/tiny_cpu.c", "build/bin/tiny_cpu",
+             check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_an_nvcc_reached_through_a_link_builds(tmp_path, monkeypatch, _fresh_toolchain):
+    """nvcc finds its headers beside the file it was started as: through a link, every compile failed
+    with `fatal error: cuda_runtime.h: No such file or directory`. The harness uses the file the link names."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "nvcc").symlink_to(_real_nvcc())
+    _with_nvcc_at(monkeypatch, folder)
+    tool = toolchain.find("nvcc")
+    assert tool.path == _real_nvcc() and str(folder / "nvcc") in tool.how
+    root = tiny_tree(tmp_path / "t")
+    assert "build/lib/libtiny.so" in build.build_programs(["tiny"], arch="80", root=root).steps
+
+
+def test_a_compilers_fatal_error_without_a_source_line_is_shown(tmp_path, monkeypatch):
+    """What make printed when nvcc could not find its own headers (`<command-line>: fatal error: ...`) was
+    not read as a diagnostic: the build said "make gave no error line" instead."""
+    link = tmp_path / "nvcc"
+    link.symlink_to(_real_nvcc())  # used as it is, as a plain `make NVCC=<link>` would
+    monkeypatch.setattr(build.toolchain, "require", lambda name: toolchain.Tool(name, str(link)))
+    root = tiny_tree(tmp_path / "t")
+    text = _failure_text(root, arch="80")
+    assert "fatal error: cuda_runtime.h: No such file or directory" in text, text
+    assert text.count("cuda_runtime.h") == 1 and "make gave no error line" not in text, text
+    assert "tiny: failed with the error above" in text
+
+
+def test_a_truncated_cpu_twin_names_the_build_that_makes_it(tmp_path, monkeypatch):
+    """build/bin/<prog>_cpu is built by `invoke build --programs <prog>`: the advice used to name
+    `--programs <prog>_cpu`, which the build refuses."""
+    root = tiny_tree(tmp_path / "t")
+    (root / "cuda" / "tiny" / "tiny_cpu.c").write_text("int main(void) { return 0; }\n")
+    for name, value in (("ROOT", root), ("BUILD", root / "build"), ("CUDA_DIR", root / "cuda")):
+        monkeypatch.setattr(build, name, value)
+    build.build_programs(["tiny"], arch="80", root=root)
+    assert runner.run("tiny_cpu").returncode == 0
+    truncate(build.bin_path("tiny_cpu"), 100)
+    with pytest.raises(NotBuilt) as ei:
+        runner.run("tiny_cpu")
+    assert "`invoke build --programs tiny`" in str(ei.value), str(ei.value)
+    assert "cuda/tiny/tiny_cpu.c" in build.build_programs(["tiny"], arch="80", root=root).steps  # the advice works
+    assert runner.run("tiny_cpu").returncode == 0
 
 
 # --- Ctrl-C ----------------------------------------------------------------------------------------

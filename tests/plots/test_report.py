@@ -17,6 +17,7 @@ import pytest  # noqa: E402
 
 from analysis import profile as aprof  # noqa: E402
 from analysis import report  # noqa: E402
+from harness.base.paths import RESULTS_DIR  # noqa: E402
 from harness.measuring import bench, results_csv, timing  # noqa: E402
 from harness.profiling import profile as hp  # noqa: E402
 
@@ -213,3 +214,59 @@ def test_no_gpu_facts_say_so(tmp_path):
 def test_md_table_escapes():
     t = report.md_table(pd.DataFrame({"a": ["x|y"], "b": [1.23456789]}))
     assert t.splitlines()[2] == "| x\\|y | 1.235 |"
+
+
+@pytest.fixture(scope="module")
+def committed_report(tmp_path_factory):
+    """A report written from a build folder with no bench run of its own, beside the repository's
+    committed results (written once: drawing every committed run takes a while)."""
+    tmp = tmp_path_factory.mktemp("committed")
+    (tmp / "bench").mkdir()
+    (tmp / "bench" / "results").symlink_to(RESULTS_DIR)
+    build = tmp / "build"
+    build.mkdir()
+    md, html = report.write(build / "report", build=build)
+    return build, md, html
+
+
+def test_without_a_run_here_every_programs_committed_results_are_shown(committed_report):
+    """The bench section showed only the newest committed run (collectives); each program has its own."""
+    build, md, _ = committed_report
+    gpu, by_csv = report.committed_runs(build)
+    taken = sorted(p for ps in by_csv.values() for p in ps)
+    assert gpu == "h100" and taken == sorted(["attention", "collectives", "gemm_tc", "grayscale", "mandelbrot",
+                                              "matmul", "square"])
+    assert {q.name: v for q, v in by_csv.items()}["bench-h100-80gb-hbm3-20261124T195859.csv"] == ["matmul"]
+    bench_part = md.read_text().split("## Benchmarks", 1)[1].split("\n## ", 1)[0]
+    for prog in taken:
+        assert f"| {prog} |" in bench_part, prog
+    assert "committed reference results of bench/results/h100/" in bench_part
+    assert len(re.findall(r"!\[[^\]]*\]\(img/bench_bench-h100[^)]*_ratios\.png\)", bench_part)) == len(by_csv)
+
+
+def test_wide_pictures_span_the_page_and_every_picture_links_to_its_full_size(committed_report):
+    _, md, html = committed_report
+    out = md.parent
+    h = html.read_text()
+    figures = re.findall(r"<figure( class='wide')?><a href='img/([^']+)' target='_blank'><img ", h)
+    assert figures and len(figures) == h.count("<img ")
+    for _, name in figures:
+        assert (out / "img" / name).is_file(), name
+    wide = {name for cls, name in figures if cls}
+    assert {"h100_ladder_matmul-20261124T195859.png", "h100_ladder_gemm_tc-20261124T211953.png"} <= wide
+    assert "mandelbrot_mandelbrot_cpu.png" not in wide
+    for link, target in re.findall(r"\[!\[[^\]]*\]\(([^)]+)\)\]\(([^)]+)\)", md.read_text()):
+        assert link == target and (out / target).is_file()
+
+
+def test_grayscales_input_is_drawn_beside_its_grey_image(tmp_path):
+    from harness.programs import grayscale as gs
+
+    plots = tmp_path / "build" / "plots"
+    plots.mkdir(parents=True)
+    assert gs.cli([], out=str(plots / "grayscale.png"), cpu=True) == 0  # the CPU path saves its input too
+    assert (plots / "grayscale_input.png").is_file()
+    md, _ = report.write(tmp_path / "build" / "report", build=tmp_path / "build", root=tmp_path)
+    tour = md.read_text().split("## Tests")[0]
+    assert "(img/tour_grayscale.png)" in tour and "the test picture beside its grey image" in tour
+    assert "grayscale_input.png" not in tour  # one figure, not two cells that may land apart

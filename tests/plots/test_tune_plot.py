@@ -55,3 +55,36 @@ def test_invoke_plot_tune_draws_every_cached_search(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "tune_matmul_h100.png").exists() and "tune_matmul_h100.png" in r.stdout
+
+
+def _search(program: str, tflops: float) -> dict:
+    return {"program": program, "device": "NVIDIA H999", "size": "64^3", "date": "2026-01-01", "winner": "a",
+            "table": [{"config": "a", "status": "ok", "winner": True, "tflops": tflops}]}
+
+
+def test_a_program_field_that_is_a_path_is_refused_and_writes_nothing_outside(tmp_path):
+    """The program's name becomes part of a file name: a name with a slash or dots must be refused when
+    the JSON is read, naming the file, before any figure is drawn."""
+    results, out = tmp_path / "results", tmp_path / "out" / "plots"
+    (results / "h999").mkdir(parents=True)
+    evil = results / "h999" / "evil-tune.json"
+    evil.write_text(json.dumps(_search("zz/../../../evil", 1.0)))
+    with pytest.raises(ValueError, match="program") as e:
+        atune.read(evil)
+    assert str(evil) in str(e.value) and "\n" not in str(e.value)
+    lines = []
+    with pytest.raises(ValueError, match="could be drawn"):
+        atune.plot_cached(results, out, warn=lines.append)
+    assert len(lines) == 1 and str(evil) in lines[0] and "program" in lines[0]
+    assert not list(tmp_path.rglob("*.png"))
+
+
+def test_two_searches_for_one_program_in_one_gpu_folder_do_not_overwrite_one_figure(tmp_path):
+    results, out = tmp_path / "results", tmp_path / "out"
+    (results / "h999").mkdir(parents=True)
+    (results / "h999" / "matmul-tune.json").write_text(json.dumps(_search("matmul", 1.0)))
+    (results / "h999" / "old-tune.json").write_text(json.dumps(_search("matmul", 2.0)))
+    lines = []
+    drawn = atune.plot_cached(results, out, warn=lines.append)
+    assert [p.name for p in drawn] == ["tune_matmul_h999.png"]
+    assert len(lines) == 1 and "old-tune.json" in lines[0] and "matmul-tune.json" in lines[0]

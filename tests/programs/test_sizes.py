@@ -46,3 +46,28 @@ def test_device_buffer_refuses_bad_byte_counts(no_malloc, nbytes, exc):
     with pytest.raises(exc):
         cudart.DeviceBuffer(nbytes)
     assert no_malloc == []
+
+
+@pytest.mark.parametrize("shape,exc", [
+    ((2.7, 3.9), TypeError),       # int() truncated these to (2, 3)
+    (2.0, TypeError),
+    ((True, 3), TypeError),        # a bool is not a size, though int(True) is 1
+    (np.bool_(True), TypeError),
+    ((np.float32(4), 2), TypeError),
+    (("4", 2), TypeError),
+    ("4", TypeError),
+    ((None,), TypeError),
+    ((4, -1), ValueError),
+    (-3, ValueError),
+])
+def test_empty_refuses_a_size_that_is_not_a_whole_count(no_malloc, shape, exc):
+    with pytest.raises(exc, match="shape"):
+        cudart.empty(shape)
+    assert no_malloc == []
+
+
+def test_integer_sizes_of_any_integer_type_are_taken(no_malloc):
+    for shape, nbytes in [((np.int64(2), np.uint8(3)), 24), (5, 20), (np.int32(2), 8), ([2, 3], 24), ((), 4)]:
+        with pytest.raises(AssertionError, match="was reached"):
+            cudart.empty(shape)
+        assert no_malloc[-1] == nbytes, shape

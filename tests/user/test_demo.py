@@ -110,9 +110,43 @@ def test_demo_junit_holds_its_steps(tmp_path):
 
 def test_skipped_steps_say_what_a_gpu_adds():
     assert "times the kernels against their ceilings" in hdemo.gpu_adds("bench")
-    assert "its CPU twin ran" in hdemo.gpu_adds("run", "square")
-    assert "its CPU twin ran" not in hdemo.gpu_adds("run", "hello")
+    for prog in ("square", "grayscale", "hello"):  # what ran instead is said from what ran, not assumed here
+        assert "CPU" not in hdemo.gpu_adds("run", prog)
     assert hdemo.gpu_adds("profile", "square").startswith("needs a GPU: profiles square")
+
+
+def test_a_run_step_names_its_cpu_twin_only_where_one_really_ran(tmp_path):
+    """Without a GPU, a skipped `run X` said "its CPU twin ran above" for programs whose twin ran below
+    it, or not at all (grayscale's picture is drawn later): the words now come from the steps."""
+    skipped = {p: hdemo.Step(f"run {p}", "skipped", hdemo.gpu_adds("run", p), needs_gpu=True)
+               for p in ("grayscale", "grid_stride", "hello", "mandelbrot")}
+    steps = [hdemo.Step("square on the CPU", cpu_of="square"), hdemo.Step("run square", "skipped",
+                                                                          hdemo.gpu_adds("run", "square"), needs_gpu=True),
+             *skipped.values(),
+             hdemo.step_image("grayscale", gpu=False, outdir=tmp_path),
+             *hdemo.step_picture("gridstride", gpu=False, outdir=tmp_path),
+             hdemo.Step("draw mandelbrot", "failed", "ValueError: x", cpu_of="mandelbrot")]
+    hdemo.say_what_ran_instead(steps)
+    details = {s.name: s.detail for s in steps}
+    assert "ran above" not in " ".join(details.values())
+    assert details["run square"].endswith("computed on the CPU instead: 'square on the CPU' (above)")
+    assert details["run grayscale"].endswith("computed on the CPU instead: 'draw grayscale' (below)")
+    assert details["run grid_stride"].endswith("computed on the CPU instead: 'draw gridstride' (below)")
+    assert "instead" not in details["run hello"] and "instead" not in details["run mandelbrot"]  # none ran, one failed
+
+
+def test_no_driver_at_all_is_said_as_no_gpu(monkeypatch):
+    from harness.calling import cudart
+
+    runtime_says = ("cudaGetDeviceCount: cudaErrorInsufficientDriver (35): CUDA driver version is insufficient for "
+                    "CUDA runtime version -- no usable NVIDIA driver")
+    monkeypatch.setattr(cudart, "gpu_available", lambda: (False, runtime_says))
+    monkeypatch.setattr(cudart, "driver_version", lambda: 0)  # what the runtime reports with no driver installed
+    ok, why = hdemo.gpu_state()
+    last = hdemo.DemoResult([], gpu=ok, gpu_why=why).closing_lines()[1]
+    assert not ok and "no GPU" in last and "no NVIDIA driver" in last and "insufficient" not in last
+    monkeypatch.setattr(cudart, "driver_version", lambda: 12020)  # a driver, too old: the runtime's words stand
+    assert hdemo.gpu_state() == (False, runtime_says)
 
 
 # End to end (minutes on a GPU): `invoke test --marker slow`, not the default run.

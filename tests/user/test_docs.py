@@ -319,3 +319,59 @@ def test_every_module_the_docs_name_exists(md):
 def test_the_module_checker_finds_a_stale_name():
     assert unresolved_names("`harness.base.sim` and harness.bench.run and harness.base.sim.no_such") == [
         "harness.base.sim.no_such", "harness.bench.run"]
+
+
+def _section(md: str, title: str) -> str:
+    start = md.index(f"## {title}")
+    end = md.find("\n## ", start + 1)
+    return md[start:end if end > 0 else len(md)]
+
+
+def test_the_set_up_is_a_newcomers_path():
+    """What to have first, then a virtual environment, then the commands, and how long the first run takes."""
+    setup = _section((ROOT / "README.md").read_text(), "Set up")
+    block = FENCE.search(setup).group(0)
+    assert setup.index("You need Python") < setup.index("```"), "the prerequisites come before the commands"
+    lines = [ln.split("#")[0].strip() for ln in block.splitlines()[1:-1]]
+    assert "venv" in lines[0] and "activate" in lines[0], "the first command makes and enters a virtual environment"
+    assert lines.index('pip install -e ".[dev]"') > 0 and "invoke build test" in lines
+    after = setup[setup.index(block) + len(block):]
+    assert "several minutes" in after and "2 cores" in after
+
+
+def test_the_readme_and_invoke_list_agree_on_what_to_run_first():
+    import tasks
+
+    readme = (ROOT / "README.md").read_text()
+    first = re.findall(r"^(invoke [^#\n]*?)\s*# the first thing to run", readme, re.M)
+    assert len(first) == 1, "the README's set-up names the one first command"
+    commands = first[0].split()[1:]
+    for name, obj in vars(tasks).items():
+        if isinstance(obj, tasks.Task) and "first thing to run" in (obj.__doc__ or "").lower():
+            assert name in commands, f"`invoke --list` calls {name} the first thing to run; the README: {first[0]}"
+    assert "invoke build test" in tasks.demo.__doc__.splitlines()[0]  # the tour says what comes before it
+
+
+def test_the_tour_marks_what_needs_a_gpu_and_names_only_inputs_it_makes():
+    tour = FENCE.search(_section((ROOT / "README.md").read_text(), "The tour").split("one program at a time")[1]).group(0)
+    made = set()
+    for line in tour.splitlines()[1:-1]:
+        cmd, _, note = line.partition("#")
+        for needs_gpu in ("run hello", "compare "):  # no CPU path: these need a GPU
+            if needs_gpu in cmd:
+                assert "(GPU)" in note, f"{cmd.strip()} needs a GPU and is not marked"
+        image = re.search(r"--image (\S+)", cmd)
+        if image:
+            assert image.group(1) in made or (ROOT / image.group(1)).exists(), \
+                f"{image.group(1)} is neither shipped nor made by an earlier command of the tour"
+        made |= set(re.findall(r"saved as (\S+?)\)", note)) | set(re.findall(r"--out (\S+)", cmd))
+        out = re.search(r"--out (\S+)", cmd)
+        if out and "--image" not in cmd:  # without --image, grayscale saves its test picture beside --out
+            made.add(out.group(1).replace(".png", "_input.png"))
+
+
+def test_the_readme_links_every_exercise_command_and_the_exercises_page():
+    readme = (ROOT / "README.md").read_text()
+    assert "(harness/user/exercises/README.md)" in readme
+    for action in ("list", "start", "check", "hint", "solution"):
+        assert re.search(rf"`(invoke exercise )?{action}\b", readme), f"the README does not name `exercise {action}`"

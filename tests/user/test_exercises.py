@@ -662,3 +662,25 @@ def test_invoke_exercise_list_start_and_bad_input_in_one_line(tmp_path):
                        (("check", "square"), "run `invoke exercise start square` first")]:
         r = _invoke(*args, cwd=tmp_path)
         assert r.returncode != 0 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_start_from_a_subfolder_of_the_project_writes_the_projects_exercises(tmp_path, monkeypatch):
+    """Run from cuda/ (or any folder inside the project), the default is the project's exercises/, not
+    a new cuda/exercises/; outside the project it stays exercises/ of the current folder."""
+    from harness.base import paths
+    from harness.user import exercises as hx
+
+    project = tmp_path / "project"
+    (project / "cuda" / "square").mkdir(parents=True)
+    monkeypatch.setattr(paths, "ROOT", project)
+    monkeypatch.chdir(project / "cuda" / "square")
+    path, created = hx.start("grayscale")
+    assert created and path.resolve() == (project / "exercises" / "grayscale.py").resolve()
+    assert not (project / "cuda" / "exercises").exists() and not (project / "cuda" / "square" / "exercises").exists()
+    with pytest.raises(hx.ExerciseError) as e:  # the advice names no --dir for the default folder
+        hx.read_learner(hx.folder(None), hx.exercise("square"), "python")
+    assert "--dir" not in str(e.value)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    assert hx.start("grayscale")[0].resolve() == (outside / "exercises" / "grayscale.py").resolve()

@@ -8,7 +8,8 @@
 
 Each exercise's blanks are marked in the lab's sources (harness/user/exercises/markers.py), so the
 learner's file and the solution are made from the same text. The learner's files and a small
-progress file live in `exercises/` in the current folder (--dir to choose another).
+progress file live in the project's `exercises/` (in `exercises/` of the current folder when run from
+outside the project; --dir to choose another).
 See harness/user/exercises/README.md.
 """
 
@@ -21,6 +22,7 @@ import re
 import tempfile
 from pathlib import Path
 
+from harness.base import paths
 from harness.base.errors import CudalabError
 from harness.compile.build import ROOT
 from harness.user.exercises import markers
@@ -110,8 +112,17 @@ def solution_text(ex: Exercise, track: str) -> str:
 
 # --- the learner's folder and files --------------------------------------------------------------
 
+def default_folder() -> Path:
+    """Where the learner's files go without --dir: exercises/ in the current folder, except anywhere
+    inside the project, where it is the project's own exercises/ (ignored by git), so that a command
+    run from cuda/ or harness/ never makes a second, untracked exercises/ there."""
+    here = Path.cwd().resolve()
+    root = paths.ROOT.resolve()
+    return paths.ROOT / DEFAULT_DIR if here == root or root in here.parents else Path(DEFAULT_DIR)
+
+
 def folder(dir_: str | os.PathLike | None) -> Path:
-    d = Path(dir_ if dir_ not in (None, "") else DEFAULT_DIR).expanduser()
+    d = Path(dir_).expanduser() if dir_ not in (None, "") else default_folder()
     if d.exists() and not d.is_dir():
         raise ExerciseError(f"--dir {d} is a file, not a folder: name a folder (default: ./{DEFAULT_DIR})")
     return d
@@ -143,7 +154,7 @@ def read_learner(d: Path, ex: Exercise, track: str) -> tuple[Path, str]:
     flag = "" if track == "python" else " --track cuda"
     if not path.exists():
         raise ExerciseError(f"no file {path}: run `invoke exercise start {ex.name}{flag}` first"
-                            + (f" (with --dir {d})" if str(d) != DEFAULT_DIR else ""))
+                            + (f" (with --dir {d})" if d.resolve() != default_folder().resolve() else ""))
     if path.is_dir():
         raise ExerciseError(f"{path} is a folder: move it away, then `invoke exercise start {ex.name}{flag}`")
     size = path.stat().st_size
