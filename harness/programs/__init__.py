@@ -282,6 +282,12 @@ def picture(name: str) -> Picture:
     return pics[name]
 
 
+def picture_owner(name: str) -> str:
+    """The program whose record draws the picture `name` (gridstride is grid_stride's)."""
+    picture(name)
+    return next(p for p in names() if (pic := record(p).picture) is not None and pic.name == name)
+
+
 def picture_takes(name: str, option: str) -> bool:
     return option in picture(name).options
 

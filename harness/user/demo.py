@@ -273,8 +273,7 @@ def step_picture(name: str, gpu: bool, outdir: Path = PLOTS) -> list[Step]:
             else:
                 how = data.get("computed_on") or cpu_label("a numpy twin")
             if not gpu:
-                # gridstride's module re-exports grid_stride's hook: the program is where viz_data lives
-                st.cpu_of = getattr(importlib.import_module(mod.viz_data.__module__), "PROGRAM", name)
+                st.cpu_of = programs.picture_owner(name)  # gridstride is grid_stride's picture
             st.detail = f"{how}: {len(st.outputs)} figure(s)"
         except Exception as e:
             st.status, st.detail = "failed", f"{type(e).__name__}: {e}"
