@@ -350,7 +350,7 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
         extra = shlex.split(args)
         auto = str(jobs).strip() == "auto"
         slow_only = "slow" in marker and "not slow" not in marker
-        # The slow tests run one at a time anyway (the lock in tests/conftest.py), and a worker left
+        # The slow tests run one at a time anyway (the lock in conftest.py), and a worker left
         # waiting on it for long would run into pytest-timeout: one process for them under `auto`.
         n = hg.test_workers("1" if slow_only and auto else jobs, len(chosen))
     if n == 1 and auto and not slow_only and not hg.have_xdist():
@@ -359,7 +359,7 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
     if any(a in ("-n", "--numprocesses") or a.startswith(("-n", "--numprocesses=")) for a in extra):
         n = 1  # the user's own -n in --args wins
     if n > 1:
-        # The profiler, slow and serial tests take a lock (tests/conftest.py), so never overlap each other.
+        # The profiler, slow and serial tests take a lock (conftest.py), so never overlap each other.
         # --dist loadgroup is here for its scheduler, which hands tests out one at a time to whichever
         # worker is free: the default suite took 41 s with it and 67 s with the default `load` on the H100
         # (one run each, bench/results/h100/NOTES-tests.md). Its grouping is not relied on.

@@ -1,4 +1,4 @@
-"""tests/conftest.py's build on demand: tests build what they load (ensure_built, built_names) rather
+"""conftest.py's build on demand: tests build what they load (ensure_built, built_names) rather
 than skip for want of `invoke build`; a failed build fails the test with one line; without a GPU, GPU
 tests are skipped before anything is built."""
 

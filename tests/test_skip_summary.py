@@ -1,4 +1,4 @@
-"""pytest's short summary gives skips one line per reason (tests/conftest.py), while -ra still lists
+"""pytest's short summary gives skips one line per reason (conftest.py), while -ra still lists
 every failure."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tests that start Python in a subprocess extend the caller's PYTHONPATH (tests/conftest.py's
+"""Tests that start Python in a subprocess extend the caller's PYTHONPATH (conftest.py's
 pythonpath), never replace it: on a machine where cffi, invoke or pytest's plugins were installed into
 a folder named by PYTHONPATH (pip --target), a replaced one makes the child fail to import them."""
 

@@ -3,7 +3,7 @@
 
 The parent decides which GPUs take part (`select`) and passes them to the workers in
 $CUDALAB_GPUS ("0,1"). Each worker pins itself to one of them by setting $CUDA_VISIBLE_DEVICES
-before anything touches CUDA (`pin_worker`, called where tests/conftest.py and the bench runner
+before anything touches CUDA (`pin_worker`, called where conftest.py and the bench runner
 are imported): worker gwK takes GPU number K modulo the count, so inside a worker the GPU is
 always device 0. Nothing here initialises CUDA in the parent.
 """

@@ -60,7 +60,7 @@ def test_ptxas_resource_usage_is_parsed(built):
     assert (df["registers"] > 0).all()
 
 
-# Never at the same time as each other under `invoke test --jobs N` (tests/conftest.py): the second
+# Never at the same time as each other under `invoke test --jobs N` (conftest.py): the second
 # moves a source's mtime, which the first would see as a pending change.
 @pytest.mark.serial
 def test_no_change_build_runs_no_compiler(built):
