@@ -35,7 +35,7 @@ from harness.user.exercises import (
     track_of,
     update_progress,
 )
-from harness.user.exercises.catalog import Exercise, speed
+from harness.user.exercises.catalog import Exercise, new_seed, speed
 from harness.user.exercises.worker import TAG
 
 PYTHON_DEADLINE_S = 30.0
@@ -54,6 +54,7 @@ class Verdict:
     ratio: float | None = None
     compiled_only: bool = False
     seconds: float = 0.0
+    seed: int | None = None  # the cases' seed: `--seed` replays them
 
     @property
     def passed(self) -> bool:
@@ -155,17 +156,22 @@ def _report_cases(v: Verdict, data: dict) -> None:
 
 
 def check(name: str, track: str | None = None, dir_=None, *, deadline: float | None = None, sanitize: bool = True,
-          timing: bool = True) -> Verdict:
+          timing: bool = True, seed: int | None = None) -> Verdict:
+    """`seed`: the cases' seed (fresh when None, so that no hard-coded output passes twice); the verdict
+    says it, so a failure can be replayed."""
     t0 = time.perf_counter()
     ex = exercise(name)
     d = folder(dir_)
     track = track_of(ex, track, d)
     path, text = read_learner(d, ex, track)
-    v = Verdict(ex.name, track, path)
+    v = Verdict(ex.name, track, path, seed=new_seed() if seed is None else _seed(seed))
     if track == "python":
         _check_python(ex, path, v, deadline or PYTHON_DEADLINE_S)
     else:
         _check_cuda(ex, d, path, text, v, deadline or CUDA_DEADLINE_S, sanitize, timing)
+    if not v.passed and not v.compiled_only and ex.name != "mandelbrot_zoom":
+        v.lines.append((None, f"the cases came from seed {v.seed}: `invoke exercise check {ex.name}"
+                              f"{' --track cuda' if track == 'cuda' else ''} --seed {v.seed}` runs the same ones"))
     v.seconds = time.perf_counter() - t0
     status = "passed" if v.passed else "started"
     with contextlib.suppress(OSError):
@@ -173,8 +179,19 @@ def check(name: str, track: str | None = None, dir_=None, *, deadline: float | N
     return v
 
 
+def _seed(seed) -> int:
+    try:
+        value = int(seed)
+    except (TypeError, ValueError):
+        raise ExerciseError(f"--seed must be a whole number (the one a check printed), got {seed!r}") from None
+    if value < 0:
+        raise ExerciseError(f"--seed must be a whole number >= 0 (the one a check printed), got {seed}")
+    return value
+
+
 def _check_python(ex: Exercise, path: Path, v: Verdict, deadline: float) -> None:
-    job = {"track": "python", "name": ex.name, "file": str(path.resolve()), "solution": solution_text(ex, "python")}
+    job = {"track": "python", "name": ex.name, "file": str(path.resolve()), "solution": solution_text(ex, "python"),
+           "seed": v.seed}
     data, out, rc = _run_worker(job, deadline)
     if rc is None:
         v.say(False, f"stopped after {deadline:.0f} s: the kernel never finished (a loop that never ends: a stride of 0, "
@@ -246,7 +263,7 @@ def _check_cuda(ex: Exercise, d: Path, path: Path, text: str, v: Verdict, deadli
         v.lines.append((None, f"no GPU here ({why})"))
         v.compiled_only = True
         return
-    job = {"track": "cuda", "name": ex.name, "file": str(path.resolve()), "display": str(path)}
+    job = {"track": "cuda", "name": ex.name, "file": str(path.resolve()), "display": str(path), "seed": v.seed}
     # One cache for everything below: the child processes, and the solution's compile in a thread (which
     # reads the variable when it starts, so it is set for the whole of this block, never changed in it).
     with _env(CUDALAB_CACHE=cache_folder(d).resolve()):

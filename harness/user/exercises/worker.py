@@ -31,22 +31,28 @@ def _fmt(v) -> str:
 
 
 def compare(name: str, out: np.ndarray, ref: np.ndarray, guard: np.ndarray | None = None,
-            before: np.ndarray | None = None, facts: dict | None = None) -> str | None:
+            before: np.ndarray | None = None, facts: dict | None = None, unwritten: np.ndarray | None = None,
+            guard_written: np.ndarray | None = None, tail: np.ndarray | None = None) -> str | None:
     """None when out matches ref within the lab's tolerance, else what is wrong, pointing at a cause.
     `before`: an in-place kernel's input, to tell elements left alone from elements computed wrongly.
+    `unwritten`, `guard_written`: masks from two runs with two poisons, where one poison is a legal
+    value (catalog.TWO_POISONS); without them, an element holding the poison was never written.
+    `tail`: the elements in a partial block (catalog.tail).
     `facts`, when given, gets what summarize() looks for across cases (only_first: element 0 alone was
-    never written, every other element is right; n: the output's size)."""
+    never written, every other element is right; n: the output's size; tail_only: every bad element
+    lies in a partial block)."""
     out = np.asarray(out).ravel()
     ref = np.asarray(ref).ravel()
     if out.size != ref.size:
         return f"the output has {out.size} elements, expected {ref.size}"
-    if guard is not None:
-        bad = np.flatnonzero(~is_poison(guard))
+    if guard is not None or guard_written is not None:
+        stray = guard_written if guard_written is not None else ~is_poison(guard)
+        bad = np.flatnonzero(stray)
         if bad.size:
             return (f"wrote past the end of the output (element {ref.size + int(bad[0])}, {bad.size} element(s) after "
                     f"the last): threads beyond the data were not stopped: the bounds check")
     tol = catalog.tolerance(name)
-    unwritten = is_poison(out)
+    unwritten = is_poison(out) if unwritten is None else np.asarray(unwritten).ravel()
     if tol is None:
         wrong = out != ref.astype(out.dtype)
         ok = not wrong.any()
@@ -66,6 +72,9 @@ def compare(name: str, out: np.ndarray, ref: np.ndarray, guard: np.ndarray | Non
     n = out.size
     if before is not None:
         unwritten = unwritten | ((out == np.asarray(before).ravel()) & (out != ref))
+    if facts is not None and tail is not None:
+        bad = wrong | unwritten
+        facts["tail_only"] = bool(bad.any() and not (bad & ~np.asarray(tail).ravel()).any())
     if unwritten.any():
         i = int(np.flatnonzero(unwritten)[0])
         only_first = i == 0 and int(unwritten.sum()) == 1 and not (wrong & ~unwritten).any()
@@ -81,11 +90,16 @@ def compare(name: str, out: np.ndarray, ref: np.ndarray, guard: np.ndarray | Non
                 f"every element")
     if out.size > 1 and np.all(out == 0) and np.any(ref != 0):
         return "every output is 0: the kernel writes zeros (is the result computed and stored?)"
-    if out.dtype.kind == "f" and np.isnan(out).any():
-        i = int(np.flatnonzero(np.isnan(out))[0])
-        why = {"flash_softmax": "exp(-inf - -inf) is NaN: alpha must be 0 while the running max is still -inf",
-               "matmul_tiled": "a tile element read before any thread stored it: the barrier after the loads"}
-        return (f"{int(np.isnan(out).sum())} of {n} outputs are NaN (first at index {i})"
+    if out.dtype.kind == "f" and not np.isfinite(out).all():
+        nan = ~np.isfinite(out)
+        i = int(np.flatnonzero(nan)[0])
+        if facts is not None:
+            facts["nan"] = True
+        why = {"flash_softmax": "an exponent overflowed to inf (every exponent needs the running max subtracted), "
+                                "or exp(-inf - -inf) is NaN (alpha must be 0 while the running max is still -inf)",
+               "matmul_tiled": "a tile cell was read before any thread stored it: the barrier after the loads, or a "
+                               "tile element some thread never stores (0 outside the matrices)"}
+        return (f"{int(nan.sum())} of {n} outputs are NaN or infinite (first at index {i})"
                 + (f": {why[name]}" if name in why else ""))
     idx = np.flatnonzero(wrong)
     i = int(idx[0]) if idx.size else int(np.argmax(np.abs(out.astype(np.float64) - ref)))
@@ -95,26 +109,46 @@ def compare(name: str, out: np.ndarray, ref: np.ndarray, guard: np.ndarray | Non
     return msg
 
 
-def summarize(name: str, results: list[dict]) -> str | None:
-    """A pattern over the cases that points at the cause, or None."""
+def summarize(name: str, results: list[dict], track: str = "python") -> str | None:
+    """A pattern over the cases that points at the cause, or None. A cause is named only on evidence:
+    the bounds check when the sizes that are a multiple of the block (several blocks of them) pass and
+    the others fail only in their partial blocks; a barrier when the output changes with the order the
+    threads run in (Python track; on the CUDA track racecheck says it)."""
     bad = [r for r in results if not r["ok"]]
     good = [r for r in results if r["ok"]]
     if not bad or not re.match(r"\d+ of \d+ outputs", bad[0]["message"] or ""):
-        return None  # the first failure names its own cause (an exception, a stray write, NaN)
+        return None  # the first failure names its own cause (an exception, a stray write)
     if all(r.get("zeros") for r in bad):
         return "every failing case's output is all 0: the kernel writes zeros (is the result computed and stored?)"
     if all(r.get("only_first") for r in bad) and any(r.get("n", 0) > 1 for r in bad):
         return ("in every failing case only element 0 was never written and every other element is right: the first "
                 "thread's index is not 0 (an index shifted by one, or a bounds check that also stops i == 0)")
+    if any(r.get("order_dependent") for r in bad):
+        which = ("the barrier after the loads (a thread reads the tile before the others have stored it)"
+                 if any(r.get("nan") for r in bad) else
+                 "the barrier after the products (a tile is overwritten while other threads still read it)")
+        return f"the output changes with the order the threads of a block run in: a missing barrier: {which}"
+    if name == "matmul_tiled" and any(r.get("nan") for r in bad) and track == "python":
+        return ("a shared tile cell no thread stored was read (NaN, the simulator's fill), whatever order the threads "
+                "run in: every thread stores its element of both tiles at every step, 0 outside the matrices")
     if not good:
         return None
-    if all(r["ragged"] for r in bad):
+    if all(r["ragged"] for r in bad) and any(r.get("exact_multi") for r in good) \
+            and all(r.get("tail_only") is not False for r in bad):
+        if name == "flash_softmax":
+            return ("only S that are not a multiple of the block's rows fail (S that are, with several blocks, "
+                    "pass): look at the masking of keys past S and the rows past S")
         what = "tile" if name == "matmul_tiled" else "block"
-        return (f"only sizes that are not a multiple of the {what} fail: look at the bounds check"
+        return (f"only sizes that are not a multiple of the {what} fail, in their partial {what}s (sizes that are, "
+                f"with several {what}s, pass): look at the bounds check"
                 + (" and the zero-filled ragged edges" if name == "matmul_tiled" else ""))
+    if name == "flash_softmax" and all(r.get("wide") for r in bad):
+        return ("only the cases whose scores climb far along the keys fail: exp overflows there: subtract the running "
+                "max (updated at every tile) from every exponent, and rescale what was summed under the old max")
     if name == "matmul_tiled" and all(r.get("multi") for r in bad):
-        return ("only products longer than one tile fail: a tile is overwritten while other threads still read it: "
-                "the barrier after the products")
+        return ("only products longer than one tile fail: the sum across tiles: one running sum for the whole loop "
+                "(set to 0 once, before it), each tile loaded from its own offset along k"
+                + ("" if track == "python" else "; a missing barrier would show in racecheck above"))
     if name == "grid_stride" and all(r.get("strided") for r in bad):
         return "only grids smaller than n fail: the stride must be the whole grid's thread count"
     return None
@@ -148,7 +182,41 @@ def _params(fn) -> list[str]:
     return list(inspect.signature(fn).parameters)
 
 
-def run_python(name: str, path: Path, solution: str) -> dict:
+ORDER_CHECKED = ("matmul_tiled", "flash_softmax")  # shared memory and barriers: a race shows as order dependence
+
+
+def _facts(case: catalog.Case) -> dict:
+    p = case.params
+    return {"label": case.label, "ragged": case.ragged, "exact_multi": case.exact_multi, "wide": case.wide,
+            "multi": p.get("k", 0) > p.get("tw", 1e9),
+            "strided": p.get("blocks", 0) * p.get("threads", 0) < p.get("n", 0)}
+
+
+def _outputs(name: str, run) -> dict:
+    """run(alt) -> (output, guard or None). {"out", "guard", and for catalog.TWO_POISONS "unwritten" and
+    "guard_written"}: an element is unwritten when it holds each run's poison (a legal value cannot be
+    both), and a guard element was written when it lost either."""
+    out, guard = run(False)
+    got = {"out": out, "guard": guard}
+    if name in catalog.TWO_POISONS:
+        out2, guard2 = run(True)
+        got["unwritten"] = is_poison(np.asarray(out).ravel()) & is_poison(np.asarray(out2).ravel(), alt=True)
+        if guard is not None:
+            got["guard_written"] = ~is_poison(guard) | ~is_poison(guard2, alt=True)
+    return got
+
+
+def _order_dependent(name: str, fn, case: catalog.Case, inp: dict, out: np.ndarray) -> bool:
+    """Whether the output changes when the threads of each block run in the opposite order."""
+    try:
+        again = catalog.run_python(name, catalog.reversed_threads(fn), case, inp)
+    except Exception:
+        return True  # a kernel that fails only in the other order depends on it
+    a, b = np.asarray(out).ravel(), np.asarray(again).ravel()
+    return not np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def run_python(name: str, path: Path, solution: str, seed: int = 0) -> dict:
     ex = catalog.BY_NAME[name]
     mod, err = import_learner(path, f"cudalab_exercise_{name}")
     if err:
@@ -175,15 +243,19 @@ def run_python(name: str, path: Path, solution: str) -> dict:
     from harness.base import sim
 
     results = []
-    for case in catalog.cases(name, "python"):
+    for case in catalog.cases(name, "python", seed):
         inp = catalog.inputs(name, case)
         ref = catalog.reference(name, case, inp)
-        r = {"label": case.label, "ragged": case.ragged, "multi": case.params.get("k", 0) > case.params.get("tw", 1e9),
-             "strided": case.params.get("blocks", 0) * case.params.get("threads", 0) < case.params.get("n", 0)}
+        r = _facts(case)
         try:
-            out = catalog.run_python(name, fn, case, inp)
-            msg = compare(name, out, ref, before=inp.get("a") if name == "square" else None, facts=r)
+            got = _outputs(name, lambda alt, case=case, inp=inp: (catalog.run_python(name, fn, case, inp, alt), None))
+            msg = compare(name, got["out"], ref, before=inp.get("a") if name == "square" else None, facts=r,
+                          unwritten=got.get("unwritten"), tail=catalog.tail(name, case))
+            out = got["out"]
             r["zeros"] = bool(np.all(np.asarray(out) == 0) and np.any(np.asarray(ref) != 0))
+            if msg is not None and name in ORDER_CHECKED and sum(x.get("order_dependent") is not None
+                                                                 for x in results) < 2:
+                r["order_dependent"] = _order_dependent(name, fn, case, inp, out)
         except catalog.RedundantWrites as e:
             msg = str(e)
         except IndexError as e:
@@ -200,23 +272,35 @@ def run_python(name: str, path: Path, solution: str) -> dict:
 
 # --- the CUDA track ------------------------------------------------------------------------------
 
-def run_cuda(name: str, source: str, display: str, small_only: bool) -> dict:
+def run_cuda(name: str, source: str, display: str, small_only: bool, seed: int = 0) -> dict:
     from harness.base.errors import CudaError, CudalabError
     from harness.calling import inline
 
     mod = inline.load(source, name=f"exercise_{name}", _display=display)
     results = []
-    for case in catalog.cases(name, "cuda"):
+    counted = None if small_only else catalog.check_source(name, source)
+    if counted is not None:
+        # The check build (catalog.check_source); the sanitizers run the plain file.
+        try:
+            mod = inline.load(counted, name=f"exercise_{name}_check", _display=display)
+        except CudalabError as e:
+            results.append({"label": "the check's counting build", "ok": True, "message": None, "ragged": False,
+                            "detail": f"not built ({str(e).splitlines()[0]}); the cases run on your file as it is"})
+    for case in catalog.cases(name, "cuda", seed):
         if small_only and not case.small:
             continue
         inp = catalog.inputs(name, case)
-        r = {"label": case.label, "ragged": case.ragged, "multi": case.params.get("k", 0) > case.params.get("tw", 1e9),
-             "strided": case.params.get("blocks", 0) * case.params.get("threads", 0) < case.params.get("n", 0)}
+        r = _facts(case)
         try:
-            out, guard = catalog.run_cuda(name, mod, case, inp)
+            got = _outputs(name, lambda alt, case=case, inp=inp: catalog.run_cuda(name, mod, case, inp, alt))
+            out = got["out"]
             ref = catalog.reference(name, case, inp)
-            msg = compare(name, out, ref, guard, before=inp.get("a") if name == "square" else None, facts=r)
+            msg = compare(name, out, ref, got["guard"], before=inp.get("a") if name == "square" else None, facts=r,
+                          unwritten=got.get("unwritten"), guard_written=got.get("guard_written"),
+                          tail=catalog.tail(name, case))
             r["zeros"] = bool(np.all(out == 0) and np.any(ref != 0))
+        except (catalog.RedundantWrites, catalog.LeakedMemory) as e:
+            msg = str(e)
         except catalog.ManagedMismatch:
             msg = ("exercise_managed (the course's program with managed memory) gives a different result from the "
                    "kernel: look at the allocation, the copies, the launch and the cudaDeviceSynchronize before the "
@@ -234,12 +318,13 @@ def run_cuda(name: str, source: str, display: str, small_only: bool) -> dict:
 
 def main(argv: list[str]) -> int:
     job = json.loads(argv[0])
+    seed = int(job.get("seed", 0))
     if job["track"] == "python":
-        out = run_python(job["name"], Path(job["file"]), job["solution"])
+        out = run_python(job["name"], Path(job["file"]), job["solution"], seed)
     else:
-        out = run_cuda(job["name"], Path(job["file"]).read_text(), job["display"], job.get("small", False))
+        out = run_cuda(job["name"], Path(job["file"]).read_text(), job["display"], job.get("small", False), seed)
     if "results" in out and not out.get("fatal"):
-        out["pattern"] = summarize(job["name"], out["results"])
+        out["pattern"] = summarize(job["name"], out["results"], job["track"])
     sys.stdout.flush()
     print(TAG, json.dumps(out), flush=True)
     return 0
