@@ -55,6 +55,7 @@ class Verdict:
     compiled_only: bool = False
     seconds: float = 0.0
     seed: int | None = None  # the cases' seed: `--seed` replays them
+    cases_ran: bool = False
 
     @property
     def passed(self) -> bool:
@@ -133,6 +134,7 @@ def _run_worker(job: dict, deadline: float, prefix: list[str] | None = None) -> 
 def _case_lines(v: Verdict, data: dict) -> tuple[str | None, str | None]:
     """A line per case; (the first failure's value-based cause, the pattern over the cases), None when
     every case is right. The caller decides whether they become the thing to fix."""
+    v.cases_ran = True
     if data.get("fatal"):
         v.lines.append((False, data["fatal"]))
         return data["fatal"], None
@@ -169,7 +171,7 @@ def check(name: str, track: str | None = None, dir_=None, *, deadline: float | N
         _check_python(ex, path, v, deadline or PYTHON_DEADLINE_S)
     else:
         _check_cuda(ex, d, path, text, v, deadline or CUDA_DEADLINE_S, sanitize, timing)
-    if not v.passed and not v.compiled_only and ex.name != "mandelbrot_zoom":
+    if not v.passed and v.cases_ran and ex.name != "mandelbrot_zoom":
         v.lines.append((None, f"the cases came from seed {v.seed}: `invoke exercise check {ex.name}"
                               f"{' --track cuda' if track == 'cuda' else ''} --seed {v.seed}` runs the same ones"))
     v.seconds = time.perf_counter() - t0
