@@ -435,7 +435,7 @@ MATMUL_TILED_WRONG = {"results": [
 
 def _ran(output: str, status: int) -> child.Outcome:
     """A sanitizer run's outcome: its output and exit status."""
-    out = child.Bounded()
+    out = child.Output()
     out.feed(output.encode())
     return child.Outcome(status, out)
 

@@ -122,11 +122,11 @@ def _child_env() -> dict:
 
 
 def _start_worker(job: dict, prefix: list[str] | None = None, channel: bool = True,
-                  head: int = child.HEAD_BYTES, tail: int = child.TAIL_BYTES) -> child.Child:
+                  limit: int = child.OUTPUT_BYTES) -> child.Child:
     """The worker on `job`, in a process group of its own; `channel`: with the pipe its results come
     back on (a run under compute-sanitizer has none: its verdict is the sanitizer's report)."""
     cmd = (prefix or []) + [sys.executable, "-m", "harness.user.exercises.worker", json.dumps(job)]
-    return child.Child(cmd, env=_child_env(), cwd=str(ROOT), channel=channel, head=head, tail=tail)
+    return child.Child(cmd, env=_child_env(), cwd=str(ROOT), channel=channel, limit=limit)
 
 
 def _run_worker(job: dict, deadline: float, prefix: list[str] | None = None) -> child.Outcome:
@@ -594,8 +594,7 @@ def _run_cuda(ex: Exercise, job: dict, deadline: float, sanitize: bool):
                     small = dict(job, cases=[c for c in job["cases"] if c.get("small")], counting=False)
                     for tool in ("memcheck", "racecheck"):
                         procs[tool] = _start_worker(small, prefix=hs.command(tool, Path(sys.executable), [], tool_path)[:-1],
-                                                    channel=False, head=SANITIZER_OUTPUT_BYTES,
-                                                    tail=SANITIZER_OUTPUT_BYTES)
+                                                    channel=False, limit=2 * SANITIZER_OUTPUT_BYTES)
             t0 = procs["cases"].t0
             oc = procs["cases"].finish(t0 + deadline)
             if oc.timed_out:

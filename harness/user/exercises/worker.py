@@ -286,7 +286,9 @@ def run_cuda(send, name: str, source: str, display: str, cases: list, load_only:
     from harness.calling import inline
 
     try:
-        mod = inline.load(source, name=f"exercise_{name}", _display=display)
+        # No test load in a child of this process first: this process is that child, and the checker
+        # judges how the load ended (its status, its output) as it judges the cases.
+        mod = inline.load(source, name=f"exercise_{name}", _display=display, _probe=False)
     except CudalabError as e:
         send({"fatal": str(e)})
         return
@@ -297,7 +299,7 @@ def run_cuda(send, name: str, source: str, display: str, cases: list, load_only:
     counted = catalog.check_source(name, source) if counting else None
     if counted is not None:
         try:
-            mod = inline.load(counted, name=f"exercise_{name}_check", _display=display)
+            mod = inline.load(counted, name=f"exercise_{name}_check", _display=display, _probe=False)
         except CudalabError as e:
             send({"counting_failed": str(e).splitlines()[0] if str(e) else type(e).__name__})
     for k, case in enumerate(cases):
