@@ -192,3 +192,67 @@ def test_gpu_the_counting_build_counts_threads_not_writes(tmp_path, monkeypatch)
                         "const long long stride = blockDim.x;")
     mod = inline.load(catalog.check_source("grid_stride", wrong), name="exercise_grid_stride_check")
     assert "more than one thread" in catalog.counted_problem(catalog.run_cuda("grid_stride", mod, case, inp))
+
+
+def _cuda_outcome(name: str, cases: list, arrays_of) -> object:
+    """The records a CUDA worker would send: loaded, each case's arrays (arrays_of(case)), done."""
+    from harness.user.exercises import child
+
+    recs = [({"loaded": True}, {})] + [({"case": k}, arrays_of(c)) for k, c in enumerate(cases)]
+    return child.Outcome(0, child.Output(), records=recs + [({"done": True}, {})])
+
+
+def test_the_checker_reads_the_cuda_counting_builds_arrays_and_the_second_poison():
+    """The CUDA track's extra runs come back as arrays; the checker's judge() reads them (no GPU
+    needed to check that side): a second writer, a leak, the managed program's result, two poisons."""
+    ex = hx.exercise("grid_stride")
+    cases = catalog.cases("grid_stride", "cuda", 4)[:3]
+
+    def grid(case, others=0):
+        inp = catalog.inputs("grid_stride", case)
+        n = case.params["n"]
+        extra = np.zeros(n + catalog.GUARD, dtype=np.uint32)
+        extra[n // 2] = others
+        return {"out": catalog.reference("grid_stride", case, inp), "guard": catalog.poisoned(catalog.GUARD, np.float32),
+                "others": extra}
+
+    assert all(r["ok"] for r in hcheck.judge(ex, "cuda", cases, _cuda_outcome("grid_stride", cases, grid))["results"])
+    bad = hcheck.judge(ex, "cuda", cases, _cuda_outcome("grid_stride", cases, lambda c: grid(c, 2)))["results"]
+    assert not any(r["ok"] for r in bad) and "written by 3 threads" in bad[0]["message"]
+
+    ex = hx.exercise("square")
+    cases = catalog.cases("square", "cuda", 4)[:3]
+
+    def square(case, leaked=0, managed_off=False):
+        inp = catalog.inputs("square", case)
+        ref = catalog.reference("square", case, inp)
+        managed = ref.copy()
+        if managed_off:
+            managed[0] += 1
+        return {"out": ref, "guard": catalog.poisoned(catalog.GUARD, np.int32), "managed": managed,
+                "leaked": np.array([leaked], dtype=np.int64)}
+
+    assert all(r["ok"] for r in hcheck.judge(ex, "cuda", cases, _cuda_outcome("square", cases, square))["results"])
+    leak = hcheck.judge(ex, "cuda", cases, _cuda_outcome("square", cases, lambda c: square(c, 1)))["results"]
+    assert "1 allocation(s) never freed" in leak[0]["message"]
+    off = hcheck.judge(ex, "cuda", cases, _cuda_outcome("square", cases, lambda c: square(c, 0, True)))["results"]
+    assert "exercise_managed" in off[0]["message"] and "different result" in off[0]["message"]
+
+    ex = hx.exercise("grayscale")
+    cases = [c for c in catalog.cases("grayscale", "cuda", 4) if c.params["h"] * c.params["w"] > 4][:2]
+
+    def grey(case, legal_poison):
+        inp = catalog.inputs("grayscale", case)
+        ref = catalog.reference("grayscale", case, inp).ravel()
+        out, alt = ref.copy(), ref.copy()
+        out[3], alt[3] = 0xAB, (0xAB if legal_poison else 0x54)
+        g = catalog.poisoned(catalog.GUARD, np.uint8)
+        return {"out": out, "guard": g, "out_alt": alt, "guard_alt": catalog.poisoned(catalog.GUARD, np.uint8, True)}
+
+    unwritten = hcheck.judge(ex, "cuda", cases, _cuda_outcome("grayscale", cases, lambda c: grey(c, False)))
+    assert "never written" in unwritten["results"][0]["message"]
+    wrong = hcheck.judge(ex, "cuda", cases, _cuda_outcome("grayscale", cases, lambda c: grey(c, True)))
+    assert "never written" not in wrong["results"][0]["message"] and "outputs wrong" in wrong["results"][0]["message"]
+    missing = hcheck.judge(ex, "cuda", cases, _cuda_outcome("grayscale", cases, lambda c: {
+        k: v for k, v in grey(c, False).items() if k != "out_alt"}))
+    assert "second run" in missing["results"][0]["message"]
