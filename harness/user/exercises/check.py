@@ -7,6 +7,12 @@ here by the lab's inline compiler (harness/compile/jit.py: the Makefile's nvcc f
 file:line with the line quoted) into a cache folder of the exercises' own, and loaded by the worker
 only. The worker sends raw outputs over a pipe of its own; judge() below computes each case's
 reference and decides, so nothing the learner's code prints or does in its process can pass a case.
+The cases are fresh each check (a seed the verdict prints; `--seed` replays them). The extra runs the
+grader's evidence needs are the worker's too, asked for here and judged here: each case again with a
+second poison (byte outputs, where every value is an answer), the Python track's failing barrier cases
+again with the threads of each block mirrored (a second worker), and on the CUDA track the cases run
+on a counting build of the learner's file (compiled here, loaded there) whose counters come back as
+arrays.
 On the CUDA track two more children run a small case under compute-sanitizer memcheck and racecheck
 (harness/profiling/sanitize.py), and a wrong output is blamed on what a sanitizer found, with the
 learner's line, before any guess from the values. A kernel that passes is timed against the lab's
@@ -506,8 +512,8 @@ def _check_cuda(ex: Exercise, d: Path, path: Path, text: str, v: Verdict, deadli
             pool = ThreadPoolExecutor(1)
             solution = pool.submit(_load_solution, ex)
             pool.shutdown(wait=False)
-        _counting_build(ex, path, text, job, v)
         try:
+            _counting_build(ex, path, text, job, v)
             oc, sanitized = _run_cuda(ex, job, deadline, sanitize)
             if oc.timed_out:
                 loaded = any(r.get("loaded") for r, _ in oc.records)
