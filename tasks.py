@@ -1053,9 +1053,10 @@ class _ExerciseTask(_Task):
             "name": "the exercise (invoke exercise list names them)",
             "track": "python (harness.base.sim, no GPU) or cuda (default: python, or the track whose file exists)",
             "dir": "the learner's folder (default: exercises/ in the current folder)",
-            "write": "solution: write the lab's solution into the learner's file (the old one is kept as .bakN)"})
+            "write": "solution: write the lab's solution into the learner's file (the old one is kept as .bakN)",
+            "seed": "check: the cases' seed (each check prints its own; give it to run the same cases again)"})
 @_help_if_asked
-def exercise(c, action, name=None, track="", dir="", write=False):  # noqa: A002 -- the option is --dir
+def exercise(c, action, name=None, track="", dir="", write=False, seed=""):  # noqa: A002 -- the option is --dir
     """Do the courses' exercises, graded: `invoke exercise list` names them.
 
     `invoke exercise start square`, `invoke exercise check square [--track cuda]`, `invoke exercise hint square`,
@@ -1093,7 +1094,7 @@ def exercise(c, action, name=None, track="", dir="", write=False):  # noqa: A002
             from harness.user.exercises import check as hcheck
 
             try:
-                v = hcheck.check(name, track or None, dir or None)
+                v = hcheck.check(name, track or None, dir or None, seed=seed if seed != "" else None)
             except KeyboardInterrupt:
                 raise Exit(f"exercise check: interrupted; the check's processes were stopped, and {name}'s status "
                            f"was left as it was", code=130) from None

@@ -124,7 +124,8 @@ def check_pixels(width: int, height: int, at_most: int, what: str) -> None:
 
 def validate(width, height, max_iters, region=None, dtype=np.float32, variant="01_naive",
              max_pixels: int = MAX_PIXELS, what: str = "an image"):
-    """Check every argument before anything is launched or allocated; returns the normalised values."""
+    """Check every argument before anything is launched or allocated; returns the normalised values.
+    variant=None: no variant to check (numpy's reference, which must run without the built library)."""
     width = _check_size(width, "width", MAX_EDGE)
     height = _check_size(height, "height", MAX_EDGE)
     max_iters = _check_size(max_iters, "max_iters")
@@ -138,7 +139,8 @@ def validate(width, height, max_iters, region=None, dtype=np.float32, variant="0
         raise TypeError(f"dtype must be float32 or float64, got {dtype!r}") from None
     if dt not in DTYPES:
         raise TypeError(f"dtype must be float32 or float64, got {dt}")
-    library.table_index(PROGRAM, "variant", variant)
+    if variant is not None:
+        library.table_index(PROGRAM, "variant", variant)
     if variant == "02_fast" and dt != np.float32:
         raise ValueError("02_fast is float32 only; use 01_naive for float64")
     return width, height, max_iters, reg, dt, variant
@@ -186,7 +188,7 @@ def reference(width: int, height: int, max_iters: int, region=DEFAULT_REGION, dt
     """The counts in numpy with 01_naive's arithmetic: each of xx = x*x, yy = y*y, xx + yy,
     xy = x*y, (xy + xy) + ci, (xx - yy) + cr rounded to `dtype` on its own (numpy never fuses).
     Vectorised over the pixels still iterating."""
-    width, height, max_iters, reg, dt, _ = validate(width, height, max_iters, region, dtype,
+    width, height, max_iters, reg, dt, _ = validate(width, height, max_iters, region, dtype, None,
                                                     max_pixels=MAX_TWIN_PIXELS, what="the numpy twin")
     cr1, ci1 = coordinates(width, height, reg, dt)
     cr = np.broadcast_to(cr1[None, :], (height, width)).ravel()

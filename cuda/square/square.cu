@@ -26,15 +26,17 @@ const int kNumVariants = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
 __device__ unsigned g_fault_sleep_ns = 0;
 #endif
 
+// square_int32_kernel's skip_every works in the tests' fault build only (-DCUDALAB_FAULTS, `make FAULTS=1
+// build/faults/bin/square`: --skip-every K leaves every K-th element alone so that the executable's host check
+// has something to catch). Everywhere else CUDALAB_FAULT(skip_every) is 0 (cuda/common/faults.cuh): the check
+// compiles away. The exercise's file has neither (the `lab` markers).
 // EXERCISE square: copy
 // Multiply as unsigned so that overflow wraps modulo 2^32 (signed overflow is undefined in C++);
 // the bit pattern is what numpy's int32 multiplication gives.
 __device__ __host__ inline int wrap_square(int v) { return (int)((unsigned)v * (unsigned)v); }
 
 // The course's kernel: one thread per element and a bounds guard for the last, partial block.
-// skip_every works in the tests' fault build only (-DCUDALAB_FAULTS, `make FAULTS=1 build/faults/bin/square`:
-// --skip-every K leaves every K-th element alone so that the executable's host check has something to
-// catch). Everywhere else CUDALAB_FAULT(skip_every) is 0 (cuda/common/faults.cuh): the check compiles away.
+// EXERCISE square: lab __global__ void square_int32_kernel(int *a, long long n) {
 __global__ void square_int32_kernel(int *a, long long n, int skip_every) {
 // EXERCISE square: begin i = this thread's global index (block index times block size plus the thread index,
 // EXERCISE square: todo as long long); then return when i is past the end of the array (the last block is partial).
@@ -42,6 +44,7 @@ __global__ void square_int32_kernel(int *a, long long n, int skip_every) {
     if (i >= n) return;
 // EXERCISE square: stub long long i = 0;
 // EXERCISE square: end
+// EXERCISE square: lab
     if (CUDALAB_FAULT(skip_every) > 0 && i % skip_every == skip_every - 1) return;
 // EXERCISE square: begin square a[i] in place with wrap_square (it wraps modulo 2^32 like numpy's int32).
     a[i] = wrap_square(a[i]);

@@ -176,6 +176,11 @@ class BoundedOutput:
         self.tail = bytearray()
         self.dropped = 0
 
+    @property
+    def total(self) -> int:
+        """Every byte fed, kept or dropped."""
+        return len(self.head) + len(self.tail) + self.dropped
+
     def feed(self, data: bytes) -> None:
         room = self.half - len(self.head)
         if room > 0:

@@ -435,7 +435,7 @@ MATMUL_TILED_WRONG = {"results": [
 
 def _ran(output: str, status: int) -> child.Outcome:
     """A sanitizer run's outcome: its output and exit status."""
-    out = child.Bounded()
+    out = child.Output()
     out.feed(output.encode())
     return child.Outcome(status, out)
 
@@ -540,7 +540,7 @@ WRONG_CUDA = {
     ],
     "grid_stride": [
         ("    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n",
-         "    const long long idx = threadIdx.x;\n", "never written"),
+         "    const long long idx = threadIdx.x;\n", "more than one thread"),
         ("    const long long stride = (long long)gridDim.x * blockDim.x;\n",
          "    const long long stride = 2LL * gridDim.x * blockDim.x;\n", "never written"),
         ("i < n; i += stride", "i <= n; i += stride", "wrote past the end"),

@@ -15,14 +15,12 @@ See harness/user/exercises/README.md.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 
-from harness.base import paths
+from harness.base import files, paths
 from harness.base.errors import CudalabError
 from harness.compile.build import ROOT
 from harness.user.exercises import markers
@@ -132,22 +130,6 @@ def learner_path(d: Path, ex: Exercise, track: str) -> Path:
     return d / f"{ex.name}.{'py' if track == 'python' else 'cu'}"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the learner's file from their other tools
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def read_learner(d: Path, ex: Exercise, track: str) -> tuple[Path, str]:
     """The learner's file, checked: it exists, is not empty, and is this exercise's (one line each)."""
     path = learner_path(d, ex, track)
@@ -207,7 +189,7 @@ def update_progress(d: Path, name: str, **changes) -> dict:
         else:
             entry[key] = value
     d.mkdir(parents=True, exist_ok=True)
-    write_atomic(d / PROGRESS, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    files.replace(d / PROGRESS, json.dumps(data, indent=1, sort_keys=True) + "\n")
     return data
 
 
@@ -240,7 +222,8 @@ def start(name: str, track: str | None = None, dir_=None) -> tuple[Path, bool]:
     path = learner_path(d, ex, track)
     if path.exists():
         return path, False
-    write_atomic(path, learner_text(ex, track))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path = files.create(path, learner_text(ex, track))  # never over a file that appeared meanwhile
     update_progress(d, ex.name, track_status=(track, "started", None))
     return path, True
 
@@ -272,7 +255,8 @@ def solution(name: str, track: str | None = None, dir_=None, write: bool = False
         while (path.parent / f"{path.name}.bak{k}").exists():
             k += 1
         backup = path.parent / f"{path.name}.bak{k}"
-        write_atomic(backup, path.read_text(errors="replace"))
-    write_atomic(path, text)
+        backup = files.create(backup, path.read_bytes())  # the learner's bytes as they are; never over a file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    files.replace(path, text)
     update_progress(d, ex.name, track_status=(track, "started", None), solution_written=True)
     return text, path, backup

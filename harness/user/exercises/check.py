@@ -7,6 +7,12 @@ here by the lab's inline compiler (harness/compile/jit.py: the Makefile's nvcc f
 file:line with the line quoted) into a cache folder of the exercises' own, and loaded by the worker
 only. The worker sends raw outputs over a pipe of its own; judge() below computes each case's
 reference and decides, so nothing the learner's code prints or does in its process can pass a case.
+The cases are fresh each check (a seed the verdict prints; `--seed` replays them). The extra runs the
+grader's evidence needs are the worker's too, asked for here and judged here: each case again with a
+second poison (byte outputs, where every value is an answer), the Python track's failing barrier cases
+again with the threads of each block mirrored (a second worker), and on the CUDA track the cases run
+on a counting build of the learner's file (compiled here, loaded there) whose counters come back as
+arrays.
 On the CUDA track two more children run a small case under compute-sanitizer memcheck and racecheck
 (harness/profiling/sanitize.py), and a wrong output is blamed on what a sanitizer found, with the
 learner's line, before any guess from the values. A kernel that passes is timed against the lab's
@@ -44,7 +50,7 @@ from harness.user.exercises import (
     update_progress,
     worker,
 )
-from harness.user.exercises.catalog import Exercise, speed
+from harness.user.exercises.catalog import Exercise, new_seed, speed
 
 PYTHON_DEADLINE_S = 30.0
 CUDA_DEADLINE_S = 60.0
@@ -64,6 +70,8 @@ class Verdict:
     ratio: float | None = None
     compiled_only: bool = False
     seconds: float = 0.0
+    seed: int | None = None  # the cases' seed: `--seed` replays them
+    cases_ran: bool = False
 
     @property
     def passed(self) -> bool:
@@ -120,11 +128,11 @@ def _child_env() -> dict:
 
 
 def _start_worker(job: dict, prefix: list[str] | None = None, channel: bool = True,
-                  head: int = child.HEAD_BYTES, tail: int = child.TAIL_BYTES) -> child.Child:
+                  limit: int = child.OUTPUT_BYTES) -> child.Child:
     """The worker on `job`, in a process group of its own; `channel`: with the pipe its results come
     back on (a run under compute-sanitizer has none: its verdict is the sanitizer's report)."""
     cmd = (prefix or []) + [sys.executable, "-m", "harness.user.exercises.worker", json.dumps(job)]
-    return child.Child(cmd, env=_child_env(), cwd=str(ROOT), channel=channel, head=head, tail=tail)
+    return child.Child(cmd, env=_child_env(), cwd=str(ROOT), channel=channel, limit=limit)
 
 
 def _run_worker(job: dict, deadline: float, prefix: list[str] | None = None) -> child.Outcome:
@@ -169,21 +177,50 @@ def _ended(ex: Exercise, track: str, oc: child.Outcome, during: str | None) -> s
 
 def _facts(case: catalog.Case) -> dict:
     p = case.params
-    return {"label": case.label, "ragged": case.ragged, "multi": p.get("k", 0) > p.get("tw", 1e9),
+    return {"label": case.label, "ragged": case.ragged, "exact_multi": case.exact_multi, "wide": case.wide,
+            "multi": p.get("k", 0) > p.get("tw", 1e9),
             "strided": p.get("blocks", 0) * p.get("threads", 0) < p.get("n", 0)}
 
 
+def _numbers(a) -> bool:
+    return a is not None and a.dtype.kind in "biuf"
+
+
 def _compare_case(name: str, case: catalog.Case, arrays: dict, r: dict) -> str | None:
-    """The case's reference, computed here, against the output that came back."""
+    """The case's reference, computed here, against the outputs that came back: the first run's, the
+    second poison's run (catalog.TWO_POISONS) and the counting build's counters (CUDA track)."""
     out = arrays.get("out")
-    if out is None or out.dtype.kind not in "biuf":
+    if not _numbers(out):
         return "no output came back for this case (the results the check's process sent were not numbers)"
+    if name in catalog.TWO_POISONS:
+        for second, first in (("out_alt", "out"), ("guard_alt", "guard")):
+            a, b = arrays.get(second), arrays.get(first)
+            if (a is None) != (b is None) or (a is not None and (a.shape != b.shape or a.dtype != b.dtype)):
+                return "the second run's output did not come back whole (the results the check's process sent)"
+    for key in ("others", "leaked", "managed", "guard"):
+        if key in arrays and not _numbers(arrays[key]):
+            return f"the results the check's process sent hold no numbers for {key!r}"
+    problem = catalog.counted_problem(arrays)
+    if problem:
+        return problem
     inp = catalog.inputs(name, case)
     ref = catalog.reference(name, case, inp)
-    msg = worker.compare(name, out, ref, arrays.get("guard"), before=inp.get("a") if name == "square" else None,
-                         facts=r)
+    got = worker.outputs(name, lambda alt: ((arrays["out_alt"], arrays.get("guard_alt")) if alt else
+                                            (out, arrays.get("guard"))))
+    msg = worker.compare(name, out, ref, got["guard"], before=inp.get("a") if name == "square" else None, facts=r,
+                         unwritten=got.get("unwritten"), guard_written=got.get("guard_written"),
+                         tail=catalog.tail(name, case))
     r["zeros"] = bool(out.size and np.all(out == 0) and np.any(np.asarray(ref) != 0))
     return msg
+
+
+def _by_case(oc: child.Outcome) -> dict:
+    """{case number: (its record, its arrays)}, the first record of each case."""
+    by_case: dict = {}
+    for r, arrays in oc.records:
+        if isinstance(r.get("case"), int):
+            by_case.setdefault(r["case"], (r, arrays))
+    return by_case
 
 
 def judge(ex: Exercise, track: str, cases: list, oc: child.Outcome) -> dict:
@@ -200,10 +237,7 @@ def judge(ex: Exercise, track: str, cases: list, oc: child.Outcome) -> dict:
         return {"fatal": str(fatal)}
     if not any(r.get("loaded") for r in records):
         return {"fatal": _ended(ex, track, oc, None), "shown": True}
-    by_case: dict = {}
-    for r, arrays in oc.records:
-        if isinstance(r.get("case"), int):
-            by_case.setdefault(r["case"], (r, arrays))
+    by_case = _by_case(oc)
     if ex.name == "mandelbrot_zoom":
         if 0 not in by_case:
             return {"fatal": _ended(ex, track, oc, f"reading {ex.py_entry}"), "shown": True}
@@ -215,6 +249,8 @@ def judge(ex: Exercise, track: str, cases: list, oc: child.Outcome) -> dict:
         return {"results": [{"label": f"region {region}", "ok": ok, "message": None if ok else msg, "ragged": False,
                              "detail": msg}]}
     results: list = []
+    notes = [f"the check's counting build did not load ({str(r['counting_failed'])[:300]}); the cases ran on your "
+             f"file as it is" for r in records if "counting_failed" in r][:1]
     shown = False
     for k, case in enumerate(cases):
         r = _facts(case)
@@ -231,6 +267,7 @@ def judge(ex: Exercise, track: str, cases: list, oc: child.Outcome) -> dict:
                 r["fatal"] = True
         else:
             msg = _compare_case(ex.name, case, arrays, r)
+            r["compared"] = True
         r.update(ok=msg is None, message=msg)
         results.append(r)
         if r.get("fatal"):
@@ -242,7 +279,35 @@ def judge(ex: Exercise, track: str, cases: list, oc: child.Outcome) -> dict:
                                    f"that runs at exit (a global object's destructor, an atexit handler) failed\n"
                                    + oc.output.last_lines()})
         shown = True
-    return {"results": results, "pattern": worker.summarize(ex.name, results), "shown": shown}
+    return {"results": results, "pattern": worker.summarize(ex.name, results, track), "shown": shown,
+            "notes": notes, "track": track}
+
+
+ORDER_CHECKED = ("matmul_tiled", "flash_softmax")  # shared memory and barriers: a race shows as order dependence
+ORDER_RUNS = 2  # failing cases run again with the threads mirrored: enough to see a race, cheap on the simulator
+
+
+def _order_runs(ex: Exercise, job: dict, cases: list, oc: child.Outcome, data: dict, deadline: float) -> None:
+    """Python track: the first failing cases (wrong values, not an exception) run again in a second
+    worker with the threads of each block in the opposite order (catalog.reversed_threads); a case whose
+    output changes, or that fails or never finishes only in that order, depends on the order the
+    threads run in: a missing barrier. The pattern over the cases is then made again."""
+    results = data["results"]
+    picked = [k for k, r in enumerate(results[:len(cases)]) if r.get("compared") and not r["ok"]][:ORDER_RUNS]
+    if not picked:
+        return
+    first = _by_case(oc)
+    again = _run_worker(dict(job, cases=[job["cases"][k] for k in picked], alt=False, reverse=True), deadline)
+    second = {} if again.channel_error else _by_case(again)
+    for i, k in enumerate(picked):
+        a = first[k][1].get("out")
+        rec, arrays = second.get(i, ({}, {}))
+        b = arrays.get("out")
+        if "error" in rec or not _numbers(b) or a.shape != b.shape or a.dtype != b.dtype:
+            results[k]["order_dependent"] = True  # it fails, ends or hangs only in the other order
+        else:
+            results[k]["order_dependent"] = not np.array_equal(a.ravel().view(np.uint8), b.ravel().view(np.uint8))
+    data["pattern"] = worker.summarize(ex.name, results, data.get("track", "python"))
 
 
 def _show_output(v: Verdict, oc: child.Outcome, data: dict) -> None:
@@ -259,6 +324,7 @@ def _case_lines(v: Verdict, data: dict) -> tuple[str | None, str | None]:
         return data["fatal"], None
     res = data["results"]
     bad = [r for r in res if not r["ok"]]
+    v.lines.extend((None, note) for note in data.get("notes", ()))
     for r in res:
         v.lines.append((r["ok"], f"{r['label']}: " + ("right" if r["ok"] else r["message"])
                         if r.get("detail") is None else f"{r['label']}: {r['detail']}"))
@@ -276,17 +342,22 @@ def _report_cases(v: Verdict, data: dict) -> None:
 
 
 def check(name: str, track: str | None = None, dir_=None, *, deadline: float | None = None, sanitize: bool = True,
-          timing: bool = True) -> Verdict:
+          timing: bool = True, seed: int | None = None) -> Verdict:
+    """`seed`: the cases' seed (fresh when None, so that no hard-coded output passes twice); the verdict
+    says it, so a failure can be replayed."""
     t0 = time.perf_counter()
     ex = exercise(name)
     d = folder(dir_)
     track = track_of(ex, track, d)
     path, text = read_learner(d, ex, track)
-    v = Verdict(ex.name, track, path)
+    v = Verdict(ex.name, track, path, seed=new_seed() if seed is None else _seed(seed))
     if track == "python":
         _check_python(ex, path, v, deadline or PYTHON_DEADLINE_S)
     else:
         _check_cuda(ex, d, path, text, v, deadline or CUDA_DEADLINE_S, sanitize, timing)
+    if not v.passed and v.cases_ran and ex.name != "mandelbrot_zoom":
+        v.lines.append((None, f"the cases came from seed {v.seed}: `invoke exercise check {ex.name}"
+                              f"{' --track cuda' if track == 'cuda' else ''} --seed {v.seed}` runs the same ones"))
     v.seconds = time.perf_counter() - t0
     status = "passed" if v.passed else "compiled" if v.compiled_only else "failed"
     with contextlib.suppress(OSError):
@@ -294,10 +365,20 @@ def check(name: str, track: str | None = None, dir_=None, *, deadline: float | N
     return v
 
 
+def _seed(seed) -> int:
+    try:
+        value = int(seed)
+    except (TypeError, ValueError):
+        raise ExerciseError(f"--seed must be a whole number (the one a check printed), got {seed!r}") from None
+    if value < 0:
+        raise ExerciseError(f"--seed must be a whole number >= 0 (the one a check printed), got {seed}")
+    return value
+
+
 def _check_python(ex: Exercise, path: Path, v: Verdict, deadline: float) -> None:
-    cases = [] if ex.name == "mandelbrot_zoom" else catalog.cases(ex.name, "python")
+    cases = [] if ex.name == "mandelbrot_zoom" else catalog.cases(ex.name, "python", v.seed)
     job = {"track": "python", "name": ex.name, "file": str(path.resolve()), "solution": solution_text(ex, "python"),
-           "cases": _cases_job(cases)}
+           "cases": _cases_job(cases), "alt": ex.name in catalog.TWO_POISONS}
     oc = _run_worker(job, deadline)
     if oc.timed_out:
         loaded = any(r.get("loaded") for r, _ in oc.records)
@@ -308,6 +389,9 @@ def _check_python(ex: Exercise, path: Path, v: Verdict, deadline: float) -> None
         _show_output(v, oc, {})
         return
     data = judge(ex, "python", cases, oc)
+    v.cases_ran = True
+    if ex.name in ORDER_CHECKED and data.get("results"):
+        _order_runs(ex, job, cases, oc, data, deadline)
     _show_output(v, oc, data)
     _report_cases(v, data)
 
@@ -411,9 +495,9 @@ def _check_cuda(ex: Exercise, d: Path, path: Path, text: str, v: Verdict, deadli
         v.say(False, str(e.args[0]) if e.args else str(e))
         return
     ok, why = cudart.gpu_available()
-    cases = catalog.cases(ex.name, "cuda")
+    cases = catalog.cases(ex.name, "cuda", v.seed)
     job = {"track": "cuda", "name": ex.name, "file": str(path.resolve()), "display": str(path),
-           "cases": _cases_job(cases)}
+           "cases": _cases_job(cases), "alt": ex.name in catalog.TWO_POISONS}
     # One cache for everything below: the child processes, and the solution's compile in a thread (which
     # reads the variable when it starts, so it is set for the whole of this block, never changed in it).
     with _env(CUDALAB_CACHE=cache_folder(d).resolve()):
@@ -429,6 +513,7 @@ def _check_cuda(ex: Exercise, d: Path, path: Path, text: str, v: Verdict, deadli
             solution = pool.submit(_load_solution, ex)
             pool.shutdown(wait=False)
         try:
+            _counting_build(ex, path, text, job, v)
             oc, sanitized = _run_cuda(ex, job, deadline, sanitize)
             if oc.timed_out:
                 loaded = any(r.get("loaded") for r, _ in oc.records)
@@ -439,6 +524,7 @@ def _check_cuda(ex: Exercise, d: Path, path: Path, text: str, v: Verdict, deadli
                 _show_output(v, oc, {})
                 return
             data = judge(ex, "cuda", cases, oc)
+            v.cases_ran = True
             _show_output(v, oc, data)
             _cuda_verdict(ex, path, v, data, sanitized)
             if timing and v.first_fix is None:
@@ -447,6 +533,25 @@ def _check_cuda(ex: Exercise, d: Path, path: Path, text: str, v: Verdict, deadli
             if solution is not None:
                 with contextlib.suppress(Exception):
                     solution.result()
+
+
+def _counting_build(ex: Exercise, path: Path, text: str, job: dict, v: Verdict) -> None:
+    """Compile the counting build of the learner's file (catalog.check_source: what the values cannot
+    show, counted) here, loading nothing; the worker then loads it from the cache and runs the cases on
+    it. A file the rewrite does not fit is run as it is, and that is said."""
+    from harness.base.errors import BuildError
+
+    counted = catalog.check_source(ex.name, text)
+    if counted is None:
+        return
+    try:
+        _compile_text(counted, module_name(ex.name, "check"), str(path))
+    except BuildError as e:
+        first = (str(e.args[0]) if e.args else str(e)).splitlines()
+        v.lines.append((None, f"the check's counting build: not built ({first[0] if first else 'no message'}); the "
+                              f"cases run on your file as it is"))
+        return
+    job["counting"] = True
 
 
 def _load_only(ex: Exercise, job: dict, v: Verdict, deadline: float) -> None:
@@ -492,11 +597,10 @@ def _run_cuda(ex: Exercise, job: dict, deadline: float, sanitize: bool):
                 except ToolMissing as e:
                     sanitized["skipped"] = f"sanitizer skipped: {e}"
                 else:
-                    small = dict(job, cases=[c for c in job["cases"] if c.get("small")])
+                    small = dict(job, cases=[c for c in job["cases"] if c.get("small")], counting=False)
                     for tool in ("memcheck", "racecheck"):
                         procs[tool] = _start_worker(small, prefix=hs.command(tool, Path(sys.executable), [], tool_path)[:-1],
-                                                    channel=False, head=SANITIZER_OUTPUT_BYTES,
-                                                    tail=SANITIZER_OUTPUT_BYTES)
+                                                    channel=False, limit=2 * SANITIZER_OUTPUT_BYTES)
             t0 = procs["cases"].t0
             oc = procs["cases"].finish(t0 + deadline)
             if oc.timed_out:

@@ -4,9 +4,9 @@ The checker never imports a learner's Python file nor loads their compiled libra
 worker (harness/user/exercises/worker.py) does, in a process group of its own, under a deadline.
 Two things come back from it:
 
-* its output, stdout and stderr together, kept bounded (`Bounded`): the first and the last few
-  kilobytes and a count of the bytes dropped between them, so a kernel that prints in a loop costs
-  the checker no memory;
+* its output, stdout and stderr together, kept bounded (`Output`, the lab's procs.BoundedOutput):
+  the first and the last few kilobytes and a count of the bytes dropped between them, so a kernel
+  that prints in a loop costs the checker no memory;
 * records over a pipe of their own (`Channel`): raw results, arrays and small JSON values, never a
   verdict. The checker compares them with the reference and decides. A line the child prints
   decides nothing, and a child that ends early (exit() in a constructor, os._exit() in an import)
@@ -31,55 +31,26 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.base.procs import sigterm_as_interrupt, stop_group
+from harness.base import procs
+from harness.base.procs import BoundedOutput, sigterm_as_interrupt, stop_group
 
-HEAD_BYTES = 4096  # of a child's output kept from its start ...
-TAIL_BYTES = 4096  # ... and from its end
+OUTPUT_BYTES = 8192  # of a child's output kept: its first 4 kB and its last 4 kB
 CHANNEL_MAX_BYTES = 512 << 20  # every case's outputs of the largest exercise fit many times over
 _RECORD_MAX_BYTES = 1 << 20
-_LINGER_S = 1.0
-CHANNEL_VAR = "CUDALAB_EXERCISE_CHANNEL"  # the pipe's descriptor number, for the worker (which unsets it)  # after the child exits, how long a grandchild holding its pipes is waited for
+_LINGER_S = 1.0  # after the child exits, how long a grandchild holding its pipes is waited for
+CHANNEL_VAR = "CUDALAB_EXERCISE_CHANNEL"  # the pipe's descriptor number, for the worker (which unsets it)
 
 
-class Bounded:
-    """A byte stream kept as its first `head` and last `tail` bytes, with the count of the rest.
-
-    (The capture of a child's output for the exercises; a shared helper of harness/base/procs.py can
-    take its place, as long as it keeps the head, the tail and the dropped count.)"""
-
-    def __init__(self, head: int = HEAD_BYTES, tail: int = TAIL_BYTES):
-        self._head_max, self._tail_max = head, tail
-        self.head, self.tail = bytearray(), bytearray()
-        self.total = 0
-
-    def feed(self, data: bytes) -> None:
-        self.total += len(data)
-        room = self._head_max - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if data:
-            self.tail += data
-            if len(self.tail) > self._tail_max:
-                del self.tail[:len(self.tail) - self._tail_max]
-
-    @property
-    def dropped(self) -> int:
-        return self.total - len(self.head) - len(self.tail)
-
-    def text(self) -> str:
-        head = self.head.decode(errors="replace")
-        tail = self.tail.decode(errors="replace")
-        if self.dropped:
-            return f"{head}\n[... {self.dropped} bytes dropped ...]\n{tail}"
-        return head + tail
+class Output(BoundedOutput):
+    """A child's output, kept as procs.BoundedOutput keeps it (its first and last `limit // 2` bytes and
+    the count dropped between them), shown as the exercises show it: its first and last lines."""
 
     def excerpt(self, n: int = 10) -> str:
         """The output's first and last n lines, and what was left out between them."""
         lines = self.text().rstrip("\n").splitlines()
         if len(lines) <= 2 * n + 1:
             return "\n".join(lines)
-        hidden = len(lines) - 2 * n - (1 if self.dropped else 0)
+        hidden = len(lines) - 2 * n - (1 if self.dropped else 0)  # text() puts one line of its own in the gap
         gap = f"{hidden} lines" + (f" and {self.dropped} bytes" if self.dropped else "")
         return "\n".join(lines[:n] + [f"[... {gap} not shown ...]"] + lines[-n:])
 
@@ -165,7 +136,7 @@ class Outcome:
     """What a child left: `status` None when it was stopped at its deadline (else its exit status,
     negative for a signal), its bounded output, and its records (or why they could not be read)."""
     status: int | None
-    output: Bounded
+    output: Output
     records: list = field(default_factory=list)
     channel_error: str | None = None
     seconds: float = 0.0
@@ -179,9 +150,8 @@ class Child:
     """A started child: `finish(until)` collects what it leaves, stopping its group at `until`
     (a time.monotonic() instant) and, in every case, once it is done (nothing it started outlives it)."""
 
-    def __init__(self, cmd: list[str], *, env: dict, cwd: str, channel: bool, head: int = HEAD_BYTES,
-                 tail: int = TAIL_BYTES):
-        self.output = Bounded(head, tail)
+    def __init__(self, cmd: list[str], *, env: dict, cwd: str, channel: bool, limit: int = OUTPUT_BYTES):
+        self.output = Output(limit)
         self._chan_r = self._chan_w = None
         pass_fds: tuple = ()
         if channel:
@@ -190,12 +160,12 @@ class Child:
             env = {**env, CHANNEL_VAR: str(self._chan_w)}
         self.t0 = time.monotonic()
         try:
-            # Its own process group: a run stopped at its deadline takes along what it started (under
-            # compute-sanitizer, the worker is the sanitizer's child), and a Ctrl-C at the terminal
-            # reaches the checker alone, which then stops the group.
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, env=env, cwd=cwd, pass_fds=pass_fds,
-                                         start_new_session=True)
+            # Its own process group (procs.start): a run stopped at its deadline takes along what it
+            # started (under compute-sanitizer, the worker is the sanitizer's child), a Ctrl-C at the
+            # terminal reaches the checker alone, which then stops the group, and the group dies with
+            # the checker even when the checker is killed outright.
+            self.proc = procs.start(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, env=env, cwd=cwd, pass_fds=pass_fds)
         except BaseException:
             self._close_channel()
             raise

@@ -9,6 +9,8 @@ A marker is a comment on a line of its own (so merges and diffs of the lab's cod
     //                                (a placeholder that keeps the rest compiling)
     // EXERCISE square: end
     // EXERCISE square: end copy
+    // EXERCISE square: lab [CODE]    the next line is the lab's own (a switch of the tests' fault
+    //                                build): both texts have CODE in its place, or nothing
 
 `#` instead of `//` in Python. TEXT may go on over following marker lines `// EXERCISE square: todo TEXT`.
 Several copy spans of one file are joined in order. `learner()` and `solution()` make the two texts
@@ -21,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 
 _MARK = re.compile(r"^(?P<indent>[ \t]*)(?://|#)\s*EXERCISE\s+(?P<name>[A-Za-z0-9_]+)\s*:\s*"
-                   r"(?P<kw>end copy|copy|begin|end|stub|todo)\b[ \t]?(?P<rest>.*)$")
+                   r"(?P<kw>end copy|copy|begin|end|stub|todo|lab)\b[ \t]?(?P<rest>.*)$")
 
 
 class MarkerError(ValueError):
@@ -57,10 +59,15 @@ def parse(text: str, name: str, where: str = "<source>") -> list[Span]:
     spans: list[Span] = []
     span: Span | None = None
     blank: Blank | None = None
+    lab: str | None = None  # what replaces the next line (a `lab` marker), "" to drop it
     for no, raw in enumerate(text.splitlines(), 1):
         m = _MARK.match(raw)
         if m and m.group("name") != name:
             continue  # another exercise's marker: never part of this one's texts
+        if not m and lab is not None:
+            raw, lab = lab, None
+            if not raw:
+                continue
         if not m:
             if blank is not None:
                 blank.solution.append(raw)
@@ -68,6 +75,13 @@ def parse(text: str, name: str, where: str = "<source>") -> list[Span]:
                 span.items.append(raw)
             continue
         kw, rest = m.group("kw"), m.group("rest").strip()
+        if lab is not None:
+            raise MarkerError(f"{where}:{no}: a `lab` marker for {name} must be followed by the line it replaces")
+        if kw == "lab":
+            if span is None:
+                raise MarkerError(f"{where}:{no}: `lab` for {name} outside a copy span")
+            lab = m.group("indent") + rest if rest else ""
+            continue
         if kw == "copy":
             if span is not None:
                 raise MarkerError(f"{where}:{no}: `copy` for {name} inside another copy span (opened at line {span.line})")

@@ -6,8 +6,10 @@ group of its own, under the checker's deadline (harness/user/exercises/child.py)
 ends, code that runs at load time (a constructor, an import) and a CUDA error that ruins the context
 touch this process alone. It sends raw results over a pipe of its own: `loaded` once the learner's
 code is in, the output arrays of each case (or the error the kernel raised, with the learner's
-line), then `done`. It never judges them: the checker computes the reference and calls compare()
-and summarize() below. Whatever the learner's code prints is shown to the learner, bounded, and
+line), then `done`. The extra runs the checker asks for (each case again with a second poison, the
+threads of a block in the opposite order, the CUDA track's counting build) run here too and come
+back as more named arrays. It never judges them: the checker computes the reference and calls
+outputs(), compare() and summarize() below. Whatever the learner's code prints is shown to the learner, bounded, and
 decides nothing.
 """
 
@@ -34,22 +36,28 @@ def _fmt(v) -> str:
 
 
 def compare(name: str, out: np.ndarray, ref: np.ndarray, guard: np.ndarray | None = None,
-            before: np.ndarray | None = None, facts: dict | None = None) -> str | None:
+            before: np.ndarray | None = None, facts: dict | None = None, unwritten: np.ndarray | None = None,
+            guard_written: np.ndarray | None = None, tail: np.ndarray | None = None) -> str | None:
     """None when out matches ref within the lab's tolerance, else what is wrong, pointing at a cause.
     `before`: an in-place kernel's input, to tell elements left alone from elements computed wrongly.
+    `unwritten`, `guard_written`: masks from two runs with two poisons, where one poison is a legal
+    value (catalog.TWO_POISONS); without them, an element holding the poison was never written.
+    `tail`: the elements in a partial block (catalog.tail).
     `facts`, when given, gets what summarize() looks for across cases (only_first: element 0 alone was
-    never written, every other element is right; n: the output's size)."""
+    never written, every other element is right; n: the output's size; tail_only: every bad element
+    lies in a partial block)."""
     out = np.asarray(out).ravel()
     ref = np.asarray(ref).ravel()
     if out.size != ref.size:
         return f"the output has {out.size} elements, expected {ref.size}"
-    if guard is not None:
-        bad = np.flatnonzero(~is_poison(guard))
+    if guard is not None or guard_written is not None:
+        stray = guard_written if guard_written is not None else ~is_poison(guard)
+        bad = np.flatnonzero(stray)
         if bad.size:
             return (f"wrote past the end of the output (element {ref.size + int(bad[0])}, {bad.size} element(s) after "
                     f"the last): threads beyond the data were not stopped: the bounds check")
     tol = catalog.tolerance(name)
-    unwritten = is_poison(out)
+    unwritten = is_poison(out) if unwritten is None else np.asarray(unwritten).ravel()
     if tol is None:
         wrong = out != ref.astype(out.dtype)
         ok = not wrong.any()
@@ -69,6 +77,9 @@ def compare(name: str, out: np.ndarray, ref: np.ndarray, guard: np.ndarray | Non
     n = out.size
     if before is not None:
         unwritten = unwritten | ((out == np.asarray(before).ravel()) & (out != ref))
+    if facts is not None and tail is not None:
+        bad = wrong | unwritten
+        facts["tail_only"] = bool(bad.any() and not (bad & ~np.asarray(tail).ravel()).any())
     if unwritten.any():
         i = int(np.flatnonzero(unwritten)[0])
         only_first = i == 0 and int(unwritten.sum()) == 1 and not (wrong & ~unwritten).any()
@@ -84,11 +95,16 @@ def compare(name: str, out: np.ndarray, ref: np.ndarray, guard: np.ndarray | Non
                 f"every element")
     if out.size > 1 and np.all(out == 0) and np.any(ref != 0):
         return "every output is 0: the kernel writes zeros (is the result computed and stored?)"
-    if out.dtype.kind == "f" and np.isnan(out).any():
-        i = int(np.flatnonzero(np.isnan(out))[0])
-        why = {"flash_softmax": "exp(-inf - -inf) is NaN: alpha must be 0 while the running max is still -inf",
-               "matmul_tiled": "a tile element read before any thread stored it: the barrier after the loads"}
-        return (f"{int(np.isnan(out).sum())} of {n} outputs are NaN (first at index {i})"
+    if out.dtype.kind == "f" and not np.isfinite(out).all():
+        nan = ~np.isfinite(out)
+        i = int(np.flatnonzero(nan)[0])
+        if facts is not None:
+            facts["nan"] = True
+        why = {"flash_softmax": "an exponent overflowed to inf (every exponent needs the running max subtracted), "
+                                "or exp(-inf - -inf) is NaN (alpha must be 0 while the running max is still -inf)",
+               "matmul_tiled": "a tile cell was read before any thread stored it: the barrier after the loads, or a "
+                               "tile element some thread never stores (0 outside the matrices)"}
+        return (f"{int(nan.sum())} of {n} outputs are NaN or infinite (first at index {i})"
                 + (f": {why[name]}" if name in why else ""))
     idx = np.flatnonzero(wrong)
     i = int(idx[0]) if idx.size else int(np.argmax(np.abs(out.astype(np.float64) - ref)))
@@ -98,26 +114,46 @@ def compare(name: str, out: np.ndarray, ref: np.ndarray, guard: np.ndarray | Non
     return msg
 
 
-def summarize(name: str, results: list[dict]) -> str | None:
-    """A pattern over the cases that points at the cause, or None."""
+def summarize(name: str, results: list[dict], track: str = "python") -> str | None:
+    """A pattern over the cases that points at the cause, or None. A cause is named only on evidence:
+    the bounds check when the sizes that are a multiple of the block (several blocks of them) pass and
+    the others fail only in their partial blocks; a barrier when the output changes with the order the
+    threads run in (Python track; on the CUDA track racecheck says it)."""
     bad = [r for r in results if not r["ok"]]
     good = [r for r in results if r["ok"]]
     if not bad or not re.match(r"\d+ of \d+ outputs", bad[0]["message"] or ""):
-        return None  # the first failure names its own cause (an exception, a stray write, NaN)
+        return None  # the first failure names its own cause (an exception, a stray write)
     if all(r.get("zeros") for r in bad):
         return "every failing case's output is all 0: the kernel writes zeros (is the result computed and stored?)"
     if all(r.get("only_first") for r in bad) and any(r.get("n", 0) > 1 for r in bad):
         return ("in every failing case only element 0 was never written and every other element is right: the first "
                 "thread's index is not 0 (an index shifted by one, or a bounds check that also stops i == 0)")
+    if any(r.get("order_dependent") for r in bad):
+        which = ("the barrier after the loads (a thread reads the tile before the others have stored it)"
+                 if any(r.get("nan") for r in bad) else
+                 "the barrier after the products (a tile is overwritten while other threads still read it)")
+        return f"the output changes with the order the threads of a block run in: a missing barrier: {which}"
+    if name == "matmul_tiled" and any(r.get("nan") for r in bad) and track == "python":
+        return ("a shared tile cell no thread stored was read (NaN, the simulator's fill), whatever order the threads "
+                "run in: every thread stores its element of both tiles at every step, 0 outside the matrices")
     if not good:
         return None
-    if all(r["ragged"] for r in bad):
+    if all(r["ragged"] for r in bad) and any(r.get("exact_multi") for r in good) \
+            and all(r.get("tail_only") is not False for r in bad):
+        if name == "flash_softmax":
+            return ("only S that are not a multiple of the block's rows fail (S that are, with several blocks, "
+                    "pass): look at the masking of keys past S and the rows past S")
         what = "tile" if name == "matmul_tiled" else "block"
-        return (f"only sizes that are not a multiple of the {what} fail: look at the bounds check"
+        return (f"only sizes that are not a multiple of the {what} fail, in their partial {what}s (sizes that are, "
+                f"with several {what}s, pass): look at the bounds check"
                 + (" and the zero-filled ragged edges" if name == "matmul_tiled" else ""))
+    if name == "flash_softmax" and all(r.get("wide") for r in bad):
+        return ("only the cases whose scores climb far along the keys fail: exp overflows there: subtract the running "
+                "max (updated at every tile) from every exponent, and rescale what was summed under the old max")
     if name == "matmul_tiled" and all(r.get("multi") for r in bad):
-        return ("only products longer than one tile fail: a tile is overwritten while other threads still read it: "
-                "the barrier after the products")
+        return ("only products longer than one tile fail: the sum across tiles: one running sum for the whole loop "
+                "(set to 0 once, before it), each tile loaded from its own offset along k"
+                + ("" if track == "python" else "; a missing barrier would show in racecheck above"))
     if name == "grid_stride" and all(r.get("strided") for r in bad):
         return "only grids smaller than n fail: the stride must be the whole grid's thread count"
     return None
@@ -158,6 +194,21 @@ def _params(fn) -> list[str]:
     return list(inspect.signature(fn).parameters)
 
 
+def outputs(name: str, run) -> dict:
+    """The checker's side of the two poisons: run(alt) -> (output, guard or None), the arrays one run
+    sent back. {"out", "guard", and for catalog.TWO_POISONS "unwritten" and "guard_written"}: an element
+    is unwritten when it holds each run's poison (a legal value cannot be both), and a guard element
+    was written when it lost either."""
+    out, guard = run(False)
+    got = {"out": out, "guard": guard}
+    if name in catalog.TWO_POISONS:
+        out2, guard2 = run(True)
+        got["unwritten"] = is_poison(np.asarray(out).ravel()) & is_poison(np.asarray(out2).ravel(), alt=True)
+        if guard is not None:
+            got["guard_written"] = ~is_poison(guard) | ~is_poison(guard2, alt=True)
+    return got
+
+
 def _jsonable(value):
     """mandelbrot_zoom's REGION as JSON for the checker, which judges it (a repr when it is not numbers)."""
     try:
@@ -167,7 +218,11 @@ def _jsonable(value):
         return repr(value)[:200]
 
 
-def run_python(send, name: str, path: Path, solution: str, cases: list) -> None:
+def run_python(send, name: str, path: Path, solution: str, cases: list, alt: bool = False,
+               reverse: bool = False) -> None:
+    """The cases the checker sent, each run once (`alt`: and again with the second poison, sent as
+    "out_alt"); `reverse`: with the threads of each block run in the opposite order (the checker asks
+    for it again on a failing case, and compares the two outputs)."""
     ex = catalog.BY_NAME[name]
     mod, err = import_learner(path, f"cudalab_exercise_{name}")
     if err:
@@ -194,12 +249,17 @@ def run_python(send, name: str, path: Path, solution: str, cases: list) -> None:
         return
     from harness.base import sim
 
+    if reverse:
+        fn = catalog.reversed_threads(fn)
     for k, case in enumerate(cases):
         inp = catalog.inputs(name, case)
         try:
-            send({"case": k}, {"out": np.asarray(catalog.run_python(name, fn, case, inp))})
+            arrays = {"out": np.asarray(catalog.run_python(name, fn, case, inp))}
+            if alt:
+                arrays["out_alt"] = np.asarray(catalog.run_python(name, fn, case, inp, alt=True))
+            send({"case": k}, arrays)
             continue
-        except catalog.RedundantWrites as e:
+        except catalog.RedundantWrites as e:  # raised as it happens: such a grid can take very long to finish
             msg = str(e)
         except IndexError as e:
             msg = (f"{_where(e, path)}IndexError: {e}: a thread read or wrote past the end of an array: "
@@ -216,14 +276,19 @@ def run_python(send, name: str, path: Path, solution: str, cases: list) -> None:
 
 # --- the CUDA track ------------------------------------------------------------------------------
 
-def run_cuda(send, name: str, source: str, display: str, cases: list, load_only: bool) -> None:
+def run_cuda(send, name: str, source: str, display: str, cases: list, load_only: bool, alt: bool = False,
+             counting: bool = False) -> None:
     """`load_only`: load the library (so that what it runs at load time runs here) and stop; where
-    there is no GPU to run the cases on."""
+    there is no GPU to run the cases on. `alt`: each case again with the second poison ("out_alt",
+    "guard_alt"). `counting`: the cases run on the counting build (catalog.check_source, compiled by
+    the checker already), whose counters come back as more arrays for the checker to read."""
     from harness.base.errors import CudaError, CudalabError
     from harness.calling import inline
 
     try:
-        mod = inline.load(source, name=f"exercise_{name}", _display=display)
+        # No test load in a child of this process first: this process is that child, and the checker
+        # judges how the load ended (its status, its output) as it judges the cases.
+        mod = inline.load(source, name=f"exercise_{name}", _display=display, _probe=False)
     except CudalabError as e:
         send({"fatal": str(e)})
         return
@@ -231,16 +296,21 @@ def run_cuda(send, name: str, source: str, display: str, cases: list, load_only:
     if load_only:
         send({"done": True})
         return
+    counted = catalog.check_source(name, source) if counting else None
+    if counted is not None:
+        try:
+            mod = inline.load(counted, name=f"exercise_{name}_check", _display=display, _probe=False)
+        except CudalabError as e:
+            send({"counting_failed": str(e).splitlines()[0] if str(e) else type(e).__name__})
     for k, case in enumerate(cases):
         inp = catalog.inputs(name, case)
         try:
-            out, guard = catalog.run_cuda(name, mod, case, inp)
-            send({"case": k}, {"out": out, "guard": guard})
+            arrays = catalog.run_cuda(name, mod, case, inp)
+            if alt:
+                again = catalog.run_cuda(name, mod, case, inp, alt=True)
+                arrays["out_alt"], arrays["guard_alt"] = again["out"], again["guard"]
+            send({"case": k}, arrays)
             continue
-        except catalog.ManagedMismatch:
-            msg = ("exercise_managed (the course's program with managed memory) gives a different result from the "
-                   "kernel: look at the allocation, the copies, the launch and the cudaDeviceSynchronize before the "
-                   "host reads the result")
         except CudaError as e:
             send({"case": k, "error": f"CUDA error: {e}", "fatal": True})
             break  # the context may be unusable now
@@ -258,9 +328,11 @@ def main(argv: list[str]) -> int:
     send = chan.send if chan is not None else (lambda record, arrays=None: None)
     cases = [catalog.Case(**c) for c in job.get("cases", [])]
     if job["track"] == "python":
-        run_python(send, job["name"], Path(job["file"]), job["solution"], cases)
+        run_python(send, job["name"], Path(job["file"]), job["solution"], cases, job.get("alt", False),
+                   job.get("reverse", False))
     else:
-        run_cuda(send, job["name"], Path(job["file"]).read_text(), job["display"], cases, job.get("load_only", False))
+        run_cuda(send, job["name"], Path(job["file"]).read_text(), job["display"], cases, job.get("load_only", False),
+                 job.get("alt", False), job.get("counting", False))
     sys.stdout.flush()
     return 0
 

@@ -1,0 +1,374 @@
+"""Wrong solutions the exercise checker must fail, with the cause it must (and must not) name, and a
+right solution written differently from the lab's that it must pass: for every exercise and both
+tracks. Each is a small patch over the lab's solution (old text -> new text, old found exactly once).
+The Python track runs here (CPU); the CUDA track's runs are gpu-marked, and their patches are checked
+to apply here. harness/user/exercises/README.md lists them per exercise."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.user import exercises as hx
+from harness.user.exercises import catalog
+from harness.user.exercises import check as hcheck
+
+BOUNDS = "look at the bounds check"
+BARRIER = "barrier"
+
+
+def _patched(name, track, patches):
+    text = hx.solution_text(hx.exercise(name), track)
+    for old, new in patches:
+        assert text.count(old) == 1, f"{name} ({track}): {old!r} occurs {text.count(old)} times in the solution"
+        text = text.replace(old, new)
+    return text
+
+
+def _write(d, name, track, text):
+    path = hx.learner_path(d, hx.exercise(name), track)
+    d.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+# (what the mistake is, [(old, new), ...], text the thing to fix must hold, text it must not hold)
+WRONG = {("square", "python"): [
+    ("blockIdx times threadIdx", [("    i = blockidx * blockdim + threadidx\n", "    i = blockidx * threadidx + threadidx\n")],
+     "never written", BOUNDS),
+    ("stops one early", [("    if i < n:\n", "    if i < n - 1:\n")], "never written", BOUNDS),
+    ("no bounds check", [("    if i < n:\n", "    if i <= n:\n")], "IndexError", None),
+    ("a square that does not wrap", [("        a[i] = np.uint32((v * v) & 0xFFFFFFFF).view(np.int32)\n",
+                                      "        a[i] = (int(a[i]) * int(a[i])) % (2**31)\n")], "outputs wrong", BOUNDS),
+    ("block and thread swapped", [("    i = blockidx * blockdim + threadidx\n", "    i = threadidx * blockdim + blockidx\n")],
+     "never written", BOUNDS),
+    ("the partial block skipped", [("    if i < n:\n", "    if i < (n // blockdim) * blockdim:\n")], BOUNDS, None),
+], ("square", "cuda"): [
+    ("no bounds check", [("    if (i >= n) return;\n", "")], "wrote past the end", None),
+    ("index shifted by one", [("    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n",
+                               "    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x + 1;\n")],
+     "only element 0 was never written", BOUNDS),
+    ("writes zeros", [("    a[i] = wrap_square(a[i]);\n", "    a[i] = 0;\n")], "writes zeros", None),
+    ("managed memory never freed", [("    const cudaError_t ferr = cudaFree(a);\n", "    const cudaError_t ferr = cudaSuccess;\n")],
+     "never freed", None),
+    ("managed launch rounds the grid down", [("    square_int32_kernel<<<(unsigned)cdiv(n, threads), threads>>>(a, n);\n",
+                                              "    square_int32_kernel<<<(unsigned)(n / threads), threads>>>(a, n);\n")],
+     "exercise_managed", None),
+    ("blockIdx times threadIdx", [("    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n",
+                                   "    long long i = (long long)blockIdx.x * threadIdx.x + threadIdx.x;\n")],
+     "never written", BOUNDS),
+], ("grid_stride", "python"): [
+    ("stride of blockDim only", [("    stride = ctx.blockDim.x * ctx.gridDim.x\n", "    stride = ctx.blockDim.x\n")],
+     "more than one thread", None),
+    ("stride of gridDim only", [("    stride = ctx.blockDim.x * ctx.gridDim.x\n", "    stride = ctx.gridDim.x\n")],
+     "more than one thread", None),
+    ("start forgets threadIdx", [("    i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x\n",
+                                  "    i = ctx.blockIdx.x * ctx.blockDim.x\n")], "more than one thread", None),
+    ("stops one early", [("    while i < n:\n", "    while i < n - 1:\n")], "never written", BOUNDS),
+    ("adds instead of squaring", [("        out[i] = x[i] * x[i]\n", "        out[i] = x[i] + x[i]\n")],
+     "outputs wrong", None),
+    ("steps one too far", [("        i += stride\n", "        i += stride + 1\n")], "never written", None),
+], ("grid_stride", "cuda"): [
+    ("stride of blockDim only", [("    const long long stride = (long long)gridDim.x * blockDim.x;\n",
+                                  "    const long long stride = blockDim.x;\n")], "more than one thread", None),
+    ("stride of gridDim only", [("    const long long stride = (long long)gridDim.x * blockDim.x;\n",
+                                 "    const long long stride = gridDim.x;\n")], "more than one thread", None),
+    ("start is threadIdx", [("    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n",
+                             "    const long long idx = threadIdx.x;\n")], "more than one thread", None),
+    ("stride doubled", [("    const long long stride = (long long)gridDim.x * blockDim.x;\n",
+                         "    const long long stride = 2LL * gridDim.x * blockDim.x;\n")], "never written", None),
+    ("one past the end", [("i < n; i += stride", "i <= n; i += stride")], "wrote past the end", None),
+    ("copies instead of squaring", [("out[i] = x[i] * x[i];", "out[i] = x[i];")], "outputs wrong", None),
+], ("grayscale", "python"): [
+    ("float64 weights", [("    return int((CR * np.float32(r) + CG * np.float32(g)) + CB * np.float32(b))\n",
+                          "    return int(0.2989 * float(r) + 0.5870 * float(g) + 0.1140 * float(b))\n")],
+     "outputs wrong", "never written"),
+    ("a weight off by one in the last digit", [("CR, CG, CB = np.float32(0.2989), np.float32(0.5870), np.float32(0.1140)",
+                                              "CR, CG, CB = np.float32(0.2990), np.float32(0.5870), np.float32(0.1140)")],
+     "outputs wrong", "never written"),
+    ("no bounds check", [("    if i < n:\n", "    if True:\n")], "IndexError", None),
+    ("the partial block skipped", [("    if i < n:\n", "    if i < (n // blockdim) * blockdim:\n")], BOUNDS, None),
+    ("blockIdx times threadIdx", [("    i = blockidx * blockdim + threadidx\n", "    i = blockidx * threadidx + threadidx\n")],
+     "never written", BOUNDS),
+    ("planes swapped", [("_grey(x[i], x[i + n], x[i + 2 * n])", "_grey(x[i + 2 * n], x[i + n], x[i])")],
+     "outputs wrong", BOUNDS),
+], ("grayscale", "cuda"): [
+    ("no bounds check", [("    if (i < n) out[i]", "    out[i]")], "wrote past the end", None),
+    ("plane offset", [("x[i + 2 * stride]);  // the last block", "x[i + 2]);  // the last block")], "outputs wrong", BOUNDS),
+    ("fused multiply-adds", [("grey_u8(x[i], x[i + stride], x[i + 2 * stride]);  // the last block",
+                              "(unsigned char)(0.2989f * x[i] + 0.5870f * x[i + stride] + 0.1140f * x[i + 2 * stride]);")],
+     "outputs wrong", "never written"),
+    ("double weights", [("grey_u8(x[i], x[i + stride], x[i + 2 * stride]);  // the last block",
+                         "(unsigned char)(0.2989 * x[i] + 0.5870 * x[i + stride] + 0.1140 * x[i + 2 * stride]);")],
+     "outputs wrong", "never written"),
+    ("the partial block skipped", [("    if (i < n) out[i]", "    if (i < n / 256 * 256) out[i]")], BOUNDS, None),
+    ("blockIdx times threadIdx", [("    const int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n)",
+                                   "    const int i = blockIdx.x * threadIdx.x + threadIdx.x;\n    if (i < n)")],
+     "never written", BOUNDS),
+], ("grayscale_2d", "python"): [
+    ("no bound on the rows", [("    if c >= w or r >= h:\n", "    if c >= w:\n")], "IndexError", None),
+    ("x and y swapped", [("    c = blockidx.x * blockdim.x + threadidx.x\n    r = blockidx.y * blockdim.y + threadidx.y\n",
+                          "    c = blockidx.y * blockdim.y + threadidx.y\n    r = blockidx.x * blockdim.x + threadidx.x\n")],
+     "outputs", BOUNDS),
+    ("row stride of h", [("    i = r * w + c\n", "    i = r * h + c\n")], "outputs", BOUNDS),
+    ("blockIdx times threadIdx", [("    c = blockidx.x * blockdim.x + threadidx.x\n",
+                                   "    c = blockidx.x * threadidx.x + threadidx.x\n")], "never written", BOUNDS),
+    ("last column skipped", [("    if c >= w or r >= h:\n", "    if c >= w - 1 or r >= h:\n")], "never written", BOUNDS),
+    ("the partial blocks skipped", [("    if c >= w or r >= h:\n", "    if c >= (w // 16) * 16 or r >= h:\n")],
+     BOUNDS, None),
+], ("grayscale_2d", "cuda"): [
+    ("no bound on the rows", [("    if (c >= w || r >= h) return;", "    if (c >= w) return;")], "wrote past the end", None),
+    ("row without its block", [("    const int r = blockIdx.y * blockDim.y + threadIdx.y;\n",
+                                "    const int r = blockIdx.y + threadIdx.y;\n")], "never written", BOUNDS),
+    ("column from threadIdx.y", [("    const int c = blockIdx.x * blockDim.x + threadIdx.x;\n",
+                                  "    const int c = blockIdx.x * blockDim.x + threadIdx.y;\n")], "never written", BOUNDS),
+    ("row stride of h", [("    const int i = r * w + c;\n", "    const int i = r * h + c;\n")], "outputs", BOUNDS),
+    ("x and y swapped", [("    const int c = blockIdx.x * blockDim.x + threadIdx.x;\n    const int r = blockIdx.y * blockDim.y + threadIdx.y;\n",
+                          "    const int c = blockIdx.y * blockDim.y + threadIdx.y;\n    const int r = blockIdx.x * blockDim.x + threadIdx.x;\n")],
+     "outputs", BOUNDS),
+    ("the partial blocks skipped", [("    if (c >= w || r >= h) return;", "    if (c >= w / 16 * 16 || r >= h) return;")],
+     BOUNDS, None),
+], ("matmul", "python"): [
+    ("B's row stride of k", [("n[i * w + c]", "n[i * k + c]")], "wrong", BOUNDS),
+    ("A's row stride of w", [("m[r * k + i]", "m[r * w + i]")], "", BOUNDS),
+    ("rows and columns swapped", [("    r = blockidx.y * blockdim.y + threadidx.y\n    c = blockidx.x * blockdim.x + threadidx.x\n",
+                                   "    r = blockidx.x * blockdim.x + threadidx.x\n    c = blockidx.y * blockdim.y + threadidx.y\n")],
+     "", BOUNDS),
+    ("one product short", [("    for i in range(k):\n", "    for i in range(k - 1):\n")], "outputs wrong", BOUNDS),
+    ("the sum restarted each step", [("        o += m[r * k + i] * n[i * w + c]\n", "        o = m[r * k + i] * n[i * w + c]\n")],
+     "outputs wrong", BOUNDS),
+    ("a bound one too far", [("    if r >= h or c >= w:\n", "    if r > h or c > w:\n")], "IndexError", None),
+], ("matmul", "cuda"): [
+    ("no bound on the columns", [("    if (row >= m || col >= n) return;", "    if (row >= m) return;")], "wrote past the end", None),
+    ("one product short", [("for (int kk = 0; kk < k; ++kk) acc", "for (int kk = 0; kk < k - 1; ++kk) acc")],
+     "outputs wrong", BOUNDS),
+    ("writes zeros", [("    C[(size_t)row * n + col] = alpha * acc;\n", "    C[(size_t)row * n + col] = 0.0f;\n")],
+     "writes zeros", None),
+    ("B's row stride of k", [("matmul_op_b<TRANS_B>(B, kk, col, n, k)", "matmul_op_b<TRANS_B>(B, kk, col, k, k)")],
+     "", BOUNDS),
+    ("rows and columns swapped", [("    const int row = blockIdx.y * blockDim.y + threadIdx.y;\n    const int col = blockIdx.x * blockDim.x + threadIdx.x;\n",
+                                   "    const int row = blockIdx.x * blockDim.x + threadIdx.x;\n    const int col = blockIdx.y * blockDim.y + threadIdx.y;\n")],
+     "", BOUNDS),
+    ("the sum starts at 1", [("    float acc = 0.0f;\n    for (int kk", "    float acc = 1.0f;\n    for (int kk")],
+     "outputs wrong", BOUNDS),
+], ("matmul_tiled", "python"): [
+    ("no barrier after the loads", [("        if sync:\n            yield  # the whole tile must be loaded before anyone reads a row or column of it\n", "")],
+     "the barrier after the loads", None),
+    ("no barrier after the products", [("        yield  # everyone must finish reading this tile before the next phase overwrites it\n", "")],
+     "the barrier after the products", None),
+    ("the sum restarted each tile", [("        idx = ph * tw\n", "        idx = ph * tw\n        p = np.float32(0)\n")],
+     "the sum across tiles", BARRIER),
+    ("tiles loaded from the wrong offset", [("        idx = ph * tw\n", "        idx = ph\n")], "outputs", BARRIER),
+    ("no zero fill outside A", [("m[r * k + tc + idx] if r < h and idx + tc < k else 0.0",
+                                 "m[r * k + tc + idx] if r < h and idx + tc < k else ms[tr, tc]")],
+     "0 outside the matrices", "a missing barrier"),
+    ("B tile indexed by the column thread", [("n[(tr + idx) * w + c]", "n[(tc + idx) * w + c]")], "outputs", BARRIER),
+    ("no bound on the store", [("    if r < h and c < w:\n        out[r * w + c] = p\n", "    out[r * w + c] = p\n")],
+     "IndexError", None),
+], ("matmul_tiled", "cuda"): [
+    ("no barrier after the loads", [("        // Rows of As and columns of Bs come from other threads' loads: wait for the whole tile.\n"
+                                     "        __syncthreads();\n", "")], "racecheck", None),
+    ("no barrier after the products", [("        // The next iteration overwrites the tiles: wait until everyone has finished reading them.\n"
+                                        "        __syncthreads();\n", "")], "racecheck", None),
+    ("no zero fill outside A", [("    a = (row < m && a_k < k) ? A[(size_t)row * k + a_k] : 0.0f;\n",
+                                 "    a = A[(size_t)row * k + a_k];\n")], "memcheck", None),
+    ("the sum restarted each tile", [("        matmul_load_tiles<TRANS_B>(m, n, k, A, B, As, Bs, tw, bs_ld, k0);\n",
+                                      "        acc = 0.0f;\n        matmul_load_tiles<TRANS_B>(m, n, k, A, B, As, Bs, tw, bs_ld, k0);\n")],
+     "the sum across tiles", "the barrier after the products"),
+    ("A tile read transposed", [("acc += As[ty * tw + kk] * Bs[kk * bs_ld + tx]", "acc += As[kk * tw + ty] * Bs[kk * bs_ld + tx]")],
+     "outputs", BOUNDS),
+    ("no bound on the store", [("    if (row < m && col < n) C[(size_t)row * n + col] = alpha * acc;",
+                                "    C[(size_t)row * n + col] = alpha * acc;")], "wrote past the end", None),
+], ("mandelbrot", "python"): [
+    ("escape at >= 4", [("        if xx + yy > dt(4):\n", "        if xx + yy >= dt(4):\n")], "outputs wrong", BOUNDS),
+    ("one step too many", [("    while n < max_iters:\n", "    while n <= max_iters:\n")], "outputs wrong", BOUNDS),
+    ("x updated before y", [("        y = (xy + xy) + ci\n        x = (xx - yy) + cr\n",
+                             "        x = (xx - yy) + cr\n        y = (x * y + x * y) + ci\n")], "outputs wrong", BOUNDS),
+    ("float64 arithmetic", [("    dt = type(x0)\n", "    dt = np.float64\n")], "outputs wrong", BOUNDS),
+    ("row stride of height", [("    out[row * width + col] = n\n", "    out[row * height + col] = n\n")], "", BOUNDS),
+    ("no bound on the rows", [("    if col >= width or row >= height:\n", "    if col >= width:\n")], "IndexError", None),
+], ("mandelbrot", "cuda"): [
+    ("escape at >= 4", [("        if (A::add(xx, yy) > (T)4) break;\n", "        if (A::add(xx, yy) >= (T)4) break;\n")],
+     "outputs wrong", BOUNDS),
+    ("one step too many", [("    while (n < max_iters) {\n", "    while (n <= max_iters) {\n")], "outputs wrong", BOUNDS),
+    ("x from the new y", [("        x = A::add(A::sub(xx, yy), cr);\n", "        x = A::add(A::sub(A::mul(x, x), A::mul(y, y)), cr);\n")],
+     "outputs wrong", BOUNDS),
+    ("a fused multiply-add", [("        y = A::add(A::add(xy, xy), ci);\n", "        y = 2 * x * y + ci;\n")],
+     "outputs wrong", BOUNDS),
+    ("row stride of height", [("    out[(size_t)row * width + col] = (uint32_t)n;\n", "    out[(size_t)row * height + col] = (uint32_t)n;\n")],
+     "", BOUNDS),
+    ("no bound on the rows", [("    if (col >= width || row >= height) return;", "    if (col >= width) return;")],
+     "wrote past the end", None),
+], ("flash_softmax", "python"): [
+    ("no running max", [("        alpha = math.exp(m - m_new) if m != -np.inf else 0.0\n        p = np.exp(s - m_new)\n",
+                         "        alpha = 1.0\n        p = np.exp(s)\n")], "exp overflows", BOUNDS),
+    ("the running max never stored", [("        m = m_new\n", "")], "outputs wrong", BOUNDS),
+    ("output not rescaled", [("        o = alpha * o + p @ vs\n", "        o = o + p @ vs\n")], "outputs wrong", BOUNDS),
+    ("sum not rescaled", [("        lsum = alpha * lsum + p.sum()\n", "        lsum = lsum + p.sum()\n")], "outputs wrong", BOUNDS),
+    ("keys past S not masked", [("        s[(j >= S) | ((j > i) if causal else False)] = -np.inf\n",
+                                 "        s[(j > i) if causal else np.zeros(bc, dtype=bool)] = -np.inf\n")],
+     "masking of keys past S", None),
+    ("causal mask keeps out the diagonal", [("((j > i) if causal else False)", "((j >= i) if causal else False)")],
+     "outputs", BOUNDS),
+], ("flash_softmax", "cuda"): [
+    ("output not rescaled", [("            for (int c = 0; c < OC; ++c) o[r][c] *= alpha;\n",
+                              "            for (int c = 0; c < OC; ++c) o[r][c] *= 1.0f;\n")], "outputs wrong", BOUNDS),
+    ("row sum over one lane", [("            for (int off = 8; off > 0; off >>= 1) rs += __shfl_xor_sync(0xffffffffu, rs, off);\n", "")],
+     "outputs wrong", BOUNDS),
+    ("sum not rescaled", [("            l[r] = l[r] * alpha + rs;\n", "            l[r] = l[r] + rs;\n")], "outputs wrong", BOUNDS),
+    ("no running max", [("            const float alpha = exp2f(m[r] - m_new);\n", "            const float alpha = 1.0f;\n"),
+                        ("                const float p = exp2f(s[r][c] - m_new);\n", "                const float p = exp2f(s[r][c]);\n")],
+     "exp overflows", BOUNDS),
+    ("keys past S not masked", [("if (j >= S || (causal && j > i)) s[r][c] = -INFINITY;", "if (causal && j > i) s[r][c] = -INFINITY;")],
+     "masking of keys past S", None),
+    ("causal mask keeps out the diagonal", [("if (j >= S || (causal && j > i))", "if (j >= S || (causal && j >= i))")],
+     "outputs", BOUNDS),
+]}
+
+# Right, and written differently from the lab's solution: the check must pass them.
+RIGHT = {("square", "python"): [("    i = blockidx * blockdim + threadidx\n    if i < n:\n"
+                                 "        v = int(a[i]) & 0xFFFFFFFF\n        a[i] = np.uint32((v * v) & 0xFFFFFFFF).view(np.int32)\n",
+                                 "    i = threadidx + blockdim * blockidx\n    if i >= n:\n        return\n"
+                                 "    a[i:i + 1] *= a[i:i + 1]  # int32 arrays wrap, like the GPU\n")],
+         ("square", "cuda"): [("    if (i >= n) return;\n    a[i] = wrap_square(a[i]);\n",
+                               "    if (i < n) a[i] = (int)((unsigned)a[i] * (unsigned)a[i]);\n")],
+         ("grid_stride", "python"): [("    while i < n:\n        out[i] = x[i] * x[i]\n        i += stride\n",
+                                      "    for j in range(i, n, stride):\n        out[j] = x[j]\n        out[j] *= x[j]\n")],
+         ("grid_stride", "cuda"): [("for (long long i = idx; i < n; i += stride) out[i] = x[i] * x[i];",
+                                    "for (long long i = idx; i < n; i += stride) {\n        out[i] = x[i];\n"
+                                    "        out[i] *= x[i];\n    }")],
+         ("grayscale", "python"): [("    if i < n:\n        out[i] = _grey(x[i], x[i + n], x[i + 2 * n])\n",
+                                    "    if i >= n:\n        return\n    r, g, b = (np.float32(x[i + p * n]) for p in range(3))\n"
+                                    "    y = CR * r\n    y = y + CG * g\n    out[i] = int(y + CB * b)\n")],
+         ("grayscale", "cuda"): [("    if (i < n) out[i] = grey_u8(x[i], x[i + stride], x[i + 2 * stride]);  // the last block is partial\n",
+                                  "    if (i >= n) return;\n    out[i] = grey_u8(x[i], x[i + stride], x[i + 2 * stride]);\n")],
+         ("grayscale_2d", "python"): [("    if c >= w or r >= h:\n        return\n    i = r * w + c\n    n = h * w\n"
+                                       "    out[i] = _grey(x[i], x[i + n], x[i + 2 * n])\n",
+                                       "    if c < w and r < h:\n        i, n = r * w + c, h * w\n"
+                                       "        out[i] = _grey(x[i], x[n + i], x[2 * n + i])\n")],
+         ("grayscale_2d", "cuda"): [("    if (c >= w || r >= h) return;  // blocks on the right and bottom edges overhang the image\n"
+                                     "    const int i = r * w + c;\n    out[i] = grey_u8(x[i], x[i + stride], x[i + 2 * stride]);\n",
+                                     "    if (c < w && r < h) {\n        const int i = r * w + c;\n"
+                                     "        out[i] = grey_u8(x[i], x[stride + i], x[2 * stride + i]);\n    }\n")],
+         ("matmul", "python"): [("    o = 0.0\n    for i in range(k):\n        o += m[r * k + i] * n[i * w + c]\n",
+                                 "    o = np.dot(m[r * k:(r + 1) * k], n[c::w][:k])\n")],
+         ("matmul", "cuda"): [("for (int kk = 0; kk < k; ++kk) acc += A[(size_t)row * k + kk] * matmul_op_b<TRANS_B>(B, kk, col, n, k);",
+                               "for (int kk = 0; kk < k; ++kk) acc = fmaf(A[(size_t)row * k + kk], B[(size_t)kk * n + col], acc);")],
+         ("matmul_tiled", "python"): [("        for i in range(tw):\n            p = p + ms[tr, i] * ns[i, tc]\n",
+                                       "        p = p + np.float32(np.dot(ms[tr, :], ns[:, tc]))\n")],
+         ("matmul_tiled", "cuda"): [("for (int kk = 0; kk < tw; ++kk) acc += As[ty * tw + kk] * Bs[kk * bs_ld + tx];",
+                                     "for (int kk = 0; kk < tw; ++kk) acc = fmaf(As[ty * tw + kk], Bs[kk * bs_ld + tx], acc);")],
+         ("mandelbrot", "python"): [("    while n < max_iters:\n", "    for _ in range(max_iters):\n")],
+         ("mandelbrot", "cuda"): [("    while (n < max_iters) {\n", "    for (int step = 0; step < max_iters; ++step) {\n")],
+         ("flash_softmax", "python"): [("        alpha = math.exp(m - m_new) if m != -np.inf else 0.0\n",
+                                        "        alpha = float(np.exp(m - m_new)) if np.isfinite(m) else 0.0\n"),
+                                       ("        o = alpha * o + p @ vs\n", "        o = o * alpha + vs.T @ p\n")],
+         ("flash_softmax", "cuda"): [("            const float alpha = exp2f(m[r] - m_new);\n",
+                                      "            const float alpha = m[r] == -INFINITY ? 0.0f : exp2f(m[r] - m_new);\n")]}
+
+ZOOM_WRONG = [  # mandelbrot_zoom has only the Python track: its region is checked, not a kernel
+    ("the full view", "(-2.0, 1.0, -1.5, 1.5)", "zoom in"),
+    ("inside the set", "(-0.1, -0.05, -0.05, 0.0)", "inside the set"),
+    ("outside the set", "(1.0, 1.05, 1.0, 1.05)", "escapes at once"),
+    ("a sliver 0.002 wide and 1e-9 high", "(-0.7469, -0.7449, 0.1049, 0.104900001)", "a sliver"),
+    ("too small for float64", "(-0.7459, -0.7458999999999995, 0.1059, 0.1059000000000005)", "too small for float64"),
+    ("an empty region", "(-0.7449, -0.7469, 0.1049, 0.1069)", "empty region"),
+]
+ZOOM_RIGHT = "(-0.7436, -0.7416, 0.1302, 0.1322)"
+
+
+def _wrong_params(track):
+    for (name, t), wrongs in WRONG.items():
+        if t == track:
+            for what, patches, says, never in wrongs:
+                yield pytest.param(name, patches, says, never, id=f"{name}-{what.replace(' ', '_')}")
+
+
+def _right_params(track):
+    for (name, t), patches in RIGHT.items():
+        if t == track:
+            yield pytest.param(name, patches, id=name)
+
+
+def test_every_exercise_and_track_has_five_wrong_solutions_and_a_different_right_one():
+    for ex in catalog.EXERCISES:
+        for track in ex.tracks:
+            if ex.name == "mandelbrot_zoom":
+                assert len(ZOOM_WRONG) >= 5
+                continue
+            assert len(WRONG[(ex.name, track)]) >= 5, (ex.name, track)
+            assert (ex.name, track) in RIGHT, (ex.name, track)
+
+
+def _check_fails(name, track, patches, says, never, tmp_path, **kw):
+    _write(tmp_path, name, track, _patched(name, track, patches))
+    v = hcheck.check(name, track, tmp_path, timing=False, **kw)
+    assert not v.passed, v.lines
+    assert says in v.first_fix, v.first_fix
+    if never:
+        assert never not in v.first_fix, v.first_fix
+    return v
+
+
+@pytest.mark.parametrize("name, patches, says, never", list(_wrong_params("python")))
+def test_python_wrong_solution_fails_naming_its_cause(name, patches, says, never, tmp_path):
+    v = _check_fails(name, "python", patches, says, never, tmp_path)
+    # the failure can be replayed: the verdict says its seed, and the same seed fails the same way
+    assert any(ok is None and f"--seed {v.seed}" in t for ok, t in v.lines)
+    again = hcheck.check(name, "python", tmp_path, seed=v.seed)
+    assert again.first_fix == v.first_fix
+
+
+@pytest.mark.parametrize("name, patches", list(_right_params("python")))
+def test_python_right_solution_written_differently_passes(name, patches, tmp_path):
+    _write(tmp_path, name, "python", _patched(name, "python", patches))
+    v = hcheck.check(name, "python", tmp_path)
+    assert v.passed, v.lines
+
+
+@pytest.mark.parametrize("what, region, says", ZOOM_WRONG, ids=[w[0].replace(" ", "_") for w in ZOOM_WRONG])
+def test_zoom_wrong_region_fails_naming_why(what, region, says, tmp_path):
+    sol = "ZOOM_REGION = (-0.7469, -0.7449, 0.1049, 0.1069)"
+    _check_fails("mandelbrot_zoom", "python", [(sol, f"ZOOM_REGION = {region}")], says, None, tmp_path)
+
+
+def test_zoom_another_interesting_region_passes(tmp_path):
+    sol = "ZOOM_REGION = (-0.7469, -0.7449, 0.1049, 0.1069)"
+    _write(tmp_path, "mandelbrot_zoom", "python", _patched("mandelbrot_zoom", "python", [(sol, f"ZOOM_REGION = {ZOOM_RIGHT}")]))
+    assert hcheck.check("mandelbrot_zoom", "python", tmp_path).passed
+
+
+@pytest.mark.parametrize("name, patches, says, never", list(_wrong_params("cuda")))
+def test_cuda_wrong_solution_patches_apply(name, patches, says, never):
+    """The CPU half of the GPU test below: each mistake is put into the solution's text."""
+    assert _patched(name, "cuda", patches) != hx.solution_text(hx.exercise(name), "cuda")
+
+
+@pytest.mark.parametrize("name, patches", list(_right_params("cuda")))
+def test_cuda_right_solution_patches_apply(name, patches):
+    assert _patched(name, "cuda", patches) != hx.solution_text(hx.exercise(name), "cuda")
+
+
+@pytest.mark.long
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, patches, says, never", list(_wrong_params("cuda")))
+def test_gpu_cuda_wrong_solution_fails_naming_its_cause(name, patches, says, never, tmp_path):
+    text = "\n".join(t for ok, t in _check_fails_cuda(name, patches, tmp_path) if ok is False)
+    assert says in text
+    if never:
+        assert never not in text
+
+
+def _check_fails_cuda(name, patches, tmp_path):
+    _write(tmp_path, name, "cuda", _patched(name, "cuda", patches))
+    v = hcheck.check(name, "cuda", tmp_path, timing=False)
+    assert not v.passed, v.lines
+    return v.lines
+
+
+@pytest.mark.long
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, patches", list(_right_params("cuda")))
+def test_gpu_cuda_right_solution_written_differently_passes(name, patches, tmp_path):
+    _write(tmp_path, name, "cuda", _patched(name, "cuda", patches))
+    v = hcheck.check(name, "cuda", tmp_path, timing=False)
+    assert v.passed, v.lines
