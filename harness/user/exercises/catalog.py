@@ -419,7 +419,8 @@ def speed(name: str) -> Speed | None:
         return Speed({"m": s, "n": s, "k": s, "tw": 16}, "fp32", 2.0 * s ** 3)
     if name == "mandelbrot":
         # Instruction-bound: 8 FP32 instructions per iteration of 01_naive's loop (the bench's count).
-        from harness.programs import mandelbrot as mb
+        from harness import programs  # the registry: the catalog imports no program module
+        mb = programs.module("mandelbrot")
 
         w = h = 1024
         it = 256
@@ -442,7 +443,8 @@ def inputs(name: str, case: Case) -> dict:
         return {"x": rng.standard_normal(p["n"]).astype(np.float32) * 8}
     if name in ("grayscale", "grayscale_2d"):
         if p.get("picture"):
-            from harness.programs import grayscale as gs
+            from harness import programs  # the registry: the catalog imports no program module
+            gs = programs.module("grayscale")
 
             return {"x": gs.planar(gs.test_image(p["h"], p["w"]))}
         x = rng.integers(0, 256, size=(3, p["h"] * p["w"]), dtype=np.uint8)
@@ -475,7 +477,8 @@ def _rounding_edge_pixels(rng: np.random.Generator, draws: int = 1 << 21) -> np.
     """(3, m) pixels whose grey byte changes when the weighted sum is not rounded exactly as the
     reference rounds it (float64 weights or arithmetic, or a fused multiply-add): about 1 pixel in
     60000 of random ones, too few for random pictures to hold any."""
-    from harness.programs import grayscale as gs
+    from harness import programs  # the registry: the catalog imports no program module
+    gs = programs.module("grayscale")
 
     x = rng.integers(0, 256, size=(3, draws), dtype=np.uint8)
     r, g, b = (x[c].astype(np.float32) for c in range(3))
@@ -493,27 +496,33 @@ def _rounding_edge_pixels(rng: np.random.Generator, draws: int = 1 << 21) -> np.
 def reference(name: str, case: Case, inp: dict) -> np.ndarray:
     p = case.params
     if name == "square":
-        from harness.programs import square as sq
+        from harness import programs  # the registry: the catalog imports no program module
+        sq = programs.module("square")
 
         return sq.reference(inp["a"])
     if name == "grid_stride":
-        from harness.programs import square as sq
+        from harness import programs  # the registry: the catalog imports no program module
+        sq = programs.module("square")
 
         return sq.reference(inp["x"])
     if name in ("grayscale", "grayscale_2d"):
-        from harness.programs import grayscale as gs
+        from harness import programs  # the registry: the catalog imports no program module
+        gs = programs.module("grayscale")
 
         return gs.reference(inp["x"]).ravel()
     if name in ("matmul", "matmul_tiled"):
-        from harness.programs import matmul as mm
+        from harness import programs  # the registry: the catalog imports no program module
+        mm = programs.module("matmul")
 
         return mm.reference(inp["a"], inp["b"]).ravel()
     if name == "mandelbrot":
-        from harness.programs import mandelbrot as mb
+        from harness import programs  # the registry: the catalog imports no program module
+        mb = programs.module("mandelbrot")
 
         return mb.reference(p["width"], p["height"], p["iters"], p["region"], np.float32).ravel()
     if name == "flash_softmax":
-        from harness.programs import attention as at
+        from harness import programs  # the registry: the catalog imports no program module
+        at = programs.module("attention")
 
         return at.reference(inp["q"], inp["k"], inp["v"], causal=p["causal"]).ravel()
     raise KeyError(name)
@@ -523,11 +532,13 @@ def reference(name: str, case: Case, inp: dict) -> np.ndarray:
 def tolerance(name: str) -> float | None:
     """None: exact equality (integers, and the float kernels whose rounding the reference pins)."""
     if name in ("matmul", "matmul_tiled"):
-        from harness.programs import matmul as mm
+        from harness import programs  # the registry: the catalog imports no program module
+        mm = programs.module("matmul")
 
         return mm.TOL
     if name == "flash_softmax":
-        from harness.programs import attention as at
+        from harness import programs  # the registry: the catalog imports no program module
+        at = programs.module("attention")
 
         return at.TOLERANCE
     if name == "grid_stride":
@@ -1010,7 +1021,8 @@ ZOOM_MIN_STEPS = 16  # float64 steps between neighbouring pixels: coordinates th
 
 def zoom_verdict(region) -> tuple[bool, str, dict]:
     """(passed, message, facts) for a region, computed with the lab's reference at 192x192, 256 iterations."""
-    from harness.programs import mandelbrot as mb
+    from harness import programs  # the registry: the catalog imports no program module
+    mb = programs.module("mandelbrot")
 
     x0, x1, y0, y1 = mb.parse_region(region)
     facts = {"region": (x0, x1, y0, y1)}
