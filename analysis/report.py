@@ -120,9 +120,9 @@ def tour_section(build: Path, demo: dict | None, keep, root: Path = ROOT, img: P
         drawn = [(p, t.labels[i] if i < len(t.labels) else "") for i, pat in enumerate(t.drawn)
                  for p in _glob(build, pat) if keep(p)]
         if drawn and img is not None and len(t.labels) > 1 and len(drawn) == len(t.labels):
-            pair = side_by_side([p for p, _ in drawn], t.labels, img / f"tour_{t.program}.png")
+            pair = side_by_side([p for p, _ in drawn], t.labels, img / f"tour_{prog}.png")
             s.images.append(pair)
-            s.captions[pair] = (f"**{t.program}**: {t.shows}: {' beside '.join(t.labels)}. "
+            s.captions[pair] = (f"**{prog}**: {t.shows}: {' beside '.join(t.labels)}. "
                                 f"({_source(details, drawn[-1][0])})")
             continue
         if drawn:

@@ -680,14 +680,15 @@ def test_invoke_run_matmul_checks_the_variant_name_before_saying_a_gpu_is_needed
 def test_a_variant_check_without_a_built_library_says_how_to_build(monkeypatch):
     from invoke import Exit
 
-    import tasks
+    from harness import programs as registry
     from harness.base.errors import NotBuilt
+    from harness.user import cli
 
     def not_built(prog, *a, **k):  # what the loader raises when build/lib/lib<prog>.so is missing
         raise NotBuilt(Path("build/lib") / f"lib{prog}.so", prog)
 
     # The registry's own reference to the loader's table reader: the one the task's check goes through.
-    monkeypatch.setattr(tasks._registry.library, "read_table", not_built)
+    monkeypatch.setattr(registry.library, "read_table", not_built)
     with pytest.raises(Exit) as e:
-        tasks._refuse_variant_without_gpu("matmul", "02_tiled")
+        cli.refuse_variant_without_gpu("matmul", "02_tiled")
     assert "invoke build --programs matmul" in str(e.value.message) and "needs a GPU" not in str(e.value.message)

@@ -22,21 +22,31 @@ Hooks read from each program's record (all optional; see harness/programs/record
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import json
 import re
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from analysis import report as arep
+from harness import programs
 from harness.base import files
-from harness.base.errors import CudalabError
+from harness.base.errors import BuildError, CudalabError
 from harness.base.paths import PLOTS
+from harness.calling import cudart, parse, runner
 from harness.compile import build as _build
 from harness.compile import toolchain
+from harness.measuring import bench, results_csv
+from harness.profiling import profile as hp
+from harness.profiling.sanitize import Case
+from harness.programs import cpu_label
 
 REPORT = _build.BUILD / "report"
 RECORDED = _build.ROOT / "harness" / "data"  # output recorded on a GPU that the demo draws without one
@@ -91,8 +101,6 @@ class DemoResult:
 
     def write_junit(self, path: Path) -> Path:
         """The steps as a JUnit XML test suite (one test case per step), written atomically."""
-        import xml.etree.ElementTree as ET
-
         n = {k: sum(1 for s in self.steps if s.status == k) for k in ("failed", "skipped")}
         suite = ET.Element("testsuite", name="invoke demo", tests=str(len(self.steps)), failures=str(n["failed"]),
                            errors="0", skipped=str(n["skipped"]), timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -120,8 +128,6 @@ def gpu_state() -> tuple[bool, str]:
     """(True, "") with a usable GPU, else (False, why). A machine with no NVIDIA driver at all gets the
     runtime's "driver version is insufficient" (code 35), as one with a driver too old does; there
     cudaDriverGetVersion says 0, and the reason given is that there is no driver and so no GPU."""
-    from harness.calling import cudart
-
     try:
         ok, why = cudart.gpu_available()
     except Exception as e:  # libcudart itself missing
@@ -145,14 +151,11 @@ def collect_facts() -> dict:
     if not ok:
         facts["gpu_why"] = why
         return facts
-    from harness.calling import cudart
 
     s = cudart.summary()
     facts["device"] = {"name": s.name, "compute capability": s.cc, "SMs": s.sm_count, "driver": s.driver,
                        "runtime": s.runtime, "memory (GiB)": round(s.memory_gib, 1)}
     try:
-        from harness import programs
-
         d = programs.module("device_info").query(0)
         facts["device"].update({"L2 (MiB)": round(d["l2_bytes"] / 2**20, 1), "FP32 peak (TFLOP/s)": d["fp32_tflops"],
                                 "DRAM peak (GB/s)": d["mem_bandwidth_gbs"]})
@@ -190,23 +193,17 @@ def say_what_ran_instead(steps: list[Step]) -> None:
 
 def picture_names() -> list[str]:
     """Names with both analysis/<name>.py (plot) and harness.programs.<name>.viz_data."""
-    from harness import programs
-
     return [n for n in programs.pictures() if n not in NOT_PICTURES]
 
 
 def image_programs() -> list[str]:
     """Programs whose cli takes an input image and an output path (grayscale)."""
-    from harness import programs
-
     return [p for p in _build.programs() if programs.takes(p, "image") and programs.takes(p, "out")]
 
 
 def step_build(on_step: Callable[[str, str], None] | None = None) -> tuple[Step, list[str]]:
     """Build everything with make -k, so that one broken program does not hide the others.
     Returns the step and the programs that built."""
-    from harness.base.errors import BuildError
-
     progs = _build.programs()
     try:
         _build.build_programs(on_step=on_step)
@@ -222,10 +219,6 @@ def step_build(on_step: Callable[[str, str], None] | None = None) -> tuple[Step,
 def step_run(prog: str) -> Step:
     """Every sanitizer case of the program (small sizes, every variant), without the sanitizer:
     each must exit 0 and print no check=fail."""
-    from harness import programs
-    from harness.calling import parse, runner
-    from harness.profiling.sanitize import Case
-
     st = Step(f"run {prog}", needs_gpu=True)
     results, refused = [], []
     for c in (Case(prog, label, argv) for label, argv in programs.sanitize_cases(prog)):
@@ -256,9 +249,6 @@ def step_run(prog: str) -> Step:
 def step_picture(name: str, gpu: bool, outdir: Path = PLOTS) -> list[Step]:
     """A picture from the GPU; without one, from the simulator (simulate=True) or a numpy twin
     (cpu=True) where viz_data offers either, labelled as such; else skipped."""
-    from harness import programs
-    from harness.programs import cpu_label
-
     draw = importlib.import_module(f"analysis.{name}")
     off_gpu = next((o for o in ("simulate", "cpu") if programs.picture_takes(name, o)), None)
     st = Step(f"draw {name}", needs_gpu=off_gpu is None)
@@ -284,9 +274,6 @@ def step_picture(name: str, gpu: bool, outdir: Path = PLOTS) -> list[Step]:
 
 def step_image(prog: str, gpu: bool, outdir: Path = PLOTS) -> Step:
     """An image program on its test picture: on the GPU, or without one through its CPU path."""
-    from harness import programs
-    from harness.programs import cpu_label
-
     cli = programs.hook(prog, "cli")
     off_gpu = programs.takes(prog, "cpu")
     st = Step(f"draw {prog}", needs_gpu=not off_gpu)
@@ -295,9 +282,6 @@ def step_image(prog: str, gpu: bool, outdir: Path = PLOTS) -> Step:
         return st
     out = outdir / f"{prog}.png"
     try:
-        import contextlib
-        import io
-
         with contextlib.redirect_stdout(io.StringIO()) as said:
             status = cli([], out=str(out), **({} if gpu else {"cpu": True}))
         if status:
@@ -314,8 +298,6 @@ def step_image(prog: str, gpu: bool, outdir: Path = PLOTS) -> Step:
 
 def step_cpu(prog: str, gpu: bool) -> Step:
     """The program's `on_cpu` hook: its result computed on the CPU, every check passing."""
-    from harness import programs
-
     st = Step(f"{prog} on the CPU", cpu_of="" if gpu else prog)
     try:
         df, how = programs.hook(prog, "on_cpu")([])
@@ -337,8 +319,7 @@ def recorded_profiles() -> list[Path]:
 
 def step_recorded_profiles(outdir: Path = PLOTS) -> Step:
     """The kernel-share charts of the nsys runs recorded on a GPU (harness/data/; no GPU needed)."""
-    from analysis import profile as aprof
-    from harness.profiling import profile as hp
+    from analysis import profile as aprof  # deferred: matplotlib (1 s) only when the tour draws
 
     st = Step("draw recorded profiles")
     try:
@@ -365,9 +346,7 @@ def step_bench(gpu: bool) -> Step:
         st.status, st.detail = "skipped", gpu_adds("bench")
         return st
     try:
-        from analysis import bench as abench
-        from harness import programs
-        from harness.measuring import bench, results_csv
+        from analysis import bench as abench  # deferred: matplotlib (1 s) only when the tour draws
 
         cases = programs.bench_cases(None, quick=True)
         if not cases:
@@ -391,9 +370,7 @@ def step_profile(prog: str, gpu: bool) -> Step:
         st.status, st.detail = "skipped", gpu_adds("profile", prog)
         return st
     try:
-        from analysis import profile as aprof
-        from harness import programs
-        from harness.profiling import profile as hp
+        from analysis import profile as aprof  # deferred: matplotlib (1 s) only when the tour draws
 
         refused: dict[str, str] = {}
         res = hp.profile(prog, programs.profile_runs(prog, refused=refused), tool="auto",
@@ -411,8 +388,6 @@ def step_profile(prog: str, gpu: bool) -> Step:
 
 def run(bench: bool = True, profile: bool = True, on_step: Callable[[str], None] | None = None,
         on_total: Callable[[int], None] | None = None) -> DemoResult:
-    from harness import programs
-
     gpu, why = gpu_state()
     progs = _build.programs()
     cpu_progs = programs.cpu_programs()
@@ -466,13 +441,10 @@ def run(bench: bool = True, profile: bool = True, on_step: Callable[[str], None]
     st = Step("report", detail="build/report/index.html")
     steps.append(st)  # listed in the report it writes; marked failed below if writing fails
     try:
-        from analysis import report as arep
-
         REPORT.mkdir(parents=True, exist_ok=True)
         # The report's tests are this run's steps, written first as the demo's own test report (the
         # report step itself counts as passed there: a failure below is recorded afterwards).
         junit = result.write_junit(REPORT / JUNIT.name)
-        from harness import programs
 
         md, html = arep.write(REPORT, facts=collect_facts(), demo=result.to_json(), junit=junit,
                               tour=programs.tour())

@@ -5,10 +5,12 @@ from __future__ import annotations
 import importlib
 import re
 import subprocess
+import textwrap
 from dataclasses import dataclass
 
-from harness.base import errors
+from harness.base import console, errors
 from harness.compile import toolchain
+from harness.measuring import timing
 from harness.profiling import profile
 
 
@@ -27,9 +29,6 @@ PACKAGES = ["invoke", "pytest", "numpy", "pandas", "seaborn", "cffi", "PIL", "ri
 def lines(rows: list[Check], width: int | None = None) -> list[str]:
     """One entry per item, `OK`/`WARN`/`MISSING`, the item, what was found, and `-> fix`, wrapped
     under the detail column so that an 80-column terminal or a pipe shows every word."""
-    import textwrap
-
-    from harness.base import console
 
     width = width or console.width()
     pad = 8 + 20
@@ -122,7 +121,7 @@ def _nvidia_smi_text() -> str:
 def driver_cuda_version() -> tuple[int, str]:
     """(the CUDA version the driver supports, as 12020, and where it was read): cudaDriverGetVersion
     through harness/calling/cudart.py, else nvidia-smi's header. (0, why) when neither knows (no driver)."""
-    from harness.calling import cudart
+    from harness.calling import cudart  # deferred: cffi, which the doctor reports missing rather than fail on
 
     try:
         v = cudart.driver_version()
@@ -141,7 +140,7 @@ def toolkit_cuda_version() -> int:
     if v:
         return v
     try:
-        from harness.calling import cudart
+        from harness.calling import cudart  # deferred: cffi, reported missing rather than failed on
 
         return cudart.runtime_version()
     except Exception:
@@ -177,7 +176,7 @@ def check_driver() -> Check:
 
 
 def check_gpu() -> list[Check]:
-    from harness.calling import cudart
+    from harness.calling import cudart  # deferred: cffi, which the doctor reports missing rather than fail on
 
     out = [check_driver()]
     try:
@@ -227,7 +226,6 @@ def check_packages() -> list[Check]:
         except ImportError:
             out.append(Check(f"python:{name}", False, "not importable", "pip install -e '.[dev]'"))
     # The timing engine (NVBench) is looked up without importing it: its import loads the CUDA bindings.
-    from harness.measuring import timing
 
     v = timing.engine_version()
     out.append(Check("python:cuda-bench", v is not None, f"{v} (NVBench, the timing engine)" if v else "not installed",
@@ -251,7 +249,7 @@ def check_packages() -> list[Check]:
 def check_programs() -> list[Check]:
     """Each program's own line, where its record offers one (collectives: NCCL's version in its library
     and peer access between the visible GPUs)."""
-    from harness import programs
+    from harness import programs  # deferred: cffi (cudart), reported missing rather than failed on
 
     out = []
     for prog in programs.names():

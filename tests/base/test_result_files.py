@@ -153,10 +153,10 @@ def test_stale_temporaries_are_cleaned_young_ones_kept(tmp_path):
 
 
 def test_repeat_csv_of_two_runs_in_the_same_second(tmp_path, monkeypatch, capsys):
-    """tasks.py's --repeat report: the long table written whole, a second report in the same second
+    """`invoke bench --repeat`'s report: the long table written whole, a second report in the same second
     under its own name."""
-    import tasks
     from analysis import repeat as arepeat
+    from harness.user import cli
 
     monkeypatch.setattr(paths, "BUILD_BENCH", tmp_path)
     monkeypatch.setattr(bench, "metadata", lambda: dict(META))
@@ -164,8 +164,8 @@ def test_repeat_csv_of_two_runs_in_the_same_second(tmp_path, monkeypatch, capsys
     rng = np.random.default_rng(5)
     frames = [pd.DataFrame({"program": "p", "variant": ["a", "b"], "size": "2^24", "unit": "GB/s", "ceiling": "memcpy",
                             "ratio": rng.uniform(0.8, 0.9, 2), "value": 1.0}) for _ in range(2)]
-    tasks._report_repeat(frames, False)
-    tasks._report_repeat(frames, False)
+    cli.report_repeat(frames, False)
+    cli.report_repeat(frames, False)
     wrote = [ln.split("wrote ", 1)[1] for ln in capsys.readouterr().out.splitlines() if ln.startswith("wrote ")]
     assert len(wrote) == 2 and wrote[0] != wrote[1]
     for p in wrote:

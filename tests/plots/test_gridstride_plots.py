@@ -11,10 +11,10 @@ import pytest
 from PIL import Image
 
 from analysis import gridstride as ag
+from harness import programs
 from harness.programs import grid_stride as gs
-from harness.programs import gridstride as gs_alias
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "cuda" / "grid_stride" / "fixtures"
 
 
 def recorded(n: int) -> gs.GridStrideData:
@@ -94,7 +94,7 @@ def test_plots_from_the_recorded_trace(tmp_path, capsys):
 
 
 def test_plots_from_the_simulator_say_so(tmp_path, capsys):
-    data = gs_alias.viz_data(n=100, blocks=8, threads=32, simulate=True)
+    data = programs.viz_data("gridstride", n=100, blocks=8, threads=32, simulate=True)
     paths = ag.plot(data, tmp_path)
     for p in paths:
         _check_png(p)
@@ -113,6 +113,7 @@ def test_plot_accepts_a_dataframe_with_attrs(tmp_path):
 
 
 def test_viz_dispatch_name():
-    """`invoke viz gridstride` imports harness.programs.gridstride and analysis.gridstride."""
-    assert gs_alias.viz_data is gs.viz_data
+    """`invoke viz gridstride` draws grid_stride's picture: its record names it, analysis/gridstride.py plots it."""
+    assert programs.picture("gridstride").data is gs.viz_data and programs.picture_owner("gridstride") == "grid_stride"
+    assert "gridstride" in programs.pictures()
     assert isinstance(gs.viz_data(n=10, blocks=1, threads=4, simulate=True).frame, pd.DataFrame)

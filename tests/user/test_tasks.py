@@ -294,14 +294,14 @@ def test_viz_without_a_gpu_suggests_the_simulator():
 def test_progress_without_a_terminal_is_lines_that_move(capsys):
     """A notebook cell, a log or CI cannot redraw a bar: each named step is a line as it ends, and a
     count without names says each tenth, so a long build is not silent until it finishes."""
-    import tasks
+    from harness.user import cli
 
-    with tasks._progress("build") as bar:  # pytest's captured stderr is no terminal
+    with cli.progress("build") as bar:  # pytest's captured stderr is no terminal
         t = bar.add_task("", total=None)
         bar.update(t, total=3)
         for what in ("NVCC cuda/a.cu", "LINK build/lib/liba.so", "LINK build/bin/a"):
             bar.update(t, advance=1, description=what)
-    with tasks._progress("viz") as bar:
+    with cli.progress("viz") as bar:
         t = bar.add_task("simulating", total=None)
         for done in range(1, 101):
             bar.update(t, completed=done, total=100)
