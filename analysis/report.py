@@ -435,8 +435,10 @@ def md_table(df: pd.DataFrame) -> str:
 
 def _img_name(p: Path) -> str:
     """A picture's name in the report's img/ folder: the folder keeps profiles/<prog>/kernel_shares.png
-    apart; one drawn into img/ itself keeps its name."""
-    return p.name if p.parent.name == "img" else f"{p.parent.name}_{p.name}"
+    apart; one drawn into img/ itself, or into the private folder a report draws in before it publishes
+    img/, keeps its name."""
+    drawn_there = p.parent.name == IMG or p.parent.name.startswith(f".{IMG}.")  # img/, or the draft of it
+    return p.name if drawn_there else f"{p.parent.name}_{p.name}"
 
 
 def _copy_image(p: Path, img: Path) -> Path:

@@ -16,7 +16,8 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from analysis import profile as aprof  # noqa: E402
-from analysis import report  # noqa: E402
+from analysis import report
+from harness import programs  # noqa: E402
 from harness.base.paths import RESULTS_DIR  # noqa: E402
 from harness.measuring import bench, results_csv, timing  # noqa: E402
 from harness.profiling import profile as hp  # noqa: E402
@@ -31,6 +32,12 @@ name="test_bad"><failure message="assert 1 == 2">trace</failure></testcase></tes
 FACTS = {"date": "2026-11-21 20:00:00", "gpu": True,
          "device": {"name": "NVIDIA H200", "compute capability": "9.0", "SMs": 132},
          "tools": {"nvcc": "13.0.88 (/usr/local/cuda/bin/nvcc)", "ncu": "2025.3.1 (/usr/local/cuda/bin/ncu)"}}
+
+
+def _write(*args, **kw):
+    """report.write with the tour the tasks hand it: the registry's, in the learning path's order."""
+    kw.setdefault("tour", programs.tour())
+    return report.write(*args, **kw)
 
 
 def _png(path: Path, label: str) -> Path:
@@ -73,7 +80,7 @@ def build_dir(tmp_path) -> Path:
 
 def test_report_from_fixtures(build_dir):
     out = build_dir / "report"
-    md, html = report.write(out, facts=FACTS, demo={"gpu": True, "steps": [
+    md, html = _write(out, facts=FACTS, demo={"gpu": True, "steps": [
         {"name": "build", "status": "passed", "detail": "9 programs"},
         {"name": "quick bench", "status": "passed", "detail": "1 case"}]}, build=build_dir)
     text = md.read_text()
@@ -115,7 +122,7 @@ def test_the_tests_shown_are_the_named_run(build_dir, tmp_path):
     mine = tmp_path / "mine.xml"
     mine.write_text('<testsuites><testsuite name="invoke demo" tests="3" failures="0" errors="0" skipped="1" '
                     'timestamp="2026-11-25T10:00:00"><testcase classname="demo" name="a"/></testsuite></testsuites>')
-    md, _ = report.write(build_dir / "r", build=build_dir, junit=mine)
+    md, _ = _write(build_dir / "r", build=build_dir, junit=mine)
     text = md.read_text()
     assert "invoke demo (this run, 2026-11-25 10:00:00): 2 passed, 0 failed, 0 errors, 1 skipped of 3." in text
     assert "7 passed" not in text
@@ -148,7 +155,7 @@ def test_a_run_without_a_memory_ceiling_says_so(tmp_path):
     results_csv.write(cases, meta, {"cublas": bench.Ceiling("cublas", 50.0, "TFLOP/s", "SGEMM",
                                                           timing.summarize([2.7] * 10))},
                     dest=tmp_path / "bench" / "bench-h100-1.csv")
-    md, _ = report.write(tmp_path / "r", build=tmp_path)
+    md, _ = _write(tmp_path / "r", build=tmp_path)
     assert "this run measured no memory ceiling" in md.read_text()
 
 
@@ -166,7 +173,7 @@ def test_pictures_left_from_an_earlier_run_are_not_shown(build_dir):
     os.utime(stale, (finished - 3600, finished - 3600))
     later = plots / "odd_one.png"
     os.utime(later, (finished + 5, finished + 5))
-    md, _ = report.write(build_dir / "report2", build=build_dir, demo={"gpu": True, "finished": finished, "steps": [
+    md, _ = _write(build_dir / "report2", build=build_dir, demo={"gpu": True, "finished": finished, "steps": [
         {"name": "draw gridstride", "status": "passed", "detail": "", "outputs": drawn},
         {"name": "draw mandelbrot", "status": "failed", "detail": "no GPU", "outputs": []}]})
     names = {Path(x).name for x in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md.read_text())}
@@ -190,7 +197,7 @@ def test_report_picks_the_newest_bench_by_the_date_inside(tmp_path):
 
 
 def test_empty_build_lists_what_is_missing(tmp_path):
-    md, html = report.write(tmp_path / "report", build=tmp_path)
+    md, html = _write(tmp_path / "report", build=tmp_path)
     text = md.read_text()
     assert text.count("_not generated") == 5  # tests, bench, device, sanitizer, profiles
     # The tour still shows the pictures committed with the programs, and says which need a GPU.
@@ -200,13 +207,13 @@ def test_empty_build_lists_what_is_missing(tmp_path):
 
 def test_facts_are_kept_for_the_next_report(build_dir):
     out = build_dir / "report"
-    report.write(out, facts=FACTS, build=build_dir)
-    md, _ = report.write(out, build=build_dir)  # no facts given: the saved ones are used
+    _write(out, facts=FACTS, build=build_dir)
+    md, _ = _write(out, build=build_dir)  # no facts given: the saved ones are used
     assert "NVIDIA H200" in md.read_text()
 
 
 def test_no_gpu_facts_say_so(tmp_path):
-    md, _ = report.write(tmp_path / "r", facts={"gpu": False, "gpu_why": "cudaErrorNoDevice", "tools": {}},
+    md, _ = _write(tmp_path / "r", facts={"gpu": False, "gpu_why": "cudaErrorNoDevice", "tools": {}},
                          build=tmp_path)
     assert "No GPU was visible when this report was written: cudaErrorNoDevice" in md.read_text()
 
@@ -225,7 +232,7 @@ def committed_report(tmp_path_factory):
     (tmp / "bench" / "results").symlink_to(RESULTS_DIR)
     build = tmp / "build"
     build.mkdir()
-    md, html = report.write(build / "report", build=build)
+    md, html = _write(build / "report", build=build)
     return build, md, html
 
 
@@ -266,7 +273,7 @@ def test_grayscales_input_is_drawn_beside_its_grey_image(tmp_path):
     plots.mkdir(parents=True)
     assert gs.cli([], out=str(plots / "grayscale.png"), cpu=True) == 0  # the CPU path saves its input too
     assert (plots / "grayscale_input.png").is_file()
-    md, _ = report.write(tmp_path / "build" / "report", build=tmp_path / "build", root=tmp_path)
+    md, _ = _write(tmp_path / "build" / "report", build=tmp_path / "build", root=tmp_path)
     tour = md.read_text().split("## Tests")[0]
     assert "(img/tour_grayscale.png)" in tour and "the test picture beside its grey image" in tour
     assert "grayscale_input.png" not in tour  # one figure, not two cells that may land apart
