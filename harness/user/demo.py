@@ -32,14 +32,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.base import files
+from harness.base import files, paths
 from harness.base.errors import CudalabError
 from harness.base.paths import PLOTS
 from harness.compile import build as _build
 from harness.compile import toolchain
 
-REPORT = _build.BUILD / "report"
-RECORDED = _build.ROOT / "harness" / "data"  # output recorded on a GPU that the demo draws without one
+REPORT = paths.BUILD / "report"
+RECORDED = paths.ROOT / "harness" / "data"  # output recorded on a GPU that the demo draws without one
 JUNIT = REPORT / "demo-junit.xml"  # the demo's own steps as a test report: what its report shows as tests
 PROFILED = ("square", "transformer_block")  # a first kernel, and naive attention against flash
 NOT_PICTURES = {"profile", "bench", "report", "__init__"}
