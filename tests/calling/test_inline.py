@@ -345,7 +345,11 @@ def test_cache_folder_from_environment(monkeypatch, tmp_path):
     assert inline.cache_dir() == tmp_path / "home" / ".cache" / "cudalab" / "inline"
 
 
-def test_arch_spellings_and_default(monkeypatch):
+def test_arch_spellings_and_default(monkeypatch, tmp_path):
+    """The default arch is the Makefile's (make print-nvcc): $ARCH, else the visible GPU's, else 90; a bad
+    $ARCH is refused in the build's own line rather than compiled past."""
+    import shutil
+
     for spelling, want in [(90, "90"), ("9.0", "90"), ("sm_90", "90"), ("compute_80", "80"), ("sm_90a", "90a")]:
         assert inline._normalize_arch(spelling) == want
     with pytest.raises(ValueError, match="compute capability"):
@@ -355,8 +359,14 @@ def test_arch_spellings_and_default(monkeypatch):
         monkeypatch.setenv("ARCH", "sm_86")
         assert inline.default_arch() == "86"
         inline.default_arch.cache_clear()
-        monkeypatch.setenv("ARCH", "x86_64")  # not an arch: ignored, as the Makefile would choke on it
-        monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi either: the Makefile's fallback
+        monkeypatch.setenv("ARCH", "x86_64")  # not an arch: `invoke build` and make refuse it, and so does this
+        with pytest.raises(BuildError, match=r"ARCH \(from the environment\): 'x86_64' is not a compute capability"):
+            inline.default_arch()
+        inline.default_arch.cache_clear()
+        monkeypatch.delenv("ARCH")
+        for tool in ("make", "printf"):  # what print-nvcc runs; no nvidia-smi: the Makefile's fallback
+            (tmp_path / tool).symlink_to(shutil.which(tool))
+        monkeypatch.setenv("PATH", str(tmp_path))
         assert inline.default_arch() == "90"
     finally:
         inline.default_arch.cache_clear()
