@@ -20,10 +20,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_layers import ROOT, product_files
 
 from harness.base import errors, paths
 from harness.compile import build, jit, toolchain
-from test_layers import ROOT, product_files
 
 PATH_NAMES = frozenset(n for n, v in vars(paths).items() if isinstance(v, Path) and n.isupper())
 

@@ -271,6 +271,9 @@ def _build_error(log: str, src_path: Path, display: str, source: str, line_offse
             lines.append(f"  {d.line:4d} | {src_lines[k - 1].rstrip()}")
     if len(shown) > 25:
         lines.append(f"... and {len(shown) - 25} more")
+    if any("[-Werror=" in d.message for d in errors):
+        lines.append("(host warnings are errors here, as in `invoke build`; flags=['-Xcompiler', '-Wno-error'], "
+                     "or --flags \"-Xcompiler -Wno-error\" in a cell, keeps them warnings)")
     if not shown:
         tail = [x for x in log.strip().splitlines() if not x.startswith("ptxas info") and
                 not re.match(r"^\s+\d+ bytes stack frame", x)]

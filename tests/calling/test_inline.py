@@ -372,6 +372,17 @@ def test_arch_spellings_and_default(monkeypatch, tmp_path):
         inline.default_arch.cache_clear()
 
 
+def test_strings_compile_as_the_build_does_host_warnings_are_errors_and_shared_headers_found():
+    """The Makefile's flags (make print-nvcc): a host warning fails the compile as it fails `invoke build`,
+    and cuda/shared is on the include path."""
+    warned = 'extern "C" int f(int n) {\n    int unused = n;\n    return 0;\n}\n'
+    with pytest.raises(BuildError, match="unused") as ei:
+        inline.load(warned, name="host_warning")
+    assert "host warnings are errors here, as in `invoke build`" in str(ei.value)
+    shared = '#include "attention/attention_limits.h"\nextern "C" int max_s(void) { return ATTN_MAX_S; }\n'
+    assert inline.load(shared, name="shared_include").max_s() == 92680
+
+
 # --- compile errors -----------------------------------------------------------------------------
 
 BROKEN = """__global__ void k(float *x, int n) {
@@ -538,7 +549,7 @@ def test_an_undefined_host_symbol_is_a_sentence():
 
 
 def test_a_header_that_does_not_match_the_source_is_caught():
-    src = 'extern "C" int scale(float *x, float a, int n) { return 0; }\n'
+    src = 'extern "C" int scale(float *x, float a, int n) { (void)x; (void)a; (void)n; return 0; }\n'
     with pytest.raises(inline.InlineSourceError, match=r"header= declares `int scale\(float \*x, int n\);`"):
         inline.load(src, header="int scale(float *x, int n);")
     with pytest.raises(inline.InlineSourceError, match="header= declares nosuch, which the compiled library"):
