@@ -142,8 +142,13 @@ endif
 #   make FAULTS=1 build/faults/lib/libgemm_tc.so build/faults/bin/square
 # Only the command line counts: a FAULTS variable in the environment builds the product.
 OUT := build
-NVCCFLAGS := -O3 -lineinfo -std=c++17 $(GENCODE) -Icuda/common -Icuda/shared \
-             -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Xptxas -v $(EXTRA_NVCCFLAGS)
+# The flags every nvcc compile of the lab shares, in three parts. The string compiler
+# (harness/compile/jit.py: inline CUDA, the notebook's %%cuda) reads the same text from `make print-nvcc`
+# instead of spelling its own, so a flag changed here changes both.
+NVCC_OPT      := -O3 -lineinfo -std=c++17
+NVCC_INCLUDES := -Icuda/common -Icuda/shared
+NVCC_HOST     := -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Xptxas -v
+NVCCFLAGS := $(NVCC_OPT) $(GENCODE) $(NVCC_INCLUDES) $(NVCC_HOST) $(EXTRA_NVCCFLAGS)
 ifeq ($(origin FAULTS),command line)
 ifeq ($(FAULTS),1)
 OUT := build/faults
@@ -213,7 +218,7 @@ endef
 
 # A recipe that fails leaves no output under the target's name.
 .DELETE_ON_ERROR:
-.PHONY: all clean list arch FORCE
+.PHONY: all clean list arch print-nvcc FORCE
 FORCE:
 all: $(foreach p,$(PROGRAMS),$(OUT)/lib/lib$(p).so $(OUT)/bin/$(p) $(OUT)/ptxas/$(p).txt \
        $(if $(wildcard cuda/$(p)/$(p)_cpu.c),$(OUT)/bin/$(p)_cpu))
@@ -267,6 +272,11 @@ list:
 
 arch:
 	@echo $(ARCH)
+
+# What the string compiler compiles with (harness/compile/build.py nvcc_flags reads it): the resolved ARCH,
+# its GENCODE, and the shared flags in NVCCFLAGS's order (the includes relative to this folder).
+print-nvcc:
+	@printf '%s\n' 'ARCH=$(ARCH)' 'GENCODE=$(GENCODE)' 'NVCCFLAGS=$(NVCC_OPT) $(GENCODE) $(NVCC_INCLUDES) $(NVCC_HOST)'
 
 clean:
 	rm -rf build/obj build/lib build/bin build/ptxas build/sums build/toolkit build/.flags build/faults

@@ -762,10 +762,10 @@ def latency_sweep_processes(world: int, sizes=None, iters: int = 200, deadline_s
 
     import pandas as pd
 
+    from harness.base import paths
     from harness.calling import launch
-    from harness.compile import build as _build
 
-    code = SWEEP_RANK.format(root=str(_build.ROOT), sizes=LATENCY_SIZES if sizes is None else list(sizes), iters=iters)
+    code = SWEEP_RANK.format(root=str(paths.ROOT), sizes=LATENCY_SIZES if sizes is None else list(sizes), iters=iters)
     res = launch.launch([sys.executable, "-c", code], world, deadline_s)
     return pd.concat([pd.read_csv(io.StringIO(r.stdout)) for r in res.ranks], ignore_index=True)
 

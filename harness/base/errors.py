@@ -170,7 +170,9 @@ class ProgramError(CudalabError):
         msg = f"{cmd} {what}"
         if stderr_tail.strip():
             msg += ":\n" + stderr_tail.rstrip()
-        super().__init__(msg)
+        # Not super(): a class that is a ProgramError and a NoGPUError at once (the notebook's cell without a
+        # GPU) would hand this text to CudaError, which takes a code; each part is initialised by its class.
+        CudalabError.__init__(self, msg)
 
 
 class TraceError(CudalabError):

@@ -79,11 +79,13 @@ What `load` does
   the descriptor level (it synchronises the device and flushes C stdio before reading) into
   `out.text`; `capture_stdout(echo=True)` also writes it to Python's sys.stdout.
 
-The build flags are the Makefile's: -O3 -lineinfo -std=c++17, SASS and PTX for ARCH (the visible
-GPU's compute capability from nvidia-smi, else sm_90 with compute_90 PTX; `arch=` or $ARCH
-overrides), -Xcompiler -fPIC, -shared, -Xptxas -v (see `mod.resource_usage()`), and
-`-I cuda/common` so that `#include "check.cuh"` gives CUDA_TRY, CUDA_TRY_LAUNCH and cdiv. Host
-warnings are reported (`mod.warnings`), not made errors, for code typed into a notebook.
+The build flags are the Makefile's, read from `make print-nvcc` (harness/compile/build.py nvcc_flags), so
+the two never differ: -O3 -lineinfo -std=c++17, SASS and PTX for ARCH (the visible GPU's compute
+capability, else sm_90 with compute_90 PTX; `arch=` or $ARCH overrides), -I cuda/common and
+-I cuda/shared (`#include "check.cuh"` gives CUDA_TRY, CUDA_TRY_LAUNCH and cdiv), host warnings as errors
+(-Xcompiler -fPIC,-Wall,-Wextra,-Werror), -Xptxas -v (see `mod.resource_usage()`), and -shared. nvcc's
+own warnings about device code are reported in `mod.warnings`; `flags=["-Xcompiler", "-Wno-error"]`
+turns host warnings back into warnings for code that is not yet clean.
 """
 from __future__ import annotations
 

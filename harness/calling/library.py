@@ -19,12 +19,13 @@ from pathlib import Path
 import cffi
 import numpy as np
 
+from harness.base import paths
 from harness.base.context import check_context, raise_for_code
 from harness.calling import cdecl, cudart  # noqa: F401  (cudart tells NoGPUError the driver and runtime versions)
 from harness.calling.cdecl import header_to_cdef  # noqa: F401  (re-exported: library.header_to_cdef)
 from harness.compile import build as _build
 
-COMMON_HEADER = _build.CUDA_DIR / "common" / "cudalab.h"
+COMMON_HEADER = paths.CUDA_DIR / "common" / "cudalab.h"
 
 # C pointee type -> numpy dtype. Only these cross the boundary as arrays.
 _DTYPES = {
@@ -291,7 +292,7 @@ def load(prog: str, faults: bool = False) -> Library:
     the `invoke build --programs` command); an unknown program ValueError. faults=True loads the fault
     build's twin, build/faults/lib/lib<prog>.so (`make FAULTS=1 ...`, for tests only), whose cdef also
     holds what the header declares under `#ifdef CUDALAB_FAULTS` (which the product lacks)."""
-    header = _build.CUDA_DIR / prog / f"{prog}.h"
+    header = paths.CUDA_DIR / prog / f"{prog}.h"
     if not header.exists():
         raise ValueError(f"no program {prog!r}: {header} does not exist")
     # Checked against the build's record before dlopen: a truncated library would kill Python (SIGBUS).

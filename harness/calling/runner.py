@@ -53,7 +53,16 @@ def run(prog: str, *args, timeout: float = DEFAULT_TIMEOUT, check: bool = True, 
     stream is cut from the middle; with check=True that raises too (a parser would read a partial run)."""
 
     exe = executable(prog, faults=True) if faults else executable(prog)
-    argv = list(prefix or []) + [str(exe)] + [str(a) for a in args]
+    return run_command(list(prefix or []) + [str(exe)] + [str(a) for a in args], timeout=timeout, check=check,
+                       env=env)
+
+
+def run_command(argv: list, *, timeout: float = DEFAULT_TIMEOUT, check: bool = False, env: dict | None = None) -> Result:
+    """Run any command line the way `run` runs a program: the tool a profiler or sanitizer wraps around
+    one (its whole argv already built), or a tool over a report it wrote (`nsys stats`, `ncu --import`).
+    `env` is added to this process's environment. A timeout raises ProgramError(timed_out=True); with
+    check=True a non-zero status or output cut past OUTPUT_LIMIT raises ProgramError as well."""
+    argv = [str(a) for a in argv]
     fin = procs.run_bounded(argv, timeout=timeout, env={**os.environ, **(env or {})}, limit=OUTPUT_LIMIT)
     if fin.timed_out:
         raise ProgramError(argv, -1, tail(fin.stderr), fin.stdout, timed_out=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import re
 import shutil
@@ -400,6 +401,46 @@ def make_command(targets_: list[str] | None = None, jobs: int | None = None, arc
     if keep_going:
         cmd.append("-k")
     return cmd + list(targets_ or [])
+
+
+@dataclass(frozen=True)
+class NvccFlags:
+    """What the Makefile compiles with, as `make print-nvcc` resolves it: ARCH (the visible GPU's
+    compute capability, $ARCH, or 90), its -gencode words, and the whole shared flag list in NVCCFLAGS's
+    order with the include folders made absolute (a compile from a string runs from any folder)."""
+    arch: str
+    gencode: tuple[str, ...]
+    flags: tuple[str, ...]
+
+
+def nvcc_flags(arch: str | None = None, root: Path | None = None) -> NvccFlags:
+    """The Makefile's nvcc flags for `arch` (None: the Makefile's own choice), the one source of the
+    target architecture and of the flags for the build and the string compiler alike. Asked of make once
+    per arch, root and the environment's ARCH/PTX_ONLY in a process; BuildError in one line when make refuses."""
+    return _nvcc_flags(arch, str(root or ROOT), os.environ.get("ARCH", ""), os.environ.get("PTX_ONLY", ""))
+
+
+@functools.cache
+def _nvcc_flags(arch: str | None, root: str, _env_arch: str, _env_ptx: str) -> NvccFlags:
+    cmd = make_command(["print-nvcc"], jobs=1, arch=arch, root=Path(root))
+    cmd.insert(1, "-s")
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise BuildError(f"`make print-nvcc` could not run: {e}") from None
+    if out.returncode != 0:
+        lines = out.stderr.strip().splitlines()
+        raise BuildError(f"`make print-nvcc` failed: {lines[-1] if lines else f'status {out.returncode}'}",
+                         parse_diagnostics(out.stderr), out.stderr)
+    values = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+    try:
+        words = values["NVCCFLAGS"].split()
+        result = NvccFlags(values["ARCH"], tuple(values["GENCODE"].split()),
+                           tuple(f"-I{Path(root) / w[2:]}" if w.startswith("-I") and not Path(w[2:]).is_absolute()
+                                 else w for w in words))
+    except KeyError as e:
+        raise BuildError(f"`make print-nvcc` printed no {e.args[0]}= line: {out.stdout.strip()[:200]!r}") from None
+    return result
 
 
 _STEP = re.compile(r"^\s*(?:echo\s+[\"']?)?\s*(NVCC|LINK|CC)\s+([^\s\"']+)")

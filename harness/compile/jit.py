@@ -20,14 +20,14 @@ import sys
 import time
 from pathlib import Path
 
-from harness.base import files, procs
+from harness.base import files, paths, procs
 from harness.base.errors import BuildError, CudalabError
 from harness.compile import build as _build
 from harness.compile import toolchain
 
 FORMAT_VERSION = 2  # bump when the way a cached file is made changes (2: every entry has a manifest)
 ENV_FLAGS = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN")  # nvcc reads these itself
-COMMON_DIR = _build.CUDA_DIR / "common"
+COMMON_DIR = paths.CUDA_DIR / "common"
 
 # Pre-included (nvcc -include) before every inline library source, so the user's line numbers
 # stay the user's. It holds the launcher convention and cudalab.h's types (cudalab_status,
@@ -159,21 +159,10 @@ def _normalize_arch(arch) -> str:
 
 @functools.lru_cache(maxsize=1)
 def default_arch() -> str:
-    """The Makefile's default: $ARCH when it names a compute capability, else the visible GPU's
-    (nvidia-smi), else 90 (SASS for sm_90 plus compute_90 PTX)."""
-    env = os.environ.get("ARCH", "")
-    if env:
-        with contextlib.suppress(ValueError):
-            return _normalize_arch(env)
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
-        first = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
-        if first:
-            return _normalize_arch(first)
-    except (OSError, subprocess.TimeoutExpired, ValueError):
-        pass
-    return "90"
+    """The Makefile's ARCH, as `make print-nvcc` resolves it: $ARCH (refused in one line, as the build
+    refuses it, when it is not a compute capability), else the visible GPU's, else 90 (SASS for sm_90
+    plus compute_90 PTX)."""
+    return _build.nvcc_flags().arch
 
 
 def _nvcc() -> toolchain.Tool:
@@ -181,8 +170,9 @@ def _nvcc() -> toolchain.Tool:
 
 
 def _base_flags(arch: str) -> list[str]:
-    return ["-O3", "-lineinfo", "-std=c++17", "-gencode", f"arch=compute_{arch},code=[sm_{arch},compute_{arch}]",
-            f"-I{COMMON_DIR}", "-Xcompiler", "-fPIC,-Wall,-Wextra", "-Xptxas", "-v"]
+    """The Makefile's own flags for `arch` (harness/compile/build.py nvcc_flags): host warnings are errors
+    and cuda/common and cuda/shared are on the include path here as in `invoke build`."""
+    return list(_build.nvcc_flags(arch).flags)
 
 
 def _common_hash() -> str:
@@ -281,6 +271,9 @@ def _build_error(log: str, src_path: Path, display: str, source: str, line_offse
             lines.append(f"  {d.line:4d} | {src_lines[k - 1].rstrip()}")
     if len(shown) > 25:
         lines.append(f"... and {len(shown) - 25} more")
+    if any("[-Werror=" in d.message for d in errors):
+        lines.append("(host warnings are errors here, as in `invoke build`; flags=['-Xcompiler', '-Wno-error'], "
+                     "or --flags \"-Xcompiler -Wno-error\" in a cell, keeps them warnings)")
     if not shown:
         tail = [x for x in log.strip().splitlines() if not x.startswith("ptxas info") and
                 not re.match(r"^\s+\d+ bytes stack frame", x)]

@@ -259,3 +259,38 @@ def gpu_archs(nvcc: str) -> tuple[str, ...] | None:
 
 def tools() -> dict[str, Tool]:
     return {n: find(n) for n in ("nvcc", "gcc", "ncu", "nsys", "compute-sanitizer")}
+
+
+# --- the GPU as the driver lists it ----------------------------------------------------------------------
+# nvidia-smi asks the driver without making a CUDA context, so a parent (the test runner, the bench, the
+# build) can learn the GPUs without holding one beside its children's. Every question the lab asks it goes
+# through these two functions.
+
+def nvidia_smi(*args: str, timeout: float = 30) -> str:
+    """nvidia-smi's standard output for `args`; "" when it is not installed, fails (no driver, no GPU)
+    or hangs past `timeout` seconds: callers treat "" as "the driver lists no GPU"."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return ""
+    try:
+        out = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout if out.returncode == 0 else ""
+
+
+def gpu_query(*fields: str, timeout: float = 30) -> list[dict[str, str]]:
+    """One dict per GPU the driver lists, keyed by the `--query-gpu` fields asked for
+    (gpu_query("name", "compute_cap") -> [{"name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0"}]);
+    [] without nvidia-smi or a GPU."""
+    if not fields:
+        raise ValueError("gpu_query needs at least one --query-gpu field, e.g. 'name'")
+    text = nvidia_smi(f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits", timeout=timeout)
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        values = [v.strip() for v in line.split(",")]
+        if len(values) == len(fields):  # a name never holds a comma; a line that does not split is not a GPU's
+            rows.append(dict(zip(fields, values)))
+    return rows

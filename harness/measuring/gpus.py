@@ -13,7 +13,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import subprocess
+
+from harness.compile import toolchain
 
 ENV = "CUDALAB_GPUS"
 # `--jobs auto` stops here. The default suite on a 16-core H100 host (bench/results/h100/NOTES-tests.md):
@@ -24,16 +25,11 @@ MAX_AUTO_JOBS = 16
 
 def physical_gpus() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES spells them: the entries of
-    $CUDA_VISIBLE_DEVICES when it is set, else 0..N-1 from `nvidia-smi -L` ([] without one)."""
+    $CUDA_VISIBLE_DEVICES when it is set, else the driver's indices from nvidia-smi ([] without one)."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    n = sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
-    return [str(i) for i in range(n)]
+    return [g["index"] for g in toolchain.gpu_query("index")]
 
 
 def select(spec: str, available: list[str] | None = None) -> list[str]:

@@ -16,13 +16,13 @@ import os
 import re
 import shutil
 import sqlite3
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from harness.compile import build as _build
+from harness.base import paths
+from harness.calling import runner
 
 NSYS_REPORTS = ("cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum")
 KERNEL_COLUMNS = ["kernel", "time_pct", "total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns"]
@@ -33,7 +33,7 @@ KERNEL_COLUMNS = ["kernel", "time_pct", "total_ns", "instances", "avg_ns", "med_
 LIBDW = "libdw.so.1"
 
 
-DW_DIR = _build.BUILD / "tools" / "dw"  # where unpack_libdw (and .ci/gpu) unpack the .debs
+DW_DIR = paths.BUILD / "tools" / "dw"  # where unpack_libdw (and .ci/gpu) unpack the .debs
 _DW_LIBS = ("usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu")
 SYSTEM_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib", "/usr/local/lib")
 
@@ -89,7 +89,7 @@ def unpack_libdw(debs_dir: Path | None = None, dest: Path | None = None) -> Path
     """Unpack libdw1 and libelf1 .debs (.offline/debs/) with dpkg -x into build/tools/dw (made 0755
     whatever the umask); return the folder holding libdw.so.1, or None when there is nothing to unpack
     or no dpkg."""
-    debs_dir = debs_dir or (_build.ROOT / ".offline" / "debs")
+    debs_dir = debs_dir or (paths.ROOT / ".offline" / "debs")
     dest = dest or DW_DIR
     debs = sorted(glob.glob(str(debs_dir / "*.deb")))
     dpkg = shutil.which("dpkg") or shutil.which("dpkg-deb")
@@ -98,7 +98,8 @@ def unpack_libdw(debs_dir: Path | None = None, dest: Path | None = None) -> Path
     dest.mkdir(parents=True, exist_ok=True)
     dest.chmod(0o755)
     for deb in debs:
-        subprocess.run([dpkg, "-x", deb, str(dest)], capture_output=True, timeout=120)
+        # A .deb that does not unpack simply leaves no libdw behind: the check below says so.
+        runner.run_command([dpkg, "-x", deb, str(dest)], timeout=120)
     for sub in _DW_LIBS:
         if (dest / sub / LIBDW).exists():
             return dest / sub

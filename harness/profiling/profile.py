@@ -24,7 +24,6 @@ them, diagnoses failures, falls back, and saves the kernel table.
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +31,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.base.errors import CudalabError, NoGPUError
-from harness.compile import build as _build
+from harness.base import paths
+from harness.base.errors import CudalabError, NoGPUError, ProgramError
+from harness.calling import runner
 from harness.compile import toolchain
 from harness.profiling.ncu import (  # noqa: F401  (re-exported: the tool's facts live in harness/profiling/ncu.py)
     DEFAULT_METRICS,
@@ -62,7 +62,7 @@ from harness.profiling.nsys import (  # noqa: F401  (re-exported: the tool's fac
 )
 from harness.profiling.nsys import profile_command as nsys_command
 
-PROFILES = _build.BUILD / "profiles"
+PROFILES = paths.BUILD / "profiles"
 TOOLS = ("nsys", "ncu")
 AUTO_ORDER = ("nsys", "ncu")
 DEFAULT_TIMEOUT = 300.0
@@ -164,15 +164,14 @@ class ProfileResult:
     note: str = ""
 
 
-Runner = Callable[..., subprocess.CompletedProcess]
-
-
-def _run(argv: list[str], env: dict | None = None, timeout: float = DEFAULT_TIMEOUT) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, errors="replace", env=env, timeout=timeout)
+# How a tool's command line runs: harness/calling/runner.py's run_command (its own process group, a deadline,
+# bounded output, a timeout as ProgramError(timed_out=True)); tests hand in a stand-in.
+Runner = Callable[..., runner.Result]
+_run = runner.run_command
 
 
 def _exe(prog: str) -> Path:
-    return _build.require(prog, "exe")  # the build's own file, checked against its record (else NotBuilt)
+    return runner.executable(prog)  # the build's own file, checked against its record (else NotBuilt)
 
 
 def run_nsys(prog: str, argv: list[str], outdir: Path, tag: str = "", timeout: float = DEFAULT_TIMEOUT,
@@ -191,7 +190,7 @@ def run_nsys(prog: str, argv: list[str], outdir: Path, tag: str = "", timeout: f
     cmd1 = nsys_command(nsys.path, base, _exe(prog), argv)
     try:
         p = run(cmd1, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except ProgramError:  # run_command raises it only for a timeout
         raise ToolFailure("nsys", f"timed out after {timeout:.0f} s") from None
     log = (p.stdout or "") + (p.stderr or "")
     rep = next((base.with_suffix(s) for s in (".nsys-rep", ".qdrep") if base.with_suffix(s).exists()), None)
@@ -203,7 +202,7 @@ def run_nsys(prog: str, argv: list[str], outdir: Path, tag: str = "", timeout: f
     cmd2 = stats_command(nsys.path, rep)
     try:
         s = run(cmd2, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except ProgramError:
         raise ToolFailure("nsys", f"nsys stats timed out after {timeout:.0f} s") from None
     text = (s.stdout or "")
     (outdir / f"{base.name}_stats.txt").write_text(text + ("\n# stderr\n" + s.stderr if s.stderr else ""))
@@ -244,7 +243,7 @@ def run_ncu(prog: str, argv: list[str], outdir: Path, tag: str = "", metrics: di
     cmd1 = ncu_command(ncu.path, base, _exe(prog), argv, metrics, clock_control, launch_count)
     try:
         p = run(cmd1, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except ProgramError:  # run_command raises it only for a timeout
         raise ToolFailure("ncu", f"timed out after {timeout:.0f} s (try fewer launches: smaller program arguments)") from None
     log = (p.stdout or "") + (p.stderr or "")
     (outdir / f"{base.name}_log.txt").write_text(log)
@@ -253,7 +252,7 @@ def run_ncu(prog: str, argv: list[str], outdir: Path, tag: str = "", metrics: di
     cmd2 = import_command(ncu.path, rep)
     try:
         s = run(cmd2, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except ProgramError:
         raise ToolFailure("ncu", f"ncu --import timed out after {timeout:.0f} s") from None
     raw_path = outdir / f"{base.name}_raw.csv"
     raw_path.write_text(s.stdout or "")

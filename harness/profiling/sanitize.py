@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,12 +21,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.compile import build as _build
+from harness.base import paths
+from harness.base.errors import ProgramError
+from harness.calling import runner
 from harness.compile import toolchain
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 ERROR_EXITCODE = 86
-SANITIZE_DIR = _build.BUILD / "sanitize"
+SANITIZE_DIR = paths.BUILD / "sanitize"
 DEFAULT_TIMEOUT = 300.0
 
 
@@ -110,18 +111,17 @@ def command(tool: str, exe: Path, argv: list[str], sanitizer: str) -> list[str]:
     return cmd + [str(exe), *argv]
 
 
-Runner = Callable[..., subprocess.CompletedProcess]
-
-
-def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout)
+# Each run goes through harness/calling/runner.py's run_command (a group of its own, a deadline, bounded
+# output); tests hand in a stand-in.
+Runner = Callable[..., runner.Result]
+_run = runner.run_command
 
 
 def run_case(case: Case, tool: str, sanitizer: str | None = None, timeout: float = DEFAULT_TIMEOUT,
              logdir: Path | None = None, run: Runner = _run) -> Outcome:
     sanitizer = sanitizer or find_sanitizer()
     # The build's own file, checked against its record (else NotBuilt).
-    exe = _build.require(case.program, "exe", faults=True) if case.faults else _build.require(case.program, "exe")
+    exe = runner.executable(case.program, faults=case.faults)
     cmd = command(tool, exe, list(case.argv), sanitizer)
     logdir = logdir or SANITIZE_DIR / case.program
     logdir.mkdir(parents=True, exist_ok=True)
@@ -131,8 +131,8 @@ def run_case(case: Case, tool: str, sanitizer: str | None = None, timeout: float
         text = (p.stdout or "") + (p.stderr or "")
         status, n, detail = classify(text, p.returncode)
         rc = p.returncode
-    except subprocess.TimeoutExpired as e:
-        text = str(e.stdout or "") + str(e.stderr or "")
+    except ProgramError as e:  # run_command raises it only for a timeout
+        text = (e.stdout or "") + (e.stderr_tail or "")
         status, n, detail, rc = "timed out", 0, f"no result within {timeout:.0f} s", -1
     log.write_text("$ " + " ".join(cmd) + "\n" + text)
     return Outcome(case.program, case.label, tool, cmd, rc, n, status, detail, log)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness.base import files, paths
 
-TEMPLATES = Path(__file__).parent / "template"
+TEMPLATES = paths.ROOT / "harness" / "programs" / "template"
 # Each template, and where it goes in the new folder.
 LAYOUT = {"prog.cu.tmpl": "{p}.cu", "prog.h.tmpl": "{p}.h", "main.cu.tmpl": "main.cu", "prog.py.tmpl": "{p}.py",
           "test_prog.py.tmpl": "test_{p}.py", "README.md.tmpl": "README.md"}

@@ -412,13 +412,9 @@ def check_save_folders() -> None:
     nvidia-smi names the GPUs, so that no CUDA context is made beside the timing session's) must take
     a file. Without nvidia-smi, bench/results itself."""
     from harness.base import files
+    from harness.compile import toolchain
 
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30)
-        names = [n.strip() for n in out.stdout.splitlines() if n.strip()] if out.returncode == 0 else []
-    except (OSError, subprocess.TimeoutExpired):
-        names = []
+    names = [row["name"] for row in toolchain.gpu_query("name") if row.get("name")]
     for folder in dict.fromkeys(_paths.RESULTS_DIR / _paths.gpu_folder(n) for n in names) or [_paths.RESULTS_DIR]:
         try:
             files.check_writable(folder)

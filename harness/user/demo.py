@@ -37,7 +37,7 @@ import pandas as pd
 
 from analysis import report as arep
 from harness import programs
-from harness.base import files
+from harness.base import files, paths
 from harness.base.errors import BuildError, CudalabError
 from harness.base.paths import PLOTS
 from harness.calling import cudart, parse, runner
@@ -48,8 +48,8 @@ from harness.profiling import profile as hp
 from harness.profiling.sanitize import Case
 from harness.programs import cpu_label
 
-REPORT = _build.BUILD / "report"
-RECORDED = _build.ROOT / "harness" / "data"  # output recorded on a GPU that the demo draws without one
+REPORT = paths.BUILD / "report"
+RECORDED = paths.ROOT / "harness" / "data"  # output recorded on a GPU that the demo draws without one
 JUNIT = REPORT / "demo-junit.xml"  # the demo's own steps as a test report: what its report shows as tests
 PROFILED = ("square", "transformer_block")  # a first kernel, and naive attention against flash
 NOT_PICTURES = {"profile", "bench", "report", "__init__"}

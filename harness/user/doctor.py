@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import re
-import subprocess
 import textwrap
 from dataclasses import dataclass
 
@@ -112,10 +111,7 @@ def nvidia_smi_cuda_version(text: str) -> int:
 
 
 def _nvidia_smi_text() -> str:
-    try:
-        return subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
+    return toolchain.nvidia_smi()
 
 
 def driver_cuda_version() -> tuple[int, str]:

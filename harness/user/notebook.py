@@ -56,7 +56,7 @@ except ImportError as e:  # pragma: no cover - exercised only where IPython is a
     raise ImportError("harness.user.notebook needs IPython: pip install -e '.[notebook]'") from e
 
 from harness.base import procs
-from harness.base.errors import BuildError, CudalabError, ProgramError
+from harness.base.errors import BuildError, CudalabError, NoGPUError, ProgramError
 from harness.calling import inline
 
 # Jupyter numbers a cell's lines from its first line, the `%%cuda` line; the cell body starts on 2.
@@ -76,12 +76,15 @@ class CellProgramError(ProgramError):
         return [f"ProgramError: the cell's program {self.what}"]
 
 
-class CellNoGPUError(CellProgramError):
+class CellNoGPUError(CellProgramError, NoGPUError):
     """The cell's program tried to reach the GPU and there is none: every CUDA call in it failed, and a
-    program that does not check them still exits 0 with no GPU output."""
+    program that does not check them still exits 0 with no GPU output. It is the lab's NoGPUError too
+    (code 100, cudaErrorNoDevice), so one `except NoGPUError` catches a library call's and a cell's alike."""
 
     def __init__(self, argv, returncode: int, why: str, stderr_tail: str = "", stdout: str = ""):
-        super().__init__(argv, returncode, stderr_tail, stdout)
+        CellProgramError.__init__(self, argv, returncode, stderr_tail, stdout)
+        NoGPUError.__init__(self, 100, "cudaErrorNoDevice", "no CUDA-capable device is detected",
+                            where="the cell's program")
         self.why = why
         self.args = (f"the cell's program ran without a GPU: it looked for the CUDA driver and there is no usable "
                      f"GPU here, so its CUDA calls failed and no kernel ran. {why}",)

@@ -16,11 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-from harness.base import files
-from harness.compile import build
+from harness.base import files, paths
 from harness.programs import gpu_here
 
-DEFAULT = build.ROOT / "notebooks" / "grayscale_inline.ipynb"
+DEFAULT = paths.ROOT / "notebooks" / "grayscale_inline.ipynb"
 CELL_TIMEOUT_S = 600
 
 
@@ -42,7 +41,7 @@ def execute(path: Path = DEFAULT) -> Path:
     book = nbformat.read(path, as_version=4)
     os.environ.setdefault("MPLBACKEND", "Agg")
     nbclient.NotebookClient(book, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                            resources={"metadata": {"path": str(build.ROOT)}}).execute()
+                            resources={"metadata": {"path": str(paths.ROOT)}}).execute()
     book.metadata["cudalab"] = {"executed_on": cudart.device_name(0), "date": time.strftime("%Y-%m-%d")}
     return files.replace(path, lambda tmp: nbformat.write(book, tmp))
 

@@ -345,7 +345,11 @@ def test_cache_folder_from_environment(monkeypatch, tmp_path):
     assert inline.cache_dir() == tmp_path / "home" / ".cache" / "cudalab" / "inline"
 
 
-def test_arch_spellings_and_default(monkeypatch):
+def test_arch_spellings_and_default(monkeypatch, tmp_path):
+    """The default arch is the Makefile's (make print-nvcc): $ARCH, else the visible GPU's, else 90; a bad
+    $ARCH is refused in the build's own line rather than compiled past."""
+    import shutil
+
     for spelling, want in [(90, "90"), ("9.0", "90"), ("sm_90", "90"), ("compute_80", "80"), ("sm_90a", "90a")]:
         assert inline._normalize_arch(spelling) == want
     with pytest.raises(ValueError, match="compute capability"):
@@ -355,11 +359,28 @@ def test_arch_spellings_and_default(monkeypatch):
         monkeypatch.setenv("ARCH", "sm_86")
         assert inline.default_arch() == "86"
         inline.default_arch.cache_clear()
-        monkeypatch.setenv("ARCH", "x86_64")  # not an arch: ignored, as the Makefile would choke on it
-        monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi either: the Makefile's fallback
+        monkeypatch.setenv("ARCH", "x86_64")  # not an arch: `invoke build` and make refuse it, and so does this
+        with pytest.raises(BuildError, match=r"ARCH \(from the environment\): 'x86_64' is not a compute capability"):
+            inline.default_arch()
+        inline.default_arch.cache_clear()
+        monkeypatch.delenv("ARCH")
+        for tool in ("make", "printf"):  # what print-nvcc runs; no nvidia-smi: the Makefile's fallback
+            (tmp_path / tool).symlink_to(shutil.which(tool))
+        monkeypatch.setenv("PATH", str(tmp_path))
         assert inline.default_arch() == "90"
     finally:
         inline.default_arch.cache_clear()
+
+
+def test_strings_compile_as_the_build_does_host_warnings_are_errors_and_shared_headers_found():
+    """The Makefile's flags (make print-nvcc): a host warning fails the compile as it fails `invoke build`,
+    and cuda/shared is on the include path."""
+    warned = 'extern "C" int f(int n) {\n    return 0;\n}\n'  # -Wextra: an unused parameter
+    with pytest.raises(BuildError, match="unused parameter") as ei:
+        inline.load(warned, name="host_warning")
+    assert "host warnings are errors here, as in `invoke build`" in str(ei.value)
+    shared = '#include "attention/attention_limits.h"\nextern "C" double max_s(void) { return ATTN_MAX_S; }\n'
+    assert inline.load(shared, name="shared_include").max_s() == 92680
 
 
 # --- compile errors -----------------------------------------------------------------------------
@@ -528,7 +549,7 @@ def test_an_undefined_host_symbol_is_a_sentence():
 
 
 def test_a_header_that_does_not_match_the_source_is_caught():
-    src = 'extern "C" int scale(float *x, float a, int n) { return 0; }\n'
+    src = 'extern "C" int scale(float *x, float a, int n) { (void)x; (void)a; (void)n; return 0; }\n'
     with pytest.raises(inline.InlineSourceError, match=r"header= declares `int scale\(float \*x, int n\);`"):
         inline.load(src, header="int scale(float *x, int n);")
     with pytest.raises(inline.InlineSourceError, match="header= declares nosuch, which the compiled library"):

@@ -120,7 +120,7 @@ def test_sanitize_with_a_fake_sanitizer(monkeypatch, tmp_path):
 
     monkeypatch.setattr(hs, "find_sanitizer", lambda: "/fake/compute-sanitizer")
     monkeypatch.setattr(hs, "SANITIZE_DIR", tmp_path)
-    monkeypatch.setattr(hs._build, "require", lambda prog, kind: Path("/bin/true"))
+    monkeypatch.setattr(hs.runner, "executable", lambda prog, faults=False: Path("/bin/true"))
     oob, oob_rc = _fixture("memcheck_square_oob")
     clean, _ = _fixture("memcheck_square_clean")
 
