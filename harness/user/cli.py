@@ -301,7 +301,8 @@ def run_pytest(cmd: list[str], env: dict | None) -> int:
     print(" ".join(shlex.quote(x) for x in cmd), flush=True)
     try:
         with procs.sigterm_as_interrupt():
-            proc = subprocess.Popen(cmd, env={**os.environ, **env} if env else None, start_new_session=True)
+            # A group of its own led by the lab's supervisor: stopped whole on Ctrl-C, and gone with the lab.
+            proc = procs.start(cmd, env={**os.environ, **env} if env else None)
             try:
                 code = proc.wait()
             except KeyboardInterrupt:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from harness.base import files, paths
 from harness.base.errors import CudalabError
-from harness.compile.build import ROOT
+from harness.base.paths import ROOT
 from harness.user.exercises import markers
 from harness.user.exercises.catalog import BY_NAME, EXERCISES, Exercise
 

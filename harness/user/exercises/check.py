@@ -37,7 +37,7 @@ import numpy as np
 
 from harness.base.errors import ToolMissing
 from harness.base.procs import sigterm_as_interrupt
-from harness.compile.build import ROOT
+from harness.base.paths import ROOT
 from harness.user.exercises import (
     ExerciseError,
     catalog,
