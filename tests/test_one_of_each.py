@@ -329,8 +329,7 @@ def test_profiling_hands_its_runs_to_run_command():
 # --- paths from harness/base/paths only ----------------------------------------------------------------------
 
 PATHS_HOME = "harness/base/paths.py"
-# Being rewritten elsewhere as this check lands; each still imports ROOT from harness.compile.build.
-PENDING: set[str] = set()
+PENDING: set[str] = set()  # none: every module takes its paths from harness/base/paths
 
 
 def _build_aliases(tree: ast.AST) -> set[str]:
