@@ -255,6 +255,7 @@ def test_the_no_gpu_check_catches_a_second_type():
 
 
 def test_one_except_catches_a_calls_and_a_cells_missing_gpu():
+    pytest.importorskip("IPython")  # the notebook module needs it (the notebook extra)
     notebook = pytest.importorskip("harness.user.notebook")
     cell = notebook.CellNoGPUError(["./hello"], 0, "cudaGetDeviceCount: no CUDA device", "", "Hello World from the CPU!\n")
     call = errors.NoGPUError(100, "cudaErrorNoDevice", "no CUDA-capable device is detected")

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import pythonpath, sigint_as_from_a_terminal
+from harness.base import paths
 from harness.base.errors import BuildError, NotBuilt
 from harness.calling import library, runner
 from harness.compile import build, toolchain
@@ -148,6 +149,7 @@ def lab(tree80, tmp_path, monkeypatch):
     monkeypatch.setattr(build, "ROOT", root)
     monkeypatch.setattr(build, "BUILD", root / "build")
     monkeypatch.setattr(build, "CUDA_DIR", root / "cuda")
+    monkeypatch.setattr(paths, "CUDA_DIR", root / "cuda")  # where the loader finds a program's header
     monkeypatch.setenv("ARCH", "80")  # what the tree was built for: only the tampered file is to be redone
     library.load.cache_clear()
     yield root

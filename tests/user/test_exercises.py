@@ -535,7 +535,7 @@ WRONG_CUDA = {
         ("    if (i >= n) return;\n", "", "wrote past the end"),
         # The bounds check stays, so nothing is written past the end: element 0 is nobody's.
         ("    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n",
-         "    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x + 1;\n", "only element 0 was never written"),
+         "    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x + 1;\n", "an index shifted by one"),
         ("    a[i] = wrap_square(a[i]);\n", "    a[i] = 0;\n", "writes zeros"),
     ],
     "grid_stride": [
