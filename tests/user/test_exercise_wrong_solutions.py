@@ -285,12 +285,14 @@ CUDA_CAUSE_NOT_NAMED = {("grayscale", "double weights"), ("grayscale", "fused mu
                         ("matmul_tiled", "the sum restarted each tile"), ("flash_softmax", "keys past S not masked")}
 
 
-def _wrong_params(track):
+def _wrong_params(track, graded: bool = False):
+    """The table's rows for `track`; `graded`: for the test that grades them, where a CUDA cause not yet
+    named is a strict xfail (the patch itself applies: the CPU test of the patches holds every row)."""
     for (name, t), wrongs in WRONG.items():
         if t == track:
             for what, patches, says, never in wrongs:
                 marks = [pytest.mark.xfail(strict=True, reason="the CUDA track fails it without naming this cause")
-                         ] if track == "cuda" and (name, what) in CUDA_CAUSE_NOT_NAMED else []
+                         ] if graded and track == "cuda" and (name, what) in CUDA_CAUSE_NOT_NAMED else []
                 yield pytest.param(name, patches, says, never, id=f"{name}-{what.replace(' ', '_')}", marks=marks)
 
 
@@ -361,7 +363,7 @@ def test_cuda_right_solution_patches_apply(name, patches):
 
 @pytest.mark.long
 @pytest.mark.gpu
-@pytest.mark.parametrize("name, patches, says, never", list(_wrong_params("cuda")))
+@pytest.mark.parametrize("name, patches, says, never", list(_wrong_params("cuda", graded=True)))
 def test_gpu_cuda_wrong_solution_fails_naming_its_cause(name, patches, says, never, tmp_path):
     text = "\n".join(t for ok, t in _check_fails_cuda(name, patches, tmp_path) if ok is False)
     assert says in text
