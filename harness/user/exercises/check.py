@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 
 from harness.base.errors import ToolMissing
-from harness.base.procs import sigterm_as_interrupt
 from harness.base.paths import ROOT
+from harness.base.procs import sigterm_as_interrupt
 from harness.user.exercises import (
     ExerciseError,
     catalog,
