@@ -6,6 +6,7 @@ runs, the demo's runs, the report's tour and the README's learning path."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,15 @@ NAME = "zz_scratch"
 FOLDER = sorted(f.format(p=NAME) for f in scaffold.LAYOUT.values())
 
 
+# What a copy leaves behind when the tree is no git checkout (CI's fresh-machine stage copies one).
+_NOT_SOURCE = ("build", ".git", "__pycache__", ".pytest_cache", ".ruff_cache", "*.egg-info", ".offline", ".carry-*",
+               ".progress.json")
+
+
 def _copy_project(dest: Path) -> None:
+    if not (ROOT / ".git").exists():
+        shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(*_NOT_SOURCE), symlinks=True)
+        return
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
                             check=True).stdout.split(b"\0")
     for rel in filter(None, listed):
