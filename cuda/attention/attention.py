@@ -1166,6 +1166,22 @@ EXERCISES = (
              "-inf - -inf is NaN). The CUDA kernel's scores are in base 2: exp2f, not expf."),
         block="64 query rows a block, 128 threads (Python: 4 rows, 4-key tiles)",
     ),
+    Exercise(
+        "flash_bwd", origin="FlashAttention-2 paper, Algorithm 2 (backward)",
+        writes="the backward's recurrence for one key block: P recomputed from the saved log-sum-exp, "
+               "dV += Pᵀ dO, dS = P * (dP - delta), dK += scale * dSᵀ Q",
+        tracks=("python",), problem=_ex.FlashBwd(), py_entry="flash_bwd_kb",
+        hints=("Your thread owns key j (k_j and v_j, in kj and vj). For each query i of the tile the forward's weight "
+               "is P_ij = exp(scale * q_i . k_j - L_i): L, the saved log-sum-exp (ls), already holds the row's max and "
+               "sum, so nothing is normalised again. Mask the scores first: -inf where i >= S or, causal, where j > i "
+               "(the diagonal j == i stays), then exp(-inf - L) is 0.",
+               "dV_j is row j of Pᵀ dO: the sum over the tile's queries of P_ij * dO_i, p @ dos (key j's column of P "
+               "weighs the rows of dO). dP_ij = dO_i . v_j is dos @ vj, and dS_ij = P_ij * (dP_ij - delta_i), with "
+               "delta_i = rowsum(dO_i * O_i) loaded with the tile (dl).",
+               "dK_j = scale * sum_i dS_ij * q_i, scale * (ds @ qs): the scores were scale * q . k, so the chain rule "
+               "brings the scale back. Add into dvj and dkj at every query tile; never restart them inside the loop."),
+        block=f"{BWD_BC} key rows a block, one per thread; query tiles of {BWD_BR} rows in shared memory",
+    ),
 )
 
 
