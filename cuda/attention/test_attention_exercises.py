@@ -96,3 +96,24 @@ RIGHT = {
 CUDA_CAUSE_NOT_NAMED = {("flash_softmax", "keys past S not masked")}
 
 globals().update(wrong_solutions.tests_for("attention", WRONG, RIGHT, not_named=CUDA_CAUSE_NOT_NAMED))
+
+
+def test_flash_bwd_cases_reach_the_edges_its_mistakes_live_on():
+    """S = 1; S a multiple of the query tile with several tiles, and not; one more than a key block and
+    than a tile; causal and not; D 4 and 8; scores past exp's range (exp(s) without L overflows there,
+    while exp(s - L) stays <= 1); the fresh case changes with the seed."""
+    import numpy as np
+
+    from harness.programs import attention as att
+    from harness.user.exercises import catalog
+
+    cs = catalog.cases("flash_bwd", "python", 11)
+    ps = [c.params for c in cs]
+    assert any(p["S"] == 1 for p in ps) and any(c.exact_multi for c in cs) and any(c.ragged for c in cs)
+    assert {att.BWD_BC + 1, att.BWD_BR + 1} <= {p["S"] for p in ps}
+    assert {p["causal"] for p in ps} == {False, True} and {p["D"] for p in ps} == {4, 8}
+    for c in (c for c in cs if c.wide):
+        inp = catalog.inputs("flash_bwd", c)
+        s = np.einsum("bid,bjd->bij", inp["q"], inp["k"]) / np.sqrt(c.params["D"])
+        assert s.max() > 709.8 and np.isfinite(inp["lse"]).all()
+    assert cs[-1].params != catalog.cases("flash_bwd", "python", 12)[-1].params
