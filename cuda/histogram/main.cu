@@ -1,28 +1,28 @@
-// build/bin/histogram: out = a * x + y on the GPU, checked on the host.
+// build/bin/histogram: 256-bin counts of N random bytes on the GPU, checked on the host.
 //
-//   histogram [N] [--variant V] [--a A] [--seed S] [--reps R]     defaults: N=1000003, 01_grid_stride, a=2
+//   histogram [N] [--variant V] [--input uniform|skewed] [--seed S] [--reps R]
+//       defaults: N=1000003, 03_coarsened, uniform
 //
-// x and y are drawn in [-1, 1) from the seed; every element of out is compared with the host's own
-// a * x + y (a float32 fused multiply-add may round once where the host rounds twice: the tolerance
-// is a few units in the last place). Ends with
-//   result program=histogram variant=V n=N ms=... max_err=... check=pass|fail
+// uniform: every byte drawn from 0..255; skewed: 90% of the bytes are 0 (a mostly black image: the
+// contention case), the rest uniform. The host counts the same bytes and every one of the 256 bins must
+// match exactly. Ends with
+//   result program=histogram variant=V input=I n=N ms=... mismatches=K check=pass|fail
 // and exits 0 only when the check passed (2 for bad arguments, 1 for a CUDA error or a failed check).
 #include <climits>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
-#include "histogram.h"
 #include "check.cuh"
 #include "cli.cuh"
+#include "histogram.h"
 
-static const char *kUsage = "usage: histogram [N] [--variant V] [--a A] [--seed S] [--reps R]";
+static const char *kUsage = "usage: histogram [N] [--variant V] [--input uniform|skewed] [--seed S] [--reps R]";
 
 int main(int argc, char **argv) {
     long long n = 1000003;
-    const char *variant = "01_grid_stride";
-    double a = 2.0;
+    const char *variant = "03_coarsened";
+    const char *input = "uniform";
     unsigned long long seed = 0;
     int reps = 5;
     const char *pos[1];
@@ -32,8 +32,8 @@ int main(int argc, char **argv) {
         const char *arg = argv[i];
         if (strcmp(arg, "--variant") == 0) {
             variant = cudalab_option_value(argc, argv, &i, kUsage);
-        } else if (strcmp(arg, "--a") == 0) {
-            a = cudalab_parse_double(cudalab_option_value(argc, argv, &i, kUsage), "--a");
+        } else if (strcmp(arg, "--input") == 0) {
+            input = cudalab_option_value(argc, argv, &i, kUsage);
         } else if (strcmp(arg, "--seed") == 0) {
             seed = cudalab_parse_seed(cudalab_option_value(argc, argv, &i, kUsage));
         } else if (strcmp(arg, "--reps") == 0) {
@@ -43,48 +43,47 @@ int main(int argc, char **argv) {
         }
     }
     if (npos > 0) n = cudalab_parse_range(pos[0], "N", 1, INT_MAX, kUsage);
-    bool known = false;
-    for (int v = 0; v < histogram_variant_count(); ++v) known = known || strcmp(variant, histogram_variant_name(v)) == 0;
-    if (!known) CUDALAB_USAGE_ERROR("unknown variant '%s'\n%s", variant, kUsage);
+    if (cudalab_name_index(histogram_variant_count, histogram_variant_name, variant) < 0)
+        CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: %s)\n%s", variant,
+                            cudalab_name_list(histogram_variant_count, histogram_variant_name).c_str(), kUsage);
+    const bool skewed = strcmp(input, "skewed") == 0;
+    if (!skewed && strcmp(input, "uniform") != 0)
+        CUDALAB_USAGE_ERROR("--input must be uniform or skewed, got '%s'\n%s", input, kUsage);
 
-    std::vector<float> x(n), y(n), out(n);
+    std::vector<unsigned char> in(n);
+    std::vector<unsigned long long> want(256, 0);
     CudalabRng rng(seed);
     for (long long i = 0; i < n; ++i) {
-        x[i] = rng.uniform();
-        y[i] = rng.uniform();
+        const uint64_t r = rng.next();
+        // skewed: the top 24 bits pick "hot" 90% of the time; the low byte is the uniform value.
+        const bool hot = skewed && (r >> 40) < (uint64_t)(0.9 * 16777216.0);
+        in[i] = hot ? 0 : (unsigned char)(r & 0xFF);
+        ++want[in[i]];
     }
-    const size_t bytes = (size_t)n * sizeof(float);
-    float *dx = nullptr, *dy = nullptr, *dout = nullptr;
-    CUDA_CHECK(cudaMalloc(&dx, bytes));
-    CUDA_CHECK(cudaMalloc(&dy, bytes));
-    CUDA_CHECK(cudaMalloc(&dout, bytes));
-    CUDA_CHECK(cudaMemcpy(dx, x.data(), bytes, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(dy, y.data(), bytes, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemset(dout, 0xFF, bytes));  // NaN: an element the kernel never writes fails the check
-    const double ms = cudalab_median_ms(
-        [&] { return histogram_f32_dev(variant, (float)a, dx, dy, dout, n, 0, 0, nullptr); }, reps);
-    CUDA_CHECK(cudaMemcpy(out.data(), dout, bytes, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaFree(dx));
-    CUDA_CHECK(cudaFree(dy));
-    CUDA_CHECK(cudaFree(dout));
+    unsigned char *din = nullptr;
+    unsigned int *dbins = nullptr;
+    CUDA_CHECK(cudaMalloc(&din, (size_t)n));
+    CUDA_CHECK(cudaMalloc(&dbins, 256 * sizeof(unsigned int)));
+    CUDA_CHECK(cudaMemcpy(din, in.data(), (size_t)n, cudaMemcpyHostToDevice));
+    // Poison: the entry point must zero the bins itself, or every count comes out wrong.
+    CUDA_CHECK(cudaMemset(dbins, 0xFF, 256 * sizeof(unsigned int)));
+    const double ms = cudalab_median_ms([&] { return histogram_u8_dev(variant, din, n, dbins, 0, 0, nullptr); }, reps);
+    std::vector<unsigned int> got(256);
+    CUDA_CHECK(cudaMemcpy(got.data(), dbins, 256 * sizeof(unsigned int), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(din));
+    CUDA_CHECK(cudaFree(dbins));
 
-    double max_err = 0.0;
-    long long bad = 0, first_bad = -1;
-    for (long long i = 0; i < n; ++i) {
-        const double want = (double)(float)a * x[i] + y[i];
-        const double err = std::fabs((double)out[i] - want);
-        // |a x| + |y| bounds the size of the terms: 4 units in float32's last place of it.
-        const double tol = 4.0 * 5.96e-8 * (std::fabs((double)(float)a * x[i]) + std::fabs((double)y[i])) + 1e-30;
-        if (!(err <= tol)) {
-            if (first_bad < 0) first_bad = i;
+    int bad = 0, first_bad = -1;
+    for (int b = 0; b < 256; ++b) {
+        if ((unsigned long long)got[b] != want[b]) {
+            if (first_bad < 0) first_bad = b;
             ++bad;
         }
-        if (err > max_err || std::isnan(err)) max_err = std::isnan(err) ? INFINITY : err;
     }
     if (first_bad >= 0)
-        fprintf(stderr, "check failed: %lld element(s) wrong, first at index %lld: got %g, expected %g\n", bad,
-                first_bad, out[first_bad], (double)(float)a * x[first_bad] + y[first_bad]);
-    printf("result program=histogram variant=%s n=%lld ms=%.4f max_err=%.3g check=%s\n", variant, n, ms, max_err,
-           bad == 0 ? "pass" : "fail");
+        fprintf(stderr, "check failed: %d bin(s) wrong, first bin %d: got %u, expected %llu\n", bad, first_bad,
+                got[first_bad], want[first_bad]);
+    printf("result program=histogram variant=%s input=%s n=%lld ms=%.4f mismatches=%d check=%s\n", variant, input, n,
+           ms, bad, bad == 0 ? "pass" : "fail");
     return bad == 0 ? 0 : 1;
 }
