@@ -176,8 +176,9 @@ def histogram_dev(variant: str, d_in, n: int, d_bins, stream=None, blocks: int =
 
 def cub_temp_bytes(n: int) -> int:
     """The temporary storage CUB's HistogramEven needs for n bytes (asked once, before the timing loop)."""
+    n = check_n(n)
     out = np.zeros(1, dtype=np.uint64)
-    lib().histogram_cub_temp_bytes(check_n(n), out)
+    lib().histogram_cub_temp_bytes(n, out)
     return int(out[0])
 
 
@@ -363,7 +364,7 @@ def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
             wrong = int(np.count_nonzero(got != ref))
             rows.append({"variant": v, "input": kind, "n": n, "hot_bin_count": int(got[HOT_VALUE]),
                          "wrong_bins": wrong, "check": "pass" if wrong == 0 else "fail"})
-    return pd.DataFrame(rows), "the kernels' Python twins on harness.base.sim against numpy's bincount"
+    return pd.DataFrame(rows), "the kernels' Python twins on the simulator (harness.base.sim) against numpy's bincount"
 
 
 def run(*args, timeout: float = 300) -> pd.DataFrame:
