@@ -515,7 +515,7 @@ def sanitize_args() -> dict[str, list[str]]:
 
 RECORD = Program(
     name=PROGRAM,
-    summary="atomics and contention: a 256-bin histogram, privatised in shared memory, then coarsened",
+    summary="atomics and contention: private bins in shared memory, then coarsening",
     follows="PMPP ch. 9",
     order=67,
     readme_picture="[contention](cuda/histogram/contention.png)",
