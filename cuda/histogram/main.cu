@@ -1,7 +1,10 @@
 // build/bin/histogram: 256-bin counts of N random bytes on the GPU, checked on the host.
 //
-//   histogram [N] [--variant V] [--input uniform|skewed] [--seed S] [--reps R]
+//   histogram [N] [--variant V|cub] [--input uniform|skewed] [--seed S] [--reps R]
 //       defaults: N=1000003, 03_coarsened, uniform
+//
+// `--variant cub` runs the ceiling, CUB's DeviceHistogram::HistogramEven, through the same check, so
+// that a profiler sees CUB's kernels beside ours (its temporary storage allocated before the timing).
 //
 // uniform: every byte drawn from 0..255; skewed: 90% of the bytes are 0 (a mostly black image: the
 // contention case), the rest uniform. The host counts the same bytes and every one of the 256 bins must
@@ -17,7 +20,7 @@
 #include "cli.cuh"
 #include "histogram.h"
 
-static const char *kUsage = "usage: histogram [N] [--variant V] [--input uniform|skewed] [--seed S] [--reps R]";
+static const char *kUsage = "usage: histogram [N] [--variant V|cub] [--input uniform|skewed] [--seed S] [--reps R]";
 
 int main(int argc, char **argv) {
     long long n = 1000003;
@@ -43,8 +46,9 @@ int main(int argc, char **argv) {
         }
     }
     if (npos > 0) n = cudalab_parse_range(pos[0], "N", 1, INT_MAX, kUsage);
-    if (cudalab_name_index(histogram_variant_count, histogram_variant_name, variant) < 0)
-        CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: %s)\n%s", variant,
+    const bool cub = strcmp(variant, "cub") == 0;
+    if (!cub && cudalab_name_index(histogram_variant_count, histogram_variant_name, variant) < 0)
+        CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: %s, cub)\n%s", variant,
                             cudalab_name_list(histogram_variant_count, histogram_variant_name).c_str(), kUsage);
     const bool skewed = strcmp(input, "skewed") == 0;
     if (!skewed && strcmp(input, "uniform") != 0)
@@ -67,11 +71,23 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaMemcpy(din, in.data(), (size_t)n, cudaMemcpyHostToDevice));
     // Poison: the entry point must zero the bins itself, or every count comes out wrong.
     CUDA_CHECK(cudaMemset(dbins, 0xFF, 256 * sizeof(unsigned int)));
-    const double ms = cudalab_median_ms([&] { return histogram_u8_dev(variant, din, n, dbins, 0, 0, nullptr); }, reps);
+    unsigned long long temp_bytes = 0;
+    void *dtemp = nullptr;
+    if (cub) {
+        CUDA_CHECK((cudaError_t)histogram_cub_temp_bytes(n, &temp_bytes));
+        CUDA_CHECK(cudaMalloc(&dtemp, temp_bytes > 0 ? temp_bytes : 1));
+    }
+    const double ms = cudalab_median_ms(
+        [&] {
+            return cub ? histogram_cub_u8_dev(din, n, dbins, dtemp, temp_bytes, nullptr)
+                       : histogram_u8_dev(variant, din, n, dbins, 0, 0, nullptr);
+        },
+        reps);
     std::vector<unsigned int> got(256);
     CUDA_CHECK(cudaMemcpy(got.data(), dbins, 256 * sizeof(unsigned int), cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaFree(din));
     CUDA_CHECK(cudaFree(dbins));
+    if (dtemp != nullptr) CUDA_CHECK(cudaFree(dtemp));
 
     int bad = 0, first_bad = -1;
     for (int b = 0; b < 256; ++b) {

@@ -298,7 +298,7 @@ def test_the_checker_fails_the_gpus_answer_against_a_perturbed_reference():
 @pytest.mark.parametrize("kind", prog.INPUTS)
 @pytest.mark.parametrize("n", [1, 4099, 1000003])
 def test_the_executable_checks_itself(kind, n):
-    for v in prog.VARIANTS:
+    for v in (*prog.VARIANTS, "cub"):  # cub: the ceiling, through the same check (for the profilers)
         df = prog.run(str(n), "--variant", v, "--input", kind, "--seed", "7", "--reps", "1")
         row = df.iloc[0]
         assert len(df) == 1 and row["check"] == "pass" and int(row["n"]) == n and int(row["mismatches"]) == 0
