@@ -18,7 +18,9 @@
 
 namespace {
 
+// EXERCISE histogram_private: copy
 const int kBins = 256;             // one bin per uint8 value
+// EXERCISE histogram_private: end copy
 const int kLanes = 32;             // threads in a warp, and banks in shared memory
 const int kDefaultThreads = 256;   // 01 and 02: one thread per byte
 const int kCoarsenedThreads = 512; // 03: 4 blocks of 512 (32 KiB of copies each) fill an SM's 2048 threads
@@ -37,16 +39,24 @@ int variant_id(const char *name) {
 
 // Outside the anonymous namespace, so that profilers show the kernels' plain names.
 
+// EXERCISE histogram_atomic: copy
 // 01: one thread per byte, one atomicAdd on the global bins per byte. Correct, and the simplest thing
 // that is: the hardware makes each read-modify-write whole. But all n atomics go to 256 counters that
 // sit in 8 cache lines of the L2, so the L2's atomic units for those lines do all the work one after
 // the other, and the lanes of a warp that hold the same value are serialised on one counter.
 __global__ void histogram_01_global_atomics(const unsigned char *__restrict__ in, long long n,
                                             unsigned int *__restrict__ bins) {
+// EXERCISE histogram_atomic: begin i = this thread's global index (block index times block size plus the thread
+// EXERCISE histogram_atomic: todo index, as long long); only when i < n (the last block is partial), add 1 to the bin
+// EXERCISE histogram_atomic: todo of the byte in[i], with atomicAdd: threads of the whole grid add to the same bin
+// EXERCISE histogram_atomic: todo at once, and a plain ++ (read, add, write) loses the adds that overlap it.
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) atomicAdd(&bins[in[i]], 1u);
+// EXERCISE histogram_atomic: end
 }
+// EXERCISE histogram_atomic: end copy
 
+// EXERCISE histogram_private: copy
 // 02: privatisation. Each block counts its bytes into its own 256 counters in shared memory, whose
 // atomics are handled inside the SM, next to the threads, instead of crossing to the L2; then it adds
 // each non-zero bin to the global counters with one atomic. The contention of 01 moves from the L2 into
@@ -54,18 +64,30 @@ __global__ void histogram_01_global_atomics(const unsigned char *__restrict__ in
 __global__ void histogram_02_shared_private(const unsigned char *__restrict__ in, long long n,
                                             unsigned int *__restrict__ bins) {
     __shared__ unsigned int local[kBins];
+// EXERCISE histogram_private: begin set the block's kBins counters in `local` to 0 (shared memory starts with
+// EXERCISE histogram_private: todo whatever the last block left there), in a loop strided by blockDim.x (the block
+// EXERCISE histogram_private: todo may have fewer threads than bins, or more); then wait until every counter is 0.
     for (int b = threadIdx.x; b < kBins; b += blockDim.x) local[b] = 0;
     __syncthreads();  // every counter zeroed before any thread adds to one
+// EXERCISE histogram_private: end
 
+// EXERCISE histogram_private: begin i = this thread's global index (long long); only when i < n, add 1 to local's
+// EXERCISE histogram_private: todo counter of the byte in[i] (atomicAdd: the block's threads share the counters).
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) atomicAdd(&local[in[i]], 1u);
+// EXERCISE histogram_private: end
+// EXERCISE histogram_private: begin wait until every byte of the block is counted; then add each non-zero counter
+// EXERCISE histogram_private: todo local[b] to bins[b], one atomicAdd per counter (every block adds to the same
+// EXERCISE histogram_private: todo global bins), over the same loop strided by blockDim.x.
     __syncthreads();  // every byte of the block counted before the counters are read
 
     for (int b = threadIdx.x; b < kBins; b += blockDim.x) {
         const unsigned int c = local[b];
         if (c != 0) atomicAdd(&bins[b], c);  // an empty bin adds nothing: skip its atomic
     }
+// EXERCISE histogram_private: end
 }
+// EXERCISE histogram_private: end copy
 
 // 03: coarsening, wide loads and one copy of the bins per lane.
 // - A grid that fills the GPU once, each thread striding over the input: a block's private bins are

@@ -27,14 +27,17 @@ import pandas as pd
 from harness.base import sim
 from harness.calling import library
 from harness.calling import results as _results
-from harness.programs.record import Picture, Program, Tour
+from harness.programs import histogram_exercises as _ex
+from harness.programs.record import Exercise, Picture, Program, Tour
 
 PROGRAM = "histogram"
 
 # VARIANTS is the library's one table (cuda/histogram/histogram.cu), read when first asked for.
 __getattr__ = library.table_attributes(__name__, PROGRAM)
 
+# EXERCISE histogram_private: copy
 BINS = 256
+# EXERCISE histogram_private: end copy
 LANES = 32  # threads in a warp, and banks in shared memory
 MAX_N = 2**31 - 1  # the entry points' limit (CUB's int offset); no uint32 bin can overflow below it
 DEFAULT_VARIANT = "03_coarsened"
@@ -186,27 +189,48 @@ def cub_temp_bytes(n: int) -> int:
 # One thread at a time runs on the simulator, so `+=` on a counter is already the whole read-modify-write
 # an atomicAdd makes of it on the GPU; what the twins show is who adds to which counter, and when.
 
+# EXERCISE histogram_atomic: copy
 def global_atomics_k(ctx, x, n, bins):
     """01_global_atomics: one thread per byte, one atomicAdd on the global bins."""
+    # EXERCISE histogram_atomic: begin i = this thread's global index (ctx.blockIdx.x, ctx.blockDim.x,
+    # EXERCISE histogram_atomic: todo ctx.threadIdx.x); only when i < n (the last block is partial), add 1 to the bin of
+    # EXERCISE histogram_atomic: todo the byte x[i]. (The simulator runs one thread at a time, so `+=` is already whole,
+    # EXERCISE histogram_atomic: todo as atomicAdd makes it on the GPU.)
     i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
     if i < n:
         bins[x[i]] += 1  # atomicAdd(&bins[in[i]], 1)
+    # EXERCISE histogram_atomic: end
+# EXERCISE histogram_atomic: end copy
 
 
+# EXERCISE histogram_private: copy
 def shared_private_k(ctx, x, n, bins):
-    """02_shared_private: the block's own bins in shared memory, zeroed, counted, merged once each."""
+    """02_shared_private: the block's own bins in shared memory, zeroed, counted, merged once each.
+    A generator: each bare `yield` is a __syncthreads()."""
     local = ctx.shared.local  # the simulator fills shared memory with a marker: zeroing it matters
     t = ctx.threadIdx.x
+    # EXERCISE histogram_private: begin set the block's BINS counters in `local` to 0 (the simulator fills shared
+    # EXERCISE histogram_private: todo memory with 2^32-1), in a loop strided by ctx.blockDim.x (the block may have fewer
+    # EXERCISE histogram_private: todo threads than bins); then wait until every counter is 0 (a bare `yield`).
     for b in range(t, BINS, ctx.blockDim.x):
         local[b] = 0
     yield  # __syncthreads(): every counter zeroed before any thread adds to one
+    # EXERCISE histogram_private: end
+    # EXERCISE histogram_private: begin i = this thread's global index; only when i < n, add 1 to local's counter of the
+    # EXERCISE histogram_private: todo byte x[i] (an atomicAdd on shared memory on the GPU).
     i = ctx.blockIdx.x * ctx.blockDim.x + t
     if i < n:
         local[x[i]] += 1  # atomicAdd on shared memory
+    # EXERCISE histogram_private: end
+    # EXERCISE histogram_private: begin wait until every byte of the block is counted; then add each non-zero counter
+    # EXERCISE histogram_private: todo local[b] to bins[b] (one atomicAdd per counter on the GPU: every block adds to the
+    # EXERCISE histogram_private: todo same bins), over the same loop strided by ctx.blockDim.x.
     yield  # every byte of the block counted before the counters are read
     for b in range(t, BINS, ctx.blockDim.x):
         if local[b] != 0:
             bins[b] += local[b]  # one global atomicAdd per non-zero bin
+    # EXERCISE histogram_private: end
+# EXERCISE histogram_private: end copy
 
 
 def coarsened_k(ctx, x, n, bins, head):
@@ -511,6 +535,43 @@ def sanitize_args() -> dict[str, list[str]]:
     return runs
 
 
+# --- the exercises this program offers (their problems: histogram_exercises.py) ---------------------
+
+EXERCISES = (
+    Exercise(
+        "histogram_atomic", origin="PMPP chapter 9 (a basic parallel histogram: atomic operations)",
+        writes="the kernel of 01: one thread per byte, the bounds check, one atomicAdd on the global bins",
+        tracks=("python", "cuda"), problem=_ex.HistogramAtomic(), py_entry="global_atomics_k",
+        cu_source="cuda/histogram/histogram.cu", cu_kernels=("histogram_01_global_atomics",),
+        glue="exercise_histogram_atomic.cu",
+        hints=("One thread per byte: its index is blockIdx.x * blockDim.x + threadIdx.x (Python: the same from "
+               "ctx); the grid is rounded up to whole blocks, so threads with i >= n do nothing.",
+               "The bin of a byte is its value: the thread adds 1 to bins[in[i]]. Many threads hold the same value "
+               "at once (most of them, in the skewed cases).",
+               "CUDA: `if (i < n) atomicAdd(&bins[in[i]], 1u);` -- a plain bins[in[i]]++ reads, adds and writes, "
+               "and two threads that overlap keep one add. Python: `if i < n: bins[x[i]] += 1`."),
+        block="cdiv(n, threads) blocks of `threads` (the lab: 256)",
+    ),
+    Exercise(
+        "histogram_private", origin="PMPP chapter 9 (privatization: the block's own bins in shared memory)",
+        writes="the kernel of 02: zero the block's bins in shared memory, a barrier, count, a barrier, merge each "
+        "non-zero bin with one atomicAdd",
+        tracks=("python", "cuda"), problem=_ex.HistogramPrivate(), py_entry="shared_private_k",
+        cu_source="cuda/histogram/histogram.cu", cu_kernels=("histogram_02_shared_private",),
+        glue="exercise_histogram_private.cu",
+        hints=("Three phases, with a barrier between each two: zero the block's counters; count each byte into "
+               "them; add each counter to the global bins. A barrier (__syncthreads(); in Python a bare `yield`) is "
+               "reached by every thread of the block, also those with i >= n.",
+               "The block may have fewer (or more) threads than the 256 counters: zero and merge them in a loop "
+               "`for (int b = threadIdx.x; b < kBins; b += blockDim.x)` (Python: range(t, BINS, ctx.blockDim.x)).",
+               "Count with atomicAdd(&local[in[i]], 1u) when i < n; merge with `if (local[b] != 0) "
+               "atomicAdd(&bins[b], local[b]);` -- every block adds to the same global bins, so a plain store "
+               "would keep only the last block's counts."),
+        block="cdiv(n, threads) blocks of `threads` (the lab: 256); 256 counters of shared memory a block",
+    ),
+)
+
+
 # --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
 
 RECORD = Program(
@@ -532,4 +593,5 @@ RECORD = Program(
     picture=Picture("histogram", viz_data, options=("n",)),
     tour=Tour("256-bin counts of uniform and 90%-skewed bytes, and how many atomics each variant makes "
               "collide", drawn=("plots/histogram_contention.png",), committed=("cuda/histogram/contention.png",)),
+    exercises=EXERCISES,
 )
