@@ -229,7 +229,9 @@ class Problem:
     elements computed wrongly), `order_checked` (the Python track's kernel shares memory between threads:
     a failing case runs again with the threads reversed to see a missing barrier), `unit` ("block" or
     "tile": what a partial one is called in messages), `nan_cause` (what a NaN or infinite output points
-    at), `ragged_cause` (what failures in the partial blocks alone point at, instead of the bounds check).
+    at), `ragged_cause` (what failures in the partial blocks alone point at, instead of the bounds check),
+    `barrier_cause` (which barrier an output that changes with the threads' order points at, where the
+    grader's own words, about tiles, do not fit the kernel).
     """
 
     tolerance: float | None = None
@@ -239,6 +241,7 @@ class Problem:
     unit: str = "block"
     nan_cause: str = ""
     ragged_cause: str = ""
+    barrier_cause: str = ""
 
     def cases(self, track: str, seed: int) -> list[Case]:
         raise NotImplementedError
@@ -256,6 +259,11 @@ class Problem:
 
     def facts(self, case: Case) -> dict:
         """What the grader's pattern (`pattern`) reads about a case besides its size flags."""
+        return {}
+
+    def out_facts(self, case: Case, out: np.ndarray, ref: np.ndarray) -> dict:
+        """What the grader's patterns read about a wrong output beside its size flags (counts lost or
+        added, where the values themselves say more than which elements are wrong)."""
         return {}
 
     def first_pattern(self, bad: list[dict], track: str) -> str | None:

@@ -45,10 +45,13 @@ def _wrong(name, track, old, new):
 
 def test_every_marker_in_the_sources_belongs_to_an_exercise_and_pairs_up():
     seen = set()
-    for rel in ["cuda/square/square.cu", "cuda/grayscale/grayscale.cu", "cuda/shared/matmul/matmul_kernels.cuh",
-                "cuda/mandelbrot/mandelbrot.cu", "cuda/shared/attention/attention_kernels.cuh",
-                "cuda/square/square.py", "cuda/grayscale/grayscale.py", "cuda/matmul/matmul.py",
-                "cuda/mandelbrot/mandelbrot.py", "cuda/attention/attention.py"]:
+    # The first programs' sources by name, and every source an exercise declares (a program that adds
+    # exercises is covered without a line here).
+    declared = {e.py_source for e in catalog.exercises()} | {e.cu_source for e in catalog.exercises()}
+    for rel in sorted({"cuda/square/square.cu", "cuda/grayscale/grayscale.cu", "cuda/shared/matmul/matmul_kernels.cuh",
+                       "cuda/mandelbrot/mandelbrot.cu", "cuda/shared/attention/attention_kernels.cuh",
+                       "cuda/square/square.py", "cuda/grayscale/grayscale.py", "cuda/matmul/matmul.py",
+                       "cuda/mandelbrot/mandelbrot.py", "cuda/attention/attention.py"} | (declared - {None})):
         text = (ROOT / rel).read_text()
         names = markers.names_in(text)
         assert names <= set(catalog.BY_NAME), f"{rel}: markers of unknown exercises {names - set(catalog.BY_NAME)}"
@@ -235,18 +238,18 @@ def _py_cases():
             yield pytest.param(name, old, new, says, id=f"{name}-{k}")
 
 
-def _own_table(name) -> bool:
-    """The exercise's wrong solutions live beside its program (cuda/<prog>/test_<prog>_exercises.py, five
-    a track at least: tests/wrong_solutions.py holds them to it), so this file need not list it."""
-    prog = hx.exercise(name).program
-    return (ROOT / "cuda" / prog / f"test_{prog}_exercises.py").is_file()
+def _here(names: list[str]) -> set[str]:
+    """The exercises whose wrong solutions are tabled here: the others' table lives beside their program
+    (cuda/<prog>/test_<prog>_exercises.py, through tests/wrong_solutions.py)."""
+    own = {e.name for e in catalog.EXERCISES
+           if (ROOT / "cuda" / e.program / f"test_{e.program}_exercises.py").is_file()}
+    return set(names) - own
 
 
 def test_every_exercise_has_at_least_three_wrong_solutions():
-    assert set(WRONG_PY) <= set(PY_EXERCISES)
-    assert all(name in WRONG_PY or _own_table(name) for name in PY_EXERCISES)
+    assert _here(PY_EXERCISES) <= set(WRONG_PY) <= set(PY_EXERCISES)
     assert all(len(w) >= 3 for w in WRONG_PY.values())
-    assert set(WRONG_CUDA) == set(CU_EXERCISES)
+    assert _here(CU_EXERCISES) <= set(WRONG_CUDA) <= set(CU_EXERCISES)
     assert all(len(w) >= 3 for w in WRONG_CUDA.values())
 
 
@@ -382,8 +385,11 @@ def test_list_shows_every_exercise_in_order_with_status(tmp_path):
     assert len(catalog.EXERCISES) >= 9
     hx.start("square", None, tmp_path)
     rows = hx.listing(tmp_path)
-    assert [r["exercise"] for r in rows][:9] == ["square", "grid_stride", "grayscale", "grayscale_2d", "matmul",
-                                                "matmul_tiled", "mandelbrot", "mandelbrot_zoom", "flash_softmax"]
+    first = ["square", "grid_stride", "grayscale", "grayscale_2d", "matmul", "matmul_tiled", "mandelbrot",
+             "mandelbrot_zoom", "flash_softmax"]
+    # in the learning path's order, the later programs' exercises between them where their programs fall
+    assert [r["exercise"] for r in rows] == [e.name for e in catalog.EXERCISES]
+    assert [r["exercise"] for r in rows if r["exercise"] in first] == first
     assert (rows[0]["python"], rows[0]["cuda"]) == ("started", "not started")
     assert (rows[1]["python"], rows[1]["cuda"]) == ("not started", "not started")
     assert next(r for r in rows if r["exercise"] == "mandelbrot_zoom")["cuda"] == "-"

@@ -139,6 +139,10 @@ def tail(name: str, case: Case) -> np.ndarray | None:
     return problem(name).tail(case)
 
 
+def out_facts(name: str, case: Case, out: np.ndarray, ref: np.ndarray) -> dict:
+    return problem(name).out_facts(case, np.asarray(out), np.asarray(ref))
+
+
 def run_python(name: str, fn, case: Case, inp: dict, alt: bool = False) -> np.ndarray:
     return problem(name).run_python(fn, case, inp, alt)
 

@@ -208,6 +208,8 @@ def _compare_case(name: str, case: catalog.Case, arrays: dict, r: dict) -> str |
                          unwritten=got.get("unwritten"), guard_written=got.get("guard_written"),
                          tail=catalog.tail(name, case))
     r["zeros"] = bool(out.size and np.all(out == 0) and np.any(np.asarray(ref) != 0))
+    if msg is not None:
+        r.update(catalog.out_facts(name, case, out, ref))
     return msg
 
 

@@ -1,0 +1,123 @@
+"""histogram's exercises: wrong solutions the checker must fail, with the cause it must (and must not) name,
+and a right solution written differently that it must pass, for both exercises and both tracks
+(tests/wrong_solutions.py makes the tests; the CUDA track's are graded on a GPU, their patches checked
+here). Then: counts hard-coded from one check's cases fail the next check's."""
+
+from __future__ import annotations
+
+import numpy as np
+import wrong_solutions
+from wrong_solutions import BARRIER, BOUNDS
+
+from harness.user import exercises as hx
+from harness.user.exercises import catalog
+from harness.user.exercises import check as hcheck
+
+_PY_INDEX = "    i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x\n"
+_PY_ZERO = "    for b in range(t, BINS, ctx.blockDim.x):\n        local[b] = 0\n"
+_PY_MERGE = "    for b in range(t, BINS, ctx.blockDim.x):\n        if local[b] != 0:\n            bins[b] += local[b]"
+_CU_INDEX = "    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+_CU_ZERO = "    for (int b = threadIdx.x; b < kBins; b += blockDim.x) local[b] = 0;\n"
+_CU_MERGE = "        if (c != 0) atomicAdd(&bins[b], c);"
+
+# (what the mistake is, [(old, new), ...], text the verdict must hold, text it must not hold)
+WRONG = {("histogram_atomic", "python"): [
+    ("no bounds check", [("    if i < n:\n", "    if True:\n")], "IndexError", None),
+    ("one byte past the end", [("    if i < n:\n", "    if i <= n:\n")], "IndexError", None),
+    ("the partial block skipped", [("    if i < n:\n", "    if i < n // ctx.blockDim.x * ctx.blockDim.x:\n")],
+     BOUNDS, None),
+    ("stops one early", [("    if i < n:\n", "    if i < n - 1:\n")], "never counted", BOUNDS),
+    ("blockIdx times threadIdx", [(_PY_INDEX, "    i = ctx.blockIdx.x * ctx.threadIdx.x + ctx.threadIdx.x\n")],
+     "outputs wrong", BOUNDS),
+    ("the bin next to the byte's", [("bins[x[i]] += 1", "bins[x[i] + 1] += 1")], "outputs wrong", BOUNDS),
+    ("adds the byte instead of 1", [("bins[x[i]] += 1", "bins[x[i]] += x[i]")], "outputs wrong", BOUNDS),
+], ("histogram_atomic", "cuda"): [
+    ("a plain increment", [("    if (i < n) atomicAdd(&bins[in[i]], 1u);\n", "    if (i < n) bins[in[i]]++;\n")],
+     "outputs wrong", None),
+    ("no bounds check", [("    if (i < n) atomicAdd(&bins[in[i]], 1u);\n", "    atomicAdd(&bins[in[i]], 1u);\n")],
+     "outputs wrong", None),
+    ("one byte past the end", [("    if (i < n) atomicAdd", "    if (i <= n) atomicAdd")], "outputs wrong", None),
+    ("the partial block skipped", [("    if (i < n) atomicAdd", "    if (i < n / blockDim.x * blockDim.x) atomicAdd")],
+     BOUNDS, None),
+    ("blockIdx times threadIdx", [(_CU_INDEX, "    const long long i = (long long)blockIdx.x * threadIdx.x + threadIdx.x;\n")],
+     "outputs wrong", None),
+    ("the bin next to the byte's", [("atomicAdd(&bins[in[i]], 1u)", "atomicAdd(&bins[in[i] + 1], 1u)")],
+     "wrote past the end", None),
+    ("adds the byte instead of 1", [("atomicAdd(&bins[in[i]], 1u)", "atomicAdd(&bins[in[i]], (unsigned)in[i])")],
+     "outputs wrong", None),
+], ("histogram_private", "python"): [
+    ("the counters never zeroed", [(_PY_ZERO, "")], "set every one of the BINS counters to 0", BARRIER),
+    ("one counter zeroed per thread", [(_PY_ZERO, "    local[t] = 0\n")], "strided by blockDim.x", BARRIER),
+    ("no barrier after the zeroing",
+     [("    yield  # __syncthreads(): every counter zeroed before any thread adds to one\n", "")],
+     "a missing barrier: every counter zeroed before any thread counts", None),
+    ("no barrier before the merge", [("    yield  # every byte of the block counted before the counters are read\n", "")],
+     "a missing barrier", None),
+    ("merged with a plain store", [("            bins[b] += local[b]", "            bins[b] = local[b]")],
+     "a plain store (=)", BARRIER),
+    ("counts one byte past the end", [("    if i < n:\n        local", "    if i <= n:\n        local")], "IndexError", None),
+    ("the partial block skipped", [("    if i < n:\n        local", "    if i < n // ctx.blockDim.x * ctx.blockDim.x:\n"
+                                                                  "        local")], BOUNDS, BARRIER),
+    ("the counter next to the byte's", [("local[x[i]] += 1", "local[x[i] + 1] += 1")], "outputs wrong", BOUNDS),
+], ("histogram_private", "cuda"): [
+    ("the counters never zeroed", [(_CU_ZERO, "")], "outputs wrong", None),
+    ("no barrier after the zeroing", [("    __syncthreads();  // every counter zeroed before any thread adds to one\n", "")],
+     "racecheck", None),
+    ("no barrier before the merge", [("    __syncthreads();  // every byte of the block counted before the counters are read\n",
+                                      "")], "outputs wrong", None),
+    ("merged with a plain store", [(_CU_MERGE, "        if (c != 0) bins[b] = c;")], "outputs wrong", None),
+    ("counts one byte past the end", [("    if (i < n) atomicAdd(&local", "    if (i <= n) atomicAdd(&local")],
+     "outputs wrong", None),
+    ("the partial block skipped", [("    if (i < n) atomicAdd(&local", "    if (i < n / blockDim.x * blockDim.x) atomicAdd(&local")],
+     BOUNDS, None),
+    ("merged into the next bin", [(_CU_MERGE, "        if (c != 0) atomicAdd(&bins[b + 1], c);")],
+     "wrote past the end", None),
+]}
+
+# Right, and written differently from the lab's solution: the check must pass them.
+RIGHT = {("histogram_atomic", "python"): [(_PY_INDEX + "    if i < n:\n        bins[x[i]] += 1  # atomicAdd(&bins[in[i]], 1)\n",
+                                           "    i = ctx.threadIdx.x + ctx.blockDim.x * ctx.blockIdx.x\n    if i >= n:\n"
+                                           "        return\n    v = int(x[i])\n    bins[v] = bins[v] + 1\n")],
+         ("histogram_atomic", "cuda"): [("    if (i < n) atomicAdd(&bins[in[i]], 1u);\n",
+                                         "    if (i >= n) return;\n    atomicAdd(bins + in[i], 1u);\n")],
+         ("histogram_private", "python"): [(_PY_ZERO, "    local[t::ctx.blockDim.x] = 0\n"),
+                                           (_PY_MERGE + "  # one global atomicAdd per non-zero bin\n",
+                                            "    bins[t::ctx.blockDim.x] += local[t::ctx.blockDim.x]\n")],
+         ("histogram_private", "cuda"): [(_CU_MERGE + "  // an empty bin adds nothing: skip its atomic\n",
+                                          "        atomicAdd(bins + b, c);\n")]}
+
+# CUDA rows the grader fails without naming their cause in its lines: the bounds check is named from
+# the pattern over the cases, which the CUDA track gives as the thing to fix, not as a line of its own.
+NOT_NAMED = {("histogram_atomic", "the partial block skipped"), ("histogram_private", "the partial block skipped")}
+
+globals().update(wrong_solutions.tests_for("histogram", WRONG, RIGHT, not_named=NOT_NAMED))
+
+
+def _hard_coded(name: str, seed: int) -> str:
+    """The kernel of `name` replaced by one that stores the counts the check expects under `seed`, found
+    by the case's size and block."""
+    counts = {}
+    for case in catalog.cases(name, "python", seed):
+        ref = catalog.reference(name, case, catalog.inputs(name, case))
+        counts[(case.params["n"], case.params["threads"])] = [int(v) for v in ref]
+    text = hx.solution_text(hx.exercise(name), "python")
+    head, sep, _ = text.partition(f"def {hx.exercise(name).py_entry}(ctx, x, n, bins):\n")
+    assert sep
+    return (f"{head}COUNTS = {counts!r}\n\n\n{sep}    if ctx.blockIdx.x == 0 and ctx.threadIdx.x == 0:\n"
+            f"        bins[:] = np.array(COUNTS[(n, ctx.blockDim.x)], dtype=np.uint32)\n")
+
+
+def test_counts_hard_coded_from_one_check_fail_the_next(tmp_path):
+    for name in ("histogram_atomic", "histogram_private"):
+        wrong_solutions.write(tmp_path, name, "python", _hard_coded(name, seed=1))
+        assert hcheck.check(name, "python", tmp_path, seed=1).passed  # the counts are those of seed 1's cases
+        v = hcheck.check(name, "python", tmp_path, seed=2)
+        assert not v.passed and "outputs wrong" in v.first_fix, v.lines
+
+
+def test_the_skewed_cases_pile_most_bytes_on_one_value():
+    for track in ("python", "cuda"):
+        for case in catalog.cases("histogram_private", track, seed=5):
+            if case.params["kind"] == "skewed" and case.params["n"] >= 500:
+                counts = np.bincount(catalog.inputs("histogram_private", case)["x"], minlength=256)
+                assert counts.max() > 0.8 * case.params["n"], case.label
