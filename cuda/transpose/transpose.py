@@ -489,7 +489,7 @@ def sanitize_args() -> dict[str, list[str]]:
 
 RECORD = Program(
     name=PROGRAM,
-    summary="a transpose: coalesced reads and writes through a shared tile, bank conflicts and padding",
+    summary="coalesced reads and writes through a shared tile; bank conflicts and padding",
     follows="PMPP ch. 5-6, NVIDIA's [efficient matrix transpose](https://developer.nvidia.com/blog/efficient-matrix-transpose-cuda-cc/)",
     order=62,
     readme_picture="[access](cuda/transpose/access_pattern.png)",
