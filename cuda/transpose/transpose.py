@@ -489,8 +489,8 @@ def sanitize_args() -> dict[str, list[str]]:
 
 RECORD = Program(
     name=PROGRAM,
-    summary="coalesced reads and writes through a shared tile; bank conflicts and padding",
-    follows="PMPP ch. 5-6, NVIDIA's [efficient matrix transpose](https://developer.nvidia.com/blog/efficient-matrix-transpose-cuda-cc/)",
+    summary="coalescing through a shared tile; bank conflicts and padding",
+    follows="PMPP ch. 5, [NVIDIA's article](https://developer.nvidia.com/blog/efficient-matrix-transpose-cuda-cc/)",
     order=62,
     readme_picture="[access](cuda/transpose/access_pattern.png)",
     variants=True,
