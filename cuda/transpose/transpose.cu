@@ -8,9 +8,15 @@
 #include "check.cuh"
 #include "transpose.h"
 
+// EXERCISE transpose_naive: copy
+// EXERCISE transpose_tiled: copy
+// EXERCISE transpose_padded: copy
 // The tile every variant works in: 32 is a warp's width, so one warp covers one row of a tile, and
 // 32 floats of a row are 128 bytes, four whole 32-byte DRAM sectors.
 constexpr int kTile = 32;
+// EXERCISE transpose_naive: end copy
+// EXERCISE transpose_tiled: end copy
+// EXERCISE transpose_padded: end copy
 // 04_coarsened's block is 32 x 8 threads: each thread moves kTile / kBlockRows = 4 elements.
 constexpr int kBlockRows = 8;
 
@@ -31,6 +37,7 @@ int variant_id(const char *name) {
 // The kernels sit outside the anonymous namespace, so that profilers show their plain names.
 // Each is self-contained (only kTile and kBlockRows come from above): its guards are its own.
 
+// EXERCISE transpose_naive: copy
 // 01_naive: one thread per element. threadIdx.x runs along a row of `in`, so a warp reads 32
 // neighbouring floats (one 128-byte line: coalesced). But those 32 elements land in one COLUMN of
 // `out`, `rows` floats apart: every thread of the warp writes its own 32-byte sector, of which it
@@ -38,12 +45,19 @@ int variant_id(const char *name) {
 // the partial sectors before DRAM sees them, but the transactions themselves are the cost, and that
 // is what the next variants remove.
 __global__ void transpose_01_naive(const float *__restrict__ in, float *__restrict__ out, int rows, int cols) {
+// EXERCISE transpose_naive: begin col = this thread's column of in (x: its block's tile times kTile, plus its thread),
+// EXERCISE transpose_naive: todo row = its row (y). The grid is rounded up to whole tiles: only when (row, col) lies
+// EXERCISE transpose_naive: todo inside the rows x cols matrix, out[col][row] = in[row][col] (both row-major: in has cols
+// EXERCISE transpose_naive: todo columns, out has rows; index as long long).
     const int col = blockIdx.x * kTile + threadIdx.x;  // column of in = row of out
     const int row = blockIdx.y * kTile + threadIdx.y;  // row of in = column of out
     // The grid is rounded up to whole tiles: threads past a ragged edge have no element.
     if (row < rows && col < cols) out[(long long)col * rows + row] = in[(long long)row * cols + col];
+// EXERCISE transpose_naive: end
 }
+// EXERCISE transpose_naive: end copy
 
+// EXERCISE transpose_tiled: copy
 // 02_shared_tile: a block copies a 32x32 tile of `in` into shared memory row by row (coalesced
 // reads), waits until the whole tile is there, then writes it out row by row of `out` (coalesced
 // writes). The swap of the two coordinates happens in shared memory, where any order is cheap...
@@ -53,32 +67,58 @@ __global__ void transpose_01_naive(const float *__restrict__ in, float *__restri
 __global__ void transpose_02_shared_tile(const float *__restrict__ in, float *__restrict__ out, int rows,
                                          int cols) {
     __shared__ float tile[kTile][kTile];
+// EXERCISE transpose_tiled: begin load: col and row = this thread's element of in (x and y: block times kTile plus
+// EXERCISE transpose_tiled: todo thread); when it lies inside the rows x cols matrix, tile[threadIdx.y][threadIdx.x] =
+// EXERCISE transpose_tiled: todo in[row][col] (row-major, cols columns; index as long long). Then wait until the whole
+// EXERCISE transpose_tiled: todo tile is loaded: every thread stores an element another thread loaded.
     int col = blockIdx.x * kTile + threadIdx.x;
     int row = blockIdx.y * kTile + threadIdx.y;
     if (row < rows && col < cols) tile[threadIdx.y][threadIdx.x] = in[(long long)row * cols + col];
     // Every thread writes out an element that ANOTHER thread loaded: all loads must be done first.
     // The barrier is outside the guard, so threads past a ragged edge reach it too.
     __syncthreads();
+// EXERCISE transpose_tiled: end
+// EXERCISE transpose_tiled: begin store: in out (cols x rows) this block's tile sits at block row blockIdx.x, block
+// EXERCISE transpose_tiled: todo column blockIdx.y; threadIdx.x runs along a row of out (coalesced writes). When the
+// EXERCISE transpose_tiled: todo element lies inside out, out[row][col] = the tile's cell holding in's element (col, row).
     // In `out` this block's tile sits at block row blockIdx.x, block column blockIdx.y. threadIdx.x
     // again runs along a row, now a row of out, so the warp's writes are 32 neighbouring floats.
     col = blockIdx.y * kTile + threadIdx.x;  // column of out = row of in
     row = blockIdx.x * kTile + threadIdx.y;  // row of out = column of in
     if (row < cols && col < rows) out[(long long)row * rows + col] = tile[threadIdx.x][threadIdx.y];
+// EXERCISE transpose_tiled: end
 }
+// EXERCISE transpose_tiled: end copy
 
 // 03_padded: 02 with one unused float at the end of each tile row. Row r of the tile now starts at
 // word 33 r, so the column read tile[0..31][ty] touches words 33 r + ty, whose banks (r + ty) mod 32
 // are all different: one shared-memory access instead of 32. The global side is 02's exactly.
+// EXERCISE transpose_padded: copy
+// 03_padded: 02_shared_tile (a tile of in through shared memory, both global sides coalesced) with its
+// tile laid out so that the warp's column read after the barrier is free of bank conflicts.
 __global__ void transpose_03_padded(const float *__restrict__ in, float *__restrict__ out, int rows, int cols) {
+// EXERCISE transpose_padded: begin declare the shared tile (kTile x kTile cells) so that a warp's read of one of its COLUMNS
+// EXERCISE transpose_padded: todo hits 32 different banks (32 banks of 4-byte words, bank = word index mod 32: in a
+// EXERCISE transpose_padded: todo tile[kTile][kTile] a column's 32 words are 32 apart, all in one bank). Then the load:
+// EXERCISE transpose_padded: todo col and row = this thread's element of in (x and y: block times kTile plus thread);
+// EXERCISE transpose_padded: todo when it lies inside the rows x cols matrix, tile[threadIdx.y][threadIdx.x] = in[row][col]
+// EXERCISE transpose_padded: todo (row-major, cols columns; index as long long).
     __shared__ float tile[kTile][kTile + 1];
     int col = blockIdx.x * kTile + threadIdx.x;
     int row = blockIdx.y * kTile + threadIdx.y;
     if (row < rows && col < cols) tile[threadIdx.y][threadIdx.x] = in[(long long)row * cols + col];
+// EXERCISE transpose_padded: end
+// EXERCISE transpose_padded: begin the store: wait until the whole tile is loaded; then this thread's element of out
+// EXERCISE transpose_padded: todo (cols x rows; the block's tile sits at block row blockIdx.x, block column blockIdx.y of
+// EXERCISE transpose_padded: todo out, threadIdx.x along its row), when it lies inside out, from the tile's column:
+// EXERCISE transpose_padded: todo tile[threadIdx.x][threadIdx.y].
     __syncthreads();
     col = blockIdx.y * kTile + threadIdx.x;
     row = blockIdx.x * kTile + threadIdx.y;
     if (row < cols && col < rows) out[(long long)row * rows + col] = tile[threadIdx.x][threadIdx.y];
+// EXERCISE transpose_padded: end
 }
+// EXERCISE transpose_padded: end copy
 
 // 04_coarsened: 03's padded tile moved by a 32 x 8 block, each thread taking rows ty, ty+8, ty+16,
 // ty+24 of the tile. A quarter of the threads do the same work: the index arithmetic and the barrier

@@ -6,8 +6,9 @@ Public API (numpy in, numpy out; arguments are checked before anything is launch
     transpose_dev(variant, d_in, d_out, rows, cols, stream=None)   device pointers, no sync
     reference(x)                                       numpy's x.T, contiguous
     mismatches(out, ref)                               elements that differ bit for bit (the checker)
-Python twins on the lectures' simulator (harness.base.sim): naive_k, tiled_k (02 and 03: the padding
-is only the shared array's shape), coarsened_k, and `twin(x, variant, tile)` to run one.
+Python twins on the lectures' simulator (harness.base.sim): naive_k, tiled_k (02), padded_k (03: the
+tile as shared memory's words, its rows t + 1 words apart), coarsened_k, and `twin(x, variant, tile)`
+to run one.
 `access_map(...)` and `bank_map(...)` record, through the twins, which thread reads and writes which
 element and which shared-memory bank a warp's column read hits: the data of `invoke viz transpose`.
 
@@ -26,7 +27,8 @@ import numpy as np
 from harness.base import sim
 from harness.calling import library
 from harness.calling import results as _results
-from harness.programs.record import Picture, Program, Tour
+from harness.programs import transpose_exercises as _ex
+from harness.programs.record import Exercise, Picture, Program, Tour
 
 if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
     import pandas as pd
@@ -147,31 +149,82 @@ def mismatches(out: np.ndarray, ref: np.ndarray) -> int:
 # block's width (ctx.blockDim.x), so a twin runs at TILE = 32 like the GPU or at a smaller tile for a
 # picture; a bare `yield` is __syncthreads().
 
+# EXERCISE transpose_naive: copy
 def naive_k(ctx, x, out, rows, cols):
     """01_naive: one thread per element; a warp reads along a row of x and writes down a column of out."""
+    # EXERCISE transpose_naive: begin col = this thread's column of x (the .x of blockIdx and threadIdx; the tile's
+    # EXERCISE transpose_naive: todo edge t is the block's width, ctx.blockDim.x), row = its row (the .y parts). The grid is
+    # EXERCISE transpose_naive: todo rounded up to whole tiles: only when (row, col) lies inside the rows x cols matrix,
+    # EXERCISE transpose_naive: todo out[col][row] = x[row][col] (both flattened row-major: x has cols columns, out has rows).
     t = ctx.blockDim.x
     col = ctx.blockIdx.x * t + ctx.threadIdx.x  # column of x = row of out
     row = ctx.blockIdx.y * t + ctx.threadIdx.y  # row of x = column of out
     if row < rows and col < cols:
         out[col * rows + row] = x[row * cols + col]
+    # EXERCISE transpose_naive: end
+# EXERCISE transpose_naive: end copy
 
 
+# EXERCISE transpose_tiled: copy
 def tiled_k(ctx, x, out, rows, cols):
-    """02_shared_tile and 03_padded: a tile of x into shared memory row by row, a barrier, then the tile
-    out row by row of out, reading the tile down a column. 03 differs only in the shared array's shape
-    (t x (t + 1)), which the launcher gives."""
+    """02_shared_tile: a tile of x into shared memory row by row, a barrier, then the tile out row by row
+    of out, reading the tile down a column. The tile is ctx.shared.tile, t x t (t = blockDim.x)."""
     t = ctx.blockDim.x
     tx, ty = ctx.threadIdx.x, ctx.threadIdx.y
     tile = ctx.shared.tile
+    # EXERCISE transpose_tiled: begin load: col and row = this thread's element of x (the .x and .y parts: block times t
+    # EXERCISE transpose_tiled: todo plus thread); when it lies inside the rows x cols matrix, tile[ty, tx] = x[row][col]
+    # EXERCISE transpose_tiled: todo (flattened row-major, cols columns). Then wait until the whole tile is loaded (a bare
+    # EXERCISE transpose_tiled: todo `yield` is __syncthreads()): every thread stores an element another thread loaded.
     col = ctx.blockIdx.x * t + tx
     row = ctx.blockIdx.y * t + ty
     if row < rows and col < cols:
         tile[ty, tx] = x[row * cols + col]
     yield  # every thread writes an element another thread loaded: all loads first
+    # EXERCISE transpose_tiled: end
+    # EXERCISE transpose_tiled: begin store: in out (cols x rows) this block's tile sits at block row blockIdx.x, block
+    # EXERCISE transpose_tiled: todo column blockIdx.y, and tx runs along a row of out (coalesced writes on a GPU). When the
+    # EXERCISE transpose_tiled: todo element lies inside out, out[row][col] = the tile's cell holding x's element (col, row).
     col = ctx.blockIdx.y * t + tx  # column of out = row of x
     row = ctx.blockIdx.x * t + ty  # row of out = column of x
     if row < cols and col < rows:
         out[row * rows + col] = tile[tx, ty]
+    # EXERCISE transpose_tiled: end
+# EXERCISE transpose_tiled: end copy
+
+
+# EXERCISE transpose_padded: copy
+def padded_k(ctx, x, out, rows, cols):
+    """03_padded: 02's tile through shared memory, laid out as shared memory is: ctx.shared.smem is the
+    block's shared memory as 4-byte words (room for t rows of t + 1; bank = word index % 32), and the
+    kernel chooses where each tile cell lives, and so which banks a warp's accesses hit."""
+    t = ctx.blockDim.x
+    tx, ty = ctx.threadIdx.x, ctx.threadIdx.y
+    smem = ctx.shared.smem
+    # EXERCISE transpose_padded: begin pitch = how many words apart the tile's rows lie in smem, so that cell (r, c) is
+    # EXERCISE transpose_padded: todo smem[r * pitch + c] and a warp (one ty, tx = 0..31) reading a column of the tile,
+    # EXERCISE transpose_padded: todo cells (tx, ty), touches 32 different banks. Then the load: col and row = this thread's
+    # EXERCISE transpose_padded: todo element of x (the .x and .y parts: block times t plus thread); when it lies inside the
+    # EXERCISE transpose_padded: todo rows x cols matrix, cell (ty, tx) = x[row][col] (flattened row-major, cols columns).
+    # Row r of the tile starts at word r * (t + 1): one unused word a row puts the t words of a column in t
+    # different banks (with t rows t words apart, all of them would share one bank).
+    pitch = t + 1
+    col = ctx.blockIdx.x * t + tx
+    row = ctx.blockIdx.y * t + ty
+    if row < rows and col < cols:
+        smem[ty * pitch + tx] = x[row * cols + col]
+    # EXERCISE transpose_padded: end
+    # EXERCISE transpose_padded: begin the store: wait until the whole tile is loaded (a bare `yield` is __syncthreads());
+    # EXERCISE transpose_padded: todo then this thread's element of out (cols x rows; the block's tile sits at block row
+    # EXERCISE transpose_padded: todo blockIdx.x, block column blockIdx.y of out, tx along its row), when it lies inside
+    # EXERCISE transpose_padded: todo out, from the tile's cell (tx, ty).
+    yield  # every thread writes an element another thread loaded: all loads first
+    col = ctx.blockIdx.y * t + tx  # column of out = row of x
+    row = ctx.blockIdx.x * t + ty  # row of out = column of x
+    if row < cols and col < rows:
+        out[row * rows + col] = smem[tx * pitch + ty]  # words tx * (t + 1) + ty: banks (tx + ty) % 32, all different
+    # EXERCISE transpose_padded: end
+# EXERCISE transpose_padded: end copy
 
 
 def coarsened_k(ctx, x, out, rows, cols):
@@ -198,10 +251,11 @@ def _plan(variant: str | None, rows: int, cols: int, tile: int):
     grid = sim.dim3(max(1, math.ceil(cols / tile)), max(1, math.ceil(rows / tile)))
     if i == NAIVE:
         return naive_k, grid, sim.dim3(tile, tile), None
-    pad = 0 if i == SHARED_TILE else 1  # 03 and 04: one spare float a tile row, against bank conflicts
-    if i == COARSENED:
-        return coarsened_k, grid, sim.dim3(tile, tile * BLOCK_ROWS // TILE), {"tile": ((tile, tile + pad), np.float32)}
-    return tiled_k, grid, sim.dim3(tile, tile), {"tile": ((tile, tile + pad), np.float32)}
+    if i == SHARED_TILE:
+        return tiled_k, grid, sim.dim3(tile, tile), {"tile": ((tile, tile), np.float32)}
+    if i == PADDED:  # shared memory as words, room for t rows of t + 1: one spare word a row, against bank conflicts
+        return padded_k, grid, sim.dim3(tile, tile), {"smem": ((tile * (tile + 1),), np.float32)}
+    return coarsened_k, grid, sim.dim3(tile, tile * BLOCK_ROWS // TILE), {"tile": ((tile, tile + 1), np.float32)}
 
 
 def _check_tile(tile) -> int:
@@ -268,16 +322,17 @@ def _traced(kernel, who: list):
 
 
 def _trace(variant: str, rows: int, cols: int, tile: int):
-    """Run the twin with every global and shared access logged: (global log, shared log)."""
+    """Run the twin with every global and shared access logged: (global log, shared log, x, out, the
+    shared array's row length in words: 1 for 03's flat words, whose indexes are the words themselves)."""
     kernel, grid, block, shared = _plan(variant, rows, cols, tile)
     who, glog, slog = [None], [], []
     x = _Traced(np.arange(rows * cols, dtype=np.float32), glog, who)
     out = _Traced(np.full(rows * cols, np.nan, dtype=np.float32), glog, who)
     make, width = None, 0
     if shared:
-        (shape, dtype), = shared.values()
-        width = shape[1]
-        make = lambda: {"tile": _Traced(np.full(shape, np.nan, dtype=dtype), slog, who)}  # noqa: E731
+        ((name, (shape, dtype)),) = shared.items()
+        width = shape[1] if len(shape) == 2 else 1
+        make = lambda: {name: _Traced(np.full(shape, np.nan, dtype=dtype), slog, who)}  # noqa: E731
     sim.launch(_traced(kernel, who), grid, block, x, out, rows, cols, shared=make)
     return glog, slog, x, out, width
 
@@ -310,9 +365,10 @@ def bank_map(variant: str, tile: int = TILE) -> np.ndarray:
     if not width:
         raise ValueError(f"{variant} uses no shared memory")
     banks = np.full(tile, -1, dtype=np.int32)
-    for kind, (r, c), ctx in slog:
+    for kind, i, ctx in slog:
         if kind == "read" and ctx.threadIdx.y == 0 and (ctx.blockIdx.x, ctx.blockIdx.y) == (0, 0):
-            banks[ctx.threadIdx.x] = (r * width + c) % BANKS  # row r of the tile starts at word r * width
+            r, c = i if isinstance(i, tuple) else (0, i)  # a 2-D tile's row r starts at word r * width
+            banks[ctx.threadIdx.x] = (r * width + c) % BANKS
     return banks
 
 
@@ -485,6 +541,60 @@ def sanitize_args() -> dict[str, list[str]]:
     return runs
 
 
+# --- the exercises this program offers (their problems: transpose_exercises.py) ---------------------------
+
+EXERCISES = (
+    Exercise(
+        "transpose_naive", origin="PMPP ch. 5; NVIDIA's \"An Efficient Matrix Transpose in CUDA C/C++\" (the naive "
+        "kernel)",
+        writes="the naive kernel body: row and column from block and thread, both bounds, the swapped index",
+        tracks=("python", "cuda"), problem=_ex.TransposeNaive(), py_entry="naive_k",
+        cu_source="cuda/transpose/transpose.cu", cu_kernels=("transpose_01_naive",), glue="exercise_transpose_naive.cu",
+        hints=("One thread per element of x: its column from the .x parts (block times the tile's edge, plus the "
+               "thread), its row from the .y parts.",
+               "Row-major: element (r, c) of a matrix with C columns is at r * C + c. x is rows x cols; out is cols x "
+               "rows, so x's element (row, col) goes to out's (col, row), at col * rows + row.",
+               "The grid is rounded up to whole tiles on both axes: write only when row < rows and col < cols; "
+               "out[col * rows + row] = x[row * cols + col]."),
+        block="32x32 blocks, x along the columns of in (Python: 8x8, and one case at 32x32)",
+    ),
+    Exercise(
+        "transpose_tiled", origin="PMPP ch. 5 (tiling through shared memory); NVIDIA's \"An Efficient Matrix "
+        "Transpose in CUDA C/C++\" (the shared-memory tile)",
+        writes="the shared tile's load, the barrier, the transposed store, the ragged edges",
+        tracks=("python", "cuda"), problem=_ex.TransposeTiled(), py_entry="tiled_k",
+        cu_source="cuda/transpose/transpose.cu", cu_kernels=("transpose_02_shared_tile",),
+        glue="exercise_transpose_tiled.cu",
+        hints=("Each thread loads one element of x into the tile, at the cell of its own thread: [ty][tx]. The store "
+               "then writes an element of out that another thread loaded, so every thread waits for all the loads "
+               "(Python: a bare `yield` is __syncthreads(); every thread must reach it, even one outside the matrix).",
+               "In out, the block's tile moves: its block row is blockIdx.x and its block column blockIdx.y. With tx "
+               "along a row of out again, the thread's element of out is (blockIdx.x * t + ty, blockIdx.y * t + tx).",
+               "out's element (r, c) is x's element (c, r), which the thread with tx and ty swapped loaded: read the "
+               "tile at [tx][ty]; store only when r < cols and c < rows (out is cols x rows): out[r * rows + c]."),
+        block="32x32 tiles (Python: 8x8, and one case at 32x32)",
+    ),
+    Exercise(
+        "transpose_padded", origin="NVIDIA's \"An Efficient Matrix Transpose in CUDA C/C++\" (shared memory bank "
+        "conflicts); PMPP ch. 6",
+        writes="the padded tile: where its cells live in shared memory, so a warp's column read is conflict-free",
+        tracks=("python", "cuda"), problem=_ex.TransposePadded(), py_entry="padded_k",
+        cu_source="cuda/transpose/transpose.cu", cu_kernels=("transpose_03_padded",),
+        glue="exercise_transpose_padded.cu",
+        hints=("Shared memory has 32 banks of 4-byte words: word w is in bank w % 32, and a warp's 32 accesses are "
+               "served at once only when they fall in 32 different banks (or read one word). After the barrier a warp "
+               "(one ty, tx = 0..31) reads a COLUMN of the tile: cells (tx, ty).",
+               "With the tile's rows `pitch` words apart, cell (r, c) is word r * pitch + c, so the column read "
+               "touches words tx * pitch + ty. A pitch of 32 puts all 32 in bank ty: a 32-way conflict. Which pitch "
+               "makes (tx * pitch + ty) % 32 different for every tx?",
+               "One unused word at the end of each row: pitch = t + 1 (33), so the column's words land in banks "
+               "(tx + ty) % 32, all different. CUDA: __shared__ float tile[kTile][kTile + 1]; Python: "
+               "smem[ty * (t + 1) + tx] on the load, smem[tx * (t + 1) + ty] on the store."),
+        block="32x32 tiles on both tracks (the banks are counted at the GPU's width)",
+    ),
+)
+
+
 # --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
 
 RECORD = Program(
@@ -507,4 +617,5 @@ RECORD = Program(
     tour=Tour("who reads and writes which element: naive (writes down a column) against a shared tile (rows both "
               "ways), and the banks of a tile's column read, 32x32 against 32x33",
               drawn=("plots/transpose_access.png",), committed=("cuda/transpose/access_pattern.png",)),
+    exercises=EXERCISES,
 )
