@@ -29,6 +29,10 @@ class PastTheEnd(Exception):
     """A thread indexed x or out outside the array."""
 
 
+class WrittenTwice(Exception):
+    """Two threads wrote one element of out: a transpose gives every element one thread."""
+
+
 class SharedOutside(Exception):
     """A thread indexed the padded kernel's shared words outside the block's shared memory."""
 
@@ -84,29 +88,57 @@ def _bid(ctx) -> tuple:
     return (ctx.blockIdx.x, ctx.blockIdx.y)
 
 
+_OUTSIDE = ("lies past the matrix's ragged edge (the grid is rounded up to whole tiles), and it must touch neither x "
+            "nor out: look at the bounds check")
+_INDEX = ("element (r, c) of a row-major matrix with C columns is at r * C + c (x is rows x cols, out is cols x rows), "
+          "and each thread's row and column come from its own block and thread")
+
+
 class Edged(np.ndarray):
-    """x or out of a Python-track case (flattened): an integer index outside it raises PastTheEnd, which
-    says whether the thread's own element lies inside the matrix (then the index is wrong) or past its
-    ragged edge (then the bounds check let it through). `owns(ctx, phase)` is that element's place:
-    True when it lies inside."""
+    """x or out of a Python-track case (flattened). An integer index outside it raises PastTheEnd, and
+    (out) a second thread writing an element raises WrittenTwice. Each names the bounds check only when
+    the access is the thread's own element and that element lies past the matrix's edge; else the index
+    (its arithmetic, or the row and column it is made from). `place(ctx, phase, label)` is where the
+    thread's own element lies: (inside the matrix, its index in this array or None)."""
 
     who: _Who
     label: str
-    owns = None
+    place = None
+    writer: dict | None = None  # out: element -> (the ctx that wrote it, its phase)
+
+    def _stray(self, ctx, phase: int, i: int) -> bool:
+        """The thread's own element, past the matrix's edge: what a missing bounds check lets through."""
+        if ctx is None or self.place is None:
+            return False
+        inside, own = self.place(ctx, phase, self.label)
+        return not inside and own == i
+
+    def _cause(self, ctx, phase: int) -> str:
+        if ctx is None or self.place is None:
+            return ""
+        inside, own = self.place(ctx, phase, self.label)
+        mine = f"its element of {self.label} is at {own}" if inside and own is not None else (
+            "it has no element there" if own is None else "its element lies past the matrix's edge")
+        return f": the index is wrong, not the bounds ({mine}): {_INDEX}"
 
     def _check(self, key, verb: str) -> None:
-        if isinstance(key, (int, np.integer)) and not 0 <= int(key) < self.size:
-            ctx = self.who.ctx
-            where = "" if ctx is None else f"{_thread(ctx)}{' after the barrier' if self.who.phase else ''} "
-            msg = f"{where}{verb} {self.label}[{int(key)}], outside its {self.size} elements"
-            if ctx is not None and self.owns is not None and not self.owns(ctx, self.who.phase):
-                msg += (": that thread's element lies past the matrix's ragged edge (the grid is rounded up to whole "
-                        "tiles), and it must touch neither x nor out: look at the bounds check")
-            elif ctx is not None:
-                msg += (": that thread's element lies inside the matrix, so the index is wrong, not the bounds: element "
-                        "(r, c) of a row-major matrix with C columns is at r * C + c (x is rows x cols, out is cols x "
-                        "rows)")
+        if not isinstance(key, (int, np.integer)):
+            return
+        i, ctx, phase = int(key), self.who.ctx, self.who.phase
+        if not 0 <= i < self.size:
+            where = "" if ctx is None else f"{_thread(ctx)}{' after the barrier' if phase else ''} "
+            msg = f"{where}{verb} {self.label}[{i}], outside its {self.size} elements"
+            msg += f": that thread's element {_OUTSIDE}" if self._stray(ctx, phase, i) else self._cause(ctx, phase)
             raise PastTheEnd(msg)
+        if verb == "wrote" and self.writer is not None and ctx is not None:
+            first = self.writer.setdefault(i, (ctx, phase))
+            if first[0] is not ctx:
+                msg = f"{_thread(first[0])} and {_thread(ctx)} both wrote {self.label}[{i}]"
+                if self._stray(ctx, phase, i) or self._stray(*first, i):
+                    msg += f": one of them has no element: its element {_OUTSIDE}"
+                else:
+                    msg += f": each element of out is one thread's{self._cause(ctx, phase)}"
+                raise WrittenTwice(msg)
 
     def __getitem__(self, key):
         self._check(key, "read")
@@ -117,24 +149,28 @@ class Edged(np.ndarray):
         super().__setitem__(key, value)
 
 
-def _edged(a: np.ndarray, label: str, who: _Who, owns) -> Edged:
+def _edged(a: np.ndarray, label: str, who: _Who, place, writes: bool = False) -> Edged:
     e = a.view(Edged)
-    e.who, e.label, e.owns = who, label, owns
+    e.who, e.label, e.place, e.writer = who, label, place, ({} if writes else None)
     return e
 
 
-def _owns_naive(ctx, phase: int, rows: int, cols: int) -> bool:
+def _place_naive(ctx, phase: int, label: str, rows: int, cols: int) -> tuple[bool, int]:
+    """The naive kernel's element: x's (row, col) with col from the .x parts and row from the .y parts."""
     t = ctx.blockDim.x
-    return ctx.blockIdx.y * t + ctx.threadIdx.y < rows and ctx.blockIdx.x * t + ctx.threadIdx.x < cols
+    row, col = ctx.blockIdx.y * t + ctx.threadIdx.y, ctx.blockIdx.x * t + ctx.threadIdx.x
+    return row < rows and col < cols, (row * cols + col if label == "x" else col * rows + row)
 
 
-def _owns_tiled(ctx, phase: int, rows: int, cols: int) -> bool:
+def _place_tiled(ctx, phase: int, label: str, rows: int, cols: int) -> tuple[bool, int | None]:
     """Before the barrier the thread's element of x (its block's tile, its thread); after it its element
-    of out, in the block's tile of out (block row blockIdx.x, block column blockIdx.y)."""
+    of out (r, c), in the block's tile of out (block row blockIdx.x, block column blockIdx.y)."""
     if not phase:
-        return _owns_naive(ctx, phase, rows, cols)
+        inside, own = _place_naive(ctx, phase, "x", rows, cols)
+        return inside, (own if label == "x" else None)
     t = ctx.blockDim.x
-    return ctx.blockIdx.x * t + ctx.threadIdx.y < cols and ctx.blockIdx.y * t + ctx.threadIdx.x < rows
+    r, c = ctx.blockIdx.x * t + ctx.threadIdx.y, ctx.blockIdx.y * t + ctx.threadIdx.x
+    return r < cols and c < rows, (r * rows + c if label == "out" else None)
 
 
 # --- the padded tile's shared memory, as words -------------------------------------------------------
@@ -160,7 +196,7 @@ class Banked(np.ndarray):
                 raise SharedOutside(
                     f"{_thread(ctx)} {'read' if kind == 'read' else 'wrote'} shared word {w}, outside the block's "
                     f"{self.size} words (t * (t + 1) for t = {ctx.blockDim.x}): tile cell (r, c) is at r * pitch + c, "
-                    f"and the t rows of t + 1 words fill the shared memory exactly")
+                    f"so the tile's t rows, `pitch` words apart, must fit in them")
         tid = _tid(ctx)
         key_n = (_bid(ctx), tid, kind)
         n = self.counts.get(key_n, 0)
@@ -252,7 +288,7 @@ class TransposeNaive(kit.Problem):
         p = case.params
         return kit.two_d_tail(p["cols"], p["rows"], p["t"], p["t"])  # out's partial tiles (out is cols x rows)
 
-    owns = staticmethod(_owns_naive)
+    place = staticmethod(_place_naive)
 
     def _grid(self, case: Case):
         from harness.base import sim
@@ -268,9 +304,9 @@ class TransposeNaive(kit.Problem):
 
         rows, cols = case.params["rows"], case.params["cols"]
         who = _Who()
-        owns = lambda ctx, phase: self.owns(ctx, phase, rows, cols)  # noqa: E731
-        x = _edged(inp["x"].ravel().copy(), "x", who, owns)
-        out = _edged(kit.poisoned(rows * cols, np.float32), "out", who, owns)
+        place = lambda ctx, phase, label: self.place(ctx, phase, label, rows, cols)  # noqa: E731
+        x = _edged(inp["x"].ravel().copy(), "x", who, place)
+        out = _edged(kit.poisoned(rows * cols, np.float32), "out", who, place, writes=True)
         grid, block = self._grid(case)
         shared = self._shared(case, who)
         sim.launch(_watched(fn, who), grid, block, x, out, rows, cols, shared=shared)
@@ -311,7 +347,7 @@ class TransposeTiled(TransposeNaive):
                     "several tiles, pass): look at the bounds checks: the load's (inside x: rows x cols) and the "
                     "store's (inside out: cols x rows)")
 
-    owns = staticmethod(_owns_tiled)
+    place = staticmethod(_place_tiled)
 
     def first_pattern(self, bad: list[dict], track: str) -> str | None:
         if track == "python" and any(r.get("nan") for r in bad):
