@@ -8,12 +8,12 @@ the next."""
 from __future__ import annotations
 
 import pytest
-
 import wrong_solutions
+
 from harness.user import exercises as hx
 from harness.user.exercises import check as hcheck
 
-BOUNDS, BARRIER = wrong_solutions.BOUNDS, wrong_solutions.BARRIER
+BOUNDS = wrong_solutions.BOUNDS
 NOT_BOUNDS = "the index is wrong, not the bounds"
 NO_RACE = "a missing barrier"
 

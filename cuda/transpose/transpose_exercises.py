@@ -229,7 +229,7 @@ def bank_conflicts(log: list, warp: int = BANKS) -> tuple[int, str]:
     for block, tid, kind, n, words in log:
         groups[(block, tid // warp, kind, n)].update(words)
     worst, where = 1, ""
-    for (block, w, kind, n), words in sorted(groups.items(), key=lambda kv: kv[0]):
+    for (block, w, kind, _n), words in sorted(groups.items(), key=lambda kv: kv[0]):
         by_bank: dict = defaultdict(list)
         for word in words:
             by_bank[word % BANKS].append(word)
