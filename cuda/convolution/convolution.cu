@@ -1,0 +1,387 @@
+// convolution: 1-D and 2-D convolution with zero padding (PMPP chapter 7), six variants behind one
+// dispatcher per dimension. See convolution.h for the exact formula (a cross-correlation, as PMPP's)
+// and the contract of each entry point.
+#include <cstdint>
+#include <cstring>
+
+#include "check.cuh"
+#include "convolution.h"
+
+namespace {
+
+const char *const kVariants[] = {"01_naive_1d", "02_constant_1d", "03_tiled_1d",
+                                 "04_naive_2d", "05_constant_2d", "06_tiled_2d"};
+const int kDims[] = {1, 1, 1, 2, 2, 2};
+const int kNumVariants = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
+
+int variant_id(const char *name) {
+    if (name == nullptr) return -1;
+    for (int i = 0; i < kNumVariants; ++i)
+        if (strcmp(name, kVariants[i]) == 0) return i;
+    return -1;
+}
+
+}  // namespace
+
+// The largest radius each dimension accepts: 17 taps in 1-D, 9x9 in 2-D.
+constexpr int kMaxR1 = 8;
+constexpr int kMaxR2 = 4;
+
+// 01, 02: one thread per output.
+constexpr int kThreads1d = 256;
+// 03: 256 threads, 4 consecutive outputs each, so a block covers 1024 outputs.
+constexpr int kTiledThreads1d = 256;
+constexpr int kOuts1d = 4;
+constexpr int kTile1d = kTiledThreads1d * kOuts1d;
+// 04, 05: 32x8 blocks, so that a warp is 32 neighbours along a row (coalesced).
+constexpr int kBlockX2d = 32;
+constexpr int kBlockY2d = 8;
+// 06: 32x8 threads, 8 outputs each down a column: a 32-wide, 64-tall output tile.
+constexpr int kTiledX2d = 32;
+constexpr int kTiledY2d = 8;
+constexpr int kRows2d = 8;
+constexpr int kTileW2d = kTiledX2d;
+constexpr int kTileH2d = kTiledY2d * kRows2d;
+
+// 04 and 05 cover the rows with 8-row blocks and gridDim.y is at most 65535; the width stays far from
+// INT_MAX so that a column index plus the halo never overflows an int.
+constexpr int kMaxHeight = CUDALAB_MAX_GRID_YZ * kBlockY2d;
+constexpr int kMaxWidth = 1 << 30;
+// The 1-D grids have one block per 256 outputs, and gridDim.x is at most 2^31 - 1.
+constexpr long long kMaxN = (long long)0x7fffffff * kThreads1d;
+
+// The filters in constant memory, one slot per radius: slot r holds the 2r+1 (or (2r+1)^2) taps last
+// loaded for that radius. Every thread of a warp reads the same tap at the same time, which the
+// constant cache answers with one broadcast; a global-memory filter costs a load instruction per tap.
+// One slot per radius lets cases with different radii run interleaved (the bench) without reloading.
+__constant__ float c_filter_1d[kMaxR1 + 1][2 * kMaxR1 + 1];
+__constant__ float c_filter_2d[kMaxR2 + 1][(2 * kMaxR2 + 1) * (2 * kMaxR2 + 1)];
+
+// Kernels sit outside the anonymous namespace so that profilers show their plain names.
+
+// ---- 1-D -------------------------------------------------------------------------------------------
+
+// 01: one thread per output, everything from global memory. Each output reads 2r+1 inputs and 2r+1
+// taps; neighbouring threads read almost the same inputs, which the L1 cache, not DRAM, serves.
+// Inputs outside 0..n-1 count as zero (the "ghost cells" of PMPP): they are simply skipped.
+__global__ void conv1d_01_naive(const float *x, const float *f, int r, float *out, long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float sum = 0.0f;
+    for (int j = 0; j <= 2 * r; ++j) {
+        const long long k = i - r + j;
+        if (k >= 0 && k < n) sum += f[j] * x[k];
+    }
+    out[i] = sum;
+}
+
+// 02: the same loop, the taps from constant memory: all 32 threads of a warp read tap j at once, a
+// broadcast from the constant cache, and the load/store unit is left to the inputs alone.
+__global__ void conv1d_02_constant(const float *x, int r, float *out, long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float sum = 0.0f;
+    for (int j = 0; j <= 2 * r; ++j) {
+        const long long k = i - r + j;
+        if (k >= 0 && k < n) sum += c_filter_1d[r][j] * x[k];
+    }
+    out[i] = sum;
+}
+
+// 03: the block first copies its 1024 inputs and the R on each side (the halo) into shared memory,
+// each element read from global memory once, zeros past the ends. After the barrier each thread takes
+// 4 consecutive outputs: their 4 + 2R inputs come from shared memory in 16-byte loads into registers,
+// and every input in registers feeds up to 4 outputs. Per output that is ~(4 + 2R) / 16 shared loads
+// instead of 2R + 1 reads: with the loads out of the way, DRAM is the limit.
+// R is a compile-time constant, as PMPP's FILTER_RADIUS: the loops unroll, the window and the sums
+// stay in registers, and each tap is an operand read straight from the constant bank by the FMA.
+template <int R>
+__global__ void __launch_bounds__(kTiledThreads1d) conv1d_03_tiled(const float *__restrict__ x,
+                                                                   float *__restrict__ out, long long n) {
+    constexpr int kWindow4 = (kOuts1d + 2 * R + 3) / 4;  // float4s that hold one thread's inputs
+    constexpr int kShared = kTile1d + 4 * kWindow4;      // the last thread's window ends inside
+    __shared__ __align__(16) float tile[kShared];        // tile[t] = x[start - R + t]
+    const long long start = (long long)blockIdx.x * kTile1d;
+    for (int t = threadIdx.x; t < kShared; t += blockDim.x) {
+        const long long k = start - R + t;
+        tile[t] = (t < kTile1d + 2 * R && k >= 0 && k < n) ? x[k] : 0.0f;
+    }
+    __syncthreads();
+
+    // This thread's outputs are start + 4*tid + m (m = 0..3); their inputs are tile[4*tid .. 4*tid+3+2R].
+    float win[4 * kWindow4];
+    const float4 *src = reinterpret_cast<const float4 *>(tile) + threadIdx.x;
+#pragma unroll
+    for (int q = 0; q < kWindow4; ++q) {
+        const float4 v = src[q];
+        win[4 * q] = v.x;
+        win[4 * q + 1] = v.y;
+        win[4 * q + 2] = v.z;
+        win[4 * q + 3] = v.w;
+    }
+    float acc[kOuts1d];
+#pragma unroll
+    for (int m = 0; m < kOuts1d; ++m) {
+        acc[m] = 0.0f;
+#pragma unroll
+        for (int j = 0; j <= 2 * R; ++j) acc[m] += c_filter_1d[R][j] * win[m + j];
+    }
+    const long long i = start + (long long)kOuts1d * threadIdx.x;
+    if (i + kOuts1d <= n) {
+        // One 16-byte store: out + i is 16-byte aligned because out is and i is a multiple of 4.
+        *reinterpret_cast<float4 *>(out + i) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    } else {
+#pragma unroll
+        for (int m = 0; m < kOuts1d; ++m)
+            if (i + m < n) out[i + m] = acc[m];
+    }
+}
+
+// ---- 2-D -------------------------------------------------------------------------------------------
+
+// 04: one thread per output pixel, (2r+1)^2 taps from global memory. threadIdx.x runs along a row so
+// that a warp reads 32 neighbouring pixels of each input row.
+__global__ void conv2d_04_naive(const float *x, const float *f, int r, float *out, int h, int w) {
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    const int row = blockIdx.y * blockDim.y + threadIdx.y;
+    if (row >= h || col >= w) return;
+    const int side = 2 * r + 1;
+    float sum = 0.0f;
+    for (int fy = 0; fy < side; ++fy) {
+        const int y = row - r + fy;
+        if (y < 0 || y >= h) continue;  // a whole filter row over the zero padding
+        for (int fx = 0; fx < side; ++fx) {
+            const int xx = col - r + fx;
+            if (xx >= 0 && xx < w) sum += f[fy * side + fx] * x[(long long)y * w + xx];
+        }
+    }
+    out[(long long)row * w + col] = sum;
+}
+
+// 05: the same, the taps from constant memory (one broadcast per tap per warp).
+__global__ void conv2d_05_constant(const float *x, int r, float *out, int h, int w) {
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    const int row = blockIdx.y * blockDim.y + threadIdx.y;
+    if (row >= h || col >= w) return;
+    const int side = 2 * r + 1;
+    float sum = 0.0f;
+    for (int fy = 0; fy < side; ++fy) {
+        const int y = row - r + fy;
+        if (y < 0 || y >= h) continue;
+        for (int fx = 0; fx < side; ++fx) {
+            const int xx = col - r + fx;
+            if (xx >= 0 && xx < w) sum += c_filter_2d[r][fy * side + fx] * x[(long long)y * w + xx];
+        }
+    }
+    out[(long long)row * w + col] = sum;
+}
+
+// 06: the block copies its 32-wide, 64-tall output tile plus R pixels of halo on every side into
+// shared memory (zeros outside the image), then each thread computes the 8 outputs of one column,
+// rows 8*ty .. 8*ty+7 of the tile. Walking down the 8 + 2R input rows under them, every input read
+// from shared memory feeds each of those outputs whose filter covers it (up to 2R + 1 of them), so a
+// thread reads (8 + 2R)(2R + 1) values for 8 outputs instead of 8 (2R + 1)^2. Consecutive threads read
+// consecutive columns: no bank conflicts. R is compile-time, as in 03, so the sums stay in registers.
+template <int R>
+__global__ void __launch_bounds__(kTiledX2d * kTiledY2d) conv2d_06_tiled(const float *__restrict__ x,
+                                                                         float *__restrict__ out, int h, int w) {
+    constexpr int kInW = kTileW2d + 2 * R;
+    constexpr int kInH = kTileH2d + 2 * R;
+    constexpr int kSide = 2 * R + 1;
+    __shared__ float tile[kInH][kInW];  // tile[ty][tx] = x[row0 - R + ty][col0 - R + tx]
+    const int col0 = blockIdx.x * kTileW2d, row0 = blockIdx.y * kTileH2d;
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+    for (int k = tid; k < kInH * kInW; k += blockDim.x * blockDim.y) {
+        const int ty = k / kInW, tx = k % kInW;
+        const int gy = row0 - R + ty, gx = col0 - R + tx;
+        tile[ty][tx] = (gy >= 0 && gy < h && gx >= 0 && gx < w) ? x[(long long)gy * w + gx] : 0.0f;
+    }
+    __syncthreads();
+
+    const int tx = threadIdx.x, ty0 = threadIdx.y * kRows2d;
+    float acc[kRows2d];
+#pragma unroll
+    for (int oy = 0; oy < kRows2d; ++oy) acc[oy] = 0.0f;
+#pragma unroll
+    for (int iy = 0; iy < kRows2d + 2 * R; ++iy) {  // each input row under this thread's outputs
+#pragma unroll
+        for (int fx = 0; fx < kSide; ++fx) {
+            const float v = tile[ty0 + iy][tx + fx];
+#pragma unroll
+            for (int oy = 0; oy < kRows2d; ++oy) {  // each output whose filter row fy covers input row iy
+                const int fy = iy - oy;
+                if (fy >= 0 && fy < kSide) acc[oy] += c_filter_2d[R][fy * kSide + fx] * v;
+            }
+        }
+    }
+    const int col = col0 + tx;
+#pragma unroll
+    for (int oy = 0; oy < kRows2d; ++oy) {
+        const int row = row0 + ty0 + oy;
+        if (row < h && col < w) out[(long long)row * w + col] = acc[oy];
+    }
+}
+
+// ---- the launchers --------------------------------------------------------------------------------
+
+namespace {
+
+// The compile-time radius of 03 and 06 picked from the run-time one: one instantiation per radius.
+template <int R>
+int launch_03(const float *d_x, float *d_out, long long n, cudaStream_t s) {
+    const long long blocks = cdiv(n, kTile1d);
+    conv1d_03_tiled<R><<<(unsigned)blocks, kTiledThreads1d, 0, s>>>(d_x, d_out, n);
+    CUDA_TRY_LAUNCH();
+    return 0;
+}
+
+int dispatch_03(int r, const float *d_x, float *d_out, long long n, cudaStream_t s) {
+    switch (r) {
+        case 0: return launch_03<0>(d_x, d_out, n, s);
+        case 1: return launch_03<1>(d_x, d_out, n, s);
+        case 2: return launch_03<2>(d_x, d_out, n, s);
+        case 3: return launch_03<3>(d_x, d_out, n, s);
+        case 4: return launch_03<4>(d_x, d_out, n, s);
+        case 5: return launch_03<5>(d_x, d_out, n, s);
+        case 6: return launch_03<6>(d_x, d_out, n, s);
+        case 7: return launch_03<7>(d_x, d_out, n, s);
+        case 8: return launch_03<8>(d_x, d_out, n, s);
+        default: return (int)cudaErrorInvalidValue;
+    }
+}
+static_assert(kMaxR1 == 8, "dispatch_03 instantiates radii 0..8");
+
+template <int R>
+int launch_06(const float *d_x, float *d_out, int h, int w, cudaStream_t s) {
+    const dim3 grid((unsigned)cdiv(w, kTileW2d), (unsigned)cdiv(h, kTileH2d));
+    conv2d_06_tiled<R><<<grid, dim3(kTiledX2d, kTiledY2d), 0, s>>>(d_x, d_out, h, w);
+    CUDA_TRY_LAUNCH();
+    return 0;
+}
+
+int dispatch_06(int r, const float *d_x, float *d_out, int h, int w, cudaStream_t s) {
+    switch (r) {
+        case 0: return launch_06<0>(d_x, d_out, h, w, s);
+        case 1: return launch_06<1>(d_x, d_out, h, w, s);
+        case 2: return launch_06<2>(d_x, d_out, h, w, s);
+        case 3: return launch_06<3>(d_x, d_out, h, w, s);
+        case 4: return launch_06<4>(d_x, d_out, h, w, s);
+        default: return (int)cudaErrorInvalidValue;
+    }
+}
+static_assert(kMaxR2 == 4, "dispatch_06 instantiates radii 0..4");
+
+int taps(int dims, int r) { return dims == 1 ? 2 * r + 1 : (2 * r + 1) * (2 * r + 1); }
+
+}  // namespace
+
+extern "C" int convolution_variant_count(void) { return kNumVariants; }
+
+extern "C" const char *convolution_variant_name(int i) {
+    return (i >= 0 && i < kNumVariants) ? kVariants[i] : nullptr;
+}
+
+extern "C" int convolution_variant_dims(int i) { return (i >= 0 && i < kNumVariants) ? kDims[i] : 0; }
+
+extern "C" int convolution_max_radius(int dims) { return dims == 1 ? kMaxR1 : dims == 2 ? kMaxR2 : 0; }
+extern "C" long long convolution_max_n(void) { return kMaxN; }
+extern "C" int convolution_max_height(void) { return kMaxHeight; }
+extern "C" int convolution_max_width(void) { return kMaxWidth; }
+
+extern "C" int convolution_tiling(int dims, int what) {
+    if (dims == 1) return what == 0 ? kTiledThreads1d : what == 1 ? 1 : what == 2 ? kOuts1d : -1;
+    if (dims == 2) return what == 0 ? kTiledX2d : what == 1 ? kTiledY2d : what == 2 ? kRows2d : -1;
+    return -1;
+}
+
+extern "C" cudalab_status convolution_set_filter(int dims, const float *filter, int r) {
+    if (filter == nullptr || r < 0 || r > convolution_max_radius(dims)) return (int)cudaErrorInvalidValue;
+    const size_t bytes = (size_t)taps(dims, r) * sizeof(float);
+    if (dims == 1) {
+        CUDA_TRY(cudaMemcpyToSymbol(c_filter_1d, filter, bytes, (size_t)r * sizeof(c_filter_1d[0])));
+    } else {
+        CUDA_TRY(cudaMemcpyToSymbol(c_filter_2d, filter, bytes, (size_t)r * sizeof(c_filter_2d[0])));
+    }
+    return 0;
+}
+
+extern "C" cudalab_status convolution_1d_f32_dev(const char *variant, const float *d_x, long long n,
+                                                 const float *d_filter, int r, float *d_out, void *stream) {
+    const int v = variant_id(variant);
+    if (v < 0 || kDims[v] != 1 || n < 0 || n > kMaxN || r < 0 || r > kMaxR1) return (int)cudaErrorInvalidValue;
+    if (n == 0) return 0;
+    if (d_x == nullptr || d_out == nullptr || (v == 0 && d_filter == nullptr)) return (int)cudaErrorInvalidValue;
+    cudaStream_t s = (cudaStream_t)stream;
+    const unsigned blocks = (unsigned)cdiv(n, kThreads1d);
+    switch (v) {
+        case 0: conv1d_01_naive<<<blocks, kThreads1d, 0, s>>>(d_x, d_filter, r, d_out, n); break;
+        case 1: conv1d_02_constant<<<blocks, kThreads1d, 0, s>>>(d_x, r, d_out, n); break;
+        default:
+            if ((uintptr_t)d_out % 16 != 0) return (int)cudaErrorInvalidValue;  // its float4 stores
+            return dispatch_03(r, d_x, d_out, n, s);
+    }
+    CUDA_TRY_LAUNCH();
+    return 0;
+}
+
+extern "C" cudalab_status convolution_2d_f32_dev(const char *variant, const float *d_x, int h, int w,
+                                                 const float *d_filter, int r, float *d_out, void *stream) {
+    const int v = variant_id(variant);
+    if (v < 0 || kDims[v] != 2 || h < 0 || w < 0 || h > kMaxHeight || w > kMaxWidth || r < 0 || r > kMaxR2)
+        return (int)cudaErrorInvalidValue;
+    if (h == 0 || w == 0) return 0;
+    if (d_x == nullptr || d_out == nullptr || (v == 3 && d_filter == nullptr)) return (int)cudaErrorInvalidValue;
+    cudaStream_t s = (cudaStream_t)stream;
+    const dim3 block(kBlockX2d, kBlockY2d);
+    const dim3 grid((unsigned)cdiv(w, kBlockX2d), (unsigned)cdiv(h, kBlockY2d));
+    switch (v) {
+        case 3: conv2d_04_naive<<<grid, block, 0, s>>>(d_x, d_filter, r, d_out, h, w); break;
+        case 4: conv2d_05_constant<<<grid, block, 0, s>>>(d_x, r, d_out, h, w); break;
+        default: return dispatch_06(r, d_x, d_out, h, w, s);
+    }
+    CUDA_TRY_LAUNCH();
+    return 0;
+}
+
+namespace {
+
+// The host-pointer forms' common part: upload input and filter, load the constant slot, run, copy out.
+template <class Launch>
+int run_host(int dims, const float *x, size_t elems, const float *filter, int r, float *out, Launch launch) {
+    const size_t bytes = elems * sizeof(float);
+    const size_t fbytes = (size_t)taps(dims, r) * sizeof(float);
+    cudalab::DeviceAlloc dx, df, dout;
+    if (int err = dx.upload(x, bytes)) return err;
+    if (int err = df.upload(filter, fbytes)) return err;
+    if (int err = dout.alloc(bytes)) return err;
+    if (int err = convolution_set_filter(dims, filter, r)) return err;
+    if (int err = launch(dx.as<const float>(), df.as<const float>(), dout.as<float>())) return err;
+    CUDA_TRY(cudaDeviceSynchronize());
+    CUDA_TRY(cudaMemcpy(out, dout.p, bytes, cudaMemcpyDeviceToHost));
+    return cudalab::release_all(dx, df, dout);
+}
+
+}  // namespace
+
+extern "C" cudalab_status convolution_1d_f32(const char *variant, const float *x, long long n, const float *filter,
+                                             int r, float *out) {
+    const int v = variant_id(variant);
+    if (v < 0 || kDims[v] != 1 || n < 0 || n > kMaxN || r < 0 || r > kMaxR1) return (int)cudaErrorInvalidValue;
+    if (n == 0) return 0;
+    if (x == nullptr || filter == nullptr || out == nullptr) return (int)cudaErrorInvalidValue;
+    return run_host(1, x, (size_t)n, filter, r, out, [&](const float *dx, const float *df, float *dout) {
+        return convolution_1d_f32_dev(variant, dx, n, df, r, dout, nullptr);
+    });
+}
+
+extern "C" cudalab_status convolution_2d_f32(const char *variant, const float *x, int h, int w, const float *filter,
+                                             int r, float *out) {
+    const int v = variant_id(variant);
+    if (v < 0 || kDims[v] != 2 || h < 0 || w < 0 || h > kMaxHeight || w > kMaxWidth || r < 0 || r > kMaxR2)
+        return (int)cudaErrorInvalidValue;
+    if (h == 0 || w == 0) return 0;
+    if (x == nullptr || filter == nullptr || out == nullptr) return (int)cudaErrorInvalidValue;
+    return run_host(2, x, (size_t)h * (size_t)w, filter, r, out, [&](const float *dx, const float *df, float *dout) {
+        return convolution_2d_f32_dev(variant, dx, h, w, df, r, dout, nullptr);
+    });
+}
