@@ -1,91 +1,413 @@
-"""convolution: out = a * x + y over float32 arrays with a grid-stride loop (written by `invoke new convolution`).
+"""convolution: 1-D and 2-D convolution of float32 data with a (2r+1)-tap filter, zero padding at the
+edges, out the shape of the input (PMPP chapter 7).
 
-The program's Python side: the typed API on numpy arrays, the numpy reference, the Python twin on the
-lectures' simulator, the bench case against the memcpy ceiling, the profiler's and the sanitizer's
-runs, and the record (at the end) that tells the lab what this program offers. Change the kernel in
-convolution.cu, then this file's reference, and the tests beside it say whether the two agree.
+What is computed is PMPP's formula, a cross-correlation -- the filter is not flipped:
+    1-D  out[i]    = sum_j f[j] * x[i - r + j]                       j = 0 .. 2r
+    2-D  out[y, x] = sum_{fy, fx} f[fy, fx] * in[y - r + fy, x - r + fx]
+with the input taken as 0 outside the array. numpy's np.convolve flips its second argument, so
+np.convolve(x, f[::-1], "same") is this for len(x) >= 2r + 1 (`reference` is a direct float64 sum).
+
+Public API (numpy in, numpy out; arguments are checked before anything is launched):
+    convolve_1d(x, f, variant="03_tiled_1d")    float32 x (n,), f (2r+1,), r <= max_radius(1) = 8
+    convolve_2d(x, f, variant="06_tiled_2d")    float32 x (h, w), f (2r+1, 2r+1), r <= max_radius(2) = 4
+    reference(x, f)                             float64 numpy, the same zero padding
+    twin(x, f, variant, ...)                    the variant's Python twin on harness.base.sim
+The variants come from the library's one table (cuda/convolution/convolution.cu), with their dimension.
+
+Tolerance: ||out - ref|| / ||ref|| <= 1e-5 against the float64 reference. Each output is a float32 sum
+of at most 81 products; rounding adds about sqrt(taps) * 2^-24 relative to the result for random
+signs (~5e-7 at 81 taps), far below 1e-5 and far below a wrong, missing or flipped tap.
 """
 
 from __future__ import annotations
 
+import functools
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from harness.base import sim
 from harness.calling import library
 from harness.calling import results as _results
-from harness.programs.record import Program, Tour
+from harness.programs.record import Picture, Program, Tour
+
+if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
+    import pandas as pd
 
 PROGRAM = "convolution"
+TOL = 1e-5
+
+# VARIANTS is the library's one table, read when first asked for: never typed here.
+__getattr__ = library.table_attributes(__name__, PROGRAM)
 
 
 def lib() -> library.Library:
     return library.load(PROGRAM)
 
 
-def check_variant(variant: str) -> str:
-    """The variant's name, or ValueError naming those in the library's one table."""
-    library.table_index(PROGRAM, "variant", variant)
+# --- what the library accepts (read from it, never typed twice) ---------------------------------------
+
+def variant_dims(variant: str) -> int:
+    """1 or 2: the dimension a variant convolves; ValueError naming the variants for an unknown one."""
+    return int(lib().convolution_variant_dims(library.table_index(PROGRAM, "variant", variant)))
+
+
+def variants_of(dims: int) -> tuple[str, ...]:
+    return tuple(v for v in library.read_table(PROGRAM) if variant_dims(v) == dims)
+
+
+@functools.cache
+def max_radius(dims: int) -> int:
+    return int(lib().convolution_max_radius(dims))
+
+
+@functools.cache
+def tiling(dims: int) -> tuple[int, int, int]:
+    """The tiled variant's shape: (threads in x, threads in y, outputs per thread)."""
+    return tuple(int(lib().convolution_tiling(dims, i)) for i in range(3))
+
+
+def check_variant(variant: str, dims: int) -> str:
+    d = variant_dims(variant)
+    if d != dims:
+        raise ValueError(f"{variant} is a {d}-D variant; for {dims}-D data use one of "
+                         f"{', '.join(variants_of(dims))}")
     return variant
 
 
-def _check_a(a) -> float:
-    if isinstance(a, bool) or not isinstance(a, (int, float, np.integer, np.floating)):
-        raise TypeError(f"a must be a number, got {type(a).__name__}")
-    if not np.isfinite(a):
-        raise ValueError(f"a must be finite, got {a}")
-    return float(a)
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
-# --- the API ------------------------------------------------------------------------------------------
+def check_radius(r, dims: int) -> int:
+    if not _is_int(r):
+        raise TypeError(f"the radius must be an integer, got {type(r).__name__}")
+    if not 0 <= r <= max_radius(dims):
+        raise ValueError(f"the radius must be 0..{max_radius(dims)} for {dims}-D convolution, got {r}")
+    return int(r)
 
-def run_f32(x: np.ndarray, y: np.ndarray, a: float = 2.0, variant: str = "01_grid_stride") -> np.ndarray:
-    """out = a * x + y for two 1-D C-contiguous float32 arrays of one length, on the GPU."""
-    a = _check_a(a)
+
+def check_filter(f, dims: int) -> tuple[np.ndarray, int]:
+    """(f as float32, its radius): f must have 2r+1 taps (1-D) or be (2r+1) x (2r+1) (2-D), finite,
+    with r at most max_radius(dims)."""
+    f = library.check_array(f, "filter", np.float32, ndim=dims, contiguous="copy")
+    side = f.shape[0]
+    if dims == 2 and f.shape[1] != side:
+        raise ValueError(f"a 2-D filter must be square, got shape {f.shape}")
+    if side % 2 == 0:
+        raise ValueError(f"a filter has an odd number of taps a side (2r+1), got {side}")
+    check_radius((side - 1) // 2, dims)
+    if not np.all(np.isfinite(f)):
+        raise ValueError("the filter must be finite")
+    return f, (side - 1) // 2
+
+
+def check_size(dims: int, n: int = 0, h: int = 0, w: int = 0) -> None:
+    """Negative or too large sizes: ValueError naming the limit (the grids' limits, from the library)."""
+    for name, v in (("n", n), ("h", h), ("w", w)):
+        if not _is_int(v):
+            raise TypeError(f"{name} must be an integer, got {type(v).__name__}")
+        if v < 0:
+            raise ValueError(f"{name} must be >= 0, got {v}")
+    if dims == 1 and n > lib().convolution_max_n():
+        raise ValueError(f"n must be at most {lib().convolution_max_n()} (the 1-D grid's limit), got {n}")
+    if dims == 2 and h > lib().convolution_max_height():
+        raise ValueError(f"h must be at most {lib().convolution_max_height()} (gridDim.y of 8-row blocks), got {h}")
+    if dims == 2 and w > lib().convolution_max_width():
+        raise ValueError(f"w must be at most {lib().convolution_max_width()}, got {w}")
+
+
+# --- the library ----------------------------------------------------------------------------------
+
+def convolve_1d(x: np.ndarray, f: np.ndarray, variant: str = "03_tiled_1d") -> np.ndarray:
+    """out[i] = sum_j f[j] x[i - r + j] (zero padding) for a 1-D C-contiguous float32 x, on the GPU."""
+    check_variant(variant, 1)
     x = library.check_array(x, "x", np.float32, ndim=1)
-    y = library.check_array(y, "y", np.float32, ndim=1, shape=x.shape)
-    check_variant(variant)
+    f, r = check_filter(f, 1)
+    check_size(1, n=x.size)
     out = np.full(x.shape, np.nan, dtype=np.float32)
     if x.size:
-        lib().convolution_f32(variant, a, x, y, out, x.size)
+        lib().convolution_1d_f32(variant, x, x.size, f, r, out)
     return out
 
 
-def reference(x: np.ndarray, y: np.ndarray, a: float = 2.0) -> np.ndarray:
-    """numpy, in float64: what run_f32 computes, without its rounding."""
-    return _check_a(a) * np.asarray(x, dtype=np.float64) + np.asarray(y, dtype=np.float64)
-
-
-def twin(x: np.ndarray, y: np.ndarray, a: float = 2.0, blocks: int = 4, threads: int = 32) -> np.ndarray:
-    """The kernel written in Python on the lectures' simulator (harness/base/sim.py): the same
-    grid-stride loop, run block by block on the CPU."""
-    a = _check_a(a)
-    x = np.asarray(x, dtype=np.float32)
-    y = np.asarray(y, dtype=np.float32)
+def convolve_2d(x: np.ndarray, f: np.ndarray, variant: str = "06_tiled_2d") -> np.ndarray:
+    """out[y, x] = sum f[fy, fx] in[y - r + fy, x - r + fx] (zero padding), h x w float32, on the GPU."""
+    check_variant(variant, 2)
+    x = library.check_array(x, "x", np.float32, ndim=2)
+    f, r = check_filter(f, 2)
+    h, w = x.shape
+    check_size(2, h=h, w=w)
     out = np.full(x.shape, np.nan, dtype=np.float32)
-    n = x.size
-
-    def kernel(ctx):
-        i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
-        stride = ctx.gridDim.x * ctx.blockDim.x
-        while i < n:
-            out[i] = np.float32(a) * x[i] + y[i]
-            i += stride
-
-    sim.launch(kernel, blocks, threads)
+    if x.size:
+        lib().convolution_2d_f32(variant, x, h, w, f, r, out)
     return out
+
+
+def convolve(x: np.ndarray, f: np.ndarray, variant: str | None = None) -> np.ndarray:
+    """convolve_1d or convolve_2d by x's dimension (the best rung unless a variant is named)."""
+    x = np.asarray(x)
+    if x.ndim == 1:
+        return convolve_1d(x, f, variant or "03_tiled_1d")
+    if x.ndim == 2:
+        return convolve_2d(x, f, variant or "06_tiled_2d")
+    raise ValueError(f"x must be 1-D or 2-D, got shape {x.shape}")
+
+
+# --- numpy reference and checker ------------------------------------------------------------------
+
+def reference(x: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """The float64 sum, zero padding, the filter not flipped (a cross-correlation, PMPP's formula):
+    x padded by r zeros on every side, and one shifted copy per tap added up."""
+    x = np.asarray(x, dtype=np.float64)
+    f = np.asarray(f, dtype=np.float64)
+    if x.ndim != f.ndim or x.ndim not in (1, 2) or f.shape[0] % 2 == 0 or len(set(f.shape)) != 1:
+        raise ValueError(f"reference: x 1-D or 2-D and f of the same dimension, (2r+1) a side; got x {x.shape}, "
+                         f"f {f.shape}")
+    r = (f.shape[0] - 1) // 2
+    xp = np.pad(x, r)
+    out = np.zeros_like(x)
+    if x.ndim == 1:
+        for j in range(2 * r + 1):
+            out += f[j] * xp[j:j + x.size]
+        return out
+    h, w = x.shape
+    for fy in range(2 * r + 1):
+        for fx in range(2 * r + 1):
+            out += f[fy, fx] * xp[fy:fy + h, fx:fx + w]
+    return out
+
+
+def check(out: np.ndarray, ref: np.ndarray, tol: float = TOL) -> tuple[bool, float]:
+    """The checker: (ok, ||out - ref|| / ||ref||). A NaN anywhere (an unwritten output) fails."""
+    try:
+        e = _results.relative_error(out, ref)
+    except ValueError:
+        return False, float("inf")
+    return bool(e <= tol), e
+
+
+# --- Python twins (harness.base.sim) ----------------------------------------------------------------
+
+def conv1d_naive_bk(blockidx, threadidx, blockdim, x, f, r, out, n):
+    """01_naive_1d (and 02_constant_1d, whose taps only live elsewhere): one thread per output."""
+    i = blockidx * blockdim + threadidx
+    if i >= n:
+        return
+    s = np.float32(0)
+    for j in range(2 * r + 1):
+        k = i - r + j
+        if 0 <= k < n:
+            s = np.float32(s + f[j] * x[k])
+    out[i] = s
+
+
+def conv1d_tiled_k(ctx, x, f, r, out, n, outs, loads=None):
+    """03_tiled_1d as a generator (the bare `yield` is the __syncthreads()): the block loads its
+    blockDim * outs inputs and r on each side into ctx.shared.tile, then each thread computes `outs`
+    consecutive outputs from its window tile[outs * t : outs * t + outs + 2r]. `loads`, when given,
+    counts the global reads of each input (the picture's halo)."""
+    tile = ctx.shared.tile
+    span = ctx.blockDim.x * outs
+    start = ctx.blockIdx.x * span
+    t = ctx.threadIdx.x
+    while t < tile.size:  # the padding past the halo is zeroed too: the last window reads into it
+        k = start - r + t
+        inside = t < span + 2 * r and 0 <= k < n
+        tile[t] = x[k] if inside else np.float32(0)
+        if inside and loads is not None:
+            loads[k] += 1
+        t += ctx.blockDim.x
+    yield  # the whole tile, halo included, must be in shared memory before any thread reads it
+    first = outs * ctx.threadIdx.x
+    win = tile[first:first + outs + 2 * r].copy()  # the CUDA kernel's registers
+    for m in range(outs):
+        i = start + first + m
+        if i < n:
+            s = np.float32(0)
+            for j in range(2 * r + 1):
+                s = np.float32(s + f[j] * win[m + j])
+            out[i] = s
+
+
+def conv2d_naive_bk(blockidx, threadidx, blockdim, x, f, r, out, h, w):
+    """04_naive_2d (and 05_constant_2d): one thread per output pixel, x along a row."""
+    col = blockidx.x * blockdim.x + threadidx.x
+    row = blockidx.y * blockdim.y + threadidx.y
+    if row >= h or col >= w:
+        return
+    s = np.float32(0)
+    for fy in range(2 * r + 1):
+        y = row - r + fy
+        if not 0 <= y < h:
+            continue
+        for fx in range(2 * r + 1):
+            c = col - r + fx
+            if 0 <= c < w:
+                s = np.float32(s + f[fy, fx] * x[y, c])
+    out[row, col] = s
+
+
+def conv2d_tiled_k(ctx, x, f, r, out, h, w, rows, loads=None):
+    """06_tiled_2d as a generator: the block loads its (blockDim.x) x (blockDim.y * rows) output tile
+    and r pixels of halo around it into ctx.shared.tile (zeros outside the image), then each thread
+    computes `rows` outputs down its column, walking the input rows under them: every value read from
+    the tile feeds each of those outputs whose filter covers it."""
+    tile = ctx.shared.tile
+    in_h, in_w = tile.shape
+    tw, th = ctx.blockDim.x, ctx.blockDim.y * rows
+    col0, row0 = ctx.blockIdx.x * tw, ctx.blockIdx.y * th
+    k = ctx.threadIdx.y * ctx.blockDim.x + ctx.threadIdx.x
+    while k < in_h * in_w:
+        ty, tx = divmod(k, in_w)
+        gy, gx = row0 - r + ty, col0 - r + tx
+        inside = 0 <= gy < h and 0 <= gx < w
+        tile[ty, tx] = x[gy, gx] if inside else np.float32(0)
+        if inside and loads is not None:
+            loads[gy, gx] += 1
+        k += ctx.blockDim.x * ctx.blockDim.y
+    yield  # every pixel of the tile and its halo loaded before anyone reads a neighbour's
+    tx, ty0 = ctx.threadIdx.x, ctx.threadIdx.y * rows
+    acc = [np.float32(0)] * rows
+    for iy in range(rows + 2 * r):
+        for fx in range(2 * r + 1):
+            v = tile[ty0 + iy, tx + fx]
+            for oy in range(rows):
+                fy = iy - oy
+                if 0 <= fy <= 2 * r:
+                    acc[oy] = np.float32(acc[oy] + f[fy, fx] * v)
+    for oy in range(rows):
+        row, col = row0 + ty0 + oy, col0 + tx
+        if row < h and col < w:
+            out[row, col] = acc[oy]
+
+
+def _twin_filter(f, dims: int) -> tuple[np.ndarray, int]:
+    f = np.asarray(f, dtype=np.float32)
+    if f.ndim != dims or f.shape[0] % 2 == 0 or len(set(f.shape)) != 1:
+        raise ValueError(f"a {dims}-D filter has (2r+1) taps a side, got shape {f.shape}")
+    return f, (f.shape[0] - 1) // 2
+
+
+def twin(x: np.ndarray, f: np.ndarray, variant: str, threads: int = 32, outs: int = 4,
+         block: tuple[int, int] = (8, 2), rows: int = 4, loads: np.ndarray | None = None,
+         progress=None) -> np.ndarray:
+    """Run a variant's Python twin on the simulator. The tile shapes are arguments, small by default so
+    that ragged sizes cross several blocks (the GPU's are `tiling(1)` and `tiling(2)`): 1-D `threads`
+    per block and `outs` outputs a thread; 2-D a `block` of (x, y) threads and `rows` outputs a thread.
+    `loads` counts global reads per input element (tiled variants only)."""
+    x = np.asarray(x, dtype=np.float32)
+    dims = variant_dims(variant)
+    if x.ndim != dims:
+        raise ValueError(f"{variant} takes {dims}-D data, got shape {x.shape}")
+    f, r = _twin_filter(f, dims)
+    out = np.full(x.shape, np.nan, dtype=np.float32)
+    if x.size == 0:
+        return out
+    tiled = variant == variants_of(dims)[-1]  # the last rung of each dimension is the tiled one
+    if dims == 1:
+        n = x.size
+        if not tiled:
+            sim.blk_kernel(conv1d_naive_bk, -(-n // threads), threads, x, f, r, out, n)
+            return out
+        window4 = -(-(outs + 2 * r) // 4) * 4
+        sim.launch(conv1d_tiled_k, -(-n // (threads * outs)), threads, x, f, r, out, n, outs, loads,
+                   shared={"tile": ((threads * outs + window4,), np.float32)}, on_block=progress)
+        return out
+    h, w = x.shape
+    bx, by = block
+    if not tiled:
+        sim.blk_kernel2d(conv2d_naive_bk, sim.dim3(-(-w // bx), -(-h // by)), sim.dim3(bx, by), x, f, r, out, h, w)
+        return out
+    sim.launch(conv2d_tiled_k, sim.dim3(-(-w // bx), -(-h // (by * rows))), sim.dim3(bx, by), x, f, r, out, h, w,
+               rows, loads, shared={"tile": ((by * rows + 2 * r, bx + 2 * r), np.float32)}, on_block=progress)
+    return out
+
+
+def tile_loads(h: int, w: int, r: int, tile_h: int, tile_w: int) -> np.ndarray:
+    """How many blocks of a tiled 2-D kernel read each input pixel: each block reads its tile_h x tile_w
+    output tile grown by r on every side, clipped to the image. 1 inside a tile, 2 in a halo shared by
+    two tiles, up to 4 at corners (for r < the tile's side)."""
+    loads = np.zeros((h, w), dtype=np.int64)
+    for row0 in range(0, h, tile_h):
+        for col0 in range(0, w, tile_w):
+            loads[max(row0 - r, 0):min(row0 + tile_h + r, h), max(col0 - r, 0):min(col0 + tile_w + r, w)] += 1
+    return loads
+
+
+# --- without a GPU ------------------------------------------------------------------------------------
+
+CPU_1D = ((1, 8), (37, 3), (1000, 8), (257, 0))  # (n, r): one element, ragged, several blocks, one tap
+CPU_2D = ((1, 1, 4), (13, 29, 2), (37, 21, 4), (20, 18, 0))  # (h, w, r)
+
+
+def random_problem(shape, r: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Input and an asymmetric filter, uniform in [-1, 1): a flipped filter gives another answer."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, shape).astype(np.float32)
+    fshape = (2 * r + 1,) * len(shape)
+    return x, rng.uniform(-1, 1, fshape).astype(np.float32)
 
 
 def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
-    """Without a GPU: the Python twin against the numpy reference on ragged sizes."""
-    rng = np.random.default_rng(0)
-    rows = []
-    for n in (1, 31, 97, 1000):
-        x, y = rng.uniform(-1, 1, n).astype(np.float32), rng.uniform(-1, 1, n).astype(np.float32)
-        err = _results.relative_error(twin(x, y), reference(x, y))
-        rows.append({"n": n, "relative_error": err, "check": "pass" if err <= 1e-6 else "fail"})
-    return pd.DataFrame(rows), "the kernel's Python twin on the simulator against numpy"
+    """`invoke run convolution` without a GPU: every variant's Python twin on the simulator against the
+    float64 reference, on ragged sizes and radii (small blocks, so each size crosses several of them)."""
+    import pandas as pd
 
+    if args:
+        raise ValueError(f"on the CPU, convolution takes no arguments (it runs fixed ragged sizes), got: "
+                         f"{' '.join(str(a) for a in args)}")
+    rows = []
+    for v in library.read_table(PROGRAM):
+        cases = [((n,), r) for n, r in CPU_1D] if variant_dims(v) == 1 else [((h, w), r) for h, w, r in CPU_2D]
+        for seed, (shape, r) in enumerate(cases):
+            x, f = random_problem(shape, r, seed)
+            ok, err = check(twin(x, f, v), reference(x, f))
+            rows.append({"variant": v, "shape": "x".join(map(str, shape)), "r": r,
+                         "rel_error": float(f"{err:.3g}"), "check": "pass" if ok else "fail"})
+    return pd.DataFrame(rows), (f"each variant's Python twin on harness.base.sim (one call per thread, small "
+                                f"blocks) against the float64 numpy reference, tolerance {TOL:g}")
+
+
+# --- the picture: `invoke viz convolution` -------------------------------------------------------------
+
+PICTURE_SHAPE, PICTURE_R = (150, 80), 2
+
+
+def viz_data(simulate: bool = False, progress=None) -> dict:
+    """What analysis/convolution.py draws: an image of three impulses and a bar, its 2-D convolution by
+    06_tiled_2d with an asymmetric 5x5 filter (on the GPU, or the twin on the simulator with the GPU's
+    tile shape), and how many blocks read each input pixel (the tiles and their halos)."""
+    h, w = PICTURE_SHAPE
+    r = PICTURE_R
+    x = np.zeros((h, w), dtype=np.float32)
+    for y, c in ((20, 15), (70, 60), (120, 30)):
+        x[y, c] = 1.0
+    x[100:104, 45:75] = 0.5
+    # An asymmetric filter: heavier to the lower right, so an impulse shows which way it lands.
+    fy, fx = np.mgrid[0:2 * r + 1, 0:2 * r + 1]
+    f = (0.2 + 0.8 * (fy + fx) / (4 * r)).astype(np.float32)
+    f[r, r] = 1.5
+    variant = variants_of(2)[-1]
+    bx, by, rows = tiling(2)
+    if simulate:
+        loads = np.zeros((h, w), dtype=np.int64)
+        out = twin(x, f, variant, block=(bx, by), rows=rows, loads=loads, progress=progress)
+        from harness.programs import cpu_label
+
+        how = cpu_label(f"{variant}'s Python twin on the simulator, its {by * rows}x{bx} tiles")
+    else:
+        out = convolve_2d(x, f, variant)
+        loads = tile_loads(h, w, r, by * rows, bx)
+        from harness.calling import cudart
+
+        how = f"{variant} on {cudart.device_name(0)}"
+    ok, err = check(out, reference(x, f))
+    return {"x": x, "f": f, "r": r, "out": out, "loads": loads, "tile": (by * rows, bx), "variant": variant,
+            "simulated": bool(simulate), "check": "pass" if ok else "fail", "rel_error": err, "computed_on": how}
+
+
+# --- the executable -----------------------------------------------------------------------------------
 
 def run(*args, timeout: float = 300) -> pd.DataFrame:
     """Run build/bin/convolution and parse its result lines (a failed check raises ProgramError)."""
@@ -98,50 +420,117 @@ def parse_output(text: str) -> pd.DataFrame:
 
 # --- the bench, the profiler and the sanitizer --------------------------------------------------------
 
-def bench_setup(variant: str, n: int):
-    """The timing child's target: n float32 per array on the device, the launch marshalled once."""
+N_1D, QUICK_N_1D = 1 << 26, 1 << 24
+SIDE_2D, QUICK_SIDE_2D = 8192, 4096
+R_1D, R_2D, R_2D_WIDE = 8, 2, 4
+
+
+def bench_filter(dims: int, r: int) -> np.ndarray:
+    """The bench's taps: fixed, asymmetric, normal floats (no denormal slow paths)."""
+    rng = np.random.default_rng(1000 * dims + r)
+    return rng.uniform(0.25, 1.0, (2 * r + 1,) * dims).astype(np.float32)
+
+
+def bench_setup(variant: str, r: int, n: int = 0, h: int = 0, w: int = 0):
+    """The timing child's target: input and output on the device, the filter in a device array (01, 04)
+    and in constant memory (loaded here, once, as PMPP's cudaMemcpyToSymbol), the launch marshalled."""
     from harness.calling import cudart
     from harness.measuring import bench
 
-    x, y, out = cudart.DeviceBuffer(4 * n), cudart.DeviceBuffer(4 * n), cudart.DeviceBuffer(4 * n)
+    dims = variant_dims(variant)
+    check_radius(r, dims)
+    check_size(dims, n=n, h=h, w=w)
+    elems = n if dims == 1 else h * w
+    f = bench_filter(dims, r)
+    x, out = cudart.DeviceBuffer(4 * elems), cudart.DeviceBuffer(4 * elems)
+    df = cudart.DeviceBuffer.from_array(f)
     x.fill_bytes(0x3F)  # 0x3F3F3F3F = 0.747f: a normal float, no NaN or denormal slow paths
-    y.fill_bytes(0x3F)
-    launch = lib().prepare("convolution_f32_dev", variant, 2.0, x, y, out, n, 0, 0, library.STREAM)
+    lib().convolution_set_filter(dims, f, r)
+    if dims == 1:
+        launch = lib().prepare("convolution_1d_f32_dev", variant, x, n, df, r, out, library.STREAM)
+    else:
+        launch = lib().prepare("convolution_2d_f32_dev", variant, x, h, w, df, r, out, library.STREAM)
 
     def close():
-        for b in (x, y, out):
+        for b in (x, out, df):
             b.close()
 
     return bench.Prepared(launch, close)
 
 
 def bench_cases(quick: bool = False) -> list:
-    """Each variant at 2^24 elements (--quick) and 2^27, against cudaMemcpy's bandwidth timed in the
-    same run: 12 bytes an element (x and y read, out written), counted as the memcpy ceiling counts."""
+    """Every variant against cudaMemcpy's bandwidth timed in the same run, counting the compulsory
+    traffic, 8 bytes an output (the input read once, the output written once), as the memcpy ceiling
+    counts its bytes. 1-D at 2^26 with r = 8 (17 taps); 2-D at 8192^2 with r = 2 (5x5, PMPP's example)
+    and r = 4 (9x9). Goals: 03_tiled_1d and 06_tiled_2d (r = 2) >= 0.9 of memcpy. 9x9 in float32 is
+    81 FMAs an output, more than the FP32 units finish while memcpy moves 8 bytes on an H100 or H200:
+    there the tiled rung is also measured against the FP32 peak ("fp32"). --quick: 2^24 and 4096^2."""
     from harness.measuring import bench
 
-    sizes = [("2^24", 1 << 24, True)] + ([] if quick else [("2^27", 1 << 27, False)])
-    return [bench.BenchCase(program=PROGRAM, variant=v, size=label, setup=f"harness.programs.{PROGRAM}:bench_setup",
-                            kwargs={"variant": v, "n": n}, unit="GB/s", amount=12.0 * n, ceiling="memcpy",
-                            quick=is_quick, bytes=12.0 * n, flops=2.0 * n, note="float32; bytes = read + written")
-            for label, n, is_quick in sizes for v in library.read_table(PROGRAM)]
+    cases = []
+
+    def add(v, size, kwargs, elems, taps, ceiling="memcpy", target=None, is_quick=False, note=""):
+        flops = 2.0 * taps * elems
+        unit, amount = ("TFLOP/s", flops) if ceiling == "fp32" else ("GB/s", 8.0 * elems)
+        label = f"{v}-vs-fp32" if ceiling == "fp32" else v  # one row per (variant, size) and ceiling
+        cases.append(bench.BenchCase(program=PROGRAM, variant=label, size=size,
+                                     setup=f"harness.programs.{PROGRAM}:bench_setup", unit=unit, amount=amount,
+                                     ceiling=ceiling, target=target, quick=is_quick, bytes=8.0 * elems, flops=flops,
+                                     note=note, kwargs=kwargs))
+
+    one, two = variants_of(1), variants_of(2)
+    for label, n, is_quick in [(f"2^24 r{R_1D}", QUICK_N_1D, True)] + ([] if quick else [(f"2^26 r{R_1D}", N_1D, False)]):
+        for v in one:
+            best = v == one[-1] and not is_quick
+            add(v, label, {"variant": v, "r": R_1D, "n": n}, n, 2 * R_1D + 1, target=0.9 if best else None,
+                is_quick=is_quick, note="float32; bytes = 4n read + 4n written" + (" (goal: >= 0.9)" if best else ""))
+    sides = [(QUICK_SIDE_2D, True)] + ([] if quick else [(SIDE_2D, False)])
+    for side, is_quick in sides:
+        for r in (R_2D, R_2D_WIDE):
+            if is_quick and r != R_2D:
+                continue
+            label = f"{side}^2 r{r}"
+            taps = (2 * r + 1) ** 2
+            for v in two:
+                best = v == two[-1] and r == R_2D and not is_quick
+                add(v, label, {"variant": v, "r": r, "h": side, "w": side}, side * side, taps,
+                    target=0.9 if best else None, is_quick=is_quick,
+                    note="float32; bytes = 4hw read + 4hw written" + (" (goal: >= 0.9)" if best else ""))
+            if r == R_2D_WIDE:
+                add(two[-1], label, {"variant": two[-1], "r": r, "h": side, "w": side}, side * side, taps,
+                    ceiling="fp32", note=f"{taps} FMAs an output against the FP32 peak")
+    return cases
 
 
 def profile_args(variant: str | None = None) -> list[str]:
-    return ["--variant", variant or "01_grid_stride", "--reps", "1", "1000003"]
+    v = variant or "03_tiled_1d"
+    size = ["1000003"] if variant_dims(v) == 1 else ["1023", "2047"]
+    return ["--variant", v, "--reps", "1", *size]
 
 
 def sanitize_args() -> dict[str, list[str]]:
-    return {f"{v} ragged": ["--variant", v, "--reps", "1", "4099"] for v in library.read_table(PROGRAM)}
+    """Every variant on small ragged sizes: its largest radius and a small odd one (other window and
+    halo widths), and a single element (every neighbour is padding)."""
+    runs = {}
+    for v in library.read_table(PROGRAM):
+        dims = variant_dims(v)
+        sizes = ["4099"] if dims == 1 else ["67", "45"]
+        for r in (max_radius(dims), 1):
+            runs[f"{v} r{r}"] = ["--variant", v, "--reps", "1", "--radius", str(r), *sizes]
+        runs[f"{v} one"] = ["--variant", v, "--reps", "1", *(["1"] if dims == 1 else ["1", "1"])]
+    return runs
 
 
 # --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
 
 RECORD = Program(
     name=PROGRAM,
-    summary="a new program: out = a * x + y with a grid-stride loop",
-    follows="your own",
+    summary="a stencil's halo: the filter in constant memory, input tiles with their halo in shared memory",
+    follows="PMPP ch. 7",
+    order=64,
+    readme_picture="[tile + halo](cuda/convolution/convolution_sim.png)",
     variants=True,
+    profile_variants=lambda: library.read_table(PROGRAM),
     profile_args=profile_args,
     sanitize_args=sanitize_args,
     bench_cases=bench_cases,
@@ -149,5 +538,8 @@ RECORD = Program(
     parse_output=parse_output,
     reference=reference,
     on_cpu=on_cpu,
-    tour=Tour("out = a * x + y (text: `invoke run convolution`)"),
+    picture=Picture("convolution", viz_data, options=("simulate", "progress")),
+    tour=Tour("three impulses and a bar through an asymmetric 5x5 filter (each impulse lands as the filter, "
+              "not flipped), and how many blocks read each pixel: the tiles and their halos",
+              drawn=("plots/convolution*.png",), committed=("cuda/convolution/convolution_sim.png",)),
 )

@@ -22,7 +22,8 @@ static const char *kUsage = "usage: convolution [N | H W] [--variant V] [--radiu
 
 int main(int argc, char **argv) {
     const char *variant = "03_tiled_1d";
-    long long radius = -1;
+    long long radius = 0;
+    bool radius_given = false;
     unsigned long long seed = 0;
     int reps = 5;
     const char *pos[2];
@@ -34,6 +35,7 @@ int main(int argc, char **argv) {
             variant = cudalab_option_value(argc, argv, &i, kUsage);
         } else if (strcmp(arg, "--radius") == 0) {
             radius = cudalab_parse_int(cudalab_option_value(argc, argv, &i, kUsage), "--radius");
+            radius_given = true;
         } else if (strcmp(arg, "--seed") == 0) {
             seed = cudalab_parse_seed(cudalab_option_value(argc, argv, &i, kUsage));
         } else if (strcmp(arg, "--reps") == 0) {
@@ -48,9 +50,9 @@ int main(int argc, char **argv) {
                             cudalab_name_list(convolution_variant_count, convolution_variant_name).c_str(), kUsage);
     const int dims = convolution_variant_dims(vi);
     const int max_r = convolution_max_radius(dims);
-    if (radius < 0 && radius != -1) CUDALAB_USAGE_ERROR("--radius must be at least 0, got %lld", radius);
+    if (radius < 0) CUDALAB_USAGE_ERROR("--radius must be at least 0, got %lld", radius);
     if (radius > max_r) CUDALAB_USAGE_ERROR("--radius must be at most %d for a %d-D variant, got %lld", max_r, dims, radius);
-    const int r = radius < 0 ? max_r : (int)radius;
+    const int r = radius_given ? (int)radius : max_r;
 
     long long n = 1000003, h = 1, w = 1;
     if (dims == 1) {
