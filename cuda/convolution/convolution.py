@@ -144,6 +144,31 @@ def convolve_2d(x: np.ndarray, f: np.ndarray, variant: str = "06_tiled_2d") -> n
     return out
 
 
+def set_filter(f: np.ndarray) -> int:
+    """Load a filter into the constant memory slot of its radius (what the constant and tiled variants
+    read in a `_dev` call); returns the radius. 1-D or 2-D by f's dimension."""
+    dims = np.ndim(f)
+    if dims not in (1, 2):
+        raise ValueError(f"a filter is 1-D or 2-D, got shape {np.shape(f)}")
+    f, r = check_filter(f, dims)
+    lib().convolution_set_filter(dims, f, r)
+    return r
+
+
+def convolve_dev(variant: str, d_x, d_filter, r: int, d_out, n: int = 0, h: int = 0, w: int = 0,
+                 stream=None) -> None:
+    """Enqueue one convolution on device pointers (DeviceBuffer or cffi), no sync: n for a 1-D variant,
+    h and w for a 2-D one. The constant and tiled variants read the taps set_filter loaded for radius r;
+    01 and 04 read d_filter. For timing and profiling."""
+    dims = variant_dims(variant)
+    check_radius(r, dims)
+    check_size(dims, n=n, h=h, w=w)
+    if dims == 1:
+        lib().convolution_1d_f32_dev(variant, d_x, n, d_filter, r, d_out, stream)
+    else:
+        lib().convolution_2d_f32_dev(variant, d_x, h, w, d_filter, r, d_out, stream)
+
+
 def convolve(x: np.ndarray, f: np.ndarray, variant: str | None = None) -> np.ndarray:
     """convolve_1d or convolve_2d by x's dimension (the best rung unless a variant is named)."""
     x = np.asarray(x)
@@ -539,7 +564,7 @@ RECORD = Program(
     reference=reference,
     on_cpu=on_cpu,
     picture=Picture("convolution", viz_data, options=("simulate", "progress")),
-    tour=Tour("three impulses and a bar through an asymmetric 5x5 filter (each impulse lands as the filter, "
-              "not flipped), and how many blocks read each pixel: the tiles and their halos",
+    tour=Tour("three impulses and a bar through an asymmetric 5x5 filter (each impulse comes back as the filter "
+              "turned half a turn: a correlation), and how many blocks read each pixel: the tiles and their halos",
               drawn=("plots/convolution*.png",), committed=("cuda/convolution/convolution_sim.png",)),
 )
