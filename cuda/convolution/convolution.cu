@@ -29,9 +29,10 @@ constexpr int kMaxR2 = 4;
 
 // 01, 02: one thread per output.
 constexpr int kThreads1d = 256;
-// 03: 256 threads, 4 consecutive outputs each, so a block covers 1024 outputs.
+// 03: 256 threads, 8 consecutive outputs each, so a block covers 2048 outputs. Each thread then has
+// 8 loads of the tile in flight at once: 64 KiB a full SM, more than DRAM's latency needs covered.
 constexpr int kTiledThreads1d = 256;
-constexpr int kOuts1d = 4;
+constexpr int kOuts1d = 8;
 constexpr int kTile1d = kTiledThreads1d * kOuts1d;
 // 04, 05: 32x8 blocks, so that a warp is 32 neighbours along a row (coalesced).
 constexpr int kBlockX2d = 32;
@@ -88,29 +89,37 @@ __global__ void conv1d_02_constant(const float *x, int r, float *out, long long 
     out[i] = sum;
 }
 
-// 03: the block first copies its 1024 inputs and the R on each side (the halo) into shared memory,
-// each element read from global memory once, zeros past the ends. After the barrier each thread takes
-// 4 consecutive outputs: their 4 + 2R inputs come from shared memory in 16-byte loads into registers,
-// and every input in registers feeds up to 4 outputs. Per output that is ~(4 + 2R) / 16 shared loads
+// 03: the block first copies its 2048 inputs and the R on each side (the halo) into shared memory,
+// each element read from global memory once, zeros past the ends: a fixed number of loads a thread,
+// unrolled, so that all of them are in flight together. After the barrier each thread takes 8
+// consecutive outputs: their 8 + 2R inputs come from shared memory in 16-byte loads into registers,
+// and every input in registers feeds up to 8 outputs. Per output that is ~(8 + 2R) / 32 shared loads
 // instead of 2R + 1 reads: with the loads out of the way, DRAM is the limit.
 // R is a compile-time constant, as PMPP's FILTER_RADIUS: the loops unroll, the window and the sums
 // stay in registers, and each tap is an operand read straight from the constant bank by the FMA.
 template <int R>
 __global__ void __launch_bounds__(kTiledThreads1d) conv1d_03_tiled(const float *__restrict__ x,
                                                                    float *__restrict__ out, long long n) {
-    constexpr int kWindow4 = (kOuts1d + 2 * R + 3) / 4;  // float4s that hold one thread's inputs
-    constexpr int kShared = kTile1d + 4 * kWindow4;      // the last thread's window ends inside
-    __shared__ __align__(16) float tile[kShared];        // tile[t] = x[start - R + t]
+    constexpr int kWindow4 = (kOuts1d + 2 * R + 3) / 4;  // float4s of one thread's inputs
+    // Loads a thread: enough that the last thread's window (from 2048 - 8) ends inside the tile.
+    constexpr int kLoads = (kTile1d - kOuts1d + 4 * kWindow4 + kTiledThreads1d - 1) / kTiledThreads1d;
+    __shared__ __align__(16) float tile[kLoads * kTiledThreads1d];  // tile[t] = x[start - R + t]
     const long long start = (long long)blockIdx.x * kTile1d;
-    for (int t = threadIdx.x; t < kShared; t += blockDim.x) {
+    // Every load happens, from an index clamped into the array, and the value is zeroed afterwards
+    // where the index was outside it (or past the halo): no branch between the loads, so the compiler
+    // can issue all kLoads of them before the first one returns.
+#pragma unroll
+    for (int q = 0; q < kLoads; ++q) {
+        const int t = threadIdx.x + q * kTiledThreads1d;
         const long long k = start - R + t;
-        tile[t] = (t < kTile1d + 2 * R && k >= 0 && k < n) ? x[k] : 0.0f;
+        const float v = x[k < 0 ? 0 : (k >= n ? n - 1 : k)];
+        tile[t] = (t < kTile1d + 2 * R && k >= 0 && k < n) ? v : 0.0f;
     }
     __syncthreads();
 
-    // This thread's outputs are start + 4*tid + m (m = 0..3); their inputs are tile[4*tid .. 4*tid+3+2R].
+    // This thread's outputs are start + 8*tid + m (m = 0..7); their inputs are tile[8*tid .. 8*tid+7+2R].
     float win[4 * kWindow4];
-    const float4 *src = reinterpret_cast<const float4 *>(tile) + threadIdx.x;
+    const float4 *src = reinterpret_cast<const float4 *>(tile + kOuts1d * threadIdx.x);
 #pragma unroll
     for (int q = 0; q < kWindow4; ++q) {
         const float4 v = src[q];
@@ -128,8 +137,11 @@ __global__ void __launch_bounds__(kTiledThreads1d) conv1d_03_tiled(const float *
     }
     const long long i = start + (long long)kOuts1d * threadIdx.x;
     if (i + kOuts1d <= n) {
-        // One 16-byte store: out + i is 16-byte aligned because out is and i is a multiple of 4.
-        *reinterpret_cast<float4 *>(out + i) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        // 16-byte stores: out + i is 16-byte aligned because out is and i is a multiple of 8.
+        float4 *dst = reinterpret_cast<float4 *>(out + i);
+#pragma unroll
+        for (int q = 0; q < kOuts1d / 4; ++q)
+            dst[q] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
     } else {
 #pragma unroll
         for (int m = 0; m < kOuts1d; ++m)
@@ -177,7 +189,8 @@ __global__ void conv2d_05_constant(const float *x, int r, float *out, int h, int
 }
 
 // 06: the block copies its 32-wide, 64-tall output tile plus R pixels of halo on every side into
-// shared memory (zeros outside the image), then each thread computes the 8 outputs of one column,
+// shared memory (zeros outside the image; ~10 loads a thread, unrolled so that all are in flight
+// together), then each thread computes the 8 outputs of one column,
 // rows 8*ty .. 8*ty+7 of the tile. Walking down the 8 + 2R input rows under them, every input read
 // from shared memory feeds each of those outputs whose filter covers it (up to 2R + 1 of them), so a
 // thread reads (8 + 2R)(2R + 1) values for 8 outputs instead of 8 (2R + 1)^2. Consecutive threads read
@@ -188,13 +201,23 @@ __global__ void __launch_bounds__(kTiledX2d * kTiledY2d) conv2d_06_tiled(const f
     constexpr int kInW = kTileW2d + 2 * R;
     constexpr int kInH = kTileH2d + 2 * R;
     constexpr int kSide = 2 * R + 1;
-    __shared__ float tile[kInH][kInW];  // tile[ty][tx] = x[row0 - R + ty][col0 - R + tx]
+    constexpr int kThreads = kTiledX2d * kTiledY2d;
+    constexpr int kLoads = (kInH * kInW + kThreads - 1) / kThreads;  // loads a thread, all in flight at once
+    // Row-major, kInW floats a row: tile[ty * kInW + tx] = x[row0 - R + ty][col0 - R + tx]. Rounded up to
+    // whole rounds of loads so the last round needs no bounds test (its extra cells are never read).
+    __shared__ float tile[kLoads * kThreads];
     const int col0 = blockIdx.x * kTileW2d, row0 = blockIdx.y * kTileH2d;
-    const int tid = threadIdx.y * blockDim.x + threadIdx.x;
-    for (int k = tid; k < kInH * kInW; k += blockDim.x * blockDim.y) {
+    const int tid = threadIdx.y * kTiledX2d + threadIdx.x;
+    // As in 03: every load happens, from a position clamped into the image, and is zeroed afterwards
+    // where the position was outside: no branch between the loads.
+#pragma unroll
+    for (int q = 0; q < kLoads; ++q) {
+        const int k = tid + q * kThreads;
         const int ty = k / kInW, tx = k % kInW;
         const int gy = row0 - R + ty, gx = col0 - R + tx;
-        tile[ty][tx] = (gy >= 0 && gy < h && gx >= 0 && gx < w) ? x[(long long)gy * w + gx] : 0.0f;
+        const int cy = gy < 0 ? 0 : (gy >= h ? h - 1 : gy), cx = gx < 0 ? 0 : (gx >= w ? w - 1 : gx);
+        const float v = x[(long long)cy * w + cx];
+        tile[k] = (gy == cy && gx == cx) ? v : 0.0f;
     }
     __syncthreads();
 
@@ -206,7 +229,7 @@ __global__ void __launch_bounds__(kTiledX2d * kTiledY2d) conv2d_06_tiled(const f
     for (int iy = 0; iy < kRows2d + 2 * R; ++iy) {  // each input row under this thread's outputs
 #pragma unroll
         for (int fx = 0; fx < kSide; ++fx) {
-            const float v = tile[ty0 + iy][tx + fx];
+            const float v = tile[(ty0 + iy) * kInW + tx + fx];
 #pragma unroll
             for (int oy = 0; oy < kRows2d; ++oy) {  // each output whose filter row fy covers input row iy
                 const int fy = iy - oy;

@@ -14,7 +14,7 @@
    Variants, in the order a learner meets them, selected by name through one dispatcher per dimension:
      "01_naive_1d"     one thread per output, the filter read from global memory
      "02_constant_1d"  the same, the filter in __constant__ memory (one broadcast read per tap per warp)
-     "03_tiled_1d"     the block's inputs and their halo in shared memory; 4 outputs a thread from a
+     "03_tiled_1d"     the block's inputs and their halo in shared memory; 8 outputs a thread from a
                        register window read with 16-byte shared loads
      "04_naive_2d"     one thread per output, 32x8 blocks, filter from global memory
      "05_constant_2d"  the same with the filter in __constant__ memory

@@ -236,6 +236,8 @@ def conv1d_tiled_k(ctx, x, f, r, out, n, outs, loads=None):
     span = ctx.blockDim.x * outs
     start = ctx.blockIdx.x * span
     t = ctx.threadIdx.x
+    # The CUDA kernel loads from an index clamped into x and zeroes the value afterwards (no branch
+    # between its loads); the tile it builds is this one.
     while t < tile.size:  # the padding past the halo is zeroed too: the last window reads into it
         k = start - r + t
         inside = t < span + 2 * r and 0 <= k < n
