@@ -552,10 +552,10 @@ def sanitize_args() -> dict[str, list[str]]:
 
 RECORD = Program(
     name=PROGRAM,
-    summary="a stencil's halo: the filter in constant memory, input tiles with their halo in shared memory",
+    summary="a halo: the filter in constant memory, shared tiles",
     follows="PMPP ch. 7",
     order=64,
-    readme_picture="[tile + halo](cuda/convolution/convolution_sim.png)",
+    readme_picture="[halo](cuda/convolution/convolution_sim.png)",
     variants=True,
     profile_variants=lambda: library.read_table(PROGRAM),
     profile_args=profile_args,
