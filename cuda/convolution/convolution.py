@@ -10,6 +10,8 @@ np.convolve(x, f[::-1], "same") is this for len(x) >= 2r + 1 (`reference` is a d
 Public API (numpy in, numpy out; arguments are checked before anything is launched):
     convolve_1d(x, f, variant="03_tiled_1d")    float32 x (n,), f (2r+1,), r <= max_radius(1) = 8
     convolve_2d(x, f, variant="06_tiled_2d")    float32 x (h, w), f (2r+1, 2r+1), r <= max_radius(2) = 4
+    convolve_dev(variant, d_x, d_f, r, d_out, n= | h=, w=, stream=)   device pointers, no sync
+    set_filter(f)                               load f into the constant slot of its radius (for _dev)
     reference(x, f)                             float64 numpy, the same zero padding
     twin(x, f, variant, ...)                    the variant's Python twin on harness.base.sim
 The variants come from the library's one table (cuda/convolution/convolution.cu), with their dimension.
