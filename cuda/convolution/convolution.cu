@@ -23,26 +23,36 @@ int variant_id(const char *name) {
 
 }  // namespace
 
+// EXERCISE conv1d_tiled: copy
+// EXERCISE conv2d_tiled: copy
 // The largest radius each dimension accepts: 17 taps in 1-D, 9x9 in 2-D.
 constexpr int kMaxR1 = 8;
 constexpr int kMaxR2 = 4;
+// EXERCISE conv1d_tiled: end copy
+// EXERCISE conv2d_tiled: end copy
 
+// EXERCISE conv1d_naive: copy
 // 01, 02: one thread per output.
 constexpr int kThreads1d = 256;
+// EXERCISE conv1d_naive: end copy
+// EXERCISE conv1d_tiled: copy
 // 03: 256 threads, 8 consecutive outputs each, so a block covers 2048 outputs. Each thread then has
 // 8 loads of the tile in flight at once: 64 KiB a full SM, more than DRAM's latency needs covered.
 constexpr int kTiledThreads1d = 256;
 constexpr int kOuts1d = 8;
 constexpr int kTile1d = kTiledThreads1d * kOuts1d;
+// EXERCISE conv1d_tiled: end copy
 // 04, 05: 32x8 blocks, so that a warp is 32 neighbours along a row (coalesced).
 constexpr int kBlockX2d = 32;
 constexpr int kBlockY2d = 8;
+// EXERCISE conv2d_tiled: copy
 // 06: 32x8 threads, 8 outputs each down a column: a 32-wide, 64-tall output tile.
 constexpr int kTiledX2d = 32;
 constexpr int kTiledY2d = 8;
 constexpr int kRows2d = 8;
 constexpr int kTileW2d = kTiledX2d;
 constexpr int kTileH2d = kTiledY2d * kRows2d;
+// EXERCISE conv2d_tiled: end copy
 
 // 04 and 05 cover the rows with 8-row blocks and gridDim.y is at most 65535; the width stays far from
 // INT_MAX so that a column index plus the halo never overflows an int.
@@ -51,30 +61,45 @@ constexpr int kMaxWidth = 1 << 30;
 // The 1-D grids have one block per 256 outputs, and gridDim.x is at most 2^31 - 1.
 constexpr long long kMaxN = (long long)0x7fffffff * kThreads1d;
 
+// EXERCISE conv1d_tiled: copy
+// EXERCISE conv2d_tiled: copy
 // The filters in constant memory, one slot per radius: slot r holds the 2r+1 (or (2r+1)^2) taps last
 // loaded for that radius. Every thread of a warp reads the same tap at the same time, which the
 // constant cache answers with one broadcast; a global-memory filter costs a load instruction per tap.
 // One slot per radius lets cases with different radii run interleaved (the bench) without reloading.
+// EXERCISE conv2d_tiled: end copy
 __constant__ float c_filter_1d[kMaxR1 + 1][2 * kMaxR1 + 1];
+// EXERCISE conv1d_tiled: end copy
+// EXERCISE conv2d_tiled: copy
 __constant__ float c_filter_2d[kMaxR2 + 1][(2 * kMaxR2 + 1) * (2 * kMaxR2 + 1)];
+// EXERCISE conv2d_tiled: end copy
 
 // Kernels sit outside the anonymous namespace so that profilers show their plain names.
 
 // ---- 1-D -------------------------------------------------------------------------------------------
 
+// EXERCISE conv1d_naive: copy
 // 01: one thread per output, everything from global memory. Each output reads 2r+1 inputs and 2r+1
 // taps; neighbouring threads read almost the same inputs, which the L1 cache, not DRAM, serves.
 // Inputs outside 0..n-1 count as zero (the "ghost cells" of PMPP): they are simply skipped.
 __global__ void conv1d_01_naive(const float *x, const float *f, int r, float *out, long long n) {
+// EXERCISE conv1d_naive: begin i = this thread's output (from its block and thread; a long long, since n may pass
+// EXERCISE conv1d_naive: todo 2^31); return when i >= n (the grid is rounded up to whole blocks).
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
+// EXERCISE conv1d_naive: end
+// EXERCISE conv1d_naive: begin out[i] = the float sum over j = 0 .. 2r of f[j] * x[i - r + j] (tap 0 with the
+// EXERCISE conv1d_naive: todo leftmost neighbour: the filter is not flipped), where a neighbour outside 0 .. n-1
+// EXERCISE conv1d_naive: todo counts as 0 (zero padding: skip it; both ends of the array have them).
     float sum = 0.0f;
     for (int j = 0; j <= 2 * r; ++j) {
         const long long k = i - r + j;
         if (k >= 0 && k < n) sum += f[j] * x[k];
     }
     out[i] = sum;
+// EXERCISE conv1d_naive: end
 }
+// EXERCISE conv1d_naive: end copy
 
 // 02: the same loop, the taps from constant memory: all 32 threads of a warp read tap j at once, a
 // broadcast from the constant cache, and the load/store unit is left to the inputs alone.
@@ -89,6 +114,7 @@ __global__ void conv1d_02_constant(const float *x, int r, float *out, long long 
     out[i] = sum;
 }
 
+// EXERCISE conv1d_tiled: copy
 // 03: the block first copies its 2048 inputs and the R on each side (the halo) into shared memory,
 // each element read from global memory once, zeros past the ends: a fixed number of loads a thread,
 // unrolled, so that all of them are in flight together. After the barrier each thread takes 8
@@ -105,6 +131,12 @@ __global__ void __launch_bounds__(kTiledThreads1d) conv1d_03_tiled(const float *
     constexpr int kLoads = (kTile1d - kOuts1d + 4 * kWindow4 + kTiledThreads1d - 1) / kTiledThreads1d;
     __shared__ __align__(16) float tile[kLoads * kTiledThreads1d];  // tile[t] = x[start - R + t]
     const long long start = (long long)blockIdx.x * kTile1d;
+// EXERCISE conv1d_tiled: begin load the tile: for q = 0 .. kLoads-1, t = threadIdx.x + q * kTiledThreads1d (each
+// EXERCISE conv1d_tiled: todo thread loads every kTiledThreads1d-th cell): tile[t] = x[start - R + t], this block's
+// EXERCISE conv1d_tiled: todo kTile1d inputs and R more on each side (the halo), and 0.0f where start - R + t is
+// EXERCISE conv1d_tiled: todo outside 0 .. n-1 (zero padding, at both ends of the array; never read x there). Cells
+// EXERCISE conv1d_tiled: todo from kTile1d + 2 * R on enter no sum (0.0f will do). Then wait until every thread's
+// EXERCISE conv1d_tiled: todo loads are in shared memory.
     // Every load happens, from an index clamped into the array, and the value is zeroed afterwards
     // where the index was outside it (or past the halo): no branch between the loads, so the compiler
     // can issue all kLoads of them before the first one returns.
@@ -116,8 +148,14 @@ __global__ void __launch_bounds__(kTiledThreads1d) conv1d_03_tiled(const float *
         tile[t] = (t < kTile1d + 2 * R && k >= 0 && k < n) ? v : 0.0f;
     }
     __syncthreads();
+// EXERCISE conv1d_tiled: end
 
     // This thread's outputs are start + 8*tid + m (m = 0..7); their inputs are tile[8*tid .. 8*tid+7+2R].
+    float acc[kOuts1d];
+// EXERCISE conv1d_tiled: begin acc[m] for m = 0 .. kOuts1d-1 = the float sum over j = 0 .. 2R of c_filter_1d[R][j] *
+// EXERCISE conv1d_tiled: todo tile[kOuts1d * threadIdx.x + m + j] (tap 0 with the leftmost input: the filter is not
+// EXERCISE conv1d_tiled: todo flipped), read from shared memory, or from a copy of the thread's window of
+// EXERCISE conv1d_tiled: todo kOuts1d + 2R inputs in registers.
     float win[4 * kWindow4];
     const float4 *src = reinterpret_cast<const float4 *>(tile + kOuts1d * threadIdx.x);
 #pragma unroll
@@ -128,13 +166,13 @@ __global__ void __launch_bounds__(kTiledThreads1d) conv1d_03_tiled(const float *
         win[4 * q + 2] = v.z;
         win[4 * q + 3] = v.w;
     }
-    float acc[kOuts1d];
 #pragma unroll
     for (int m = 0; m < kOuts1d; ++m) {
         acc[m] = 0.0f;
 #pragma unroll
         for (int j = 0; j <= 2 * R; ++j) acc[m] += c_filter_1d[R][j] * win[m + j];
     }
+// EXERCISE conv1d_tiled: end
     const long long i = start + (long long)kOuts1d * threadIdx.x;
     if (i + kOuts1d <= n) {
         // 16-byte stores: out + i is 16-byte aligned because out is and i is a multiple of 8.
@@ -148,6 +186,7 @@ __global__ void __launch_bounds__(kTiledThreads1d) conv1d_03_tiled(const float *
             if (i + m < n) out[i + m] = acc[m];
     }
 }
+// EXERCISE conv1d_tiled: end copy
 
 // ---- 2-D -------------------------------------------------------------------------------------------
 
@@ -188,6 +227,7 @@ __global__ void conv2d_05_constant(const float *x, int r, float *out, int h, int
     out[(long long)row * w + col] = sum;
 }
 
+// EXERCISE conv2d_tiled: copy
 // 06: the block copies its 32-wide, 64-tall output tile plus R pixels of halo on every side into
 // shared memory (zeros outside the image; ~10 loads a thread, unrolled so that all are in flight
 // together), then each thread computes the 8 outputs of one column,
@@ -208,6 +248,12 @@ __global__ void __launch_bounds__(kTiledX2d * kTiledY2d) conv2d_06_tiled(const f
     __shared__ float tile[kLoads * kThreads];
     const int col0 = blockIdx.x * kTileW2d, row0 = blockIdx.y * kTileH2d;
     const int tid = threadIdx.y * kTiledX2d + threadIdx.x;
+// EXERCISE conv2d_tiled: begin load the tile: cell k = tid + q * kThreads for q = 0 .. kLoads-1 (each thread loads
+// EXERCISE conv2d_tiled: todo every kThreads-th cell) is row ty = k / kInW, column tx = k % kInW of the tile: tile[k] =
+// EXERCISE conv2d_tiled: todo pixel (row0 - R + ty, col0 - R + tx) of x (h x w, row-major; index as long long): this
+// EXERCISE conv2d_tiled: todo block's kTileH2d x kTileW2d outputs and R pixels of halo on every side, 0.0f where that
+// EXERCISE conv2d_tiled: todo pixel is outside the image (zero padding, on all four edges; never read x there). Cells
+// EXERCISE conv2d_tiled: todo from kInH * kInW on enter no sum. Then wait until the whole tile is in shared memory.
     // As in 03: every load happens, from a position clamped into the image, and is zeroed afterwards
     // where the position was outside: no branch between the loads.
 #pragma unroll
@@ -220,9 +266,16 @@ __global__ void __launch_bounds__(kTiledX2d * kTiledY2d) conv2d_06_tiled(const f
         tile[k] = (gy == cy && gx == cx) ? v : 0.0f;
     }
     __syncthreads();
+// EXERCISE conv2d_tiled: end
 
     const int tx = threadIdx.x, ty0 = threadIdx.y * kRows2d;
     float acc[kRows2d];
+// EXERCISE conv2d_tiled: begin this thread's outputs are the kRows2d pixels (row0 + ty0 + oy, col0 + tx) for oy = 0
+// EXERCISE conv2d_tiled: todo .. kRows2d-1, one column: acc[oy] = the float sum over fy, fx = 0 .. 2R of
+// EXERCISE conv2d_tiled: todo c_filter_2d[R][fy * kSide + fx] * tile[(ty0 + oy + fy) * kInW + tx + fx] (tap (0, 0) with
+// EXERCISE conv2d_tiled: todo the upper-left input: the filter is not flipped). Then store each into out (row-major, w
+// EXERCISE conv2d_tiled: todo columns; index as long long) where its pixel lies inside the h x w image: the last tiles
+// EXERCISE conv2d_tiled: todo of a row and of a column may be partial.
 #pragma unroll
     for (int oy = 0; oy < kRows2d; ++oy) acc[oy] = 0.0f;
 #pragma unroll
@@ -243,7 +296,9 @@ __global__ void __launch_bounds__(kTiledX2d * kTiledY2d) conv2d_06_tiled(const f
         const int row = row0 + ty0 + oy;
         if (row < h && col < w) out[(long long)row * w + col] = acc[oy];
     }
+// EXERCISE conv2d_tiled: end
 }
+// EXERCISE conv2d_tiled: end copy
 
 // ---- the launchers --------------------------------------------------------------------------------
 

@@ -31,7 +31,8 @@ import numpy as np
 from harness.base import sim
 from harness.calling import library
 from harness.calling import results as _results
-from harness.programs.record import Picture, Program, Tour
+from harness.programs import convolution_exercises as _ex
+from harness.programs.record import Exercise, Picture, Program, Tour
 
 if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
     import pandas as pd
@@ -216,39 +217,56 @@ def check(out: np.ndarray, ref: np.ndarray, tol: float = TOL) -> tuple[bool, flo
 
 # --- Python twins (harness.base.sim) ----------------------------------------------------------------
 
+# EXERCISE conv1d_naive: copy
 def conv1d_naive_bk(blockidx, threadidx, blockdim, x, f, r, out, n):
     """01_naive_1d (and 02_constant_1d, whose taps only live elsewhere): one thread per output."""
+    # EXERCISE conv1d_naive: begin i = this thread's output (from blockidx, blockdim and threadidx, plain ints here);
+    # EXERCISE conv1d_naive: todo return when i >= n (the grid is rounded up to whole blocks).
     i = blockidx * blockdim + threadidx
     if i >= n:
         return
+    # EXERCISE conv1d_naive: end
+    # EXERCISE conv1d_naive: begin out[i] = the sum over j = 0 .. 2r of f[j] * x[i - r + j] in float32 (tap 0 with
+    # EXERCISE conv1d_naive: todo the leftmost neighbour: the filter is not flipped), where a neighbour outside
+    # EXERCISE conv1d_naive: todo 0 .. n-1 counts as 0 (zero padding: skip it; both ends of the array have them).
     s = np.float32(0)
     for j in range(2 * r + 1):
         k = i - r + j
         if 0 <= k < n:
             s = np.float32(s + f[j] * x[k])
     out[i] = s
+    # EXERCISE conv1d_naive: end
+# EXERCISE conv1d_naive: end copy
 
 
-def conv1d_tiled_k(ctx, x, f, r, out, n, outs, loads=None):
+# EXERCISE conv1d_tiled: copy
+def conv1d_tiled_k(ctx, x, f, r, out, n, outs):
     """03_tiled_1d as a generator (the bare `yield` is the __syncthreads()): the block loads its
     blockDim * outs inputs and r on each side into ctx.shared.tile, then each thread computes `outs`
-    consecutive outputs from its window tile[outs * t : outs * t + outs + 2r]. `loads`, when given,
-    counts the global reads of each input (the picture's halo)."""
+    consecutive outputs from its window tile[outs * t : outs * t + outs + 2r]."""
     tile = ctx.shared.tile
     span = ctx.blockDim.x * outs
     start = ctx.blockIdx.x * span
+    # EXERCISE conv1d_tiled: begin load the tile: for t = threadIdx.x, threadIdx.x + blockDim.x, ... below tile.size
+    # EXERCISE conv1d_tiled: todo (each thread loads every blockDim.x-th cell): tile[t] = x[start - r + t], this block's
+    # EXERCISE conv1d_tiled: todo span inputs and r more on each side (the halo), and 0 where start - r + t is outside
+    # EXERCISE conv1d_tiled: todo 0 .. n-1 (zero padding, at both ends of the array) or t >= span + 2r (cells there
+    # EXERCISE conv1d_tiled: todo enter no sum). Then wait until every thread's loads are in the tile (a bare `yield`
+    # EXERCISE conv1d_tiled: todo is __syncthreads()).
     t = ctx.threadIdx.x
     # The CUDA kernel loads from an index clamped into x and zeroes the value afterwards (no branch
     # between its loads); the tile it builds is this one.
-    while t < tile.size:  # the padding past the halo is zeroed too: the last window reads into it
+    while t < tile.size:  # the padding past the halo is zeroed too: the CUDA kernel's last window reads into it
         k = start - r + t
         inside = t < span + 2 * r and 0 <= k < n
         tile[t] = x[k] if inside else np.float32(0)
-        if inside and loads is not None:
-            loads[k] += 1
         t += ctx.blockDim.x
     yield  # the whole tile, halo included, must be in shared memory before any thread reads it
+    # EXERCISE conv1d_tiled: end
     first = outs * ctx.threadIdx.x
+    # EXERCISE conv1d_tiled: begin out[start + first + m] for m = 0 .. outs-1 (those below n: the last block may be
+    # EXERCISE conv1d_tiled: todo partial) = the float32 sum over j = 0 .. 2r of f[j] * tile[first + m + j] (tap 0
+    # EXERCISE conv1d_tiled: todo with the leftmost input: the filter is not flipped).
     win = tile[first:first + outs + 2 * r].copy()  # the CUDA kernel's registers
     for m in range(outs):
         i = start + first + m
@@ -257,6 +275,8 @@ def conv1d_tiled_k(ctx, x, f, r, out, n, outs, loads=None):
             for j in range(2 * r + 1):
                 s = np.float32(s + f[j] * win[m + j])
             out[i] = s
+    # EXERCISE conv1d_tiled: end
+# EXERCISE conv1d_tiled: end copy
 
 
 def conv2d_naive_bk(blockidx, threadidx, blockdim, x, f, r, out, h, w):
@@ -277,7 +297,8 @@ def conv2d_naive_bk(blockidx, threadidx, blockdim, x, f, r, out, h, w):
     out[row, col] = s
 
 
-def conv2d_tiled_k(ctx, x, f, r, out, h, w, rows, loads=None):
+# EXERCISE conv2d_tiled: copy
+def conv2d_tiled_k(ctx, x, f, r, out, h, w, rows):
     """06_tiled_2d as a generator: the block loads its (blockDim.x) x (blockDim.y * rows) output tile
     and r pixels of halo around it into ctx.shared.tile (zeros outside the image), then each thread
     computes `rows` outputs down its column, walking the input rows under them: every value read from
@@ -286,17 +307,27 @@ def conv2d_tiled_k(ctx, x, f, r, out, h, w, rows, loads=None):
     in_h, in_w = tile.shape
     tw, th = ctx.blockDim.x, ctx.blockDim.y * rows
     col0, row0 = ctx.blockIdx.x * tw, ctx.blockIdx.y * th
+    # EXERCISE conv2d_tiled: begin load the tile (in_h x in_w = (th + 2r) x (tw + 2r)): the block's threads, numbered
+    # EXERCISE conv2d_tiled: todo threadIdx.y * blockDim.x + threadIdx.x, take its cells k = ty * in_w + tx in turn
+    # EXERCISE conv2d_tiled: todo (thread number, then every blockDim.x * blockDim.y-th cell after it): tile[ty, tx] =
+    # EXERCISE conv2d_tiled: todo x[row0 - r + ty, col0 - r + tx], the block's th x tw outputs and r pixels of halo on
+    # EXERCISE conv2d_tiled: todo every side, and 0 where that pixel is outside the h x w image (zero padding, on all
+    # EXERCISE conv2d_tiled: todo four edges). Then wait until the whole tile is loaded (a bare `yield`).
     k = ctx.threadIdx.y * ctx.blockDim.x + ctx.threadIdx.x
     while k < in_h * in_w:
         ty, tx = divmod(k, in_w)
         gy, gx = row0 - r + ty, col0 - r + tx
         inside = 0 <= gy < h and 0 <= gx < w
         tile[ty, tx] = x[gy, gx] if inside else np.float32(0)
-        if inside and loads is not None:
-            loads[gy, gx] += 1
         k += ctx.blockDim.x * ctx.blockDim.y
     yield  # every pixel of the tile and its halo loaded before anyone reads a neighbour's
+    # EXERCISE conv2d_tiled: end
     tx, ty0 = ctx.threadIdx.x, ctx.threadIdx.y * rows
+    # EXERCISE conv2d_tiled: begin this thread's outputs are the `rows` pixels (row0 + ty0 + oy, col0 + tx), oy = 0 ..
+    # EXERCISE conv2d_tiled: todo rows-1, one column: each the float32 sum over fy, fx = 0 .. 2r of f[fy, fx] *
+    # EXERCISE conv2d_tiled: todo tile[ty0 + oy + fy, tx + fx] (tap (0, 0) with the upper-left input: the filter is not
+    # EXERCISE conv2d_tiled: todo flipped), stored into out[row, col] where the pixel lies inside the h x w image (the
+    # EXERCISE conv2d_tiled: todo last tiles of a row and of a column may be partial).
     acc = [np.float32(0)] * rows
     for iy in range(rows + 2 * r):
         for fx in range(2 * r + 1):
@@ -309,6 +340,27 @@ def conv2d_tiled_k(ctx, x, f, r, out, h, w, rows, loads=None):
         row, col = row0 + ty0 + oy, col0 + tx
         if row < h and col < w:
             out[row, col] = acc[oy]
+    # EXERCISE conv2d_tiled: end
+# EXERCISE conv2d_tiled: end copy
+
+
+class _ReadCounted(np.ndarray):
+    """An input that counts how often each of its elements is read (`counts`, the picture's halo):
+    the tiled twins read x one element at a time, as their CUDA kernels load it."""
+
+    counts: np.ndarray
+
+    def __getitem__(self, key):
+        self.counts[key] += 1
+        return np.ndarray.__getitem__(self, key)
+
+
+def _read_counted(x: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    if counts.shape != x.shape:
+        raise ValueError(f"loads must have x's shape {x.shape}, got {counts.shape}")
+    xc = x.view(_ReadCounted)
+    xc.counts = counts
+    return xc
 
 
 def _twin_filter(f, dims: int) -> tuple[np.ndarray, int]:
@@ -340,7 +392,8 @@ def twin(x: np.ndarray, f: np.ndarray, variant: str, threads: int = 32, outs: in
             sim.blk_kernel(conv1d_naive_bk, -(-n // threads), threads, x, f, r, out, n)
             return out
         window4 = -(-(outs + 2 * r) // 4) * 4
-        sim.launch(conv1d_tiled_k, -(-n // (threads * outs)), threads, x, f, r, out, n, outs, loads,
+        xs = x if loads is None else _read_counted(x, loads)
+        sim.launch(conv1d_tiled_k, -(-n // (threads * outs)), threads, xs, f, r, out, n, outs,
                    shared={"tile": ((threads * outs + window4,), np.float32)}, on_block=progress)
         return out
     h, w = x.shape
@@ -348,8 +401,9 @@ def twin(x: np.ndarray, f: np.ndarray, variant: str, threads: int = 32, outs: in
     if not tiled:
         sim.blk_kernel2d(conv2d_naive_bk, sim.dim3(-(-w // bx), -(-h // by)), sim.dim3(bx, by), x, f, r, out, h, w)
         return out
-    sim.launch(conv2d_tiled_k, sim.dim3(-(-w // bx), -(-h // (by * rows))), sim.dim3(bx, by), x, f, r, out, h, w,
-               rows, loads, shared={"tile": ((by * rows + 2 * r, bx + 2 * r), np.float32)}, on_block=progress)
+    xs = x if loads is None else _read_counted(x, loads)
+    sim.launch(conv2d_tiled_k, sim.dim3(-(-w // bx), -(-h // (by * rows))), sim.dim3(bx, by), xs, f, r, out, h, w,
+               rows, shared={"tile": ((by * rows + 2 * r, bx + 2 * r), np.float32)}, on_block=progress)
     return out
 
 
@@ -550,6 +604,58 @@ def sanitize_args() -> dict[str, list[str]]:
     return runs
 
 
+# --- the exercises this program offers (their problems: convolution_exercises.py) --------------------
+
+EXERCISES = (
+    Exercise(
+        "conv1d_naive", origin="PMPP chapter 7.2 (a basic parallel convolution)",
+        writes="the naive 1-D kernel: the output's index and bound, the sum over 2r+1 neighbours with zero padding",
+        tracks=("python", "cuda"), problem=_ex.Conv1dNaive(), py_entry="conv1d_naive_bk",
+        cu_source="cuda/convolution/convolution.cu", cu_kernels=("conv1d_01_naive",),
+        glue="exercise_conv1d_naive.cu",
+        hints=("One thread per output: i from the block and the thread, as in every 1-D kernel; the grid is rounded "
+               "up to whole blocks, so some threads have no output.",
+               "Output i needs the 2r+1 inputs x[i - r] .. x[i + r], tap j with x[i - r + j]: f[0] with the leftmost. "
+               "That is PMPP's formula, a cross-correlation: the filter is not flipped.",
+               "Near the ends some of those neighbours do not exist: they count as 0, so skip any k = i - r + j outside "
+               "0 .. n-1 (in Python x[-1] is no error but the last element: test k >= 0 yourself)."),
+        block="one thread per output: 256-thread blocks (Python: 32)",
+    ),
+    Exercise(
+        "conv1d_tiled", origin="PMPP chapter 7.4-7.5 (tiled convolution with halo cells)",
+        writes="the shared-memory tile and its halo (zero padding at both ends), the barrier, the sums from the tile",
+        tracks=("python", "cuda"), problem=_ex.Conv1dTiled(), py_entry="conv1d_tiled_k",
+        cu_source="cuda/convolution/convolution.cu", cu_kernels=("conv1d_03_tiled",),
+        glue="exercise_conv1d_tiled.cu",
+        hints=("A block's outputs start .. start + span - 1 need the inputs start - r .. start + span - 1 + r: its "
+               "span inputs and r on each side (the halo), tile[t] = x[start - r + t]. Threads load cells in turn: "
+               "t = threadIdx.x, then every blockDim.x cells further.",
+               "Every thread reads cells other threads loaded: all loads must be done before any sum starts, one "
+               "barrier between the two (a bare `yield` in Python, __syncthreads() in CUDA), reached by every thread.",
+               "Cells whose input lies outside 0 .. n-1 hold 0 (zero padding, at both ends; never read x there). A "
+               "thread's outputs are then sums over its window of the tile: output start + first + m is the sum of "
+               "f[j] * tile[first + m + j], first being the thread's first output within the tile."),
+        block="256 threads of 8 outputs, a 2048-output tile (Python: 8 threads of 2, a 16-output tile)",
+    ),
+    Exercise(
+        "conv2d_tiled", origin="PMPP chapter 7.4-7.5 (2-D tiled convolution with halo cells)",
+        writes="the 2-D shared-memory tile and its halo on all four edges, the barrier, the sums and the ragged stores",
+        tracks=("python", "cuda"), problem=_ex.Conv2dTiled(), py_entry="conv2d_tiled_k",
+        cu_source="cuda/convolution/convolution.cu", cu_kernels=("conv2d_06_tiled",),
+        glue="exercise_conv2d_tiled.cu",
+        hints=("The tile is the block's outputs grown by r pixels on every side: tile cell (ty, tx) holds input "
+               "pixel (row0 - r + ty, col0 - r + tx). Number the block's threads 0, 1, ... and let them take the "
+               "tile's cells (row-major) in turn, each thread every (number of threads)-th cell.",
+               "Pixels outside the image hold 0: above and left (negative row or column; in Python a negative index "
+               "wraps round, so test it) and below and right. Then one barrier before any thread reads the tile.",
+               "Output (row0 + ty0 + oy, col0 + tx) is the sum of f[fy, fx] * tile[ty0 + oy + fy, tx + fx]: the "
+               "filter's upper-left tap with the tile cell at the output's own position. Store it only where row < h "
+               "and col < w: the last tiles of a row and of a column may be partial."),
+        block="32x8 threads of 8 outputs down a column, a 64x32 tile (Python: 8x2 threads of 4, an 8x8 tile)",
+    ),
+)
+
+
 # --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
 
 RECORD = Program(
@@ -571,4 +677,5 @@ RECORD = Program(
     tour=Tour("three impulses and a bar through an asymmetric 5x5 filter (each impulse comes back as the filter "
               "turned half a turn: a correlation), and how many blocks read each pixel: the tiles and their halos",
               drawn=("plots/convolution*.png",), committed=("cuda/convolution/convolution_sim.png",)),
+    exercises=EXERCISES,
 )
