@@ -276,6 +276,7 @@ __global__ void __launch_bounds__(kTiledX2d * kTiledY2d) conv2d_06_tiled(const f
 // EXERCISE conv2d_tiled: todo the upper-left input: the filter is not flipped). Then store each into out (row-major, w
 // EXERCISE conv2d_tiled: todo columns; index as long long) where its pixel lies inside the h x w image: the last tiles
 // EXERCISE conv2d_tiled: todo of a row and of a column may be partial.
+    // Each input value read from the tile is added into every one of this thread's outputs it is under.
 #pragma unroll
     for (int oy = 0; oy < kRows2d; ++oy) acc[oy] = 0.0f;
 #pragma unroll
