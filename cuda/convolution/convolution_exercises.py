@@ -33,7 +33,8 @@ CU_TILE_2D = (32, 64)  # columns, rows
 
 
 def _cv():
-    from harness.programs import convolution  # this program's own module (it imports this file for its RECORD)
+    # This program's own module (it imports this file for its RECORD).
+    from harness.programs import convolution
 
     return convolution
 
