@@ -1,14 +1,14 @@
-// build/bin/scan: out = a * x + y on the GPU, checked on the host.
+// build/bin/scan: a prefix sum of 32-bit integers on the GPU, checked on the host.
 //
-//   scan [N] [--variant V] [--a A] [--seed S] [--reps R]     defaults: N=1000003, 01_grid_stride, a=2
+//   scan [N] [--variant V] [--exclusive] [--seed S] [--reps R]     defaults: N=1000003, 03_decoupled_lookback
 //
-// x and y are drawn in [-1, 1) from the seed; every element of out is compared with the host's own
-// a * x + y (a float32 fused multiply-add may round once where the host rounds twice: the tolerance
-// is a few units in the last place). Ends with
-//   result program=scan variant=V n=N ms=... max_err=... check=pass|fail
+// x is drawn over all of uint32 from the seed, so the running sums wrap modulo 2^32 many times: the
+// check is exact (every element compared with the host's own running sum) and covers the wrap-around.
+// Ends with
+//   result program=scan variant=V n=N exclusive=0|1 ms=... gbps=... mismatches=M check=pass|fail
 // and exits 0 only when the check passed (2 for bad arguments, 1 for a CUDA error or a failed check).
+// gbps counts 8 bytes an element (x read, out written), from the quick ms printout.
 #include <climits>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -17,12 +17,12 @@
 #include "check.cuh"
 #include "cli.cuh"
 
-static const char *kUsage = "usage: scan [N] [--variant V] [--a A] [--seed S] [--reps R]";
+static const char *kUsage = "usage: scan [N] [--variant V] [--exclusive] [--seed S] [--reps R]";
 
 int main(int argc, char **argv) {
     long long n = 1000003;
-    const char *variant = "01_grid_stride";
-    double a = 2.0;
+    const char *variant = "03_decoupled_lookback";
+    int exclusive = 0;
     unsigned long long seed = 0;
     int reps = 5;
     const char *pos[1];
@@ -32,8 +32,8 @@ int main(int argc, char **argv) {
         const char *arg = argv[i];
         if (strcmp(arg, "--variant") == 0) {
             variant = cudalab_option_value(argc, argv, &i, kUsage);
-        } else if (strcmp(arg, "--a") == 0) {
-            a = cudalab_parse_double(cudalab_option_value(argc, argv, &i, kUsage), "--a");
+        } else if (strcmp(arg, "--exclusive") == 0) {
+            exclusive = 1;
         } else if (strcmp(arg, "--seed") == 0) {
             seed = cudalab_parse_seed(cudalab_option_value(argc, argv, &i, kUsage));
         } else if (strcmp(arg, "--reps") == 0) {
@@ -42,49 +42,50 @@ int main(int argc, char **argv) {
             cudalab_take_positional(arg, pos, &npos, 1, kUsage);
         }
     }
-    if (npos > 0) n = cudalab_parse_range(pos[0], "N", 1, INT_MAX, kUsage);
-    bool known = false;
-    for (int v = 0; v < scan_variant_count(); ++v) known = known || strcmp(variant, scan_variant_name(v)) == 0;
-    if (!known) CUDALAB_USAGE_ERROR("unknown variant '%s'\n%s", variant, kUsage);
+    if (npos > 0) n = cudalab_parse_range(pos[0], "N", 1, scan_max_n(), kUsage);
+    if (cudalab_name_index(scan_variant_count, scan_variant_name, variant) < 0)
+        CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: %s)\n%s", variant,
+                            cudalab_name_list(scan_variant_count, scan_variant_name).c_str(), kUsage);
 
-    std::vector<float> x(n), y(n), out(n);
+    std::vector<unsigned> x(n), out(n);
     CudalabRng rng(seed);
-    for (long long i = 0; i < n; ++i) {
-        x[i] = rng.uniform();
-        y[i] = rng.uniform();
-    }
-    const size_t bytes = (size_t)n * sizeof(float);
-    float *dx = nullptr, *dy = nullptr, *dout = nullptr;
+    for (long long i = 0; i < n; ++i) x[i] = (unsigned)(rng.next() >> 32);
+    const size_t bytes = (size_t)n * sizeof(unsigned);
+    const long long work_bytes = scan_workspace_bytes(variant, n);
+    unsigned *dx = nullptr, *dout = nullptr;
+    void *dwork = nullptr;
     CUDA_CHECK(cudaMalloc(&dx, bytes));
-    CUDA_CHECK(cudaMalloc(&dy, bytes));
     CUDA_CHECK(cudaMalloc(&dout, bytes));
+    CUDA_CHECK(cudaMalloc(&dwork, work_bytes > 0 ? (size_t)work_bytes : 1));
     CUDA_CHECK(cudaMemcpy(dx, x.data(), bytes, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(dy, y.data(), bytes, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemset(dout, 0xFF, bytes));  // NaN: an element the kernel never writes fails the check
+    CUDA_CHECK(cudaMemset(dout, 0xA5, bytes));  // a byte pattern: an element never written fails the check
+    CUDA_CHECK(cudaMemset(dwork, 0xA5, work_bytes > 0 ? (size_t)work_bytes : 1));  // the launcher must clear it
     const double ms = cudalab_median_ms(
-        [&] { return scan_f32_dev(variant, (float)a, dx, dy, dout, n, 0, 0, nullptr); }, reps);
+        [&] { return scan_u32_dev(variant, dx, dout, n, exclusive, dwork, work_bytes, nullptr); }, reps);
     CUDA_CHECK(cudaMemcpy(out.data(), dout, bytes, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaFree(dx));
-    CUDA_CHECK(cudaFree(dy));
     CUDA_CHECK(cudaFree(dout));
+    CUDA_CHECK(cudaFree(dwork));
 
-    double max_err = 0.0;
     long long bad = 0, first_bad = -1;
+    unsigned run = 0, want_first = 0;
     for (long long i = 0; i < n; ++i) {
-        const double want = (double)(float)a * x[i] + y[i];
-        const double err = std::fabs((double)out[i] - want);
-        // |a x| + |y| bounds the size of the terms: 4 units in float32's last place of it.
-        const double tol = 4.0 * 5.96e-8 * (std::fabs((double)(float)a * x[i]) + std::fabs((double)y[i])) + 1e-30;
-        if (!(err <= tol)) {
-            if (first_bad < 0) first_bad = i;
+        const unsigned before = run;
+        run += x[i];  // unsigned: wraps modulo 2^32, as the GPU's sums do
+        const unsigned want = exclusive ? before : run;
+        if (out[i] != want) {
+            if (first_bad < 0) {
+                first_bad = i;
+                want_first = want;
+            }
             ++bad;
         }
-        if (err > max_err || std::isnan(err)) max_err = std::isnan(err) ? INFINITY : err;
     }
     if (first_bad >= 0)
-        fprintf(stderr, "check failed: %lld element(s) wrong, first at index %lld: got %g, expected %g\n", bad,
-                first_bad, out[first_bad], (double)(float)a * x[first_bad] + y[first_bad]);
-    printf("result program=scan variant=%s n=%lld ms=%.4f max_err=%.3g check=%s\n", variant, n, ms, max_err,
-           bad == 0 ? "pass" : "fail");
+        fprintf(stderr, "check failed: %lld element(s) wrong, first at index %lld: got %u, expected %u\n", bad,
+                first_bad, out[first_bad], want_first);
+    const double gbps = ms > 0 ? 8.0 * (double)n / (ms * 1e6) : 0.0;
+    printf("result program=scan variant=%s n=%lld exclusive=%d ms=%.4f gbps=%.1f mismatches=%lld check=%s\n", variant,
+           n, exclusive, ms, gbps, bad, bad == 0 ? "pass" : "fail");
     return bad == 0 ? 0 : 1;
 }
