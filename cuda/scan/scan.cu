@@ -337,6 +337,8 @@ extern "C" cudalab_status scan_u32(const char *variant, const unsigned *x, unsig
     cudalab::DeviceAlloc dx, dout, dwork;
     if (int err = dx.upload(x, bytes)) return err;
     if (int err = dout.alloc(bytes)) return err;
+    // A byte pattern, so that an element the kernel never writes cannot hold what an earlier call left here.
+    CUDA_TRY(cudaMemset(dout.p, 0xAB, bytes));
     if (int err = dwork.alloc((size_t)work_bytes)) return err;
     if (int err = scan_u32_dev(variant, dx.as<unsigned>(), dout.as<unsigned>(), n, exclusive, dwork.p, work_bytes,
                                nullptr))

@@ -256,6 +256,8 @@ def twin_hierarchy(kernel, per_thread: int, x, out, n: int, exclusive: bool, thr
     """Scan-then-propagate, as scan.cu's scan_hierarchy: scan each tile keeping its total, scan the
     totals the same way (recursively, in place), then add each tile's offset."""
     tile = threads * per_thread
+    if tile < 2:
+        raise ValueError(f"a tile of {tile} element never shrinks the totals: use at least 2")
     blocks = -(-n // tile)
     sums = np.full(blocks, 0xA5A5A5A5, dtype=np.uint32) if blocks > 1 else None
     spec = {"buf": ((2, threads), np.uint32)} if per_thread == 1 else {"s": ((tile,), np.uint32)}
