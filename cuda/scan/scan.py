@@ -575,8 +575,8 @@ def sanitize_args() -> dict[str, list[str]]:
 
 RECORD = Program(
     name=PROGRAM,
-    summary="prefix sums: Kogge-Stone and Brent-Kung tiles, then one pass with decoupled look-back",
-    follows="PMPP ch. 11, the GPU MODE lectures on scan",
+    summary="prefix sums: Kogge-Stone, Brent-Kung, then one pass with decoupled look-back",
+    follows="PMPP ch. 11",
     order=66,
     readme_picture="[steps](cuda/scan/scan_steps.png)",
     variants=True,
