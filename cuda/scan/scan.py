@@ -452,58 +452,42 @@ def parse_output(text: str) -> pd.DataFrame:
 
 # --- the bench, the profiler and the sanitizer --------------------------------------------------------
 
-def _buffers(n: int):
+def _prepared(entry: str, head: tuple, n: int, exclusive: bool, work_bytes: int):
+    """x (0x01010101 each: the work does not depend on the values), out and the workspace on the device,
+    allocated once, and `entry(*head, x, out, n, exclusive, work, work_bytes, stream)` marshalled once."""
     from harness.calling import cudart
+    from harness.measuring import bench
 
-    x, out = cudart.DeviceBuffer(4 * n), cudart.DeviceBuffer(4 * n)
-    x.fill_bytes(0x01)  # 0x01010101 each: the work does not depend on the values
-    return x, out
+    bufs = []
+
+    def close():
+        for b in bufs:
+            b.close()
+
+    try:
+        for nbytes in (4 * n, 4 * n, max(work_bytes, 8)):
+            bufs.append(cudart.DeviceBuffer(nbytes))
+        x, out, work = bufs
+        x.fill_bytes(0x01)
+        launch = lib().prepare(entry, *head, x, out, n, int(bool(exclusive)), work, work_bytes, library.STREAM)
+    except BaseException:
+        close()
+        raise
+    return bench.Prepared(launch, close)
 
 
 def variant_setup(variant: str, n: int, exclusive: bool = False):
-    """The timing child's target: x and out on the device, the workspace allocated once, the launch
-    marshalled once (the look-back's memset of its status words is part of every timed call)."""
-    from harness.calling import cudart
-    from harness.measuring import bench
-
+    """The timing child's target: one variant's scan (the look-back's memset of its status words is part
+    of every timed call, as it is of every call)."""
     variant, n = check_variant(variant), check_n(n)
-    wb = workspace_bytes(variant, n)
-    x, out = _buffers(n)
-    work = cudart.DeviceBuffer(max(wb, 8))
-
-    def close():
-        for b in (x, out, work):
-            b.close()
-
-    try:
-        launch = lib().prepare("scan_u32_dev", variant, x, out, n, int(bool(exclusive)), work, wb, library.STREAM)
-    except BaseException:
-        close()
-        raise
-    return bench.Prepared(launch, close)
+    return _prepared("scan_u32_dev", (variant,), n, exclusive, workspace_bytes(variant, n))
 
 
 def cub_setup(n: int, exclusive: bool = False):
-    """The ceiling's target: cub::DeviceScan::InclusiveSum (ExclusiveSum), temporary storage allocated here,
-    once, as CUB's users do."""
-    from harness.calling import cudart
-    from harness.measuring import bench
-
+    """The ceiling's target: cub::DeviceScan::InclusiveSum (ExclusiveSum), its temporary storage allocated
+    here, once, as CUB's users do."""
     n = check_n(n)
-    wb = cub_workspace_bytes(n, bool(exclusive))
-    x, out = _buffers(n)
-    work = cudart.DeviceBuffer(max(wb, 8))
-
-    def close():
-        for b in (x, out, work):
-            b.close()
-
-    try:
-        launch = lib().prepare("scan_cub_dev", x, out, n, int(bool(exclusive)), work, wb, library.STREAM)
-    except BaseException:
-        close()
-        raise
-    return bench.Prepared(launch, close)
+    return _prepared("scan_cub_dev", (), n, exclusive, cub_workspace_bytes(n, bool(exclusive)))
 
 
 def cub_ceiling_name(label: str) -> str:

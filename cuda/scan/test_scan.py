@@ -261,6 +261,34 @@ def test_the_bench_holds_the_best_rung_to_cub_at_the_headline_size():
     assert ceil.amount == 8.0 * (1 << 28)
 
 
+def test_the_bench_setup_marshals_the_call_the_header_declares(monkeypatch):
+    """The timing child's setup, up to the launch it hands over (not made): buffers of the right sizes,
+    the arguments in the order scan.h declares them. Device memory is stood in for (no GPU here)."""
+    from harness.calling import cudart
+
+    ensure_built(prog.PROGRAM)
+    made = []
+
+    class Stand(cudart.DeviceBuffer):
+        def __init__(self, nbytes):
+            self.nbytes, self.ptr = nbytes, 0x1000 * (len(made) + 1)
+            made.append(self)
+
+        def fill_bytes(self, value, stream=None):
+            self.filled = value
+
+        def close(self):
+            self.ptr = None
+
+    monkeypatch.setattr(cudart, "DeviceBuffer", Stand)
+    n = 5000
+    prepared = prog.variant_setup(prog.best_variant(), n)
+    assert [b.nbytes for b in made] == [4 * n, 4 * n, prog.workspace_bytes(prog.best_variant(), n)]
+    assert made[0].filled == 0x01 and callable(prepared.launch)
+    prepared.close()
+    assert all(b.ptr is None for b in made)
+
+
 def test_profile_and_sanitize_runs_cover_every_variant():
     ensure_built(prog.PROGRAM)
     runs = prog.sanitize_args()
