@@ -29,8 +29,12 @@ int variant_id(const char *name) {
 
 const long long kMaxN = 2147483647LL;  // INT_MAX: CUB's item count is an int (scan.h says the same)
 
+// EXERCISE scan_kogge_stone: copy
 const int kKoggeStoneThreads = 1024;  // one element per thread: a tile of 1024
+// EXERCISE scan_kogge_stone: end copy
+// EXERCISE scan_brent_kung: copy
 const int kBrentKungThreads = 1024;   // two elements per thread: a tile of 2048
+// EXERCISE scan_brent_kung: end copy
 const int kPropagateThreads = 256;
 
 const int kLookbackThreads = 256;
@@ -42,6 +46,7 @@ const int kLookbackWarps = kLookbackThreads / 32;
 
 // ---- 01: Kogge-Stone, one tile per block --------------------------------------------------------------
 
+// EXERCISE scan_kogge_stone: copy
 // Each block scans its own tile of blockDim.x = 1024 elements, one per thread. In step k every thread
 // adds the value `stride` = 2^k places to its left, so after log2(1024) = 10 steps each holds the sum of
 // its whole prefix in the tile. That is n log n additions, but every thread is busy in every step.
@@ -53,6 +58,15 @@ __global__ void scan_01_kogge_stone(const unsigned *x, unsigned *out, long long 
     __shared__ unsigned buf[2][kKoggeStoneThreads];
     const int t = threadIdx.x;
     const long long i = (long long)blockIdx.x * blockDim.x + t;
+// EXERCISE scan_kogge_stone: begin mine = x[i], or 0 past the end of x (the last tile is ragged; 0 changes no sum);
+// EXERCISE scan_kogge_stone: todo put it in buf[0][t] and wait for the whole tile (__syncthreads). Then for stride =
+// EXERCISE scan_kogge_stone: todo 1, 2, 4, ... below blockDim.x: each thread reads its own value and, when t >= stride,
+// EXERCISE scan_kogge_stone: todo adds the one `stride` places to its left, from one buffer, and writes the sum into
+// EXERCISE scan_kogge_stone: todo the other (so no thread overwrites a value a neighbour has yet to read); the buffers
+// EXERCISE scan_kogge_stone: todo swap roles, and every thread waits before the next step reads. Leave the tile's
+// EXERCISE scan_kogge_stone: todo inclusive sum up to t in `inclusive` (the tile total below reads it), and when i < n
+// EXERCISE scan_kogge_stone: todo store out[i] = inclusive, or, when `exclusive` is set, the sum of the elements
+// EXERCISE scan_kogge_stone: todo before i alone (unsigned sums wrap modulo 2^32: that is exact).
     const unsigned mine = i < n ? x[i] : 0u;  // past the end: 0, which changes no sum
     int in = 0;
     buf[in][t] = mine;
@@ -66,11 +80,15 @@ __global__ void scan_01_kogge_stone(const unsigned *x, unsigned *out, long long 
     }
     const unsigned inclusive = buf[in][t];
     if (i < n) out[i] = exclusive ? inclusive - mine : inclusive;
+// EXERCISE scan_kogge_stone: stub const unsigned inclusive = 0u; (void)x; (void)out; (void)n; (void)exclusive;
+// EXERCISE scan_kogge_stone: end
     if (block_sums != nullptr && t == blockDim.x - 1) block_sums[blockIdx.x] = inclusive;
 }
+// EXERCISE scan_kogge_stone: end copy
 
 // ---- 02: Brent-Kung, work-efficient ------------------------------------------------------------------
 
+// EXERCISE scan_brent_kung: copy
 // Each block scans a tile of 2 * blockDim.x = 2048 elements, two per thread, in about 2n additions
 // instead of n log n. The up-sweep builds a tree of partial sums in place (after it, s[2^k * j - 1]
 // holds the sum of the 2^k elements ending there); the down-sweep walks back down the tree and adds
@@ -84,6 +102,15 @@ __global__ void scan_02_brent_kung(const unsigned *x, unsigned *out, long long n
     const int tile = 2 * (int)blockDim.x;
     const long long base = (long long)blockIdx.x * tile;
     const long long i0 = base + t, i1 = base + t + blockDim.x;
+// EXERCISE scan_brent_kung: begin load mine0 = x[i0] and mine1 = x[i1] (0 past the end of x: the last tile is
+// EXERCISE scan_brent_kung: todo ragged) into s[t] and s[t + blockDim.x]. Up-sweep, for stride = 1, 2, 4, ... below
+// EXERCISE scan_brent_kung: todo `tile`: wait for the level before (__syncthreads), then thread t adds s[idx - stride]
+// EXERCISE scan_brent_kung: todo into s[idx], idx = (t + 1) * 2 * stride - 1, when idx < tile. Down-sweep, for stride =
+// EXERCISE scan_brent_kung: todo tile / 4, tile / 8, ..., 1: wait, then add s[idx] (a finished prefix) into
+// EXERCISE scan_brent_kung: todo s[idx + stride], same idx, when idx + stride < tile. Wait once more, then store
+// EXERCISE scan_brent_kung: todo out[i0] and out[i1] (each only inside x): s[t] and s[t + blockDim.x], or, when
+// EXERCISE scan_brent_kung: todo `exclusive` is set, the sum of the elements before each alone (unsigned sums wrap
+// EXERCISE scan_brent_kung: todo modulo 2^32: that is exact). s[tile - 1] must end as the tile's total (read below).
     const unsigned mine0 = i0 < n ? x[i0] : 0u;
     const unsigned mine1 = i1 < n ? x[i1] : 0u;
     s[t] = mine0;
@@ -104,8 +131,11 @@ __global__ void scan_02_brent_kung(const unsigned *x, unsigned *out, long long n
     __syncthreads();
     if (i0 < n) out[i0] = exclusive ? s[t] - mine0 : s[t];
     if (i1 < n) out[i1] = exclusive ? s[t + blockDim.x] - mine1 : s[t + blockDim.x];
+// EXERCISE scan_brent_kung: stub (void)x; (void)out; (void)n; (void)exclusive; (void)i0; (void)i1;
+// EXERCISE scan_brent_kung: end
     if (block_sums != nullptr && t == 0) block_sums[blockIdx.x] = s[tile - 1];
 }
+// EXERCISE scan_brent_kung: end copy
 
 // ---- 01 and 02 across blocks: scan-then-propagate ------------------------------------------------------
 

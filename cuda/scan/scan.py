@@ -24,13 +24,18 @@ import numpy as np
 from harness.base import sim
 from harness.calling import library
 from harness.calling import results as _results
-from harness.programs.record import Picture, Program, Tour
+from harness.programs import scan_exercises as _ex
+from harness.programs.record import Exercise, Picture, Program, Tour
 
 if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
     import pandas as pd
 
 PROGRAM = "scan"
+# EXERCISE scan_kogge_stone: copy
+# EXERCISE scan_brent_kung: copy
 MASK = 0xFFFFFFFF
+# EXERCISE scan_brent_kung: end copy
+# EXERCISE scan_kogge_stone: end copy
 MAX_N = 2**31 - 1  # the library's scan_max_n(): CUB's item count is an int
 HEADLINE, HEADLINE_LABEL = 1 << 28, "2^28"
 QUICK, QUICK_LABEL = 1 << 24, "2^24"
@@ -170,76 +175,121 @@ def cub_scan(x: np.ndarray, exclusive: bool = False) -> np.ndarray:
 
 # --- Python twins (harness.base.sim): each a generator, a bare `yield` is a __syncthreads() ----------
 
+# EXERCISE scan_kogge_stone: copy
+# EXERCISE scan_brent_kung: copy
 def _add(a, b) -> int:
     """a + b modulo 2^32, as CUDA's unsigned addition (Python ints: numpy scalars would warn)."""
     return (int(a) + int(b)) & MASK
+# EXERCISE scan_brent_kung: end copy
+# EXERCISE scan_kogge_stone: end copy
 
 
+def _note(trace, step: int, src: int, dst: int) -> None:
+    """One addition, out[dst] += out[src] in `step`, for the picture (trace None: not tracing)."""
+    if trace is not None:
+        trace.append((step, src, dst))
+
+
+def _down_step(tile: int, stride: int) -> int:
+    """The picture's step of Brent-Kung's down-sweep at `stride`: numbered after the up-sweep's
+    (tile - 1).bit_length() steps, one more each time the stride halves from tile // 4."""
+    return (tile - 1).bit_length() + (tile // 4).bit_length() - stride.bit_length()
+
+
+# The picture's `trace` is the lab's own: the exercises' texts leave it out (the `lab` markers).
+# EXERCISE scan_kogge_stone: copy
+# EXERCISE scan_kogge_stone: lab def kogge_stone_k(ctx, x, out, n, exclusive, block_sums):
 def kogge_stone_k(ctx, x, out, n, exclusive, block_sums, trace=None):
-    """01_kogge_stone's kernel: one element per thread, log2(blockDim) steps, two buffers in turn.
-    `trace` (a list) receives (step, from, to) for each addition, for the picture."""
+    """01_kogge_stone's kernel: one element per thread, log2(blockDim) steps, two buffers in turn. The
+    shared `buf` is 2 x blockDim; a bare `yield` is __syncthreads()."""
     t, nt = ctx.threadIdx.x, ctx.blockDim.x
     i = ctx.blockIdx.x * nt + t
     buf = ctx.shared.buf
+    # EXERCISE scan_kogge_stone: begin mine = x[i] as an int, or 0 past the end of x (the last tile is ragged; 0
+    # EXERCISE scan_kogge_stone: todo changes no sum); put it in buf[0, t] and wait for the whole tile (a bare `yield`).
+    # EXERCISE scan_kogge_stone: todo Then for stride = 1, 2, 4, ... below nt: each thread reads its own value and, when
+    # EXERCISE scan_kogge_stone: todo t >= stride, adds the one `stride` places to its left (_add: modulo 2^32), from
+    # EXERCISE scan_kogge_stone: todo one buffer, and writes the sum into the other (so no thread overwrites a value a
+    # EXERCISE scan_kogge_stone: todo neighbour has yet to read); the buffers swap roles, and every thread waits
+    # EXERCISE scan_kogge_stone: todo (`yield`) before the next step reads. Leave the tile's inclusive sum up to t in
+    # EXERCISE scan_kogge_stone: todo `inclusive` (the tile total below reads it), and when i < n store out[i] =
+    # EXERCISE scan_kogge_stone: todo inclusive, or, when `exclusive` is set, the sum of the elements before i alone
+    # EXERCISE scan_kogge_stone: todo (modulo 2^32: out holds uint32).
     mine = int(x[i]) if i < n else 0
     cur = 0
     buf[cur, t] = mine
     yield
-    stride, step = 1, 0
+    stride = 1
     while stride < nt:
         v = int(buf[cur, t])
         if t >= stride:
             v = _add(v, buf[cur, t - stride])
-            if trace is not None:
-                trace.append((step, i - stride, i))
+            # EXERCISE scan_kogge_stone: lab
+            _note(trace, stride.bit_length() - 1, i - stride, i)
         buf[1 - cur, t] = v  # the other buffer: a neighbour may still read this step's buf[cur]
         cur = 1 - cur
         yield
-        stride, step = stride * 2, step + 1
+        stride *= 2
     inclusive = int(buf[cur, t])
     if i < n:
         out[i] = (inclusive - mine) & MASK if exclusive else inclusive
+    # EXERCISE scan_kogge_stone: stub inclusive = 0
+    # EXERCISE scan_kogge_stone: end
     if block_sums is not None and t == nt - 1:
         block_sums[ctx.blockIdx.x] = inclusive
+# EXERCISE scan_kogge_stone: end copy
 
 
+# EXERCISE scan_brent_kung: copy
+# EXERCISE scan_brent_kung: lab def brent_kung_k(ctx, x, out, n, exclusive, block_sums):
 def brent_kung_k(ctx, x, out, n, exclusive, block_sums, trace=None):
-    """02_brent_kung's kernel: two elements per thread, an up-sweep then a down-sweep in shared memory.
-    `trace` receives (step, from, to) for each addition (the up-sweep's steps first)."""
+    """02_brent_kung's kernel: two elements per thread, an up-sweep then a down-sweep in the shared `s`
+    (a tile of 2 * blockDim); a bare `yield` is __syncthreads()."""
     t, nt = ctx.threadIdx.x, ctx.blockDim.x
     tile = 2 * nt
     base = ctx.blockIdx.x * tile
     s = ctx.shared.s
     i0, i1 = base + t, base + t + nt
+    # EXERCISE scan_brent_kung: begin load mine0 = x[i0] and mine1 = x[i1] as ints (0 past the end of x: the last tile
+    # EXERCISE scan_brent_kung: todo is ragged) into s[t] and s[t + nt]. Up-sweep, for stride = 1, 2, 4, ... below
+    # EXERCISE scan_brent_kung: todo `tile`: wait for the level before (a bare `yield`), then thread t adds
+    # EXERCISE scan_brent_kung: todo s[idx - stride] into s[idx] (_add: modulo 2^32), idx = (t + 1) * 2 * stride - 1,
+    # EXERCISE scan_brent_kung: todo when idx < tile. Down-sweep, for stride = tile // 4, tile // 8, ..., 1: wait, then
+    # EXERCISE scan_brent_kung: todo add s[idx] (a finished prefix) into s[idx + stride], same idx, when idx + stride <
+    # EXERCISE scan_brent_kung: todo tile. Wait once more, then store out[i0] and out[i1] (each only inside x): s[t] and
+    # EXERCISE scan_brent_kung: todo s[t + nt], or, when `exclusive` is set, the sum of the elements before each alone
+    # EXERCISE scan_brent_kung: todo (modulo 2^32: out holds uint32). s[tile - 1] must end as the tile's total (read
+    # EXERCISE scan_brent_kung: todo below).
     mine0 = int(x[i0]) if i0 < n else 0
     mine1 = int(x[i1]) if i1 < n else 0
     s[t], s[t + nt] = mine0, mine1
-    step = 0
     stride = 1
     while stride < tile:
         yield
         idx = (t + 1) * 2 * stride - 1
         if idx < tile:
             s[idx] = _add(s[idx], s[idx - stride])
-            if trace is not None:
-                trace.append((step, base + idx - stride, base + idx))
-        stride, step = stride * 2, step + 1
+            # EXERCISE scan_brent_kung: lab
+            _note(trace, stride.bit_length() - 1, base + idx - stride, base + idx)
+        stride *= 2
     stride = tile // 4
     while stride > 0:
         yield
         idx = (t + 1) * 2 * stride - 1
         if idx + stride < tile:
             s[idx + stride] = _add(s[idx + stride], s[idx])
-            if trace is not None:
-                trace.append((step, base + idx, base + idx + stride))
-        stride, step = stride // 2, step + 1
+            # EXERCISE scan_brent_kung: lab
+            _note(trace, _down_step(tile, stride), base + idx, base + idx + stride)
+        stride //= 2
     yield
     if i0 < n:
         out[i0] = (int(s[t]) - mine0) & MASK if exclusive else int(s[t])
     if i1 < n:
         out[i1] = (int(s[t + nt]) - mine1) & MASK if exclusive else int(s[t + nt])
+    # EXERCISE scan_brent_kung: end
     if block_sums is not None and t == 0:
         block_sums[ctx.blockIdx.x] = int(s[tile - 1])
+# EXERCISE scan_brent_kung: end copy
 
 
 def propagate_k(ctx, out, n, scanned_sums, tile):
@@ -555,6 +605,47 @@ def sanitize_args() -> dict[str, list[str]]:
     return runs
 
 
+# --- the exercises this program offers (their problems: scan_exercises.py) ----------------------------------
+
+EXERCISES = (
+    Exercise(
+        "scan_kogge_stone", origin="PMPP chapter 11 (Kogge-Stone parallel scan), GPU MODE lecture on scan",
+        writes="one tile's inclusive and exclusive scan in shared memory: the load (0 past the end), the "
+               "double-buffered stride-doubling steps with their barriers, the guarded store; each block scans its own "
+               "tile (the check runs no pass across tiles)",
+        tracks=("python", "cuda"), problem=_ex.KoggeStone(), py_entry="kogge_stone_k",
+        cu_source="cuda/scan/scan.cu", cu_kernels=("scan_01_kogge_stone",), glue="exercise_scan_kogge_stone.cu",
+        hints=("One element per thread. After step k (stride 2^k) thread t holds the sum of the 2^(k+1) elements "
+               "ending at t (fewer near the tile's start): log2(blockDim) steps finish the tile.",
+               "Within a step every thread reads a neighbour's value from the step before: read from one buffer and "
+               "write the other, then swap; a barrier (Python: a bare `yield`) after the loads and at the end of each "
+               "step. Every thread takes part in every step, even one past the end of x (it loaded 0).",
+               "for stride in 1, 2, 4, ... < blockDim: v = buf[in][t]; if t >= stride: v += buf[in][t - stride]; "
+               "buf[1 - in][t] = v; in = 1 - in; barrier. Then inclusive = buf[in][t], and out[i] = inclusive, or "
+               "inclusive - x[i] for an exclusive scan, only where i < n."),
+        block="1024 threads a block, one element each (Python: 4 to 32)",
+    ),
+    Exercise(
+        "scan_brent_kung", origin="PMPP chapter 11 (Brent-Kung work-efficient scan), GPU MODE lecture on scan",
+        writes="one tile's work-efficient scan in shared memory: two elements a thread, the up-sweep and the "
+               "down-sweep with their barriers, the ragged tile, inclusive or exclusive; each block scans its own tile "
+               "(the check runs no pass across tiles)",
+        tracks=("python", "cuda"), problem=_ex.BrentKung(), py_entry="brent_kung_k",
+        cu_source="cuda/scan/scan.cu", cu_kernels=("scan_02_brent_kung",), glue="exercise_scan_brent_kung.cu",
+        hints=("A tile of 2 * blockDim elements, thread t loading elements t and t + blockDim (coalesced). The "
+               "up-sweep builds a tree of partial sums in place; the down-sweep hands each finished prefix on to the "
+               "middle of the span to its right.",
+               "Up-sweep: at stride 1, 2, 4, ... thread t adds s[idx - stride] into s[idx], idx = (t + 1) * 2 * stride "
+               "- 1 (only idx < tile). Down-sweep: at stride tile / 4, ..., 1, s[idx + stride] += s[idx] (only idx + "
+               "stride < tile). Each level reads the one before: a barrier before each.",
+               "Load with 0 past the end; loop up-sweep {barrier; add}; loop down-sweep {barrier; add}; barrier; store "
+               "s[t] at i0 and s[t + blockDim] at i1, each only inside x, minus the element itself (mine0, mine1) for "
+               "an exclusive scan."),
+        block="1024 threads a block, two elements each: tiles of 2048 (Python: 2 to 16 threads, tiles of 4 to 32)",
+    ),
+)
+
+
 # --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
 
 RECORD = Program(
@@ -575,4 +666,5 @@ RECORD = Program(
     picture=Picture("scan", viz_data, options=("n", "progress")),
     tour=Tour("which element adds into which, step by step, in Kogge-Stone and Brent-Kung",
               drawn=("plots/scan_steps.png",), committed=("cuda/scan/scan_steps.png",)),
+    exercises=EXERCISES,
 )
