@@ -31,14 +31,18 @@ def tile_scan(x: np.ndarray, tile: int, exclusive: bool) -> np.ndarray:
     return (s.ravel()[:n] & 0xFFFFFFFF).astype(np.uint32)
 
 
+class ThreadOrderRace(Exception):
+    """The kernel's output depends on the order the threads of a block run in: a missing barrier."""
+
+
 class TileScan(kit.Problem):
     """One tile per block, inclusive or exclusive as the case says; `per_thread` elements a thread."""
 
     per_thread = 1
     cuda_threads = 1024  # scan.cu's kKoggeStoneThreads / kBrentKungThreads
     two_poisons = True
-    order_checked = True
     unit = "tile"
+    barrier_cause = ""  # what a missing barrier is, in this kernel
     ragged_cause = ("only sizes that are not a multiple of the tile fail, in their partial tiles (sizes that are, with "
                     "several tiles, pass): look at the bounds check: past the end of x a thread loads 0 and still "
                     "takes part in every step, and it stores only inside x")
@@ -96,7 +100,7 @@ class TileScan(kit.Problem):
     def shared(self, threads: int) -> dict:
         raise NotImplementedError
 
-    def run_python(self, fn, case: Case, inp: dict, alt: bool = False) -> np.ndarray:
+    def launch_python(self, fn, case: Case, inp: dict, alt: bool) -> np.ndarray:
         from harness.base import sim
 
         p = case.params
@@ -104,6 +108,22 @@ class TileScan(kit.Problem):
         out = kit.poisoned(n, np.uint32, alt)
         sim.launch(fn, kit.cdiv(n, self.tile(case)), nt, inp["x"], out, n, bool(p["exclusive"]), None,
                    shared=self.shared(nt))
+        return out
+
+    def run_python(self, fn, case: Case, inp: dict, alt: bool = False) -> np.ndarray:
+        """Each case in both thread orders. The simulator runs a block's threads one after another, so a
+        read of a lower-numbered thread's result with no barrier before it gets the finished value in
+        that order alone (Brent-Kung's down-sweep, Kogge-Stone's first step): the mirrored order shows
+        it, and a kernel whose output changes with the order has a race, whichever order is right."""
+        out = self.launch_python(fn, case, inp, alt)
+        mirrored = self.launch_python(kit.reversed_threads(fn), case, inp, alt)
+        differ = np.flatnonzero(out != mirrored)
+        if differ.size:
+            i = int(differ[0])
+            raise ThreadOrderRace(
+                f"the output changes with the order the threads of a block run in ({differ.size} of {out.size} "
+                f"elements; element {i} is {int(out[i])} with the threads in order, {int(mirrored[i])} in the "
+                f"opposite order): a missing barrier: {self.barrier_cause}")
         return out
 
     def run_cuda(self, mod, case: Case, inp: dict, alt: bool = False) -> dict:

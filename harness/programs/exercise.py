@@ -229,9 +229,7 @@ class Problem:
     elements computed wrongly), `order_checked` (the Python track's kernel shares memory between threads:
     a failing case runs again with the threads reversed to see a missing barrier), `unit` ("block" or
     "tile": what a partial one is called in messages), `nan_cause` (what a NaN or infinite output points
-    at), `ragged_cause` (what failures in the partial blocks alone point at, instead of the bounds check),
-    `barrier_cause` (which barrier an order-dependent output points at; empty: a tiled kernel's two, the
-    one after the loads and the one after the products).
+    at), `ragged_cause` (what failures in the partial blocks alone point at, instead of the bounds check).
     """
 
     tolerance: float | None = None
@@ -241,7 +239,6 @@ class Problem:
     unit: str = "block"
     nan_cause: str = ""
     ragged_cause: str = ""
-    barrier_cause: str = ""
 
     def cases(self, track: str, seed: int) -> list[Case]:
         raise NotImplementedError

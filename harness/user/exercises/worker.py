@@ -124,13 +124,12 @@ def summarize(name: str, results: list[dict], track: str = "python") -> str | No
     if all(r.get("only_first") for r in bad) and any(r.get("n", 0) > 1 for r in bad):
         return ("in every failing case only element 0 was never written and every other element is right: the first "
                 "thread's index is not 0 (an index shifted by one, or a bounds check that also stops i == 0)")
-    problem = catalog.problem(name)
     if any(r.get("order_dependent") for r in bad):
-        which = problem.barrier_cause or (
-            "the barrier after the loads (a thread reads the tile before the others have stored it)"
-            if any(r.get("nan") for r in bad) else
-            "the barrier after the products (a tile is overwritten while other threads still read it)")
+        which = ("the barrier after the loads (a thread reads the tile before the others have stored it)"
+                 if any(r.get("nan") for r in bad) else
+                 "the barrier after the products (a tile is overwritten while other threads still read it)")
         return f"the output changes with the order the threads of a block run in: a missing barrier: {which}"
+    problem = catalog.problem(name)
     first = problem.first_pattern(bad, track)
     if first:
         return first
