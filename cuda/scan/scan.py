@@ -196,12 +196,12 @@ def _down_step(tile: int, stride: int) -> int:
     return (tile - 1).bit_length() + (tile // 4).bit_length() - stride.bit_length()
 
 
-# The picture's `trace` is the lab's own: the exercises' texts leave it out (the `lab` markers).
+# The picture's tracing lines are the lab's own: the exercises' texts leave them out (the `lab` markers).
 # EXERCISE scan_kogge_stone: copy
-# EXERCISE scan_kogge_stone: lab def kogge_stone_k(ctx, x, out, n, exclusive, block_sums):
 def kogge_stone_k(ctx, x, out, n, exclusive, block_sums, trace=None):
     """01_kogge_stone's kernel: one element per thread, log2(blockDim) steps, two buffers in turn. The
-    shared `buf` is 2 x blockDim; a bare `yield` is __syncthreads()."""
+    shared `buf` is 2 x blockDim; a bare `yield` is __syncthreads(). `trace` is the picture's (a list of
+    the additions); the exercise's check passes None."""
     t, nt = ctx.threadIdx.x, ctx.blockDim.x
     i = ctx.blockIdx.x * nt + t
     buf = ctx.shared.buf
@@ -241,10 +241,10 @@ def kogge_stone_k(ctx, x, out, n, exclusive, block_sums, trace=None):
 
 
 # EXERCISE scan_brent_kung: copy
-# EXERCISE scan_brent_kung: lab def brent_kung_k(ctx, x, out, n, exclusive, block_sums):
 def brent_kung_k(ctx, x, out, n, exclusive, block_sums, trace=None):
     """02_brent_kung's kernel: two elements per thread, an up-sweep then a down-sweep in the shared `s`
-    (a tile of 2 * blockDim); a bare `yield` is __syncthreads()."""
+    (a tile of 2 * blockDim); a bare `yield` is __syncthreads(). `trace` is the picture's (a list of the
+    additions); the exercise's check passes None."""
     t, nt = ctx.threadIdx.x, ctx.blockDim.x
     tile = 2 * nt
     base = ctx.blockIdx.x * tile
