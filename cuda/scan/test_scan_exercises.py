@@ -147,7 +147,7 @@ def test_a_hard_coded_output_fails_the_next_seed(tmp_path):
         text = hx.solution_text(hx.exercise(name), "python")
         head = text[:text.index("def _add")]
         entry = hx.exercise(name).py_entry
-        replay = (f"TABLE = {table!r}\n\n\ndef {entry}(ctx, x, out, n, exclusive, block_sums):\n"
+        replay = (f"TABLE = {table!r}\n\n\ndef {entry}(ctx, x, out, n, exclusive, block_sums, trace=None):\n"
                   f"    if ctx.blockIdx.x == 0 and ctx.threadIdx.x == 0:\n"
                   f"        for j, v in enumerate(TABLE[(n, bool(exclusive))]):\n            out[j] = v\n")
         wrong_solutions.write(tmp_path, name, "python", head + replay)
