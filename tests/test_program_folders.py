@@ -192,3 +192,29 @@ def test_the_list_check_catches_a_typed_list():
     assert program_lists({probe: src}) == ["analysis/_probe.py:1"]
     assert program_lists({ROOT / ".ci" / "_probe": "invoke bench --programs matmul,gemm_tc,attention\n"}) == [
         ".ci/_probe:1"]
+
+
+# --- the grader names no exercise: everything specific is the exercise's problem ---------------------
+
+def exercise_names_in(sources: dict[Path, str], names: set[str]) -> list[str]:
+    """file:line of each string constant in `sources` that is an exercise's name."""
+    out = []
+    for f, src in sources.items():
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+                out.append(f"{f.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+    return out
+
+
+def test_the_grader_names_no_exercise():
+    from harness.user.exercises import catalog
+
+    names = {e.name for e in catalog.exercises()}
+    grader = sorted((ROOT / "harness" / "user" / "exercises").glob("*.py"))
+    assert exercise_names_in({f: f.read_text() for f in grader}, names) == []
+
+
+def test_the_exercise_name_check_catches_a_branch():
+    probe = ROOT / "harness" / "user" / "exercises" / "_probe.py"
+    assert exercise_names_in({probe: "if name == 'matmul_tiled':\n    pass\n"}, {"matmul_tiled"}) == [
+        "harness/user/exercises/_probe.py:1: 'matmul_tiled'"]

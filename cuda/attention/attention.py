@@ -395,6 +395,21 @@ def reference_backward(q, k, v, do, causal: bool = False, scale=None) -> tuple[n
     return np.matmul(ds, k64) * scale, np.matmul(np.swapaxes(ds, -1, -2), q64) * scale, dv
 
 
+def reference_lse(q, k, causal: bool = False, scale=None) -> np.ndarray:
+    """The statistic the forward saves for the backward (attention(..., lse=)), in float64: per query
+    row, L = ln Σ_j exp(scale·q·k_j) over the keys it sees (natural log, as the kernels store it), so
+    that P = exp(scale·QKᵀ − L) with no max and no sum left to recompute. Computed around the row's
+    max, so scores beyond exp's range stay finite."""
+    q64, k64 = (np.asarray(a, dtype=np.float64) for a in (q, k))
+    S, D = q64.shape[-2], q64.shape[-1]
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    s = np.matmul(q64, np.swapaxes(k64, -1, -2)) * scale
+    if causal:
+        s = np.where(np.triu(np.ones((S, S), dtype=bool), k=1), -np.inf, s)
+    m = s.max(axis=-1)
+    return m + np.log(np.exp(s - m[..., None]).sum(axis=-1))
+
+
 # ||grad - ref|| / ||ref|| each backward rung must meet, for each of dQ, dK and dV, against the
 # float64 gradients of the same inputs (for bf16: of the bf16-rounded q, k, v and dO).
 # float32, 1e-4 as the forward: the same dot products and exp() of the scores, and sums over S keys
@@ -542,6 +557,88 @@ def twin(q, k, v, causal: bool = False, scale=None, br: int = 4, bc: int = 4) ->
     sim.launch(flash_bk, sim.dim3(-(-S // br), B * H), sim.dim3(br), q3, k3, v3, out, S, D, scale, bool(causal),
                br, bc, shared={"k": ((bc, D), np.float64), "v": ((bc, D), np.float64)})
     return out.reshape(B, H, S, D)
+
+
+
+# --- Python twin (harness.base.sim): the backward's key-block kernel, one thread per key row ---------
+# FlashAttention-2's backward (Algorithm 2) for dK and dV, in 06_flash_bwd's shape: a block owns a
+# block of keys and walks the query tiles, so its keys' gradients are summed in the block alone (no
+# atomics); dQ, a sum over keys, is the other pass's and is not computed here.
+
+BWD_BC, BWD_BR = 4, 8  # the twin's keys per block (threads) and query rows per tile: unequal, so a loop
+#                        that mixes the two up shows
+
+
+def backward_shared(D: int, br: int = BWD_BR) -> dict:
+    """The shared memory flash_bwd_kb stages a query tile in: q and dO rows, their L and delta."""
+    return {"q": ((br, D), np.float64), "do": ((br, D), np.float64), "lse": ((br,), np.float64),
+            "delta": ((br,), np.float64)}
+
+
+# EXERCISE flash_bwd: copy
+def flash_bwd_kb(ctx, q, k, v, do, lse, delta, dk, dv, S, D, scale, causal, bc, br):
+    """dK and dV of one block of `bc` keys, one key row per thread (grid: key blocks x BH). Each
+    thread keeps its key's rows k_j, v_j and its sums dk_j, dv_j; tiles of `br` query rows (q, dO,
+    their saved log-sum-exp L and delta = rowsum(dO * O), the forward's and its preprocessing's) are
+    staged in shared memory by the threads together. Per tile, for the thread's key j and each query i
+    of the tile: P_ij = exp(scale * q_i . k_j - L_i) (the forward's softmax weight, recomputed: L holds
+    its max and its sum), dv_j += sum_i P_ij dO_i (Pᵀ dO), dP_ij = dO_i . v_j,
+    dS_ij = P_ij (dP_ij - delta_i), dk_j += scale * sum_i dS_ij q_i (scale dSᵀ Q).
+    Generator: each bare `yield` is a __syncthreads()."""
+    bh, kb = ctx.blockIdx.y, ctx.blockIdx.x
+    t = ctx.threadIdx.x
+    j = kb * bc + t
+    qs, dos, ls, dl = ctx.shared.q, ctx.shared.do, ctx.shared.lse, ctx.shared.delta
+    kj = k[bh, j] if j < S else np.zeros(D)  # the thread's key row stays in its registers
+    vj = v[bh, j] if j < S else np.zeros(D)
+    dkj, dvj = np.zeros(D), np.zeros(D)
+    # Causal: query i sees key j only when i >= j, so the tiles before the one holding query kb*bc add nothing.
+    q_first = (kb * bc // br) * br if causal else 0
+    for q0 in range(q_first, S, br):
+        yield  # the previous tile is fully consumed before it is overwritten
+        for r in range(t, br, bc):  # cooperative load; rows past S are zeros, whose q and dO add nothing
+            inside = q0 + r < S
+            qs[r] = q[bh, q0 + r] if inside else 0.0
+            dos[r] = do[bh, q0 + r] if inside else 0.0
+            ls[r] = lse[bh, q0 + r] if inside else 0.0
+            dl[r] = delta[bh, q0 + r] if inside else 0.0
+        yield  # the whole tile is loaded
+        if j >= S:
+            continue  # a key past S: its thread still reaches every barrier, and computes nothing
+        i = q0 + np.arange(br)  # the tile's query rows
+        # EXERCISE flash_bwd: begin the tile's part of the recurrence for key j: the scores s = scale * (qs @ kj); -inf where
+        # EXERCISE flash_bwd: todo the query i is past S or (causal) the key lies after it, j > i (the diagonal stays); the
+        # EXERCISE flash_bwd: todo weights p = exp(s - ls) (ls: each query row's saved log-sum-exp L); dvj += Pᵀ dO for
+        # EXERCISE flash_bwd: todo this key, the sum over the tile's queries of p_i * dO_i; dp = dos @ vj;
+        # EXERCISE flash_bwd: todo ds = p * (dp - dl) (dl: each row's delta); dkj += scale * the sum of ds_i * q_i.
+        s = scale * (qs @ kj)
+        s[(i >= S) | ((i < j) if causal else False)] = -np.inf  # masked before exp: exp(-inf - L) is 0
+        p = np.exp(s - ls)
+        dvj = dvj + p @ dos
+        dp = dos @ vj
+        ds = p * (dp - dl)
+        dkj = dkj + scale * (ds @ qs)
+        # EXERCISE flash_bwd: end
+    if j < S:
+        dk[bh, j] = dkj
+        dv[bh, j] = dvj
+# EXERCISE flash_bwd: end copy
+
+
+def twin_backward(q, k, v, o, do, lse, causal: bool = False, scale=None, bc: int = BWD_BC,
+                  br: int = BWD_BR) -> tuple[np.ndarray, np.ndarray]:
+    """(dK, dV) by flash_bwd_kb through harness.base.sim.launch (float64, tiny shapes only), from the
+    forward's output `o` and log-sum-exp `lse` (B x H x S, natural log) as backward() takes them;
+    delta = rowsum(dO * O) is computed here first, FlashAttention-2's preprocessing step."""
+    B, H, S, D = q.shape
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    q3, k3, v3, o3, do3 = (np.asarray(a, dtype=np.float64).reshape(B * H, S, D) for a in (q, k, v, o, do))
+    lse2 = np.asarray(lse, dtype=np.float64).reshape(B * H, S)
+    delta = np.sum(do3 * o3, axis=-1)
+    dk, dv = np.full((B * H, S, D), np.nan), np.full((B * H, S, D), np.nan)
+    sim.launch(flash_bwd_kb, sim.dim3(-(-S // bc), B * H), sim.dim3(bc), q3, k3, v3, do3, lse2, delta, dk, dv, S, D,
+               scale, bool(causal), bc, br, shared=backward_shared(D, br))
+    return dk.reshape(B, H, S, D), dv.reshape(B, H, S, D)
 
 
 # --- without a GPU ------------------------------------------------------------------------------
@@ -1068,6 +1165,22 @@ EXERCISES = (
              "On the first tile m is -inf: alpha must be 0 there (exp(-inf) is 0; in Python write it out, since "
              "-inf - -inf is NaN). The CUDA kernel's scores are in base 2: exp2f, not expf."),
         block="64 query rows a block, 128 threads (Python: 4 rows, 4-key tiles)",
+    ),
+    Exercise(
+        "flash_bwd", origin="FlashAttention-2 paper, Algorithm 2 (backward)",
+        writes="the backward's recurrence for one key block: P recomputed from the saved log-sum-exp, "
+               "dV += Pᵀ dO, dS = P * (dP - delta), dK += scale * dSᵀ Q",
+        tracks=("python",), problem=_ex.FlashBwd(), py_entry="flash_bwd_kb",
+        hints=("Your thread owns key j (k_j and v_j, in kj and vj). For each query i of the tile the forward's weight "
+               "is P_ij = exp(scale * q_i . k_j - L_i): L, the saved log-sum-exp (ls), already holds the row's max and "
+               "sum, so nothing is normalised again. Mask the scores first: -inf where i >= S or, causal, where j > i "
+               "(the diagonal j == i stays), then exp(-inf - L) is 0.",
+               "dV_j is row j of Pᵀ dO: the sum over the tile's queries of P_ij * dO_i, p @ dos (key j's column of P "
+               "weighs the rows of dO). dP_ij = dO_i . v_j is dos @ vj, and dS_ij = P_ij * (dP_ij - delta_i), with "
+               "delta_i = rowsum(dO_i * O_i) loaded with the tile (dl).",
+               "dK_j = scale * sum_i dS_ij * q_i, scale * (ds @ qs): the scores were scale * q . k, so the chain rule "
+               "brings the scale back. Add into dvj and dkj at every query tile; never restart them inside the loop."),
+        block=f"{BWD_BC} key rows a block, one per thread; query tiles of {BWD_BR} rows in shared memory",
     ),
 )
 

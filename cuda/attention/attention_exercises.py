@@ -1,10 +1,11 @@
-"""attention's exercise: flash attention's online softmax (the running max, the rescaled sum and
-output). The problem the check runs (harness/programs/exercise.py says what each part is); declared in
-attention.py's RECORD."""
+"""attention's exercises: flash attention's online softmax (the running max, the rescaled sum and
+output), and the backward's key-block recurrence (dK and dV from the saved log-sum-exp). The problems
+the check runs (harness/programs/exercise.py says what each part is); declared in attention.py's RECORD."""
 
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -107,3 +108,109 @@ class FlashSoftmax(kit.Problem):
         bh, S, D = params["bh"], params["S"], params["D"]
         q, k, v, o = (dev(bh * S * D, np.float32, 0x3C) for _ in range(4))
         return kit.prepared(lambda s: mod.exercise_run(q, k, v, o, bh, S, D, 1.0 / math.sqrt(D), 0, s), close)
+
+
+# "N of M outputs wrong, first at index I": the grader's message for values off beyond the tolerance.
+_WRONG_AT = re.compile(r"(\d+) of (\d+) outputs wrong, first at index (\d+)")
+
+
+class FlashBwd(kit.Problem):
+    """FlashAttention-2's backward for dK and dV (attention.flash_bwd_kb), float64 on the simulator: one
+    block per block of BWD_BC keys (a thread per key row) and BH, query tiles of BWD_BR rows in shared
+    memory. The learner gets q, k, v, dO and what the forward left: L, the log-sum-exp of each query
+    row, and delta = rowsum(dO * O), from the lab's float64 forward reference (attention.reference,
+    reference_lse). The output is dV, then dK, in one array: a failure whose first wrong element lies
+    in the dK half has every dV right, which points at what only dK uses."""
+
+    order_checked = True  # the query tile is shared: a missing barrier shows with the threads reversed
+    unit = "tile"
+    # float64 on both sides, and the same recurrence: the sums differ by rounding only (~1e-15
+    # relative); 1e-9 keeps a wide margin and no real mistake comes near it (a dropped delta or
+    # scale, a lost tile or diagonal costs 1e-2 or more).
+    tolerance = 1e-9
+    nan_cause = ("an exponent overflowed to inf: P = exp(scale * q.k - L) needs the query row's saved "
+                 "log-sum-exp L subtracted inside the exp (a raw score past ~709 overflows float64), or a "
+                 "shared tile was read before every thread had stored its rows (NaN)")
+    ragged_cause = ("only S that are not a multiple of the tiles fail (S that are, with several tiles, pass): "
+                    "look at the rows past S: the last tile's queries past S must add nothing, and the last "
+                    "block's keys past S must neither add nor be stored")
+
+    def cases(self, track: str, seed: int) -> list[Case]:
+        at = _at()
+        bc, br = at.BWD_BC, at.BWD_BR
+        rng = kit.cases_rng(seed)
+        # (BH, S, D, causal, wide): S = 1; several whole key blocks and query tiles (16), causal too;
+        # one more than a key block (5) and than a query tile (9); ragged with several of both (13);
+        # one tile causal (6). Wide: scores that climb by `wide` (natural log units) from the first
+        # key to the last, past exp's range in float64 (709): exp(s) without L overflows.
+        shapes = [(2, 1, 4, False, 0), (2, 16, 4, False, 0), (1, 16, 8, True, 0), (2, 5, 8, False, 0),
+                  (1, 9, 4, True, 0), (2, 9, 8, False, 0), (1, 13, 4, False, 0), (2, 13, 8, True, 0),
+                  (1, 6, 4, True, 0), (1, 11, 4, False, 1500), (1, 12, 8, True, 1500)]
+        shapes.append((int(rng.integers(1, 3)), int(rng.integers(2, 30)), int(rng.choice([4, 8])),
+                       bool(rng.integers(0, 2)), 0))
+        return kit.made(shapes,
+                        lambda bh, s, d, c, w: f"BH={bh} S={s} D={d}" + (" causal" if c else "")
+                        + (f" scores climbing by {w}" if w else ""),
+                        lambda bh, s, d, c, w: {"bh": bh, "S": s, "D": d, "causal": c, "wide": w},
+                        lambda bh, s, d, c, w: s % bc or s % br, lambda bh, s, d, c, w: s % br == 0 and s > br,
+                        lambda bh, s, d, c, w: False, seed, wide=lambda bh, s, d, c, w: w > 0)
+
+    def inputs(self, case: Case) -> dict:
+        at = _at()
+        p, rng = case.params, kit.rng(case)
+        shape = (p["bh"], p["S"], p["D"])
+        q, k, v, do = (rng.standard_normal(shape) for _ in range(4))
+        if p.get("wide"):
+            # As FlashSoftmax's: q.k.scale gains wide * j / S along one direction u, so every row's scores
+            # climb by `wide` from the first key to the last.
+            u = rng.standard_normal(p["D"])
+            u /= np.linalg.norm(u)
+            a = math.sqrt(p["wide"] * math.sqrt(p["D"]))
+            q = q + a * u
+            k = k + (a * np.arange(p["S"]) / p["S"])[None, :, None] * u
+        causal = bool(p["causal"])
+        # What the forward leaves for the backward, from the lab's float64 forward reference: the output O
+        # (through delta = rowsum(dO * O), FlashAttention-2's preprocessing step) and L.
+        o = at.reference(q, k, v, causal=causal)
+        return {"q": q, "k": k, "v": v, "do": do, "o": o, "lse": at.reference_lse(q, k, causal=causal),
+                "delta": np.sum(do * o, axis=-1)}
+
+    def reference(self, case: Case, inp: dict) -> np.ndarray:
+        _, dk, dv = _at().reference_backward(inp["q"], inp["k"], inp["v"], inp["do"], causal=case.params["causal"])
+        return np.concatenate([dv.ravel(), dk.ravel()])
+
+    def facts(self, case: Case) -> dict:
+        return {"wide": case.wide, "causal": bool(case.params["causal"]), "tiles": case.params["S"] > _at().BWD_BR}
+
+    def first_pattern(self, bad: list[dict], track: str) -> str | None:
+        if any(r.get("wide") and r.get("nan") for r in bad):
+            return ("the cases whose scores climb past exp's range give inf or NaN: P = exp(scale * q.k - L): "
+                    "subtract the query row's saved log-sum-exp L inside the exp (L holds the row's max and sum, so "
+                    "every exponent is <= 0)")
+        at = [_WRONG_AT.match(r.get("message") or "") for r in bad]
+        if all(m and 2 * int(m.group(3)) >= int(m.group(2)) for m in at):
+            return ("dV is right in every failing case and dK is wrong (the output is dV, then dK): P is right, so "
+                    "look at what only dK uses: dP = dO . v_j, dS = P * (dP - delta) (delta subtracted), and "
+                    "dK += scale * dS^T Q (the scale of the scores comes back by the chain rule)")
+        return None
+
+    def pattern(self, bad: list[dict], good: list[dict], track: str) -> str | None:
+        if all(r.get("causal") for r in bad) and any(not r.get("causal") for r in good):
+            return ("only the causal cases fail (every non-causal one passes): look at the causal mask: query i sees "
+                    "key j when j <= i, the diagonal included; and at which query tiles a key block visits")
+        if all(r.get("tiles") for r in bad) and any(not r.get("tiles") for r in good):
+            return ("only the cases with more than one query tile fail (one tile passes): dk and dv are sums over "
+                    "every query tile: keep adding into them across the loop, never restart them")
+        return None
+
+    def run_python(self, fn, case: Case, inp: dict, alt: bool = False) -> np.ndarray:
+        from harness.base import sim
+
+        at = _at()
+        bh, S, D = case.params["bh"], case.params["S"], case.params["D"]
+        bc, br = at.BWD_BC, at.BWD_BR
+        dk, dv = kit.poisoned((bh, S, D), np.float64), kit.poisoned((bh, S, D), np.float64)
+        sim.launch(fn, sim.dim3(kit.cdiv(S, bc), bh), sim.dim3(bc), inp["q"], inp["k"], inp["v"], inp["do"],
+                   inp["lse"], inp["delta"], dk, dv, S, D, 1.0 / math.sqrt(D), bool(case.params["causal"]), bc, br,
+                   shared=at.backward_shared(D, br))
+        return np.concatenate([dv.ravel(), dk.ravel()])
