@@ -452,35 +452,36 @@ def ceilings() -> dict:
     return {torch_ceiling_name(label): _torch_ceiling(label, r, c) for label, r, c, _ in BENCH_SIZES}
 
 
+def _case(v: str, label: str, rows: int, cols: int, is_quick: bool, ceiling: str, name: str | None = None,
+          target: float | None = None, note: str = ""):
+    from harness.measuring import bench
+
+    n = rows * cols
+    scale = BENCH_SCALE if v == SCALED else 1.0
+    return bench.BenchCase(program=PROGRAM, variant=name or v, size=label, setup=f"harness.programs.{PROGRAM}:bench_setup",
+                           kwargs={"variant": v, "rows": rows, "cols": cols, "scale": scale}, unit="GB/s",
+                           amount=8.0 * n, ceiling=ceiling, target=target, quick=is_quick, bytes=8.0 * n,
+                           flops=5.0 * n, note=note)
+
+
 def bench_cases(quick: bool = False) -> list:
     """Every variant at each size against cudaMemcpy's bandwidth timed in the same run, 8 bytes an element
     (x read once, out written once: the least a softmax moves), counted as the memcpy ceiling counts.
     05_fused_scale runs softmax(0.125 * x); its goal is TARGET of memcpy at the headline size. 04 and 05
     also against torch.softmax at the same size (the same bytes; torch's has no scale to fold).
     --quick: the headline size only."""
-    from harness.measuring import bench
-
     cases = []
     for label, rows, cols, is_quick in BENCH_SIZES:
         if quick and not is_quick:
             continue
-        n = rows * cols
-
-        def case(v, ceiling, name=None, target=None, note=""):
-            scale = BENCH_SCALE if v == SCALED else 1.0
-            return bench.BenchCase(program=PROGRAM, variant=name or v, size=label,
-                                   setup=f"harness.programs.{PROGRAM}:bench_setup",
-                                   kwargs={"variant": v, "rows": rows, "cols": cols, "scale": scale},
-                                   unit="GB/s", amount=8.0 * n, ceiling=ceiling, target=target, quick=is_quick,
-                                   bytes=8.0 * n, flops=5.0 * n, note=note)
-
         for v in library.read_table(PROGRAM):
             goal = TARGET if (v == BEST and label == HEADLINE) else None
-            cases.append(case(v, "memcpy", target=goal,
-                              note="fraction of cudaMemcpy DtoD; bytes = 4 read + 4 written per element"
-                                   + (f" (goal: >= {TARGET} at {HEADLINE})" if goal else "")))
+            note = "fraction of cudaMemcpy DtoD; bytes = 4 read + 4 written per element"
+            cases.append(_case(v, label, rows, cols, is_quick, "memcpy", target=goal,
+                               note=note + (f" (goal: >= {TARGET} at {HEADLINE})" if goal else "")))
         for v in ("04_online", BEST):
-            cases.append(case(v, torch_ceiling_name(label), name=f"{v}-vs-torch", note="ratio to torch.softmax"))
+            cases.append(_case(v, label, rows, cols, is_quick, torch_ceiling_name(label), name=f"{v}-vs-torch",
+                               note="ratio to torch.softmax"))
     return cases
 
 
@@ -504,8 +505,8 @@ def sanitize_args() -> dict[str, list[str]]:
 
 RECORD = Program(
     name=PROGRAM,
-    summary="row-wise softmax: block and warp reductions, then the online softmax of flash attention",
-    follows="PMPP ch. 10 (reductions), [GPU MODE lecture 12](https://github.com/gpu-mode/lectures/tree/main/lecture_012) (online softmax)",
+    summary="row softmax: block and warp reductions, then the online softmax",
+    follows="PMPP ch. 10, [GPU MODE lecture 12](https://github.com/gpu-mode/lectures/tree/main/lecture_012)",
     order=75,
     readme_picture="[online](cuda/softmax/online_sim.png)",
     variants=True,
