@@ -490,8 +490,8 @@ def profile_args(variant: str | None = None) -> list[str]:
 
 
 def sanitize_args() -> dict[str, list[str]]:
-    """Every variant on ragged shapes: 37 x 1000 (inside 03's and 05's registers, 05 on scalars) and
-    5 x 4097 (03 looping); 05 also on aligned rows (float4), with a scale, and past its registers."""
+    """Every variant on ragged shapes: 37 x 1000 (inside 03's and 05's registers, 05 in float4s) and
+    5 x 4097 (03 looping, 05 on scalars); 05 also with a scale, and on rows past its registers."""
     runs = {}
     for v in library.read_table(PROGRAM):
         runs[f"{v} 37x1000"] = ["--variant", v, "--reps", "1", "37", "1000"]
