@@ -232,8 +232,9 @@ __device__ __forceinline__ float softmax_row_sum(float v, float *part, int warp,
 // between them. `vec` is 0 when rows are not 16-byte aligned (cols % 4 != 0 or a misaligned pointer):
 // then each thread holds the same number of scalars, read at strides of blockDim.x (still coalesced).
 // Rows past the end still reach every barrier: only their loads and stores are switched off.
-__global__ void __launch_bounds__(1024) softmax_05_fused_scale(const float *__restrict__ x, float *__restrict__ out, long long rows,
-                                       long long cols, float scale, int vec) {
+// __launch_bounds__(1024): registers capped so that a 1024-thread block (rows of 8193-16384) can launch.
+__global__ void __launch_bounds__(1024) softmax_05_fused_scale(const float *__restrict__ x, float *__restrict__ out,
+                                                               long long rows, long long cols, float scale, int vec) {
     __shared__ float part_m[32], part_d[32];  // [row in block * warps per row + warp]
     const int t = threadIdx.x, tx = blockDim.x;
     const int warps = tx / 32, warp = t / 32;
@@ -321,7 +322,8 @@ extern "C" long long softmax_register_cols(const char *variant) {
 extern "C" cudalab_status softmax_f32_dev(const char *variant, const float *d_x, float *d_out, long long rows,
                                           long long cols, float scale, void *stream) {
     const int v = variant_id(variant);
-    if (v < 0 || rows < 0 || cols < 0 || rows > SOFTMAX_MAX_ROWS || cols > SOFTMAX_MAX_COLS) return (int)cudaErrorInvalidValue;
+    if (v < 0 || rows < 0 || cols < 0 || rows > SOFTMAX_MAX_ROWS || cols > SOFTMAX_MAX_COLS)
+        return (int)cudaErrorInvalidValue;
     if (!std::isfinite(scale) || (v != kFusedScale && scale != 1.0f)) return (int)cudaErrorInvalidValue;
     if (rows == 0 || cols == 0) return 0;
     if (d_x == nullptr || d_out == nullptr) return (int)cudaErrorInvalidValue;
@@ -361,7 +363,8 @@ extern "C" cudalab_status softmax_f32_dev(const char *variant, const float *d_x,
 extern "C" cudalab_status softmax_f32(const char *variant, const float *x, float *out, long long rows, long long cols,
                                       float scale) {
     const int v = variant_id(variant);
-    if (v < 0 || rows < 0 || cols < 0 || rows > SOFTMAX_MAX_ROWS || cols > SOFTMAX_MAX_COLS) return (int)cudaErrorInvalidValue;
+    if (v < 0 || rows < 0 || cols < 0 || rows > SOFTMAX_MAX_ROWS || cols > SOFTMAX_MAX_COLS)
+        return (int)cudaErrorInvalidValue;
     if (!std::isfinite(scale) || (v != kFusedScale && scale != 1.0f)) return (int)cudaErrorInvalidValue;
     if (rows == 0 || cols == 0) return 0;
     if (x == nullptr || out == nullptr) return (int)cudaErrorInvalidValue;
