@@ -55,6 +55,7 @@ __global__ void softmax_01_naive(const float *__restrict__ x, float *__restrict_
     for (long long c = 0; c < cols; ++c) o[c] = expf(in[c] - m) * inv;
 }
 
+// EXERCISE softmax_row: copy
 // 02_block_row: one block per row. The block's threads read the row in strides of blockDim.x, so a
 // warp's 32 loads are 32 consecutive floats (coalesced), and every row is a block: 4096 rows fill the GPU.
 // Each reduction is a tree in shared memory: half the threads add the other half's values, then a
@@ -69,6 +70,11 @@ __global__ void softmax_02_block_row(const float *__restrict__ x, float *__restr
     const float *in = x + row * cols;
     float *o = out + row * cols;
 
+// EXERCISE softmax_row: begin m = the row's max: each thread's max over its columns c = t, t + blockDim.x, ...
+// EXERCISE softmax_row: todo (c < cols; a thread with no column must not change the max: start from the identity of
+// EXERCISE softmax_row: todo max); then a tree in red[]: red[t] = m, and for half = blockDim.x / 2, ..., 1 the threads
+// EXERCISE softmax_row: todo t < half keep the larger of red[t] and red[t + half], a __syncthreads() before the tree
+// EXERCISE softmax_row: todo and after each step; m = red[0], and one more barrier before red[] is reused below.
     float m = -INFINITY;  // a thread with no column (cols < blockDim.x) adds nothing to the max
     for (long long c = t; c < cols; c += blockDim.x) m = fmaxf(m, in[c]);
     red[t] = m;
@@ -79,7 +85,11 @@ __global__ void softmax_02_block_row(const float *__restrict__ x, float *__restr
     }
     m = red[0];
     __syncthreads();  // everyone has read the max before red[] is reused for the sums
+// EXERCISE softmax_row: stub float m = 0.0f;
+// EXERCISE softmax_row: end
 
+// EXERCISE softmax_row: begin inv = 1 / the row's sum of expf(in[c] - m): each thread's sum over its columns, then
+// EXERCISE softmax_row: todo the same tree over red[] with + in place of the max, and inv from red[0].
     float sum = 0.0f;
     for (long long c = t; c < cols; c += blockDim.x) sum += expf(in[c] - m);
     red[t] = sum;
@@ -89,9 +99,14 @@ __global__ void softmax_02_block_row(const float *__restrict__ x, float *__restr
         __syncthreads();
     }
     const float inv = 1.0f / red[0];
+// EXERCISE softmax_row: stub const float inv = 0.0f;
+// EXERCISE softmax_row: end
 
+// EXERCISE softmax_row: begin the normalised write: o[c] = expf(in[c] - m) * inv for each of this thread's columns.
     for (long long c = t; c < cols; c += blockDim.x) o[c] = expf(in[c] - m) * inv;
+// EXERCISE softmax_row: end
 }
+// EXERCISE softmax_row: end copy
 
 // 03_warp_row: one warp (32 threads) per row. A warp's lanes exchange registers directly with
 // __shfl_xor_sync: after 5 butterfly steps (16, 8, 4, 2, 1 lanes apart) every lane holds the warp's max
@@ -143,15 +158,21 @@ __global__ void softmax_03_warp_row(const float *__restrict__ x, float *__restri
     for (long long c = lane; c < cols; c += 32) o[c] = expf(in[c] - m) * inv;
 }
 
+// EXERCISE softmax_online: copy
 // Online softmax's merge of two partial results. (m, d) stands for the values seen so far: m their
 // maximum, d = sum of 2^((y - m) * log2 e). Two such pairs combine by rescaling each sum to the larger
 // maximum. A pair with no values yet is (-inf, 0); two of those stay (-inf, 0) (the guard keeps
 // -inf - -inf = NaN out of the sum).
 __device__ __forceinline__ void softmax_merge(float &m, float &d, float m2, float d2) {
+// EXERCISE softmax_online: begin merge (m2, d2) into (m, d): the larger max wins, and each sum, taken relative to
+// EXERCISE softmax_online: todo its own max, is brought to the merged one by exp(its max - the merged max) (exp(z) is
+// EXERCISE softmax_online: todo exp2f(z * CUDALAB_LOG2E) in this kernel). Two empty pairs (-INFINITY, 0) stay as they
+// EXERCISE softmax_online: todo are: -inf - -inf is NaN.
     const float mm = fmaxf(m, m2);
     if (mm == -INFINITY) return;
     d = d * exp2f((m - mm) * CUDALAB_LOG2E) + d2 * exp2f((m2 - mm) * CUDALAB_LOG2E);
     m = mm;
+// EXERCISE softmax_online: end
 }
 
 // 04_online: the online softmax (Milakov and Gimelshein, 2018): ONE pass finds the max and the sum
@@ -172,16 +193,24 @@ __global__ void softmax_04_online(const float *__restrict__ x, float *__restrict
     const float *in = x + row * cols;
     float *o = out + row * cols;
 
+// EXERCISE softmax_online: begin the running pair of a thread that has seen no column yet: m, the max so far,
+// EXERCISE softmax_online: todo must be below every value; d, the sum so far, is empty.
     float m = -INFINITY, d = 0.0f;
+// EXERCISE softmax_online: stub float m = 0.0f, d = 0.0f;
+// EXERCISE softmax_online: end
     for (long long c = t; c < cols; c += blockDim.x) {
         const float xc = in[c];
         const float y = scale * xc;
+// EXERCISE softmax_online: begin fold y into (m, d): when y is a new max, what d summed under the old max shrinks by
+// EXERCISE softmax_online: todo exp(m_old - m_new), and m = y; then add this column's term exactly as the write pass
+// EXERCISE softmax_online: todo below computes it (exp(z) is exp2f(z * CUDALAB_LOG2E) in this kernel).
         if (y > m) {  // a new maximum: the terms summed so far were relative to the old one, so they shrink
             d *= exp2f((m - y) * CUDALAB_LOG2E);  // by exp(m_old - m_new); the first time, m = -inf and d = 0
             m = y;
         }
         // The term as the write pass will compute it (the same FMA), so that d is exactly their sum.
         d += exp2f(fmaf(scale, xc, -m) * CUDALAB_LOG2E);
+// EXERCISE softmax_online: end
     }
     red_m[t] = m;
     red_d[t] = d;
@@ -199,6 +228,7 @@ __global__ void softmax_04_online(const float *__restrict__ x, float *__restrict
     const float inv = 1.0f / red_d[0];
     for (long long c = t; c < cols; c += blockDim.x) o[c] = exp2f(fmaf(scale, in[c], -m) * CUDALAB_LOG2E) * inv;
 }
+// EXERCISE softmax_online: end copy
 
 // The maximum (or sum) of one row's value from each of the `warps` warps that share the row, `part`
 // holding each warp's own result at [warp]; every thread gets the answer. The barrier makes the warps'

@@ -32,7 +32,8 @@ from harness.base import sim
 from harness.calling import library
 from harness.calling import results as _results
 from harness.calling.cudart import INT_MAX
-from harness.programs.record import Picture, Program, Tour
+from harness.programs import softmax_exercises as _ex
+from harness.programs.record import Exercise, Picture, Program, Tour
 
 if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
     import pandas as pd
@@ -43,7 +44,9 @@ SCALED = "05_fused_scale"  # the one variant that takes a scale
 NAIVE = "01_naive"
 TOL = 1e-5
 NAIVE_TOL_PER_COL = 2e-9
+# EXERCISE softmax_online: copy
 LOG2E = math.log2(math.e)
+# EXERCISE softmax_online: end copy
 
 # VARIANTS is the library's one table (cuda/softmax/softmax.cu), read when first asked for: never typed here.
 __getattr__ = library.table_attributes(__name__, PROGRAM)
@@ -146,12 +149,16 @@ def unstable(x: np.ndarray) -> np.ndarray:
 # --- Python twins on the lectures' simulator (harness/base/sim.py) ------------------------------------
 # Float32 throughout, as on the GPU: np.float32 scalars, np.exp/np.exp2 of them (expf/exp2f).
 
+# EXERCISE softmax_row: copy
+# EXERCISE softmax_online: copy
 F32 = np.float32
+# EXERCISE softmax_row: end copy
 
 
 def _fmaf(a, b, c) -> np.float32:
     """fmaf(a, b, c): a * b + c rounded once (the product of two float32s is exact in float64)."""
     return F32(float(a) * float(b) + float(c))
+# EXERCISE softmax_online: end copy
 
 
 def softmax_naive_bk(blockidx, threadidx, blockdim, x, out, rows, cols):
@@ -170,10 +177,18 @@ def softmax_naive_bk(blockidx, threadidx, blockdim, x, out, rows, cols):
         out[row, c] = np.exp(x[row, c] - m) * inv
 
 
+# EXERCISE softmax_row: copy
 def softmax_block_row_k(ctx, x, out, rows, cols):
-    """02_block_row: one block per row; each bare `yield` is a __syncthreads()."""
+    """02_block_row: one block per row (x and out are rows x cols float32; blockDim.x threads share a
+    row, blockDim.x a power of two); red = ctx.shared.red holds blockDim.x float32s. Each bare `yield`
+    is a __syncthreads()."""
     red = ctx.shared.red
     row, t, nt = ctx.blockIdx.x, ctx.threadIdx.x, ctx.blockDim.x
+    # EXERCISE softmax_row: begin m = the row's max: each thread's max over its columns c = t, t + nt, ... (c < cols;
+    # EXERCISE softmax_row: todo a thread with no column must not change the max: start from the identity of max); then a
+    # EXERCISE softmax_row: todo tree in red: red[t] = m, and for half = nt // 2, ..., 1 the threads t < half keep the larger
+    # EXERCISE softmax_row: todo of red[t] and red[t + half], with a barrier (a bare `yield`) before the tree and after each
+    # EXERCISE softmax_row: todo step; m = red[0], and one more barrier before red is reused below.
     m = F32(-np.inf)
     for c in range(t, cols, nt):
         m = max(m, x[row, c])
@@ -187,6 +202,11 @@ def softmax_block_row_k(ctx, x, out, rows, cols):
         half //= 2
     m = red[0]
     yield  # everyone has read the max before red[] is reused for the sums
+    # EXERCISE softmax_row: stub m = F32(0)
+    # EXERCISE softmax_row: end
+    # EXERCISE softmax_row: begin inv = 1 / the row's sum of np.exp(x[row, c] - m) (float32, as on the GPU): each
+    # EXERCISE softmax_row: todo thread's sum over its columns, then the same tree over red with + in place of the max, and
+    # EXERCISE softmax_row: todo inv from red[0].
     s = F32(0)
     for c in range(t, cols, nt):
         s = F32(s + np.exp(x[row, c] - m))
@@ -199,16 +219,30 @@ def softmax_block_row_k(ctx, x, out, rows, cols):
         yield
         half //= 2
     inv = F32(1) / red[0]
+    # EXERCISE softmax_row: stub inv = F32(0)
+    # EXERCISE softmax_row: end
+    # EXERCISE softmax_row: begin the normalised write: out[row, c] = np.exp(x[row, c] - m) * inv for each of this
+    # EXERCISE softmax_row: todo thread's columns.
     for c in range(t, cols, nt):
         out[row, c] = np.exp(x[row, c] - m) * inv
+    # EXERCISE softmax_row: end
+# EXERCISE softmax_row: end copy
 
 
+# EXERCISE softmax_online: copy
 def merge(m, d, m2, d2) -> tuple[np.float32, np.float32]:
-    """Online softmax's merge of two (max, sum) pairs (softmax.cu's softmax_merge)."""
+    """Online softmax's merge of two (max, sum) pairs (softmax.cu's softmax_merge): d is a sum of
+    exp(y - m) over the values y seen so far, m their max; a pair with no values is (-inf, 0)."""
+    # EXERCISE softmax_online: begin the merged pair (mm, the merged sum): the larger max wins, and each sum, taken
+    # EXERCISE softmax_online: todo relative to its own max, is brought to the merged one by exp(its max - the merged max)
+    # EXERCISE softmax_online: todo (exp(z) is np.exp2(F32(z * F32(LOG2E))) here, in float32). Two empty pairs (-inf, 0)
+    # EXERCISE softmax_online: todo stay as they are: -inf - -inf is NaN.
     mm = max(m, m2)
     if mm == -np.inf:
         return m, d
     return mm, F32(d * np.exp2(F32((m - mm) * F32(LOG2E))) + d2 * np.exp2(F32((m2 - mm) * F32(LOG2E))))
+    # EXERCISE softmax_online: stub return m, d
+    # EXERCISE softmax_online: end
 
 
 def softmax_online_k(ctx, x, out, rows, cols, scale, trace=None):
@@ -217,14 +251,22 @@ def softmax_online_k(ctx, x, out, rows, cols, scale, trace=None):
     red_m, red_d = ctx.shared.red_m, ctx.shared.red_d
     row, t, nt = ctx.blockIdx.x, ctx.threadIdx.x, ctx.blockDim.x
     log2e = F32(LOG2E)
+    # EXERCISE softmax_online: begin the running pair of a thread that has seen no column yet: m, the max so far,
+    # EXERCISE softmax_online: todo must be below every value; d, the sum so far, is empty (both float32).
     m, d = F32(-np.inf), F32(0)
+    # EXERCISE softmax_online: stub m, d = F32(0), F32(0)
+    # EXERCISE softmax_online: end
     for c in range(t, cols, nt):
         xc = x[row, c]
         y = F32(scale * xc)
+        # EXERCISE softmax_online: begin fold y into (m, d): when y is a new max, what d summed under the old max
+        # EXERCISE softmax_online: todo shrinks by exp(m_old - m_new), and m = y; then add this column's term exactly as the
+        # EXERCISE softmax_online: todo write pass below computes it (exp(z) is np.exp2(F32(z * log2e)), float32 throughout).
         if y > m:  # a new maximum: what was summed so far shrinks by exp(m_old - m_new)
             d = F32(d * np.exp2(F32((m - y) * log2e)))
             m = y
         d = F32(d + np.exp2(F32(_fmaf(scale, xc, -m) * log2e)))
+        # EXERCISE softmax_online: end
         if trace is not None:
             trace.append((row, t, c, float(xc), float(m), float(d)))
     red_m[t], red_d[t] = m, d
@@ -238,6 +280,7 @@ def softmax_online_k(ctx, x, out, rows, cols, scale, trace=None):
     m, inv = red_m[0], F32(1) / red_d[0]
     for c in range(t, cols, nt):
         out[row, c] = np.exp2(F32(_fmaf(scale, x[row, c], -m) * log2e)) * inv
+# EXERCISE softmax_online: end copy
 
 
 TWINS = ("01_naive", "02_block_row", "04_online")  # the variants with a twin (03's shuffles have none)
@@ -501,6 +544,47 @@ def sanitize_args() -> dict[str, list[str]]:
     return runs
 
 
+# --- the exercises (`invoke exercise start softmax_row`; harness/user/exercises/README.md) ---------------
+
+EXERCISES = (
+    Exercise(
+        "softmax_row", origin="PMPP ch. 10 (reduction trees in shared memory), GPU MODE lecture 12's softmax",
+        writes="the row's max and sum as shared-memory trees with their barriers, and the normalised write",
+        tracks=("python", "cuda"), problem=_ex.SoftmaxRow(), py_entry="softmax_block_row_k",
+        cu_source="cuda/softmax/softmax.cu", cu_kernels=("softmax_02_block_row",), glue="exercise_softmax_row.cu",
+        cu_includes="#include <cmath>\n",
+        hints=("The block's threads split the row: thread t takes columns t, t + blockDim.x, ... below cols. Each "
+               "keeps its own max, then the block combines them in shared memory; the same again for the sum of "
+               "exp(x - max), then each thread writes its columns.",
+               "The tree: store your value in red[t]; then for half = blockDim.x / 2, ..., 1, threads t < half "
+               "combine red[t] with red[t + half]. A barrier (Python: a bare `yield`) before the tree and after "
+               "every step, taken by every thread, even those with no column; red[0] is the answer, and everyone "
+               "reads it before red[] is written again.",
+               "A thread with no column (a row shorter than the block) stores -inf for the max and 0 for the sum: "
+               "the values that change nothing. Start the max at -inf, not 0: with every score far below 0, a max "
+               "of 0 makes every exp(x - 0) underflow and the sum 0."),
+        block="one block of 256 threads per row (Python: 8)",
+    ),
+    Exercise(
+        "softmax_online", origin="Milakov and Gimelshein, Online normalizer calculation for softmax (2018); "
+                                 "GPU MODE lecture 12",
+        writes="the running max and the rescaled running sum, and the merge of two (max, sum) pairs",
+        tracks=("python", "cuda"), problem=_ex.SoftmaxOnline(), py_entry="softmax_online_k",
+        cu_source="cuda/softmax/softmax.cu", cu_kernels=("softmax_04_online",), glue="exercise_softmax_online.cu",
+        cu_includes="#include <cmath>\n",
+        hints=("Keep, per thread, the largest score seen so far (m) and the sum of exp(score - m) over the scores "
+               "seen so far (d); one pass over the row fills both.",
+               "When a score y is larger than m, every term already in d was exp(score - m_old) and must become "
+               "exp(score - y): multiply d by exp(m_old - y), then set m = y, then add exp(y - m) (which is 1). "
+               "The merge of two pairs does the same to both sums, towards the larger max.",
+               "Start from m = -inf, d = 0 (the pair of no scores). In the merge, return at once when the larger "
+               "max is -inf: two empty pairs, and -inf - -inf is NaN. The kernel writes exp(z) as "
+               "exp2(z * log2 e): CUDA exp2f((m - y) * CUDALAB_LOG2E), Python np.exp2(F32((m - y) * log2e))."),
+        block="one block of 256 threads per row (Python: 8)",
+    ),
+)
+
+
 # --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
 
 RECORD = Program(
@@ -521,4 +605,5 @@ RECORD = Program(
     picture=Picture("softmax", viz_data, options=("simulate", "progress")),
     tour=Tour("the online softmax: each thread's running max and rescaled sum along a row, then the merge",
               drawn=("plots/softmax_online*.png",), committed=("cuda/softmax/online_sim.png",)),
+    exercises=EXERCISES,
 )
