@@ -35,9 +35,11 @@ class SoftmaxRow(kit.Problem):
     8 on the simulator), the max and the sum reduced through shared memory."""
 
     order_checked = True  # the learner writes the trees' barriers
-    nan_cause = ("an exp overflowed to inf, or the row's sum was 0: every exponent needs the row's own max "
-                 "subtracted (a tree step, a barrier or some thread's columns missing from the max lets a larger "
-                 "score overflow), and a max that starts above every score makes every exp(x - max) underflow to 0")
+    nan_cause = ("an exp overflowed to inf, the row's sum was 0, or a red[] cell no thread stored was read: every "
+                 "exponent needs the row's own max subtracted (a tree step, a barrier or some thread's columns "
+                 "missing from the max lets a larger score overflow), a max that starts above every score makes "
+                 "every exp(x - max) underflow to 0, and every thread, even one with no column, stores its value in "
+                 "red[] for each tree")
     ragged_cause = ("only rows whose length is not a multiple of the block's threads fail, in their last partial "
                     "stride (rows that are, several strides long, pass): look at the bounds check: every loop over a "
                     "thread's columns c = t, t + blockDim.x, ... runs while c < cols")
@@ -55,14 +57,13 @@ class SoftmaxRow(kit.Problem):
         nt = PY_THREADS if py else CU_THREADS
         # (rows, cols, kind): one column; shorter than the block; one stride; several whole strides (the
         # evidence that lets a failure in the partial strides alone blame the bounds check); ragged ones; a
-        # wide case (exp overflows unless the row's true max is subtracted: even rows have a lone peak
-        # of +1000 over scores of at most 880, so a max that misses it overflows); a case whose scores
+        # wide case (exp overflows unless the row's true max is subtracted: see inputs); a case whose scores
         # are all far below 0 (a max that starts at 0 instead of -inf makes the sum 0); the CUDA track's
         # large case.
-        shapes = ([(3, 1, ""), (2, 5, ""), (3, 8, ""), (4, 32, ""), (3, 13, ""), (2, 37, ""), (6, 29, "wide"),
+        shapes = ([(3, 1, ""), (2, 5, ""), (3, 8, ""), (4, 32, ""), (3, 13, ""), (2, 37, ""), (PY_THREADS + 4, 29, "wide"),
                    (3, 19, "neg")] if py else
                   [(3, 1, ""), (4, 100, ""), (3, 256, ""), (5, 1024, ""), (7, 1000, ""), (2, 4097, ""),
-                   (8, 777, "wide"), (4, 300, "neg"), (1024, 2053, "")])
+                   (CU_THREADS + 4, 777, "wide"), (4, 300, "neg"), (1024, 2053, "")])
         shapes.append((int(rng.integers(1, 5 if py else 9)), int(rng.integers(2, 49 if py else 3001)), ""))
         # The sanitizers' case: several blocks, a partial stride, both trees.
         small = (3, 13) if py else (7, 1000)
@@ -77,13 +78,16 @@ class SoftmaxRow(kit.Problem):
         if kind == "neg":
             x = rng.uniform(NEG_LO, NEG_HI, (rows, cols))
         elif kind == "wide":
+            # The first blockDim.x rows have a lone peak, row i's in thread i's last column, over scores of at
+            # most BELOW_PEAK: a reduction that leaves out any one thread's max misses the peak in some row,
+            # and exp(PEAK - BELOW_PEAK) overflows. The rows after them span +-1000 at random.
             x = rng.uniform(-PEAK, PEAK, (rows, cols))
-            lone = np.arange(rows) % 2 == 0
-            x[lone] = rng.uniform(-PEAK, BELOW_PEAK, (int(lone.sum()), cols))
-            # Row 0's peak in the last (partial) stride, the others' anywhere.
-            peaks = rng.integers(0, cols, rows)
-            peaks[0] = cols - 1
-            x[np.flatnonzero(lone), peaks[lone]] = PEAK
+            lone = min(rows, p["threads"])
+            x[:lone] = rng.uniform(-PEAK, BELOW_PEAK, (lone, cols))
+            last = cols - 1 - (cols - 1) % p["threads"]  # the first column of the last stride
+            for i in range(lone):
+                c = last + i if last + i < cols else last + i - p["threads"]
+                x[i, c] = PEAK
         else:
             x = rng.uniform(-10.0, 10.0, (rows, cols))
         return {"x": x.astype(np.float32)}
@@ -153,8 +157,8 @@ class SoftmaxOnline(SoftmaxRow):
     order_checked = False  # the learner writes no shared memory and no barrier here
     nan_cause = ("an exp overflowed to inf, or a 0 or NaN sum: the running sum must be rescaled by exp(m_old - m_new) "
                  "(not its inverse) when the max grows, each term taken relative to the max it is added under, and "
-                 "the merge must bring both sums to the larger max; a max that starts above every score makes every "
-                 "term underflow to 0")
+                 "the merge must bring both sums to the larger max, and two empty pairs (-inf, 0) must merge into an "
+                 "empty pair (-inf - -inf is NaN); a max that starts above every score makes every term underflow to 0")
     short_cause = ("only rows shorter than the block fail (fewer columns than threads; longer rows pass): a thread "
                    "with no column holds the empty pair (-inf, 0), and the merge of two empty pairs must leave it as "
                    "it is: -inf - -inf is NaN, so return before computing the rescale factors when the merged max is "
