@@ -575,8 +575,8 @@ EXERCISES = (
         hints=("Keep, per thread, the largest score seen so far (m) and the sum of exp(score - m) over the scores "
                "seen so far (d); one pass over the row fills both.",
                "When a score y is larger than m, every term already in d was exp(score - m_old) and must become "
-               "exp(score - y): multiply d by exp(m_old - y), then set m = y, then add exp(y - m) (which is 1). "
-               "The merge of two pairs does the same to both sums, towards the larger max.",
+               "exp(score - y): multiply d by exp(m_old - y) and set m = y. Then, new max or not, add this score's "
+               "exp(y - m). The merge of two pairs does the same to both sums, towards the larger max.",
                "Start from m = -inf, d = 0 (the pair of no scores). In the merge, return at once when the larger "
                "max is -inf: two empty pairs, and -inf - -inf is NaN. The kernel writes exp(z) as "
                "exp2(z * log2 e): CUDA exp2f((m - y) * CUDALAB_LOG2E), Python np.exp2(F32((m - y) * log2e))."),

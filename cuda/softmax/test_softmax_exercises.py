@@ -8,10 +8,11 @@ cases', the sanitizers'), so each CUDA row names what a case's own message says.
 from __future__ import annotations
 
 import wrong_solutions
+from wrong_solutions import BARRIER, BOUNDS
+
 from harness.user import exercises as hx
 from harness.user.exercises import catalog
 from harness.user.exercises import check as hcheck
-from wrong_solutions import BARRIER, BOUNDS
 
 # Causes the problems name (cuda/softmax/softmax_exercises.py).
 SHORT = "rows shorter than the block"
