@@ -378,7 +378,7 @@ def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
             ok, err, bound = check(got, x, chain(v, n, g, TWIN_THREADS))
             rows.append({"variant": v, "n": n, "sum": float(got), "reference": reference(x), "abs_error": err,
                          "bound": bound, "check": "pass" if ok else "fail"})
-    return pd.DataFrame(rows), ("the kernels' Python twins on harness.base.sim (blocks of 64 threads), against "
+    return pd.DataFrame(rows), ("the kernels' Python twins on the simulator (harness.base.sim, blocks of 64 threads), against "
                                 "numpy's float64 sum, within gamma_D * sum|x|")
 
 
