@@ -11,8 +11,8 @@
 
 namespace {
 
-// Every variant runs 256-thread blocks: 8 warps, a power of two (the trees halve it), and small
-// enough that 8 blocks fit on an SM together (2048 threads: full occupancy on sm_75..sm_90).
+// Every variant launches blocks of 256 threads: 8 warps, a power of two (the trees halve it), and small
+// enough that 8 blocks fit on an SM together (2048 threads: full occupancy on sm_80 and sm_90).
 constexpr int kThreads = 256;
 constexpr int kWarp = 32;
 // 04 writes one partial per block: a full wave is at most (SMs x 8) blocks, 1056 on an H100 or H200.

@@ -578,8 +578,8 @@ def sanitize_args() -> dict[str, list[str]]:
 
 RECORD = Program(
     name=PROGRAM,
-    summary="a sum: atomics, a shared-memory tree, warp shuffles, then a grid-stride float4 pass, against CUB",
-    follows="PMPP ch. 10, [GPU MODE lecture 9](https://github.com/gpu-mode/lectures/tree/main/lecture_009)",
+    summary="a sum: atomics, a shared tree, warp shuffles, grid-stride float4",
+    follows="PMPP ch. 10, [lecture 9](https://github.com/gpu-mode/lectures/tree/main/lecture_009)",
     order=65,
     readme_picture="[tree](cuda/reduction/tree_sim.png)",
     variants=True,
