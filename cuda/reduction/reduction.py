@@ -583,6 +583,7 @@ RECORD = Program(
     order=65,
     readme_picture="[tree](cuda/reduction/tree_sim.png)",
     variants=True,
+    profile_variants=lambda: library.read_table(PROGRAM),  # all four: the ladder is the point
     profile_args=profile_args,
     sanitize_args=sanitize_args,
     bench_cases=bench_cases,
