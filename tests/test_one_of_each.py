@@ -392,3 +392,28 @@ def test_the_paths_check_catches_a_second_root_and_a_path_read_off_build():
     bad = second_paths({f: src})
     assert sorted(b.split(" ")[0] for b in bad) == ["harness/user/_probe.py:3", "harness/user/_probe.py:4",
                                                      "harness/user/_probe.py:4", "harness/user/_probe.py:5"], bad
+
+
+# --- one way to start a group of processes: procs.start (its supervisor kills the group with the lab) ---
+
+def group_starters(sources: dict | None = None) -> list[str]:
+    """Each Popen of a process group of its own (start_new_session / process_group) outside procs.py:
+    such a group outlives a SIGKILLed lab unless procs.start's supervisor leads it."""
+    bad = []
+    for rel, tree in _trees(sources):
+        if rel == "harness/base/procs.py" or not rel.startswith(("harness/", "analysis/", "cuda/", "tasks.py")):
+            continue
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Call) and any(k.arg in ("start_new_session", "process_group") for k in n.keywords):
+                bad.append(f"{rel}:{n.lineno} starts a process group itself: use harness.base.procs.start")
+    return bad
+
+
+def test_every_process_group_is_started_by_procs_start():
+    assert group_starters() == []
+
+
+def test_the_group_check_catches_a_popen_of_its_own_group():
+    f = ROOT / "harness" / "compile" / "_probe.py"
+    src = "import subprocess\np = subprocess.Popen(['make'], start_new_session=True)\n"
+    assert [b.split(" ")[0] for b in group_starters({f: src})] == ["harness/compile/_probe.py:2"]

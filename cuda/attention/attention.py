@@ -45,6 +45,7 @@ import numpy as np
 from harness.base import sim
 from harness.calling import cudart, library, results
 from harness.calling.results import relative_error
+from harness.programs import attention_exercises as _ex
 from harness.programs.record import Exercise, Program, Tour
 
 if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
@@ -1051,6 +1052,26 @@ def sanitize_args() -> dict[str, list[str]]:
     return out
 
 
+# --- the exercises this program offers (their problems: attention_exercises.py) -----------------------------
+
+EXERCISES = (
+    Exercise(
+        "flash_softmax", origin="CUDA course, section 4 (flash attention's online softmax)",
+        writes="the online-softmax update: the running max, the rescaled sum and output",
+        tracks=("python", "cuda"), problem=_ex.FlashSoftmax(), py_entry="flash_bk",
+        cu_source="cuda/shared/attention/attention_kernels.cuh", cu_kernels=("attn_flash_fwd",), glue="exercise_flash_softmax.cu",
+        cu_includes="#include <cmath>\n",
+        hints=("Keep, per query row, the largest score seen so far (m), the sum of exp(score - m) (l) and the sum of "
+             "exp(score - m) * v (o).",
+             "When a tile brings a larger max m', everything summed so far was scaled by exp(-m); multiply l and o "
+             "by alpha = exp(m - m') to bring them to exp(-m').",
+             "On the first tile m is -inf: alpha must be 0 there (exp(-inf) is 0; in Python write it out, since "
+             "-inf - -inf is NaN). The CUDA kernel's scores are in base 2: exp2f, not expf."),
+        block="64 query rows a block, 128 threads (Python: 4 rows, 4-key tiles)",
+    ),
+)
+
+
 # --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
 
 RECORD = Program(
@@ -1072,5 +1093,5 @@ RECORD = Program(
     reference=reference,
     on_cpu=on_cpu,
     tour=Tour("each attention variant as a ratio to torch's SDPA at the same shape", drawn=('plots/attention_ratios*.png',), committed=('bench/results/h100/attention_ratios-20261124T104549.png',)),
-    exercises=(Exercise('flash_softmax'),),
+    exercises=EXERCISES,
 )

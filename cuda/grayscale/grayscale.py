@@ -34,6 +34,7 @@ from harness.base import files, paths
 from harness.base.paths import PLOTS
 from harness.base.sim import blk_kernel, blk_kernel2d, dim3, run_kernel
 from harness.calling import library, results
+from harness.programs import grayscale_exercises as _ex
 from harness.programs.record import Exercise, Program, Tour
 
 PROGRAM = "grayscale"
@@ -533,6 +534,36 @@ def profile_args(variant: str | None = None) -> list[str]:
     return ["--variant", variant or library.read_table(PROGRAM)[-1], "--reps", "1", "67", "93"]
 
 
+# --- the exercises this program offers (their problems: grayscale_exercises.py) -----------------------------
+
+EXERCISES = (
+    Exercise(
+        "grayscale", origin="GPU MODE lecture 3, exercise 1 (RGB to grayscale)",
+        writes="the 1-D kernel body: the pixel index, the bounds check, the weighted sum of the three planes",
+        tracks=("python", "cuda"), problem=_ex.Grayscale(), py_entry="rgb2grey_bk",
+        cu_source="cuda/grayscale/grayscale.cu", cu_kernels=("grayscale_01_1d",), glue="exercise_grayscale.cu",
+        cu_includes="#include <cstdint>\n",
+        hints=("The planes are stored one after the other: red at x[i], green at x[i + n] (Python) or "
+             "x[i + stride] (CUDA), blue two planes on.",
+             "There are more threads than pixels in the last block: guard with i < n.",
+             "The weights are in _grey / grey_u8 already, rounded exactly as numpy rounds them: call them."),
+        block="256 threads a block, cdiv(n, 256) blocks",
+    ),
+    Exercise(
+        "grayscale_2d", origin="GPU MODE lecture 3 (the 2-D grid of the grayscale kernel)",
+        writes="the 2-D mapping: row and column from block and thread, the bounds on both edges",
+        tracks=("python", "cuda"), problem=_ex.Grayscale2D(), py_entry="rgb2grey_bk2d",
+        cu_source="cuda/grayscale/grayscale.cu", cu_kernels=("grayscale_02_2d",), glue="exercise_grayscale_2d.cu",
+        cu_includes="#include <cstdint>\n",
+        hints=("x runs along the width (columns), y along the height (rows).",
+             "Both edges overhang: blocks on the right have columns >= w, blocks at the bottom rows >= h.",
+             "Column c and row r: c = blockIdx.x * blockDim.x + threadIdx.x, r from the .y parts; "
+             "return when c >= w or r >= h."),
+        block="16x16 blocks over (w, h)",
+    ),
+)
+
+
 # --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
 
 RECORD = Program(
@@ -550,5 +581,5 @@ RECORD = Program(
     cli=cli,
     cli_options=('variant', 'image', 'out', 'cpu'),
     tour=Tour('RGB to grey, one thread per pixel', drawn=('plots/grayscale_input.png', 'plots/grayscale.png'), committed=('cuda/grayscale/grey_cpu.png',), labels=('the test picture', 'its grey image')),
-    exercises=(Exercise('grayscale'), Exercise('grayscale_2d'),),
+    exercises=EXERCISES,
 )

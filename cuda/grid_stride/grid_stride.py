@@ -24,6 +24,7 @@ import pandas as pd
 from harness.base import sim
 from harness.base.errors import TraceError
 from harness.calling import runner
+from harness.programs import grid_stride_exercises as _ex
 from harness.programs.record import Exercise, Picture, Program, Tour
 
 PROGRAM = "grid_stride"
@@ -229,6 +230,25 @@ def profile_args(variant: str | None = None) -> list[str]:
     return ["100", "3", "32"]
 
 
+# --- the exercises this program offers (their problems: grid_stride_exercises.py) ---------------------------
+
+EXERCISES = (
+    Exercise(
+        "grid_stride", origin="CUDA course, the grid-stride exercise (squareElements)",
+        writes="idx and stride of the grid-stride loop",
+        tracks=("python", "cuda"), problem=_ex.GridStride(), py_entry="square_grid_stride_k",
+        py_source="cuda/square/square.py",
+        cu_source="cuda/square/square.cu", cu_kernels=("square_02_grid_stride",), glue="exercise_grid_stride.cu",
+        hints=("The loop starts at the thread's global index, like a one-thread-per-element kernel.",
+             "The step is the number of threads in the whole grid: gridDim.x * blockDim.x. Then thread t handles "
+             "t, t + stride, t + 2*stride, ... and the threads together cover every element once.",
+             "The check runs grids both smaller and larger than n: a stride of blockDim.x alone, or a start that "
+             "forgets blockIdx, leaves elements unwritten or writes them twice."),
+        block="a grid of the check's choice, often smaller than n",
+    ),
+)
+
+
 # --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
 
 RECORD = Program(
@@ -241,5 +261,5 @@ RECORD = Program(
     run=run,
     picture=Picture('gridstride', viz_data, options=('n', 'blocks', 'threads', 'simulate', 'progress')),
     tour=Tour('which thread squared which element: a grid-stride loop steps by blocks x threads', drawn=('plots/gridstride_*_scatter.png',), committed=('cuda/grid_stride/trace_sim.png',)),
-    exercises=(Exercise('grid_stride'),),
+    exercises=EXERCISES,
 )

@@ -28,6 +28,7 @@ from harness.compile import sass
 
 # The SASS parser is harness.compile.sass's (one per format); tests reach it through this module too.
 from harness.compile.sass import FP32_OPS, SassLoop, find_cuobjdump, sass_functions, sass_loops  # noqa: F401
+from harness.programs import mandelbrot_exercises as _ex
 from harness.programs.record import Exercise, Picture, Program, Tour
 
 if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
@@ -479,6 +480,36 @@ def profile_args(variant: str | None = None) -> list[str]:
     return ["--variant", variant or library.read_table(PROGRAM)[-1], "--reps", "1", "97", "61", "64"]
 
 
+# --- the exercises this program offers (their problems: mandelbrot_exercises.py) ----------------------------
+
+EXERCISES = (
+    Exercise(
+        "mandelbrot", origin="CUDA course, section 3.1 (the Mandelbrot set)",
+        writes="the escape-time loop of one pixel",
+        tracks=("python", "cuda"), problem=_ex.Mandelbrot(), py_entry="mandelbrot_bk",
+        cu_source="cuda/mandelbrot/mandelbrot.cu", cu_kernels=("mandelbrot_01_naive",), glue="exercise_mandelbrot.cu",
+        cu_includes="#include <cstdint>\n#include <cmath>\n",
+        hints=("z starts at 0; each step is z = z^2 + c: x' = x*x - y*y + cr, y' = 2*x*y + ci, both from the old x, y.",
+             "Test |z|^2 = x*x + y*y > 4 before each step, and count only the steps taken: a pixel that never "
+             "escapes gets max_iters.",
+             "CUDA: write each operation with A::mul/A::add/A::sub; the compiler fuses plain a*b + c into one FMA, "
+             "which rounds differently from the reference and changes a few counts."),
+        block="16x16 blocks over (width, height)",
+    ),
+    Exercise(
+        "mandelbrot_zoom", origin="CUDA course, section 3.1's puzzle (zoom into an interesting region)",
+        writes="a region (x0, x1, y0, y1) whose picture is interesting",
+        tracks=("python",), problem=_ex.Zoom(), py_entry="ZOOM_REGION",
+        hints=("The interesting pixels sit on the boundary of the set: where some points escape after a few steps "
+             "and their neighbours after many.",
+             "Look at `invoke viz mandelbrot` (or the picture in the README): the cusp at the left of the main "
+             "cardioid (x near -0.75, y near 0.1) and the small bulbs around it are good places to start.",
+             "Zoom in until the region is at most 0.1 wide and high; most of its pixels must neither escape at once "
+             "nor stay to the last iteration."),
+    ),
+)
+
+
 # --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
 
 RECORD = Program(
@@ -494,5 +525,5 @@ RECORD = Program(
     on_cpu=on_cpu,
     picture=Picture('mandelbrot', viz_data, options=('width', 'height', 'iters', 'region', 'variant', 'cpu')),
     tour=Tour('escape counts of z -> z^2 + c over the complex plane, one thread per pixel', drawn=('plots/mandelbrot.png',), committed=('cuda/mandelbrot/mandelbrot_cpu.png',)),
-    exercises=(Exercise('mandelbrot'), Exercise('mandelbrot_zoom'),),
+    exercises=EXERCISES,
 )

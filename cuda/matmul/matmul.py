@@ -39,6 +39,7 @@ import numpy as np
 from harness.base.sim import blk_kernel2d, dim3, launch
 from harness.calling import library, results
 from harness.calling.cudart import MAX_GRID_YZ
+from harness.programs import matmul_exercises as _ex
 from harness.programs.record import Exercise, Program, Tour
 
 if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
@@ -670,6 +671,36 @@ def cli(args: list[str], variant: str | None = None, **_) -> int:
     return htune.run_with_tuned("matmul", args, variant, TUNED, tuned_choice, "default configuration")
 
 
+# --- the exercises this program offers (their problems: matmul_exercises.py) --------------------------------
+
+EXERCISES = (
+    Exercise(
+        "matmul", origin="GPU MODE lecture 3, exercise 2 (matrix multiplication)",
+        writes="the naive kernel body: row and column, the bounds, the dot product",
+        tracks=("python", "cuda"), problem=_ex.Matmul(), py_entry="matmul_bk",
+        cu_source="cuda/shared/matmul/matmul_kernels.cuh", cu_kernels=("matmul_01_naive",), glue="exercise_matmul.cu",
+        hints=("One thread per element of the output: the row from the .y parts, the column from the .x parts.",
+             "Row-major: element (r, c) of a matrix with `cols` columns is at r * cols + c. Python: the matrix m is "
+             "h x k, n is k x w, out is h x w. CUDA: the sizes are m, n, k: A is m x k, B is k x n, C is m x n.",
+             "The grid is rounded up on both axes: return when the row or the column is outside the output."),
+        block="16x16 blocks, x along the columns",
+    ),
+    Exercise(
+        "matmul_tiled", origin="GPU MODE lecture 5 (tiling through shared memory)",
+        writes="the shared-memory tile loads, the two barriers, the ragged edges",
+        tracks=("python", "cuda"), problem=_ex.MatmulTiled(), py_entry="matmul_tiled_k",
+        cu_source="cuda/shared/matmul/matmul_kernels.cuh", cu_kernels=("matmul_03_tiled_dynamic",), glue="exercise_matmul_tiled.cu",
+        hints=("Each thread loads one element of each tile; the dot product then reads a whole row and a whole column "
+             "of the tiles, loaded by other threads.",
+             "Two barriers per step: after the loads (the tile is complete) and after the products (nobody still "
+             "reads it when the next step overwrites it). In Python a bare `yield` is __syncthreads().",
+             "Sizes that are not multiples of the tile: load 0 for elements outside the matrices, so the products "
+             "over the whole tile need no test; every thread, even one outside C, loads and reaches the barriers."),
+        block="16x16 tiles (Python: 4x4)",
+    ),
+)
+
+
 # --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
 
 RECORD = Program(
@@ -691,5 +722,5 @@ RECORD = Program(
     on_cpu=on_cpu,
     cli_options=('variant',),
     tour=Tour("the SGEMM ladder: each rung's TFLOP/s as a fraction of cuBLAS", drawn=('plots/ladder_matmul*.png',), committed=('bench/results/h100/ladder_matmul-20261124T195859.png',)),
-    exercises=(Exercise('matmul'), Exercise('matmul_tiled'),),
+    exercises=EXERCISES,
 )

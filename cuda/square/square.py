@@ -21,6 +21,7 @@ import pandas as pd
 from harness.base import sim
 from harness.calling import library, parse, runner
 from harness.calling.results import relative_error
+from harness.programs import square_exercises as _ex
 from harness.programs.record import Exercise, Program, Tour
 
 PROGRAM = "square"
@@ -406,6 +407,27 @@ def sanitize_args() -> dict[str, list[str]]:
     return {"n1000": ["1000"], "ragged": ["4099", "96"]}
 
 
+# --- the exercises this program offers (their problems: square_exercises.py) --------------------------------
+
+EXERCISES = (
+    Exercise(
+        "square", origin="CUDA course, \"Exercise: CUDA version\" (section 2.10)",
+        writes="the global index, the bounds check and the square; managed memory (cudaMallocManaged, cudaFree) in the "
+        "course's program",
+        tracks=("python", "cuda"), problem=_ex.Square(), py_entry="square_int32_bk",
+        cu_source="cuda/square/square.cu", cu_kernels=("square_int32_kernel",), glue="exercise_square.cu",
+        cu_includes="#include <cstdint>\n#include <cstring>\n",
+        hints=("One thread per element: its index is blockIdx.x * blockDim.x + threadIdx.x (in Python: "
+             "blockidx * blockdim + threadidx).",
+             "The grid is rounded up to whole blocks, so the last block has threads past the end: they must do "
+             "nothing (i < n).",
+             "CUDA track: cudaMallocManaged(&a, n * sizeof(int)) gives one pointer for host and device; call "
+             "cudaDeviceSynchronize() before the host reads it, then cudaFree(a)."),
+        block="cdiv(n, threads) blocks of `threads`",
+    ),
+)
+
+
 # --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
 
 RECORD = Program(
@@ -421,5 +443,5 @@ RECORD = Program(
     compare=compare,
     on_cpu=on_cpu,
     tour=Tour("x*x on managed memory against its C twin; the chart is the kernel's share of GPU time", drawn=('profiles/square/*.png',)),
-    exercises=(Exercise('square'),),
+    exercises=EXERCISES,
 )

@@ -541,8 +541,9 @@ def build(targets_: list[str] | None = None, jobs: int | None = None, arch: str 
         except OSError as e:
             raise unwritable(e, root_) from None
         env = {**os.environ, "TMPDIR": str(tmpdir)}
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                                errors="replace", env=env, start_new_session=True)
+        # Led by procs' supervisor: make and its compilers die with this process even when it is SIGKILLed.
+        proc = procs.start(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                           errors="replace", env=env, cwd=root_)
         assert proc.stdout is not None
         try:
             with procs.sigterm_as_interrupt():

@@ -181,8 +181,9 @@ def run_plan(items: list[Item], options: Options | None = None, *, on_progress: 
     log: list[str] = []
     # Its own process group: an interrupt here (Ctrl-C, a notebook's stop) stops the session and
     # whatever it started at once, instead of waiting for it to finish its plan.
-    proc = subprocess.Popen([sys.executable, "-m", "harness.measuring.timing", str(plan), str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, cwd=paths.ROOT, start_new_session=True)
+    # Led by procs' supervisor: the session dies with this process even when it is SIGKILLed.
+    proc = procs.start([sys.executable, "-m", "harness.measuring.timing", str(plan), str(out)], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, env=env, cwd=paths.ROOT)
     # A watchdog, not a check between lines: a child that hangs (a deadlocked launch) prints nothing.
     fired = threading.Event()
 

@@ -43,11 +43,50 @@ class Picture:
 
 @dataclass(frozen=True)
 class Exercise:
-    """One exercise a program offers: `invoke exercise start <name>`. Its kernel is marked in the
-    program's sources (harness/user/exercises/markers.py reads the markers); the catalog reads the
-    rest from here."""
+    """One exercise a program offers: `invoke exercise start <name>`. Its blanks are marked in the
+    program's sources (harness/user/exercises/markers.py reads the markers); its problem (a
+    harness.programs.exercise.Problem, written in cuda/<prog>/<prog>_exercises.py) says what the check
+    runs. The grader reads everything else from here.
+
+    origin, writes, block
+        The course and section it follows; what the learner writes; the launch shape, for messages.
+    tracks
+        "python" (the kernel in Python on harness.base.sim) and/or "cuda" (the kernel in CUDA C).
+    py_entry, py_source
+        Python track: the function (or, for a ValueProblem, the name) the check reads from the learner's
+        file, and the file its blanks are marked in ("" : the program's own module).
+    cu_source, cu_kernels, glue, cu_includes
+        CUDA track: the file its blanks are marked in (relative to the repository), the kernels whose
+        names and parameters the check relies on, the file in the program's folder that is the learner's
+        file's fixed end (the extern "C" entry points the check calls), and the #include lines it starts with.
+    hints
+        Given one at a time by `invoke exercise hint`.
+    """
     name: str
+    origin: str = ""
+    writes: str = ""
+    tracks: tuple[str, ...] = ("python", "cuda")
+    problem: object = None
+    py_entry: str | None = None
+    py_source: str = ""
+    cu_source: str | None = None
+    cu_kernels: tuple[str, ...] = ()
+    glue: str = ""
+    cu_includes: str = ""
+    hints: tuple[str, ...] = ()
+    block: str = ""
     title: str = ""
+
+    def __post_init__(self):
+        if not self.name.isidentifier():
+            raise ValueError(f"an exercise's name is a Python identifier, not {self.name!r}")
+        bad = set(self.tracks) - {"python", "cuda"}
+        if bad or not self.tracks:
+            raise ValueError(f"exercise {self.name}: tracks are 'python' and/or 'cuda', not {self.tracks!r}")
+        if "cuda" in self.tracks and not (self.cu_source and self.cu_kernels and self.glue):
+            raise ValueError(f"exercise {self.name}: the cuda track needs cu_source, cu_kernels and glue")
+        if "python" in self.tracks and not self.py_entry:
+            raise ValueError(f"exercise {self.name}: the python track needs py_entry")
 
 
 @dataclass(frozen=True)

@@ -124,13 +124,13 @@ def test_mandelbrot_python_track_needs_no_built_library(monkeypatch):
     monkeypatch.setattr(library, "load", not_built)
     case = catalog.cases("mandelbrot", "python", 0)[1]
     assert catalog.reference("mandelbrot", case, {}).size == case.params["width"] * case.params["height"]
-    assert catalog.zoom_verdict((-0.7469, -0.7449, 0.1049, 0.1069))[0]
+    assert catalog.verdict("mandelbrot_zoom", (-0.7469, -0.7449, 0.1049, 0.1069))[0]
 
 
 @pytest.mark.parametrize("region, says", [((-0.7469, -0.7449, 0.1049, 0.104900001), "a sliver"),
                                           ((-0.7459, -0.7458999999999995, 0.1059, 0.1059000000000005), "too small")])
 def test_a_zoom_region_of_the_wrong_shape_fails(region, says):
-    ok, msg, _ = catalog.zoom_verdict(region)
+    ok, msg, _ = catalog.verdict("mandelbrot_zoom", region)
     assert not ok and says in msg
 
 

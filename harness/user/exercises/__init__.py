@@ -23,8 +23,8 @@ from pathlib import Path
 from harness.base import files, paths
 from harness.base.errors import CudalabError
 from harness.base.paths import ROOT
-from harness.user.exercises import markers
-from harness.user.exercises.catalog import BY_NAME, EXERCISES, Exercise
+from harness.user.exercises import catalog, markers
+from harness.user.exercises.catalog import Exercise
 
 TRACKS = ("python", "cuda")
 DEFAULT_DIR = "exercises"
@@ -38,9 +38,9 @@ class ExerciseError(CudalabError, ValueError):
 
 
 def exercise(name: str) -> Exercise:
-    ex = BY_NAME.get(str(name))
+    ex = catalog.by_name().get(str(name))
     if ex is None:
-        raise ExerciseError(f"no exercise called {name!r}; the exercises: {', '.join(e.name for e in EXERCISES)} "
+        raise ExerciseError(f"no exercise called {name!r}; the exercises: {', '.join(e.name for e in catalog.exercises())} "
                             f"(invoke exercise list)")
     return ex
 
@@ -211,7 +211,7 @@ def listing(d: Path) -> list[dict]:
     """A row per exercise: its name and each track's status (the last check's; `best` is the speed
     against the lab's solution). Narrow enough for 80 columns: where each comes from is in the README."""
     prog = load_progress(d) if d.is_dir() else {}
-    return [{"exercise": ex.name, **{t: _status(prog, d, ex, t) for t in TRACKS}} for ex in EXERCISES]
+    return [{"exercise": ex.name, **{t: _status(prog, d, ex, t) for t in TRACKS}} for ex in catalog.exercises()]
 
 
 def start(name: str, track: str | None = None, dir_=None) -> tuple[Path, bool]:

@@ -175,11 +175,8 @@ def _ended(ex: Exercise, track: str, oc: child.Outcome, during: str | None) -> s
     return msg + (f"\nits output ended with:\n{tail}" if tail else "\n(it printed nothing)")
 
 
-def _facts(case: catalog.Case) -> dict:
-    p = case.params
-    return {"label": case.label, "ragged": case.ragged, "exact_multi": case.exact_multi, "wide": case.wide,
-            "multi": p.get("k", 0) > p.get("tw", 1e9),
-            "strided": p.get("blocks", 0) * p.get("threads", 0) < p.get("n", 0)}
+def _facts(ex: Exercise, case: catalog.Case) -> dict:
+    return {"label": case.label, "ragged": case.ragged, "exact_multi": case.exact_multi, **ex.problem.facts(case)}
 
 
 def _numbers(a) -> bool:
@@ -188,11 +185,11 @@ def _numbers(a) -> bool:
 
 def _compare_case(name: str, case: catalog.Case, arrays: dict, r: dict) -> str | None:
     """The case's reference, computed here, against the outputs that came back: the first run's, the
-    second poison's run (catalog.TWO_POISONS) and the counting build's counters (CUDA track)."""
+    second poison's run (a problem's two_poisons) and the counting build's counters (CUDA track)."""
     out = arrays.get("out")
     if not _numbers(out):
         return "no output came back for this case (the results the check's process sent were not numbers)"
-    if name in catalog.TWO_POISONS:
+    if catalog.two_poisons(name):
         for second, first in (("out_alt", "out"), ("guard_alt", "guard")):
             a, b = arrays.get(second), arrays.get(first)
             if (a is None) != (b is None) or (a is not None and (a.shape != b.shape or a.dtype != b.dtype)):
@@ -200,14 +197,14 @@ def _compare_case(name: str, case: catalog.Case, arrays: dict, r: dict) -> str |
     for key in ("others", "leaked", "managed", "guard"):
         if key in arrays and not _numbers(arrays[key]):
             return f"the results the check's process sent hold no numbers for {key!r}"
-    problem = catalog.counted_problem(arrays)
+    problem = catalog.counted_problem(name, arrays)
     if problem:
         return problem
     inp = catalog.inputs(name, case)
     ref = catalog.reference(name, case, inp)
     got = worker.outputs(name, lambda alt: ((arrays["out_alt"], arrays.get("guard_alt")) if alt else
                                             (out, arrays.get("guard"))))
-    msg = worker.compare(name, out, ref, got["guard"], before=inp.get("a") if name == "square" else None, facts=r,
+    msg = worker.compare(name, out, ref, got["guard"], before=inp.get(catalog.problem(name).in_place), facts=r,
                          unwritten=got.get("unwritten"), guard_written=got.get("guard_written"),
                          tail=catalog.tail(name, case))
     r["zeros"] = bool(out.size and np.all(out == 0) and np.any(np.asarray(ref) != 0))
@@ -238,12 +235,12 @@ def judge(ex: Exercise, track: str, cases: list, oc: child.Outcome) -> dict:
     if not any(r.get("loaded") for r in records):
         return {"fatal": _ended(ex, track, oc, None), "shown": True}
     by_case = _by_case(oc)
-    if ex.name == "mandelbrot_zoom":
+    if ex.judges_value:
         if 0 not in by_case:
             return {"fatal": _ended(ex, track, oc, f"reading {ex.py_entry}"), "shown": True}
         region = by_case[0][0].get("value")
         try:
-            ok, msg, _ = catalog.zoom_verdict(region)
+            ok, msg, _ = catalog.verdict(ex.name, region)
         except (ValueError, TypeError) as e:
             return {"fatal": f"{ex.py_entry}: {e}"}
         return {"results": [{"label": f"region {region}", "ok": ok, "message": None if ok else msg, "ragged": False,
@@ -253,7 +250,7 @@ def judge(ex: Exercise, track: str, cases: list, oc: child.Outcome) -> dict:
              f"file as it is" for r in records if "counting_failed" in r][:1]
     shown = False
     for k, case in enumerate(cases):
-        r = _facts(case)
+        r = _facts(ex, case)
         got = by_case.get(k)
         if got is None:
             r.update(ok=False, message=_ended(ex, track, oc, case.label))
@@ -283,7 +280,6 @@ def judge(ex: Exercise, track: str, cases: list, oc: child.Outcome) -> dict:
             "notes": notes, "track": track}
 
 
-ORDER_CHECKED = ("matmul_tiled", "flash_softmax")  # shared memory and barriers: a race shows as order dependence
 ORDER_RUNS = 2  # failing cases run again with the threads mirrored: enough to see a race, cheap on the simulator
 
 
@@ -355,7 +351,7 @@ def check(name: str, track: str | None = None, dir_=None, *, deadline: float | N
         _check_python(ex, path, v, deadline or PYTHON_DEADLINE_S)
     else:
         _check_cuda(ex, d, path, text, v, deadline or CUDA_DEADLINE_S, sanitize, timing)
-    if not v.passed and v.cases_ran and ex.name != "mandelbrot_zoom":
+    if not v.passed and v.cases_ran and not ex.judges_value:
         v.lines.append((None, f"the cases came from seed {v.seed}: `invoke exercise check {ex.name}"
                               f"{' --track cuda' if track == 'cuda' else ''} --seed {v.seed}` runs the same ones"))
     v.seconds = time.perf_counter() - t0
@@ -376,9 +372,9 @@ def _seed(seed) -> int:
 
 
 def _check_python(ex: Exercise, path: Path, v: Verdict, deadline: float) -> None:
-    cases = [] if ex.name == "mandelbrot_zoom" else catalog.cases(ex.name, "python", v.seed)
+    cases = [] if ex.judges_value else catalog.cases(ex.name, "python", v.seed)
     job = {"track": "python", "name": ex.name, "file": str(path.resolve()), "solution": solution_text(ex, "python"),
-           "cases": _cases_job(cases), "alt": ex.name in catalog.TWO_POISONS}
+           "cases": _cases_job(cases), "alt": catalog.two_poisons(ex.name)}
     oc = _run_worker(job, deadline)
     if oc.timed_out:
         loaded = any(r.get("loaded") for r, _ in oc.records)
@@ -390,7 +386,8 @@ def _check_python(ex: Exercise, path: Path, v: Verdict, deadline: float) -> None
         return
     data = judge(ex, "python", cases, oc)
     v.cases_ran = True
-    if ex.name in ORDER_CHECKED and data.get("results"):
+    # Shared memory and barriers: a race shows as order dependence.
+    if ex.problem.order_checked and data.get("results"):
         _order_runs(ex, job, cases, oc, data, deadline)
     _show_output(v, oc, data)
     _report_cases(v, data)
@@ -497,7 +494,7 @@ def _check_cuda(ex: Exercise, d: Path, path: Path, text: str, v: Verdict, deadli
     ok, why = cudart.gpu_available()
     cases = catalog.cases(ex.name, "cuda", v.seed)
     job = {"track": "cuda", "name": ex.name, "file": str(path.resolve()), "display": str(path),
-           "cases": _cases_job(cases), "alt": ex.name in catalog.TWO_POISONS}
+           "cases": _cases_job(cases), "alt": catalog.two_poisons(ex.name)}
     # One cache for everything below: the child processes, and the solution's compile in a thread (which
     # reads the variable when it starts, so it is set for the whole of this block, never changed in it).
     with _env(CUDALAB_CACHE=cache_folder(d).resolve()):

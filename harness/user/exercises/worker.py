@@ -41,7 +41,7 @@ def compare(name: str, out: np.ndarray, ref: np.ndarray, guard: np.ndarray | Non
     """None when out matches ref within the lab's tolerance, else what is wrong, pointing at a cause.
     `before`: an in-place kernel's input, to tell elements left alone from elements computed wrongly.
     `unwritten`, `guard_written`: masks from two runs with two poisons, where one poison is a legal
-    value (catalog.TWO_POISONS); without them, an element holding the poison was never written.
+    value (a problem's two_poisons); without them, an element holding the poison was never written.
     `tail`: the elements in a partial block (catalog.tail).
     `facts`, when given, gets what summarize() looks for across cases (only_first: element 0 alone was
     never written, every other element is right; n: the output's size; tail_only: every bad element
@@ -100,12 +100,8 @@ def compare(name: str, out: np.ndarray, ref: np.ndarray, guard: np.ndarray | Non
         i = int(np.flatnonzero(nan)[0])
         if facts is not None:
             facts["nan"] = True
-        why = {"flash_softmax": "an exponent overflowed to inf (every exponent needs the running max subtracted), "
-                                "or exp(-inf - -inf) is NaN (alpha must be 0 while the running max is still -inf)",
-               "matmul_tiled": "a tile cell was read before any thread stored it: the barrier after the loads, or a "
-                               "tile element some thread never stores (0 outside the matrices)"}
-        return (f"{int(nan.sum())} of {n} outputs are NaN or infinite (first at index {i})"
-                + (f": {why[name]}" if name in why else ""))
+        why = catalog.problem(name).nan_cause
+        return f"{int(nan.sum())} of {n} outputs are NaN or infinite (first at index {i})" + (f": {why}" if why else "")
     idx = np.flatnonzero(wrong)
     i = int(idx[0]) if idx.size else int(np.argmax(np.abs(out.astype(np.float64) - ref)))
     msg = f"{max(idx.size, 1)} of {n} outputs wrong, first at index {i}: got {_fmt(out[i])}, expected {_fmt(ref[i])}"
@@ -133,30 +129,20 @@ def summarize(name: str, results: list[dict], track: str = "python") -> str | No
                  if any(r.get("nan") for r in bad) else
                  "the barrier after the products (a tile is overwritten while other threads still read it)")
         return f"the output changes with the order the threads of a block run in: a missing barrier: {which}"
-    if name == "matmul_tiled" and any(r.get("nan") for r in bad) and track == "python":
-        return ("a shared tile cell no thread stored was read (NaN, the simulator's fill), whatever order the threads "
-                "run in: every thread stores its element of both tiles at every step, 0 outside the matrices")
+    problem = catalog.problem(name)
+    first = problem.first_pattern(bad, track)
+    if first:
+        return first
     if not good:
         return None
     if all(r["ragged"] for r in bad) and any(r.get("exact_multi") for r in good) \
             and all(r.get("tail_only") is not False for r in bad):
-        if name == "flash_softmax":
-            return ("only S that are not a multiple of the block's rows fail (S that are, with several blocks, "
-                    "pass): look at the masking of keys past S and the rows past S")
-        what = "tile" if name == "matmul_tiled" else "block"
+        if problem.ragged_cause:
+            return problem.ragged_cause
+        what = problem.unit
         return (f"only sizes that are not a multiple of the {what} fail, in their partial {what}s (sizes that are, "
-                f"with several {what}s, pass): look at the bounds check"
-                + (" and the zero-filled ragged edges" if name == "matmul_tiled" else ""))
-    if name == "flash_softmax" and all(r.get("wide") for r in bad):
-        return ("only the cases whose scores climb far along the keys fail: exp overflows there: subtract the running "
-                "max (updated at every tile) from every exponent, and rescale what was summed under the old max")
-    if name == "matmul_tiled" and all(r.get("multi") for r in bad):
-        return ("only products longer than one tile fail: the sum across tiles: one running sum for the whole loop "
-                "(set to 0 once, before it), each tile loaded from its own offset along k"
-                + ("" if track == "python" else "; a missing barrier would show in racecheck above"))
-    if name == "grid_stride" and all(r.get("strided") for r in bad):
-        return "only grids smaller than n fail: the stride must be the whole grid's thread count"
-    return None
+                f"with several {what}s, pass): look at the bounds check")
+    return problem.pattern(bad, good, track)
 
 
 # --- the Python track ----------------------------------------------------------------------------
@@ -196,12 +182,12 @@ def _params(fn) -> list[str]:
 
 def outputs(name: str, run) -> dict:
     """The checker's side of the two poisons: run(alt) -> (output, guard or None), the arrays one run
-    sent back. {"out", "guard", and for catalog.TWO_POISONS "unwritten" and "guard_written"}: an element
+    sent back. {"out", "guard", and for a problem with two_poisons "unwritten" and "guard_written"}: an element
     is unwritten when it holds each run's poison (a legal value cannot be both), and a guard element
     was written when it lost either."""
     out, guard = run(False)
     got = {"out": out, "guard": guard}
-    if name in catalog.TWO_POISONS:
+    if catalog.two_poisons(name):
         out2, guard2 = run(True)
         got["unwritten"] = is_poison(np.asarray(out).ravel()) & is_poison(np.asarray(out2).ravel(), alt=True)
         if guard is not None:
@@ -210,7 +196,7 @@ def outputs(name: str, run) -> dict:
 
 
 def _jsonable(value):
-    """mandelbrot_zoom's REGION as JSON for the checker, which judges it (a repr when it is not numbers)."""
+    """A value the learner's file defines (a zoom's REGION) as JSON for the checker, which judges it (a repr when it is not numbers)."""
     try:
         json.dumps(value, allow_nan=False)
         return value
@@ -223,7 +209,7 @@ def run_python(send, name: str, path: Path, solution: str, cases: list, alt: boo
     """The cases the checker sent, each run once (`alt`: and again with the second poison, sent as
     "out_alt"); `reverse`: with the threads of each block run in the opposite order (the checker asks
     for it again on a failing case, and compares the two outputs)."""
-    ex = catalog.BY_NAME[name]
+    ex = catalog.by_name()[name]
     mod, err = import_learner(path, f"cudalab_exercise_{name}")
     if err:
         send({"fatal": err})
@@ -234,7 +220,7 @@ def run_python(send, name: str, path: Path, solution: str, cases: list, alt: boo
         send({"fatal": f"{path} defines no {entry}: the check calls it by that name (renamed?); keep the name the "
                        f"exercise gave it"})
         return
-    if name == "mandelbrot_zoom":
+    if ex.judges_value:
         send({"case": 0, "value": _jsonable(getattr(mod, entry))})
         send({"done": True})
         return
