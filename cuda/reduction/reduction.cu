@@ -11,10 +11,16 @@
 
 namespace {
 
+// EXERCISE reduce_tree: copy
+// EXERCISE reduce_atomic: copy
+// EXERCISE reduce_grid_stride: copy
 // Every variant launches blocks of 256 threads: 8 warps, a power of two (the trees halve it), and small
 // enough that 8 blocks fit on an SM together (2048 threads: full occupancy on sm_80 and sm_90).
 constexpr int kThreads = 256;
 constexpr int kWarp = 32;
+// EXERCISE reduce_grid_stride: end copy
+// EXERCISE reduce_atomic: end copy
+// EXERCISE reduce_tree: end copy
 // 04 writes one partial per block: a full wave is at most (SMs x 8) blocks, 1056 on an H100 or H200.
 // 4096 leaves room for larger GPUs; a bigger grid would only add blocks that wait for a slot.
 constexpr int kMaxPartials = 4096;
@@ -58,9 +64,17 @@ __global__ void reduction_01_atomic_naive(const float *x, long long n, float *ou
 // (t < stride): whole warps retire together instead of every other thread idling inside each warp,
 // and consecutive threads touch consecutive words, so the shared-memory accesses have no bank conflicts.
 // Requires blockDim.x = kThreads (a power of two).
-__global__ void reduction_02_shared_tree(const float *x, long long n, float *out) {
-    __shared__ float partial[kThreads];
+// EXERCISE reduce_tree: copy
+// EXERCISE reduce_atomic: copy
+// One block's tree: the sum of its 2 * blockDim.x elements of x (those below n), returned to thread 0
+// (the other threads get a value they must not use). `partial` is blockDim.x floats of shared memory;
+// blockDim.x is a power of two.
+__device__ float reduction_02_block_sum(const float *x, long long n, float *partial) {
     const unsigned t = threadIdx.x;
+// EXERCISE reduce_tree: begin load: i = blockIdx.x * (2 * blockDim.x) + t (as long long); v = x[i] plus
+// EXERCISE reduce_tree: todo x[i + blockDim.x], each only when its index is below n (0, the identity of the
+// EXERCISE reduce_tree: todo sum, in its place: the last block is partial); partial[t] = v; then wait until every
+// EXERCISE reduce_tree: todo thread of the block has stored its value.
     const long long i = (long long)blockIdx.x * (2 * blockDim.x) + t;
     // The first addition happens on the way in: every thread loads two elements, one blockDim apart,
     // so no thread is idle in the first step of the tree and half as many blocks are needed.
@@ -69,12 +83,61 @@ __global__ void reduction_02_shared_tree(const float *x, long long n, float *out
     if (i + blockDim.x < n) v += x[i + blockDim.x];
     partial[t] = v;
     __syncthreads();  // every partial written before anyone reads a neighbour's
+// EXERCISE reduce_tree: end
+// EXERCISE reduce_tree: begin the tree: for stride = blockDim.x / 2, halving down to 1, threads t < stride add
+// EXERCISE reduce_tree: todo partial[t + stride] into partial[t]; every thread waits after each step (the next
+// EXERCISE reduce_tree: todo step reads what this one wrote), so the barrier is outside the `if`.
     for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
         if (t < stride) partial[t] += partial[t + stride];
         __syncthreads();  // this level finished before the next one reads it
     }
-    if (t == 0) atomicAdd(out, partial[0]);
+// EXERCISE reduce_tree: stub (void)x; (void)n; (void)t;
+// EXERCISE reduce_tree: end
+    return partial[0];
 }
+// EXERCISE reduce_atomic: end copy
+// EXERCISE reduce_tree: end copy
+
+// 02's per-block sums, before any atomic: the same tree, each block writing its sum to partials[blockIdx.x].
+// The total of 02 depends on the order the blocks' atomicAdds arrive in; these do not, so the tests compare
+// them bit for bit with the Python twin's.
+// EXERCISE reduce_tree: copy
+__global__ void reduction_02_block_sums(const float *x, long long n, float *partials) {
+    __shared__ float partial[kThreads];
+    const float s = reduction_02_block_sum(x, n, partial);
+// EXERCISE reduce_tree: begin thread 0 (and only it) writes the block's sum s to partials[blockIdx.x].
+    if (threadIdx.x == 0) partials[blockIdx.x] = s;
+// EXERCISE reduce_tree: stub (void)s; (void)partials;
+// EXERCISE reduce_tree: end
+}
+// EXERCISE reduce_tree: end copy
+
+// EXERCISE reduce_atomic: copy
+__global__ void reduction_02_shared_tree(const float *x, long long n, float *out) {
+    __shared__ float partial[kThreads];
+    const float s = reduction_02_block_sum(x, n, partial);
+// EXERCISE reduce_atomic: begin thread 0 alone adds its block's sum s into *out, atomically (the blocks run in
+// EXERCISE reduce_atomic: todo any order and at the same time: a plain += would lose other blocks' additions).
+    if (threadIdx.x == 0) atomicAdd(out, s);
+// EXERCISE reduce_atomic: stub (void)s; (void)out;
+// EXERCISE reduce_atomic: end
+}
+
+// 02's launch on stream s: the blocks add into *out, so it starts at 0, queued before them on the same
+// stream (the memset is part of the work, and of its time). Returns the first CUDA error.
+cudaError_t reduction_02_launch(const float *x, long long n, float *out, unsigned blocks, cudaStream_t s) {
+// EXERCISE reduce_atomic: begin set *out (one float) to 0 on stream s (cudaMemsetAsync), then launch
+// EXERCISE reduce_atomic: todo reduction_02_shared_tree on `blocks` blocks of kThreads threads on s; return the first
+// EXERCISE reduce_atomic: todo error (the memset's, else the launch's: cudaGetLastError).
+    const cudaError_t err = cudaMemsetAsync(out, 0, sizeof(float), s);
+    if (err != cudaSuccess) return err;
+    reduction_02_shared_tree<<<blocks, kThreads, 0, s>>>(x, n, out);
+    return cudaGetLastError();
+// EXERCISE reduce_atomic: stub (void)x; (void)n; (void)out; (void)blocks; (void)s;
+// EXERCISE reduce_atomic: stub return cudaSuccess;
+// EXERCISE reduce_atomic: end
+}
+// EXERCISE reduce_atomic: end copy
 
 // 03: the same tree, but the first five levels (within a warp) go through registers: __shfl_down_sync
 // hands each lane the value of the lane `offset` above it, with no shared memory and no __syncthreads
@@ -106,14 +169,24 @@ __global__ void reduction_03_warp_shuffle(const float *x, long long n, float *ou
 // at full bandwidth. x + head is 16-byte aligned; the head (up to 3 elements before that boundary) and
 // the tail (up to 3 after the last whole float4) are added by the first threads. Each block writes its
 // sum to partials[blockIdx.x]: no atomics, so the result does not depend on the blocks' order.
+// EXERCISE reduce_grid_stride: copy
 __global__ void reduction_04_grid_stride(const float *__restrict__ x, long long n, long long head,
                                          float *__restrict__ partials) {
     __shared__ float warp_sums[kThreads / kWarp];
+// EXERCISE reduce_grid_stride: begin tid = this thread's global index; stride = the number of threads in the whole
+// EXERCISE reduce_grid_stride: todo grid (both long long).
     const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long stride = (long long)gridDim.x * blockDim.x;
+// EXERCISE reduce_grid_stride: stub const long long tid = 0, stride = 1;
+// EXERCISE reduce_grid_stride: end
     const float4 *x4 = reinterpret_cast<const float4 *>(x + head);
     const long long n4 = (n - head) / 4;
     float sum = 0.0f;
+// EXERCISE reduce_grid_stride: begin add this thread's elements into sum: the float4s x4[i] for i = tid, tid +
+// EXERCISE reduce_grid_stride: todo stride, ... below n4 (each as (a.x + a.y) + (a.z + a.w); four a trip, a stride
+// EXERCISE reduce_grid_stride: todo apart, while four remain, is faster); then the head x[tid] when tid < head (the
+// EXERCISE reduce_grid_stride: todo elements before the 16-byte boundary) and the tail x[head + 4 * n4 + tid] when
+// EXERCISE reduce_grid_stride: todo tid < 4 and that index is below n (those after the last whole float4).
     long long i = tid;
     for (; i + 3 * stride < n4; i += 4 * stride) {
         const float4 a = x4[i], b = x4[i + stride], c = x4[i + 2 * stride], d = x4[i + 3 * stride];
@@ -127,6 +200,8 @@ __global__ void reduction_04_grid_stride(const float *__restrict__ x, long long 
     if (tid < head) sum += x[tid];
     const long long t = head + 4 * n4 + tid;
     if (tid < 4 && t < n) sum += x[t];
+// EXERCISE reduce_grid_stride: stub (void)x4; (void)n4; (void)tid; (void)stride;
+// EXERCISE reduce_grid_stride: end
 
     const unsigned lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
     for (int offset = kWarp / 2; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
@@ -135,9 +210,14 @@ __global__ void reduction_04_grid_stride(const float *__restrict__ x, long long 
     if (warp == 0) {
         sum = lane < blockDim.x / kWarp ? warp_sums[lane] : 0.0f;
         for (int offset = kWarp / 2; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
+// EXERCISE reduce_grid_stride: begin lane 0 (warp 0's, so thread 0) now holds the block's sum: write it to the
+// EXERCISE reduce_grid_stride: todo block's partial.
         if (lane == 0) partials[blockIdx.x] = sum;
+// EXERCISE reduce_grid_stride: stub (void)partials;
+// EXERCISE reduce_grid_stride: end
     }
 }
+// EXERCISE reduce_grid_stride: end copy
 
 // 04, second pass: one block adds the first pass's partials (about a thousand floats: microseconds) and
 // writes the result, so it overwrites *out rather than adding to it, and nothing needs zeroing first.
@@ -236,13 +316,13 @@ extern "C" cudalab_status reduction_sum_f32_dev(const char *variant, const float
     if (blocks > INT_MAX) return (int)cudaErrorInvalidValue;
     const unsigned g = (unsigned)blocks;
     switch (v) {
-    case kAtomicNaive:
     case kSharedTree:
+        return (int)reduction_02_launch(d_x, n, d_out, g, s);
+    case kAtomicNaive:
     case kWarpShuffle:
         // The atomic variants add into *d_out: it starts at zero, as part of the work.
         CUDA_TRY(cudaMemsetAsync(d_out, 0, sizeof(float), s));
         if (v == kAtomicNaive) reduction_01_atomic_naive<<<g, kThreads, 0, s>>>(d_x, n, d_out);
-        else if (v == kSharedTree) reduction_02_shared_tree<<<g, kThreads, 0, s>>>(d_x, n, d_out);
         else reduction_03_warp_shuffle<<<g, kThreads, 0, s>>>(d_x, n, d_out);
         CUDA_TRY_LAUNCH();
         return 0;
@@ -257,6 +337,21 @@ extern "C" cudalab_status reduction_sum_f32_dev(const char *variant, const float
         return 0;
     }
     }
+}
+
+extern "C" cudalab_status reduction_02_block_sums_f32(const float *x, long long n, float *partials) {
+    if (n < 1 || n > kMaxN || x == nullptr || partials == nullptr) return (int)cudaErrorInvalidValue;
+    long long blocks = 0;
+    if (int err = plan(kSharedTree, n, &blocks)) return err;
+    cudalab::DeviceAlloc dx, dp;
+    if (int err = dx.upload(x, (size_t)n * sizeof(float))) return err;
+    if (int err = dp.alloc((size_t)blocks * sizeof(float))) return err;
+    CUDA_TRY(cudaMemset(dp.p, 0xFF, (size_t)blocks * sizeof(float)));  // NaN: a sum never written shows
+    reduction_02_block_sums<<<(unsigned)blocks, kThreads>>>(dx.as<float>(), n, dp.as<float>());
+    CUDA_TRY_LAUNCH();
+    CUDA_TRY(cudaDeviceSynchronize());
+    CUDA_TRY(cudaMemcpy(partials, dp.p, (size_t)blocks * sizeof(float), cudaMemcpyDeviceToHost));
+    return cudalab::release_all(dx, dp);
 }
 
 extern "C" cudalab_status reduction_sum_f32(const char *variant, const float *x, long long n, float *out) {

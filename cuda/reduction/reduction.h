@@ -48,6 +48,10 @@ cudalab_status reduction_sum_f32(const char *variant, const float *x, long long 
 cudalab_status reduction_sum_f32_dev(const char *variant, const float *d_x, long long n, float *d_out,
                                      float *d_scratch, void *stream);
 
+/* 02's per-block sums before its atomics add them (reduction_plan("02_shared_tree", n) blocks, at
+   partials): the same tree, in an order no atomic changes, so they are the same bits every run. n >= 1. */
+cudalab_status reduction_02_block_sums_f32(const float *x, long long n, float *partials);
+
 /* The yardstick: cub::DeviceReduce::Sum. Its temporary storage is sized once (reduction_cub_temp_bytes)
    and allocated by the caller, so the timed call is the reduction alone. */
 cudalab_status reduction_cub_temp_bytes(long long n, long long *bytes);

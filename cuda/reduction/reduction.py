@@ -7,8 +7,11 @@ Public API (numpy in, a number out; arguments are checked before anything is lau
     sum_dev(variant, d_x, n, d_out, d_scratch, stream=None)   on device pointers, no sync
     reference(x)                           the sum in float64 (numpy)
     error_bound(x, d), chain(variant, n, blocks, threads), plan(variant, n)   the tolerance, below
-Python twins on the lectures' simulator (harness.base.sim): atomic_naive_k, shared_tree_k,
-warp_shuffle_k, grid_stride_k + finish_k, and `twin(x, variant, ...)` to run them.
+    block_sums_f32(x)                      02's per-block sums (no atomics: the same bits every run)
+Python twins on the lectures' simulator (harness.base.sim): atomic_naive_k, shared_tree_k (tree_block_sum,
+launched by shared_tree_sum), block_sums_k, warp_shuffle_k, grid_stride_k + finish_k, and
+`twin(x, variant, ...)` and `twin_block_sums(x)` to run them. Their exercises (reduction_exercises.py):
+reduce_tree, reduce_atomic, reduce_grid_stride.
 
 The variants (the one table is in cuda/reduction/reduction.cu; `library.read_table("reduction")` reads it):
   01_atomic_naive   one thread per element, every one atomicAdd-ing into the result
@@ -53,7 +56,9 @@ from harness.programs.record import Picture, Program, Tour
 PROGRAM = "reduction"
 DEFAULT_VARIANT = "04_grid_stride"
 U = 2.0**-24  # float32's unit roundoff
+# EXERCISE reduce_grid_stride: copy
 WARP = 32
+# EXERCISE reduce_grid_stride: end copy
 
 # VARIANTS is the library's one table, read when first asked for: never typed here.
 __getattr__ = library.table_attributes(__name__, PROGRAM)
@@ -111,6 +116,18 @@ def sum_f32(x: np.ndarray, variant: str = DEFAULT_VARIANT) -> np.float32:
     out = np.full(1, np.nan, dtype=np.float32)
     lib().reduction_sum_f32(variant, x, x.size, out)
     return out[0]
+
+
+def block_sums_f32(x: np.ndarray) -> np.ndarray:
+    """02_shared_tree's per-block sums on the GPU (reduction_02_block_sums_f32), one float per block of
+    its launch: the same bits every run (no atomics), so twin_block_sums must give exactly them."""
+    x = _check_x(x)
+    if x.size == 0:
+        raise ValueError("block_sums_f32 needs at least one element (an empty sum has no blocks)")
+    blocks, _ = plan("02_shared_tree", x.size)
+    out = np.full(blocks, np.nan, dtype=np.float32)
+    lib().reduction_02_block_sums_f32(x, x.size, out)
+    return out
 
 
 def cub_sum_f32(x: np.ndarray) -> np.float32:
@@ -184,12 +201,18 @@ def atomic_naive_k(ctx, x, n, out):
         out[0] += x[i]  # atomicAdd(out, x[i])
 
 
-def shared_tree_k(ctx, x, n, out, trace=None):
-    """02_shared_tree: two elements per thread on load, then the tree in shared memory, halving the
-    active threads each level; one atomicAdd per block. `trace`, when given a list, receives the
-    shared array at every barrier (block 0): what the picture draws."""
+# EXERCISE reduce_tree: copy
+# EXERCISE reduce_atomic: copy
+def tree_block_sum(ctx, x, n):
+    """02's tree for one block: two elements per thread on load (0 past n), then the tree in shared
+    memory (ctx.shared.partial, blockDim.x floats), halving the active threads each level. Use as
+    `s = yield from tree_block_sum(ctx, x, n)`: thread 0 gets the block's sum."""
     t, bd = ctx.threadIdx.x, ctx.blockDim.x
     partial = ctx.shared.partial
+    # EXERCISE reduce_tree: begin load: i = blockIdx.x * 2 * blockDim.x + t; v = x[i] plus x[i + blockDim.x],
+    # EXERCISE reduce_tree: todo each only when its index is below n (np.float32(0), the identity of the sum, in its
+    # EXERCISE reduce_tree: todo place: the last block is partial); partial[t] = v; then wait until every thread of
+    # EXERCISE reduce_tree: todo the block has stored its value (a bare `yield` is __syncthreads()).
     i = ctx.blockIdx.x * 2 * bd + t
     v = np.float32(0)
     if i < n:
@@ -198,20 +221,73 @@ def shared_tree_k(ctx, x, n, out, trace=None):
         v = v + x[i + bd]
     partial[t] = v
     yield  # every partial written before anyone reads a neighbour's
+    # EXERCISE reduce_tree: end
+    # EXERCISE reduce_tree: begin the tree: for stride = blockDim.x // 2, halving down to 1, threads t < stride add
+    # EXERCISE reduce_tree: todo partial[t + stride] into partial[t]; every thread waits (`yield`) after each step,
+    # EXERCISE reduce_tree: todo outside the `if` (the next step reads what this one wrote).
     stride = bd // 2
     while stride > 0:
-        if trace is not None and t == 0 and ctx.blockIdx.x == 0:
-            trace.append(partial.copy())
         if t < stride:
             partial[t] = partial[t] + partial[t + stride]
         yield  # this level finished before the next one reads it
         stride //= 2
-    if trace is not None and t == 0 and ctx.blockIdx.x == 0:
-        trace.append(partial.copy())
-    if t == 0:
-        out[0] += partial[0]  # atomicAdd(out, partial[0])
+    # EXERCISE reduce_tree: end
+    return partial[0]
+# EXERCISE reduce_atomic: end copy
 
 
+def block_sums_k(ctx, x, n, partials):
+    """02's per-block sums, before any atomic: each block's tree, its sum to partials[blockIdx.x] (the
+    twin of reduction_02_block_sums)."""
+    s = yield from tree_block_sum(ctx, x, n)
+    # EXERCISE reduce_tree: begin thread 0 (and only it) writes the block's sum s to partials[blockIdx.x].
+    if ctx.threadIdx.x == 0:
+        partials[ctx.blockIdx.x] = s
+    # EXERCISE reduce_tree: end
+# EXERCISE reduce_tree: end copy
+
+
+# EXERCISE reduce_atomic: copy
+def shared_tree_k(ctx, x, n, out):
+    """02_shared_tree: the block's tree, then one atomicAdd per block into out[0]."""
+    s = yield from tree_block_sum(ctx, x, n)
+    # EXERCISE reduce_atomic: begin thread 0 alone adds its block's sum s into out[0] (atomicAdd on the GPU; the
+    # EXERCISE reduce_atomic: todo simulator runs one thread at a time, so a plain += is atomic here).
+    if ctx.threadIdx.x == 0:
+        out[0] += s  # atomicAdd(out, s)
+    # EXERCISE reduce_atomic: end
+
+
+def shared_tree_sum(x, n, out, threads):
+    """02's launch (reduction_02_launch): out[0] = 0 first, since the blocks add into it, then one block
+    of `threads` (a power of two) per 2 * threads elements, with `threads` floats of shared memory."""
+    # EXERCISE reduce_atomic: begin set out[0] to 0 (the blocks add into it), then launch shared_tree_k with
+    # EXERCISE reduce_atomic: todo sim.launch on ceil(n / (2 * threads)) blocks of `threads`, passing x, n, out and
+    # EXERCISE reduce_atomic: todo shared={"partial": ((threads,), np.float32)}.
+    out[0] = 0
+    sim.launch(shared_tree_k, -(-n // (2 * threads)), threads, x, n, out,
+               shared={"partial": ((threads,), np.float32)})
+    # EXERCISE reduce_atomic: end
+# EXERCISE reduce_atomic: end copy
+
+
+def traced(kernel, trace: list):
+    """`kernel` with shared memory's `partial` copied into `trace` (block 0) each time its threads pass a
+    barrier: the levels of the tree, as the picture draws them."""
+    def gen(ctx, *args):
+        it = kernel(ctx, *args)
+        try:
+            while True:
+                next(it)
+                yield
+                if ctx.threadIdx.x == 0 and ctx.blockIdx.x == 0:
+                    trace.append(ctx.shared.partial.copy())
+        except StopIteration as stop:
+            return stop.value
+    return gen
+
+
+# EXERCISE reduce_grid_stride: copy
 def shfl_down(ctx, v, offset):
     """__shfl_down_sync(0xffffffff, v, offset) for every lane of the block at once: each lane publishes
     its value, then reads the one `offset` lanes above it in its own warp (a lane with none above keeps
@@ -246,6 +322,7 @@ def block_sum(ctx, v):
         v = v + (yield from shfl_down(ctx, v, offset))
         offset //= 2
     return v
+# EXERCISE reduce_grid_stride: end copy
 
 
 def warp_shuffle_k(ctx, x, n, out):
@@ -262,6 +339,7 @@ def warp_shuffle_k(ctx, x, n, out):
         out[0] += v  # atomicAdd(out, v)
 
 
+# EXERCISE reduce_grid_stride: copy
 def _f4(x, s):
     """The sum of one float4 as the CUDA code adds it: (a.x + a.y) + (a.z + a.w)."""
     return (x[s] + x[s + 1]) + (x[s + 2] + x[s + 3])
@@ -270,10 +348,20 @@ def _f4(x, s):
 def grid_stride_k(ctx, x, n, head, partials):
     """04_grid_stride's first pass: float4 chunks of x[head:] in a grid-stride loop, four per trip where
     four remain, the head and tail by the first threads, then the block's tree into partials[block]."""
+    # EXERCISE reduce_grid_stride: begin tid = this thread's global index; stride = the number of threads in the
+    # EXERCISE reduce_grid_stride: todo whole grid.
     tid = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
     stride = ctx.gridDim.x * ctx.blockDim.x
+    # EXERCISE reduce_grid_stride: stub tid, stride = 0, 1
+    # EXERCISE reduce_grid_stride: end
     n4 = (n - head) // 4
     s = np.float32(0)
+    # EXERCISE reduce_grid_stride: begin add this thread's elements into s (np.float32 arithmetic): the float4 chunks
+    # EXERCISE reduce_grid_stride: todo i = tid, tid + stride, ... below n4, chunk i being _f4(x, head + 4 * i) (four
+    # EXERCISE reduce_grid_stride: todo a trip, a stride apart, while four remain, as the CUDA code does, or one a
+    # EXERCISE reduce_grid_stride: todo trip); then the head x[tid] when tid < head (the elements before the 16-byte
+    # EXERCISE reduce_grid_stride: todo boundary) and the tail x[head + 4 * n4 + tid] when tid < 4 and that index is
+    # EXERCISE reduce_grid_stride: todo below n (those after the last whole float4).
     i = tid
     while i + 3 * stride < n4:
         a, b, c, d = (_f4(x, head + 4 * (i + k * stride)) for k in range(4))
@@ -287,9 +375,13 @@ def grid_stride_k(ctx, x, n, head, partials):
     t = head + 4 * n4 + tid
     if tid < 4 and t < n:
         s = s + x[t]
+    # EXERCISE reduce_grid_stride: end
     s = yield from block_sum(ctx, s)
+    # EXERCISE reduce_grid_stride: begin thread 0 now holds the block's sum s: write it to the block's partial.
     if ctx.threadIdx.x == 0:
         partials[ctx.blockIdx.x] = s
+    # EXERCISE reduce_grid_stride: end
+# EXERCISE reduce_grid_stride: end copy
 
 
 def finish_k(ctx, partials, count, out):
@@ -322,6 +414,15 @@ def twin_plan(variant: str, n: int, threads: int = TWIN_THREADS, blocks: int | N
     return blocks or 3
 
 
+def twin_block_sums(x: np.ndarray, threads: int = TWIN_THREADS) -> np.ndarray:
+    """02's per-block sums on the simulator (block_sums_k): the twin of block_sums_f32 at threads=256."""
+    x = np.asarray(x, dtype=np.float32)
+    g = twin_plan("02_shared_tree", x.size, threads)
+    partials = np.full(g, np.nan, dtype=np.float32)  # poisoned: a sum never written shows up
+    sim.launch(block_sums_k, g, threads, x, x.size, partials, shared=_shared(threads))
+    return partials
+
+
 def twin(x: np.ndarray, variant: str = DEFAULT_VARIANT, threads: int = TWIN_THREADS, blocks: int | None = None,
          misalign: int = 0, trace: list | None = None) -> tuple[np.float32, int]:
     """Run a variant's Python twin on the simulator: (the float32 sum, the blocks it ran). For
@@ -341,8 +442,11 @@ def twin(x: np.ndarray, variant: str = DEFAULT_VARIANT, threads: int = TWIN_THRE
     sh = _shared(threads)
     if variant == "01_atomic_naive":
         sim.launch(atomic_naive_k, g, threads, x, n, out)
+    elif variant == "02_shared_tree" and trace is not None:
+        sim.launch(traced(shared_tree_k, trace), g, threads, x, n, out, shared=sh)
     elif variant == "02_shared_tree":
-        sim.launch(shared_tree_k, g, threads, x, n, out, trace, shared=sh)
+        out[0] = np.nan  # shared_tree_sum sets it to 0 itself, as reduction_02_launch does
+        shared_tree_sum(x, n, out, threads)
     elif variant == "03_warp_shuffle":
         sim.launch(warp_shuffle_k, g, threads, x, n, out, shared=sh)
     else:
@@ -417,7 +521,7 @@ def viz_data(simulate: bool = False, progress=None) -> dict:
     (tree_model), and, with a GPU (simulate=False), every variant and CUB measured at the same n."""
     x16 = np.arange(1, TREE_N + 1, dtype=np.float32)
     levels: list = []
-    sim.launch(shared_tree_k, 1, TREE_N // 2, x16, TREE_N, np.zeros(1, np.float32), levels,
+    sim.launch(traced(shared_tree_k, levels), 1, TREE_N // 2, x16, TREE_N, np.zeros(1, np.float32),
                shared={"partial": ((TREE_N // 2,), np.float32)})
     rng = np.random.default_rng(0)
     rows = []

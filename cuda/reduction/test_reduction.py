@@ -167,6 +167,18 @@ def test_the_grid_stride_twin_takes_the_head_and_tail_at_any_alignment(n, misali
         assert prog.twin(x, prog.BEST, blocks=blocks, misalign=misalign)[0] == prog.reference(x)
 
 
+@pytest.mark.parametrize("n", [1, 31, 64, 129, 1031])
+def test_the_block_sums_twin_is_the_tree_of_each_block(n):
+    """02's per-block sums: each the float32 tree of its 2 * threads elements (tree_model pads with the
+    same zeros the kernel loads past n), and their float64 sum is the reference on integers."""
+    x = _floats(n, 5)
+    got = prog.twin_block_sums(x, threads=32)
+    want = [prog.tree_model(x[b * 64:(b + 1) * 64])[0] for b in range(-(-n // 64))]
+    assert got.tobytes() == np.asarray(want, np.float32).tobytes()
+    xi = _ints(n, 6)
+    assert float(np.sum(prog.twin_block_sums(xi, threads=32), dtype=np.float64)) == prog.reference(xi)
+
+
 def test_one_chain_loses_what_a_tree_keeps():
     """2^24 then 63 ones: in one float32 chain each 2^24 + 1 rounds back to 2^24 (ties to even), so 01's
     order loses every one; the trees add the ones together first and lose at most the one paired with
@@ -267,6 +279,16 @@ def test_the_library_matches_numpy_within_the_bound(variant, n):
 def test_the_library_is_exact_on_small_integers(variant, n):
     x = _ints(n, n)
     assert prog.sum_f32(x, variant) == prog.reference(x)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [1, 511, 512, 513, 4099, 65537])
+def test_the_block_sums_are_the_twins_bit_for_bit(n):
+    """02's per-block sums have no atomics: the GPU's are the simulator's to the bit (256 threads a block)."""
+    x = _floats(n, 11)
+    got = prog.block_sums_f32(x)
+    assert got.size == prog.plan("02_shared_tree", n)[0]
+    assert got.tobytes() == prog.twin_block_sums(x, threads=256).tobytes()
 
 
 @pytest.mark.gpu
