@@ -51,7 +51,8 @@ import pandas as pd
 from harness.base import sim
 from harness.calling import library
 from harness.calling import results as _results
-from harness.programs.record import Picture, Program, Tour
+from harness.programs import reduction_exercises as _ex
+from harness.programs.record import Exercise, Picture, Program, Tour
 
 PROGRAM = "reduction"
 DEFAULT_VARIANT = "04_grid_stride"
@@ -233,8 +234,8 @@ def tree_block_sum(ctx, x, n):
         stride //= 2
     # EXERCISE reduce_tree: end
     return partial[0]
-# EXERCISE reduce_atomic: end copy
 
+# EXERCISE reduce_atomic: end copy
 
 def block_sums_k(ctx, x, n, partials):
     """02's per-block sums, before any atomic: each block's tree, its sum to partials[blockIdx.x] (the
@@ -678,6 +679,59 @@ def sanitize_args() -> dict[str, list[str]]:
     return runs
 
 
+# --- the exercises: `invoke exercise start reduce_tree` (reduction_exercises.py holds their problems) ------
+
+EXERCISES = (
+    Exercise(
+        "reduce_tree", origin="PMPP chapter 10 (the reduction tree in shared memory), GPU MODE lecture 9",
+        writes="the load with 0 past n, the halving loop with a barrier after each step, the block's sum",
+        tracks=("python", "cuda"), problem=_ex.ReduceTree(), py_entry="block_sums_k",
+        cu_source="cuda/reduction/reduction.cu", cu_kernels=("reduction_02_block_sums",),
+        glue="exercise_reduce_tree.cu",
+        hints=("Each block sums its own 2 * blockDim.x elements: thread t loads two of them, blockDim.x apart, "
+               "adds them, and stores the pair's sum in shared memory at partial[t].",
+               "The tree: stride = blockDim.x / 2, then halved each step; threads t < stride add partial[t + stride] "
+               "into partial[t]. Every thread reaches a barrier after the loads and after every step, so the barrier "
+               "is outside the `if` (Python: a bare `yield`).",
+               "The last block is partial: an index at or past n loads 0 (the identity of the sum), never x. After "
+               "the tree partial[0] is the block's sum: thread 0 alone writes it to partials[blockIdx.x]."),
+        block="256 threads, 512 elements a block (Python: 16 threads, 32 elements)",
+    ),
+    Exercise(
+        "reduce_atomic", origin="PMPP chapter 10 (one atomic per block into the total), GPU MODE lecture 9",
+        writes="one atomicAdd per block of the block's sum into the total, and the launch that zeroes it first",
+        tracks=("python", "cuda"), problem=_ex.ReduceAtomic(), py_entry="shared_tree_sum",
+        cu_source="cuda/reduction/reduction.cu", cu_kernels=("reduction_02_shared_tree",),
+        glue="exercise_reduce_atomic.cu",
+        hints=("The tree is done (tree_block_sum / reduction_02_block_sum): thread 0 gets its block's sum s. The "
+               "blocks must now add their sums into one total.",
+               "Blocks run at the same time: `*out += s` from two blocks can lose one addition; atomicAdd(out, s) "
+               "cannot. Only thread 0 holds the block's sum: only it adds (Python: the simulator runs one thread at a "
+               "time, so `out[0] += s` is atomic there).",
+               "The total must start at 0 before any block adds into it: the launch sets it (CUDA: "
+               "cudaMemsetAsync(out, 0, sizeof(float), s) on the kernel's stream, before the launch; Python: "
+               "out[0] = 0 before sim.launch), then launches ceil(n / (2 * threads)) blocks."),
+        block="256 threads, 512 elements a block (Python: 16 threads, 32 elements)",
+    ),
+    Exercise(
+        "reduce_grid_stride", origin="GPU MODE lecture 9 (a full-wave grid, many elements a thread), PMPP chapter 10",
+        writes="the grid-stride loop over float4 chunks, the head and tail, the block's partial",
+        tracks=("python", "cuda"), problem=_ex.ReduceGridStride(), py_entry="grid_stride_k",
+        cu_source="cuda/reduction/reduction.cu", cu_kernels=("reduction_04_grid_stride",),
+        glue="exercise_reduce_grid_stride.cu", cu_includes="#include <cstdint>\n",
+        hints=("The grid is smaller than the data: each thread starts at its global index and steps by the whole "
+               "grid's thread count, summing in its own register; only then does the block's tree (given) run.",
+               "The body is float4 chunks of x + head: chunk i is x[head + 4i .. head + 4i + 3], added as "
+               "(a.x + a.y) + (a.z + a.w); there are n4 = (n - head) / 4 of them. Thread tid takes chunks tid, "
+               "tid + stride, ... below n4.",
+               "What the chunks miss: the head (x[0 .. head - 1], before the 16-byte boundary) goes to threads "
+               "tid < head, one each; the tail (after the last whole chunk, at most 3) to threads tid < 4 at "
+               "x[head + 4 * n4 + tid] when that is below n. Thread 0 writes the block's sum to partials[blockIdx.x]."),
+        block="a grid of `blocks` x 256 threads, smaller than n (Python: 64 threads)",
+    ),
+)
+
+
 # --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
 
 RECORD = Program(
@@ -697,6 +751,7 @@ RECORD = Program(
     reference=reference,
     on_cpu=on_cpu,
     picture=Picture("reduction", viz_data, options=("simulate", "progress")),
+    exercises=EXERCISES,
     tour=Tour("02's tree of partial sums, and how far float32 sums drift from the exact one as n grows",
               drawn=("plots/reduction_*.png",), committed=("cuda/reduction/tree_sim.png",)),
 )
