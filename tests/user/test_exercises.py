@@ -48,7 +48,8 @@ def test_every_marker_in_the_sources_belongs_to_an_exercise_and_pairs_up():
     for rel in ["cuda/square/square.cu", "cuda/grayscale/grayscale.cu", "cuda/shared/matmul/matmul_kernels.cuh",
                 "cuda/mandelbrot/mandelbrot.cu", "cuda/shared/attention/attention_kernels.cuh",
                 "cuda/square/square.py", "cuda/grayscale/grayscale.py", "cuda/matmul/matmul.py",
-                "cuda/mandelbrot/mandelbrot.py", "cuda/attention/attention.py"]:
+                "cuda/mandelbrot/mandelbrot.py", "cuda/attention/attention.py",
+                "cuda/reduction/reduction.cu", "cuda/reduction/reduction.py"]:
         text = (ROOT / rel).read_text()
         names = markers.names_in(text)
         assert names <= set(catalog.BY_NAME), f"{rel}: markers of unknown exercises {names - set(catalog.BY_NAME)}"
@@ -236,10 +237,14 @@ def _py_cases():
 
 
 def test_every_exercise_has_at_least_three_wrong_solutions():
-    assert set(WRONG_PY) == set(PY_EXERCISES)
+    """The first nine here; every later exercise in the table beside its program (tests/wrong_solutions.py
+    holds those to five a track)."""
+    assert set(WRONG_PY) <= set(PY_EXERCISES) and set(WRONG_CUDA) <= set(CU_EXERCISES)
     assert all(len(w) >= 3 for w in WRONG_PY.values())
-    assert set(WRONG_CUDA) == set(CU_EXERCISES)
     assert all(len(w) >= 3 for w in WRONG_CUDA.values())
+    for e in catalog.EXERCISES:
+        if e.name not in WRONG_PY and e.name not in WRONG_CUDA:
+            assert (ROOT / "cuda" / e.program / f"test_{e.program}_exercises.py").is_file(), e.name
 
 
 @pytest.mark.parametrize("name, old, new, says", list(_py_cases()))
@@ -374,8 +379,9 @@ def test_list_shows_every_exercise_in_order_with_status(tmp_path):
     assert len(catalog.EXERCISES) >= 9
     hx.start("square", None, tmp_path)
     rows = hx.listing(tmp_path)
-    assert [r["exercise"] for r in rows][:9] == ["square", "grid_stride", "grayscale", "grayscale_2d", "matmul",
-                                                "matmul_tiled", "mandelbrot", "mandelbrot_zoom", "flash_softmax"]
+    first_nine = ["square", "grid_stride", "grayscale", "grayscale_2d", "matmul", "matmul_tiled", "mandelbrot",
+                  "mandelbrot_zoom", "flash_softmax"]
+    assert [r["exercise"] for r in rows if r["exercise"] in first_nine] == first_nine
     assert (rows[0]["python"], rows[0]["cuda"]) == ("started", "not started")
     assert (rows[1]["python"], rows[1]["cuda"]) == ("not started", "not started")
     assert next(r for r in rows if r["exercise"] == "mandelbrot_zoom")["cuda"] == "-"
