@@ -251,6 +251,9 @@ def test_every_exercise_has_at_least_three_wrong_solutions():
     assert all(len(w) >= 3 for w in WRONG_PY.values())
     assert _here(CU_EXERCISES) <= set(WRONG_CUDA) <= set(CU_EXERCISES)
     assert all(len(w) >= 3 for w in WRONG_CUDA.values())
+    for e in catalog.EXERCISES:
+        if e.name not in WRONG_PY and e.name not in WRONG_CUDA:
+            assert (ROOT / "cuda" / e.program / f"test_{e.program}_exercises.py").is_file(), e.name
 
 
 @pytest.mark.parametrize("name, old, new, says", list(_py_cases()))
