@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from conftest import ensure_built
+from harness import programs
 from harness.compile import build
 
 ROOT = build.ROOT
@@ -246,7 +247,7 @@ def test_the_short_flag_check_catches_a_clash(monkeypatch):
     (["run", "hello", "shapes"], "arguments for the program go after `--`; type: invoke run hello -- shapes"),
     (["run", "hello", "loop", "2", "--", "extra"], "type: invoke run hello -- loop 2 extra"),
     (["run", "hello", "--frobnicate"], "'--frobnicate' is not an option of run"),
-    (["viz"], "invoke viz: name a picture: gridstride, mandelbrot"),
+    (["viz"], "invoke viz: name a picture: " + ", ".join(programs.pictures())),
     (["run"], "invoke run: name a program: attention,"),
     (["plot"], "name what to draw: bench, profile, tune or timeline"),
     (["viz", "gridstride", "5"], "'5' is neither an option of viz nor a task"),
@@ -258,8 +259,10 @@ def test_the_short_flag_check_catches_a_clash(monkeypatch):
      "viz gridstride: --iters does not apply to gridstride (it is for mandelbrot)"),
     (["viz", "gridstride", "--simulate", "--variant", "02_fast", "--region", "0 1 0 1"],
      "--region does not apply to gridstride (it is for mandelbrot); --variant does not apply"),
-    (["viz", "mandelbrot", "--simulate"], "viz mandelbrot: --simulate does not apply to mandelbrot (it is for gridstride)"),
-    (["viz", "mandelbrot", "-n", "5"], "-n does not apply to mandelbrot (it is for gridstride)"),
+    (["viz", "mandelbrot", "--simulate"], "viz mandelbrot: --simulate does not apply to mandelbrot (it is for "
+     + ", ".join(p for p in programs.pictures() if programs.picture_takes(p, "simulate")) + ")"),
+    (["viz", "mandelbrot", "-n", "5"], "-n does not apply to mandelbrot (it is for "
+     + ", ".join(p for p in programs.pictures() if programs.picture_takes(p, "n")) + ")"),
     (["run", "hello", "--image", "x.png"], "run hello: --image does not apply to hello (it is for grayscale)"),
     (["run", "matmul", "--out", "x.png"], "run matmul: --out does not apply to matmul (it is for grayscale)"),
 ])
