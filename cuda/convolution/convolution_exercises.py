@@ -149,6 +149,7 @@ class _Tiled(_Convolution):
     through the glue's exercise_set_filter)."""
 
     order_checked = True
+    barrier_cause = "the barrier after the loads (the whole tile and its halo stored before any thread sums from it)"
     unit = "tile"
     nan_cause = ("a tile cell was read before any thread stored it: the barrier after the loads, or a cell of the "
                  "tile (the halo, or 0 outside the input) that no thread stores")

@@ -75,6 +75,8 @@ class ReduceTree(kit.Problem):
     (2 * 256 elements), gamma_511 = 3.05e-5; the lab's tree has 9."""
 
     order_checked = True
+    barrier_cause = ("every partial stored before the tree reads it (a barrier after the loads), and each level "
+                     "finished before the next reads it (a barrier after each step)")
     tolerance = gamma(2 * 256 - 1)
     nan_cause = ("an element past the end of x was added (x is followed by NaN here): a thread whose index is at or "
                  "past n loads 0, the identity of the sum, in its place; or a shared cell was read before any thread "

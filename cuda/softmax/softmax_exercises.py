@@ -35,6 +35,8 @@ class SoftmaxRow(kit.Problem):
     8 on the simulator), the max and the sum reduced through shared memory."""
 
     order_checked = True  # the learner writes the trees' barriers
+    barrier_cause = ("each level of the max and sum trees reads what the level before wrote, and the row's max "
+                     "must be read by every thread before the buffer is reused for the sums: a barrier after each")
     nan_cause = ("an exp overflowed to inf, the row's sum was 0, or a red[] cell no thread stored was read: every "
                  "exponent needs the row's own max subtracted (a tree step, a barrier or some thread's columns "
                  "missing from the max lets a larger score overflow), a max that starts above every score makes "

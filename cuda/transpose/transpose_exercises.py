@@ -340,6 +340,8 @@ class TransposeTiled(TransposeNaive):
     ragged edges on both sides."""
 
     order_checked = True
+    barrier_cause = ("the barrier after the loads (the whole tile stored before any thread reads it back "
+                     "transposed)")
     unit = "tile"
     nan_cause = ("a tile cell was read that no thread had stored: the barrier between the loads and the store, or a "
                  "store that reads another cell than the one its element was loaded into")
