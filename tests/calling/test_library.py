@@ -157,6 +157,18 @@ def fake_loaded(fake, monkeypatch):
 def test_read_table_reads_the_c_table_in_its_order(fake_loaded):
     assert library.read_table("fake") == ("02_b", "01_a", "03_c")
     assert library.read_table("fake", "variant") is library.read_table("fake", "variant")  # read once a process
+    # one read however it is asked for: the default kind and the named one share it
+    library.read_table.cache_clear()
+    calls = []
+    real = library.load
+    library.load = lambda prog: calls.append(prog) or real(prog)
+    try:
+        library.read_table("fake")
+        library.read_table("fake", "variant")
+        library.read_table("fake", kind="variant")
+    finally:
+        library.load = real
+    assert calls == ["fake"]
     assert [library.table_index("fake", "variant", n) for n in ("01_a", "03_c")] == [1, 2]
     with pytest.raises(ValueError, match=r"^unknown fake variant 'nope'; valid: 02_b, 01_a, 03_c$"):
         library.table_index("fake", "variant", "nope")
