@@ -9,8 +9,9 @@ and makes its tests with `tests_for`:
 
 Each entry is a small patch over the lab's solution (old text -> new text, old found exactly once).
 The Python track runs on the CPU; the CUDA track's runs are gpu-marked, and their patches are checked
-to apply on the CPU. `not_named` holds the CUDA rows whose cause the grader does not name yet: a strict
-xfail, which turns into a failure the day it does, so the table is then corrected.
+to apply on the CPU. A row's text is looked for in what the learner reads: the verdict's thing to fix
+and, on the CUDA track, every failing line. `not_named` holds the CUDA rows whose cause the grader does
+not name yet: a strict xfail, which turns into a failure the day it does, so the table is then corrected.
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ def check_fails(name, track, patches, says, never, tmp_path, **kw):
     write(tmp_path, name, track, patched(name, track, patches))
     v = hcheck.check(name, track, tmp_path, timing=False, **kw)
     assert not v.passed, v.lines
-    text = v.first_fix if track == "python" else "\n".join(t for ok, t in v.lines if ok is False)
+    # What the learner reads: the thing to fix (the pattern over the cases, where one names a cause) and,
+    # on the CUDA track, every failing line (a case's own message, a sanitizer's report).
+    text = v.first_fix if track == "python" else "\n".join([*(t for ok, t in v.lines if ok is False), v.first_fix or ""])
     assert says in text, text
     if never:
         assert never not in text, text

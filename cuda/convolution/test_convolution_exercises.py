@@ -145,15 +145,7 @@ RIGHT = {
                                 "                if (fy >= 0 && fy < kSide) acc[oy] = fmaf(c_filter_2d[R][fy * kSide + fx], v, acc[oy]);\n")],
 }
 
-# CUDA rows whose cause the grader names from a pattern over the cases (the flipped filter: only the
-# asymmetric filters fail; the partial tile: only the partial tiles fail). The pattern is the verdict's
-# last line, and the table's CUDA test reads the failing case and sanitizer lines only: strict xfails,
-# which turn into failures the day that test reads the pattern too, so the table is then corrected.
-CUDA_CAUSE_FROM_A_PATTERN = {("conv1d_naive", "the filter flipped"), ("conv1d_tiled", "the filter flipped"),
-                             ("conv1d_tiled", "the partial tile's last outputs never stored"),
-                             ("conv2d_tiled", "the filter flipped")}
-
-globals().update(wrong_solutions.tests_for("convolution", WRONG, RIGHT, not_named=CUDA_CAUSE_FROM_A_PATTERN))
+globals().update(wrong_solutions.tests_for("convolution", WRONG, RIGHT))
 
 
 def test_every_case_but_the_control_has_an_asymmetric_filter_and_the_edges_are_reached():

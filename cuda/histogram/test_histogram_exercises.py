@@ -86,11 +86,7 @@ RIGHT = {("histogram_atomic", "python"): [(_PY_INDEX + "    if i < n:\n        b
          ("histogram_private", "cuda"): [(_CU_MERGE + "  // an empty bin adds nothing: skip its atomic\n",
                                           "        atomicAdd(bins + b, c);\n")]}
 
-# CUDA rows the grader fails without naming their cause in its lines: the bounds check is named from
-# the pattern over the cases, which the CUDA track gives as the thing to fix, not as a line of its own.
-NOT_NAMED = {("histogram_atomic", "the partial block skipped"), ("histogram_private", "the partial block skipped")}
-
-globals().update(wrong_solutions.tests_for("histogram", WRONG, RIGHT, not_named=NOT_NAMED))
+globals().update(wrong_solutions.tests_for("histogram", WRONG, RIGHT))
 
 
 def _hard_coded(name: str, seed: int) -> str:

@@ -124,12 +124,7 @@ RIGHT = {(KS, "python"): [  # one buffer, a barrier between the reads and the wr
     ("    if (i1 < n) out[i1] = exclusive ? s[t + blockDim.x] - mine1 : s[t + blockDim.x];\n",
      "    if (i1 < n) out[i1] = s[t + blockDim.x - (exclusive ? 1 : 0)];\n")]}
 
-# CUDA rows whose cause only the pattern over the cases names: the GPU test reads the failing lines, which
-# show the exclusive cases failing but not that sentence (a strict xfail: it turns into a failure the day
-# the lines carry it, and the table is then corrected).
-NOT_NAMED = {(KS, "the exclusive flag ignored"), (BK, "exclusive: the second element not corrected")}
-
-globals().update(wrong_solutions.tests_for("scan", WRONG, RIGHT, not_named=NOT_NAMED))
+globals().update(wrong_solutions.tests_for("scan", WRONG, RIGHT))
 
 
 def test_every_exercise_here_has_six_wrong_solutions_a_track():
