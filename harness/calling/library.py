@@ -300,25 +300,26 @@ def load(prog: str, faults: bool = False) -> Library:
     return Library(prog, path, header_to_cdef(header.read_text(), faults=faults))
 
 
+_TABLES: dict[tuple[str, str], tuple[str, ...]] = {}
+
+
 def read_table(prog: str, kind: str = "variant") -> tuple[str, ...]:
     """The names in lib<prog>.so's one table of `kind` ("variant" or "config"), in its order, through
     `<prog>_<kind>_count()` / `<prog>_<kind>_name(i)`. The only reader of these tables on the Python side:
     the names are never typed again. AttributeError when the library has no such table. Read once per
     process, however it is asked for (`read_table(p)` and `read_table(p, "variant")` are one read)."""
-    return _read_table(prog, kind)
+    key = (prog, kind)
+    if key not in _TABLES:
+        accessors = {"variant": ("_variant_count", "_variant_name"), "config": ("_config_count", "_config_name")}
+        if kind not in accessors:
+            raise ValueError(f"kind must be 'variant' or 'config', got {kind!r}")
+        lib = load(prog)
+        count, name = (getattr(lib, prog + suffix) for suffix in accessors[kind])
+        _TABLES[key] = tuple(lib.ffi.string(name(i)).decode() for i in range(count()))
+    return _TABLES[key]
 
 
-@functools.cache
-def _read_table(prog: str, kind: str) -> tuple[str, ...]:
-    accessors = {"variant": ("_variant_count", "_variant_name"), "config": ("_config_count", "_config_name")}
-    if kind not in accessors:
-        raise ValueError(f"kind must be 'variant' or 'config', got {kind!r}")
-    lib = load(prog)
-    count, name = (getattr(lib, prog + suffix) for suffix in accessors[kind])
-    return tuple(lib.ffi.string(name(i)).decode() for i in range(count()))
-
-
-read_table.cache_clear = _read_table.cache_clear  # type: ignore[attr-defined]
+read_table.cache_clear = _TABLES.clear  # type: ignore[attr-defined]
 
 
 def table_attributes(module: str, prog: str, **more: Callable[[], object]):
