@@ -1,6 +1,6 @@
 """The README, the program pages, the docs and the result NOTES: every relative link and file path they
 give resolves (files, and headings for #anchors; `file.py::test_name` names a test that exists), external
-links are well formed, the README stays a front page (at most 1,500 words of prose besides the generated learning path), every program has its page,
+links are well formed, the README stays a front page (at most 1,500 words), every program has its page,
 and no issue or run number reaches a reader. In the NOTES, a result file named bare (`bench-...csv`,
 `history/ladder_...png`) is looked up beside the NOTES file, so a move into history/ that forgets the
 NOTES fails here."""
@@ -154,21 +154,9 @@ def words(md: Path) -> int:
     return len(md.read_text().split())
 
 
-def prose_words(readme: str) -> int:
-    """The README's words less its learning-path table, which `invoke new` writes from the programs'
-    records: a table that grows by one row per program, not prose a front page must keep short."""
-    from harness.programs import scaffold
-
-    i, j = readme.find(scaffold.README_START), readme.find(scaffold.README_END)
-    if 0 <= i < j:
-        readme = readme[:i] + readme[j:]
-    return len(readme.split())
-
-
 def test_readme_is_a_front_page():
-    n = prose_words((ROOT / "README.md").read_text())
-    assert n <= README_WORDS, (f"README.md has {n} words besides its learning path (at most {README_WORDS}): move "
-                               f"detail to a page or the NOTES")
+    n = words(ROOT / "README.md")
+    assert n <= README_WORDS, f"README.md has {n} words (at most {README_WORDS}): move detail to a page or the NOTES"
     text = (ROOT / "README.md").read_text()
     # CI runs these two commands exactly as the README gives them.
     assert 'pip install -e ".[dev]"' in text and "invoke build test" in text
@@ -387,12 +375,3 @@ def test_the_readme_links_every_exercise_command_and_the_exercises_page():
     assert "(harness/user/exercises/README.md)" in readme
     for action in ("list", "start", "check", "hint", "solution"):
         assert re.search(rf"`(invoke exercise )?{action}\b", readme), f"the README does not name `exercise {action}`"
-
-
-def test_prose_words_counts_everything_but_the_generated_table():
-    from harness.programs import scaffold
-
-    table = f"{scaffold.README_START}\n| a | b |\n{scaffold.README_END}"
-    end = len(scaffold.README_END.split())  # the end marker stays in the text counted
-    assert prose_words("one two " + table + " three") == 3 + end
-    assert prose_words("w " * (README_WORDS + 1)) > README_WORDS
