@@ -52,21 +52,13 @@ INPUTS = ("uniform", "skewed")
 
 def check_variant(variant: str) -> str:
     """The variant's name, or ValueError naming those in the library's one table."""
-    if not isinstance(variant, str):
-        raise TypeError(f"variant must be a string, got {type(variant).__name__}")
     library.table_index(PROGRAM, "variant", variant)
     return variant
 
 
 def check_n(n) -> int:
     """A byte count the entry points take: an integer in 0..2^31-1."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-        raise TypeError(f"n must be an integer, got {type(n).__name__}")
-    if n < 0:
-        raise ValueError(f"n must be at least 0, got {n}")
-    if n > MAX_N:
-        raise ValueError(f"n must be at most 2^31-1 = {MAX_N} bytes, got {n}")
-    return int(n)
+    return library.check_int(n, "n", 0, MAX_N, " bytes (2^31-1)")
 
 
 def _check_launch(blocks, threads) -> None:

@@ -149,7 +149,7 @@ def test_bad_arguments_are_refused_before_any_launch(monkeypatch):
         prog.histogram_cub(x.astype(np.float32))
     with pytest.raises(ValueError, match="at least 0"):
         prog.histogram_dev(prog.DEFAULT_VARIANT, None, -1, None)
-    with pytest.raises(ValueError, match="at most 2\\^31-1"):
+    with pytest.raises(ValueError, match=r"at most 2147483647 bytes \(2\^31-1\)"):
         prog.histogram_dev(prog.DEFAULT_VARIANT, None, 2**31, None)
     with pytest.raises(TypeError, match="n must be an integer"):
         prog.histogram_dev(prog.DEFAULT_VARIANT, None, 5.0, None)
@@ -159,7 +159,7 @@ def test_bad_arguments_are_refused_before_any_launch(monkeypatch):
         prog.histogram_dev(prog.DEFAULT_VARIANT, None, 5, None, threads=2048)
     with pytest.raises(ValueError, match="one thread per byte"):
         prog.histogram_dev(prog.VARIANTS[0], None, 5, None, blocks=4)
-    with pytest.raises(ValueError, match="at most 2\\^31-1"):
+    with pytest.raises(ValueError, match=r"at most 2147483647 bytes \(2\^31-1\)"):
         prog.cub_temp_bytes(2**31)
     with pytest.raises(ValueError, match="misalign"):
         prog.twin(x, misalign=16)

@@ -85,20 +85,12 @@ def scratch_floats() -> int:
 
 def check_variant(variant: str) -> str:
     """The variant's name, or ValueError naming those in the library's one table."""
-    if not isinstance(variant, str):
-        raise TypeError(f"variant must be a string, got {type(variant).__name__}")
     library.table_index(PROGRAM, "variant", variant)
     return variant
 
 
 def check_n(n) -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-        raise TypeError(f"n must be an integer, got {type(n).__name__}")
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    if n > max_n():
-        raise ValueError(f"n must be at most {max_n()} elements, got {n}")
-    return int(n)
+    return library.check_int(n, "n", 0, max_n(), " elements")
 
 
 def _check_x(x) -> np.ndarray:

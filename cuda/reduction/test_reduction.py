@@ -114,7 +114,7 @@ def test_bad_arguments_are_refused_before_any_launch(monkeypatch):
         prog.sum_f32(_floats(16, 0)[::2])
     with pytest.raises(TypeError, match="must be a numpy array"):
         prog.sum_f32([1.0, 2.0])
-    with pytest.raises(ValueError, match="n must be >= 0"):
+    with pytest.raises(ValueError, match="n must be at least 0"):
         prog.sum_dev(prog.BEST, None, -1, None, None)
     with pytest.raises(ValueError, match="at most"):
         prog.sum_dev(prog.BEST, None, big, None, None)
@@ -124,7 +124,7 @@ def test_bad_arguments_are_refused_before_any_launch(monkeypatch):
         prog.sum_dev("05_nope", None, 8, None, None)
     with pytest.raises(ValueError, match="at most"):
         prog.plan(prog.BEST, big)
-    with pytest.raises(ValueError, match="n must be >= 0"):
+    with pytest.raises(ValueError, match="n must be at least 0"):
         prog.bench_setup(prog.BEST, -5)
 
 

@@ -60,20 +60,12 @@ def check_variant(variant: str | None) -> str:
     """The variant's name (None: the best rung), or ValueError naming those in the library's table."""
     if variant is None:
         return best_variant()
-    if not isinstance(variant, str):
-        raise TypeError(f"variant must be a string, got {type(variant).__name__}")
     library.table_index(PROGRAM, "variant", variant)
     return variant
 
 
 def check_n(n) -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-        raise TypeError(f"n must be an integer, got {type(n).__name__}")
-    if n < 0:
-        raise ValueError(f"n must be at least 0, got {n}")
-    if n > MAX_N:
-        raise ValueError(f"n must be at most {MAX_N} (2^31 - 1: CUB's item count is an int), got {n}")
-    return int(n)
+    return library.check_int(n, "n", 0, MAX_N, " (2^31 - 1: CUB's item count is an int)")
 
 
 def check_exclusive(exclusive) -> bool:

@@ -60,8 +60,6 @@ def lib() -> library.Library:
 
 def check_variant(variant: str) -> str:
     """The variant's name, or ValueError naming those in the library's one table."""
-    if not isinstance(variant, str):
-        raise TypeError(f"variant must be a string, got {type(variant).__name__}")
     library.table_index(PROGRAM, "variant", variant)
     return variant
 

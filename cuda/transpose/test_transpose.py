@@ -170,7 +170,7 @@ def test_bad_arguments_are_refused_before_any_launch(monkeypatch):
     x = np.ones((4, 6), np.float32)
     with pytest.raises(ValueError, match="unknown transpose variant 'nope'"):
         tp.transpose(x, "nope")
-    with pytest.raises(TypeError, match="variant must be a str"):
+    with pytest.raises(TypeError, match="variant must be a string"):
         tp.transpose(x, 3)
     with pytest.raises(TypeError, match="float32"):
         tp.transpose(x.astype(np.float64))

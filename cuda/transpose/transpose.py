@@ -62,8 +62,6 @@ def check_variant(variant: str | None) -> str:
     library's one table."""
     if variant is None:
         return variant_name(COARSENED)
-    if not isinstance(variant, str):
-        raise TypeError(f"variant must be a str, got {type(variant).__name__}")
     library.table_index(PROGRAM, "variant", variant)
     return variant
 

@@ -339,12 +339,27 @@ def table_attributes(module: str, prog: str, **more: Callable[[], object]):
 
 def table_index(prog: str, kind: str, name: str) -> int:
     """The position of `name` in lib<prog>.so's `kind` table (what the C entry points take); ValueError
-    naming the valid ones otherwise."""
+    naming the valid ones otherwise; TypeError for a name that is no string (a variant's number, None)."""
+    if not isinstance(name, str):
+        raise TypeError(f"{kind} must be a string, got {type(name).__name__}")
     names = read_table(prog, kind)
     if name not in names:
         raise ValueError(f"unknown {prog} {'configuration' if kind == 'config' else kind} {name!r}; "
                          f"valid: {', '.join(names)}")
     return names.index(name)
+
+
+def check_int(v, name: str, lo: int | None = None, hi: int | None = None, why: str = "") -> int:
+    """An integer argument of a program's public function, checked before any launch: TypeError for a
+    bool, a float or anything else that is no integer; ValueError outside lo..hi (`why` says where hi
+    comes from, e.g. " (a C int)")."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(v).__name__}")
+    if lo is not None and v < lo:
+        raise ValueError(f"{name} must be at least {lo}, got {v}")
+    if hi is not None and v > hi:
+        raise ValueError(f"{name} must be at most {hi}{why}, got {v}")
+    return int(v)
 
 
 def check_array(a, name: str, dtype, ndim: int | None = None, shape: tuple | None = None,

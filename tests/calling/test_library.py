@@ -281,3 +281,20 @@ def test_table_attributes_read_the_table_only_when_asked(monkeypatch):
     from harness.programs import square
 
     assert not hasattr(square, "NOPE")  # hasattr relies on the AttributeError
+
+
+def test_check_int_refuses_what_is_no_integer_and_what_is_out_of_range():
+    assert library.check_int(np.int64(5), "n", 0, 9) == 5 and type(library.check_int(np.int64(5), "n")) is int
+    for bad in (True, 2.0, "3", None):
+        with pytest.raises(TypeError, match="n must be an integer"):
+            library.check_int(bad, "n", 0, 9)
+    with pytest.raises(ValueError, match="n must be at least 0, got -1"):
+        library.check_int(-1, "n", 0, 9)
+    with pytest.raises(ValueError, match=r"n must be at most 9 \(a C int\), got 10"):
+        library.check_int(10, "n", 0, 9, " (a C int)")
+
+
+def test_table_index_refuses_a_name_that_is_no_string(fake_loaded):
+    for bad in (1, None, b"01_a"):
+        with pytest.raises(TypeError, match="variant must be a string"):
+            library.table_index("fake", "variant", bad)
