@@ -41,6 +41,8 @@ OUTPUT_LIMIT = 1 << 20
 # After a program has ended, how long to wait for its pipes to close once its group is stopped (a process
 # that left the group may still hold them; what it writes after this is not read).
 DRAIN_S = 1.0
+# How long to wait, after SIGKILL, for a stopped group's processes to be gone.
+KILL_WAIT_S = 2.0
 _PR_SET_PDEATHSIG = 1
 # The signal the kernel sends the supervisor when the lab's process dies: one nobody sends a group.
 _PARENT_DIED = signal.SIGUSR1
@@ -58,6 +60,15 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 1.0, first: int = signal
     with contextlib.suppress(ProcessLookupError, PermissionError):  # stragglers, once the leader is gone too
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    _await_gone(proc.pid)
+
+
+def _await_gone(pgid: int) -> None:
+    """A SIGKILL is delivered, not yet acted on: a straggler may run on for a moment. Return once the
+    group is gone, so that nothing the program started runs past the call that stopped it."""
+    gone = time.monotonic() + KILL_WAIT_S
+    while group_members(pgid) and time.monotonic() < gone:
+        time.sleep(0.01)
 
 
 @contextlib.contextmanager
@@ -290,6 +301,8 @@ def run_bounded(argv, *, timeout: float, env: dict | None = None, cwd=None, limi
             left = [m for m in group_members(proc.pid) if m[0] != proc.pid]
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
+            if left:
+                _await_gone(proc.pid)
         drain = time.monotonic() + DRAIN_S
         while sel.get_map() and time.monotonic() < drain:
             _read_ready(sel, 0.05)
