@@ -211,16 +211,45 @@ def _is_docstring(tree: ast.AST, node: ast.AST) -> bool:
     return False
 
 
+def _c_strings(folder: Path) -> set[str]:
+    """Every string literal in a program folder's C sources."""
+    out: set[str] = set()
+    for f in sorted(folder.iterdir()):
+        if f.suffix in (".cu", ".cuh", ".h"):
+            out.update(re.findall(r'"((?:[^"\\\n]|\\.)*)"', f.read_text(errors="replace")))
+    return out
+
+
+# Typed lists a program may keep: the lab's own choices among the variants (what `invoke profile` runs when
+# none is named, what the latency sweep compares, what `invoke tune` searches, what `bench --quick` times),
+# the variants its Python module has a twin for (a fact of the Python side), and an executable's input kinds
+# (no variants). What a variant *is* (bf16, an all-reduce, graph-capturable, a ladder rung) the C table says.
+CHOICES = {"PROFILE_VARIANTS", "LATENCY_VARIANTS", "TUNE_KINDS", "QUICK_RUNGS", "TWINS", "INPUTS"}
+
+
 def hand_typed_variants(root: Path = ROOT) -> list[str]:
-    """Program modules that spell their variant names out (`VARIANTS = ("01_naive", ...)`)."""
+    """Program modules that spell a list of their C names out at module level: `VARIANTS = ("01_naive",
+    ...)`, or any other name bound to strings (literals, or module-level names bound to one) that are each
+    a literal of the program's C sources: a kind of variant typed again instead of asked of the table."""
     out = []
     for f in program_modules(root):
-        for node in ast.parse(f.read_text()).body:
+        literals = _c_strings(f.parent)
+        body = ast.parse(f.read_text()).body
+        consts = {t.id: n.value.value for n in body if isinstance(n, ast.Assign)
+                  and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+                  for t in n.targets if isinstance(t, ast.Name)}
+        for node in body:
             if isinstance(node, (ast.Assign, ast.AnnAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 names = [t.id for t in targets if isinstance(t, ast.Name)]
-                if "VARIANTS" in names and isinstance(node.value, (ast.Tuple, ast.List)) and node.value.elts and \
-                        all(isinstance(e, ast.Constant) for e in node.value.elts):
+                value = node.value
+                if not isinstance(value, (ast.Tuple, ast.List, ast.Set)) or not value.elts:
+                    continue
+                strings = [e.value if isinstance(e, ast.Constant) else consts.get(e.id) if isinstance(e, ast.Name)
+                           else None for e in value.elts]
+                if not all(isinstance(v, str) for v in strings) or set(names) & CHOICES:
+                    continue
+                if "VARIANTS" in names or (len(strings) >= 2 and all(v in literals for v in strings)):
                     out.append(f"{f.relative_to(root)}:{node.lineno}")
     return out
 
@@ -271,6 +300,15 @@ def test_one_reader_of_the_c_variant_and_config_tables():
 
 def test_no_program_types_its_variant_names_by_hand():
     assert hand_typed_variants() == []
+
+
+def test_a_kind_of_variant_typed_by_hand_is_found(tmp_path):
+    prog = tmp_path / "cuda" / "toy"
+    prog.mkdir(parents=True)
+    (prog / "toy.cu").write_text('static const char *const kVariants[] = {"01_a", "02_b", "03_c"};\n')
+    (prog / "toy.py").write_text('B = "02_b"\nFAST = ("02_b", "03_c")\nSLOW = ("01_a", B)\nTWINS = ("01_a", "02_b")\n'
+                                 'SIZES = ("4KiB", "1MiB")\nONE = ("01_a",)\n')
+    assert hand_typed_variants(tmp_path) == ["cuda/toy/toy.py:2", "cuda/toy/toy.py:3"]
 
 
 def test_every_string_target_resolves():

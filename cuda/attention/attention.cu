@@ -50,6 +50,13 @@ extern "C" int attention_variant_is_backward(const char *variant) {
     return id == 0 ? -1 : attn_is_backward(id) ? 1 : 0;
 }
 
+extern "C" const char *attention_variant_tags(int i) {
+    if (i < 0 || i >= kNumVariants) return nullptr;
+    const int id = attn_variant_id(kVariants[i]);
+    static const char *const kTags[4] = {"", "bf16", "backward", "bf16 backward"};
+    return kTags[(attn_is_bf16(id) ? 1 : 0) | (attn_is_backward(id) ? 2 : 0)];
+}
+
 extern "C" long long attention_workspace_bytes(const char *variant, int B, int H, int S, int D) {
     const int id = attn_variant_id(variant);
     if (attn_check_args(id, B, H, S, D) != cudaSuccess) return -1;

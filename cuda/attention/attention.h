@@ -52,6 +52,9 @@ const char *attention_unsupported_reason(const char *variant);
 int attention_variant_is_bf16(const char *variant);
 /* 1 for a backward rung (06, 07), 0 for a forward-only variant, -1 for a name this library does not know. */
 int attention_variant_is_backward(const char *variant);
+/* The table's i-th variant's kinds, space-separated: "bf16" (takes bf16 arrays), "backward" (a training
+   pair's backward rung); NULL for an index out of the table. */
+const char *attention_variant_tags(int i);
 /* Device workspace the variant needs, in bytes (0 for flash); -1 for invalid arguments. */
 long long attention_workspace_bytes(const char *variant, int B, int H, int S, int D);
 /* Device workspace the backward of a backward rung needs, in bytes; -1 for invalid arguments or a

@@ -24,7 +24,7 @@ Q, K, V and the output are B x H x S x D, C-contiguous. Variants (the C library'
                        06 the recurrence in FP32 on the CUDA cores (dK and dV in one pass over the
                        query tiles, dQ in a second pass over the key tiles), 07 FlashAttention-2's
                        backward in bf16 on mma.sync (dK, dV in registers, dQ by FP32 atomics).
-                       BACKWARD_VARIANTS lists them (attention_variant_is_backward).
+                       BACKWARD_VARIANTS lists them (tagged "backward" by attention_variant_tags).
 "naive" and "flash" are accepted for the first two, and any other name the loaded library knows
 (attention_variant_is_bf16 >= 0): the tests' fault build (cuda/common/faults.cuh) knows deliberately
 wrong variants, which the product library does not.
@@ -67,15 +67,17 @@ ALIASES = {"naive": "01_naive", "flash": "02_flash"}
 # tile (k128, k64) and pipeline stages (s2, s3): ATTN_WGMMA_CONFIGS in attention_kernels.cuh.
 # `invoke tune attention` searches both (runs_as below).
 _CHOICE_PREFIX = {"03_flash_bf16": "flash_bf16_", "05_flash_wgmma": "flash_wgmma_"}
-# The table's bf16 variants (every tuning choice is bf16 too), known without loading the library so
-# that size checks run before any load; test_attention_backward.py checks them against the library's.
-_BF16 = ("03_flash_bf16", "05_flash_wgmma", "07_flash_bwd_bf16")
+
+
+def _bf16() -> tuple[str, ...]:
+    """The table's bf16 variants, as its tags say (every tuning choice is bf16 too): read once per process,
+    so that size checks after the first read need no load."""
+    return library.tagged(PROGRAM, "bf16")
 
 
 def backward_variants() -> tuple[str, ...]:
     """The backward rungs of the library's variant table, in its order."""
-    lib = library.load(PROGRAM)
-    return tuple(v for v in library.read_table(PROGRAM) if lib.attention_variant_is_backward(v) == 1)
+    return library.tagged(PROGRAM, "backward")
 
 
 def tuned() -> dict[str, tuple[str, ...]]:
@@ -96,7 +98,7 @@ def __getattr__(name: str):
     if name == "WGMMA_CONFIGS":
         return tuned()["05_flash_wgmma"]
     if name == "BF16_VARIANTS":
-        return _BF16 + library.read_table(PROGRAM, "config")
+        return _bf16() + library.read_table(PROGRAM, "config")
     if name == "BACKWARD_VARIANTS":
         return backward_variants()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -192,7 +194,7 @@ def _bf16_fallback_reason(q, variant) -> str | None:
 def is_bf16(variant: str) -> bool:
     """Whether the variant takes ml_dtypes.bfloat16 arrays (else float32)."""
     v = canonical_variant(variant)
-    if v in _BF16 or v in library.read_table(PROGRAM, "config"):
+    if v in _bf16() or v in library.read_table(PROGRAM, "config"):
         return True
     if v in library.read_table(PROGRAM):
         return False

@@ -78,6 +78,10 @@ const char *const kNames[VCOUNT] = {"01_p2p_copy",     "01_memcpy_peer", "02_rin
 // The rungs whose epoch lives on the device (a CUDA graph can replay them): 04 and 05.
 bool device_epoch(int v) { return v == V04_ONESHOT_SIGNAL || v == V05_TWOSHOT; }
 bool needs_nccl(int v) { return v == VNCCL_AR || v == VNCCL_AG || v == VNCCL_RS; }
+bool is_allreduce(int v) {
+    return v == V02_RING || v == V03_ONESHOT || v == VNCCL_AR || v == V04_ONESHOT_SIGNAL || v == V05_TWOSHOT ||
+           v == VAUTO;
+}
 
 constexpr int kThreads = 512;
 // The ring cuts each rank's segment into at most this many chunks (its flags: 2 x world x kCpsMax per
@@ -90,7 +94,10 @@ constexpr long long kChunkBytesMax = 512 << 10;  // a chunk in flight per block:
 constexpr long long kOneshotMaxBytes = 2LL << 20;
 constexpr long long kTwoshotMaxBytes = 64LL << 20;
 constexpr int kSmallMaxWorld = 8;  // 04 and 05 keep a store target per rank in registers
-enum Phase { PH_RS = 0, PH_AG = 1, PH_START = 2, PH_END = 3, PH_NCCL = 4, PH_SIGNAL = 5, PH_GATHER = 6 };
+enum Phase { PH_RS = 0, PH_AG = 1, PH_START = 2, PH_END = 3, PH_NCCL = 4, PH_SIGNAL = 5, PH_GATHER = 6, PH_COUNT = 7 };
+// Where a rank gave up waiting, by Phase: the messages and collectives_phase_name spell them from here.
+const char *const kPhases[PH_COUNT] = {"reduce-scatter", "all-gather", "start barrier", "end barrier",
+                                       "NCCL", "signal", "gather"};
 
 struct RankPtrs {
     unsigned char *in, *out, *recv, *scratch;
@@ -689,19 +696,17 @@ cudaError_t check_records(Comm &c) {
         COLL_TRY(d2h(c, l, &e, c.err[l], sizeof e));
         if (e.code) {
             c.last = e;
-            static const char *const phase[] = {"reduce-scatter", "all-gather", "start barrier", "end barrier",
-                                                "NCCL", "signal", "gather"};
             char buf[256];
             if (e.peer >= 0)
                 snprintf(buf, sizeof buf,
                          "rank %d gave up waiting at %s step %d (chunk or block %d): rank %d's flag never came "
                          "within the deadline",
-                         e.rank, phase[e.phase < 7 ? e.phase : 0], e.step, e.chunk, e.peer);
+                         e.rank, kPhases[e.phase >= 0 && e.phase < PH_COUNT ? e.phase : 0], e.step, e.chunk, e.peer);
             else
                 snprintf(buf, sizeof buf,
                          "rank %d gave up waiting at %s step %d (chunk or block %d): a peer never reached that "
                          "step within the deadline",
-                         e.rank, phase[e.phase < 7 ? e.phase : 0], e.step, e.chunk);
+                         e.rank, kPhases[e.phase >= 0 && e.phase < PH_COUNT ? e.phase : 0], e.step, e.chunk);
             g_message = buf;
             // Clear the records so that the communicator can be used (or destroyed) afterwards.
             for (int m = 0; m < c.launches(); ++m) COLL_TRY(fill(c, m, c.err[m], 0, sizeof(ErrRec)));
@@ -1259,6 +1264,16 @@ cudaError_t comm_table(Comm &c) {
 extern "C" int collectives_variant_count(void) { return VCOUNT; }
 extern "C" const char *collectives_variant_name(int i) { return (i >= 0 && i < VCOUNT) ? kNames[i] : nullptr; }
 extern "C" int collectives_variant_needs_nccl(int v) { return (v < 0 || v >= VCOUNT) ? -1 : needs_nccl(v) ? 1 : 0; }
+extern "C" const char *collectives_phase_name(int p) { return (p >= 0 && p < PH_COUNT) ? kPhases[p] : nullptr; }
+extern "C" const char *collectives_variant_tags(int v) {
+    // Every combination the predicates give, spelled once: "allreduce" (takes the all-reduce's
+    // arguments), "graph" (a CUDA graph can replay it: a device-side epoch, or NCCL's), "nccl".
+    static const char *const kTags[8] = {"", "allreduce", "graph", "allreduce graph",
+                                         "nccl", "allreduce nccl", "graph nccl", "allreduce graph nccl"};
+    if (v < 0 || v >= VCOUNT) return nullptr;
+    const int bits = (is_allreduce(v) ? 1 : 0) | (device_epoch(v) || v == VNCCL_AR ? 2 : 0) | (needs_nccl(v) ? 4 : 0);
+    return kTags[bits];
+}
 
 // The tensor-parallel variants run gemm_tc's 02_mma_sync (sm_80), so they are refused with arch.cuh's
 // reason on an older GPU or build; the rest run on any GPU CUDA 13 supports.

@@ -33,6 +33,9 @@ int collectives_variant_count(void);
 const char *collectives_variant_name(int i);
 /* 1 when the variant needs NCCL (the nccl_* ones), 0 otherwise, -1 for an unknown index. */
 int collectives_variant_needs_nccl(int variant);
+/* The variant's kinds, space-separated: "allreduce" (an all-reduce: 02-05, nccl_allreduce, auto),
+   "graph" (a CUDA graph can replay it: 04, 05, nccl_allreduce), "nccl"; NULL for an unknown index. */
+const char *collectives_variant_tags(int variant);
 /* NULL when the variant runs here, else why not ("needs sm_80: this GPU is sm_75": tp_mlp and
    tp_mlp_overlap run gemm_tc's sm_80 GEMM); their entry points then return cudaErrorNotSupported
    before any launch. */
@@ -99,6 +102,9 @@ cudalab_status collectives_check(int handle);
    (0 reduce-scatter, 1 all-gather, 2 start barrier, 3 end barrier, 4 NCCL, 5 signal, 6 gather),
    info[4] = the rank whose flag never came (-1: not known). info holds 5 ints. */
 cudalab_status collectives_last_failure(int handle, int *info);
+/* The name of a failure's phase (info[3] of collectives_last_failure): "reduce-scatter", "all-gather",
+   ...; NULL for a number that names none. */
+const char *collectives_phase_name(int phase);
 /* The last failure in words (which rank, which step, or NCCL's own message); "" when none. */
 const char *collectives_last_message(void);
 

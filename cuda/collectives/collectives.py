@@ -38,20 +38,28 @@ from harness.programs.record import Program
 PROGRAM = "collectives"
 
 
-# VARIANTS is the library's one table (cuda/collectives/collectives.cu), read when first asked for: never typed here.
-__getattr__ = library.table_attributes(__name__, PROGRAM)
+# VARIANTS is the library's one table (cuda/collectives/collectives.cu), read when first asked for: never typed
+# here. So are its kinds, which the table tags (collectives_variant_tags): ALLREDUCE_VARIANTS, the all-reduces;
+# GRAPH_VARIANTS, the rungs whose epoch lives on the device, which a CUDA graph can replay (and NCCL's);
+# NCCL_VARIANTS, those that need NCCL; BENCH_VARIANTS, the lab's own all-reduces (NCCL is their ceiling).
+__getattr__ = library.table_attributes(
+    __name__, PROGRAM, ALLREDUCE_VARIANTS=lambda: _tagged("allreduce"), GRAPH_VARIANTS=lambda: _tagged("graph"),
+    NCCL_VARIANTS=lambda: _tagged("nccl"), BENCH_VARIANTS=lambda: _bench_variants())
 
-ALLREDUCE_VARIANTS = ("02_ring_allreduce", "03_oneshot_allreduce", "nccl_allreduce", "04_oneshot_signal",
-                      "05_twoshot_allreduce", "auto_allreduce")
-# The rungs whose epoch lives on the device, which a CUDA graph can replay (and NCCL's).
-GRAPH_VARIANTS = ("04_oneshot_signal", "05_twoshot_allreduce", "nccl_allreduce")
+
+def _tagged(tag: str) -> tuple[str, ...]:
+    return library.tagged(PROGRAM, tag)
+
+
+def _bench_variants() -> tuple[str, ...]:
+    return tuple(v for v in _tagged("allreduce") if v not in _tagged("nccl"))
+
+
 SMALL_MAX_WORLD = 8  # 04 and 05 keep a store target per rank in registers
 ONESHOT_SIGNAL_MAX_BYTES, TWOSHOT_MAX_BYTES = 2 << 20, 64 << 20  # collectives.cu's caps
-NCCL_VARIANTS = ("nccl_allreduce", "nccl_allgather", "nccl_reducescatter")
 PROFILE_VARIANTS = ("02_ring_allreduce", "03_oneshot_allreduce")
 DEFAULT_TIMEOUT_MS = 10_000
 TIMEOUT = 909  # cudaErrorTimeout: a bounded wait expired
-PHASES = ("reduce-scatter", "all-gather", "start barrier", "end barrier", "NCCL", "signal", "gather")
 POISON_BYTE = 0xFF  # NaN in float32 and bfloat16, -1 in int32
 
 
@@ -77,6 +85,14 @@ def unsupported_reason(variant: str) -> str | None:
     return None if why == lb.ffi.NULL else lb.ffi.string(why).decode()
 
 
+def phase_name(phase: int) -> str:
+    """Where a rank gave up waiting ("reduce-scatter", "start barrier", ...), as the library names its
+    phases; the number itself for one it does not name."""
+    lb = lib()
+    name = lb.collectives_phase_name(int(phase))
+    return str(phase) if name == lb.ffi.NULL else lb.ffi.string(name).decode()
+
+
 def have_nccl() -> bool:
     """Whether build/lib/libcollectives.so was built against NCCL (cuda/collectives/build.mk)."""
     return bool(lib().collectives_have_nccl())
@@ -92,9 +108,11 @@ def nccl_version() -> str | None:
     return f"{major}.{minor}.{patch}"
 
 
-NO_NCCL = ("NCCL absent: build/lib/libcollectives.so was built without NCCL (pip install -e '.[nccl]' or a "
-           "system NCCL, then `invoke build --programs collectives`); variants that need it: "
-           + ", ".join(NCCL_VARIANTS))
+def no_nccl() -> str:
+    """What a variant that needs NCCL says on a build without it."""
+    return ("NCCL absent: build/lib/libcollectives.so was built without NCCL (pip install -e '.[nccl]' or a "
+            "system NCCL, then `invoke build --programs collectives`); variants that need it: "
+            + ", ".join(_tagged("nccl")))
 
 
 def gpu_count() -> int:
@@ -217,14 +235,14 @@ def plan(world: int, variant: str, virtual: bool | None, gpus: int | None = None
     """True for virtual ranks, False for one rank per GPU; ValueError naming the rule otherwise.
     `gpus`, `peers` and `nccl` default to this machine's (tests hand in others)."""
     variant_index(variant)
-    if variant in NCCL_VARIANTS and not (have_nccl() if nccl is None else nccl):
-        raise ValueError(NO_NCCL)
+    if variant in _tagged("nccl") and not (have_nccl() if nccl is None else nccl):
+        raise ValueError(no_nccl())
     gpus = gpu_count() if gpus is None else gpus
     peers = peers or peer_access
     if world == 1:
         return False
     real_ok = world <= gpus and peers(world)
-    if variant in NCCL_VARIANTS:
+    if variant in _tagged("nccl"):
         if virtual:
             raise ValueError(f"{variant} cannot run virtual ranks: NCCL 2.28 refuses two ranks on one GPU; "
                              "the lab's kernels (02_ring_allreduce, 03_oneshot_allreduce) can")
@@ -285,7 +303,7 @@ class Communicator:
                        int(blocks_per_rank), int(timeout_ms), h)
         else:
             if not have_nccl():
-                raise ValueError(NO_NCCL + "; one process per rank exchanges its IPC handles through NCCL")
+                raise ValueError(no_nccl() + "; one process per rank exchanges its IPC handles through NCCL")
             local = self.rank if local_rank is None else int(local_rank)
             self._call("collectives_comm_create_rank", self.rank, self.world, local, str(id_file).encode(),
                        self.nbytes, self.out_nbytes, int(blocks_per_rank), int(timeout_ms), h)
@@ -322,7 +340,7 @@ class Communicator:
         info = np.zeros(5, dtype=np.int32)
         lib().collectives_last_failure(self.handle, info)
         return {"rank": int(info[0]), "step": int(info[1]), "chunk": int(info[2]),
-                "phase": PHASES[int(info[3])] if 0 <= info[3] < len(PHASES) else str(int(info[3])),
+                "phase": phase_name(int(info[3])),
                 "peer": int(info[4])}
 
     def _mine(self) -> list[int]:
@@ -429,9 +447,9 @@ def check_call(comm, variant: str, dtype, n: int, graph: bool = False) -> None:
             raise ValueError(f"{variant} takes at most {cap} bytes per rank on this communicator, got {nbytes}")
     if graph:
         chosen = comm.auto_choice(dtype, n) if variant == "auto_allreduce" else variant
-        if chosen not in GRAPH_VARIANTS:
+        if chosen not in _tagged("graph"):
             raise ValueError(f"{chosen} takes its epoch from the host at each launch, which a CUDA graph would replay "
-                             f"unchanged: graphs run {', '.join(GRAPH_VARIANTS)} (and auto_allreduce where it picks one)")
+                             f"unchanged: graphs run {', '.join(_tagged('graph'))} (and auto_allreduce where it picks one)")
 
 
 # --- the public calls ---------------------------------------------------------------------------------
@@ -440,8 +458,8 @@ def allreduce(arrays, variant: str = "02_ring_allreduce", virtual: bool | None =
               timeout_ms: int = DEFAULT_TIMEOUT_MS) -> CollectiveResult:
     """Every rank's output = the elementwise sum of all ranks' arrays (int32 wraps). `virtual`: None
     picks one rank per GPU where there are enough GPUs, else virtual ranks on one GPU."""
-    if variant not in ALLREDUCE_VARIANTS:
-        raise ValueError(f"allreduce variants: {', '.join(ALLREDUCE_VARIANTS)}; got {variant!r}")
+    if variant not in _tagged("allreduce"):
+        raise ValueError(f"allreduce variants: {', '.join(_tagged('allreduce'))}; got {variant!r}")
     arrays = check_arrays(arrays)
     if variant in ("04_oneshot_signal", "05_twoshot_allreduce") and len(arrays) > SMALL_MAX_WORLD:
         raise ValueError(f"{variant} runs at most {SMALL_MAX_WORLD} ranks, got {len(arrays)} arrays")
@@ -590,8 +608,6 @@ BENCH_SIZES = [("4KiB", 4 << 10, True), ("32KiB", 32 << 10, False), ("64KiB", 64
                ("1MiB", 1 << 20, True), ("16MiB", 16 << 20, True), ("256MiB", 256 << 20, False),
                ("1GiB", 1 << 30, False)]
 ONESHOT_MAX_BYTES = 16 << 20  # one step that reads every rank's buffer: a small-message algorithm
-BENCH_VARIANTS = ("02_ring_allreduce", "03_oneshot_allreduce", "04_oneshot_signal", "05_twoshot_allreduce",
-                  "auto_allreduce")
 # Where each stops in the bench: 03 and 04 move W times the buffer, 05 holds its scratch.
 BENCH_MAX_BYTES = {"03_oneshot_allreduce": ONESHOT_MAX_BYTES, "04_oneshot_signal": 1 << 20,
                    "05_twoshot_allreduce": 16 << 20}
@@ -652,7 +668,7 @@ def bench_cases(quick: bool = False) -> list:
     world, virtual = _bench_world()
     cases = []
     for label, nbytes, is_quick in BENCH_SIZES:
-        for variant in BENCH_VARIANTS:
+        for variant in _bench_variants():
             if nbytes > BENCH_MAX_BYTES.get(variant, nbytes):
                 continue
             note = (f"busbw, float32, {world} GPUs" if not virtual else
@@ -715,6 +731,7 @@ def latency_sweep(sizes=None, variants=LATENCY_VARIANTS, iters: int = 200, check
 
     sizes = LATENCY_SIZES if sizes is None else sizes
     top = max(sizes)
+    graphable = _tagged("graph")
     env = rank_environment()
     c = Communicator.from_environment(top) if env else Communicator(min(8, gpu_count()), top, virtual=False)
     rows = []
@@ -734,7 +751,7 @@ def latency_sweep(sizes=None, variants=LATENCY_VARIANTS, iters: int = 200, check
                 k = max(5, min(iters, int(iters * (1 << 20) / max(nbytes, 1 << 20))))
                 chosen = c.auto_choice(np.float32, n) if variant == "auto_allreduce" else variant
                 eager = c.time(variant, np.float32, n, k) * 1e3
-                graph = c.time(variant, np.float32, n, k, graph=True) * 1e3 if chosen in GRAPH_VARIANTS else float("nan")
+                graph = c.time(variant, np.float32, n, k, graph=True) * 1e3 if chosen in graphable else float("nan")
                 rows.append({"variant": variant, "chosen": chosen, "bytes": nbytes, "world": c.world, "ranks": c.ranks,
                              "rank": -1 if c.rank is None else c.rank, "iters": k, "eager_us": eager,
                              "graph_us": graph, "busbw_gbs": busbw_gbs("allreduce", nbytes, c.world, eager * 1e-6)})

@@ -201,6 +201,25 @@ def test_library_variant_table_matches_the_module():
         assert co.lib().collectives_variant_needs_nccl(i) == (1 if v in co.NCCL_VARIANTS else 0)
 
 
+def test_the_kinds_of_variant_are_the_tables_tags():
+    """The kinds the module asks of the library (collectives_variant_tags), as the rungs are written."""
+    assert co.ALLREDUCE_VARIANTS == ("02_ring_allreduce", "03_oneshot_allreduce", "nccl_allreduce",
+                                     "04_oneshot_signal", "05_twoshot_allreduce", "auto_allreduce")
+    assert co.GRAPH_VARIANTS == ("nccl_allreduce", "04_oneshot_signal", "05_twoshot_allreduce")
+    assert co.NCCL_VARIANTS == ("nccl_allreduce", "nccl_allgather", "nccl_reducescatter")
+    assert co.BENCH_VARIANTS == ("02_ring_allreduce", "03_oneshot_allreduce", "04_oneshot_signal",
+                                 "05_twoshot_allreduce", "auto_allreduce")
+    assert co.lib().collectives_variant_tags(len(co.VARIANTS)) == co.lib().ffi.NULL
+    assert co.lib().collectives_variant_tags(-1) == co.lib().ffi.NULL
+    assert "nccl_allreduce" in co.no_nccl()
+
+
+def test_failure_phases_are_named_by_the_library():
+    assert [co.phase_name(p) for p in range(7)] == ["reduce-scatter", "all-gather", "start barrier", "end barrier",
+                                                    "NCCL", "signal", "gather"]
+    assert co.phase_name(7) == "7" and co.phase_name(-1) == "-1"
+
+
 def _exe(*args, env=None, timeout=60):
     exe = build.bin_path("collectives")
     return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout,

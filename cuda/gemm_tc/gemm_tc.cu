@@ -14,6 +14,11 @@ static int g_drop_k_tiles = 0;  // gemm_tc_set_fault_drop_k_tiles: the fault bui
 
 extern "C" int gemm_tc_variant_count(void) { return VCOUNT; }
 extern "C" const char *gemm_tc_variant_name(int i) { return i >= 0 && i < VCOUNT ? kVariantNames[i] : nullptr; }
+extern "C" const char *gemm_tc_variant_tags(int i) {
+    if (i < 0 || i >= VCOUNT) return nullptr;
+    if (i == gemm_tc::VCUBLAS_BF16 || i == gemm_tc::VCUBLAS_TF32) return "cublas";
+    return gemm_tc::is_wgmma(i) ? "kernel wgmma" : "kernel";
+}
 
 extern "C" int gemm_tc_config_count(void) { return gemm_tc::kWgmmaConfigCount; }
 extern "C" const char *gemm_tc_config_name(int i) {

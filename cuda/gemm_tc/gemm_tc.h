@@ -21,6 +21,9 @@ extern "C" {
 /* The variant table: names in the order a learner meets them. */
 int gemm_tc_variant_count(void);
 const char *gemm_tc_variant_name(int i);
+/* The variant's kinds, space-separated: "kernel" (the lab's own: 01-08) with "wgmma" for the sm_90a
+   rungs (03-08), or "cublas" (the baselines); NULL for an unknown index. */
+const char *gemm_tc_variant_tags(int i);
 
 /* 1 when the library was built against cuBLAS, else 0. */
 int gemm_tc_have_cublas(void);

@@ -69,11 +69,9 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 TUNED = "06_wgmma_tuned"
 PINGPONG = "07_wgmma_pingpong"
 TMA_STORE = "08_wgmma_tma_store"
-KERNELS = ("01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster", TUNED, PINGPONG,
-           TMA_STORE)
-# The sm_90a rungs, one configuration each: 03's kernel body (03-06, 08) or 07's ping-pong kernel.
-WGMMA = ("03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster", TUNED, PINGPONG, TMA_STORE)
-PROFILE_VARIANTS = KERNELS + ("cublas_bf16",)
+# KERNELS (the lab's own rungs, 01-08) and WGMMA (the sm_90a ones, one configuration each: 03's kernel
+# body for 03-06 and 08, or 07's ping-pong kernel) are kinds the library's table tags (gemm_tc_variant_tags),
+# read when first asked for, like VARIANTS; PROFILE_VARIANTS: every rung beside cuBLAS's bf16 GEMM.
 TOL = 1e-4
 INT_MAX = 2**31 - 1
 K_TILE = 64  # the K depth of one pipeline stage in 02 and 03
@@ -91,7 +89,13 @@ PROGRAM = "gemm_tc"
 
 
 # VARIANTS is the library's one table (cuda/gemm_tc), read when first asked for: never typed here.
-__getattr__ = library.table_attributes(__name__, PROGRAM)
+__getattr__ = library.table_attributes(__name__, PROGRAM, KERNELS=lambda: library.tagged(PROGRAM, "kernel"),
+                                       WGMMA=lambda: library.tagged(PROGRAM, "wgmma"),
+                                       PROFILE_VARIANTS=lambda: _profile_variants())
+
+
+def _profile_variants() -> tuple[str, ...]:
+    return (*library.tagged(PROGRAM, "kernel"), "cublas_bf16")
 
 
 def _lib():
@@ -358,7 +362,7 @@ def profile_args(variant: str | None = None) -> list[str]:
 
 def sanitize_args() -> dict[str, list[str]]:
     """Small ragged runs for compute-sanitizer (every rung; 03 with k % 8 == 0)."""
-    out = {v: ["--variant", v, "--reps", "1", "200", "136", "72"] for v in KERNELS + ("cublas_bf16",)}
+    out = {v: ["--variant", v, "--reps", "1", "200", "136", "72"] for v in _profile_variants()}
     out["02_mma_sync-k_unaligned"] = ["--variant", "02_mma_sync", "--reps", "1", "67", "33", "131"]
     out["04_wgmma_persistent-k_unaligned"] = ["--variant", "04_wgmma_persistent", "--reps", "1", "67", "33", "131"]
     # 05 with an odd number of 128-row tiles: the cluster's second CTA reads a tile wholly past m.
@@ -496,6 +500,7 @@ def bench_cases(quick: bool = False):
 
     try:
         runnable = [v for v in library.read_table(PROGRAM) if unsupported_reason(v) is None]
+        kernels = library.tagged(PROGRAM, "kernel")
     except Exception:  # library not built: no cases
         return []
     sizes = BENCH_SIZES[:1] if quick else BENCH_SIZES
@@ -508,7 +513,7 @@ def bench_cases(quick: bool = False):
         for v in runnable:
             if v != "cublas_tf32" and requirement(v, size, size, size):
                 continue
-            if v in KERNELS and have_cublas():
+            if v in kernels and have_cublas():
                 target = TARGETS_4096.get(v) if size == 4096 else None
                 cases.append(bench.BenchCase("gemm_tc", v, f"{size}^3", SETUP, "TFLOP/s", flops,
                                              f"cublas_bf16_{size}", target=target, quick=True, bytes=nbytes,
@@ -616,7 +621,7 @@ RECORD = Program(
     order=100,
     readme_picture='[ladder](bench/results/h100/ladder_gemm_tc-20261124T211953.png)',
     variants=True,
-    profile_variants=PROFILE_VARIANTS,
+    profile_variants=_profile_variants,
     profile_args=profile_args,
     sanitize_args=sanitize_args,
     unsupported_reason=unsupported_reason,

@@ -167,8 +167,18 @@ def test_executable_rejects_bad_argv():
 
 # --- GPU ----------------------------------------------------------------------------------------
 
+def test_the_kinds_of_variant_are_the_tables_tags():
+    """The kinds the module asks of the library (gemm_tc_variant_tags), as the rungs are written."""
+    ensure_built("gemm_tc")
+    assert gt.KERNELS == ("01_wmma", "02_mma_sync", "03_wgmma", "04_wgmma_persistent", "05_wgmma_cluster",
+                          gt.TUNED, gt.PINGPONG, gt.TMA_STORE)
+    assert gt.WGMMA == gt.KERNELS[2:]
+    assert gt.PROFILE_VARIANTS == (*gt.KERNELS, "cublas_bf16")
+    assert library.tagged("gemm_tc", "cublas") == ("cublas_bf16", "cublas_tf32")
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", list(gt.KERNELS) + ["cublas_bf16", "cublas_tf32"])
+@pytest.mark.parametrize("variant", built_names(lambda: gt.VARIANTS, "gemm_tc"))
 @pytest.mark.parametrize("mnk", SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in SHAPES])
 def test_gemm_matches_reference(variant, mnk, rng):
     skip_unless_runnable(variant)
@@ -185,7 +195,7 @@ def test_gemm_matches_reference(variant, mnk, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", gt.KERNELS)
+@pytest.mark.parametrize("variant", built_names(lambda: gt.KERNELS, "gemm_tc"))
 def test_gemm_larger_tiles(variant, rng):
     skip_unless_runnable(variant)
     a, b = bf16(rng, 1000, 1024), bf16(rng, 520, 1024)

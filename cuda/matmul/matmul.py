@@ -45,9 +45,6 @@ from harness.programs.record import Exercise, Program, Tour
 if TYPE_CHECKING:  # the CPU paths return DataFrames; pandas is imported where they run
     import pandas as pd
 
-CLASSIC = ("01_naive", "02_tiled", "03_tiled_dynamic")
-LADDER = ("04_blocktile_1d", "05_blocktile_2d", "06_vectorized", "07_warptile", "08_pipelined", "09_tuned",
-          "10_regtile", "11_splitk_tail")
 STATIC_TILES = (16, 32)
 NAIVE_BLOCK = 16
 TOL = 1e-5
@@ -57,14 +54,26 @@ PROGRAM = "matmul"
 
 
 # VARIANTS and KERNEL_VARIANTS come from the library's one table, read when first asked for.
+# LADDER: the rungs, the variants the C table gives a configuration (matmul_variant_config); CLASSIC: the
+# other kernels, the lecture's three.
 __getattr__ = library.table_attributes(
-    __name__, PROGRAM, KERNEL_VARIANTS=lambda: tuple(v for v in library.read_table(PROGRAM) if v != "cublas"))
+    __name__, PROGRAM, KERNEL_VARIANTS=lambda: tuple(v for v in library.read_table(PROGRAM) if v != "cublas"),
+    LADDER=lambda: _ladder(), CLASSIC=lambda: _classic())
 
 
 # --- the library ---------------------------------------------------------------------------------
 
 def _lib():
     return library.load("matmul")
+
+
+def _ladder() -> tuple[str, ...]:
+    lib = _lib()
+    return tuple(v for v in library.read_table(PROGRAM) if lib.matmul_variant_config(v) >= 0)
+
+
+def _classic() -> tuple[str, ...]:
+    return tuple(v for v in library.read_table(PROGRAM) if v != "cublas" and v not in _ladder())
 
 
 def have_cublas() -> bool:
@@ -150,9 +159,9 @@ def check_tile(variant: str, tile: int, trans_b: bool = False, limits: dict | No
     `limits` (max_threads_per_block, smem_per_block) defaults to the current device's attributes.
     """
     _check_variant(variant)
-    if variant in LADDER:
+    if variant in _ladder():
         if trans_b:
-            raise ValueError(f"{variant} takes B as (k, n) only; trans_b is for {', '.join(CLASSIC)} and cublas")
+            raise ValueError(f"{variant} takes B as (k, n) only; trans_b is for {', '.join(_classic())} and cublas")
         check_config(variant_config(variant))
         return
     if variant == "cublas":
@@ -625,7 +634,7 @@ def bench_cases(quick: bool = False):
     cases += [case("02_tiled", t, size, n4, n4, n4, "matmul_01_naive", f"02_tiled-t{t}-vs-naive", target=1.5,
                    note="speed-up over 01_naive (goal: >= 1.5)") for t in STATIC_TILES]
     for label, m, n, k in LADDER_SIZES:
-        for v in LADDER:
+        for v in _ladder():
             target, note = None, "fraction of cuBLAS SGEMM at this size"
             if v == TUNED and label == size:
                 target, note = 0.9, note + " (goal: best rung >= 0.9 at 4096^3)"
@@ -656,7 +665,7 @@ def sanitize_args() -> dict[str, list[str]]:
     grid of 232 tiles on ragged edges (m = 3700, n = 2045, k = 250): on 132 SMs its 100-tile tail is cut
     in two uneven pieces, so the head -> rest hand-over runs under the sanitizers too."""
     runs = {v: profile_args(v) for v in library.read_table(PROGRAM) if v != "cublas"}
-    for v in LADDER:
+    for v in _ladder():
         runs[f"{v}-vec"] = ["--variant", v, "--reps", "1", "129", "68", "36"]
     runs["11_splitk_tail-uneven"] = ["--variant", "11_splitk_tail", "--reps", "1", "3700", "2045", "250"]
     return runs

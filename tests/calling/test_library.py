@@ -29,6 +29,8 @@ int fake_strlen(const char *s, int *out) { *out = (int)strlen(s); return 0; }
 static const char *kNames[] = {"02_b", "01_a", "03_c"};  /* not sorted: the table's order is kept */
 int fake_variant_count(void) { return 3; }
 const char *fake_variant_name(int i) { return i >= 0 && i < 3 ? kNames[i] : 0; }
+static const char *kTags[] = {"fast", "", "fast exact"};
+const char *fake_variant_tags(int i) { return i >= 0 && i < 3 ? kTags[i] : 0; }
 const char *cudalab_error_name(int c) { return c == 1 ? "cudaErrorInvalidValue" : "cudaErrorNoDevice"; }
 const char *cudalab_error_string(int c) { return c == 1 ? "invalid argument" : "no CUDA-capable device is detected"; }
 int cudalab_clear_error(void) { return sticky; }
@@ -48,6 +50,7 @@ cudalab_status fake_fault(void);
 int fake_count(int n);
 int fake_variant_count(void);
 const char *fake_variant_name(int i);
+const char *fake_variant_tags(int i);
 #ifdef __cplusplus
 }
 #endif
@@ -174,8 +177,15 @@ def test_read_table_reads_the_c_table_in_its_order(fake_loaded):
         library.table_index("fake", "variant", "nope")
 
 
+def test_a_kind_of_variant_is_what_the_tables_tags_say(fake_loaded):
+    assert library.read_table("fake", "tags") == ("fast", "", "fast exact")
+    assert library.tagged("fake", "fast") == ("02_b", "03_c")  # the variant table's order
+    assert library.tagged("fake", "exact") == ("03_c",)
+    assert library.tagged("fake", "fas") == () and library.tagged("fake", "") == ()  # whole words only
+
+
 def test_read_table_refuses_an_unknown_kind_and_a_missing_table(fake_loaded):
-    with pytest.raises(ValueError, match="kind must be 'variant' or 'config'"):
+    with pytest.raises(ValueError, match="kind must be 'variant', 'config' or 'tags'"):
         library.read_table("fake", "configs")
     with pytest.raises(AttributeError, match="fake_config_count"):  # the stand-in has no config table
         library.read_table("fake", "config")
