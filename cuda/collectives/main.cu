@@ -163,7 +163,9 @@ int main(int argc, char **argv) {
     }
     if (!id_file) id_file = getenv("CUDALAB_ID_FILE");  // set by harness/calling/launch.py
     const int v = variant_index(variant);
-    if (v < 0) CUDALAB_USAGE_ERROR("unknown variant '%s'\n%s", variant, kUsage);
+    if (v < 0)
+        CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: %s)\n%s", variant,
+                            cudalab_name_list(collectives_variant_count, collectives_variant_name).c_str(), kUsage);
 
     // ---- one process per rank ----
     const char *which = nullptr;

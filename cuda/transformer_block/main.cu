@@ -107,9 +107,9 @@ int main(int argc, char **argv) {
     }
     if (strcmp(variant, "naive") == 0) variant = "01_naive";
     if (strcmp(variant, "flash") == 0) variant = "02_flash";
-    if (strcmp(variant, "01_naive") != 0 && strcmp(variant, "02_flash") != 0 && strcmp(variant, "03_flash_bf16") != 0 &&
-        strcmp(variant, "05_flash_wgmma") != 0)
-        CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: 01_naive, 02_flash, or naive, flash)", variant);
+    if (cudalab_name_index(transformer_block_variant_count, transformer_block_variant_name, variant) < 0)
+        CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: %s, or naive, flash)", variant,
+                            cudalab_name_list(transformer_block_variant_count, transformer_block_variant_name).c_str());
     // --dtype bf16 where no bf16 path runs (a T4, or a build for sm_75): the float32 block instead,
     // said once on stderr (the result line then says dtype=f32).
     bool bf16_fallback = false;

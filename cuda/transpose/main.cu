@@ -63,7 +63,8 @@ int main(int argc, char **argv) {
     } else if (cudalab_name_index(transpose_variant_count, transpose_variant_name, variant) >= 0) {
         run.push_back(variant);
     } else {
-        CUDALAB_USAGE_ERROR("unknown variant '%s'\n%s", variant, u);
+        CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: %s, all)\n%s", variant,
+                            cudalab_name_list(transpose_variant_count, transpose_variant_name).c_str(), u);
     }
 
     const long long n = rows * cols;

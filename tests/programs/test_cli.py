@@ -9,7 +9,7 @@ import pytest
 
 from conftest import GPU_OK, ensure_built
 from harness import programs
-from harness.calling import cudart
+from harness.calling import cudart, library
 from harness.compile import build
 
 MINE = programs.names()  # every program's executable: the registry's list, never typed here
@@ -121,6 +121,27 @@ def test_bad_argv_is_one_sentence_and_status_2(prog, args, match):
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert r.stderr.startswith("error: ") and match in r.stderr, r.stderr
     assert "result" not in r.stdout  # refused before anything ran
+
+
+# The programs with a variant table and profile arguments (argv that runs one variant); read at collection
+# from the records only, never from a library (nothing is built then).
+WITH_VARIANTS = [p for p in MINE if programs.record(p).variants and programs.record(p).profile_args is not None]
+
+
+@pytest.mark.parametrize("prog", WITH_VARIANTS)
+def test_an_unknown_variant_is_refused_naming_every_one_of_the_table(prog):
+    """Whatever the program, a mistyped variant is one line that lists the names it could have been: the
+    library's table, spelled from C (cudalab_name_list), never a list typed into the executable."""
+    ensure_built(prog)
+    table = library.read_table(prog)
+    argv = programs.profile_argv(prog, table[0])
+    if "--variant" not in argv:
+        pytest.skip(f"{prog}'s executable runs one variant at a time without --variant")
+    argv[argv.index("--variant") + 1] = "nope-x"
+    r = _run(prog, *argv)
+    assert r.returncode == 2 and r.stderr.startswith("error: unknown variant 'nope-x'"), r.stderr
+    first = r.stderr.splitlines()[0]
+    assert all(v in first for v in table), first
 
 
 @pytest.mark.skipif(GPU_OK, reason="checks the no-GPU path; this machine has a GPU")
