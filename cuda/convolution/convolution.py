@@ -98,7 +98,7 @@ def check_filter(f, dims: int) -> tuple[np.ndarray, int]:
     if dims == 2 and f.shape[1] != side:
         raise ValueError(f"a 2-D filter must be square, got shape {f.shape}")
     if side % 2 == 0:
-        raise ValueError(f"a filter has an odd number of taps a side (2r+1), got {side}")
+        raise ValueError(f"a filter has 2r+1 taps a side (an odd number), got {side}")
     check_radius((side - 1) // 2, dims)
     if not np.all(np.isfinite(f)):
         raise ValueError("the filter must be finite")
