@@ -68,19 +68,21 @@ enum Variant {
     VTP_OVERLAP = 8,
     V04_ONESHOT_SIGNAL = 9,
     V05_TWOSHOT = 10,
-    VAUTO = 11,
-    VCOUNT = 12
+    V06_ONESHOT_LL = 11,
+    VAUTO = 12,
+    VCOUNT = 13
 };
 const char *const kNames[VCOUNT] = {"01_p2p_copy",     "01_memcpy_peer", "02_ring_allreduce",
                                     "03_oneshot_allreduce", "nccl_allreduce", "nccl_allgather",
                                     "nccl_reducescatter",   "tp_mlp",         "tp_mlp_overlap",
-                                    "04_oneshot_signal",    "05_twoshot_allreduce", "auto_allreduce"};
-// The rungs whose epoch lives on the device (a CUDA graph can replay them): 04 and 05.
-bool device_epoch(int v) { return v == V04_ONESHOT_SIGNAL || v == V05_TWOSHOT; }
+                                    "04_oneshot_signal",    "05_twoshot_allreduce", "06_oneshot_ll",
+                                    "auto_allreduce"};
+// The rungs whose epoch lives on the device (a CUDA graph can replay them): 04, 05 and 06.
+bool device_epoch(int v) { return v == V04_ONESHOT_SIGNAL || v == V05_TWOSHOT || v == V06_ONESHOT_LL; }
 bool needs_nccl(int v) { return v == VNCCL_AR || v == VNCCL_AG || v == VNCCL_RS; }
 bool is_allreduce(int v) {
     return v == V02_RING || v == V03_ONESHOT || v == VNCCL_AR || v == V04_ONESHOT_SIGNAL || v == V05_TWOSHOT ||
-           v == VAUTO;
+           v == V06_ONESHOT_LL || v == VAUTO;
 }
 
 constexpr int kThreads = 512;
@@ -93,7 +95,18 @@ constexpr long long kChunkBytesMax = 512 << 10;  // a chunk in flight per block:
 // buffer's worth of scratch per rank) take; the scratch holds two of each (double buffering).
 constexpr long long kOneshotMaxBytes = 2LL << 20;
 constexpr long long kTwoshotMaxBytes = 64LL << 20;
-constexpr int kSmallMaxWorld = 8;  // 04 and 05 keep a store target per rank in registers
+// 06 sends each 8 bytes as a 16-byte line (the data and the call's epoch twice): its scratch holds
+// W lines of twice the message, so its cap is half of 04's.
+constexpr long long kLLMaxBytes = 1LL << 20;
+constexpr int kSmallMaxWorld = 8;  // 04, 05 and 06 keep a store target per rank in registers
+
+// The largest message (bytes per rank) a variant takes on a communicator sized for `in_bytes`.
+long long variant_cap(int v, long long in_bytes) {
+    if (v == V04_ONESHOT_SIGNAL) return std::min(in_bytes, kOneshotMaxBytes);
+    if (v == V05_TWOSHOT) return std::min(in_bytes, kTwoshotMaxBytes);
+    if (v == V06_ONESHOT_LL) return std::min(in_bytes, kLLMaxBytes);
+    return in_bytes;
+}
 enum Phase { PH_RS = 0, PH_AG = 1, PH_START = 2, PH_END = 3, PH_NCCL = 4, PH_SIGNAL = 5, PH_GATHER = 6, PH_COUNT = 7 };
 // Where a rank gave up waiting, by Phase: the messages and collectives_phase_name spell them from here.
 const char *const kPhases[PH_COUNT] = {"reduce-scatter", "all-gather", "start barrier", "end barrier",
@@ -130,6 +143,19 @@ __device__ __forceinline__ unsigned long long now_ns() {
     return t;
 }
 
+// A wait's deadline passed: the first thread of the launch to get here records where. Always false.
+__device__ bool give_up(const CollArgs &a, int rank, int step, int chunk, int phase, int peer) {
+    if (atomicCAS(&a.err->code, 0u, 1u) == 0u) {
+        a.err->rank = rank;
+        a.err->step = step;
+        a.err->chunk = chunk;
+        a.err->phase = phase;
+        a.err->peer = peer;
+        __threadfence();
+    }
+    return false;
+}
+
 // One thread waits until *f reaches the call's epoch. False when the deadline passed (the first such
 // thread of the launch records where) or another thread of the launch already gave up.
 __device__ bool spin_until(const CollArgs &a, const unsigned long long *f, int rank, int step, int chunk,
@@ -140,17 +166,7 @@ __device__ bool spin_until(const CollArgs &a, const unsigned long long *f, int r
     for (;;) {
         if (ld_acquire(f) >= target) return true;
         if (*(volatile unsigned int *)&a.err->code != 0u) return false;
-        if (now_ns() - t0 > a.timeout_ns) {
-            if (atomicCAS(&a.err->code, 0u, 1u) == 0u) {
-                a.err->rank = rank;
-                a.err->step = step;
-                a.err->chunk = chunk;
-                a.err->phase = phase;
-                a.err->peer = peer;
-                __threadfence();
-            }
-            return false;
-        }
+        if (now_ns() - t0 > a.timeout_ns) return give_up(a, rank, step, chunk, phase, peer);
     }
 }
 // The whole block waits on one flag (thread 0 spins); the answer reaches every thread.
@@ -499,7 +515,98 @@ __device__ void twoshot_body(const CollArgs &a, int r, int b, unsigned long long
     wait_all(a, r, b, 1, e);
 }
 
-__global__ void __launch_bounds__(kThreads) small_allreduce_kernel(CollArgs a, int twoshot) {
+// 06: 04's traffic in the shape of NCCL's low-latency (LL) protocol. Each 16-byte line {w0, e, w1, e}
+// carries two 4-byte words of the message and the call's epoch (low 32 bits) twice, written by one
+// 16-byte volatile store: a reader that finds the epoch in both 8-byte halves has both words (each
+// aligned 8-byte half arrives whole, as NCCL's LL relies on). So no fence and no flag of its own: one
+// trip over the link where 04 makes two (the data, then after a system fence the flag). The cost is
+// twice the bytes on the wire and a spin per line: for small messages, where the trip is the time.
+// Slots and parity as 04's (stale lines of this parity hold epoch e - 2, or 0 when never written).
+struct alignas(16) LLLine {
+    unsigned int w0, f0, w1, f1;
+};
+__device__ __forceinline__ void st_ll(LLLine *p, unsigned int w0, unsigned int w1, unsigned int f) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w0), "r"(f), "r"(w1), "r"(f)
+                 : "memory");
+}
+__device__ __forceinline__ bool ld_ll(const LLLine *p, unsigned int f, unsigned int &w0, unsigned int &w1) {
+    unsigned int x0, f0, x1, f1;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(x0), "=r"(f0), "=r"(x1), "=r"(f1)
+                 : "l"(p)
+                 : "memory");
+    w0 = x0;
+    w1 = x1;
+    return f0 == f && f1 == f;
+}
+// One thread waits for line p to carry epoch f (peer: the rank that writes it), within the deadline.
+__device__ bool spin_ll(const CollArgs &a, const LLLine *p, unsigned int f, int rank, int b, int peer,
+                        unsigned int &w0, unsigned int &w1) {
+    if (ld_ll(p, f, w0, w1)) return true;
+    const unsigned long long t0 = now_ns();
+    for (;;) {
+        if (ld_ll(p, f, w0, w1)) return true;
+        if (*(volatile unsigned int *)&a.err->code != 0u) return false;
+        if (now_ns() - t0 > a.timeout_ns) return give_up(a, rank, 0, b, PH_SIGNAL, peer);
+    }
+}
+// Bytes [8 i, 8 i + 8) of the message as two words; past its end (a bf16 message of odd length, or
+// a last line of 4 bytes), zeros, never a read past the buffer.
+__device__ __forceinline__ void message_words(const unsigned char *in, long long nb, long long i, unsigned int &w0,
+                                              unsigned int &w1) {
+    if (8 * i + 8 <= nb) {
+        const uint2 u = *reinterpret_cast<const uint2 *>(in + 8 * i);
+        w0 = u.x;
+        w1 = u.y;
+        return;
+    }
+    unsigned char b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (long long j = 8 * i; j < nb; ++j) b[j - 8 * i] = in[j];
+    memcpy(&w0, b, 4);
+    memcpy(&w1, b + 4, 4);
+}
+template <class T>
+__device__ void oneshot_ll_body(const CollArgs &a, int r, int b, unsigned long long e) {
+    using E = Elt<T>;
+    constexpr int K = 8 / (int)sizeof(T);  // elements in a line
+    const int W = a.world, B = a.blocks_per_rank;
+    const long long nb = a.n * (long long)sizeof(T), lines = (nb + 7) / 8;
+    const long long par = (long long)(e & 1) * a.half;
+    const unsigned int f = (unsigned int)e;
+    const long long first = (long long)b * blockDim.x + threadIdx.x, step = (long long)B * blockDim.x;
+    // Send: line i of this rank's message into slot r of every rank's scratch (its own included).
+    for (long long i = first; i < lines; i += step) {
+        unsigned int w0, w1;
+        message_words(a.ranks[r].in, nb, i, w0, w1);
+        for (int q = 0; q < W; ++q)
+            st_ll(reinterpret_cast<LLLine *>(a.ranks[q].scratch + par) + (long long)r * lines + i, w0, w1, f);
+    }
+    // Receive: the same lines of every slot, summed in rank order (every rank gets the same bits).
+    const LLLine *mine = reinterpret_cast<const LLLine *>(a.ranks[r].scratch + par);
+    unsigned char *out = a.ranks[r].out;
+    for (long long i = first; i < lines; i += step) {
+        typename E::Acc acc[K];
+#pragma unroll
+        for (int j = 0; j < K; ++j) acc[j] = 0;
+        for (int p = 0; p < W; ++p) {
+            unsigned int w[2];
+            if (!spin_ll(a, mine + (long long)p * lines + i, f, r, b, p, w[0], w[1])) return;
+            T x[K];
+            memcpy(x, w, 8);
+#pragma unroll
+            for (int j = 0; j < K; ++j) acc[j] += E::up(x[j]);
+        }
+        T o[K];
+#pragma unroll
+        for (int j = 0; j < K; ++j) o[j] = E::down(acc[j]);
+        const long long valid = min(8LL, nb - 8 * i);
+        if (valid == 8) *reinterpret_cast<uint2 *>(out + 8 * i) = *reinterpret_cast<const uint2 *>(o);
+        else memcpy(out + 8 * i, o, (size_t)valid);
+    }
+}
+
+// mode: 0 04's one-shot, 1 05's two-shot, 2 06's LL one-shot.
+__global__ void __launch_bounds__(kThreads) small_allreduce_kernel(CollArgs a, int mode) {
     const int r = a.rank >= 0 ? a.rank : (int)(blockIdx.x / a.blocks_per_rank);
     const int b = a.rank >= 0 ? (int)blockIdx.x : (int)(blockIdx.x % a.blocks_per_rank);
     const unsigned long long e = block_epoch(a, r, b);
@@ -510,10 +617,14 @@ __global__ void __launch_bounds__(kThreads) small_allreduce_kernel(CollArgs a, i
         return;
     }
 #endif
-    if (twoshot) {
+    if (mode == 1) {
         if (a.dtype == 0) twoshot_body<float>(a, r, b, e);
         else if (a.dtype == 1) twoshot_body<__nv_bfloat16>(a, r, b, e);
         else twoshot_body<int>(a, r, b, e);
+    } else if (mode == 2) {
+        if (a.dtype == 0) oneshot_ll_body<float>(a, r, b, e);
+        else if (a.dtype == 1) oneshot_ll_body<__nv_bfloat16>(a, r, b, e);
+        else oneshot_ll_body<int>(a, r, b, e);
     } else {
         if (a.dtype == 0) oneshot_signal_body<float>(a, r, b, e);
         else if (a.dtype == 1) oneshot_signal_body<__nv_bfloat16>(a, r, b, e);
@@ -759,7 +870,7 @@ cudaError_t enqueue_lab(Comm &c, int variant, int dtype, long long n, long long 
     a.half = c.scratch_bytes / 2;
     a.small_flags = c.small_flags;
     const bool small = device_epoch(variant);
-    int twoshot = variant == V05_TWOSHOT;
+    int mode = variant == V05_TWOSHOT ? 1 : variant == V06_ONESHOT_LL ? 2 : 0;
     const void *kernel = variant == V02_RING      ? (const void *)ring_allreduce_kernel
                          : variant == V03_ONESHOT ? (const void *)oneshot_allreduce_kernel
                          : small                  ? (const void *)small_allreduce_kernel
@@ -771,7 +882,7 @@ cudaError_t enqueue_lab(Comm &c, int variant, int dtype, long long n, long long 
         a.rank = c.launch_rank(l);
         a.ranks = c.table[l];
         a.err = c.err[l];
-        void *args[] = {&a, &twoshot};
+        void *args[] = {&a, &mode};
         const bool one_gpu = a.rank < 0;
         const unsigned grid = (unsigned)(one_gpu ? c.blocks * c.world : c.blocks);
         // 04 and 05 wait only on blocks of other GPUs when each rank has its own, so a plain launch
@@ -1008,10 +1119,8 @@ cudaError_t enqueue_nccl(Comm &c, int variant, int dtype, long long n, const std
 }
 #endif
 
-// The largest message 04 / 05 take on this communicator (its scratch, the two kernels' caps).
-long long small_cap(const Comm &c, int variant) {
-    return std::min(c.in_bytes, variant == V04_ONESHOT_SIGNAL ? kOneshotMaxBytes : kTwoshotMaxBytes);
-}
+// The largest message 04, 05 or 06 takes on this communicator (its scratch, the kernels' caps).
+long long small_cap(const Comm &c, int variant) { return variant_cap(variant, c.in_bytes); }
 
 // The crossovers of auto_allreduce, by message size in bytes per rank, from the curves measured on two
 // GPUs, one process each (bench/results/NOTES-collectives.md): 04 to 1 MiB (one store of the buffer
@@ -1221,7 +1330,8 @@ cudaError_t comm_alloc(Comm &c, int only) {
     c.flag_count = c.small_flags + 2LL * kMaxBlocksPerRank * W + kMaxBlocksPerRank + W + 1;
     const long long one = (std::min(c.in_bytes, kOneshotMaxBytes) + 15) / 16 * 16;
     const long long two = (std::min(c.in_bytes, kTwoshotMaxBytes) + W * 16 - 1) / (W * 16) * 16;
-    c.scratch_bytes = 2 * W * std::max(one, two);
+    const long long ll = (std::min(c.in_bytes, kLLMaxBytes) + 7) / 8 * 16;  // 06: a 16-byte line per 8 bytes
+    c.scratch_bytes = 2 * W * std::max(std::max(one, two), ll);
     // The streams first: everything below is done on them (rank_stream says why).
     const int L = c.launches();
     size_null(L, c.table, c.err, c.stream, c.stream2, c.ev_fork, c.ev_done);
@@ -1264,15 +1374,26 @@ cudaError_t comm_table(Comm &c) {
 extern "C" int collectives_variant_count(void) { return VCOUNT; }
 extern "C" const char *collectives_variant_name(int i) { return (i >= 0 && i < VCOUNT) ? kNames[i] : nullptr; }
 extern "C" int collectives_variant_needs_nccl(int v) { return (v < 0 || v >= VCOUNT) ? -1 : needs_nccl(v) ? 1 : 0; }
+extern "C" long long collectives_max_bytes(int v, long long in_bytes) {
+    return (v < 0 || v >= VCOUNT || in_bytes < 0) ? -1 : variant_cap(v, in_bytes);
+}
+extern "C" int collectives_small_max_world(void) { return kSmallMaxWorld; }
 extern "C" const char *collectives_phase_name(int p) { return (p >= 0 && p < PH_COUNT) ? kPhases[p] : nullptr; }
 extern "C" const char *collectives_variant_tags(int v) {
-    // Every combination the predicates give, spelled once: "allreduce" (takes the all-reduce's
-    // arguments), "graph" (a CUDA graph can replay it: a device-side epoch, or NCCL's), "nccl".
-    static const char *const kTags[8] = {"", "allreduce", "graph", "allreduce graph",
-                                         "nccl", "allreduce nccl", "graph nccl", "allreduce graph nccl"};
+    // The words, each from its predicate: "allreduce" (takes the all-reduce's arguments), "graph" (a
+    // CUDA graph can replay it: a device-side epoch, or NCCL's, as collectives_time allows), "nccl", "small" (a device-side epoch:
+    // at most kSmallMaxWorld ranks, and a cap on the message, collectives_max_bytes).
+    static const char *const kWords[4] = {"allreduce", "graph", "nccl", "small"};
+    static char tags[VCOUNT][40];
     if (v < 0 || v >= VCOUNT) return nullptr;
-    const int bits = (is_allreduce(v) ? 1 : 0) | (device_epoch(v) || v == VNCCL_AR ? 2 : 0) | (needs_nccl(v) ? 4 : 0);
-    return kTags[bits];
+    const bool has[4] = {is_allreduce(v), device_epoch(v) || needs_nccl(v), needs_nccl(v), device_epoch(v)};
+    tags[v][0] = '\0';
+    for (int w = 0; w < 4; ++w)
+        if (has[w]) {
+            if (tags[v][0]) strcat(tags[v], " ");
+            strcat(tags[v], kWords[w]);
+        }
+    return tags[v];
 }
 
 // The tensor-parallel variants run gemm_tc's 02_mma_sync (sm_80), so they are refused with arch.cuh's

@@ -24,18 +24,26 @@ extern "C" {
 
 /* The variant table: 01_p2p_copy, 01_memcpy_peer, 02_ring_allreduce, 03_oneshot_allreduce,
    nccl_allreduce, nccl_allgather, nccl_reducescatter, tp_mlp, tp_mlp_overlap, 04_oneshot_signal,
-   05_twoshot_allreduce, auto_allreduce.
-   04 and 05 (at most 8 ranks) push into the peers' scratch and raise one flag per peer; their epoch
-   is a counter on the device, so a CUDA graph can replay them. 04 takes at most 2 MiB per rank, 05
-   64 MiB (and at most in_bytes); auto_allreduce picks 04, 05 or NCCL (the ring without NCCL or on
-   virtual ranks) by size: collectives_auto_variant says which. */
+   05_twoshot_allreduce, 06_oneshot_ll, auto_allreduce.
+   04 and 05 (at most 8 ranks) push into the peers' scratch and raise one flag per peer; 06 pushes
+   04's traffic with the epoch inside every 16-byte line (NCCL's LL shape: no flag, no fence); their
+   epoch is a counter on the device, so a CUDA graph can replay them. 04 takes at most 2 MiB per rank,
+   05 64 MiB, 06 1 MiB (and at most in_bytes); auto_allreduce picks 04, the ring, 05 or NCCL (the ring
+   without NCCL or on virtual ranks) by size: collectives_auto_variant says which. */
 int collectives_variant_count(void);
 const char *collectives_variant_name(int i);
 /* 1 when the variant needs NCCL (the nccl_* ones), 0 otherwise, -1 for an unknown index. */
 int collectives_variant_needs_nccl(int variant);
-/* The variant's kinds, space-separated: "allreduce" (an all-reduce: 02-05, nccl_allreduce, auto),
-   "graph" (a CUDA graph can replay it: 04, 05, nccl_allreduce), "nccl"; NULL for an unknown index. */
+/* The variant's kinds, space-separated: "allreduce" (an all-reduce: 02-06, nccl_allreduce, auto),
+   "graph" (a CUDA graph can replay it: 04, 05, 06 and the nccl_* ones), "nccl", "small" (04, 05, 06: at
+   most collectives_small_max_world() ranks and collectives_max_bytes per rank); NULL for an unknown
+   index. */
 const char *collectives_variant_tags(int variant);
+/* The largest message in bytes per rank the variant takes on a communicator made for `in_bytes`
+   (04: 2 MiB, 05: 64 MiB, 06: 1 MiB, the others in_bytes); -1 for an unknown index. */
+long long collectives_max_bytes(int variant, long long in_bytes);
+/* The most ranks the "small" variants (04, 05, 06) run. */
+int collectives_small_max_world(void);
 /* NULL when the variant runs here, else why not ("needs sm_80: this GPU is sm_75": tp_mlp and
    tp_mlp_overlap run gemm_tc's sm_80 GEMM); their entry points then return cudaErrorNotSupported
    before any launch. */

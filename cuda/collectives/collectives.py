@@ -55,8 +55,6 @@ def _bench_variants() -> tuple[str, ...]:
     return tuple(v for v in _tagged("allreduce") if v not in _tagged("nccl"))
 
 
-SMALL_MAX_WORLD = 8  # 04 and 05 keep a store target per rank in registers
-ONESHOT_SIGNAL_MAX_BYTES, TWOSHOT_MAX_BYTES = 2 << 20, 64 << 20  # collectives.cu's caps
 PROFILE_VARIANTS = ("02_ring_allreduce", "03_oneshot_allreduce")
 DEFAULT_TIMEOUT_MS = 10_000
 TIMEOUT = 909  # cudaErrorTimeout: a bounded wait expired
@@ -435,14 +433,25 @@ class Communicator:
             pass
 
 
+def max_bytes(variant: str, nbytes: int) -> int:
+    """The largest message (bytes per rank) `variant` takes on a communicator made for `nbytes`, as the
+    library caps it (04: 2 MiB, 05: 64 MiB, 06: 1 MiB; the others: nbytes)."""
+    return int(lib().collectives_max_bytes(variant_index(variant), int(nbytes)))
+
+
+def small_max_world() -> int:
+    """The most ranks the "small" variants (a device-side epoch: 04, 05, 06) run."""
+    return int(lib().collectives_small_max_world())
+
+
 def check_call(comm, variant: str, dtype, n: int, graph: bool = False) -> None:
-    """The rules of 04, 05 and graphs, named before any launch (the library refuses them too)."""
+    """The rules of the small variants and of graphs, named before any launch (the library refuses them too)."""
     variant_index(variant)
     nbytes = int(n) * np.dtype(dtype).itemsize
-    if variant in ("04_oneshot_signal", "05_twoshot_allreduce"):
-        if comm.world > SMALL_MAX_WORLD:
-            raise ValueError(f"{variant} runs at most {SMALL_MAX_WORLD} ranks, this communicator has {comm.world}")
-        cap = min(comm.nbytes, ONESHOT_SIGNAL_MAX_BYTES if variant == "04_oneshot_signal" else TWOSHOT_MAX_BYTES)
+    if variant in _tagged("small"):
+        if comm.world > small_max_world():
+            raise ValueError(f"{variant} runs at most {small_max_world()} ranks, this communicator has {comm.world}")
+        cap = max_bytes(variant, comm.nbytes)
         if nbytes > cap:
             raise ValueError(f"{variant} takes at most {cap} bytes per rank on this communicator, got {nbytes}")
     if graph:
@@ -461,8 +470,8 @@ def allreduce(arrays, variant: str = "02_ring_allreduce", virtual: bool | None =
     if variant not in _tagged("allreduce"):
         raise ValueError(f"allreduce variants: {', '.join(_tagged('allreduce'))}; got {variant!r}")
     arrays = check_arrays(arrays)
-    if variant in ("04_oneshot_signal", "05_twoshot_allreduce") and len(arrays) > SMALL_MAX_WORLD:
-        raise ValueError(f"{variant} runs at most {SMALL_MAX_WORLD} ranks, got {len(arrays)} arrays")
+    if variant in _tagged("small") and len(arrays) > small_max_world():
+        raise ValueError(f"{variant} runs at most {small_max_world()} ranks, got {len(arrays)} arrays")
     v = plan(len(arrays), variant, virtual)
     with Communicator(len(arrays), arrays[0].nbytes, v, blocks_per_rank=blocks_per_rank, timeout_ms=timeout_ms) as c:
         outs = c.run(variant, arrays)
@@ -610,7 +619,7 @@ BENCH_SIZES = [("4KiB", 4 << 10, True), ("32KiB", 32 << 10, False), ("64KiB", 64
 ONESHOT_MAX_BYTES = 16 << 20  # one step that reads every rank's buffer: a small-message algorithm
 # Where each stops in the bench: 03 and 04 move W times the buffer, 05 holds its scratch.
 BENCH_MAX_BYTES = {"03_oneshot_allreduce": ONESHOT_MAX_BYTES, "04_oneshot_signal": 1 << 20,
-                   "05_twoshot_allreduce": 16 << 20}
+                   "05_twoshot_allreduce": 16 << 20, "06_oneshot_ll": 1 << 20}
 
 
 def _bench_world() -> tuple[int, bool]:
@@ -701,6 +710,10 @@ def sanitize_args() -> dict[str, list[str]]:
                                    *common],
         "twoshot_f32_w4": ["--variant", "05_twoshot_allreduce", "--world", "4", "--n", "2053", "--dtype", "f32",
                            *common],
+        # 06's last line is a partial one twice over: 1037 bf16 are 2074 bytes, a 4-byte word of 2 bytes.
+        "oneshot_ll_bf16_w3": ["--variant", "06_oneshot_ll", "--world", "3", "--n", "1037", "--dtype", "bf16",
+                               *common],
+        "oneshot_ll_i32_w2": ["--variant", "06_oneshot_ll", "--world", "2", "--n", "4099", "--dtype", "i32", *common],
         "tp_overlap_w2": ["--variant", "tp_mlp_overlap", "--world", "2", "--tokens", "40", "--hidden", "64",
                           "--ffn", "128", "--chunks", "3", *common],
     }
@@ -716,8 +729,7 @@ def sanitize_args() -> dict[str, list[str]]:
 # --- latency: eager and CUDA-graph calls against NCCL, the executable's own timing ------------------------
 
 LATENCY_SIZES = [4 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
-SWEEP_MAX_BYTES = {"04_oneshot_signal": ONESHOT_SIGNAL_MAX_BYTES, "05_twoshot_allreduce": TWOSHOT_MAX_BYTES}
-LATENCY_VARIANTS = ("nccl_allreduce", "04_oneshot_signal", "05_twoshot_allreduce", "02_ring_allreduce",
+LATENCY_VARIANTS = ("nccl_allreduce", "04_oneshot_signal", "06_oneshot_ll", "05_twoshot_allreduce", "02_ring_allreduce",
                     "auto_allreduce")
 
 
@@ -744,7 +756,7 @@ def latency_sweep(sizes=None, variants=LATENCY_VARIANTS, iters: int = 200, check
                 want = reference_allreduce(arrays).tobytes()
                 mine = [arrays[r] for r in c._mine()]
             for variant in variants:
-                if nbytes > SWEEP_MAX_BYTES.get(variant, nbytes) or (variant == "nccl_allreduce" and not have_nccl()):
+                if nbytes > max_bytes(variant, nbytes) or (variant == "nccl_allreduce" and not have_nccl()):
                     continue
                 if nbytes <= check_max_bytes and any(o.tobytes() != want for o in c.run(variant, mine)):
                     raise AssertionError(f"{variant} at {nbytes} bytes: a rank's sum differs from numpy's")

@@ -39,13 +39,10 @@
 extern "C" int collectives_rank_run(int rank, int world, int local_rank, const char *id_file, long long n, int dtype,
                                     int iters, long long timeout_ms, double *results);
 
-static const char *kUsage =
+static const char *kUsageHead =
     "usage: collectives [--variant V] [--n N] [--dtype f32|bf16|i32] [--world W] [--virtual] [--iters K]\n"
     "                   [--blocks B] [--timeout-ms T] [--direction 0to1|1to0|both]\n"
     "                   [--tokens T --hidden H --ffn F --chunks C] [--id-file PATH]\n"
-    "variants: 01_p2p_copy 01_memcpy_peer 02_ring_allreduce 03_oneshot_allreduce nccl_allreduce\n"
-    "          nccl_allgather nccl_reducescatter tp_mlp tp_mlp_overlap 04_oneshot_signal\n"
-    "          05_twoshot_allreduce auto_allreduce\n"
     "one process per rank when RANK/WORLD_SIZE, OMPI_COMM_WORLD_* or SLURM_PROCID/SLURM_NTASKS are set\n"
     "(NCCL's three collectives; with --variant, that variant over CUDA IPC)";
 
@@ -63,9 +60,20 @@ static long long env_int(const char *const *names, int count, const char **which
     return -1;
 }
 
-constexpr int kAuto = 11;  // auto_allreduce's index in the variant table
-// The variants a CUDA graph can replay: 04, 05 (their epoch lives on the device) and NCCL's.
-static bool graphable(int v) { return v == 4 || v == 5 || v == 6 || v == 9 || v == 10; }
+// Whether the table tags variant v with `word` (collectives_variant_tags: "graph", "allreduce", ...).
+static bool tagged(int v, const char *word) {
+    const char *tags = collectives_variant_tags(v);
+    const size_t len = strlen(word);
+    for (const char *t = tags; t && *t;) {
+        const char *end = strchr(t, ' ');
+        const size_t k = end ? (size_t)(end - t) : strlen(t);
+        if (k == len && strncmp(t, word, len) == 0) return true;
+        t = end ? end + 1 : t + k;
+    }
+    return false;
+}
+// The variants a CUDA graph can replay: those with their epoch on the device, and NCCL's.
+static bool graphable(int v) { return tagged(v, "graph"); }
 
 static int variant_index(const char *name) {
     for (int i = 0; i < collectives_variant_count(); ++i)
@@ -127,6 +135,11 @@ static int run_per_rank(int rank, int world, int local_rank, const char *id_file
 }
 
 int main(int argc, char **argv) {
+    // The variants are the library's table, never a list typed here.
+    const std::string usage = std::string(kUsageHead) + "\nvariants: " +
+                              cudalab_name_list(collectives_variant_count, collectives_variant_name);
+    const char *kUsage = usage.c_str();
+    const int kAuto = variant_index("auto_allreduce");
     const char *variant = "02_ring_allreduce", *id_file = nullptr;
     long long n = 1 << 20, world = 2, iters = 20, blocks = 0, timeout_ms = 10000;
     long long tokens = 256, hidden = 512, ffn = 2048, chunks = 4;

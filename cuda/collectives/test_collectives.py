@@ -23,7 +23,7 @@ from conftest import pythonpath, sigint_as_from_a_terminal
 from fault_build import build_twin, stalled_rank, use_fault_library
 from harness import programs
 from harness.base.errors import CudaError, ToolMissing
-from harness.calling import launch
+from harness.calling import launch, library
 from harness.compile import build
 from harness.measuring import gpus
 from harness.programs import collectives as co
@@ -33,7 +33,7 @@ FAKE_RANK = ROOT / "tests" / "fixtures" / "fake_rank.py"
 BF16 = np.dtype(ml_dtypes.bfloat16)
 DTYPES = [np.dtype(np.float32), BF16, np.dtype(np.int32)]
 LAB_ALLREDUCE = ["02_ring_allreduce", "03_oneshot_allreduce"]
-SIGNAL_ALLREDUCE = ["04_oneshot_signal", "05_twoshot_allreduce", "auto_allreduce"]  # device epochs, graphs
+SIGNAL_ALLREDUCE = ["04_oneshot_signal", "05_twoshot_allreduce", "06_oneshot_ll", "auto_allreduce"]  # device epochs
 N_GPUS = len(gpus.physical_gpus())  # nvidia-smi's count: no CUDA context in the collecting process
 
 
@@ -204,11 +204,17 @@ def test_library_variant_table_matches_the_module():
 def test_the_kinds_of_variant_are_the_tables_tags():
     """The kinds the module asks of the library (collectives_variant_tags), as the rungs are written."""
     assert co.ALLREDUCE_VARIANTS == ("02_ring_allreduce", "03_oneshot_allreduce", "nccl_allreduce",
-                                     "04_oneshot_signal", "05_twoshot_allreduce", "auto_allreduce")
-    assert co.GRAPH_VARIANTS == ("nccl_allreduce", "04_oneshot_signal", "05_twoshot_allreduce")
+                                     "04_oneshot_signal", "05_twoshot_allreduce", "06_oneshot_ll", "auto_allreduce")
+    assert co.GRAPH_VARIANTS == ("nccl_allreduce", "nccl_allgather", "nccl_reducescatter", "04_oneshot_signal",
+                                 "05_twoshot_allreduce", "06_oneshot_ll")
+    assert library.tagged("collectives", "small") == ("04_oneshot_signal", "05_twoshot_allreduce", "06_oneshot_ll")
     assert co.NCCL_VARIANTS == ("nccl_allreduce", "nccl_allgather", "nccl_reducescatter")
     assert co.BENCH_VARIANTS == ("02_ring_allreduce", "03_oneshot_allreduce", "04_oneshot_signal",
-                                 "05_twoshot_allreduce", "auto_allreduce")
+                                 "05_twoshot_allreduce", "06_oneshot_ll", "auto_allreduce")
+    # the caps, as the library sets them (the scratch is sized for the largest)
+    assert [co.max_bytes(v, 1 << 30) for v in ("04_oneshot_signal", "05_twoshot_allreduce", "06_oneshot_ll",
+                                                 "02_ring_allreduce")] == [2 << 20, 64 << 20, 1 << 20, 1 << 30]
+    assert co.max_bytes("06_oneshot_ll", 4096) == 4096 and co.small_max_world() == 8
     assert co.lib().collectives_variant_tags(len(co.VARIANTS)) == co.lib().ffi.NULL
     assert co.lib().collectives_variant_tags(-1) == co.lib().ffi.NULL
     assert "nccl_allreduce" in co.no_nccl()
@@ -382,6 +388,9 @@ def test_signal_rungs_and_graphs_are_refused_with_the_rule_before_launch():
     with pytest.raises(ValueError, match="02_ring_allreduce takes its epoch from the host.*CUDA graph"):
         co.check_call(small, "02_ring_allreduce", np.float32, 16, graph=True)
     co.check_call(small, "04_oneshot_signal", np.float32, 16, graph=True)
+    with pytest.raises(ValueError, match="06_oneshot_ll takes at most 1048576 bytes"):
+        co.check_call(small, "06_oneshot_ll", np.float32, (1 << 20) // 4 + 1)
+    co.check_call(small, "06_oneshot_ll", np.float32, (1 << 20) // 4, graph=True)
     with pytest.raises(ValueError, match="runs at most 8 ranks, got 9 arrays"):
         co.allreduce([np.ones(4, np.float32)] * 9, variant="05_twoshot_allreduce")
 
@@ -548,7 +557,7 @@ def test_one_hundred_back_to_back_calls_on_one_communicator(variant):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["04_oneshot_signal", "05_twoshot_allreduce"])
+@pytest.mark.parametrize("variant", ["04_oneshot_signal", "05_twoshot_allreduce", "06_oneshot_ll"])
 def test_a_cuda_graph_of_signal_rungs_replays_exact_sums(variant):
     """The epoch lives on the device: a graph of 50 captured calls, replayed, gives the sum every time
     (a host epoch, replayed unchanged, would wait for flags that already hold it and race)."""
@@ -566,7 +575,7 @@ def test_a_cuda_graph_of_signal_rungs_replays_exact_sums(variant):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["04_oneshot_signal", "05_twoshot_allreduce"])
+@pytest.mark.parametrize("variant", ["04_oneshot_signal", "05_twoshot_allreduce", "06_oneshot_ll"])
 def test_a_signal_rung_names_the_rank_whose_flag_never_came(variant, monkeypatch):
     lib = use_fault_library(monkeypatch, "collectives")
     arrays = [np.ones(1000, np.float32)] * 3
@@ -790,7 +799,7 @@ def test_invoke_run_collectives_two_processes():
 
 @pytest.mark.gpu
 @needs_gpus(2)
-@pytest.mark.parametrize("variant", ["04_oneshot_signal", "05_twoshot_allreduce", "auto_allreduce"])
+@pytest.mark.parametrize("variant", ["04_oneshot_signal", "05_twoshot_allreduce", "06_oneshot_ll", "auto_allreduce"])
 def test_graph_captured_signal_rungs_one_rank_per_gpu(variant):
     world, n = min(N_GPUS, 8), 100_003
     rng = np.random.default_rng(23)
@@ -816,7 +825,7 @@ def _processes(args, world, style="lab", faults=False, extra_env=None, deadline=
 @needs_gpus(2)
 @needs_nccl()
 @pytest.mark.parametrize("style", ["lab", "mpirun", "torchrun"])
-@pytest.mark.parametrize("variant", ["04_oneshot_signal", "05_twoshot_allreduce", "auto_allreduce",
+@pytest.mark.parametrize("variant", ["04_oneshot_signal", "05_twoshot_allreduce", "06_oneshot_ll", "auto_allreduce",
                                      "02_ring_allreduce", "03_oneshot_allreduce", "nccl_allreduce"])
 def test_the_lab_kernels_run_one_process_per_gpu_under_each_launcher(style, variant):
     world = min(N_GPUS, 8)
@@ -824,7 +833,7 @@ def test_the_lab_kernels_run_one_process_per_gpu_under_each_launcher(style, vari
     df = co.parse_output(res.stdout)
     assert sorted(df["rank"]) == list(range(world)) and (df["ranks"] == "processes").all()
     assert (df["check"] == "pass").all() and (df["mismatches"] == 0).all()
-    if variant in ("04_oneshot_signal", "05_twoshot_allreduce", "auto_allreduce", "nccl_allreduce"):
+    if variant in ("04_oneshot_signal", "05_twoshot_allreduce", "06_oneshot_ll", "auto_allreduce", "nccl_allreduce"):
         assert (df["graph_ms"] > 0).all()
 
 
