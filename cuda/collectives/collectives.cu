@@ -124,7 +124,7 @@ struct CollArgs {
     const RankPtrs *ranks;
     ErrRec *err;
     int world, rank, blocks_per_rank, dtype, stall_rank, direction, cps;
-    long long n, base, seg_len, chunk, half, small_flags;
+    long long n, base, seg_len, chunk, half, small_flags, ll_half;  // 06's lines start at 2 * half
     unsigned long long epoch, timeout_ns;
 };
 
@@ -521,7 +521,8 @@ __device__ void twoshot_body(const CollArgs &a, int r, int b, unsigned long long
 // aligned 8-byte half arrives whole, as NCCL's LL relies on). So no fence and no flag of its own: one
 // trip over the link where 04 makes two (the data, then after a system fence the flag). The cost is
 // twice the bytes on the wire and a spin per line: for small messages, where the trip is the time.
-// Slots and parity as 04's (stale lines of this parity hold epoch e - 2, or 0 when never written).
+// Its lines have a region of the scratch of their own (comm_alloc), slots and parity as 04's: a stale
+// line holds an earlier call's epoch, or 0 when never written, never the one a reader waits for.
 struct alignas(16) LLLine {
     unsigned int w0, f0, w1, f1;
 };
@@ -571,7 +572,7 @@ __device__ void oneshot_ll_body(const CollArgs &a, int r, int b, unsigned long l
     constexpr int K = 8 / (int)sizeof(T);  // elements in a line
     const int W = a.world, B = a.blocks_per_rank;
     const long long nb = a.n * (long long)sizeof(T), lines = (nb + 7) / 8;
-    const long long par = (long long)(e & 1) * a.half;
+    const long long par = 2 * a.half + (long long)(e & 1) * a.ll_half;
     const unsigned int f = (unsigned int)e;
     const long long first = (long long)b * blockDim.x + threadIdx.x, step = (long long)B * blockDim.x;
     // Send: line i of this rank's message into slot r of every rank's scratch (its own included).
@@ -600,8 +601,13 @@ __device__ void oneshot_ll_body(const CollArgs &a, int r, int b, unsigned long l
 #pragma unroll
         for (int j = 0; j < K; ++j) o[j] = E::down(acc[j]);
         const long long valid = min(8LL, nb - 8 * i);
-        if (valid == 8) *reinterpret_cast<uint2 *>(out + 8 * i) = *reinterpret_cast<const uint2 *>(o);
-        else memcpy(out + 8 * i, o, (size_t)valid);
+        if (valid == 8) {
+            uint2 u;  // o is only as aligned as T: assemble the 8-byte store in a register
+            memcpy(&u, o, 8);
+            *reinterpret_cast<uint2 *>(out + 8 * i) = u;
+        } else {
+            memcpy(out + 8 * i, o, (size_t)valid);
+        }
     }
 }
 
@@ -685,7 +691,7 @@ struct Comm {
     // One process per rank: this process's rank (its buffers are its own; the peers' are mapped
     // through CUDA IPC), -1 when one process holds every rank.
     int self = -1;
-    long long in_bytes = 0, out_bytes = 0, flag_count = 0, scratch_bytes = 0, small_flags = 0;
+    long long in_bytes = 0, out_bytes = 0, flag_count = 0, scratch_bytes = 0, small_flags = 0, ll_bytes = 0;
     unsigned long long timeout_ns = 0, epoch = 0;
     std::vector<int> dev;  // each rank's device (virtual ranks: all the same; one process per rank: its own)
     std::vector<unsigned char *> in, out, recv, scratch;
@@ -867,7 +873,8 @@ cudaError_t enqueue_lab(Comm &c, int variant, int dtype, long long n, long long 
     a.base = base;
     a.epoch = ++c.epoch;
     a.timeout_ns = c.timeout_ns;
-    a.half = c.scratch_bytes / 2;
+    a.half = (c.scratch_bytes - c.ll_bytes) / 2;
+    a.ll_half = c.ll_bytes / 2;
     a.small_flags = c.small_flags;
     const bool small = device_epoch(variant);
     int mode = variant == V05_TWOSHOT ? 1 : variant == V06_ONESHOT_LL ? 2 : 0;
@@ -1323,7 +1330,8 @@ cudaError_t tp_open(Comm &c, TpBuffers &t, int ar_variant, int chunks, int T, in
 // The streams, the launch tables and error records, and the buffers of rank `only` (-1: every rank),
 // each zeroed. The flags: the ring's and 03's, then 04/05's signal flags and epoch counters, then
 // one word for the IPC canary. The scratch: two halves (the epoch's parity), each the larger of 04's
-// W slots and 05's W chunks.
+// W slots and 05's W chunks; then 06's own two halves of W slots of lines. Only 06 writes there: a
+// line's epoch words never hold another rung's data, which could equal the epoch a reader waits for.
 cudaError_t comm_alloc(Comm &c, int only) {
     const int W = c.world;
     c.small_flags = 2LL * W * std::max(kCpsMax, kMaxBlocksPerRank);
@@ -1331,7 +1339,8 @@ cudaError_t comm_alloc(Comm &c, int only) {
     const long long one = (std::min(c.in_bytes, kOneshotMaxBytes) + 15) / 16 * 16;
     const long long two = (std::min(c.in_bytes, kTwoshotMaxBytes) + W * 16 - 1) / (W * 16) * 16;
     const long long ll = (std::min(c.in_bytes, kLLMaxBytes) + 7) / 8 * 16;  // 06: a 16-byte line per 8 bytes
-    c.scratch_bytes = 2 * W * std::max(std::max(one, two), ll);
+    c.ll_bytes = 2 * W * ll;
+    c.scratch_bytes = 2 * W * std::max(one, two) + c.ll_bytes;
     // The streams first: everything below is done on them (rank_stream says why).
     const int L = c.launches();
     size_null(L, c.table, c.err, c.stream, c.stream2, c.ev_fork, c.ev_done);
