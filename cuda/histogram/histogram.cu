@@ -123,8 +123,10 @@ __global__ void histogram_03_coarsened(const unsigned char *__restrict__ in, lon
         }
     }
     const long long tail = head + chunks * 16;
-    if (tid < head) atomicAdd(&mine[in[tid] * kLanes], 1u);
-    if (tail + tid < n) atomicAdd(&mine[in[tail + tid] * kLanes], 1u);
+    // The head and the tail (up to 15 bytes each) one byte a thread, grid-stride: a grid of fewer than
+    // 15 threads still counts them all.
+    for (long long k = tid; k < head; k += stride) atomicAdd(&mine[in[k] * kLanes], 1u);
+    for (long long k = tail + tid; k < n; k += stride) atomicAdd(&mine[in[k] * kLanes], 1u);
     __syncthreads();  // every byte of the block counted before the copies are summed
 
     for (int b = threadIdx.x; b < kBins; b += blockDim.x) {

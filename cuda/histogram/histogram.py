@@ -227,7 +227,8 @@ def shared_private_k(ctx, x, n, bins):
 
 def coarsened_k(ctx, x, n, bins, head):
     """03_coarsened: a grid-stride loop over 16-byte chunks from x[head:], each lane counting into its
-    own interleaved copy of the bins (copies[bin * 32 + lane]); the head and tail bytes one per thread."""
+    own interleaved copy of the bins (copies[bin * 32 + lane]); the head and tail bytes one a thread,
+    grid-stride."""
     copies = ctx.shared.copies
     t = ctx.threadIdx.x
     for i in range(t, BINS * LANES, ctx.blockDim.x):
@@ -243,10 +244,10 @@ def coarsened_k(ctx, x, n, bins, head):
             copies[int(byte) * LANES + lane] += 1
         c += stride
     tail = head + chunks * 16
-    if tid < head:
-        copies[int(x[tid]) * LANES + lane] += 1
-    if tail + tid < n:
-        copies[int(x[tail + tid]) * LANES + lane] += 1
+    for k in range(tid, head, stride):  # the head and the tail grid-stride: any grid counts them all
+        copies[int(x[k]) * LANES + lane] += 1
+    for k in range(tail + tid, n, stride):
+        copies[int(x[k]) * LANES + lane] += 1
     yield  # every byte of the block counted before the copies are summed
     for b in range(t, BINS, ctx.blockDim.x):
         s = sum(int(copies[b * LANES + (j + b) % LANES]) for j in range(LANES))

@@ -42,7 +42,8 @@ def test_every_twin_matches_numpy_on_ragged_sizes(kind, n):
     ref = prog.reference(x)
     assert int(ref.sum()) == n
     for v in _variants():
-        for threads, blocks, misalign in ((32, 1, 0), (64, 3, 3), (96, 2, 15)):
+        # (1, 1, 1) and (7, 1, 9): grids of fewer threads than 03's head and tail bytes
+        for threads, blocks, misalign in ((32, 1, 0), (64, 3, 3), (96, 2, 15), (1, 1, 1), (7, 1, 9)):
             prog.check_counts(prog.twin(x, v, threads=threads, blocks=blocks, misalign=misalign), ref)
 
 
@@ -272,14 +273,17 @@ def test_the_device_entry_point_zeroes_poisoned_bins_at_any_alignment(variant):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("blocks,threads", [(1, 32), (3, 96), (7, 1024), (1000, 128)])
-def test_the_coarsened_kernel_is_right_on_any_grid(blocks, threads):
-    x = prog.uniform_bytes(3_000_017, seed=9)
+@pytest.mark.parametrize("blocks,threads", [(1, 32), (3, 96), (7, 1024), (1000, 128), (1, 1), (1, 7), (2, 5)])
+@pytest.mark.parametrize("n,offset", [(3_000_017, 0), (47, 3), (15, 0)])
+def test_the_coarsened_kernel_is_right_on_any_grid(blocks, threads, n, offset):
+    """Any grid counts every byte: a misaligned head and a tail of up to 15 bytes each, even with fewer
+    threads in the whole grid than those bytes."""
+    x = prog.uniform_bytes(n + offset, seed=9)
     with cudart.DeviceBuffer.from_array(x) as d_in, cudart.DeviceBuffer(4 * 256) as d_bins:
         d_bins.fill_bytes(0xAB)
-        prog.histogram_dev(prog.DEFAULT_VARIANT, d_in, x.size, d_bins, blocks=blocks, threads=threads)
+        prog.histogram_dev(prog.DEFAULT_VARIANT, _offset(d_in, offset), n, d_bins, blocks=blocks, threads=threads)
         cudart.synchronize()
-        prog.check_counts(d_bins.to_host(np.empty(256, np.uint32)), prog.reference(x))
+        prog.check_counts(d_bins.to_host(np.empty(256, np.uint32)), prog.reference(x[offset:]))
 
 
 @pytest.mark.gpu
