@@ -23,12 +23,16 @@ def _variants(r, g, b, rounding: bool = True) -> dict:
     gs = _gs()
     r64, g64, b64 = (np.asarray(c, dtype=np.float64) for c in (r, g, b))
     w64 = [np.float64(w) for w in (gs.CR, gs.CG, gs.CB)]
+    # fmaf(B, b, fmaf(R, r, G*g)) and fmaf(B, b, fmaf(G, g, R*r)), the compiler's contractions of the sum
+    # (float32 products of a byte are exact in float64, so one float64 operation then a rounding is a fma)
     fused = (w64[0] * r64 + (gs.CG * g).astype(np.float64)).astype(np.float32)
     fused = (w64[2] * b64 + fused.astype(np.float64)).astype(np.float32)
+    fused2 = (w64[1] * g64 + (gs.CR * r).astype(np.float64)).astype(np.float32)
+    fused2 = (w64[2] * b64 + fused2.astype(np.float64)).astype(np.float32)
     ways = {
         "float64 arithmetic (the weights or the sum in double precision)":
             [np.floor(0.2989 * r64 + 0.5870 * g64 + 0.1140 * b64), (w64[0] * r64 + w64[1] * g64) + w64[2] * b64],
-        "a fused multiply-add (fmaf, or a*b + c contracted by the compiler)": [fused],
+        "a fused multiply-add (fmaf, or a*b + c contracted by the compiler)": [fused, fused2],
         "the sum in another order": [(gs.CB * b + gs.CG * g) + gs.CR * r, gs.CR * r + (gs.CG * g + gs.CB * b),
                                      (gs.CR * r + gs.CB * b) + gs.CG * g],
     }
@@ -67,7 +71,7 @@ def _rounding_edge_table() -> dict:
     return found
 
 
-def _rounding_edge_pixels(rng: np.random.Generator, per: int = 24) -> np.ndarray:
+def _rounding_edge_pixels(rng: np.random.Generator, per: int = 40) -> np.ndarray:
     """(3, m) pixels whose grey byte changes when the weighted sum is not rounded exactly as the
     reference rounds it: `per` of each other way of rounding it (float64, a fused multiply-add, another
     order), drawn from every such pixel."""
