@@ -38,7 +38,8 @@ def _variants(r, g, b, rounding: bool = True) -> dict:
     }
     if rounding:  # half the pixels: any random picture shows it
         lab = (gs.CR * r + gs.CG * g) + gs.CB * b
-        ways["rounding to the nearest byte, not truncating"] = [np.floor(lab.astype(np.float64) + 0.5)]
+        ways["rounding to the nearest byte, not truncating"] = [np.floor(lab.astype(np.float64) + 0.5),
+                                                                        np.round(lab)]  # halves up, or to even
     return ways
 
 
