@@ -169,10 +169,9 @@ class Grayscale(kit.Problem):
         if np.abs(out.astype(np.int16) - ref.astype(np.int16)).max() > 1:
             return {}
         x = self.inputs(case)["x"].reshape(3, -1).astype(np.float32)
-        for name, ways in _variants(*x).items():
-            if any(np.array_equal(v.astype(np.uint8), out) for v in ways):
-                return {"rounding": name}
-        return {"rounding": "another rounding"}
+        # every way that gives these bytes: a picture may hold only pixels where two ways agree
+        return {"rounding": [name for name, ways in _variants(*x).items()
+                             if any(np.array_equal(v.astype(np.uint8), out) for v in ways)]}
 
     def first_pattern(self, bad: list[dict], track: str) -> str | None:
         moved = {r.get("misplaced") for r in bad}
@@ -183,11 +182,10 @@ class Grayscale(kit.Problem):
                         f"{where}, the same index as its red byte in x")
             return (f"every byte is right, in the wrong place: each grey byte goes to {where}, the same index as "
                     f"its red byte in x")
-        ways = {r.get("rounding") for r in bad}
-        if None in ways:
+        if any(r.get("rounding") is None for r in bad):
             return None
-        named = sorted(ways - {"another rounding"})
-        how = f"the bytes are those of {named[0]}" if len(named) == 1 and len(ways) == 1 else \
+        common = [name for name in bad[0]["rounding"] if all(name in r["rounding"] for r in bad)]
+        how = f"the bytes are those of {common[0]}" if len(common) == 1 else \
             "every wrong byte is one off the lab's: the weighted sum is rounded another way"
         return (f"{how}: the grey byte is the float32 sum ((0.2989 * r + 0.5870 * g) + 0.1140 * b), each product and "
                 f"sum rounded to float32 in that order, no fused multiply-add, then truncated (_grey / grey_u8 do it)")
