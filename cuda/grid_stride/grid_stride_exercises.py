@@ -10,6 +10,30 @@ from harness.programs import exercise as kit
 from harness.programs.exercise import Case, Speed
 
 
+class Shared(kit.Counting):
+    """kit.Counting that also counts each thread's elements: the grid shares the work, so no thread
+    writes more than its share, ceil(n / the grid's thread count) (one thread running the whole loop
+    gives right values, each element written once, and the grid idle)."""
+
+    share: int = 0
+    mine: dict
+
+    def __setitem__(self, key, value):
+        fresh = int(np.count_nonzero(self.owner[np.arange(self.owner.size)[key]] < 0))
+        super().__setitem__(key, value)
+        self.mine[self.writer] = self.mine.get(self.writer, 0) + fresh
+
+    def check_share(self) -> None:
+        """After the launch, so that an element written by two threads is said first (that is the
+        cause where a thread's extra elements belong to others)."""
+        writer, k = max(self.mine.items(), key=lambda kv: kv[1], default=(-1, 0))
+        if k > self.share:
+            raise kit.RedundantWrites(
+                f"one thread (global index {writer}) wrote {k} elements, more than its share of {self.share} (n over "
+                f"the grid's thread count): the grid's threads share the work, each starting at its own global "
+                f"index and stepping by the whole grid's thread count")
+
+
 class GridStride(kit.Problem):
     """out = x * x over float32 with a grid of the check's choice, often smaller than n. Every element
     must be written by one thread only: a stride of blockDim alone gives right values with the work done
@@ -40,6 +64,20 @@ class GridStride(kit.Problem):
         p = case.params
         return {"strided": p["blocks"] * p["threads"] < p["n"]}
 
+    def out_facts(self, case: Case, out: np.ndarray, ref: np.ndarray) -> dict:
+        # Exactly the elements past the grid's first pass never written: every thread stopped after
+        # its first element (an `if` where the loop belongs, or a loop that never steps on).
+        p = case.params
+        unwritten = kit.is_poison(np.asarray(out).ravel())
+        past = np.arange(unwritten.size) >= p["blocks"] * p["threads"]
+        return {"first_pass_only": bool(past.any() and np.array_equal(unwritten, past))}
+
+    def first_pattern(self, bad: list[dict], track: str) -> str | None:
+        if all(r.get("first_pass_only") for r in bad):
+            return ("only the elements past the grid's first pass (index >= blocks x threads) were never written: "
+                    "each thread stops after its first element: loop while i < n, adding the stride each time")
+        return None
+
     def pattern(self, bad: list[dict], good: list[dict], track: str) -> str | None:
         if good and all(r.get("strided") for r in bad):
             return "only grids smaller than n fail: the stride must be the whole grid's thread count"
@@ -49,8 +87,13 @@ class GridStride(kit.Problem):
         from harness.base import sim
 
         p = case.params
-        out = kit.counting(p["n"], np.float32)
-        sim.launch(kit.as_writer(fn, out), p["blocks"], p["threads"], inp["x"], out, p["n"])
+        out = kit.counting(p["n"], np.float32).view(Shared)
+        out.owner, out.mine = np.full(p["n"], -1, dtype=np.int64), {}
+        out.share = kit.cdiv(p["n"], p["blocks"] * p["threads"])
+        x = inp["x"].copy()
+        x.setflags(write=False)  # the input, const in the CUDA kernel: a thread that writes it fails at its line
+        sim.launch(kit.as_writer(fn, out), p["blocks"], p["threads"], x, out, p["n"])
+        out.check_share()
         return np.asarray(out)
 
     def run_cuda(self, mod, case: Case, inp: dict, alt: bool = False) -> dict:

@@ -10,6 +10,27 @@ from harness.programs import exercise as kit
 from harness.programs.exercise import Case, Speed
 
 
+class OneEach(np.ndarray):
+    """The in-place array, noting which element each thread writes: square runs one thread per element,
+    so a thread that writes a second element does another thread's work (one thread squaring the whole
+    array gives right values with no parallelism at all). Writing its own element twice is fine."""
+
+    wrote: dict
+    writer: int = -1
+    blockdim: int = 1
+
+    def __setitem__(self, key, value):
+        idx = np.unique(np.arange(self.size)[key])
+        first = self.wrote.setdefault(self.writer, int(idx[0])) if idx.size else None
+        other = [int(i) for i in idx if i != first][:1]
+        if other:
+            b, t = divmod(self.writer, self.blockdim)
+            raise kit.RedundantWrites(
+                f"block {b}'s thread {t} wrote element {first} and element {other[0]}: the kernel runs one "
+                f"thread per element, each squaring only a[i] at its own global index i")
+        super().__setitem__(key, value)
+
+
 class Square(kit.Problem):
     """int32 squared in place, wrapping modulo 2^32; the CUDA track also runs the course's program
     (exercise_managed), and its counting build counts allocations left unfreed."""
@@ -41,9 +62,15 @@ class Square(kit.Problem):
         from harness.base import sim
 
         p = case.params
-        a = inp["a"].copy()
-        sim.blk_kernel(fn, kit.cdiv(p["n"], p["threads"]), p["threads"], a, p["n"])
-        return a
+        a = inp["a"].copy().view(OneEach)
+        a.wrote, a.blockdim = {}, p["threads"]
+
+        def noted(blockidx, threadidx, blockdim, *args):
+            a.writer = blockidx * blockdim + threadidx
+            return fn(blockidx, threadidx, blockdim, *args)
+
+        sim.blk_kernel(noted, kit.cdiv(p["n"], p["threads"]), p["threads"], a, p["n"])
+        return np.asarray(a)
 
     def run_cuda(self, mod, case: Case, inp: dict, alt: bool = False) -> dict:
         from harness.calling import cudart

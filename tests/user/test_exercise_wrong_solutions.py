@@ -45,6 +45,25 @@ WRONG = {("square", "python"): [
     ("block and thread swapped", [("    i = blockidx * blockdim + threadidx\n", "    i = threadidx * blockdim + blockidx\n")],
      "never written", BOUNDS),
     ("the partial block skipped", [("    if i < n:\n", "    if i < (n // blockdim) * blockdim:\n")], BOUNDS, None),
+    ("one thread squares the whole array", [("    i = blockidx * blockdim + threadidx\n    if i < n:\n", "    if blockidx == 0 and threadidx == 0:\n"),
+                                            ("        v = int(a[i]) & 0xFFFFFFFF\n        a[i] = np.uint32((v * v) & 0xFFFFFFFF).view(np.int32)\n",
+                                             "        a[:n] = a[:n] * a[:n]\n")], "one thread per element", BOUNDS),
+    ("every thread squares the whole array", [("        a[i] = np.uint32((v * v) & 0xFFFFFFFF).view(np.int32)\n", "        a[:] = a * a\n")],
+     "one thread per element", BOUNDS),
+    ("a block of 256 hard-coded", [("    i = blockidx * blockdim + threadidx\n", "    i = blockidx * 256 + threadidx\n")], "never written", BOUNDS),
+    ("blocks overlap by one", [("    i = blockidx * blockdim + threadidx\n", "    i = blockidx * (blockdim - 1) + threadidx\n")],
+     "outputs wrong", BOUNDS),
+    ("element 0 skipped", [("    if i < n:\n", "    if 0 < i < n:\n")], "the first thread's index is not 0", BOUNDS),
+    ("a saturating square", [("        a[i] = np.uint32((v * v) & 0xFFFFFFFF).view(np.int32)\n", "        a[i] = min(int(a[i]) ** 2, 2**31 - 1)\n")],
+     "outputs wrong", BOUNDS),
+    ("the square in float32", [("        a[i] = np.uint32((v * v) & 0xFFFFFFFF).view(np.int32)\n",
+                                "        a[i] = np.int32(np.float32(a[i]) * np.float32(a[i]))\n")], "outputs wrong", BOUNDS),
+    ("the square in float64", [("        a[i] = np.uint32((v * v) & 0xFFFFFFFF).view(np.int32)\n",
+                                "        a[i] = np.uint32(int(float(v) * float(v)) & 0xFFFFFFFF).view(np.int32)\n")], "outputs wrong", BOUNDS),
+    ("the low 31 bits kept", [("        a[i] = np.uint32((v * v) & 0xFFFFFFFF).view(np.int32)\n", "        a[i] = (v * v) & 0x7FFFFFFF\n")],
+     "outputs wrong", BOUNDS),
+    ("a Python int stored unwrapped", [("        a[i] = np.uint32((v * v) & 0xFFFFFFFF).view(np.int32)\n", "        a[i] = int(a[i]) * int(a[i])\n")],
+     "OverflowError", BOUNDS),
 ], ("square", "cuda"): [
     ("no bounds check", [("    if (i >= n) return;\n", "")], "wrote past the end", None),
     ("index shifted by one", [("    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n",
@@ -59,6 +78,10 @@ WRONG = {("square", "python"): [
     ("blockIdx times threadIdx", [("    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n",
                                    "    long long i = (long long)blockIdx.x * threadIdx.x + threadIdx.x;\n")],
      "never written", BOUNDS),
+    ("a block of 256 hard-coded", [("    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n",
+                                    "    long long i = (long long)blockIdx.x * 256 + threadIdx.x;\n")], "never written", BOUNDS),
+    ("element 0 skipped", [("    if (i >= n) return;\n", "    if (i >= n || i == 0) return;\n")], "the first thread's index is not 0", BOUNDS),
+    ("the square in float", [("    a[i] = wrap_square(a[i]);\n", "    a[i] = (int)((float)a[i] * (float)a[i]);\n")], "outputs wrong", BOUNDS),
 ], ("grid_stride", "python"): [
     ("stride of blockDim only", [("    stride = ctx.blockDim.x * ctx.gridDim.x\n", "    stride = ctx.blockDim.x\n")],
      "more than one thread", None),
@@ -70,6 +93,22 @@ WRONG = {("square", "python"): [
     ("adds instead of squaring", [("        out[i] = x[i] * x[i]\n", "        out[i] = x[i] + x[i]\n")],
      "outputs wrong", None),
     ("steps one too far", [("        i += stride\n", "        i += stride + 1\n")], "never written", None),
+    ("one thread runs the whole loop", [("    while i < n:\n        out[i] = x[i] * x[i]\n        i += stride\n",
+                                         "    if i == 0:\n        out[:n] = x[:n] * x[:n]\n")], "more than its share", BOUNDS),
+    ("x squared in place", [("        out[i] = x[i] * x[i]\n", "        x[i] = x[i] * x[i]\n        out[i] = x[i]\n")], "read-only", None),
+    ("an if, not a loop", [("    while i < n:\n        out[i] = x[i] * x[i]\n        i += stride\n", "    if i < n:\n        out[i] = x[i] * x[i]\n")],
+     "each thread stops after its first element", BOUNDS),
+    ("start from gridDim", [("    i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x\n", "    i = ctx.blockIdx.x * ctx.gridDim.x + ctx.threadIdx.x\n")],
+     "more than one thread", BOUNDS),
+    ("stride one more than the grid", [("    stride = ctx.blockDim.x * ctx.gridDim.x\n", "    stride = ctx.blockDim.x * ctx.gridDim.x + 1\n")],
+     "the stride must be the whole grid's thread count", BOUNDS),
+    ("stride a block short", [("    stride = ctx.blockDim.x * ctx.gridDim.x\n", "    stride = ctx.blockDim.x * max(ctx.gridDim.x - 1, 1)\n")],
+     "more than one thread", BOUNDS),
+    ("32 threads a block hard-coded", [("    stride = ctx.blockDim.x * ctx.gridDim.x\n    i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x\n",
+                                        "    stride = 32 * ctx.gridDim.x\n    i = ctx.blockIdx.x * 32 + ctx.threadIdx.x\n")], "never written", BOUNDS),
+    ("x times |x|", [("        out[i] = x[i] * x[i]\n", "        out[i] = x[i] * abs(x[i])\n")], "outputs wrong", BOUNDS),
+    ("the square in float16", [("        out[i] = x[i] * x[i]\n", "        out[i] = np.float16(x[i]) * np.float16(x[i])\n")], "outputs wrong", BOUNDS),
+    ("the last element copied", [("        out[i] = x[i] * x[i]\n", "        out[i] = x[i] * x[i] if i < n - 1 else x[i]\n")], "outputs wrong", BOUNDS),
 ], ("grid_stride", "cuda"): [
     ("stride of blockDim only", [("    const long long stride = (long long)gridDim.x * blockDim.x;\n",
                                   "    const long long stride = blockDim.x;\n")], "more than one thread", None),
@@ -81,6 +120,10 @@ WRONG = {("square", "python"): [
                          "    const long long stride = 2LL * gridDim.x * blockDim.x;\n")], "never written", None),
     ("one past the end", [("i < n; i += stride", "i <= n; i += stride")], "wrote past the end", None),
     ("copies instead of squaring", [("out[i] = x[i] * x[i];", "out[i] = x[i];")], "outputs wrong", None),
+    ("an if, not a loop", [("for (long long i = idx; i < n; i += stride) out[i] = x[i] * x[i];",
+                            "if (idx < n) out[idx] = x[idx] * x[idx] + 0.0f * stride;")], "each thread stops after its first element", BOUNDS),
+    ("start from gridDim", [("    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n",
+                             "    const long long idx = (long long)blockIdx.x * gridDim.x + threadIdx.x;\n")], "more than one thread", BOUNDS),
 ], ("grayscale", "python"): [
     ("float64 weights", [("    return int((CR * np.float32(r) + CG * np.float32(g)) + CB * np.float32(b))\n",
                           "    return int(0.2989 * float(r) + 0.5870 * float(g) + 0.1140 * float(b))\n")],
@@ -94,19 +137,45 @@ WRONG = {("square", "python"): [
      "never written", BOUNDS),
     ("planes swapped", [("_grey(x[i], x[i + n], x[i + 2 * n])", "_grey(x[i + 2 * n], x[i + n], x[i])")],
      "outputs wrong", BOUNDS),
+    ("256 threads a block hard-coded", [("    i = blockidx * blockdim + threadidx\n", "    i = blockidx * 256 + threadidx\n")],
+     "never written", BOUNDS),
+    ("rounded to the nearest byte", [("    return int((CR * np.float32(r) + CG * np.float32(g)) + CB * np.float32(b))\n",
+                                      "    return int(round(float((CR * np.float32(r) + CG * np.float32(g)) + CB * np.float32(b))))\n")],
+     "rounding to the nearest byte", "never written"),
+    ("the sum from blue to red", [("    return int((CR * np.float32(r) + CG * np.float32(g)) + CB * np.float32(b))\n",
+                                   "    return int((CB * np.float32(b) + CG * np.float32(g)) + CR * np.float32(r))\n")],
+     "the sum in another order", "never written"),
+    ("green and blue added first", [("    return int((CR * np.float32(r) + CG * np.float32(g)) + CB * np.float32(b))\n",
+                                      "    return int(CR * np.float32(r) + (CG * np.float32(g) + CB * np.float32(b)))\n")],
+     "the sum in another order", "never written"),
+    ("integer weights", [("_grey(x[i], x[i + n], x[i + 2 * n])", "(299 * int(x[i]) + 587 * int(x[i + n]) + 114 * int(x[i + 2 * n])) // 1000")],
+     "one off the lab's", BOUNDS),
+    ("interleaved RGB", [("_grey(x[i], x[i + n], x[i + 2 * n])", "_grey(x[3 * i], x[3 * i + 1], x[3 * i + 2])")], "outputs wrong", BOUNDS),
+    ("the input overwritten", [("        out[i] = _grey(x[i], x[i + n], x[i + 2 * n])\n",
+                                "        x[i] = _grey(x[i], x[i + n], x[i + 2 * n])\n        out[i] = x[i]\n")], "read-only", None),
+    ("stops one early", [("    if i < n:\n", "    if i < n - 1:\n")], "never written", None),
+    ("the planes averaged", [("_grey(x[i], x[i + n], x[i + 2 * n])", "x[i] // 3 + x[i + n] // 3 + x[i + 2 * n] // 3")],
+     "outputs wrong", BOUNDS),
+    ("planes 256 apart", [("_grey(x[i], x[i + n], x[i + 2 * n])", "_grey(x[i], x[i + 256], x[i + 512])")], "IndexError", None),
 ], ("grayscale", "cuda"): [
     ("no bounds check", [("    if (i < n) out[i]", "    out[i]")], "wrote past the end", None),
     ("plane offset", [("x[i + 2 * stride]);  // the last block", "x[i + 2]);  // the last block")], "outputs wrong", BOUNDS),
-    ("fused multiply-adds", [("grey_u8(x[i], x[i + stride], x[i + 2 * stride]);  // the last block",
+    ("fused multiply-adds", [("grey_u8(x[i], x[i + stride], x[i + 2 * stride]);  // the last block is partial",
                               "(unsigned char)(0.2989f * x[i] + 0.5870f * x[i + stride] + 0.1140f * x[i + 2 * stride]);")],
      "outputs wrong", "never written"),
-    ("double weights", [("grey_u8(x[i], x[i + stride], x[i + 2 * stride]);  // the last block",
+    ("double weights", [("grey_u8(x[i], x[i + stride], x[i + 2 * stride]);  // the last block is partial",
                          "(unsigned char)(0.2989 * x[i] + 0.5870 * x[i + stride] + 0.1140 * x[i + 2 * stride]);")],
      "outputs wrong", "never written"),
     ("the partial block skipped", [("    if (i < n) out[i]", "    if (i < n / 256 * 256) out[i]")], BOUNDS, None),
     ("blockIdx times threadIdx", [("    const int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n)",
                                    "    const int i = blockIdx.x * threadIdx.x + threadIdx.x;\n    if (i < n)")],
      "never written", BOUNDS),
+    ("the sum from blue to red", [("grey_u8(x[i], x[i + stride], x[i + 2 * stride]);  // the last block is partial",
+                                   "(unsigned char)__fadd_rn(__fadd_rn(__fmul_rn(0.1140f, x[i + 2 * stride]), __fmul_rn(0.5870f, "
+                                   "x[i + stride])), __fmul_rn(0.2989f, x[i]));")], "the sum in another order", "never written"),
+    ("rounded to the nearest byte", [("grey_u8(x[i], x[i + stride], x[i + 2 * stride]);  // the last block is partial",
+                                      "(unsigned char)rintf(grey_value(x[i], x[i + stride], x[i + 2 * stride]));")],
+     "rounding to the nearest byte", "never written"),
 ], ("grayscale_2d", "python"): [
     ("no bound on the rows", [("    if c >= w or r >= h:\n", "    if c >= w:\n")], "IndexError", None),
     ("x and y swapped", [("    c = blockidx.x * blockdim.x + threadidx.x\n    r = blockidx.y * blockdim.y + threadidx.y\n",
@@ -118,6 +187,23 @@ WRONG = {("square", "python"): [
     ("last column skipped", [("    if c >= w or r >= h:\n", "    if c >= w - 1 or r >= h:\n")], "never written", BOUNDS),
     ("the partial blocks skipped", [("    if c >= w or r >= h:\n", "    if c >= (w // 16) * 16 or r >= h:\n")],
      BOUNDS, None),
+    ("blocks of 16 hard-coded", [("    c = blockidx.x * blockdim.x + threadidx.x\n    r = blockidx.y * blockdim.y + threadidx.y\n",
+                                  "    c = blockidx.x * 16 + threadidx.x\n    r = blockidx.y * 16 + threadidx.y\n")], "never written", BOUNDS),
+    ("rows from blockdim.x", [("    r = blockidx.y * blockdim.y + threadidx.y\n", "    r = blockidx.y * blockdim.x + threadidx.y\n")],
+     "never written", BOUNDS),
+    ("the output column-major", [("    out[i] = _grey(x[i], x[i + n], x[i + 2 * n])\n", "    out[c * h + r] = _grey(x[i], x[i + n], x[i + 2 * n])\n")],
+     "transposed", BOUNDS),
+    ("the output upside down", [("    out[i] = _grey(x[i], x[i + n], x[i + 2 * n])\n", "    out[(h - 1 - r) * w + c] = _grey(x[i], x[i + n], x[i + 2 * n])\n")],
+     "in the wrong place", BOUNDS),
+    ("> where >= belongs", [("    if c >= w or r >= h:\n", "    if c > w or r > h:\n")], "IndexError", None),
+    ("the bounds of w and h swapped", [("    if c >= w or r >= h:\n", "    if c >= h or r >= w:\n")], "IndexError", None),
+    ("and where or belongs", [("    if c >= w or r >= h:\n", "    if c >= w and r >= h:\n")], "IndexError", None),
+    ("planes w apart", [("    out[i] = _grey(x[i], x[i + n], x[i + 2 * n])\n", "    out[i] = _grey(x[i], x[i + w], x[i + 2 * w])\n")],
+     "outputs wrong", BOUNDS),
+    ("the first row skipped", [("    if c >= w or r >= h:\n", "    if c >= w or r >= h or r == 0:\n")], "never written", None),
+    ("rounded to the nearest byte", [("    return int((CR * np.float32(r) + CG * np.float32(g)) + CB * np.float32(b))\n",
+                                      "    return int(np.float32(0.5) + (CR * np.float32(r) + CG * np.float32(g)) + CB * np.float32(b))\n")],
+     "rounding to the nearest byte", "never written"),
 ], ("grayscale_2d", "cuda"): [
     ("no bound on the rows", [("    if (c >= w || r >= h) return;", "    if (c >= w) return;")], "wrote past the end", None),
     ("row without its block", [("    const int r = blockIdx.y * blockDim.y + threadIdx.y;\n",
@@ -130,6 +216,9 @@ WRONG = {("square", "python"): [
      "outputs", BOUNDS),
     ("the partial blocks skipped", [("    if (c >= w || r >= h) return;", "    if (c >= w / 16 * 16 || r >= h) return;")],
      BOUNDS, None),
+    ("the output column-major", [("    out[i] = grey_u8(x[i], x[i + stride], x[i + 2 * stride]);\n",
+                                  "    out[c * h + r] = grey_u8(x[i], x[i + stride], x[i + 2 * stride]);\n")], "transposed", BOUNDS),
+    ("> where >= belongs", [("    if (c >= w || r >= h) return;", "    if (c > w || r > h) return;")], "wrote past the end", None),
 ], ("matmul", "python"): [
     ("B's row stride of k", [("n[i * w + c]", "n[i * k + c]")], "wrong", BOUNDS),
     ("A's row stride of w", [("m[r * k + i]", "m[r * w + i]")], "", BOUNDS),
@@ -189,6 +278,27 @@ WRONG = {("square", "python"): [
     ("float64 arithmetic", [("    dt = type(x0)\n", "    dt = np.float64\n")], "outputs wrong", BOUNDS),
     ("row stride of height", [("    out[row * width + col] = n\n", "    out[row * height + col] = n\n")], "", BOUNDS),
     ("no bound on the rows", [("    if col >= width or row >= height:\n", "    if col >= width:\n")], "IndexError", None),
+    ("a for loop leaves n at max_iters - 1", [("    while n < max_iters:\n", "    for n in range(max_iters):\n"), ("        n += 1\n", "")],
+     "only the points that never escape", BOUNDS),
+    ("the test after the step", [("        if xx + yy > dt(4):\n            break\n", ""),
+                                 ("        n += 1\n", "        if x * x + y * y > dt(4):\n            break\n        n += 1\n")],
+     "one fewer step", BOUNDS),
+    ("z starts at c", [("    while n < max_iters:\n", "    x, y = cr, ci\n    while n < max_iters:\n")], "one fewer step", BOUNDS),
+    ("the count starts at 1", [("    while n < max_iters:\n", "    n = 1\n    while n < max_iters:\n")], "one more step", BOUNDS),
+    ("counted before the test", [("        n += 1\n", ""), ("        xx, yy = x * x, y * y\n", "        xx, yy = x * x, y * y\n        n += 1\n")],
+     "one more step", BOUNDS),
+    ("x's sum reordered", [("        x = (xx - yy) + cr\n", "        x = cr + xx - yy\n")], "only a few points differ", BOUNDS),
+    ("complex128 arithmetic", [("        xy = x * y\n        y = (xy + xy) + ci\n        x = (xx - yy) + cr\n",
+                                "        z = complex(x, y) ** 2 + complex(cr, ci)\n        x, y = dt(z.real), dt(z.imag)\n")],
+     "only a few points differ", BOUNDS),
+    ("escape at |z|^2 > 16", [("        if xx + yy > dt(4):\n", "        if xx + yy > dt(16):\n")], "outputs wrong", BOUNDS),
+    ("cr and ci swapped", [("        y = (xy + xy) + ci\n        x = (xx - yy) + cr\n", "        y = (xy + xy) + cr\n        x = (xx - yy) + ci\n")],
+     "outputs wrong", BOUNDS),
+    ("blocks of 16 hard-coded", [("    col = blockidx.x * blockdim.x + threadidx.x\n", "    col = blockidx.x * 16 + threadidx.x\n")],
+     "never written", BOUNDS),
+    ("rows from blockdim.x", [("    row = blockidx.y * blockdim.y + threadidx.y\n", "    row = blockidx.y * blockdim.x + threadidx.y\n")],
+     "never written", BOUNDS),
+    ("256 iterations hard-coded", [("    while n < max_iters:\n", "    while n < 256:\n")], "only the points that never escape", BOUNDS),
 ], ("mandelbrot", "cuda"): [
     ("escape at >= 4", [("        if (A::add(xx, yy) > (T)4) break;\n", "        if (A::add(xx, yy) >= (T)4) break;\n")],
      "outputs wrong", BOUNDS),
@@ -201,6 +311,10 @@ WRONG = {("square", "python"): [
      "", BOUNDS),
     ("no bound on the rows", [("    if (col >= width || row >= height) return;", "    if (col >= width) return;")],
      "wrote past the end", None),
+    ("the count starts at 1", [("    int n = 0;\n", "    int n = 1;\n")], "one more step", BOUNDS),
+    ("counted before the test", [("        ++n;\n    }\n", "    }\n"), ("        const T xx = A::mul(x, x), yy = A::mul(y, y);\n",
+                                  "        const T xx = A::mul(x, x), yy = A::mul(y, y);\n        ++n;\n")], "one more step", BOUNDS),
+    ("x's sum reordered", [("        x = A::add(A::sub(xx, yy), cr);\n", "        x = A::sub(A::add(cr, xx), yy);\n")], "outputs wrong", BOUNDS),
 ]}
 
 # Right, and written differently from the lab's solution: the check must pass them.
@@ -246,17 +360,21 @@ ZOOM_WRONG = [  # mandelbrot_zoom has only the Python track: its region is check
     ("a sliver 0.002 wide and 1e-9 high", "(-0.7469, -0.7449, 0.1049, 0.104900001)", "a sliver"),
     ("too small for float64", "(-0.7459, -0.7458999999999995, 0.1059, 0.1059000000000005)", "too small for float64"),
     ("an empty region", "(-0.7449, -0.7469, 0.1049, 0.1069)", "empty region"),
+    ("corners as (x0, y0, x1, y1)", "(-0.7469, 0.1049, -0.7449, 0.1069)", "read as corners (x0, y0, x1, y1)"),
+    ("a centre and a size", "(-0.7459, 0.1059, 0.002, 0.002)", "read as a centre and a size"),
+    ("an integer too large for a float", "(10**400, 10**401, 0, 1)", "four finite numbers"),
+    ("three numbers", "(-0.7469, -0.7449, 0.1049)", "4 numbers"),
+    ("a dict of the edges", "{'x0': -0.7469, 'x1': -0.7449, 'y0': 0.1049, 'y1': 0.1069}", "four numbers"),
+    ("mostly inside the set", "(-0.8, -0.7, 0.05, 0.15)", "inside the set"),
 ]
 ZOOM_RIGHT = "(-0.7436, -0.7416, 0.1302, 0.1322)"
 
 
 # CUDA-track wrong solutions the grader fails, but whose cause it does not name yet (measured on two
-# H200s): the patch of the two grayscale weight cases does not compile against the CUDA file, and the
-# bounds and tile-sum evidence of the Python track has no CUDA counterpart yet (the exercises whose
+# H200s): the bounds and tile-sum evidence of the Python track has no CUDA counterpart yet (the exercises whose
 # tables live beside their programs keep such rows there). Strict: each turns into a failure the day
 # the grader names its cause, so the table is then corrected.
-CUDA_CAUSE_NOT_NAMED = {("grayscale", "double weights"), ("grayscale", "fused multiply-adds"),
-                        ("grayscale", "the partial block skipped"), ("grayscale_2d", "the partial blocks skipped"),
+CUDA_CAUSE_NOT_NAMED = {("grayscale", "the partial block skipped"), ("grayscale_2d", "the partial blocks skipped"),
                         ("matmul_tiled", "the sum restarted each tile")}
 
 
@@ -325,6 +443,16 @@ def test_python_right_solution_written_differently_passes(name, patches, tmp_pat
 def test_zoom_wrong_region_fails_naming_why(what, region, says, tmp_path):
     sol = "ZOOM_REGION = (-0.7469, -0.7449, 0.1049, 0.1069)"
     _check_fails("mandelbrot_zoom", "python", [(sol, f"ZOOM_REGION = {region}")], says, None, tmp_path)
+
+
+@pytest.mark.parametrize("region", ["np.array([-0.7436, -0.7416, 0.1302, 0.1322])",
+                                    "tuple(np.float32(v) for v in (-0.7436, -0.7416, 0.1302, 0.1322))",
+                                    "'-0.7436 -0.7416 0.1302 0.1322'"], ids=["numpy", "float32", "string"])
+def test_zoom_region_written_as_other_numbers_passes(region, tmp_path):
+    sol = "ZOOM_REGION = (-0.7469, -0.7449, 0.1049, 0.1069)"
+    _write(tmp_path, "mandelbrot_zoom", "python", _patched("mandelbrot_zoom", "python", [(sol, f"ZOOM_REGION = {region}")]))
+    v = hcheck.check("mandelbrot_zoom", "python", tmp_path)
+    assert v.passed, v.lines
 
 
 def test_zoom_another_interesting_region_passes(tmp_path):

@@ -198,9 +198,13 @@ def outputs(name: str, run) -> dict:
 def _jsonable(value):
     """A value the learner's file defines (a zoom's REGION) as JSON for the checker, which judges it (a repr when it is not numbers)."""
     try:
+        if hasattr(value, "tolist"):  # a numpy array or scalar: its numbers
+            value = value.tolist()
+        elif isinstance(value, (list, tuple)):
+            value = [v.tolist() if hasattr(v, "tolist") else v for v in value]
         json.dumps(value, allow_nan=False)
         return value
-    except (TypeError, ValueError):
+    except Exception:  # noqa: BLE001 -- whatever the learner's object does, the checker gets its repr
         return repr(value)[:200]
 
 
