@@ -119,8 +119,17 @@ class FlashSoftmax(kit.Problem):
         q, k, v = (inp[x].astype(np.float64) for x in ("q", "k", "v"))
         out = kit.poisoned((bh, S, D), np.float64)
         br = bc = 4
-        sim.launch(fn, sim.dim3(kit.cdiv(S, br), bh), sim.dim3(br), q, k, v, out, S, D, 1.0 / math.sqrt(D),
-                   bool(case.params["causal"]), br, bc, shared={"k": ((bc, D), np.float64), "v": ((bc, D), np.float64)})
+        try:
+            sim.launch(fn, sim.dim3(kit.cdiv(S, br), bh), sim.dim3(br), q, k, v, out, S, D, 1.0 / math.sqrt(D),
+                       bool(case.params["causal"]), br, bc,
+                       shared={"k": ((bc, D), np.float64), "v": ((bc, D), np.float64)})
+        except OverflowError as e:
+            # math.exp raises where numpy's exp gives inf: say what a positive exponent means here (the check
+            # quotes the learner's line from the traceback, which re-raising keeps).
+            e.args = (f"{e.args[0] if e.args else 'overflow'}: an exponent past exp's range: every exponent must "
+                      f"be <= 0: m_new = the larger of m and this tile's largest score (never below m), "
+                      f"alpha = exp(m - m_new), p = exp(s - m_new)",)
+            raise
         return out.ravel()
 
     def run_cuda(self, mod, case: Case, inp: dict, alt: bool = False) -> dict:
