@@ -38,48 +38,78 @@ class FlashSoftmax(kit.Problem):
         py = track == "python"
         br = 4 if py else 64
         # Wide: scores that climb by `wide` (natural log units) from the first key to the last, more than
-        # exp overflows by (709 in float64, 88.7 in float32): without the running max, or with a max that
-        # stops following the tiles, an exponent overflows.
+        # exp overflows by (709 in float64, 88.7 in float32), and on the Python track by more than that
+        # within one 4-key tile: without the running max, with a max that stops following the tiles, or
+        # with one that is not the largest score of the tile, an exponent overflows. A negative `wide`:
+        # scores that fall as steeply, so a running max that drops to a later tile's smaller max makes
+        # alpha = exp(m - m_new) overflow. Low: every score near -low (past exp's underflow), so a max
+        # held at 0 or above leaves every weight 0. Both whole tiles, so that their failure alone is not
+        # read as one of the ragged sizes'.
         shapes = ([(2, 1, 4, False, 0), (2, 5, 4, False, 0), (2, 8, 4, False, 0), (1, 13, 8, False, 0),
-                   (2, 12, 8, True, 0), (2, 13, 8, True, 0), (1, 9, 4, True, 0), (1, 11, 4, False, 1500),
-                   (1, 12, 8, True, 1500)] if py else
+                   (2, 12, 8, True, 0), (2, 13, 8, True, 0), (1, 9, 4, True, 0), (1, 11, 4, False, 4000),
+                   (1, 12, 8, True, 4000), (1, 12, 4, False, -4000), (1, 12, 4, True, 0, 1000)] if py else
                   [(2, 1, 32, False, 0), (2, 63, 64, False, 0), (2, 128, 64, False, 0), (3, 65, 32, True, 0),
                    (2, 256, 32, True, 0), (2, 200, 64, False, 0), (1, 1031, 128, True, 0), (8, 2048, 64, False, 0),
-                   (2, 300, 64, False, 150), (1, 256, 128, True, 150)])
+                   (2, 300, 64, False, 150), (1, 256, 128, True, 150), (2, 66, 64, False, -150)])
         shapes.append((int(rng.integers(1, 3)), int(rng.integers(2, 30 if py else 400)), 4 if py else 64,
                        bool(rng.integers(0, 2)), 0))
-        return kit.made(shapes,
-                        lambda bh, s, d, c, w: f"BH={bh} S={s} D={d}" + (" causal" if c else "")
-                        + (f" scores climbing by {w}" if w else ""),
-                        lambda bh, s, d, c, w: {"bh": bh, "S": s, "D": d, "causal": c, "wide": w},
-                        lambda bh, s, d, c, w: s % br, lambda bh, s, d, c, w: s % br == 0 and s > br,
-                        lambda bh, s, d, c, w: s == 65, seed, wide=lambda bh, s, d, c, w: w > 0)
+        rows = [s if len(s) == 6 else (*s, 0) for s in shapes]
+        return kit.made(rows,
+                        lambda bh, s, d, c, w, lo: f"BH={bh} S={s} D={d}" + (" causal" if c else "")
+                        + (f" scores climbing by {w}" if w > 0 else f" scores falling by {-w}" if w < 0 else "")
+                        + (f" scores all near -{lo}" if lo else ""),
+                        lambda bh, s, d, c, w, lo: {"bh": bh, "S": s, "D": d, "causal": c, "wide": w, "low": lo},
+                        lambda bh, s, d, c, w, lo: s % br, lambda bh, s, d, c, w, lo: s % br == 0 and s > br,
+                        lambda bh, s, d, c, w, lo: s == 65, seed, wide=lambda bh, s, d, c, w, lo: w > 0)
 
     def inputs(self, case: Case) -> dict:
         p, rng = case.params, kit.rng(case)
         shape = (p["bh"], p["S"], p["D"])
         q, k, v = (rng.standard_normal(shape) for _ in range(3))
-        if p.get("wide"):
-            # q·k·scale gains a * g * (j / S) / sqrt(D) = wide * j / S along one direction u: the scores of
-            # every row climb by `wide` from the first key to the last.
+        if p.get("wide") or p.get("low"):
             u = rng.standard_normal(p["D"])
             u /= np.linalg.norm(u)
-            a = math.sqrt(p["wide"] * math.sqrt(p["D"]))
+        if p.get("wide"):
+            # q·k·scale gains a * g * r_j / sqrt(D) = |wide| * r_j along one direction u, with r_j = j / S
+            # (climbing) or (S - 1 - j) / S (falling): every row's scores climb or fall by |wide| across the keys.
+            w = p["wide"]
+            a = math.sqrt(abs(w) * math.sqrt(p["D"]))
+            j = np.arange(p["S"])
+            ramp = j / p["S"] if w > 0 else (p["S"] - 1 - j) / p["S"]
             q = q + a * u
-            k = k + (a * np.arange(p["S"]) / p["S"])[None, :, None] * u
+            k = k + (a * ramp)[None, :, None] * u
+        if p.get("low"):
+            # q·k·scale loses low along u (q gains b·u, k loses it): every score near -low.
+            b = math.sqrt(p["low"] * math.sqrt(p["D"]))
+            q = q + b * u
+            k = k - b * u
         return {"q": q.astype(np.float32), "k": k.astype(np.float32), "v": v.astype(np.float32)}
 
     def reference(self, case: Case, inp: dict) -> np.ndarray:
         return _at().reference(inp["q"], inp["k"], inp["v"], causal=case.params["causal"]).ravel()
 
     def facts(self, case: Case) -> dict:
-        return {"wide": case.wide}
+        w = case.params.get("wide", 0)
+        return {"wide": w > 0, "falling": w < 0, "low": bool(case.params.get("low"))}
 
     def pattern(self, bad: list[dict], good: list[dict], track: str) -> str | None:
-        if good and all(r.get("wide") for r in bad):
-            return ("only the cases whose scores climb far along the keys fail: exp overflows there: subtract the "
-                    "running max (updated at every tile) from every exponent, and rescale what was summed under the "
-                    "old max")
+        if not good:
+            return None
+        if all(r.get("falling") for r in bad):
+            return ("only the cases whose scores fall far along the keys fail: the running max must never go down: "
+                    "m_new = the larger of the running max m and this tile's max (a later tile's smaller max makes "
+                    "alpha = exp(m - m_new) overflow)")
+        if all(r.get("low") for r in bad):
+            return ("only the case whose scores are all far below 0 fails: exp underflows to 0 there: the max "
+                    "subtracted must be the scores' own (the running max starts at -inf, never at 0 or above)")
+        if all(r.get("wide") for r in bad):
+            return ("only the cases whose scores climb far along the keys fail: exp overflows there: subtract from "
+                    "every exponent the largest score so far (m_new = the larger of m and the largest of all this "
+                    "tile's scores), and rescale what was summed under the old max")
+        if all(r.get("wide") or r.get("falling") or r.get("low") for r in bad):
+            return ("only the cases whose scores lie far from 0 or spread far along the keys fail: exp overflows or "
+                    "underflows there: subtract the running max (the largest score so far, updated at every tile) "
+                    "from every exponent, and rescale what was summed under the old max")
         return None
 
     def run_python(self, fn, case: Case, inp: dict, alt: bool = False) -> np.ndarray:
@@ -89,8 +119,17 @@ class FlashSoftmax(kit.Problem):
         q, k, v = (inp[x].astype(np.float64) for x in ("q", "k", "v"))
         out = kit.poisoned((bh, S, D), np.float64)
         br = bc = 4
-        sim.launch(fn, sim.dim3(kit.cdiv(S, br), bh), sim.dim3(br), q, k, v, out, S, D, 1.0 / math.sqrt(D),
-                   bool(case.params["causal"]), br, bc, shared={"k": ((bc, D), np.float64), "v": ((bc, D), np.float64)})
+        try:
+            sim.launch(fn, sim.dim3(kit.cdiv(S, br), bh), sim.dim3(br), q, k, v, out, S, D, 1.0 / math.sqrt(D),
+                       bool(case.params["causal"]), br, bc,
+                       shared={"k": ((bc, D), np.float64), "v": ((bc, D), np.float64)})
+        except OverflowError as e:
+            # math.exp raises where numpy's exp gives inf: say what a positive exponent means here (the check
+            # quotes the learner's line from the traceback, which re-raising keeps).
+            e.args = (f"{e.args[0] if e.args else 'overflow'}: an exponent past exp's range: every exponent must "
+                      f"be <= 0: m_new = the larger of m and this tile's largest score (never below m), "
+                      f"alpha = exp(m - m_new), p = exp(s - m_new)",)
+            raise
         return out.ravel()
 
     def run_cuda(self, mod, case: Case, inp: dict, alt: bool = False) -> dict:
@@ -183,10 +222,13 @@ class FlashBwd(kit.Problem):
         return {"wide": case.wide, "causal": bool(case.params["causal"]), "tiles": case.params["S"] > _at().BWD_BR}
 
     def first_pattern(self, bad: list[dict], track: str) -> str | None:
+        if all(r.get("causal") for r in bad):
+            return None  # the non-causal cases pass: pattern() names the causal mask, even where a key the
+            #              row never saw overflows exp in a wide case
         if any(r.get("wide") and r.get("nan") for r in bad):
             return ("the cases whose scores climb past exp's range give inf or NaN: P = exp(scale * q.k - L): "
                     "subtract the query row's saved log-sum-exp L inside the exp (L holds the row's max and sum, so "
-                    "every exponent is <= 0)")
+                    "every exponent is <= 0 when the score is scale * q.k, the scale included)")
         at = [_WRONG_AT.match(r.get("message") or "") for r in bad]
         if all(m and 2 * int(m.group(3)) >= int(m.group(2)) for m in at):
             return ("dV is right in every failing case and dK is wrong (the output is dV, then dK): P is right, so "

@@ -21,6 +21,30 @@ WRONG = {("flash_softmax", "python"): [
      "masking of keys past S", None),
     ("causal mask keeps out the diagonal", [("((j > i) if causal else False)", "((j >= i) if causal else False)")],
      "outputs", BOUNDS),
+    # scores that fall by more than exp's range from one tile to the next: a max that follows the tile's own
+    # overflows alpha (math.exp raises at the line; numpy's exp gives inf, named by the falling cases)
+    ("the max of the tile alone (math.exp)", [("        m_new = max(m, s.max())\n", "        m_new = s.max()\n")],
+     "OverflowError: math range error: an exponent past exp's range", BOUNDS),
+    ("the max of the tile alone (np.exp)", [("        m_new = max(m, s.max())\n        alpha = math.exp(m - m_new)",
+                                            "        m_new = s.max()\n        alpha = np.exp(m - m_new)")],
+     "the running max must never go down", BOUNDS),
+    # scores that climb past exp's range within one tile: a max taken from one key of the tile overflows
+    ("the max from the tile's first key", [("        m_new = max(m, s.max())\n", "        m_new = max(m, s[0])\n")],
+     "climb far along the keys", BOUNDS),
+    # scores all near -1000: a max held at 0 leaves every weight 0 (0/0)
+    ("the max held at 0 or above", [("        m_new = max(m, s.max())\n", "        m_new = max(m, s.max(), 0.0)\n")],
+     "all far below 0", BOUNDS),
+    ("the tile's max kept as the running max", [("        m = m_new\n", "        m = s.max()\n")], "outputs wrong", BOUNDS),
+    ("alpha inverted", [("math.exp(m - m_new)", "math.exp(m_new - m)")], "outputs wrong", BOUNDS),
+    ("the max stored before alpha", [("        m_new = max(m, s.max())\n", "        m_new = max(m, s.max())\n        m = m_new\n"),
+                                     ("        m = m_new\n    if i < S:", "    if i < S:")], "outputs wrong", BOUNDS),
+    ("alpha from the tile's max", [("math.exp(m - m_new) if", "math.exp(m - s.max()) if")], "outputs wrong", BOUNDS),
+    ("base-2 exponents", [("math.exp(m - m_new)", "2.0 ** (m - m_new)"), ("np.exp(s - m_new)", "np.exp2(s - m_new)")],
+     "outputs wrong", BOUNDS),
+    ("p under the old max", [("np.exp(s - m_new)", "np.exp(s - m)")], "NaN or infinite", BOUNDS),
+    ("the output from the keys", [("p @ vs", "p @ ks")], "outputs wrong", BOUNDS),
+    ("the output rescaled twice", [("        o = alpha * o + p @ vs\n", "        o = alpha * (alpha * o) + p @ vs\n")],
+     "outputs wrong", BOUNDS),
 ], ("flash_softmax", "cuda"): [
     ("output not rescaled", [("            for (int c = 0; c < OC; ++c) o[r][c] *= alpha;\n",
                               "            for (int c = 0; c < OC; ++c) o[r][c] *= 1.0f;\n")], "outputs wrong", BOUNDS),
@@ -34,6 +58,14 @@ WRONG = {("flash_softmax", "python"): [
      "masking of keys past S", None),
     ("causal mask keeps out the diagonal", [("if (j >= S || (causal && j > i))", "if (j >= S || (causal && j >= i))")],
      "outputs", BOUNDS),
+    # the falling case: a later tile's smaller max makes alpha overflow float32
+    ("the max of the tile alone", [("            const float m_new = fmaxf(m[r], mt);\n", "            const float m_new = mt;\n")],
+     "the running max must never go down", BOUNDS),
+    ("the tile's max kept as the running max", [("            m[r] = m_new;\n", "            m[r] = mt;\n")], "outputs", BOUNDS),
+    ("alpha inverted", [("            const float alpha = exp2f(m[r] - m_new);\n", "            const float alpha = exp2f(m_new - m[r]);\n")],
+     "outputs", BOUNDS),
+    ("p in base e", [("                const float p = exp2f(s[r][c] - m_new);\n", "                const float p = expf(s[r][c] - m_new);\n")],
+     "outputs wrong", BOUNDS),
 ], ("flash_bwd", "python"): [
     # every case fails; the wide ones overflow to inf, which names L
     ("P from exp(S) without L", [("        p = np.exp(s - ls)\n", "        p = np.exp(s)\n")],
@@ -65,6 +97,29 @@ WRONG = {("flash_softmax", "python"): [
     # L belongs to the query row; the key's own row's L is a different number (no overflow, plain wrong values)
     ("L of the key's row", [("        p = np.exp(s - ls)\n", "        p = np.exp(s - lse[bh, j])\n")],
      "outputs wrong", BARRIER),
+    # a mask that lets a key the row never saw through: in the wide causal case exp(s - L) overflows, yet only
+    # the causal cases fail, so the mask is named, not L
+    ("the causal mask reversed", [("((i < j) if causal else False)", "((j < i) if causal else False)")],
+     "only the causal cases fail", "log-sum-exp"),
+    ("the causal mask the other side of the diagonal", [("((i < j) if causal else False)", "((i > j) if causal else False)")],
+     "only the causal cases fail", "log-sum-exp"),
+    ("masked scores set to 0, not -inf", [("= -np.inf  # masked", "= 0.0  # masked")], "only the causal cases fail", BOUNDS),
+    ("the scale left out of the scores", [("        s = scale * (qs @ kj)\n", "        s = qs @ kj\n")], "the scale included", BOUNDS),
+    ("exp(s) / exp(L)", [("        p = np.exp(s - ls)\n", "        p = np.exp(s) / np.exp(ls)\n")],
+     "subtract the query row's saved log-sum-exp L", BOUNDS),
+    ("dP from the key", [("        dp = dos @ vj\n", "        dp = dos @ kj\n")], "dV is right in every failing case and dK is wrong", BARRIER),
+    ("delta of the key's row", [("        ds = p * (dp - dl)\n", "        ds = p * (dp - delta[bh, j])\n")],
+     "dV is right in every failing case and dK is wrong", BARRIER),
+    ("dS minus dP's mean", [("        ds = p * (dp - dl)\n", "        ds = p * (dp - dp.mean())\n")],
+     "dV is right in every failing case and dK is wrong", BARRIER),
+    ("dS without its parentheses", [("        ds = p * (dp - dl)\n", "        ds = p * dp - dl\n")],
+     "dV is right in every failing case and dK is wrong", BARRIER),
+    ("dK from dO", [("        dkj = dkj + scale * (ds @ qs)\n", "        dkj = dkj + scale * (ds @ dos)\n")],
+     "dV is right in every failing case and dK is wrong", BARRIER),
+    ("dK from P", [("        dkj = dkj + scale * (ds @ qs)\n", "        dkj = dkj + scale * (p @ qs)\n")],
+     "dV is right in every failing case and dK is wrong", BARRIER),
+    ("dV scaled", [("        dvj = dvj + p @ dos\n", "        dvj = dvj + scale * (p @ dos)\n")], "outputs wrong", BARRIER),
+    ("L as the tile's largest", [("        p = np.exp(s - ls)\n", "        p = np.exp(s - ls.max())\n")], "outputs wrong", BARRIER),
 ]}
 
 # Right, and written differently from the lab's solution: the check must pass them.

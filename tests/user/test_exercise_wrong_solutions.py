@@ -229,6 +229,30 @@ WRONG = {("square", "python"): [
     ("the sum restarted each step", [("        o += m[r * k + i] * n[i * w + c]\n", "        o = m[r * k + i] * n[i * w + c]\n")],
      "outputs wrong", BOUNDS),
     ("a bound one too far", [("    if r >= h or c >= w:\n", "    if r > h or c > w:\n")], "IndexError", None),
+    # out starts poisoned, not at 0: a sum added into it is told from an element never written
+    ("the sum added into the output", [("    o = 0.0\n    for i in range(k):\n        o += m[r * k + i] * n[i * w + c]\n"
+                                        "    out[r * w + c] = o\n",
+                                        "    for i in range(k):\n        out[r * w + c] += m[r * k + i] * n[i * w + c]\n")],
+     "the output's own starting value", "never written"),
+    ("the result added into the output", [("    out[r * w + c] = o\n", "    out[r * w + c] += o\n")],
+     "the output's own starting value", "never written"),
+    # the Python track's 8x4 blocks: the row from blockdim.x, or a fixed 16, miss rows there
+    ("the row from blockdim.x", [("    r = blockidx.y * blockdim.y + threadidx.y\n", "    r = blockidx.y * blockdim.x + threadidx.y\n")],
+     "blocks other than 16x16", BOUNDS),
+    ("a fixed block of 16", [("    r = blockidx.y * blockdim.y + threadidx.y\n    c = blockidx.x * blockdim.x + threadidx.x\n",
+                              "    r = blockidx.y * 16 + threadidx.y\n    c = blockidx.x * 16 + threadidx.x\n")],
+     "blocks other than 16x16", BOUNDS),
+    ("the product stored transposed", [("    out[r * w + c] = o\n", "    out[c * h + r] = o\n")], "outputs wrong", BOUNDS),
+    ("out's row stride of h", [("    out[r * w + c] = o\n", "    out[r * h + c] = o\n")], "never written", BOUNDS),
+    ("the dot product over w", [("    for i in range(k):\n", "    for i in range(w):\n")], "outputs wrong", BOUNDS),
+    ("B read column-major", [("n[i * w + c]", "n[c * k + i]")], "outputs wrong", BOUNDS),
+    ("a float16 accumulator", [("    o = 0.0\n", "    o = np.float16(0)\n"),
+                               ("        o += m[r * k + i] * n[i * w + c]\n", "        o = np.float16(o + m[r * k + i] * n[i * w + c])\n")],
+     "outputs wrong", BOUNDS),
+    ("the sum truncated to an integer", [("    out[r * w + c] = o\n", "    out[r * w + c] = int(o)\n")], "outputs wrong", BOUNDS),
+    ("the bounds of h and w swapped", [("    if r >= h or c >= w:\n", "    if r >= w or c >= h:\n")], "IndexError", None),
+    ("the bounds joined with and", [("    if r >= h or c >= w:\n", "    if r >= h and c >= w:\n")], "IndexError", None),
+    ("the last row skipped", [("    if r >= h or c >= w:\n", "    if r >= h - 1 or c >= w:\n")], "never written", BOUNDS),
 ], ("matmul", "cuda"): [
     ("no bound on the columns", [("    if (row >= m || col >= n) return;", "    if (row >= m) return;")], "wrote past the end", None),
     ("one product short", [("for (int kk = 0; kk < k; ++kk) acc", "for (int kk = 0; kk < k - 1; ++kk) acc")],
@@ -242,6 +266,13 @@ WRONG = {("square", "python"): [
      "", BOUNDS),
     ("the sum starts at 1", [("    float acc = 0.0f;\n    for (int kk", "    float acc = 1.0f;\n    for (int kk")],
      "outputs wrong", BOUNDS),
+    ("the result added into C", [("    C[(size_t)row * n + col] = alpha * acc;\n", "    C[(size_t)row * n + col] += alpha * acc;\n")],
+     "outputs", BOUNDS),
+    ("the product stored transposed", [("    C[(size_t)row * n + col] = alpha * acc;\n", "    C[(size_t)col * m + row] = alpha * acc;\n")],
+     "outputs", BOUNDS),
+    ("B read column-major", [("matmul_op_b<TRANS_B>(B, kk, col, n, k)", "B[(size_t)col * k + kk]")], "outputs wrong", BOUNDS),
+    ("the last row skipped", [("    if (row >= m || col >= n) return;", "    if (row >= m - 1 || col >= n) return;")],
+     "never written", BOUNDS),
 ], ("matmul_tiled", "python"): [
     ("no barrier after the loads", [("        if sync:\n            yield  # the whole tile must be loaded before anyone reads a row or column of it\n", "")],
      "the barrier after the loads", None),
@@ -255,6 +286,33 @@ WRONG = {("square", "python"): [
      "0 outside the matrices", "a missing barrier"),
     ("B tile indexed by the column thread", [("n[(tr + idx) * w + c]", "n[(tc + idx) * w + c]")], "outputs", BARRIER),
     ("no bound on the store", [("    if r < h and c < w:\n        out[r * w + c] = p\n", "    out[r * w + c] = p\n")],
+     "IndexError", None),
+    # the Python track's 8x8 tiles: a fixed 4 sums half of each tile there
+    ("products over a fixed 4", [("        for i in range(tw):\n", "        for i in range(4):\n")], "never a fixed 4", BARRIER),
+    # k shorter than a tile with several rows: a row of A read with the tile's width as its length
+    ("A's row length taken as the tile's", [("m[r * k + tc + idx]", "m[r * tw + tc + idx]")], "outputs wrong",
+     "the sum across tiles"),
+    ("B tile read along its row", [("ms[tr, i] * ns[i, tc]", "ms[tr, i] * ns[tc, i]")], "outputs wrong", BARRIER),
+    ("A tile stored transposed", [("        ms[tr, tc] = m[", "        ms[tc, tr] = m[")], "outputs wrong", BARRIER),
+    ("the second barrier before the products", [
+        ("        for i in range(tw):\n            p = p + ms[tr, i] * ns[i, tc]\n"
+         "        yield  # everyone must finish reading this tile before the next phase overwrites it\n",
+         "        yield\n        for i in range(tw):\n            p = p + ms[tr, i] * ns[i, tc]\n")],
+     "the barrier after the products", None),
+    ("a barrier inside the bounds check", [("        if sync:\n            yield  # the whole tile must be loaded before anyone reads a row or column of it\n",
+                                            "        if r < h and c < w:\n            yield\n")],
+     "every thread of a block must reach each barrier", None),
+    ("no zero fill outside B", [("n[(tr + idx) * w + c] if c < w and idx + tr < k else 0.0",
+                                 "n[(tr + idx) * w + c] if c < w and idx + tr < k else ns[tr, tc]")],
+     "0 outside the matrices", "a missing barrier"),
+    ("the partial last tile skipped", [("    for ph in range(math.ceil(k / tw)):\n", "    for ph in range(k // tw):\n")],
+     BOUNDS, BARRIER),
+    ("float16 products", [("            p = p + ms[tr, i] * ns[i, tc]\n", "            p = np.float16(p + ms[tr, i] * ns[i, tc])\n")],
+     "outputs wrong", BARRIER),
+    ("B's row length taken as k", [("n[(tr + idx) * w + c]", "n[(tr + idx) * k + c]")], "IndexError", None),
+    ("A bounded by the column", [("m[r * k + tc + idx] if r < h and idx + tc < k", "m[r * k + tc + idx] if r < h and c < w")],
+     "IndexError", None),
+    ("A's k bound one too far", [("m[r * k + tc + idx] if r < h and idx + tc < k", "m[r * k + tc + idx] if r < h and idx + tc <= k")],
      "IndexError", None),
 ], ("matmul_tiled", "cuda"): [
     ("no barrier after the loads", [("        // Rows of As and columns of Bs come from other threads' loads: wait for the whole tile.\n"
@@ -270,6 +328,17 @@ WRONG = {("square", "python"): [
      "outputs", BOUNDS),
     ("no bound on the store", [("    if (row < m && col < n) C[(size_t)row * n + col] = alpha * acc;",
                                 "    C[(size_t)row * n + col] = alpha * acc;")], "wrote past the end", None),
+    ("B tile read along its row", [("acc += As[ty * tw + kk] * Bs[kk * bs_ld + tx]", "acc += As[ty * tw + kk] * Bs[tx * bs_ld + kk]")],
+     "outputs", BOUNDS),
+    ("tiles loaded from the tile's number, not its offset", [
+        ("        matmul_load_tiles<TRANS_B>(m, n, k, A, B, As, Bs, tw, bs_ld, k0);\n",
+         "        matmul_load_tiles<TRANS_B>(m, n, k, A, B, As, Bs, tw, bs_ld, k0 / tw);\n")], "outputs", BOUNDS),
+    ("the second barrier before the products", [
+        ("        __syncthreads();\n        for (int kk = 0; kk < tw; ++kk) acc += As[ty * tw + kk] * Bs[kk * bs_ld + tx];\n"
+         "        // The next iteration overwrites the tiles: wait until everyone has finished reading them.\n"
+         "        __syncthreads();\n",
+         "        __syncthreads();\n        __syncthreads();\n"
+         "        for (int kk = 0; kk < tw; ++kk) acc += As[ty * tw + kk] * Bs[kk * bs_ld + tx];\n")], "racecheck", None),
 ], ("mandelbrot", "python"): [
     ("escape at >= 4", [("        if xx + yy > dt(4):\n", "        if xx + yy >= dt(4):\n")], "outputs wrong", BOUNDS),
     ("one step too many", [("    while n < max_iters:\n", "    while n <= max_iters:\n")], "outputs wrong", BOUNDS),

@@ -253,7 +253,7 @@ def run_python(send, name: str, path: Path, solution: str, cases: list, alt: boo
             msg = str(e)
         except IndexError as e:
             msg = (f"{_where(e, path)}IndexError: {e}: a thread read or wrote past the end of an array: "
-                   f"the bounds check")
+                   f"the bounds check, or the index computed on this line (a row length or stride)")
         except sim.SimError as e:
             msg = f"{_where(e, path)}{e}: every thread of a block must reach each barrier (a bare yield)"
         except SystemExit as e:
