@@ -151,7 +151,7 @@ def _other_block_size(bad: list[dict], good: list[dict], use: str) -> str | None
     if None in sizes or not bad or not good:
         return None
     usual = max(set(sizes), key=sizes.count)
-    if all(r["threads"] != usual for r in bad) and all(r["threads"] == usual for r in good):
+    if all(r["threads"] != usual for r in bad) and any(r["threads"] == usual for r in good):
         return (f"only the cases whose blocks are not {usual} threads fail (every case with {usual} passes): a "
                 f"block size is typed in somewhere: use {use}, whatever the launch chose")
     return None
