@@ -119,7 +119,9 @@ class _Partials(np.ndarray):
                                f"into memory nobody set): store the block's sum with `=`")
         own = self.owner[idx]
         old = np.asarray(self)[idx]
-        other = (own >= 0) & (own != self.writer) & ~((old == new) | (np.isnan(old) & np.isnan(new)))
+        # Another thread of the same block (another block's store shows in the values: a partial left unset).
+        other = ((own >= 0) & (own != self.writer) & (own // self.threads == self.writer // self.threads)
+                 & ~((old == new) | (np.isnan(old) & np.isnan(new))))
         if other.any():
             j = int(np.flatnonzero(other)[0])
             raise PartialWrite(f"partials[{int(idx[j])}] was stored by thread {int(own[j]) % self.threads} of its "
@@ -190,7 +192,7 @@ class ReduceTree(kit.Problem):
                                                                (5_000_011, "float")]
         rows = [(n, k, t) for n, k in rows]
         if py:  # other block sizes: a kernel written for one blockDim (a stride or an offset typed in) fails them
-            rows += [(3 * 16, "int", 8), (2 * 64 + 5, "float", 32)]
+            rows += [(112, "int", 8), (2 * 64 + 5, "float", 32)]
         ft = int(rng.choice(PY_BLOCKS)) if py else t
         rows.append((int(rng.integers(2, 40 * 2 * ft if py else 200 * e)), str(rng.choice(["float", "int"])), ft))
         return kit.made(rows, _label(py, t), lambda n, k, b: {"n": n, "threads": b, "kind": k},
@@ -280,7 +282,7 @@ class ReduceAtomic(kit.Problem):
             (4099, "int"), (128 * e, "wide"), (ATOMIC_LARGE, "float")]
         rows = [(n, k, t) for n, k in rows]
         if py:  # other block sizes: a launch or a kernel written for one `threads` fails them
-            rows += [(3 * 16, "int", 8), (2 * 64 + 5, "float", 32)]
+            rows += [(112, "int", 8), (2 * 64 + 5, "float", 32)]
         ft = int(rng.choice(PY_BLOCKS)) if py else t
         rows.append((int(rng.integers(2, 40 * 2 * ft if py else 200 * e)), "float", ft))
         return kit.made(rows, _label(py, t), lambda n, k, b: {"n": n, "threads": b, "kind": k},
@@ -318,10 +320,15 @@ class ReduceAtomic(kit.Problem):
             if not m or float(m.group(2)) == 0.0:
                 return None
             ratios.append(float(m.group(1)) / float(m.group(2)))
-        k = round(ratios[0]) if ratios else 0
-        if k >= 2 and all(abs(q - k) <= 1e-3 * k for q in ratios):
-            return (f"every failing total is {k} times the sum: {k} threads of each block add the block's sum: only "
-                    f"thread 0 (the one that holds it) does the atomicAdd")
+        ks = [round(q) for q in ratios]
+        if ratios and all(k >= 2 and abs(q - k) <= 1e-3 * k for q, k in zip(ratios, ks)):
+            if len(set(ks)) == 1:
+                return (f"every failing total is {ks[0]} times the sum: {ks[0]} threads of each block add the block's "
+                        f"sum: only thread 0 (the one that holds it) does the atomicAdd")
+            each = ", ".join(dict.fromkeys(f"{k} times the sum with {r.get('threads')} threads a block"
+                                           for k, r in zip(ks, bad)))
+            return (f"every failing total is a whole multiple of the sum ({each}): several threads of each block add "
+                    f"the block's sum: only thread 0 (the one that holds it) does the atomicAdd")
         return None
 
     def run_python(self, fn, case: Case, inp: dict, alt: bool = False) -> np.ndarray:

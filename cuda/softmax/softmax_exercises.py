@@ -230,43 +230,5 @@ class SoftmaxOnline(SoftmaxRow):
         out = kit.poisoned((rows, cols), np.float32)
         sim.launch(fn, rows, nt, inp["x"], out, rows, cols, np.float32(case.params.get("scale", 1.0)), None,
                    shared={"red_m": ((nt,), np.float32), "red_d": ((nt,), np.float32)})
-        got = out.ravel()
-        ref = self.reference(case, inp)
-        from harness.calling.results import relative_error
+        return out.ravel()
 
-        with np.errstate(all="ignore"):
-            right = bool(np.isfinite(got).all()) and relative_error(got, ref) <= self.tolerance
-        merge = getattr(fn, "__globals__", {}).get("merge")
-        if right and callable(merge):
-            _check_merge(merge, self.tolerance)
-        return got
-
-
-class MergeWrong(Exception):
-    """merge gives a wrong pair for inputs the kernel's tree never hands it."""
-
-
-# (pair, pair): every kind of pair merge may be given, the empty one (-inf, 0) on either side included.
-_MERGES = (((-np.inf, 0.0), (-np.inf, 0.0)), ((-np.inf, 0.0), (1.5, 2.0)), ((1.5, 2.0), (-np.inf, 0.0)),
-           ((0.0, 1.0), (3.0, 2.0)), ((3.0, 2.0), (0.0, 1.0)), ((-2.0, 1.25), (-2.0, 0.75)))
-
-
-def _check_merge(merge, tol: float) -> None:
-    """The learner's merge on every kind of pair, once the kernel's output is right: the tree hands an
-    empty pair only as the second one (the threads with no column are the last ones), so a merge that
-    mishandles an empty first pair passes every row and is still wrong."""
-    f = np.float32
-    for (m, d), (m2, d2) in _MERGES:
-        want_m = max(m, m2)
-        want_d = 0.0 if want_m == -np.inf else d * np.exp(m - want_m) + d2 * np.exp(m2 - want_m)
-        try:
-            with np.errstate(all="ignore"):
-                gm, gd = merge(f(m), f(d), f(m2), f(d2))
-            ok = float(gm) == want_m and abs(float(gd) - want_d) <= 10 * tol * max(1.0, want_d)
-        except Exception as e:  # noqa: BLE001 -- what merge raised is the learner's to see
-            gm, gd, ok = type(e).__name__, "", False
-        if not ok:
-            raise MergeWrong(f"every row is right, but merge(({m:g}, {d:g}), ({m2:g}, {d2:g})) gave ({gm}, {gd}), "
-                             f"expected ({want_m:g}, {want_d:.6g}): the merged max is the larger one, each sum is "
-                             f"brought to it by exp(its max - the merged max), and an empty pair (-inf, 0) on "
-                             f"either side adds nothing")
