@@ -54,13 +54,109 @@ def padded(x: np.ndarray, before: int = 0) -> np.ndarray:
 
 
 class _Written(np.ndarray):
-    """The Python track's total: notes that something stored into it (`out[0] += s` stores too)."""
+    """The Python track's total: notes that something stored into it (`out[0] += s` stores too), and
+    whether a kernel's thread did."""
 
     written: bool = False
+    in_kernel: bool = False
+    kernel_wrote: bool = False
 
     def __setitem__(self, key, value):
         self.written = True
+        self.kernel_wrote = self.kernel_wrote or self.in_kernel
         super().__setitem__(key, value)
+
+
+class BlockOrder(Exception):
+    """The total relies on the order the blocks run in, or comes from no kernel at all."""
+
+
+def _fmt(v) -> str:
+    return f"{float(v):.6g}"
+
+
+def _blocks_mirrored(kernel):
+    """The kernel with blockIdx mirrored, so that the simulator, which runs the blocks in order, runs the
+    last block first."""
+    import inspect
+    from types import SimpleNamespace
+
+    from harness.base.sim import dim3
+
+    def mirrored(ctx):
+        g, b = ctx.gridDim, ctx.blockIdx
+        return SimpleNamespace(blockIdx=dim3(g.x - 1 - b.x, g.y - 1 - b.y, g.z - 1 - b.z), threadIdx=ctx.threadIdx,
+                               blockDim=ctx.blockDim, gridDim=g, shared=ctx.shared)
+
+    if inspect.isgeneratorfunction(kernel):
+        def gen(ctx, *args):
+            return (yield from kernel(mirrored(ctx), *args))
+        return gen
+    return lambda ctx, *args: kernel(mirrored(ctx), *args)
+
+
+class PartialWrite(Exception):
+    """A block's partial stored wrong in a way its final value may hide: added into (`+=`) while it
+    still held the check's poison, or stored by a second thread of the block with another value."""
+
+
+class _Partials(np.ndarray):
+    """The Python track's partials: notes the thread that first stores each one (kit.as_writer says
+    which thread runs) and stops at a store the final values would misname: one made from the poison
+    (the partial read before anything was stored in it), or a second thread's store of another value
+    (the last thread to store wins, so its value is what the output shows)."""
+
+    owner: np.ndarray
+    writer: int = -1
+    threads: int = 1
+
+    def __setitem__(self, key, value):
+        idx = np.arange(self.owner.size)[key].ravel()
+        new = np.broadcast_to(np.asarray(value, dtype=np.float32), idx.shape)
+        if kit.is_poison(np.ascontiguousarray(new)).any():
+            raise PartialWrite(f"partials[{int(idx[0])}] was given a value made from the check's poison (the NaN "
+                               f"every output starts as): it was read before anything was stored in it (`+=` adds "
+                               f"into memory nobody set): store the block's sum with `=`")
+        own = self.owner[idx]
+        old = np.asarray(self)[idx]
+        # Another thread of the same block (another block's store shows in the values: a partial left unset).
+        other = ((own >= 0) & (own != self.writer) & (own // self.threads == self.writer // self.threads)
+                 & ~((old == new) | (np.isnan(old) & np.isnan(new))))
+        if other.any():
+            j = int(np.flatnonzero(other)[0])
+            raise PartialWrite(f"partials[{int(idx[j])}] was stored by thread {int(own[j]) % self.threads} of its "
+                               f"block, then by thread {self.writer % self.threads} with another value: one thread "
+                               f"of each block (thread 0, which holds the block's sum) stores the partial")
+        self.owner[idx[own < 0]] = self.writer
+        super().__setitem__(key, value)
+
+
+def partials_out(n: int, threads: int) -> _Partials:
+    out = kit.poisoned(n, np.float32).view(_Partials)
+    out.owner = np.full(n, -1, dtype=np.int64)
+    out.threads = threads
+    return out
+
+
+PY_BLOCKS = (8, 16, 32)  # the simulator's block sizes for the tree's exercises (16 the usual one)
+
+
+def _label(py: bool, usual: int):
+    """A case's label: its size and values, and its block size where it is not the usual one."""
+    return lambda n, k, b: f"n={n}" + (f", {b} threads a block" if b != usual else "") + f" ({k} values)"
+
+
+def _other_block_size(bad: list[dict], good: list[dict], use: str) -> str | None:
+    """The cause when only the cases whose block size is not the usual one fail (they are the ones that
+    set "threads" apart: the usual size is the one most cases have)."""
+    sizes = [r.get("threads") for r in bad + good]
+    if None in sizes or not bad or not good:
+        return None
+    usual = max(set(sizes), key=sizes.count)
+    if all(r["threads"] != usual for r in bad) and any(r["threads"] == usual for r in good):
+        return (f"only the cases whose blocks are not {usual} threads fail (every case with {usual} passes): a "
+                f"block size is typed in somewhere: use {use}, whatever the launch chose")
+    return None
 
 
 def _rg():
@@ -94,10 +190,14 @@ class ReduceTree(kit.Problem):
         rows = [(1, "float"), (4 * e, "int"), (3 * e, "float"), (e - 1, "float"), (e + 1, "int"), (3 * t, "int")]
         rows += [(100, "float"), (20 * e, "wide")] if py else [(4099, "float"), (128 * e, "wide"),
                                                                (5_000_011, "float")]
-        rows.append((int(rng.integers(2, 40 * e if py else 200 * e)), str(rng.choice(["float", "int"]))))
-        return kit.made(rows, lambda n, k: f"n={n} ({k} values)", lambda n, k: {"n": n, "threads": t, "kind": k},
-                        lambda n, k: n % e, lambda n, k: n % e == 0 and n > e,
-                        lambda n, k: n == (100 if py else 4099), seed)
+        rows = [(n, k, t) for n, k in rows]
+        if py:  # other block sizes: a kernel written for one blockDim (a stride or an offset typed in) fails them
+            rows += [(112, "int", 8), (2 * 64 + 5, "float", 32)]
+        ft = int(rng.choice(PY_BLOCKS)) if py else t
+        rows.append((int(rng.integers(2, 40 * 2 * ft if py else 200 * e)), str(rng.choice(["float", "int"])), ft))
+        return kit.made(rows, _label(py, t), lambda n, k, b: {"n": n, "threads": b, "kind": k},
+                        lambda n, k, b: n % (2 * b), lambda n, k, b: n % (2 * b) == 0 and n > 2 * b,
+                        lambda n, k, b: n == (100 if py else 4099), seed)
 
     def blocks(self, case: Case) -> int:
         return kit.cdiv(case.params["n"], 2 * case.params["threads"])
@@ -114,9 +214,14 @@ class ReduceTree(kit.Problem):
         return np.arange(b) == b - 1 if case.params["n"] % (2 * case.params["threads"]) else None
 
     def facts(self, case: Case) -> dict:
-        return {"blocks": self.blocks(case)}
+        return {"blocks": self.blocks(case), "threads": case.params["threads"]}
 
     def pattern(self, bad: list[dict], good: list[dict], track: str) -> str | None:
+        odd = _other_block_size(bad, good, "blockDim.x (the block's threads; two elements each)")
+        if odd:
+            return odd
+        if any(r.get("nan") for r in bad):
+            return None  # an element read past the end: the case's own message names it
         if all(r.get("blocks", 0) > 1 for r in bad) and any(r.get("blocks", 0) == 1 for r in good):
             return ("only the cases with more than one block fail: each block starts at its own offset, "
                     "blockIdx.x * 2 * blockDim.x (two elements a thread), and writes its own partial")
@@ -126,10 +231,10 @@ class ReduceTree(kit.Problem):
         from harness.base import sim
 
         t = case.params["threads"]
-        out = kit.poisoned(self.blocks(case), np.float32)
-        sim.launch(fn, self.blocks(case), t, padded(inp["x"]), case.params["n"], out,
+        out = partials_out(self.blocks(case), t)
+        sim.launch(kit.as_writer(fn, out), self.blocks(case), t, padded(inp["x"]), case.params["n"], out,
                    shared={"partial": ((t,), np.float32)})
-        return out
+        return np.asarray(out).copy()
 
     def run_cuda(self, mod, case: Case, inp: dict, alt: bool = False) -> dict:
         n = case.params["n"]
@@ -175,10 +280,14 @@ class ReduceAtomic(kit.Problem):
         rows = [(1, "float"), (4 * e, "int"), (3 * e, "float"), (e - 1, "int"), (e + 1, "float"), (3 * t, "int")]
         rows += [(100, "float"), (20 * e, "wide"), (1001, "int")] if py else [
             (4099, "int"), (128 * e, "wide"), (ATOMIC_LARGE, "float")]
-        rows.append((int(rng.integers(2, 40 * e if py else 200 * e)), "float"))
-        return kit.made(rows, lambda n, k: f"n={n} ({k} values)", lambda n, k: {"n": n, "threads": t, "kind": k},
-                        lambda n, k: n % e, lambda n, k: n % e == 0 and n > e,
-                        lambda n, k: n == (100 if py else 4099), seed)
+        rows = [(n, k, t) for n, k in rows]
+        if py:  # other block sizes: a launch or a kernel written for one `threads` fails them
+            rows += [(112, "int", 8), (2 * 64 + 5, "float", 32)]
+        ft = int(rng.choice(PY_BLOCKS)) if py else t
+        rows.append((int(rng.integers(2, 40 * 2 * ft if py else 200 * e)), "float", ft))
+        return kit.made(rows, _label(py, t), lambda n, k, b: {"n": n, "threads": b, "kind": k},
+                        lambda n, k, b: n % (2 * b), lambda n, k, b: n % (2 * b) == 0 and n > 2 * b,
+                        lambda n, k, b: n == (100 if py else 4099), seed)
 
     def inputs(self, case: Case) -> dict:
         return {"x": values(kit.rng(case), case.params["n"], case.params["kind"])}
@@ -190,6 +299,13 @@ class ReduceAtomic(kit.Problem):
         # The total lies in no partial block: a wrong total never points at the bounds check by itself (an
         # element read past n shows as NaN, and nan_cause names it).
         return np.zeros(1, dtype=bool)
+
+    def facts(self, case: Case) -> dict:
+        return {"threads": case.params["threads"]}
+
+    def pattern(self, bad: list[dict], good: list[dict], track: str) -> str | None:
+        return _other_block_size(bad, good, "the `threads` shared_tree_sum is given, in the grid's size, the "
+                                            "block's and the shared memory's")
 
     def first_pattern(self, bad: list[dict], track: str) -> str | None:
         if any("never written" in (r.get("message") or "") for r in bad):
@@ -204,15 +320,65 @@ class ReduceAtomic(kit.Problem):
             if not m or float(m.group(2)) == 0.0:
                 return None
             ratios.append(float(m.group(1)) / float(m.group(2)))
-        k = round(ratios[0]) if ratios else 0
-        if k >= 2 and all(abs(q - k) <= 1e-3 * k for q in ratios):
-            return (f"every failing total is {k} times the sum: {k} threads of each block add the block's sum: only "
-                    f"thread 0 (the one that holds it) does the atomicAdd")
+        ks = [round(q) for q in ratios]
+        if ratios and all(k >= 2 and abs(q - k) <= 1e-3 * k for q, k in zip(ratios, ks)):
+            if len(set(ks)) == 1:
+                return (f"every failing total is {ks[0]} times the sum: {ks[0]} threads of each block add the block's "
+                        f"sum: only thread 0 (the one that holds it) does the atomicAdd")
+            each = ", ".join(dict.fromkeys(f"{k} times the sum with {r.get('threads')} threads a block"
+                                           for k, r in zip(ks, bad)))
+            return (f"every failing total is a whole multiple of the sum ({each}): several threads of each block add "
+                    f"the block's sum: only thread 0 (the one that holds it) does the atomicAdd")
         return None
 
     def run_python(self, fn, case: Case, inp: dict, alt: bool = False) -> np.ndarray:
+        """The learner's launch, run twice: as the simulator runs the blocks (0 first), and with the last
+        block first. A total right in the first order and not in the second relies on the blocks' order
+        (block 0 setting it to 0, say), which the GPU never promises."""
+        got = self._run(fn, case, inp, last_first=False)
+        ref = self.reference(case, inp)
+        x = inp["x"].astype(np.float64)
+        slack = 2 * self.tolerance * float(np.abs(x).sum()) + 1e-30
+        if np.all(np.abs(got.astype(np.float64) - ref) <= slack):
+            again = self._run(fn, case, inp, last_first=True)
+            if not np.all(np.abs(again.astype(np.float64) - ref) <= slack):
+                raise BlockOrder(f"the total depends on the order the blocks run in: {_fmt(got[0])} with block 0 "
+                                 f"first, {_fmt(again[0])} with the last block first (expected {_fmt(ref[0])}): "
+                                 f"on the GPU blocks run in any order, so no block may rely on another having run: "
+                                 f"the launch sets the total to 0 before the kernel, and each block only adds its "
+                                 f"sum into it")
+        return got
+
+    def _run(self, fn, case: Case, inp: dict, last_first: bool) -> np.ndarray:
+        from harness.base import sim
+
         out = kit.poisoned(1, np.float32).view(_Written)
-        fn(padded(inp["x"]), case.params["n"], out, case.params["threads"])
+        real = sim.launch
+        launched = []
+
+        def launch(kernel, grid, block, *args, **kw):
+            launched.append(kernel)
+            out.in_kernel = True
+            try:
+                return real(_blocks_mirrored(kernel) if last_first else kernel, grid, block, *args, **kw)
+            finally:
+                out.in_kernel = False
+
+        # The learner's file calls sim.launch (or a name it imported for it): both lead here while it runs.
+        names = [k for k, v in getattr(fn, "__globals__", {}).items() if v is real]
+        sim.launch = launch
+        for k in names:
+            fn.__globals__[k] = launch
+        try:
+            fn(padded(inp["x"]), case.params["n"], out, case.params["threads"])
+        finally:
+            sim.launch = real
+            for k in names:
+                fn.__globals__[k] = real
+        if out.written and not out.kernel_wrote:
+            raise BlockOrder("the total was stored only outside any kernel (" + (
+                "no kernel was launched" if not launched else "the launched kernel never added into it") +
+                "): the exercise's total comes from the blocks: thread 0 of each block adds its block's sum into it")
         got = np.array(out, dtype=np.float32)
         if out.written:
             # Stored into, yet still the poison: the poison was added to (numpy keeps a NaN's payload; a
@@ -247,6 +413,7 @@ GS_CHAIN = 128
 # or added twice then moves its block's sum by more than 10 tolerances of a typical sum, so the check can
 # tell which blocks are wrong (block 0 alone: the head or the tail).
 GS_PER_BLOCK = 5000
+GS_PY_BLOCKS = (32, 64, 128)  # the simulator's block sizes for the grid-stride exercise (whole warps; 64 the usual)
 
 
 class ReduceGridStride(kit.Problem):
@@ -276,27 +443,32 @@ class ReduceGridStride(kit.Problem):
         # cause across the cases is read from the first failing one.
         rows = ([(1, 1, 0, "float"), (1024, 2, 0, "int"), (1280, 1, 0, "float"), (2048, 3, 0, "float"),
                  (4099, 2, 0, "float"), (1001, 3, 2, "int"), (2050, 2, 3, "float"), (1536, 2, 0, "wide"),
-                 (3, 2, 1, "int")] if py else
+                 (3, 2, 1, "int"), (1792, 1, 0, "int")] if py else
                 [(1, 1, 0, "float"), (1 << 16, 4, 0, "int"), (1 << 17, 8, 0, "float"), (16387, 4, 0, "float"),
                  (100003, 8, 2, "int"), (50001, 16, 3, "float"), (1 << 16, 16, 0, "wide"),
                  (3, 2, 1, "int"), (5_000_011, 1024, 1, "float")])
+        # 1792 in one block: 7 float4s a thread, so the loop after the unrolled one makes several trips.
+        rows = [(*r, t) for r in rows]
+        if py:  # other block sizes: a kernel written for one blockDim (an index or a stride typed in) fails them
+            rows += [(2051, 2, 1, "float", 32), (4096, 2, 0, "int", 128)]
         # The fresh case: at most GS_CHUNKS float4s a thread, and at most GS_PER_BLOCK elements a block.
+        ft = int(rng.choice(GS_PY_BLOCKS)) if py else t
         n = int(rng.integers(5, 3000 if py else 200_000))
-        g = int(rng.integers(max(1, kit.cdiv(n, 4 * GS_CHUNKS * t), kit.cdiv(n, GS_PER_BLOCK)), 4 if py else 64))
-        rows.append((n, g, int(rng.integers(0, 4)), "float"))
+        g = int(rng.integers(max(1, kit.cdiv(n, 4 * GS_CHUNKS * ft), kit.cdiv(n, GS_PER_BLOCK)), 4 if py else 64))
+        rows.append((n, g, int(rng.integers(0, 4)), "float", ft))
 
-        def head(n, g, m, k):
+        def head(n, g, m, k, b):
             return min((4 - m) % 4, n)
 
-        def ragged(n, g, m, k):
-            return head(n, g, m, k) > 0 or (n - head(n, g, m, k)) % 4 != 0
+        def ragged(n, g, m, k, b):
+            return head(n, g, m, k, b) > 0 or (n - head(n, g, m, k, b)) % 4 != 0
 
-        return kit.made(rows, lambda n, g, m, k: f"n={n} blocks={g}" + (f", x {m} floats past a 16-byte boundary" if m else "")
-                        + f" ({k} values)",
-                        lambda n, g, m, k: {"n": n, "blocks": g, "misalign": m, "head": head(n, g, m, k),
-                                            "threads": t, "kind": k},
-                        ragged, lambda n, g, m, k: not ragged(n, g, m, k) and g > 1,
-                        lambda n, g, m, k: n == (1001 if py else 100003), seed)
+        return kit.made(rows, lambda n, g, m, k, b: f"n={n} blocks={g}" + (f" of {b} threads" if b != t else "")
+                        + (f", x {m} floats past a 16-byte boundary" if m else "") + f" ({k} values)",
+                        lambda n, g, m, k, b: {"n": n, "blocks": g, "misalign": m, "head": head(n, g, m, k, b),
+                                               "threads": b, "kind": k},
+                        ragged, lambda n, g, m, k, b: not ragged(n, g, m, k, b) and g > 1,
+                        lambda n, g, m, k, b: n == (1001 if py else 100003), seed)
 
     def inputs(self, case: Case) -> dict:
         return {"x": values(kit.rng(case), case.params["n"], case.params["kind"])}
@@ -319,9 +491,14 @@ class ReduceGridStride(kit.Problem):
         return np.arange(case.params["blocks"]) == 0 if case.ragged else None
 
     def facts(self, case: Case) -> dict:
-        return {"blocks": case.params["blocks"]}
+        return {"blocks": case.params["blocks"], "threads": case.params["threads"]}
 
     def pattern(self, bad: list[dict], good: list[dict], track: str) -> str | None:
+        odd = _other_block_size(bad, good, "blockDim.x and gridDim.x")
+        if odd:
+            return odd
+        if any(r.get("nan") for r in bad):
+            return None  # an element outside x was added: the case's own message names it
         if all(r.get("blocks", 0) > 1 for r in bad) and any(r.get("blocks", 0) == 1 for r in good):
             return ("only the grids of more than one block fail: the start is the thread's global index "
                     "(blockIdx.x * blockDim.x + threadIdx.x) and the stride the whole grid's thread count "
@@ -332,10 +509,10 @@ class ReduceGridStride(kit.Problem):
         from harness.base import sim
 
         p = case.params
-        out = kit.poisoned(p["blocks"], np.float32)
-        sim.launch(fn, p["blocks"], p["threads"], padded(inp["x"]), p["n"], p["head"], out,
+        out = partials_out(p["blocks"], p["threads"])
+        sim.launch(kit.as_writer(fn, out), p["blocks"], p["threads"], padded(inp["x"]), p["n"], p["head"], out,
                    shared=_rg()._shared(p["threads"]))
-        return out
+        return np.asarray(out).copy()
 
     def run_cuda(self, mod, case: Case, inp: dict, alt: bool = False) -> dict:
         p = case.params

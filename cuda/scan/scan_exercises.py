@@ -174,7 +174,9 @@ class BrentKung(TileScan):
     small_n = 3000  # the sanitizers' case: two tiles, the second ragged
     barrier_cause = ("every level of the up-sweep and of the down-sweep reads what the level before wrote: a barrier "
                      "before each level (the first one after the loads), and one after the down-sweep before the "
-                     "stores")
+                     "stores; or, with every barrier there, two threads of one level touch the same cell: a "
+                     "level's threads each read and write their own cells, idx = (t + 1) * 2 * stride - 1 and "
+                     "idx - stride (up) or idx + stride (down)")
 
     def rows(self, py: bool) -> list[tuple]:
         if py:

@@ -19,6 +19,8 @@ ONLY_EXCLUSIVE = "only the exclusive scans fail"
 ONLY_INCLUSIVE = "only the inclusive scans fail"
 
 KS_PY_STORE = "        out[i] = (inclusive - mine) & MASK if exclusive else inclusive\n"
+BK_PY_STORE0 = "        out[i0] = (int(s[t]) - mine0) & MASK if exclusive else int(s[t])\n"
+BK_PY_STORE1 = "        out[i1] = (int(s[t + nt]) - mine1) & MASK if exclusive else int(s[t + nt])\n"
 KS_CU_STORE = "    if (i < n) out[i] = exclusive ? inclusive - mine : inclusive;\n"
 
 # (what the mistake is, [(old, new), ...], text the thing to fix must hold, text it must not hold)
@@ -37,6 +39,26 @@ WRONG = {(KS, "python"): [
      BOUNDS, None),
     ("no bound on the store", [("    if i < n:\n" + KS_PY_STORE, KS_PY_STORE[4:])], "IndexError", None),
     ("the exclusive difference not wrapped", [("(inclusive - mine) & MASK", "inclusive - mine")], "OverflowError", None),
+    ("exclusive from the left neighbour, t == 0 unguarded",
+     [(KS_PY_STORE, "        out[i] = int(buf[cur, t - 1]) if exclusive else inclusive\n")], ONLY_EXCLUSIVE, BOUNDS),
+    ("the load's bound i <= n", [("    mine = int(x[i]) if i < n else 0\n", "    mine = int(x[i]) if i <= n else 0\n")],
+     "IndexError", None),
+    ("a step too few", [("    while stride < nt:\n", "    while stride < nt // 2:\n")], "outputs wrong", BOUNDS),
+    ("the result read from the other buffer", [("    inclusive = int(buf[cur, t])\n", "    inclusive = int(buf[1 - cur, t])\n")],
+     "outputs wrong", BOUNDS),
+    ("the sum not taken modulo 2^32", [("            v = _add(v, buf[cur, t - stride])\n", "            v = v + int(buf[cur, t - stride])\n")],
+     "OverflowError", None),
+    ("the barrier inside the if", [("        cur = 1 - cur\n        yield\n", "        cur = 1 - cur\n        if t >= stride:\n            yield\n")],
+     "must reach each barrier", None),
+    ("exclusive shifted across the tiles", [("    mine = int(x[i]) if i < n else 0\n",
+                                             "    mine = int(x[i]) if i < n else 0\n    if exclusive:\n"
+                                             "        mine = int(x[i - 1]) if 0 < i <= n else 0\n"), (KS_PY_STORE, "        out[i] = inclusive\n")],
+     ONLY_EXCLUSIVE, BOUNDS),
+    ("the left neighbour wraps round the tile", [("            v = _add(v, buf[cur, t - stride])\n", "            v = _add(v, buf[cur, (t - stride) % nt])\n"),
+                                                 ("        if t >= stride:\n", "        if True:\n")], "outputs wrong", BOUNDS),
+    ("the buffers never swap", [("        cur = 1 - cur\n        yield\n", "        yield\n")], "outputs wrong", BOUNDS),
+    ("exclusive from the tile's first element", [(KS_PY_STORE, "        out[i] = (inclusive - int(buf[cur, 0])) & MASK if exclusive else inclusive\n")],
+     ONLY_EXCLUSIVE, BOUNDS),
 ], (KS, "cuda"): [
     ("no barrier at the end of a step", [("        __syncthreads();  // the whole step is written before anyone reads it\n",
                                           "")], "racecheck", None),
@@ -71,6 +93,30 @@ WRONG = {(KS, "python"): [
      "IndexError", None),
     ("tiles one block's threads apart", [("    base = ctx.blockIdx.x * tile\n", "    base = ctx.blockIdx.x * nt\n")],
      "never written", BOUNDS),
+    ("the down-sweep's index without the 2", [("        idx = (t + 1) * 2 * stride - 1\n        if idx + stride < tile:\n",
+                                               "        idx = (t + 1) * stride - 1\n        if idx + stride < tile:\n")],
+     "two threads of one level touch the same cell", BOUNDS),
+    ("the down-sweep reads idx - stride", [("            s[idx + stride] = _add(s[idx + stride], s[idx])\n",
+                                            "            s[idx + stride] = _add(s[idx + stride], s[idx - stride])\n")],
+     RACE, BOUNDS),
+    ("exclusive from the left neighbour, t == 0 unguarded", [(BK_PY_STORE0, "        out[i0] = int(s[t - 1]) if exclusive else int(s[t])\n"),
+                                                            (BK_PY_STORE1, "        out[i1] = int(s[t + nt - 1]) if exclusive else int(s[t + nt])\n")],
+     ONLY_EXCLUSIVE, BOUNDS),
+    ("the down-sweep's bound <= tile", [("        if idx + stride < tile:\n", "        if idx + stride <= tile:\n")], "IndexError", None),
+    ("exclusive: the second element less the first's value", [(BK_PY_STORE1, BK_PY_STORE1.replace("mine1", "mine0"))],
+     ONLY_EXCLUSIVE, BOUNDS),
+    ("the up-sweep a level short", [("    while stride < tile:\n", "    while stride < tile // 2:\n")], "outputs wrong", BOUNDS),
+    ("the down-sweep's strides ascending", [("    stride = tile // 4\n    while stride > 0:\n", "    stride = 1\n    while stride <= tile // 4:\n"),
+                                            ("        stride //= 2\n    yield\n", "        stride *= 2\n    yield\n")],
+     "outputs wrong", BOUNDS),
+    ("the second element loaded from i0 + 1", [("    mine1 = int(x[i1]) if i1 < n else 0\n", "    mine1 = int(x[i0 + 1]) if i0 + 1 < n else 0\n")],
+     "outputs wrong", BOUNDS),
+    ("inclusive: the second element from its left cell", [(BK_PY_STORE1, BK_PY_STORE1.replace("else int(s[t + nt])", "else int(s[t + nt - 1])"))],
+     ONLY_INCLUSIVE, BOUNDS),
+    ("the up-sweep starts at stride 2", [("    stride = 1\n    while stride < tile:\n", "    stride = 2\n    while stride < tile:\n")],
+     "outputs wrong", BOUNDS),
+    ("loaded to adjacent cells, stored from the split ones", [("    s[t], s[t + nt] = mine0, mine1\n", "    s[2 * t], s[2 * t + 1] = mine0, mine1\n")],
+     "outputs wrong", BOUNDS),
 ], (BK, "cuda"): [
     ("no barrier in the up-sweep", [("        __syncthreads();  // the previous level is complete\n", "")],
      "racecheck", None),

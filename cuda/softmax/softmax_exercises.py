@@ -11,6 +11,7 @@ from harness.programs import exercise as kit
 from harness.programs.exercise import Case, Speed
 
 PY_THREADS, CU_THREADS = 8, 256  # threads sharing a row: the simulator's (small, so rows span several strides), the lab's
+SCALES = (0.125, 0.5, 1.75)  # the online exercise's scales on the Python track (besides 1)
 PEAK, BELOW_PEAK = 1000.0, 880.0  # a wide row's lone peak, and the most its other scores reach
 NEG_LO, NEG_HI = -1000.0, -760.0  # a "neg" row's scores: exp of any of them underflows to 0, even in float64
 
@@ -28,6 +29,18 @@ def _n(k: int, what: str) -> str:
 def _kind_label(kind: str) -> str:
     return {"": "", "wide": ", scores from -1000 up to +1000",
             "neg": f", every score between {NEG_LO:g} and {NEG_HI:g}"}[kind]
+
+
+def _other_block_size(bad: list[dict], good: list[dict]) -> str | None:
+    """The cause when only the rows shared by another number of threads than the usual one fail."""
+    sizes = [r.get("threads") for r in bad + good]
+    if None in sizes or not bad or not good:
+        return None
+    usual = max(set(sizes), key=sizes.count)
+    if all(r["threads"] != usual for r in bad) and any(r["threads"] == usual for r in good):
+        return (f"only the rows shared by other than {usual} threads fail (every case with {usual} passes): a block "
+                f"size is typed in somewhere: the columns' stride and the trees' first half come from blockDim.x")
+    return None
 
 
 class SoftmaxRow(kit.Problem):
@@ -67,12 +80,23 @@ class SoftmaxRow(kit.Problem):
                   [(3, 1, ""), (4, 100, ""), (3, 256, ""), (5, 1024, ""), (7, 1000, ""), (2, 4097, ""),
                    (CU_THREADS + 4, 777, "wide"), (4, 300, "neg"), (1024, 2053, "")])
         shapes.append((int(rng.integers(1, 5 if py else 9)), int(rng.integers(2, 49 if py else 3001)), ""))
+        shapes = [(r, c, k, nt) for r, c, k in shapes]
+        if py:  # other block sizes: a kernel written for one blockDim (a stride or a tree's start typed in) fails
+            shapes += [(2, 12, "", 4), (3, 45, "", 16)]
         # The sanitizers' case: several blocks, a partial stride, both trees.
         small = (3, 13) if py else (7, 1000)
-        return kit.made(shapes, lambda r, c, k: f"{_n(r, 'row')} of {_n(c, 'column')}" + _kind_label(k),
-                        lambda r, c, k: {"rows": r, "cols": c, "kind": k, "threads": nt},
-                        lambda r, c, k: c % nt, lambda r, c, k: c % nt == 0 and c > nt,
-                        lambda r, c, k: (r, c) == small, seed, wide=lambda r, c, k: k == "wide")
+        return kit.made(shapes, lambda r, c, k, b: f"{_n(r, 'row')} of {_n(c, 'column')}" + _kind_label(k)
+                        + (f", {b} threads a row" if b != nt else "") + self.scale_label(py, r, c, k),
+                        lambda r, c, k, b: {"rows": r, "cols": c, "kind": k, "threads": b,
+                                            **self.scale_param(py, r, c, k)},
+                        lambda r, c, k, b: c % b, lambda r, c, k, b: c % b == 0 and c > b,
+                        lambda r, c, k, b: (r, c) == small, seed, wide=lambda r, c, k, b: k == "wide")
+
+    def scale_param(self, py: bool, rows: int, cols: int, kind: str) -> dict:
+        return {}
+
+    def scale_label(self, py: bool, rows: int, cols: int, kind: str) -> str:
+        return ""
 
     def inputs(self, case: Case) -> dict:
         p, rng = case.params, kit.rng(case)
@@ -103,7 +127,8 @@ class SoftmaxRow(kit.Problem):
 
     def facts(self, case: Case) -> dict:
         p = case.params
-        return {"wide": p["kind"] == "wide", "neg": p["kind"] == "neg", "short": p["cols"] < p["threads"]}
+        return {"wide": p["kind"] == "wide", "neg": p["kind"] == "neg", "short": p["cols"] < p["threads"],
+                "threads": p["threads"]}
 
     def first_pattern(self, bad: list[dict], track: str) -> str | None:
         # Before the sizes' rule: a row shorter than the block lies wholly in its partial stride, so a
@@ -113,6 +138,9 @@ class SoftmaxRow(kit.Problem):
         return None
 
     def pattern(self, bad: list[dict], good: list[dict], track: str) -> str | None:
+        odd = _other_block_size(bad, good)
+        if odd:
+            return odd
         if good and all(r.get("neg") for r in bad):
             return (f"only the rows whose every score is far below 0 ({NEG_LO:g} to {NEG_HI:g}) fail: the max starts "
                     f"above every score there, so every exp(x - max) underflows to 0 and the sum is 0: start the max "
@@ -167,6 +195,9 @@ class SoftmaxOnline(SoftmaxRow):
                    "-inf")
 
     def pattern(self, bad: list[dict], good: list[dict], track: str) -> str | None:
+        odd = _other_block_size(bad, good)
+        if odd:
+            return odd
         if good and all(r.get("neg") for r in bad):
             return (f"only the rows whose every score is far below 0 ({NEG_LO:g} to {NEG_HI:g}) fail: the running max "
                     f"starts above every score there, so no score is ever a new max and every term underflows to 0: "
@@ -177,11 +208,27 @@ class SoftmaxOnline(SoftmaxRow):
                     "larger of the two maxima and rescale both sums to it")
         return None
 
+    def scale_param(self, py: bool, rows: int, cols: int, kind: str) -> dict:
+        # The Python track's kernel takes the scores' scale (attention's 1/sqrt(d)): cases other than the wide
+        # and the negative ones (whose ranges are set for scale 1) take one that is not 1, so a term that leaves
+        # it out fails. The CUDA track's entry point passes 1.
+        if not py or kind:
+            return {"scale": 1.0}
+        return {"scale": SCALES[(rows + cols) % len(SCALES)]}
+
+    def scale_label(self, py: bool, rows: int, cols: int, kind: str) -> str:
+        sc = self.scale_param(py, rows, cols, kind)["scale"]
+        return "" if sc == 1.0 else f", scale {sc:g}"
+
+    def reference(self, case: Case, inp: dict) -> np.ndarray:
+        return _sm().reference(inp["x"], case.params.get("scale", 1.0)).ravel()
+
     def run_python(self, fn, case: Case, inp: dict, alt: bool = False) -> np.ndarray:
         from harness.base import sim
 
         rows, cols, nt = self._shape(case)
         out = kit.poisoned((rows, cols), np.float32)
-        sim.launch(fn, rows, nt, inp["x"], out, rows, cols, np.float32(1.0), None,
+        sim.launch(fn, rows, nt, inp["x"], out, rows, cols, np.float32(case.params.get("scale", 1.0)), None,
                    shared={"red_m": ((nt,), np.float32), "red_d": ((nt,), np.float32)})
         return out.ravel()
+

@@ -25,6 +25,8 @@ _ONLINE_UPDATE_PY = ("        if y > m:  # a new maximum: what was summed so far
                      "            d = F32(d * np.exp2(F32((m - y) * log2e)))\n"
                      "            m = y\n"
                      "        d = F32(d + np.exp2(F32(_fmaf(scale, xc, -m) * log2e)))\n")
+_MERGE_RETURN_PY = ("    return mm, F32(d * np.exp2(F32((m - mm) * F32(LOG2E))) + d2 * np.exp2(F32((m2 - mm) * "
+                    "F32(LOG2E))))\n")
 _ONLINE_RESCALE_CU = ("            d *= exp2f((m - y) * CUDALAB_LOG2E);  // by exp(m_old - m_new); the first time, m = -inf "
                       "and d = 0\n")
 _ONLINE_TERM_CU = "        d += exp2f(fmaf(scale, xc, -m) * CUDALAB_LOG2E);\n"
@@ -50,6 +52,23 @@ WRONG = {("softmax_row", "python"): [
                                              "    red[t] = s\n    yield\n    half = nt // 4\n")], "outputs wrong", BOUNDS),
     ("each thread divides by its own sum", [("    inv = F32(1) / red[0]\n", "    inv = F32(1) / s\n")], "outputs wrong",
      BOUNDS),
+    ("no barrier after storing the thread's sum", [("    red[t] = s\n    yield\n", "    red[t] = s\n")], BARRIER, BOUNDS),
+    ("no barrier between the sum tree's steps", [("            red[t] = F32(red[t] + red[t + half])\n        yield\n",
+                                                   "            red[t] = F32(red[t] + red[t + half])\n")], BARRIER, BOUNDS),
+    ("the columns' stride typed in", [(_ROW_WRITE_PY, _ROW_WRITE_PY.replace("range(t, cols, nt)", "range(t, cols, 8)"))],
+     "block size is typed in", BOUNDS),
+    ("the sum tree's first half typed in", [("    red[t] = s\n    yield\n    half = nt // 2\n",
+                                             "    red[t] = s\n    yield\n    half = 4\n")], "IndexError", None),
+    ("the write without the max", [(_ROW_WRITE_PY, _ROW_WRITE_PY.replace("np.exp(x[row, c] - m)", "np.exp(x[row, c])"))],
+     "outputs wrong", BOUNDS),
+    ("the write subtracts red[0], now the sum", [(_ROW_WRITE_PY, _ROW_WRITE_PY.replace("x[row, c] - m)", "x[row, c] - red[0])"))],
+     "outputs wrong", BOUNDS),
+    ("the thread's own max, not the row's", [("    m = red[0]\n", "")], "outputs wrong", BOUNDS),
+    ("the max from one column a thread", [("    for c in range(t, cols, nt):\n        m = max(m, x[row, c])\n",
+                                           "    if t < cols:\n        m = max(m, x[row, t])\n")], TRUE_MAX, BOUNDS),
+    ("the max starts at the thread's first column", [("    m = F32(-np.inf)\n", "    m = x[row, t]\n")], "IndexError", None),
+    ("the max tree adds", [("            red[t] = max(red[t], red[t + half])\n", "            red[t] = red[t] + red[t + half]\n")],
+     "NaN or infinite", BOUNDS),
 ], ("softmax_row", "cuda"): [
     ("no barrier after storing the thread's max", [("    red[t] = m;\n    __syncthreads();\n", "    red[t] = m;\n")],
      "racecheck", None),
@@ -70,6 +89,7 @@ WRONG = {("softmax_row", "python"): [
      "outputs wrong", BOUNDS),
     ("each thread divides by its own sum", [("    const float inv = 1.0f / red[0];\n", "    const float inv = 1.0f / sum;\n")],
      "outputs wrong", BOUNDS),
+    ("the write without the max", [("o[c] = expf(in[c] - m) * inv;", "o[c] = expf(in[c]) * inv;")], "outputs wrong", BOUNDS),
 ], ("softmax_online", "python"): [
     ("the sum not rescaled when the max grows", [("            d = F32(d * np.exp2(F32((m - y) * log2e)))\n", "")],
      "outputs wrong", BOUNDS),
@@ -87,6 +107,26 @@ WRONG = {("softmax_row", "python"): [
      "start it at -inf", BOUNDS),
     ("the merge keeps the smaller max", [("    mm = max(m, m2)\n", "    mm = min(m, m2)\n")], "keep the larger of the two maxima",
      BOUNDS),
+    ("the scale left out of the term", [(_ONLINE_UPDATE_PY.splitlines(True)[3],
+                                         "        d = F32(d + np.exp2(F32((xc - m) * log2e)))\n")], "outputs wrong", BOUNDS),
+    ("the merge assumes the first max is the larger",
+     [("    mm = max(m, m2)\n    if mm == -np.inf:\n        return m, d\n" + _MERGE_RETURN_PY,
+       "    if m == -np.inf and m2 == -np.inf:\n        return m, d\n"
+       "    return max(m, m2), F32(d + d2 * np.exp2(F32((m2 - m) * F32(LOG2E))))\n")], "outputs wrong", BOUNDS),
+    ("the merge returns the first max", [(_MERGE_RETURN_PY, _MERGE_RETURN_PY.replace("return mm,", "return m,"))],
+     "outputs wrong", BOUNDS),
+    ("the merge takes the second sum as 1", [(_MERGE_RETURN_PY, _MERGE_RETURN_PY.replace(" + d2 * np.exp2", " + np.exp2"))],
+     "outputs wrong", BOUNDS),
+    ("the merge keeps the larger sum", [(_MERGE_RETURN_PY, "    return mm, max(d, d2)\n")], "outputs wrong", BOUNDS),
+    ("the max updated before the rescale", [("            d = F32(d * np.exp2(F32((m - y) * log2e)))\n            m = y\n",
+                                             "            m = y\n            d = F32(d * np.exp2(F32((m - y) * log2e)))\n")],
+     "outputs wrong", BOUNDS),
+    ("the term relative to itself", [(_ONLINE_UPDATE_PY.splitlines(True)[3],
+                                      "        d = F32(d + np.exp2(F32(_fmaf(scale, xc, -y) * log2e)))\n")], "outputs wrong", BOUNDS),
+    ("the rescale without log2e", [("            d = F32(d * np.exp2(F32((m - y) * log2e)))\n",
+                                    "            d = F32(d * np.exp2(F32(m - y)))\n")], "outputs wrong", BOUNDS),
+    ("the term without log2e", [(_ONLINE_UPDATE_PY.splitlines(True)[3],
+                                 "        d = F32(d + np.exp2(F32(_fmaf(scale, xc, -m))))\n")], "outputs wrong", BOUNDS),
 ], ("softmax_online", "cuda"): [
     ("the sum not rescaled when the max grows", [(_ONLINE_RESCALE_CU, "")], "outputs wrong", BOUNDS),
     ("the rescale factor inverted", [("d *= exp2f((m - y) * CUDALAB_LOG2E);", "d *= exp2f((y - m) * CUDALAB_LOG2E);")],
@@ -100,6 +140,8 @@ WRONG = {("softmax_row", "python"): [
      BOUNDS),
     ("the merge keeps the smaller max", [("    const float mm = fmaxf(m, m2);\n", "    const float mm = fminf(m, m2);\n")],
      "bring both sums to the larger max", BOUNDS),
+    ("the max updated before the rescale", [("            d *= exp2f((m - y) * CUDALAB_LOG2E);", "            m = y;\n"
+                                             "            d *= exp2f((m - y) * CUDALAB_LOG2E);")], "outputs wrong", BOUNDS),
 ]}
 
 # Right, and written differently from the lab's solution: the check must pass them.

@@ -117,19 +117,23 @@ def summarize(name: str, results: list[dict], track: str = "python") -> str | No
     threads run in (Python track; on the CUDA track racecheck says it)."""
     bad = [r for r in results if not r["ok"]]
     good = [r for r in results if r["ok"]]
-    if not bad or not re.match(r"\d+ of \d+ outputs", bad[0]["message"] or ""):
+    # An output that changes with the threads' order has a race, whatever it holds (a sum read before it
+    # is complete can make every output 0): that comes before the values' own patterns.
+    raced = any(r.get("order_dependent") for r in bad)
+    if not bad or not re.match(r"\d+ of \d+ outputs" + (r"|every output is 0" if raced else ""),
+                               bad[0]["message"] or ""):
         return None  # the first failure names its own cause (an exception, a stray write)
+    problem = catalog.problem(name)
+    if raced:
+        which = problem.barrier_cause or ("the barrier after the loads (a thread reads the tile before the others have stored it)"
+                 if any(r.get("nan") for r in bad) else
+                 "the barrier after the products (a tile is overwritten while other threads still read it)")
+        return f"the output changes with the order the threads of a block run in: a missing barrier: {which}"
     if all(r.get("zeros") for r in bad):
         return "every failing case's output is all 0: the kernel writes zeros (is the result computed and stored?)"
     if all(r.get("only_first") for r in bad) and any(r.get("n", 0) > 1 for r in bad):
         return ("in every failing case only element 0 was never written and every other element is right: the first "
                 "thread's index is not 0 (an index shifted by one, or a bounds check that also stops i == 0)")
-    problem = catalog.problem(name)
-    if any(r.get("order_dependent") for r in bad):
-        which = problem.barrier_cause or ("the barrier after the loads (a thread reads the tile before the others have stored it)"
-                 if any(r.get("nan") for r in bad) else
-                 "the barrier after the products (a tile is overwritten while other threads still read it)")
-        return f"the output changes with the order the threads of a block run in: a missing barrier: {which}"
     first = problem.first_pattern(bad, track)
     if first:
         return first
