@@ -13,6 +13,11 @@ from harness.user.exercises import catalog
 from harness.user.exercises import check as hcheck
 
 FLIPPED = "the filter is not flipped"
+PADDING = "the zero padding"
+HALO = "the halo"
+BELOW = "below 0"
+NOT_TILE = "did not come from the shared tile"
+LAUNCH = "another block shape"
 NEVER = "never written"
 WRONG_VALUES = "outputs wrong"
 
@@ -23,11 +28,26 @@ WRONG = {("conv1d_naive", "python"): [
     ("blockIdx times threadIdx", [("    i = blockidx * blockdim + threadidx\n", "    i = blockidx * threadidx + threadidx\n")],
      NEVER, BOUNDS),
     # x[-1] is Python's last element: the small cases catch it as an IndexError, the others as wrong values
-    ("negative neighbours not skipped", [("        if 0 <= k < n:\n", "        if k < n:\n")], "IndexError", None),
+    ("negative neighbours not skipped", [("        if 0 <= k < n:\n", "        if k < n:\n")], BELOW, None),
     ("the last input skipped", [("        if 0 <= k < n:\n", "        if 0 <= k < n - 1:\n")], WRONG_VALUES, BOUNDS),
     ("the filter flipped", [("f[j] * x[k]", "f[2 * r - j] * x[k]")], FLIPPED, BOUNDS),
     ("one tap short", [("    for j in range(2 * r + 1):\n", "    for j in range(2 * r):\n")], WRONG_VALUES, FLIPPED),
     ("neighbours not centred", [("        k = i - r + j\n", "        k = i + j\n")], WRONG_VALUES, FLIPPED),
+    ("the edges replicated, not zero", [("        if 0 <= k < n:\n            s = np.float32(s + f[j] * x[k])\n", "        s = np.float32(s + f[j] * x[min(max(k, 0), n - 1)])\n")],
+     PADDING, FLIPPED),
+    ("the ends wrapped around", [("        if 0 <= k < n:\n            s = np.float32(s + f[j] * x[k])\n", "        s = np.float32(s + f[j] * x[k % n])\n")], PADDING, FLIPPED),
+    ("x[0] taken for padding", [("        if 0 <= k < n:\n", "        if 0 < k < n:\n")], PADDING, BOUNDS),
+    ("the outputs near the ends left 0", [("    s = np.float32(0)\n", "    if i < r or i >= n - r:\n        out[i] = 0\n"
+                                                                      "        return\n    s = np.float32(0)\n")],
+     PADDING, FLIPPED),
+    ("the sum added into out", [("    out[i] = s\n", "    out[i] += s\n")], "before any thread wrote it", NEVER),
+    ("the block's size written as 32", [("    i = blockidx * blockdim + threadidx\n", "    i = blockidx * 32 + threadidx\n")],
+     LAUNCH, FLIPPED),
+    ("a float16 sum", [("            s = np.float32(s + f[j] * x[k])\n", "            s = np.float16(s + f[j] * x[k])\n")],
+     WRONG_VALUES, FLIPPED),
+    ("the sum starts at the first tap", [("    s = np.float32(0)\n", "    s = np.float32(f[0])\n")], WRONG_VALUES, BOUNDS),
+    ("half the taps", [("    for j in range(2 * r + 1):\n", "    for j in range(r + 1):\n")], WRONG_VALUES, BOUNDS),
+    ("the bound one too far", [("    if i >= n:\n", "    if i > n:\n")], "IndexError", None),
 ], ("conv1d_naive", "cuda"): [
     ("no bounds check", [("    if (i >= n) return;\n", "")], "wrote past the end", None),
     ("no zero padding", [("        if (k >= 0 && k < n) sum += f[j] * x[k];\n", "        sum += f[j] * x[k];\n")],
@@ -35,6 +55,9 @@ WRONG = {("conv1d_naive", "python"): [
     ("index shifted by one", [("blockDim.x + threadIdx.x;\n", "blockDim.x + threadIdx.x + 1;\n")],
      "an index shifted by one", BOUNDS),
     ("x[0] skipped", [("if (k >= 0 && k < n)", "if (k > 0 && k < n)")], WRONG_VALUES, BOUNDS),
+    ("the edges replicated, not zero", [("        if (k >= 0 && k < n) sum += f[j] * x[k];\n",
+                                         "        sum += f[j] * x[k < 0 ? 0 : (k >= n ? n - 1 : k)];\n")],
+     WRONG_VALUES, BOUNDS),
     ("the filter flipped", [("sum += f[j] * x[k]", "sum += f[2 * r - j] * x[k]")], FLIPPED, BOUNDS),
     ("one tap short", [("for (int j = 0; j <= 2 * r; ++j)", "for (int j = 0; j < 2 * r; ++j)")], WRONG_VALUES,
      FLIPPED),
@@ -47,7 +70,7 @@ WRONG = {("conv1d_naive", "python"): [
     ("the halo not loaded", [("inside = t < span + 2 * r and 0 <= k < n", "inside = r <= t < span + r and 0 <= k < n")],
      WRONG_VALUES, BARRIER),
     ("negative inputs not zeroed", [("inside = t < span + 2 * r and 0 <= k < n", "inside = t < span + 2 * r and k < n")],
-     "IndexError", BARRIER),
+     BELOW, BARRIER),
     ("no bound at the array's end", [("inside = t < span + 2 * r and 0 <= k < n", "inside = t < span + 2 * r and 0 <= k")],
      "IndexError", None),
     ("loads skip cells", [("        t += ctx.blockDim.x\n", "        t += 2 * ctx.blockDim.x\n")],
@@ -56,6 +79,27 @@ WRONG = {("conv1d_naive", "python"): [
     ("every thread's window at the tile's start", [("win = tile[first:first + outs + 2 * r]", "win = tile[:outs + 2 * r]")],
      WRONG_VALUES, BARRIER),
     ("no bound on the store", [("        if i < n:\n", "        if True:\n")], "IndexError", None),
+    ("the right halo not loaded", [("        inside = t < span + 2 * r and 0 <= k < n\n", "        inside = t < span + r and 0 <= k < n\n")], HALO, BARRIER),
+    ("the edge replicated past the end", [("        tile[t] = x[k] if inside else np.float32(0)\n",
+                                           "        tile[t] = x[min(k, n - 1)] if inside or k >= n else np.float32(0)\n")],
+     PADDING, BARRIER),
+    ("the sums read x, not the tile", [("                s = np.float32(s + f[j] * win[m + j])\n",
+                                        "                k = i - r + j\n                s = np.float32(s + f[j] * "
+                                        "(x[k] if 0 <= k < n else np.float32(0)))\n")], NOT_TILE, "a missing barrier"),
+    ("a barrier inside the load loop", [("        t += ctx.blockDim.x\n    yield", "        t += ctx.blockDim.x\n        yield\n    yield")],
+     "every thread of a block must reach each barrier", None),
+    ("the outputs a thread written as 2", [("    for m in range(outs):\n", "    for m in range(2):\n")], LAUNCH, BARRIER),
+    ("the loads strided by 8", [("        t += ctx.blockDim.x\n", "        t += 8\n")], "no thread stored", "a missing barrier"),
+    ("the tile's start without the halo", [("        k = start - r + t\n", "        k = start + t\n")], WRONG_VALUES, BARRIER),
+    ("the block's start without its outputs a thread", [("        k = start - r + t\n",
+                                                         "        k = ctx.blockIdx.x * ctx.blockDim.x - r + t\n")],
+     WRONG_VALUES, BARRIER),
+    ("outputs strided by the block", [("        i = start + first + m\n",
+                                       "        i = start + ctx.threadIdx.x + m * ctx.blockDim.x\n")], WRONG_VALUES, BARRIER),
+    ("the sum not restarted for each output", [("            s = np.float32(0)\n            for j",
+                                                "            s = s if m else np.float32(0)\n            for j")],
+     WRONG_VALUES, BARRIER),
+    ("the sum added into out", [("            out[i] = s\n", "            out[i] += s\n")], "before any thread wrote it", NEVER),
 ], ("conv1d_tiled", "cuda"): [
     ("no barrier after the loads", [("    __syncthreads();\n", "")], "racecheck", None),
     ("the edges replicated, not zero", [("tile[t] = (t < kTile1d + 2 * R && k >= 0 && k < n) ? v : 0.0f;", "tile[t] = v;")],
@@ -77,13 +121,41 @@ WRONG = {("conv1d_naive", "python"): [
      "the barrier after the loads", None),
     ("no column bound on the store", [("        if row < h and col < w:\n", "        if row < h:\n")], "IndexError", None),
     ("the top edge not zeroed", [("inside = 0 <= gy < h and 0 <= gx < w", "inside = gy < h and 0 <= gx < w")],
-     "IndexError", BARRIER),
+     BELOW, BARRIER),
     ("the tile without its halo offset", [("gy, gx = row0 - r + ty, col0 - r + tx", "gy, gx = row0 + ty, col0 + tx")],
      WRONG_VALUES, BARRIER),
     ("the filter transposed", [("f[fy, fx] * v", "f[fx, fy] * v")], WRONG_VALUES, FLIPPED),
     ("the filter flipped", [("f[fy, fx] * v", "f[2 * r - fy, 2 * r - fx] * v")], FLIPPED, BARRIER),
     ("one load a thread", [("    while k < in_h * in_w:\n", "    if k < in_h * in_w:\n")], "no thread stored",
      "a missing barrier"),
+    ("the right and bottom halo not loaded", [("        inside = 0 <= gy < h and 0 <= gx < w\n",
+                                               "        inside = 0 <= gy < h and 0 <= gx < w and tx < tw + r and ty < th + r\n")],
+     HALO, BARRIER),
+    ("the right edge replicated", [("tile[ty, tx] = x[gy, gx] if inside", "tile[ty, tx] = x[gy, min(gx, w - 1)] if (0 <= gy < h and 0 <= gx)")],
+     PADDING, BARRIER),
+    ("the sums read x, not the tile", [("    acc = [np.float32(0)] * rows\n",
+                                        "    for oy in range(rows):\n        rr, cc = row0 + ty0 + oy, col0 + tx\n"
+                                        "        if rr < h and cc < w:\n            s = np.float32(0)\n"
+                                        "            for fy in range(2 * r + 1):\n                for fx in range(2 * r + 1):\n"
+                                        "                    yy, xx = rr - r + fy, cc - r + fx\n"
+                                        "                    if 0 <= yy < h and 0 <= xx < w:\n"
+                                        "                        s = np.float32(s + f[fy, fx] * x[yy, xx])\n"
+                                        "            out[rr, cc] = s\n    return\n    acc = [np.float32(0)] * rows\n")],
+     NOT_TILE, "a missing barrier"),
+    ("the loads strided by 16", [("        k += ctx.blockDim.x * ctx.blockDim.y\n", "        k += 16\n")], "no thread stored",
+     "a missing barrier"),
+    ("the halo offset on the columns only", [("        gy, gx = row0 - r + ty, col0 - r + tx\n", "        gy, gx = row0 + ty, col0 - r + tx\n")], WRONG_VALUES, BARRIER),
+    ("the rows of a thread interleaved", [("        row, col = row0 + ty0 + oy, col0 + tx\n",
+                                           "        row, col = row0 + ctx.threadIdx.y + oy * ctx.blockDim.y, col0 + tx\n")],
+     WRONG_VALUES, BARRIER),
+    ("the last filter row skipped", [("                if 0 <= fy <= 2 * r:\n", "                if 0 <= fy < 2 * r:\n")],
+     WRONG_VALUES, FLIPPED),
+    ("the store bounded by the transposed image", [("        if row < h and col < w:\n", "        if row < w and col < h:\n")],
+     "IndexError", None),
+    ("the image read as x[column, row]", [("tile[ty, tx] = x[gy, gx] if inside", "tile[ty, tx] = x[gx, gy] if inside")],
+     "IndexError", None),
+    ("the sums added into out", [("            out[row, col] = acc[oy]\n", "            out[row, col] += acc[oy]\n")],
+     "before any thread wrote it", NEVER),
 ], ("conv2d_tiled", "cuda"): [
     ("no barrier after the loads", [("    __syncthreads();\n", "")], "racecheck", None),
     ("the edges replicated, not zero", [("tile[k] = (gy == cy && gx == cx) ? v : 0.0f;", "tile[k] = v;")],

@@ -42,6 +42,41 @@ def _rows_cuda(rng) -> list[tuple]:
     return rows
 
 
+class _Bins(np.ndarray):
+    """The global bins on the Python track: counts how many bin values the launch changed (a block that
+    merges its counters changes each of its non-zero bins once; counting every byte into the global
+    bins changes one for each byte)."""
+
+    changed: list | None = None
+
+    @staticmethod
+    def _index(key) -> None:
+        # numpy counts a negative index from the end: a GPU writes before the array's start.
+        if isinstance(key, (int, np.integer)) and int(key) < 0:
+            raise BinOutside(f"bins[{int(key)}]: a bin below 0, which numpy would take from the end: a byte's bin is "
+                             f"its value as an unsigned number, 0 .. {BINS - 1} (a signed byte, or a value minus one, "
+                             f"goes below)")
+
+    def __getitem__(self, key):
+        self._index(key)
+        return super().__getitem__(key)
+
+    def __setitem__(self, key, value):
+        self._index(key)
+        before = np.array(np.ndarray.__getitem__(self, key), copy=True)
+        super().__setitem__(key, value)
+        if self.changed is not None:
+            self.changed[0] += int(np.count_nonzero(np.ndarray.__getitem__(self, key) != before))
+
+
+class BinOutside(Exception):
+    """A bin index below 0 (numpy would wrap it to the end)."""
+
+
+class SharedUnused(Exception):
+    """The counts are right, but the bytes were counted straight into the global bins."""
+
+
 class HistogramAtomic(kit.Problem):
     """The 256 counts of n uint8 bytes, one thread per byte: cdiv(n, threads) blocks (Python: blocks of
     32 to 256 threads on the simulator; CUDA: 128 to 512, mostly the lab's 256)."""
@@ -70,11 +105,15 @@ class HistogramAtomic(kit.Problem):
         wrong = o != r
         return {"lost": bool(wrong.any() and (o[wrong] < r[wrong]).all()),
                 "extra": bool(wrong.any() and (o[wrong] > r[wrong]).all()),
-                "over_n": bool((o > case.params["n"]).any())}
+                "over_n": bool((o > case.params["n"]).any()),
+                # the simulator's fill of shared counters (2^32-1) merged: far more than any case's bytes
+                "fill": bool((o >= 1 << 31).any())}
 
     lost_cause = {
         "python": ("some bytes were never counted: every thread with i < n counts its own byte x[i] once (the index "
-                   "from the block and the thread)"),
+                   "from the block and the thread); or the bins were set to 0 inside the kernel (the entry point "
+                   "zeroes them before the launch; a zeroing in the kernel wipes the counts of the blocks that ran "
+                   "before it: the check runs the blocks last to first)"),
         "cuda": ("many threads add to one bin at the same time, and only atomicAdd makes each read-add-write whole (a "
                  "plain ++ or += keeps one of two adds that overlap); or some bytes were never counted (the index)"),
     }
@@ -106,9 +145,17 @@ class HistogramAtomic(kit.Problem):
         from harness.base import sim
 
         n, t = case.params["n"], case.params["threads"]
-        bins = np.zeros(BINS, dtype=np.uint32)  # the kernel adds to the bins: they start at 0
-        sim.launch(fn, kit.cdiv(n, t), t, inp["x"], n, bins, shared=self._shared())
-        return bins
+        bins = np.zeros(BINS, dtype=np.uint32).view(_Bins)  # the kernel adds to the bins: they start at 0
+        bins.changed = [0]
+        # The blocks run last to first: on a GPU they run in any order, and only adding to the bins gives
+        # the same counts in every order (a zeroing by block 0 inside the kernel does not).
+        sim.launch(kit.blocks_reversed(fn), kit.cdiv(n, t), t, inp["x"], n, bins, shared=self._shared())
+        got = bins.view(np.ndarray)
+        self._after(case, inp, got, bins.changed[0])
+        return got
+
+    def _after(self, case: Case, inp: dict, got: np.ndarray, changed: int) -> None:
+        """What the run shows besides the counts, once they are right."""
 
     def run_cuda(self, mod, case: Case, inp: dict, alt: bool = False) -> dict:
         n, t = case.params["n"], case.params["threads"]
@@ -149,7 +196,8 @@ class HistogramPrivate(HistogramAtomic):
     lost_cause = {
         "python": ("a block merged its counters with a plain store (=) where every block adds to the same bins (+=, "
                    "atomicAdd on the GPU), or some counters were never merged or some bytes never counted (the loops "
-                   "strided by blockDim.x over the bins, the index)"),
+                   "strided by blockDim.x over the bins, the index), or the bins were set to 0 inside the kernel (the "
+                   "entry point zeroes them before the launch: the check runs the blocks last to first)"),
         "cuda": ("a block's counters were read before all its threads had counted (the __syncthreads() before the "
                  "merge) or zeroed after some had (the __syncthreads() after the zeroing), merged with a plain store "
                  "where every block adds to the same bins (atomicAdd), or some counters never merged (the loop "
@@ -163,7 +211,7 @@ class HistogramPrivate(HistogramAtomic):
     }
 
     def first_pattern(self, bad: list[dict], track: str) -> str | None:
-        if track == "python" and any(r.get("over_n") for r in bad):
+        if track == "python" and any(r.get("fill") for r in bad):
             return ("some bins hold more counts than there are bytes: a shared counter was added to or merged from the "
                     "simulator's fill (2^32-1, which wraps): set every one of the BINS counters to 0, in a loop "
                     "strided by blockDim.x, before any thread counts")
@@ -171,3 +219,17 @@ class HistogramPrivate(HistogramAtomic):
 
     def _shared(self):
         return {"local": ((BINS,), np.uint32)}
+
+    def _after(self, case: Case, inp: dict, got: np.ndarray, changed: int) -> None:
+        # Named only once the counts are right: wrong counts are the first thing to fix.
+        if not np.array_equal(got, self.reference(case, inp)):
+            return
+        n, t = case.params["n"], case.params["threads"]
+        x = inp["x"]
+        merges = sum(np.unique(x[s:s + t]).size for s in range(0, n, t))  # each block's non-zero counters
+        if changed > merges:
+            raise SharedUnused(
+                f"the counts are right, but the global bins changed {changed} times where merging each block's "
+                f"non-zero counters once changes them {merges} times: the bytes were counted straight into the "
+                f"global bins; count each byte in the block's shared counters (local), and after the barrier add "
+                f"each non-zero counter to bins once")

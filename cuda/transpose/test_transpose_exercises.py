@@ -16,6 +16,11 @@ from harness.user.exercises import check as hcheck
 BOUNDS = wrong_solutions.BOUNDS
 NOT_BOUNDS = "the index is wrong, not the bounds"
 NO_RACE = "a missing barrier"
+NOT_TILE = "did not go through the shared tile"
+DIVERGENT = "every thread of a block must reach each barrier"
+PY_COL = "    col = ctx.blockIdx.x * t + ctx.threadIdx.x  # column of x = row of out\n"
+PY_ROW = "    row = ctx.blockIdx.y * t + ctx.threadIdx.y  # row of x = column of out\n"
+PY_TILE_AT = "    col = ctx.blockIdx.x * t + tx\n    row = ctx.blockIdx.y * t + ty\n"
 
 # The lines of the Python twins the mistakes are made in (each occurs once in its exercise's solution).
 PY_NAIVE_IF = "    if row < rows and col < cols:\n        out[col * rows + row] = x[row * cols + col]\n"
@@ -54,6 +59,19 @@ WRONG = {("transpose_naive", "python"): [
      NOT_BOUNDS, BOUNDS),
     ("the row from threadIdx.x", [("    row = ctx.blockIdx.y * t + ctx.threadIdx.y", "    row = ctx.blockIdx.y * t + ctx.threadIdx.x")],
      NOT_BOUNDS, BOUNDS),
+    ("bounds with <=", [(PY_NAIVE_IF, PY_NAIVE_IF.replace("row < rows and col < cols", "row <= rows and col <= cols"))],
+     BOUNDS, None),
+    ("or for and in the bounds", [(PY_NAIVE_IF, PY_NAIVE_IF.replace(" and ", " or "))], BOUNDS, None),
+    ("the column bounded by rows", [(PY_NAIVE_IF, PY_NAIVE_IF.replace("col < cols", "col < rows"))], "never written", None),
+    ("the row bounded by cols", [(PY_NAIVE_IF, PY_NAIVE_IF.replace("row < rows", "row < cols"))], BOUNDS, None),
+    ("the grid's axes swapped", [(PY_COL, "    col = ctx.blockIdx.y * t + ctx.threadIdx.x\n"),
+                                 (PY_ROW, "    row = ctx.blockIdx.x * t + ctx.threadIdx.y\n")], "never written", None),
+    ("the tile's edge written as 8", [("    t = ctx.blockDim.x\n", "    t = 8\n")], NOT_BOUNDS, BOUNDS),
+    ("gridDim for blockDim", [(PY_COL, "    col = ctx.blockIdx.x * ctx.gridDim.x + ctx.threadIdx.x\n")], NOT_BOUNDS, BOUNDS),
+    ("written both ways", [(PY_NAIVE_IF, PY_NAIVE_IF + "        out[row * cols + col] = x[row * cols + col]\n")],
+     "both wrote", BOUNDS),
+    ("out's index with its axes swapped", [("out[col * rows + row]", "out[row * rows + col]")], NOT_BOUNDS, BOUNDS),
+    ("x written in place", [(PY_NAIVE_IF, PY_NAIVE_IF + "        x[row * cols + col] = 0\n")], "x is the input", BOUNDS),
 ], ("transpose_naive", "cuda"): [
     ("no bounds check", [(CU_NAIVE_IF, CU_NAIVE_IF.replace("if (row < rows && col < cols) ", ""))],
      "wrote past the end", None),
@@ -83,6 +101,24 @@ WRONG = {("transpose_naive", "python"): [
     ("the store bounded by x's shape", [(PY_STORE_IF, PY_STORE_IF.replace("row < cols and col < rows",
                                                                           "row < rows and col < cols"))], BOUNDS, NO_RACE),
     ("out's row length from x", [("out[row * rows + col] = tile[tx, ty]", "out[row * cols + col] = tile[tx, ty]")],
+     NOT_BOUNDS, BOUNDS),
+    ("an early return before the barrier", [(PY_LOAD_IF, "    if row >= rows or col >= cols:\n        return\n"
+                                                         "    tile[ty, tx] = x[row * cols + col]\n")], DIVERGENT, None),
+    ("the store reads x, not the tile", [("out[row * rows + col] = tile[tx, ty]", "out[row * rows + col] = x[col * cols + row]")],
+     NOT_TILE, BOUNDS),
+    ("the tile's edge written as 8", [("    t = ctx.blockDim.x\n", "    t = 8\n")], NOT_BOUNDS, BOUNDS),
+    ("the store bounded on the row only", [(PY_STORE_IF, PY_STORE_IF.replace(" and col < rows", ""))], BOUNDS, None),
+    ("the store bounded on the column only", [(PY_STORE_IF, PY_STORE_IF.replace("row < cols and ", ""))], BOUNDS, None),
+    ("the tile transposed on the load and read so", [("        tile[ty, tx] = x", "        tile[tx, ty] = x")],
+     "the cell its element was loaded into", NO_RACE),
+    ("the barrier after the store", [(PY_BARRIER, ""), ("= tile[tx, ty]\n", "= tile[tx, ty]\n    yield\n")],
+     "the barrier after the loads", None),
+    ("the load's column from ty", [(PY_TILE_AT, "    col = ctx.blockIdx.x * t + ty\n    row = ctx.blockIdx.y * t + tx\n")],
+     "the cell its element was loaded into", NO_RACE),
+    ("x's row length from out", [("tile[ty, tx] = x[row * cols + col]", "tile[ty, tx] = x[row * rows + col]")],
+     "outputs wrong", BOUNDS),
+    ("the store's blocks not swapped", [(PY_OUT_AT, "    col = ctx.blockIdx.x * t + tx\n    row = ctx.blockIdx.y * t + ty\n"),
+                                        ("out[row * rows + col] = tile[tx, ty]", "out[col * rows + row] = tile[ty, tx]")],
      NOT_BOUNDS, BOUNDS),
 ], ("transpose_tiled", "cuda"): [
     ("no barrier", [(CU_TILED_BARRIER, "")], "racecheck", None),
@@ -114,6 +150,20 @@ WRONG = {("transpose_naive", "python"): [
      "the word its element was loaded into", NO_RACE),
     ("no bound on the store", [("    if row < cols and col < rows:\n        out[row * rows + col] = smem",
                                 "    if True:\n        out[row * rows + col] = smem")], BOUNDS, None),
+    ("a pitch of t + 2", [("    pitch = t + 1\n", "    pitch = t + 2\n")], "outside the block's", BOUNDS),
+    ("the load without the padding", [(PY_PAD_LOAD, "        smem[ty * t + tx] = x[row * cols + col]\n")],
+     "the word its element was loaded into", NO_RACE),
+    ("an early return before the barrier", [("    if row < rows and col < cols:\n        smem",
+                                             "    if row >= rows or col >= cols:\n        return\n    if True:\n        smem")],
+     DIVERGENT, None),
+    ("the store reads x, not the tile", [(PY_PAD_STORE, "out[row * rows + col] = x[col * cols + row]")], NOT_TILE, BOUNDS),
+    ("or for and in the load's bounds", [("    if row < rows and col < cols:\n        smem",
+                                          "    if row < rows or col < cols:\n        smem")], BOUNDS, None),
+    ("the store bounded by x's shape", [("    if row < cols and col < rows:\n        out", "    if row < rows and col < cols:\n        out")],
+     BOUNDS, None),
+    ("out's row length from x", [(PY_PAD_STORE, "out[row * cols + col] = smem[tx * pitch + ty]")], NOT_BOUNDS, BOUNDS),
+    ("the store's blocks not swapped", [(PY_OUT_AT, "    col = ctx.blockIdx.x * t + tx\n    row = ctx.blockIdx.y * t + ty\n")],
+     "the word its element was loaded into", NO_RACE),
 ], ("transpose_padded", "cuda"): [
     ("no barrier", [("    __syncthreads();\n", "")], "racecheck", None),
     ("no bound on the store", [(CU_STORE_IF, CU_STORE_IF.replace("if (row < cols && col < rows) ", ""))],
@@ -142,6 +192,7 @@ RIGHT = {
     # Padded and swapped on the way in: a column written, a row read, both conflict-free at a pitch of 33.
     ("transpose_padded", "python"): [(PY_PAD_LOAD, "        smem[tx * pitch + ty] = x[row * cols + col]\n"),
                                      (PY_PAD_STORE, "out[row * rows + col] = smem[ty * pitch + tx]")],
+
     ("transpose_padded", "cuda"): [("    __shared__ float tile[kTile][kTile + 1];\n",
                                     "    __shared__ float tile[kTile][33];  // 32 cells and one unused word a row\n"),
                                    ("tile[threadIdx.y][threadIdx.x] = in", "tile[threadIdx.x][threadIdx.y] = in"),
@@ -149,6 +200,18 @@ RIGHT = {
 }
 
 globals().update(wrong_solutions.tests_for("transpose", WRONG, RIGHT))
+
+
+def test_a_swizzled_tile_without_padding_passes_the_padded_exercise(tmp_path):
+    """No padding, the columns swizzled instead (cell (r, c) at word r * t + (c ^ r)): conflict-free too,
+    so right."""
+    text = wrong_solutions.patched("transpose_padded", "python", [
+        ("    pitch = t + 1\n", "    pitch = t\n"),
+        (PY_PAD_LOAD, "        smem[ty * t + (tx ^ ty)] = x[row * cols + col]\n"),
+        (PY_PAD_STORE, "out[row * rows + col] = smem[tx * t + (ty ^ tx)]")])
+    wrong_solutions.write(tmp_path, "transpose_padded", "python", text)
+    v = hcheck.check("transpose_padded", "python", tmp_path)
+    assert v.passed, v.lines
 
 
 def test_every_transpose_exercise_has_six_wrong_solutions_a_track():

@@ -45,6 +45,14 @@ class BankConflicts(Exception):
     """The output is right, but a warp's access to the tile hits some bank at several different words."""
 
 
+class InputWritten(Exception):
+    """A thread wrote into x, the input (const on the GPU)."""
+
+
+class TileUnused(Exception):
+    """The output is right, but it did not go through the shared tile (read from x twice, or the tile never read)."""
+
+
 # --- who runs: the thread and how many barriers it has passed ---------------------------------------
 
 class _Who:
@@ -105,6 +113,7 @@ class Edged(np.ndarray):
     label: str
     place = None
     writer: dict | None = None  # out: element -> (the ctx that wrote it, its phase)
+    reads: list | None = None  # x: how many element reads the launch made, in a one-item list
 
     def _stray(self, ctx, phase: int, i: int) -> bool:
         """The thread's own element, past the matrix's edge: what a missing bounds check lets through."""
@@ -125,6 +134,12 @@ class Edged(np.ndarray):
         if not isinstance(key, (int, np.integer)):
             return
         i, ctx, phase = int(key), self.who.ctx, self.who.phase
+        if verb == "read" and self.reads is not None:
+            self.reads[0] += 1
+        if verb == "wrote" and self.label == "x":
+            where = "" if ctx is None else f"{_thread(ctx)} "
+            raise InputWritten(f"{where}wrote x[{i}]: x is the input (a const pointer on the GPU), and the transpose "
+                               f"writes only out: out[c * rows + r] = x[r * cols + c], x left as it is")
         if not 0 <= i < self.size:
             where = "" if ctx is None else f"{_thread(ctx)}{' after the barrier' if phase else ''} "
             msg = f"{where}{verb} {self.label}[{i}], outside its {self.size} elements"
@@ -152,6 +167,7 @@ class Edged(np.ndarray):
 def _edged(a: np.ndarray, label: str, who: _Who, place, writes: bool = False) -> Edged:
     e = a.view(Edged)
     e.who, e.label, e.place, e.writer = who, label, place, ({} if writes else None)
+    e.reads = None if writes else [0]
     return e
 
 
@@ -311,11 +327,29 @@ class TransposeNaive(kit.Problem):
         shared = self._shared(case, who)
         sim.launch(_watched(fn, who), grid, block, x, out, rows, cols, shared=shared)
         got = out.view(np.ndarray)
-        self._after(shared, got, inp)
+        self._after(shared, got, inp, x.reads[0])
         return got
 
-    def _after(self, shared, got: np.ndarray, inp: dict) -> None:
-        """What the run's shared memory shows once the output is in (the padded tile's banks)."""
+    def _after(self, shared, got: np.ndarray, inp: dict, x_reads: int) -> None:
+        """What the run's shared memory shows once the output is in (the tile's use, the padded tile's
+        banks)."""
+
+    @staticmethod
+    def _right(got: np.ndarray, inp: dict) -> bool:
+        ref = np.ascontiguousarray(inp["x"].T).ravel()
+        return got.size == ref.size and np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+    @staticmethod
+    def _through_tile(tile_reads: int, x_reads: int, size: int) -> None:
+        """A right output that did not go through the tile: its elements read from x more than once
+        each (the store read x again), or the tile never read back. Named only once the output is right
+        (a wrong output is the first thing to fix)."""
+        if x_reads > size or (tile_reads == 0 and size):
+            how = (f"x was read {x_reads} times for its {size} elements (the store read x again, not the tile)"
+                   if x_reads > size else "the tile was never read back")
+            raise TileUnused(f"the output is right, but it did not go through the shared tile: {how}: each element "
+                             f"of x is read once, into the tile; after the barrier out's elements come from the tile "
+                             f"(on a GPU that is what makes both the reads and the writes coalesced)")
 
     def run_cuda(self, mod, case: Case, inp: dict, alt: bool = False) -> dict:
         rows, cols = case.params["rows"], case.params["cols"]
@@ -360,7 +394,13 @@ class TransposeTiled(TransposeNaive):
 
     def _shared(self, case: Case, who: _Who):
         t = case.params["t"]
-        return {"tile": ((t, t), np.float32)}
+        make, reads, _ = kit.read_counted({"tile": ((t, t), np.float32)})
+        make.reads = reads["tile"]
+        return make
+
+    def _after(self, shared, got: np.ndarray, inp: dict, x_reads: int) -> None:
+        if self._right(got, inp):
+            self._through_tile(shared.reads[0], x_reads, got.size)
 
 
 class TransposePadded(TransposeTiled):
@@ -404,12 +444,12 @@ class TransposePadded(TransposeTiled):
         make.log = log
         return make
 
-    def _after(self, shared, got: np.ndarray, inp: dict) -> None:
+    def _after(self, shared, got: np.ndarray, inp: dict, x_reads: int) -> None:
         # Conflicts are named only once the output is right: a wrong output is the first thing to fix,
         # and the grader names its cause from the values.
-        ref = np.ascontiguousarray(inp["x"].T).ravel()
-        if got.size != ref.size or not np.array_equal(got.view(np.uint32), ref.view(np.uint32)):
+        if not self._right(got, inp):
             return
+        self._through_tile(sum(1 for e in shared.log if e[2] == "read"), x_reads, got.size)
         ways, where = bank_conflicts(shared.log)
         if ways > 1:
             raise BankConflicts(

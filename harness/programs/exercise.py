@@ -217,6 +217,58 @@ def reversed_threads(fn):
     return lambda ctx, *args: fn(mirrored(ctx), *args)
 
 
+def blocks_reversed(fn):
+    """The kernel with the blocks of a 1-D grid run last to first (sim runs them in order): blockIdx.x is
+    mirrored. Blocks that only add to a shared result give the same output in any order; a kernel that
+    relies on block 0 running first (the output zeroed inside the kernel) does not."""
+    from harness.base.sim import dim3
+
+    def mirrored(ctx):
+        g, b = ctx.gridDim, ctx.blockIdx
+        return SimpleNamespace(blockIdx=dim3(g.x - 1 - b.x, b.y, b.z), threadIdx=ctx.threadIdx,
+                               blockDim=ctx.blockDim, gridDim=g, shared=ctx.shared)
+
+    if inspect.isgeneratorfunction(fn):
+        def gen(ctx, *args):
+            return (yield from fn(mirrored(ctx), *args))
+        return gen
+    return lambda ctx, *args: fn(mirrored(ctx), *args)
+
+
+class ReadCounted(np.ndarray):
+    """A shared-memory array that counts the element reads made through it (`reads`, a one-item list
+    every block's array of one name shares), so a check can tell a tiled kernel that never reads its
+    tile back (its answers taken straight from global memory) from one that uses it."""
+
+    reads: list | None = None
+
+    def __getitem__(self, key):
+        if self.reads is not None:
+            self.reads[0] += 1
+        return super().__getitem__(key)
+
+
+def read_counted(spec: dict) -> tuple:
+    """(a `shared=` factory for sim.launch, {name: [reads]}, [each block's arrays]): `spec` is sim's
+    name -> (shape, dtype); each block gets fresh arrays, filled as sim fills them (NaN, or the integer
+    type's largest value), whose element reads are counted by name over the launch."""
+    reads = {name: [0] for name in spec}
+    made: list = []
+
+    def make():
+        arrays = {}
+        for name, (shape, dtype) in spec.items():
+            dt = np.dtype(dtype)
+            fill = np.nan if dt.kind == "f" else np.iinfo(dt).max if dt.kind in "iu" else 0
+            a = np.full(shape, fill, dtype=dt).view(ReadCounted)
+            a.reads = reads[name]
+            arrays[name] = a
+        made.append(arrays)
+        return arrays
+
+    return make, reads, made
+
+
 # --- the problem ------------------------------------------------------------------------------------
 
 class Problem:
