@@ -26,21 +26,7 @@ def _counts(p: dict, view, dt=np.float32, strict: bool = True) -> np.ndarray:
     x0, sx, y0, sy = (dt(v) for v in view)
     cr = np.broadcast_to(((sx * np.arange(w, dtype=dt)) / dt(w) + x0)[None, :], (h, w)).ravel()
     ci = np.broadcast_to(((sy * np.arange(h, dtype=dt)) / dt(h) + y0)[:, None], (h, w)).ravel()
-    counts = np.zeros(w * h, dtype=np.uint32)
-    idx = np.arange(w * h)
-    x, y = np.zeros(idx.size, dtype=dt), np.zeros(idx.size, dtype=dt)
-    four = dt(4)
-    for _ in range(iters):
-        xx, yy = x * x, y * y
-        keep = (xx + yy) <= four if strict else (xx + yy) < four
-        idx, x, y, xx, yy, cr, ci = (v[keep] for v in (idx, x, y, xx, yy, cr, ci))
-        if idx.size == 0:
-            break
-        xy = x * y
-        y = (xy + xy) + ci
-        x = (xx - yy) + cr
-        counts[idx] += 1
-    return counts
+    return _mb().escape_counts(cr, ci, iters, dt, strict)
 
 
 class Mandelbrot(kit.Problem):

@@ -75,26 +75,6 @@ def _fmt(v) -> str:
     return f"{float(v):.6g}"
 
 
-def _blocks_mirrored(kernel):
-    """The kernel with blockIdx mirrored, so that the simulator, which runs the blocks in order, runs the
-    last block first."""
-    import inspect
-    from types import SimpleNamespace
-
-    from harness.base.sim import dim3
-
-    def mirrored(ctx):
-        g, b = ctx.gridDim, ctx.blockIdx
-        return SimpleNamespace(blockIdx=dim3(g.x - 1 - b.x, g.y - 1 - b.y, g.z - 1 - b.z), threadIdx=ctx.threadIdx,
-                               blockDim=ctx.blockDim, gridDim=g, shared=ctx.shared)
-
-    if inspect.isgeneratorfunction(kernel):
-        def gen(ctx, *args):
-            return (yield from kernel(mirrored(ctx), *args))
-        return gen
-    return lambda ctx, *args: kernel(mirrored(ctx), *args)
-
-
 class PartialWrite(Exception):
     """A block's partial stored wrong in a way its final value may hide: added into (`+=`) while it
     still held the check's poison, or stored by a second thread of the block with another value."""
@@ -147,16 +127,12 @@ def _label(py: bool, usual: int):
 
 
 def _other_block_size(bad: list[dict], good: list[dict], use: str) -> str | None:
-    """The cause when only the cases whose block size is not the usual one fail (they are the ones that
-    set "threads" apart: the usual size is the one most cases have)."""
-    sizes = [r.get("threads") for r in bad + good]
-    if None in sizes or not bad or not good:
+    """The cause when only the cases whose block size is not the usual one fail."""
+    usual = kit.unusual_block_size(bad, good)
+    if usual is None:
         return None
-    usual = max(set(sizes), key=sizes.count)
-    if all(r["threads"] != usual for r in bad) and any(r["threads"] == usual for r in good):
-        return (f"only the cases whose blocks are not {usual} threads fail (every case with {usual} passes): a "
-                f"block size is typed in somewhere: use {use}, whatever the launch chose")
-    return None
+    return (f"only the cases whose blocks are not {usual} threads fail (every case with {usual} passes): a "
+            f"block size is typed in somewhere: use {use}, whatever the launch chose")
 
 
 def _rg():
@@ -360,7 +336,7 @@ class ReduceAtomic(kit.Problem):
             launched.append(kernel)
             out.in_kernel = True
             try:
-                return real(_blocks_mirrored(kernel) if last_first else kernel, grid, block, *args, **kw)
+                return real(kit.blocks_reversed(kernel) if last_first else kernel, grid, block, *args, **kw)
             finally:
                 out.in_kernel = False
 

@@ -33,14 +33,11 @@ def _kind_label(kind: str) -> str:
 
 def _other_block_size(bad: list[dict], good: list[dict]) -> str | None:
     """The cause when only the rows shared by another number of threads than the usual one fail."""
-    sizes = [r.get("threads") for r in bad + good]
-    if None in sizes or not bad or not good:
+    usual = kit.unusual_block_size(bad, good)
+    if usual is None:
         return None
-    usual = max(set(sizes), key=sizes.count)
-    if all(r["threads"] != usual for r in bad) and any(r["threads"] == usual for r in good):
-        return (f"only the rows shared by other than {usual} threads fail (every case with {usual} passes): a block "
-                f"size is typed in somewhere: the columns' stride and the trees' first half come from blockDim.x")
-    return None
+    return (f"only the rows shared by other than {usual} threads fail (every case with {usual} passes): a block "
+            f"size is typed in somewhere: the columns' stride and the trees' first half come from blockDim.x")
 
 
 class SoftmaxRow(kit.Problem):

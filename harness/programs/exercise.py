@@ -66,6 +66,19 @@ def made(rows, label, params, ragged, exact_multi, small, seed: int, **more) -> 
             for i, row in enumerate(rows)]
 
 
+def unusual_block_size(bad: list[dict], good: list[dict], key: str = "threads") -> int | None:
+    """The usual block size (the one most cases have, by each result's `key`) when only the cases run with
+    another size fail and some case with the usual one passes: a block size typed into the kernel. None
+    otherwise, or when a result does not say its size."""
+    sizes = [r.get(key) for r in bad + good]
+    if None in sizes or not bad or not good:
+        return None
+    usual = max(set(sizes), key=sizes.count)
+    if all(r[key] != usual for r in bad) and any(r[key] == usual for r in good):
+        return usual
+    return None
+
+
 def two_d_tail(h: int, w: int, bh: int, bw: int) -> np.ndarray:
     """The elements of an h x w output (flattened) that lie in a partial bh x bw block."""
     r = np.arange(h)[:, None] >= (h // bh) * bh
@@ -199,6 +212,16 @@ def as_writer(fn, out: Counting):
     return plain
 
 
+def _seen_as(fn, view):
+    """The kernel run with the context `view(ctx)` gives it in place of the simulator's (a generator
+    kernel stays one, so its barriers still yield)."""
+    if inspect.isgeneratorfunction(fn):
+        def gen(ctx, *args):
+            return (yield from fn(view(ctx), *args))
+        return gen
+    return lambda ctx, *args: fn(view(ctx), *args)
+
+
 def reversed_threads(fn):
     """The kernel with the threads of each block run in the opposite order (sim runs them in order):
     threadIdx is mirrored, so the thread that ran last runs first. A kernel without a race gives the
@@ -210,29 +233,21 @@ def reversed_threads(fn):
         return SimpleNamespace(blockIdx=ctx.blockIdx, threadIdx=dim3(d.x - 1 - t.x, d.y - 1 - t.y, d.z - 1 - t.z),
                                blockDim=d, gridDim=ctx.gridDim, shared=ctx.shared)
 
-    if inspect.isgeneratorfunction(fn):
-        def gen(ctx, *args):
-            return (yield from fn(mirrored(ctx), *args))
-        return gen
-    return lambda ctx, *args: fn(mirrored(ctx), *args)
+    return _seen_as(fn, mirrored)
 
 
 def blocks_reversed(fn):
-    """The kernel with the blocks of a 1-D grid run last to first (sim runs them in order): blockIdx.x is
-    mirrored. Blocks that only add to a shared result give the same output in any order; a kernel that
+    """The kernel with the blocks run last to first (sim runs them in order): blockIdx is mirrored on
+    every axis. Blocks that only add to a shared result give the same output in any order; a kernel that
     relies on block 0 running first (the output zeroed inside the kernel) does not."""
     from harness.base.sim import dim3
 
     def mirrored(ctx):
         g, b = ctx.gridDim, ctx.blockIdx
-        return SimpleNamespace(blockIdx=dim3(g.x - 1 - b.x, b.y, b.z), threadIdx=ctx.threadIdx,
+        return SimpleNamespace(blockIdx=dim3(g.x - 1 - b.x, g.y - 1 - b.y, g.z - 1 - b.z), threadIdx=ctx.threadIdx,
                                blockDim=ctx.blockDim, gridDim=g, shared=ctx.shared)
 
-    if inspect.isgeneratorfunction(fn):
-        def gen(ctx, *args):
-            return (yield from fn(mirrored(ctx), *args))
-        return gen
-    return lambda ctx, *args: fn(mirrored(ctx), *args)
+    return _seen_as(fn, mirrored)
 
 
 class ReadCounted(np.ndarray):
