@@ -106,6 +106,7 @@ def tests_for(program: str, wrong: dict, right: dict, not_named=frozenset()) -> 
 
     @pytest.mark.long
     @pytest.mark.gpu
+    @pytest.mark.grader
     @pytest.mark.parametrize("name, patches, says, never",
                              list(wrong_params(wrong, "cuda", graded=True, not_named=not_named)))
     def test_gpu_cuda_wrong_solution_fails_naming_its_cause(name, patches, says, never, tmp_path):
@@ -113,6 +114,7 @@ def tests_for(program: str, wrong: dict, right: dict, not_named=frozenset()) -> 
 
     @pytest.mark.long
     @pytest.mark.gpu
+    @pytest.mark.grader
     @pytest.mark.parametrize("name, patches", list(right_params(right, "cuda")))
     def test_gpu_cuda_right_solution_written_differently_passes(name, patches, tmp_path):
         write(tmp_path, name, "cuda", patched(name, "cuda", patches))

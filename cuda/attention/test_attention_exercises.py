@@ -146,11 +146,7 @@ RIGHT = {
 """)],
 }
 
-# CUDA-track rows the grader fails without naming their cause yet (the Python track's key-mask evidence
-# has no CUDA counterpart): a strict xfail, which turns into a failure the day it does.
-CUDA_CAUSE_NOT_NAMED = {("flash_softmax", "keys past S not masked")}
-
-globals().update(wrong_solutions.tests_for("attention", WRONG, RIGHT, not_named=CUDA_CAUSE_NOT_NAMED))
+globals().update(wrong_solutions.tests_for("attention", WRONG, RIGHT))
 
 
 def test_flash_bwd_cases_reach_the_edges_its_mistakes_live_on():

@@ -153,3 +153,17 @@ def test_the_skewed_cases_pile_most_bytes_on_one_value():
             if case.params["kind"] == "skewed" and case.params["n"] >= 500:
                 counts = np.bincount(catalog.inputs("histogram_private", case)["x"], minlength=256)
                 assert counts.max() > 0.8 * case.params["n"], case.label
+
+
+def test_the_private_checks_build_starts_half_the_warps_late_and_compiles(tmp_path, monkeypatch):
+    """The CUDA cases of histogram_private run on a build whose odd warps wait at the kernel's start, so
+    that a missing barrier around the shared counters loses counts on the GPU; it compiles as the
+    learner's file does, on the line of the kernel's brace (the compiler's line numbers stay the same)."""
+    from harness.calling import inline
+
+    monkeypatch.setenv("CUDALAB_CACHE", str(tmp_path))
+    sol = hx.solution_text(hx.exercise("histogram_private"), "cuda")
+    built = catalog.check_source("histogram_private", sol)
+    assert "clock64()" in built and built.count("\n") == sol.count("\n")
+    assert catalog.check_source("histogram_private", sol.replace("histogram_02_shared_private", "h2")) is None
+    assert "exercise_run" in inline.load(built, name="exercise_histogram_private_check").functions

@@ -15,6 +15,7 @@ stray write lands in the allocation's padding.
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -424,6 +425,24 @@ def glue_text(prog: str, name: str) -> str:
     text = _file(prog, name)
     head, sep, body = text.partition("\n\n")
     return body if sep and all(ln.startswith("//") for ln in head.splitlines()) else text
+
+
+# Held back at the kernel's start on the odd warps of each block, on the check's build alone: the GPU starts
+# a block's warps together, so a missing barrier between a warp's shared writes and another warp's atomics
+# on them (which racecheck does not follow) loses nothing there; with half the warps late, it does.
+SKEW_CYCLES = 20000  # about 12 us on a 1.7 GHz SM: far longer than any warp's work before a barrier
+
+
+def warps_skewed(text: str, kernel: str) -> str | None:
+    """The learner's file with `kernel`'s odd warps waiting SKEW_CYCLES clock cycles before its first
+    statement, on the line of its opening brace (so that the compiler's line numbers stay the learner's);
+    None where the file has no definition of `kernel`."""
+    m = re.search(rf"\b{re.escape(kernel)}\s*\([^)]*\)\s*\{{", text)
+    if m is None:
+        return None
+    wait = (" { const long long cudalab_t0 = clock64(); if (((threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * "
+            f"threadIdx.z)) / 32u) & 1u) while (clock64() - cudalab_t0 < {SKEW_CYCLES}) {{}} }}")
+    return text[:m.end()] + wait + text[m.end():]
 
 
 def counting_build(prog: str, name: str, learner: str) -> str:

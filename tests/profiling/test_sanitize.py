@@ -64,6 +64,9 @@ def test_command_line():
     assert cmd[cmd.index("--error-exitcode") + 1] == str(hs.ERROR_EXITCODE)
     assert cmd[-2:] == ["/b/square", "--oob"]
     assert "--racecheck-report" in hs.command("racecheck", Path("/b/x"), [], "/cs")
+    # memcheck pads every allocation, so that a read past one buffer's end is not a read of the next one's
+    assert cmd[cmd.index("--padding") + 1] == str(hs.MEMCHECK_PADDING)
+    assert "--padding" not in hs.command("racecheck", Path("/b/x"), [], "/cs")
 
 
 def test_tools_for():

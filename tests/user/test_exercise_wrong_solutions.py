@@ -9,29 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import wrong_solutions
+from wrong_solutions import BARRIER, BOUNDS, check_fails, patched, write
 
 from harness.user import exercises as hx
 from harness.user.exercises import catalog
 from harness.user.exercises import check as hcheck
 
 ROOT = Path(__file__).resolve().parents[2]
-BOUNDS = "look at the bounds check"
-BARRIER = "barrier"
-
-
-def _patched(name, track, patches):
-    text = hx.solution_text(hx.exercise(name), track)
-    for old, new in patches:
-        assert text.count(old) == 1, f"{name} ({track}): {old!r} occurs {text.count(old)} times in the solution"
-        text = text.replace(old, new)
-    return text
-
-
-def _write(d, name, track, text):
-    path = hx.learner_path(d, hx.exercise(name), track)
-    d.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
 
 
 # (what the mistake is, [(old, new), ...], text the thing to fix must hold, text it must not hold)
@@ -449,20 +434,11 @@ CUDA_CAUSE_NOT_NAMED = {("grayscale", "the partial block skipped"), ("grayscale_
 
 
 def _wrong_params(track, graded: bool = False):
-    """The table's rows for `track`; `graded`: for the test that grades them, where a CUDA cause not yet
-    named is a strict xfail (the patch itself applies: the CPU test of the patches holds every row)."""
-    for (name, t), wrongs in WRONG.items():
-        if t == track:
-            for what, patches, says, never in wrongs:
-                marks = [pytest.mark.xfail(strict=True, reason="the CUDA track fails it without naming this cause")
-                         ] if graded and track == "cuda" and (name, what) in CUDA_CAUSE_NOT_NAMED else []
-                yield pytest.param(name, patches, says, never, id=f"{name}-{what.replace(' ', '_')}", marks=marks)
+    return wrong_solutions.wrong_params(WRONG, track, graded=graded, not_named=CUDA_CAUSE_NOT_NAMED)
 
 
 def _right_params(track):
-    for (name, t), patches in RIGHT.items():
-        if t == track:
-            yield pytest.param(name, patches, id=name)
+    return wrong_solutions.right_params(RIGHT, track)
 
 
 def _own_table(ex) -> bool:
@@ -483,20 +459,9 @@ def test_every_exercise_and_track_has_five_wrong_solutions_and_a_different_right
             assert (ex.name, track) in RIGHT, (ex.name, track)
 
 
-def _check_fails(name, track, patches, says, never, tmp_path, **kw):
-    _write(tmp_path, name, track, _patched(name, track, patches))
-    v = hcheck.check(name, track, tmp_path, timing=False, **kw)
-    assert not v.passed, v.lines
-    # `says` may be a tuple: the causes a mistake can be named by, by which case of the seed's fails first
-    assert any(text in v.first_fix for text in ((says,) if isinstance(says, str) else says)), v.first_fix
-    if never:
-        assert never not in v.first_fix, v.first_fix
-    return v
-
-
 @pytest.mark.parametrize("name, patches, says, never", list(_wrong_params("python")))
 def test_python_wrong_solution_fails_naming_its_cause(name, patches, says, never, tmp_path):
-    v = _check_fails(name, "python", patches, says, never, tmp_path)
+    v = check_fails(name, "python", patches, says, never, tmp_path)
     # the failure can be replayed: the verdict says its seed, and the same seed fails the same way
     assert any(ok is None and f"--seed {v.seed}" in t for ok, t in v.lines)
     again = hcheck.check(name, "python", tmp_path, seed=v.seed)
@@ -505,7 +470,7 @@ def test_python_wrong_solution_fails_naming_its_cause(name, patches, says, never
 
 @pytest.mark.parametrize("name, patches", list(_right_params("python")))
 def test_python_right_solution_written_differently_passes(name, patches, tmp_path):
-    _write(tmp_path, name, "python", _patched(name, "python", patches))
+    write(tmp_path, name, "python", patched(name, "python", patches))
     v = hcheck.check(name, "python", tmp_path)
     assert v.passed, v.lines
 
@@ -513,7 +478,7 @@ def test_python_right_solution_written_differently_passes(name, patches, tmp_pat
 @pytest.mark.parametrize("what, region, says", ZOOM_WRONG, ids=[w[0].replace(" ", "_") for w in ZOOM_WRONG])
 def test_zoom_wrong_region_fails_naming_why(what, region, says, tmp_path):
     sol = "ZOOM_REGION = (-0.7469, -0.7449, 0.1049, 0.1069)"
-    _check_fails("mandelbrot_zoom", "python", [(sol, f"ZOOM_REGION = {region}")], says, None, tmp_path)
+    check_fails("mandelbrot_zoom", "python", [(sol, f"ZOOM_REGION = {region}")], says, None, tmp_path)
 
 
 @pytest.mark.parametrize("region", ["np.array([-0.7436, -0.7416, 0.1302, 0.1322])",
@@ -521,49 +486,41 @@ def test_zoom_wrong_region_fails_naming_why(what, region, says, tmp_path):
                                     "'-0.7436 -0.7416 0.1302 0.1322'"], ids=["numpy", "float32", "string"])
 def test_zoom_region_written_as_other_numbers_passes(region, tmp_path):
     sol = "ZOOM_REGION = (-0.7469, -0.7449, 0.1049, 0.1069)"
-    _write(tmp_path, "mandelbrot_zoom", "python", _patched("mandelbrot_zoom", "python", [(sol, f"ZOOM_REGION = {region}")]))
+    write(tmp_path, "mandelbrot_zoom", "python", patched("mandelbrot_zoom", "python", [(sol, f"ZOOM_REGION = {region}")]))
     v = hcheck.check("mandelbrot_zoom", "python", tmp_path)
     assert v.passed, v.lines
 
 
 def test_zoom_another_interesting_region_passes(tmp_path):
     sol = "ZOOM_REGION = (-0.7469, -0.7449, 0.1049, 0.1069)"
-    _write(tmp_path, "mandelbrot_zoom", "python", _patched("mandelbrot_zoom", "python", [(sol, f"ZOOM_REGION = {ZOOM_RIGHT}")]))
+    write(tmp_path, "mandelbrot_zoom", "python", patched("mandelbrot_zoom", "python", [(sol, f"ZOOM_REGION = {ZOOM_RIGHT}")]))
     assert hcheck.check("mandelbrot_zoom", "python", tmp_path).passed
 
 
 @pytest.mark.parametrize("name, patches, says, never", list(_wrong_params("cuda")))
 def test_cuda_wrong_solution_patches_apply(name, patches, says, never):
     """The CPU half of the GPU test below: each mistake is put into the solution's text."""
-    assert _patched(name, "cuda", patches) != hx.solution_text(hx.exercise(name), "cuda")
+    assert patched(name, "cuda", patches) != hx.solution_text(hx.exercise(name), "cuda")
 
 
 @pytest.mark.parametrize("name, patches", list(_right_params("cuda")))
 def test_cuda_right_solution_patches_apply(name, patches):
-    assert _patched(name, "cuda", patches) != hx.solution_text(hx.exercise(name), "cuda")
+    assert patched(name, "cuda", patches) != hx.solution_text(hx.exercise(name), "cuda")
 
 
 @pytest.mark.long
 @pytest.mark.gpu
+@pytest.mark.grader
 @pytest.mark.parametrize("name, patches, says, never", list(_wrong_params("cuda", graded=True)))
 def test_gpu_cuda_wrong_solution_fails_naming_its_cause(name, patches, says, never, tmp_path):
-    text = "\n".join(t for ok, t in _check_fails_cuda(name, patches, tmp_path) if ok is False)
-    assert says in text
-    if never:
-        assert never not in text
-
-
-def _check_fails_cuda(name, patches, tmp_path):
-    _write(tmp_path, name, "cuda", _patched(name, "cuda", patches))
-    v = hcheck.check(name, "cuda", tmp_path, timing=False)
-    assert not v.passed, v.lines
-    return v.lines
+    check_fails(name, "cuda", patches, says, never, tmp_path)
 
 
 @pytest.mark.long
 @pytest.mark.gpu
+@pytest.mark.grader
 @pytest.mark.parametrize("name, patches", list(_right_params("cuda")))
 def test_gpu_cuda_right_solution_written_differently_passes(name, patches, tmp_path):
-    _write(tmp_path, name, "cuda", _patched(name, "cuda", patches))
+    write(tmp_path, name, "cuda", patched(name, "cuda", patches))
     v = hcheck.check(name, "cuda", tmp_path, timing=False)
     assert v.passed, v.lines
