@@ -97,8 +97,9 @@ WRONG = {("histogram_atomic", "python"): [
                                                         "")], "a missing barrier", None),
 ], ("histogram_private", "cuda"): [
     ("the counters never zeroed", [(_CU_ZERO, "")], "outputs wrong", None),
+    # racecheck does not follow shared atomics: the check's build starts half the warps late, and counts are lost
     ("no barrier after the zeroing", [("    __syncthreads();  // every counter zeroed before any thread adds to one\n", "")],
-     "racecheck", None),
+     "the __syncthreads() after the zeroing", None),
     ("no barrier before the merge", [("    __syncthreads();  // every byte of the block counted before the counters are read\n",
                                       "")], "outputs wrong", None),
     ("merged with a plain store", [(_CU_MERGE, "        if (c != 0) bins[b] = c;")], "outputs wrong", None),

@@ -425,16 +425,8 @@ ZOOM_WRONG = [  # mandelbrot_zoom has only the Python track: its region is check
 ZOOM_RIGHT = "(-0.7436, -0.7416, 0.1302, 0.1322)"
 
 
-# CUDA-track wrong solutions the grader fails, but whose cause it does not name yet (measured on two
-# H200s): the bounds and tile-sum evidence of the Python track has no CUDA counterpart yet (the exercises whose
-# tables live beside their programs keep such rows there). Strict: each turns into a failure the day
-# the grader names its cause, so the table is then corrected.
-CUDA_CAUSE_NOT_NAMED = {("grayscale", "the partial block skipped"), ("grayscale_2d", "the partial blocks skipped"),
-                        ("matmul_tiled", "the sum restarted each tile")}
-
-
 def _wrong_params(track, graded: bool = False):
-    return wrong_solutions.wrong_params(WRONG, track, graded=graded, not_named=CUDA_CAUSE_NOT_NAMED)
+    return wrong_solutions.wrong_params(WRONG, track, graded=graded)
 
 
 def _right_params(track):
