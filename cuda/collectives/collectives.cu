@@ -1129,20 +1129,27 @@ cudaError_t enqueue_nccl(Comm &c, int variant, int dtype, long long n, const std
 // The largest message 04, 05 or 06 takes on this communicator (its scratch, the kernels' caps).
 long long small_cap(const Comm &c, int variant) { return variant_cap(variant, c.in_bytes); }
 
-// The crossovers of auto_allreduce, by message size in bytes per rank, from the curves measured on two
-// GPUs, one process each (bench/results/NOTES-collectives.md): 04 to 1 MiB (one store of the buffer
-// per peer and one flag); then on two ranks the ring to 64 MiB (05 moves the same bytes as 04 there,
-// in two steps, and never won), NCCL above; on more ranks 05 to 16 MiB, a prediction not yet measured.
-constexpr long long kAutoOneshotMax = 1LL << 20;
+// The crossovers of auto_allreduce, from the curves measured one process per GPU on two and on four GPUs
+// (bench/results/NOTES-collectives.md). The one-shot kernels store the whole message into each of the
+// world - 1 peers, so theirs are in bytes sent per rank: 06 (one trip over the link, each line carrying
+// its epoch) to 256 KiB sent, 04 (the data, then a flag) to 1 MiB sent. Then on two ranks the ring to
+// 64 MiB (05 moves 04's bytes in two steps there and never won), NCCL above; on more ranks 05 to 4 MiB
+// and the ring to 16 MiB (both measured on four), NCCL above.
+constexpr long long kAutoLLSentMax = 256LL << 10;
+constexpr long long kAutoOneshotSentMax = 1LL << 20;
 constexpr long long kAutoRingMax2 = 64LL << 20;
-constexpr long long kAutoTwoshotMax = 16LL << 20;
+constexpr long long kAutoTwoshotMax = 4LL << 20;
+constexpr long long kAutoRingMax = 16LL << 20;
 
 int auto_variant(const Comm &c, int dtype, long long n) {
     const long long bytes = n * elt_size(dtype);
+    const long long sent = bytes * std::max(c.world - 1, 1);
     const bool small_ok = c.world <= kSmallMaxWorld;
-    if (small_ok && bytes <= std::min(kAutoOneshotMax, small_cap(c, V04_ONESHOT_SIGNAL))) return V04_ONESHOT_SIGNAL;
+    if (small_ok && sent <= kAutoLLSentMax && bytes <= small_cap(c, V06_ONESHOT_LL)) return V06_ONESHOT_LL;
+    if (small_ok && sent <= kAutoOneshotSentMax && bytes <= small_cap(c, V04_ONESHOT_SIGNAL)) return V04_ONESHOT_SIGNAL;
     if (c.world == 2 && bytes <= kAutoRingMax2) return V02_RING;
     if (small_ok && bytes <= std::min(kAutoTwoshotMax, small_cap(c, V05_TWOSHOT))) return V05_TWOSHOT;
+    if (small_ok && bytes <= kAutoRingMax) return V02_RING;
 #ifdef CUDALAB_HAVE_NCCL
     if (c.use_devices) return VNCCL_AR;
 #endif

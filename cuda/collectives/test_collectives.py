@@ -812,6 +812,23 @@ def test_graph_captured_signal_rungs_one_rank_per_gpu(variant):
         assert 0 < us < 1000
 
 
+# What auto_allreduce runs at each size: the winners of the sweep one process per GPU on two and four
+# H200s (NOTES-collectives.md), the one-shot rungs by bytes sent to the world - 1 peers. Virtual ranks on
+# one GPU: the choice is the communicator's world and the size, not where the ranks are.
+@pytest.mark.gpu
+@pytest.mark.parametrize("world, picks", [
+    (2, {4 << 10: "06_oneshot_ll", 256 << 10: "06_oneshot_ll", 512 << 10: "04_oneshot_signal",
+         1 << 20: "04_oneshot_signal", 4 << 20: "02_ring_allreduce", 16 << 20: "02_ring_allreduce"}),
+    (4, {4 << 10: "06_oneshot_ll", 64 << 10: "06_oneshot_ll", 256 << 10: "04_oneshot_signal",
+         1 << 20: "05_twoshot_allreduce", 4 << 20: "05_twoshot_allreduce", 16 << 20: "02_ring_allreduce"}),
+])
+def test_auto_runs_the_measured_winner_at_each_size(world, picks):
+    with co.Communicator(world, max(picks), virtual=True) as c:
+        assert {b: c.auto_choice(np.float32, b // 4) for b in picks} == picks
+        # the choice follows the bytes, not the count: 256 KiB of bf16 is twice float32's elements
+        assert c.auto_choice(ml_dtypes.bfloat16, (256 << 10) // 2) == picks[256 << 10]
+
+
 # --- several GPUs, one process per GPU: the executable and Python under each launcher's environment -----
 
 def _processes(args, world, style="lab", faults=False, extra_env=None, deadline=120.0):
@@ -892,6 +909,7 @@ def test_python_one_process_per_gpu(style):
     ("hang:1", "rank 1's flag never came"),
 ])
 def test_a_faulty_rank_ends_every_rank_within_the_deadline_naming_it(fault, names):
+    build_twin("collectives", "exe")  # the fault build's compile (the first case's) is not the ranks' time
     t0 = time.monotonic()
     with pytest.raises(launch.RankFailure) as ei:
         _processes(["--variant", "04_oneshot_signal", "--n", "4099", "--timeout-ms", "8000"], 2, faults=True,
