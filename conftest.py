@@ -89,6 +89,21 @@ def skip_reasons(reports) -> list[tuple[int, str]]:
     return sorted(((n, r) for r, n in counts.items()), key=lambda t: (-t[0], t[1]))
 
 
+# Each test's time, written as it finishes, to the file this variable names (CSV: seconds, phase, outcome,
+# test): a run stopped at a deadline (a device lent ten minutes a call) still says where its time went,
+# which --durations prints only at the very end. Written once, by the process that reports (pytest-xdist's
+# controller, not each worker).
+TIMES_ENV = "CUDALAB_TEST_TIMES"
+
+
+def pytest_runtest_logreport(report):
+    path = os.environ.get(TIMES_ENV)
+    if not path or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as f:
+        f.write(f"{report.duration:.3f},{report.when},{report.outcome},{report.nodeid}\n")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """Skips as one line per reason, not one per test or per file (a run without a GPU skips a hundred

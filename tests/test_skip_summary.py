@@ -53,3 +53,37 @@ def test_skip_reasons_counts():
 
     got = skip_reasons([Rep("x"), Rep("y"), Rep("x")])
     assert got == [(2, "x"), (1, "y")]
+
+
+TIMED = '''
+import time
+
+import pytest
+
+@pytest.mark.parametrize("i", range(3))
+def test_t(i):
+    time.sleep(0.05 * i)
+
+def test_f():
+    assert 1 == 2
+'''
+
+
+def test_each_tests_time_is_written_once_as_it_finishes_under_workers(tmp_path):
+    """CUDALAB_TEST_TIMES: a line per phase of each test, from the controller alone (not each worker too),
+    so that a run stopped at its deadline still says where its time went."""
+    import pytest
+
+    pytest.importorskip("xdist")
+    (tmp_path / "test_timed.py").write_text(TIMED)
+    times = tmp_path / "times.csv"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-q", "-p", "no:cacheprovider", "-n", "2",
+                        "-o", "addopts=", str(tmp_path / "test_timed.py")], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": pythonpath(build.ROOT / "tests", build.ROOT),
+                            "CUDALAB_TEST_TIMES": str(times)})
+    assert r.returncode == 1, r.stdout + r.stderr
+    calls = [ln.split(",", 3) for ln in times.read_text().splitlines() if ",call," in ln]
+    assert sorted(c[3].split("::")[1] for c in calls) == ["test_f", "test_t[0]", "test_t[1]", "test_t[2]"]
+    assert {c[3].split("::")[1]: c[2] for c in calls}["test_f"] == "failed"
+    assert float({c[3].split("::")[1]: c[0] for c in calls}["test_t[2]"]) >= 0.09

@@ -187,11 +187,11 @@ def test_gpu_the_counting_build_counts_threads_not_writes(tmp_path, monkeypatch)
     twice = sol.replace("out[i] = x[i] * x[i];", "{ out[i] = x[i]; out[i] *= x[i]; }")
     mod = inline.load(catalog.check_source("grid_stride", twice), name="exercise_grid_stride_check")
     got = catalog.run_cuda("grid_stride", mod, case, inp)
-    assert np.allclose(got["out"], inp["x"] * inp["x"]) and "others" in got and catalog.counted_problem(got) is None
+    assert np.allclose(got["out"], inp["x"] * inp["x"]) and "others" in got and catalog.counted_problem("grid_stride", got) is None
     wrong = sol.replace("const long long stride = (long long)gridDim.x * blockDim.x;",
                         "const long long stride = blockDim.x;")
     mod = inline.load(catalog.check_source("grid_stride", wrong), name="exercise_grid_stride_check")
-    assert "more than one thread" in catalog.counted_problem(catalog.run_cuda("grid_stride", mod, case, inp))
+    assert "more than one thread" in catalog.counted_problem("grid_stride", catalog.run_cuda("grid_stride", mod, case, inp))
 
 
 def _cuda_outcome(name: str, cases: list, arrays_of) -> object:
