@@ -619,6 +619,7 @@ def test_cuda_wrong_solutions_are_valid_edits_of_the_solution(name, old, new, sa
 
 @pytest.mark.long
 @pytest.mark.gpu
+@pytest.mark.grader
 @pytest.mark.parametrize("name", CU_EXERCISES)
 def test_gpu_cuda_fresh_fails_and_solution_passes_with_sanitizer_and_ratio(name, tmp_path):
     hx.start(name, "cuda", tmp_path)
@@ -634,6 +635,7 @@ def test_gpu_cuda_fresh_fails_and_solution_passes_with_sanitizer_and_ratio(name,
 
 @pytest.mark.long
 @pytest.mark.gpu
+@pytest.mark.grader
 @pytest.mark.parametrize("name, old, new, says", list(_cu_cases()))
 def test_gpu_cuda_wrong_solution_fails_with_its_cause(name, old, new, says, tmp_path):
     _write(tmp_path, name, "cuda", _wrong(name, "cuda", old, new))
@@ -645,6 +647,7 @@ def test_gpu_cuda_wrong_solution_fails_with_its_cause(name, old, new, says, tmp_
 
 @pytest.mark.long
 @pytest.mark.gpu
+@pytest.mark.grader
 def test_gpu_cuda_hang_is_stopped_and_said(tmp_path):
     """The sanitizer runs start with the cases and would hang the same way: they are stopped with them,
     so the check ends soon after the cases' deadline, not at the sanitizers' longer one."""
