@@ -92,13 +92,19 @@ def skip_reasons(reports) -> list[tuple[int, str]]:
 # Each test's time, written as it finishes, to the file this variable names (CSV: seconds, phase, outcome,
 # test): a run stopped at a deadline (a device lent ten minutes a call) still says where its time went,
 # which --durations prints only at the very end. Written once, by the process that reports (pytest-xdist's
-# controller, not each worker).
+# controller, not each worker). A worker is told by its config, not by PYTEST_XDIST_WORKER in the
+# environment, which a pytest started from inside a worker's test inherits.
 TIMES_ENV = "CUDALAB_TEST_TIMES"
+_REPORTS = {"here": True}
+
+
+def pytest_configure(config):
+    _REPORTS["here"] = not hasattr(config, "workerinput")
 
 
 def pytest_runtest_logreport(report):
     path = os.environ.get(TIMES_ENV)
-    if not path or os.environ.get("PYTEST_XDIST_WORKER"):
+    if not path or not _REPORTS["here"]:
         return
     with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as f:
         f.write(f"{report.duration:.3f},{report.when},{report.outcome},{report.nodeid}\n")
