@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import pythonpath, skip_reasons
 from harness.compile import build
 
@@ -72,8 +74,6 @@ def test_f():
 def test_each_tests_time_is_written_once_as_it_finishes_under_workers(tmp_path):
     """CUDALAB_TEST_TIMES: a line per phase of each test, from the controller alone (not each worker too),
     so that a run stopped at its deadline still says where its time went."""
-    import pytest
-
     pytest.importorskip("xdist")
     (tmp_path / "test_timed.py").write_text(TIMED)
     times = tmp_path / "times.csv"

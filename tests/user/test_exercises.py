@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from wrong_solutions import check_fails, patched, write
 
 from conftest import pythonpath, sigint_as_from_a_terminal
 from harness.calling.cdecl import extract_cdef
@@ -25,20 +26,6 @@ ROOT = hx.ROOT
 FIX = Path(__file__).parent.parent / "fixtures"
 PY_EXERCISES = [e.name for e in catalog.EXERCISES if "python" in e.tracks]
 CU_EXERCISES = [e.name for e in catalog.EXERCISES if "cuda" in e.tracks]
-
-
-def _write(d, name, track, text):
-    path = hx.learner_path(d, hx.exercise(name), track)
-    d.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
-
-
-def _wrong(name, track, old, new):
-    """The lab's solution with one mistake put in (old must occur exactly once)."""
-    sol = hx.solution_text(hx.exercise(name), track)
-    assert sol.count(old) == 1, f"{name}: {old!r} occurs {sol.count(old)} times in the solution"
-    return sol.replace(old, new)
 
 
 # --- the markers ---------------------------------------------------------------------------------
@@ -107,15 +94,15 @@ def test_cuda_texts_compile_alone_with_the_labs_flags(name, tmp_path):
     ex = hx.exercise(name)
     for which in ("solution", "learner"):
         text = hx.solution_text(ex, "cuda") if which == "solution" else hx.learner_text(ex, "cuda")
-        path = _write(tmp_path, name, "cuda", text)
+        path = write(tmp_path, name, "cuda", text)
         compiled = hcheck.compile_learner(ex, tmp_path, path, text)  # compiled here, loaded by the worker only
         assert compiled.path.exists() and "exercise_run" in [f.name for f in extract_cdef(text).functions]
 
 
 def test_a_cuda_compile_error_names_the_learners_file_and_line_and_quotes_it(tmp_path):
     ex = hx.exercise("square")
-    text = _wrong("square", "cuda", "    if (i >= n) return;\n", "    if (i >= n) return\n")
-    path = _write(tmp_path, "square", "cuda", text)
+    text = patched("square", "cuda", [("    if (i >= n) return;\n", "    if (i >= n) return\n")])
+    path = write(tmp_path, "square", "cuda", text)
     lineno = text.splitlines().index("    if (i >= n) return") + 1
     v = hcheck.check("square", "cuda", tmp_path)
     assert not v.passed
@@ -133,7 +120,7 @@ def test_without_a_gpu_the_cuda_track_compiles_then_points_to_the_python_track(t
 
     monkeypatch.setattr(cudart, "gpu_available", lambda: (False, "no CUDA device"))
     ex = hx.exercise("grayscale")
-    _write(tmp_path, "grayscale", "cuda", hx.solution_text(ex, "cuda"))
+    write(tmp_path, "grayscale", "cuda", hx.solution_text(ex, "cuda"))
     v = hcheck.check("grayscale", "cuda", tmp_path)
     assert v.compiled_only and not v.passed
     assert v.lines[0][0] is True and "compiles" in v.lines[0][1]
@@ -147,7 +134,7 @@ def test_without_a_gpu_the_cuda_track_compiles_then_points_to_the_python_track(t
     ('extern "C" int exercise_run(', 'extern "C" int my_run(', "entry point exercise_run"),
 ])
 def test_cuda_renamed_kernel_changed_signature_or_entry_point_is_one_line_before_compiling(old, new, says, tmp_path):
-    _write(tmp_path, "grayscale", "cuda", _wrong("grayscale", "cuda", old, new))
+    write(tmp_path, "grayscale", "cuda", patched("grayscale", "cuda", [(old, new)]))
     v = hcheck.check("grayscale", "cuda", tmp_path)
     assert not v.passed and says in v.first_fix and "\n" not in v.first_fix
     assert len(v.lines) == 1  # nothing compiled, nothing run
@@ -258,22 +245,18 @@ def test_every_exercise_has_at_least_three_wrong_solutions():
 
 @pytest.mark.parametrize("name, old, new, says", list(_py_cases()))
 def test_python_wrong_solution_fails_with_its_cause(name, old, new, says, tmp_path):
-    _write(tmp_path, name, "python", _wrong(name, "python", old, new))
-    v = hcheck.check(name, "python", tmp_path)
-    assert not v.passed
-    assert says in v.first_fix, v.first_fix
+    check_fails(name, "python", [(old, new)], says, None, tmp_path)
 
 
 def test_python_kernel_error_names_the_learners_line(tmp_path):
-    path = _write(tmp_path, "square", "python", _wrong("square", "python", "    if i < n:\n", "    if True:\n"))
+    path = write(tmp_path, "square", "python", patched("square", "python", [("    if i < n:\n", "    if True:\n")]))
     v = hcheck.check("square", "python", tmp_path)
     line = path.read_text().splitlines().index("        v = int(a[i]) & 0xFFFFFFFF") + 1
     assert f"{path}:{line}: `v = int(a[i]) & 0xFFFFFFFF`: IndexError" in v.first_fix
 
 
 def test_python_hang_is_stopped_at_the_deadline(tmp_path):
-    _write(tmp_path, "grid_stride", "python", _wrong("grid_stride", "python", "    stride = ctx.blockDim.x * ctx.gridDim.x\n",
-                                                     "    stride = 0\n"))
+    write(tmp_path, "grid_stride", "python", patched("grid_stride", "python", [("    stride = ctx.blockDim.x * ctx.gridDim.x\n", "    stride = 0\n")]))
     v = hcheck.check("grid_stride", "python", tmp_path, deadline=5)
     assert not v.passed and "stopped after 5 s" in v.first_fix and "never finished" in v.first_fix
 
@@ -320,7 +303,7 @@ def test_a_check_interrupted_or_terminated_leaves_no_worker(tmp_path, sig):
 
 
 def test_python_syntax_error_is_file_line_with_the_line_quoted(tmp_path):
-    path = _write(tmp_path, "matmul", "python", _wrong("matmul", "python", "    o = 0.0\n", "    o = = 0.0\n"))
+    path = write(tmp_path, "matmul", "python", patched("matmul", "python", [("    o = 0.0\n", "    o = = 0.0\n")]))
     v = hcheck.check("matmul", "python", tmp_path)
     line = path.read_text().splitlines().index("    o = = 0.0") + 1
     assert v.first_fix.startswith(f"{path}:{line}: ") and "o = = 0.0" in "\n".join(t for _, t in v.lines)
@@ -336,11 +319,11 @@ def test_unknown_exercise_names_the_ones_there_are(tmp_path):
 def test_missing_empty_and_foreign_files_and_a_dir_that_is_a_file(tmp_path):
     with pytest.raises(hx.ExerciseError, match=r"no file .*square\.py: run `invoke exercise start square` first"):
         hcheck.check("square", "python", tmp_path)
-    _write(tmp_path, "square", "python", "  \n")
+    write(tmp_path, "square", "python", "  \n")
     with pytest.raises(hx.ExerciseError, match="is empty: write your solution there"):
         hcheck.check("square", "python", tmp_path)
     assert (tmp_path / "square.py").read_text() == "  \n"
-    _write(tmp_path, "square", "python", hx.learner_text(hx.exercise("grayscale"), "python"))
+    write(tmp_path, "square", "python", hx.learner_text(hx.exercise("grayscale"), "python"))
     with pytest.raises(hx.ExerciseError, match="is the file of exercise grayscale, not square"):
         hcheck.check("square", "python", tmp_path)
     f = tmp_path / "afile"
@@ -353,11 +336,10 @@ def test_missing_empty_and_foreign_files_and_a_dir_that_is_a_file(tmp_path):
 
 
 def test_renamed_or_resigned_python_kernel_is_one_line(tmp_path):
-    _write(tmp_path, "grayscale", "python", _wrong("grayscale", "python", "def rgb2grey_bk(", "def rgb2grey(", ))
+    write(tmp_path, "grayscale", "python", patched("grayscale", "python", [("def rgb2grey_bk(", "def rgb2grey(")]))
     v = hcheck.check("grayscale", "python", tmp_path)
     assert "defines no rgb2grey_bk" in v.first_fix and "\n" not in v.first_fix
-    _write(tmp_path, "grayscale", "python", _wrong("grayscale", "python", "threadidx, blockdim, x, out, n)",
-                                                   "threadidx, blockdim, x, out)"))
+    write(tmp_path, "grayscale", "python", patched("grayscale", "python", [("threadidx, blockdim, x, out, n)", "threadidx, blockdim, x, out)")]))
     v = hcheck.check("grayscale", "python", tmp_path)
     assert "put the parameters back" in v.first_fix
 
@@ -430,7 +412,7 @@ def _learner_file(tmp_path, name):
     """matmul_tiled without its barrier after the products (the wrong solution below), and the line
     of its inner product."""
     old, new, _ = WRONG_CUDA["matmul_tiled"][1]
-    path = _write(tmp_path, name, "cuda", _wrong(name, "cuda", old, new))
+    path = write(tmp_path, name, "cuda", patched(name, "cuda", [(old, new)]))
     k = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if "acc += As[" in ln)
     return path, k
 
@@ -499,7 +481,7 @@ def test_the_timing_session_loads_the_learners_file_from_the_compile_steps_cache
 
     ex = hx.exercise("square")
     text = hx.solution_text(ex, "cuda")
-    path = _write(tmp_path, "square", "cuda", text)
+    path = write(tmp_path, "square", "cuda", text)
     assert not hcheck.compile_learner(ex, tmp_path, path, text).cache_hit
     monkeypatch.setenv("CUDALAB_CACHE", str(hcheck.cache_folder(tmp_path).resolve()))
     assert inline.load(text, name=hcheck.module_name("square", "learner")).cache_hit
@@ -614,7 +596,7 @@ def _cu_cases():
 @pytest.mark.parametrize("name, old, new, says", list(_cu_cases()))
 def test_cuda_wrong_solutions_are_valid_edits_of_the_solution(name, old, new, says):
     """CPU half of the GPU test below: each planted mistake is found in the solution text."""
-    assert _wrong(name, "cuda", old, new) != hx.solution_text(hx.exercise(name), "cuda")
+    assert patched(name, "cuda", [(old, new)]) != hx.solution_text(hx.exercise(name), "cuda")
 
 
 @pytest.mark.long
@@ -638,11 +620,7 @@ def test_gpu_cuda_fresh_fails_and_solution_passes_with_sanitizer_and_ratio(name,
 @pytest.mark.grader
 @pytest.mark.parametrize("name, old, new, says", list(_cu_cases()))
 def test_gpu_cuda_wrong_solution_fails_with_its_cause(name, old, new, says, tmp_path):
-    _write(tmp_path, name, "cuda", _wrong(name, "cuda", old, new))
-    v = hcheck.check(name, "cuda", tmp_path, timing=False)
-    assert not v.passed
-    text = "\n".join(t for ok, t in v.lines if ok is False)
-    assert says in text, v.lines
+    check_fails(name, "cuda", [(old, new)], says, None, tmp_path)
 
 
 @pytest.mark.long
@@ -651,9 +629,7 @@ def test_gpu_cuda_wrong_solution_fails_with_its_cause(name, old, new, says, tmp_
 def test_gpu_cuda_hang_is_stopped_and_said(tmp_path):
     """The sanitizer runs start with the cases and would hang the same way: they are stopped with them,
     so the check ends soon after the cases' deadline, not at the sanitizers' longer one."""
-    _write(tmp_path, "grid_stride", "cuda", _wrong("grid_stride", "cuda",
-                                                    "    const long long stride = (long long)gridDim.x * blockDim.x;\n",
-                                                    "    const long long stride = 0;\n"))
+    write(tmp_path, "grid_stride", "cuda", patched("grid_stride", "cuda", [("    const long long stride = (long long)gridDim.x * blockDim.x;\n", "    const long long stride = 0;\n")]))
     v = hcheck.check("grid_stride", "cuda", tmp_path, deadline=20, timing=False)
     assert not v.passed and "stopped after 20 s" in v.first_fix
     assert v.seconds < 20 + 30, v.seconds  # the compile, and the stop of three process groups
