@@ -32,6 +32,23 @@ def _gpu_state() -> tuple[bool, str]:
 GPU_OK, GPU_WHY = _gpu_state()
 
 
+def pytest_sessionstart(session):
+    """Under pytest-xdist with a GPU, the controller builds the fault twins the GPU tests load (tests/
+    fault_build.py) in one make before any worker starts, its -j compiling them side by side while the
+    cores are free. Left to the workers, each twin was built by the first test to need it, while a
+    dozen other workers' tests ran, and every test needing it waited. A failed build is left for those
+    tests to report, each with the build's line."""
+    config = session.config
+    if hasattr(config, "workerinput") or not GPU_OK or not getattr(config.option, "numprocesses", None):
+        return
+    from fault_build import build_all
+
+    from harness.base.errors import CudalabError
+
+    with contextlib.suppress(CudalabError):
+        build_all()
+
+
 def pytest_collection_modifyitems(config, items):
     # Longest first: pytest-xdist hands tests out in this order, so the long ones start while every
     # worker is free and the run ends on short tests, not on one worker finishing a long one alone
@@ -107,7 +124,10 @@ def pytest_runtest_logreport(report):
     if not path or not _REPORTS["here"]:
         return
     with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as f:
-        f.write(f"{report.duration:.3f},{report.when},{report.outcome},{report.nodeid}\n")
+        # The worker and the time it finished, for a timeline of the run; the test's id last (it may hold commas).
+        worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "-")
+        f.write(f"{report.duration:.3f},{report.when},{report.outcome},{getattr(report, 'stop', 0):.1f},{worker},"
+                f"{report.nodeid}\n")
 
 
 @pytest.hookimpl(tryfirst=True)

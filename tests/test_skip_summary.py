@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -83,7 +84,10 @@ def test_each_tests_time_is_written_once_as_it_finishes_under_workers(tmp_path):
                        env={**os.environ, "PYTHONPATH": pythonpath(build.ROOT / "tests", build.ROOT),
                             "CUDALAB_TEST_TIMES": str(times)})
     assert r.returncode == 1, r.stdout + r.stderr
-    calls = [ln.split(",", 3) for ln in times.read_text().splitlines() if ",call," in ln]
-    assert sorted(c[3].split("::")[1] for c in calls) == ["test_f", "test_t[0]", "test_t[1]", "test_t[2]"]
-    assert {c[3].split("::")[1]: c[2] for c in calls}["test_f"] == "failed"
-    assert float({c[3].split("::")[1]: c[0] for c in calls}["test_t[2]"]) >= 0.09
+    calls = [ln.split(",", 5) for ln in times.read_text().splitlines() if ",call," in ln]
+    assert sorted(c[5].split("::")[1] for c in calls) == ["test_f", "test_t[0]", "test_t[1]", "test_t[2]"]
+    assert {c[5].split("::")[1]: c[2] for c in calls}["test_f"] == "failed"
+    assert float({c[5].split("::")[1]: c[0] for c in calls}["test_t[2]"]) >= 0.09
+    # When each finished (seconds since the epoch) and on which worker: a timeline of the run.
+    assert all(abs(float(c[3]) - time.time()) < 300 for c in calls), calls
+    assert {c[4] for c in calls} <= {"gw0", "gw1"} and len({c[4] for c in calls}) >= 1, calls

@@ -493,6 +493,24 @@ def _lock(root: Path):
         yield
 
 
+def up_to_date(cmd: list[str], targets_: list[str] | None, root: Path) -> bool:
+    """Whether make (`cmd`, from make_command) has nothing to do for these targets, asked without the build
+    lock: make's question mode (-q) and each library's and executable's record. Every output is published
+    whole (written under a temporary name, then renamed), so one that looks up to date can be used while
+    another build holds the lock. Without this, every process's first build of anything (a test worker's
+    first call of each program) queued behind whichever build held the lock, however long it compiled.
+    Anything else (out of date, or make failing) is False: the locked build that follows says why."""
+    wanted = targets_ if targets_ is not None else targets_of(programs(root), root) or []
+    try:
+        if any(stale_reason(root / t, root) is not None for t in wanted
+               if t.startswith(("build/lib/", "build/bin/", "build/faults/lib/", "build/faults/bin/"))):
+            return False
+        q = [a for a in cmd if not a.startswith("-j")] + ["-q"]
+        return subprocess.run(q, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
 @dataclass
 class BuildResult:
     steps: list[str]
@@ -524,6 +542,13 @@ def build(targets_: list[str] | None = None, jobs: int | None = None, arch: str 
     whole output. Interrupted (Ctrl-C, SIGTERM), it stops make and its compilers before returning."""
     root_ = root or ROOT
     cmd = make_command(targets_, jobs, arch, root=root, keep_going=keep_going)
+    if up_to_date(cmd, targets_, root_):
+        # What a killed step left is swept all the same: a dead shell's temporary is nobody's to wait for.
+        with contextlib.suppress(OSError):
+            sweep_temporaries(root_)
+        if on_plan is not None:
+            on_plan([])
+        return BuildResult([], "")
     steps, lines = [], []
     with _lock(root_):
         # The compilers' own temporaries (nvcc's tmpxft_*) go to a folder of this build's, removed
