@@ -189,9 +189,12 @@ PUBLISH = mkdir -p $(SUMS)/$(@D) && sum=$$(sha256sum < $(TMP)) && size=$$(stat -
 	&& printf '%s %s\n' "$${sum%% *}" "$$size" > $(SUMS)/$(TMP) && mv -f $(TMP) $@ && mv -f $(SUMS)/$(TMP) $(SUMS)/$@
 
 # stamp_rule(file, text): the rule that writes `text` into `file`, forced only when the file holds another
-# text. The text reaches the shell as one quoted word, with make's `$` escaped.
+# text. The text reaches the shell as one quoted word, with make's `$` escaped. The file is read with cat,
+# not `$(file <...)`: GNU make 4.3 read the shared stamp (over 200 bytes, more than make's first expansion
+# buffer) wrongly at random, and a wrong read forces the stamp, so the fault build recompiled every object
+# each time it was asked for.
 define stamp_rule
-$(1): $(if $(call eq,$(file <$(1)),$(2)),,FORCE)
+$(1): $(if $(call eq,$(shell cat $(1) 2>/dev/null),$(2)),,FORCE)
 	@mkdir -p $$(@D)
 	@printf '%s\n' $(subst $$,$$$$,$(call shell_quote,$(2))) > $$(TMP) && mv -f $$(TMP) $$@
 endef

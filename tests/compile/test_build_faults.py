@@ -124,6 +124,25 @@ def test_an_arch_change_rebuilds_every_object_even_after_a_dry_run(tree80, tmp_p
     assert build.build(arch="90", root=root).steps == []  # and then it is up to date
 
 
+@pytest.mark.parametrize("arch", ["80", "75,80,90"])
+def test_a_built_tree_stays_built_whatever_the_length_of_its_flags(tmp_path, arch):
+    """The flag stamp is compared with the flags on every make. A long stamp (a fat ARCH, the fault build's
+    -D, a user's EXTRA_NVCCFLAGS: over 200 bytes) was read wrongly by make at random, and the build then
+    recompiled every object each time it was asked, the product or the fault build alike."""
+    root = tiny_tree(tmp_path / "t")
+    flags = {"EXTRA_NVCCFLAGS": "-DCUDALAB_A_LONG_DEFINE_THAT_PUSHES_THE_STAMP_PAST_TWO_HUNDRED_BYTES=1"}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in flags.items():
+            mp.setenv(k, v)
+        build.build(arch=arch, root=root)
+        assert len((root / "build" / ".flags").read_text()) > 200
+        for extra in ([], ["--debug=b"], ["-s"]):  # make's own options moved the misread about
+            q = make(root, "-q", f"ARCH={arch}", *extra, check=False)
+            assert q.returncode == 0, (extra, make(root, "-q", "--trace", f"ARCH={arch}", check=False).stdout)
+        assert build.pending_steps(arch=arch, root=root) == []
+        assert build.build(arch=arch, root=root).steps == []
+
+
 def test_two_makes_in_one_tree_do_not_share_a_temporary_name(tree80, tmp_path):
     """A plain `make` beside `invoke build`: both relinking the same executable used to write
     build/bin/<prog>.tmp, and one of them failed with `mv: cannot stat`."""

@@ -147,6 +147,11 @@ def test_every_twin_the_gpu_tests_load_builds_in_one_make():
     tests which load them find them built, not each waiting on the build lock while one compiles.
     Marked gpu because only the GPU tests load them: a run without a GPU does not pay the compile."""
     fault_build.build_all()
+    # Built, they stay built: each GPU test asks for its twin again, and a make that found something to
+    # redo (a flag stamp misread) recompiled the twin under the build lock, one worker after another.
+    twins = [fault_build.target(prog, k) for prog, kinds in fault_build.TWINS.items() for k in kinds]
+    assert build.pending_steps(twins) == []
+    assert build.build(twins).steps == []
     for prog, (kind, symbol) in fault_build.FAULT_SYMBOLS.items():
         path = build.lib_path(prog, True) if kind == "lib" else build.bin_path(prog, True)
         assert build.stale_reason(path) is None and symbol in _symbols(path, dynamic=kind == "lib"), prog
