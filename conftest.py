@@ -109,7 +109,7 @@ def skip_reasons(reports) -> list[tuple[int, str]]:
 
 
 # Each test's time, written as it finishes, to the file this variable names (CSV: seconds, phase, outcome,
-# test): a run stopped at a deadline (a device lent ten minutes a call) still says where its time went,
+# when it finished, the worker, test): a run stopped at a deadline (a device lent ten minutes a call) still says where its time went,
 # which --durations prints only at the very end. Written once, by the process that reports (pytest-xdist's
 # controller, not each worker). A worker is told by its config, not by PYTEST_XDIST_WORKER in the
 # environment, which a pytest started from inside a worker's test inherits.

@@ -155,18 +155,21 @@ def require(prog: str, kind: str = "lib", faults: bool = False) -> Path:
     return verified(lib_path(prog) if kind == "lib" else bin_path(prog), prog)
 
 
+def stale_outputs(targets_: list[str], root: Path | None = None) -> list[str]:
+    """The libraries and executables among `targets_` that exist but do not match their records (make
+    sees only times, so it would take a truncated or changed one for built)."""
+    root = root or ROOT
+    return [t for t in targets_ if t.startswith(("build/lib/", "build/bin/", "build/faults/lib/", "build/faults/bin/"))
+            and (root / t).exists() and stale_reason(root / t, root) is not None]
+
+
 def invalidate_stale(targets_: list[str], root: Path | None = None) -> list[str]:
     """Remove each library or executable among `targets_` that exists but does not match its record,
     so that the make that follows relinks it. Returns the ones removed."""
     root = root or ROOT
-    removed = []
-    for t in targets_:
-        if not t.startswith(("build/lib/", "build/bin/", "build/faults/lib/", "build/faults/bin/")):
-            continue
-        path = root / t
-        if path.exists() and stale_reason(path, root) is not None:
-            path.unlink()
-            removed.append(t)
+    removed = stale_outputs(targets_, root)
+    for t in removed:
+        (root / t).unlink()
     return removed
 
 
@@ -493,17 +496,16 @@ def _lock(root: Path):
         yield
 
 
-def up_to_date(cmd: list[str], targets_: list[str] | None, root: Path) -> bool:
-    """Whether make (`cmd`, from make_command) has nothing to do for these targets, asked without the build
-    lock: make's question mode (-q) and each library's and executable's record. Every output is published
-    whole (written under a temporary name, then renamed), so one that looks up to date can be used while
-    another build holds the lock. Without this, every process's first build of anything (a test worker's
-    first call of each program) queued behind whichever build held the lock, however long it compiled.
-    Anything else (out of date, or make failing) is False: the locked build that follows says why."""
-    wanted = targets_ if targets_ is not None else targets_of(programs(root), root) or []
+def up_to_date(cmd: list[str], wanted: list[str], root: Path) -> bool:
+    """Whether make (`cmd`, from make_command) has nothing to do for the outputs `wanted`, asked without
+    the build lock: make's question mode (-q) and each library's and executable's record. Every output is
+    published whole (written under a temporary name, then renamed), so one that looks up to date can be
+    used while another build holds the lock. Without this, every process's first build of anything (a
+    test worker's first call of each program) queued behind whichever build held the lock, however long
+    it compiled. Anything else (out of date, or make failing) is False: the locked build that follows
+    says why."""
     try:
-        if any(stale_reason(root / t, root) is not None for t in wanted
-               if t.startswith(("build/lib/", "build/bin/", "build/faults/lib/", "build/faults/bin/"))):
+        if stale_outputs(wanted, root):
             return False
         q = [a for a in cmd if not a.startswith("-j")] + ["-q"]
         return subprocess.run(q, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root).returncode == 0
@@ -542,7 +544,8 @@ def build(targets_: list[str] | None = None, jobs: int | None = None, arch: str 
     whole output. Interrupted (Ctrl-C, SIGTERM), it stops make and its compilers before returning."""
     root_ = root or ROOT
     cmd = make_command(targets_, jobs, arch, root=root, keep_going=keep_going)
-    if up_to_date(cmd, targets_, root_):
+    wanted = targets_ if targets_ is not None else targets_of(programs(root), root) or []
+    if up_to_date(cmd, wanted, root_):
         # What a killed step left is swept all the same: a dead shell's temporary is nobody's to wait for.
         with contextlib.suppress(OSError):
             sweep_temporaries(root_)
@@ -556,7 +559,7 @@ def build(targets_: list[str] | None = None, jobs: int | None = None, arch: str 
         tmpdir = root_ / "build" / ".tmp" / str(os.getpid())
         try:
             sweep_temporaries(root_)
-            invalidate_stale(targets_ if targets_ is not None else targets_of(programs(root), root) or [], root_)
+            invalidate_stale(wanted, root_)
         except OSError as e:
             raise unwritable(e, root_) from None
         if on_plan is not None:
