@@ -414,7 +414,7 @@ BENCH_SIZES = ((HEADLINE, BENCH_ROWS, BENCH_COLS, True), ("32768x1024", 32768, 1
                ("512x32768", 512, 32768, False))
 BENCH_SCALE = 0.125  # 1/sqrt(64): attention's scale at head dimension 64
 BEST = SCALED
-TARGET = 0.9  # BEST's goal at the headline size, as a fraction of cudaMemcpy's bandwidth
+TARGET = 0.9  # BEST's goal at the headline size, as a fraction of cudaMemcpy's bandwidth for the same bytes
 
 
 def _bench_input(rows: int, cols: int) -> np.ndarray:
@@ -489,7 +489,7 @@ def _torch_ceiling(label: str, rows: int, cols: int):
 
 
 def ceilings() -> dict:
-    """The registry's hook: torch.softmax at each bench size (memcpy is the bench's own)."""
+    """The registry's hook: torch.softmax at each bench size (memcpy of the same bytes is the bench's own)."""
     return {torch_ceiling_name(label): _torch_ceiling(label, r, c) for label, r, c, _ in BENCH_SIZES}
 
 
@@ -506,19 +506,21 @@ def _case(v: str, label: str, rows: int, cols: int, is_quick: bool, ceiling: str
 
 
 def bench_cases(quick: bool = False) -> list:
-    """Every variant at each size against cudaMemcpy's bandwidth timed in the same run, 8 bytes an element
+    """Every variant at each size against cudaMemcpy of the same bytes timed in the same run, 8 bytes an element
     (x read once, out written once: the least a softmax moves), counted as the memcpy ceiling counts.
     05_fused_scale runs softmax(0.125 * x); its goal is TARGET of memcpy at the headline size. 04 and 05
     also against torch.softmax at the same size (the same bytes; torch's has no scale to fold).
     --quick: the headline size only."""
+    from harness.measuring import bench
+
     cases = []
     for label, rows, cols, is_quick in BENCH_SIZES:
         if quick and not is_quick:
             continue
         for v in library.read_table(PROGRAM):
             goal = TARGET if (v == BEST and label == HEADLINE) else None
-            note = "fraction of cudaMemcpy DtoD; bytes = 4 read + 4 written per element"
-            cases.append(_case(v, label, rows, cols, is_quick, "memcpy", target=goal,
+            note = "fraction of cudaMemcpy DtoD of the same bytes; bytes = 4 read + 4 written per element"
+            cases.append(_case(v, label, rows, cols, is_quick, bench.memcpy_of(4 * rows * cols), target=goal,
                                note=note + (f" (goal: >= {TARGET} at {HEADLINE})" if goal else "")))
         for v in ("04_online", BEST):
             cases.append(_case(v, label, rows, cols, is_quick, torch_ceiling_name(label), name=f"{v}-vs-torch",

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from conftest import ensure_built, poison, refuse_loads_after_the_table
+from harness import programs
 from harness.calling import cudart, library
+from harness.measuring import bench
 from harness.programs import transpose as tp
 
 VARIANT_POSITIONS = [tp.NAIVE, tp.SHARED_TILE, tp.PADDED, tp.COARSENED]
@@ -233,7 +235,7 @@ def test_the_executables_help_lists_the_variant_table(built):
 
 def test_the_bench_holds_the_best_rung_to_memcpy_at_the_headline_size(built):
     cases, quick = tp.bench_cases(False), tp.bench_cases(True)
-    ceilings = tp.ceilings()
+    ceilings = programs.ceilings()
     assert {c.variant for c in cases} == set(tp.VARIANTS)
     assert {c.size for c in cases} == {"8192x8192", "4096x4096"} and {c.size for c in quick} == {"4096x4096"}
     assert all(c.quick for c in quick)
@@ -244,11 +246,9 @@ def test_the_bench_holds_the_best_rung_to_memcpy_at_the_headline_size(built):
         assert c.amount == c.bytes == 2 * 4 * r * k and c.unit == "GB/s"
         module, fn = c.setup.split(":")
         assert module == "harness.programs.transpose" and callable(getattr(tp, fn))
-        ceil = ceilings[c.ceiling](False)  # the same bytes, timed in the same run
-        assert ceil.amount == c.amount and ceil.kwargs == {"rows": r, "cols": k} and ceil.unit == c.unit
-        assert callable(getattr(tp, ceil.target.split(":")[1]))
-    with pytest.raises(ValueError):
-        tp.memcpy_setup(-1, 4)
+        ceil = bench.built_in(c.ceiling)(False)  # the same bytes, timed in the same run
+        assert ceil.amount == c.amount and ceil.kwargs == {"nbytes": 4 * r * k} and ceil.unit == c.unit
+        assert c.ceiling == ceil.name and c.ceiling not in ceilings
 
 
 def test_the_profile_and_sanitize_runs_name_real_variants(built):

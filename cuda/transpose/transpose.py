@@ -468,35 +468,6 @@ def bench_setup(variant: str, rows: int, cols: int):
     return bench.Prepared(launch, close)
 
 
-def memcpy_setup(rows: int, cols: int):
-    """The ceiling's target: cudaMemcpyAsync device-to-device of one rows x cols float32 matrix, the same
-    bytes a transpose reads and writes (harness.measuring.bench's memcpy, at this size)."""
-    from harness.measuring import bench
-
-    rows, cols = check_size(rows, cols)
-    return bench.memcpy_setup(4 * rows * cols)
-
-
-def _ceiling_name(label: str) -> str:
-    return f"memcpy@{label}"
-
-
-def _memcpy_ceiling(label: str, rows: int, cols: int):
-    def ceiling(quick: bool = False):
-        """cudaMemcpy DtoD of the matrix's bytes, timed beside the cases of this size."""
-        from harness.measuring import bench
-
-        return bench.TimedCeiling(_ceiling_name(label), "GB/s", 8.0 * rows * cols,
-                                  f"harness.programs.{PROGRAM}:memcpy_setup", {"rows": rows, "cols": cols},
-                                  f"cudaMemcpy DtoD of {4 * rows * cols >> 20} MiB ({label} float32)")
-    return ceiling
-
-
-def ceilings() -> dict:
-    """The registry's hook: memcpy of the same bytes at each bench size, measured only when a case names it."""
-    return {_ceiling_name(label): _memcpy_ceiling(label, r, c) for label, r, c, _ in BENCH_SIZES}
-
-
 def bench_cases(quick: bool = False) -> list:
     """Every variant at 8192x8192 (4096x4096 with --quick) against cudaMemcpy of the same matrix timed in
     the same run. Bytes = 2 * 4 * rows * cols (each element read once and written once), counted as the
@@ -517,7 +488,7 @@ def bench_cases(quick: bool = False) -> list:
             cases.append(bench.BenchCase(
                 program=PROGRAM, variant=v, size=label, setup=f"harness.programs.{PROGRAM}:bench_setup",
                 kwargs={"variant": v, "rows": r, "cols": c}, unit="GB/s", amount=8.0 * r * c,
-                ceiling=_ceiling_name(label), target=target, quick=is_quick, bytes=8.0 * r * c, flops=0.0,
+                ceiling=bench.memcpy_of(4 * r * c), target=target, quick=is_quick, bytes=8.0 * r * c, flops=0.0,
                 note=note))
     return cases
 
@@ -606,7 +577,6 @@ RECORD = Program(
     profile_args=profile_args,
     sanitize_args=sanitize_args,
     bench_cases=bench_cases,
-    ceilings=ceilings,
     run=run,
     parse_output=parse_output,
     reference=reference,

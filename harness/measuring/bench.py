@@ -121,6 +121,28 @@ def measure_memcpy(quick: bool = False) -> TimedCeiling:
                         f"cudaMemcpy DtoD of {nbytes >> 20} MiB")
 
 
+def memcpy_of(nbytes: int) -> str:
+    """The name of a built-in ceiling for cases that read `nbytes` once and write them once: cudaMemcpy
+    DtoD of those bytes, `memcpy@<N>MiB` (or `memcpy@<N>B`), timed in the same run as the cases naming it.
+    A copy's rate depends on its size (on an H200 a 64 MiB copy ran 13% below the 1 GiB one that plain
+    `memcpy` times: its ramp and tail weigh more), so a kernel is held to the copy of its own bytes."""
+    if nbytes <= 0:
+        raise ValueError(f"memcpy_of: {nbytes} bytes")
+    return f"memcpy@{nbytes >> 20}MiB" if nbytes % (1 << 20) == 0 else f"memcpy@{nbytes}B"
+
+
+def _memcpy_sized(name: str):
+    m = re.fullmatch(r"memcpy@(\d+)(MiB|B)", name)
+    if m is None or int(m.group(1)) <= 0:
+        return None
+    nbytes = int(m.group(1)) << (20 if m.group(2) == "MiB" else 0)
+
+    def ceiling(quick: bool = False) -> TimedCeiling:
+        return TimedCeiling(name, "GB/s", 2.0 * nbytes, "harness.measuring.bench:memcpy_setup", {"nbytes": nbytes},
+                            f"cudaMemcpy DtoD of {nbytes / (1 << 20):g} MiB")
+    return ceiling
+
+
 def check_built(libraries) -> None:
     """One line, before anything is timed, when a library the run needs is missing (`libraries`: the
     programs whose cases and ceilings the run times, as the tasks collected them)."""
@@ -323,16 +345,20 @@ def consistency(df: pd.DataFrame, resolved: dict, measured: dict[str, Ceiling]) 
     return pd.DataFrame(rows, columns=["ceiling", "row", "ceiling_value", "row_value", "unit", "diff_pct"])
 
 
-BUILT_IN = {"memcpy": measure_memcpy}  # the ceilings no program owns
+BUILT_IN = {"memcpy": measure_memcpy}  # the ceilings no program owns, beside memcpy_of's sized copies
+
+
+def built_in(name: str):
+    """The measuring callable of a ceiling no program owns (`memcpy`, or a sized `memcpy_of` copy), else None."""
+    return BUILT_IN.get(name) or _memcpy_sized(name)
 
 
 def resolve_ceilings(names: list[str], ceilings: dict, quick: bool) -> dict:
     """name -> Ceiling (a number), TimedCeiling (to be timed in the rounds) or None (not available here);
     `ceilings` are the programs' hooks (name -> callable taking quick), beside BUILT_IN."""
-    available = {**BUILT_IN, **ceilings}
     out = {}
     for name in names:
-        fn = available.get(name)
+        fn = ceilings.get(name) or built_in(name)
         out[name] = fn(quick) if fn else None
     return out
 

@@ -419,3 +419,18 @@ def test_every_bench_case_names_a_setup_the_timing_child_can_call():
     bad = _case(setup="harness.programs.square:bench_setup", kwargs={"variant": "a", "size": 64})
     with pytest.raises(TypeError):  # the check above fails on a keyword the target does not take
         inspect.signature(timing.resolve(bad.setup)).bind(**bad.kwargs)
+
+
+def test_a_sized_memcpy_ceiling_is_the_copy_of_exactly_those_bytes():
+    assert bench.memcpy_of(64 << 20) == "memcpy@64MiB" and bench.memcpy_of(4 * 4097) == "memcpy@16388B"
+    for nbytes in (64 << 20, 4 * 4097, 1):
+        ceil = bench.built_in(bench.memcpy_of(nbytes))(False)
+        assert ceil.name == bench.memcpy_of(nbytes) and ceil.kwargs == {"nbytes": nbytes}
+        assert ceil.amount == 2.0 * nbytes and ceil.unit == "GB/s"  # read plus written, as plain memcpy counts
+    assert bench.built_in("memcpy")(True).kwargs == {"nbytes": bench.QUICK_MEMCPY_BYTES}
+    for wrong in ("memcpy@", "memcpy@0MiB", "memcpy@12KiB", "memcpy@-4B", "memcpy@64MiB ", "nccl@64MiB"):
+        assert bench.built_in(wrong) is None, wrong
+    with pytest.raises(ValueError):
+        bench.memcpy_of(0)
+    # a program's own ceiling of that name would win over the built-in one: none declares one
+    assert not [n for n in programs.ceilings() if bench.built_in(n) is not None]
