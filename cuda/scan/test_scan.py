@@ -374,6 +374,34 @@ def test_in_place_and_repeated_calls(variant):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("shift_x, shift_out", [(4, 0), (0, 8), (12, 4)])
+def test_pointers_off_the_16_byte_grid_scan_right(variant, shift_x, shift_out):
+    # 03 moves whole tiles in 16-byte pieces only when both pointers sit on the 16-byte grid; views that
+    # start 4, 8 or 12 bytes in (a slice of a larger array) take the element-at-a-time path.
+    from harness.calling import cudart
+
+    x = _inputs(3 * 4096 + 77, 12)
+    n = x.size
+    wb = prog.workspace_bytes(variant, n)
+    out = np.zeros(n, np.uint32)
+    with cudart.DeviceBuffer(4 * n + 16) as dx, cudart.DeviceBuffer(4 * n + 32) as dout, \
+            cudart.DeviceBuffer(max(wb, 8)) as work:
+        dx.fill_bytes(0)
+        dout.fill_bytes(0xAB)
+        px = cudart.ffi.cast("char *", dx.ptr) + shift_x
+        po = cudart.ffi.cast("char *", dout.ptr) + shift_out
+        cudart.memcpy_htod(px, x.view(np.uint32))
+        prog.scan_dev(variant, px, po, n, False, work, wb)
+        cudart.synchronize()
+        whole = np.empty((4 * n + 32) // 4, np.uint32)
+        dout.to_host(whole)
+    got = whole.view(np.uint8)[shift_out:shift_out + 4 * n].view(np.uint32)
+    assert prog.mismatches(got, prog.reference(x)) == (0, -1)
+    assert (whole.view(np.uint8)[:shift_out] == 0xAB).all() and (whole.view(np.uint8)[shift_out + 4 * n:] == 0xAB).all()
+
+
+@pytest.mark.gpu
 def test_the_checker_fails_a_wrong_gpu_answer():
     x = _inputs(5000, 2)
     out = prog.scan(x)

@@ -16,10 +16,11 @@ from harness.calling import cudart, library
 from harness.measuring import bench
 from harness.programs import transpose as tp
 
-VARIANT_POSITIONS = [tp.NAIVE, tp.SHARED_TILE, tp.PADDED, tp.COARSENED]
+VARIANT_POSITIONS = [tp.NAIVE, tp.SHARED_TILE, tp.PADDED, tp.COARSENED, tp.WIDE]
 # Ragged against the 32-wide tile on either axis or both, a single row and column, whole tiles.
 TWIN_SHAPES = [(1, 1), (1, 33), (33, 1), (31, 33), (32, 32), (64, 32), (70, 31), (45, 100)]
-GPU_SHAPES = [(1, 1), (1, 37), (37, 1), (32, 32), (31, 33), (33, 65), (64, 96), (1000, 1), (4099, 2053),
+GPU_SHAPES = [(1, 1), (1, 37), (37, 1), (32, 32), (31, 33), (33, 65), (64, 96), (130, 4100), (2048, 4094),
+              (1000, 1), (4099, 2053),
               (2053, 4099), (4097, 8191)]  # the last: 32 Mi elements (128 MiB a matrix), ragged both ways
 
 
@@ -42,9 +43,9 @@ def _matrix(rng, rows, cols):
 
 def test_the_variant_table_is_read_from_the_built_library(built):
     names = library.read_table(tp.PROGRAM)
-    assert len(names) == len(VARIANT_POSITIONS)  # the Python positions NAIVE..COARSENED cover the table
+    assert len(names) == len(VARIANT_POSITIONS)  # the Python positions NAIVE..WIDE cover the table
     assert [n[:3] for n in names] == [f"{i + 1:02d}_" for i in range(len(names))]  # numbered in a learner's order
-    assert tp.VARIANTS == names and tp.variant_name(tp.COARSENED) == names[-1]
+    assert tp.VARIANTS == names and tp.variant_name(tp.WIDE) == names[-1]
     assert tp.lib().transpose_tile() == tp.TILE
     assert tp.lib().transpose_max_rows() == tp.max_rows()
 
@@ -240,7 +241,7 @@ def test_the_bench_holds_the_best_rung_to_memcpy_at_the_headline_size(built):
     assert {c.size for c in cases} == {"8192x8192", "4096x4096"} and {c.size for c in quick} == {"4096x4096"}
     assert all(c.quick for c in quick)
     targeted = [c for c in cases if c.target is not None]
-    assert [(c.variant, c.size, c.target) for c in targeted] == [(tp.variant_name(tp.COARSENED), "8192x8192", 0.9)]
+    assert [(c.variant, c.size, c.target) for c in targeted] == [(tp.variant_name(tp.WIDE), "8192x8192", 0.9)]
     for c in cases:
         r, k = c.kwargs["rows"], c.kwargs["cols"]
         assert c.amount == c.bytes == 2 * 4 * r * k and c.unit == "GB/s"
@@ -255,7 +256,7 @@ def test_the_profile_and_sanitize_runs_name_real_variants(built):
     assert tp.profile_variants() == tp.VARIANTS
     for v in tp.VARIANTS:
         assert tp.profile_args(v)[:2] == ["--variant", v]
-    assert tp.profile_args(None)[1] == tp.variant_name(tp.COARSENED)
+    assert tp.profile_args(None)[1] == tp.variant_name(tp.WIDE)
     runs = tp.sanitize_args()
     assert {a[1] for a in runs.values()} == set(tp.VARIANTS) | {"all"}
 
@@ -277,6 +278,28 @@ def test_every_variant_matches_numpy(built, shape, fill, rng):
         got = tp.transpose(x, v, out=out)
         assert got is out
         assert tp.mismatches(got, ref) == 0, (v, shape)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shift_in, shift_out", [(4, 0), (0, 4), (4, 12)])
+def test_pointers_off_the_8_byte_grid_transpose_right(built, rng, shift_in, shift_out):
+    # 05 moves pairs as float2 only when both pointers sit on the 8-byte grid; a view that starts 4 bytes
+    # in (a slice of a larger buffer) takes the one-at-a-time path. Even sizes, so only the pointers differ.
+    rows, cols = 130, 258
+    x = _matrix(rng, rows, cols)
+    for v in tp.VARIANTS:
+        with cudart.DeviceBuffer(x.nbytes + 16) as d_in, cudart.DeviceBuffer(x.nbytes + 16) as d_out:
+            d_out.fill_bytes(0xAB)
+            p_in = cudart.ffi.cast("char *", d_in.ptr) + shift_in
+            p_out = cudart.ffi.cast("char *", d_out.ptr) + shift_out
+            cudart.memcpy_htod(p_in, x)
+            tp.lib().transpose_f32_dev(v, p_in, p_out, rows, cols, None)
+            cudart.synchronize()
+            whole = np.empty(x.nbytes + 16, np.uint8)
+            d_out.to_host(whole)
+        got = whole[shift_out:shift_out + x.nbytes].view(np.float32).reshape(cols, rows)
+        assert tp.mismatches(got, tp.reference(x)) == 0, v
+        assert (whole[:shift_out] == 0xAB).all() and (whole[shift_out + x.nbytes:] == 0xAB).all(), v
 
 
 @pytest.mark.gpu

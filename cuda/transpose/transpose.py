@@ -38,7 +38,7 @@ TILE = 32  # the tile's edge in transpose.cu (kTile); a test holds the two equal
 BLOCK_ROWS = 8  # 04_coarsened's block is TILE x BLOCK_ROWS threads, each moving TILE // BLOCK_ROWS elements
 # The positions in the library's variant table, which is the launcher's switch (transpose.cu): the
 # names themselves are read from the table, never typed here.
-NAIVE, SHARED_TILE, PADDED, COARSENED = range(4)
+NAIVE, SHARED_TILE, PADDED, COARSENED, WIDE = range(5)
 INT_MAX = 2**31 - 1
 BANKS = 32  # shared memory's banks, 4 bytes wide, on every GPU since Fermi
 
@@ -53,7 +53,7 @@ def lib() -> library.Library:
 
 
 def variant_name(i: int) -> str:
-    """The name at position i of the library's variant table (NAIVE, SHARED_TILE, PADDED, COARSENED)."""
+    """The name at position i of the library's variant table (NAIVE, SHARED_TILE, PADDED, COARSENED, WIDE)."""
     return library.read_table(PROGRAM)[i]
 
 
@@ -61,7 +61,7 @@ def check_variant(variant: str | None) -> str:
     """The variant's name (None: the best rung, the table's last), or ValueError naming those in the
     library's one table."""
     if variant is None:
-        return variant_name(COARSENED)
+        return variant_name(WIDE)
     library.table_index(PROGRAM, "variant", variant)
     return variant
 
@@ -243,6 +243,28 @@ def coarsened_k(ctx, x, out, rows, cols):
             out[(out_row0 + j) * rows + out_col] = tile[tx, ty + j]
 
 
+def wide_k(ctx, x, out, rows, cols):
+    """05_wide_tile: a 2t x 2t tile moved by t x (t / 2) threads, each taking two neighbouring columns (the
+    GPU's one float2 access, two scalars here) in every (t / 2)-th row. Cells outside the matrix hold 0."""
+    t, step = ctx.blockDim.x, ctx.blockDim.y
+    w = 2 * t
+    tx, ty = ctx.threadIdx.x, ctx.threadIdx.y
+    tile = ctx.shared.tile
+    c0, r0 = ctx.blockIdx.x * w, ctx.blockIdx.y * w
+    for i in range(0, w, step):
+        r = r0 + ty + i
+        for k in (0, 1):
+            c = c0 + 2 * tx + k
+            tile[ty + i, 2 * tx + k] = x[r * cols + c] if r < rows and c < cols else 0.0
+    yield
+    for i in range(0, w, step):
+        orow = c0 + ty + i  # out is cols x rows
+        for k in (0, 1):
+            ocol = r0 + 2 * tx + k
+            if orow < cols and ocol < rows:
+                out[orow * rows + ocol] = tile[2 * tx + k, ty + i]
+
+
 def _plan(variant: str | None, rows: int, cols: int, tile: int):
     """(kernel, grid, block, shared) of a variant's twin: the CUDA launcher's shapes at this tile."""
     i = library.table_index(PROGRAM, "variant", check_variant(variant))
@@ -253,7 +275,10 @@ def _plan(variant: str | None, rows: int, cols: int, tile: int):
         return tiled_k, grid, sim.dim3(tile, tile), {"tile": ((tile, tile), np.float32)}
     if i == PADDED:  # shared memory as words, room for t rows of t + 1: one spare word a row, against bank conflicts
         return padded_k, grid, sim.dim3(tile, tile), {"smem": ((tile * (tile + 1),), np.float32)}
-    return coarsened_k, grid, sim.dim3(tile, tile * BLOCK_ROWS // TILE), {"tile": ((tile, tile + 1), np.float32)}
+    if i == COARSENED:
+        return coarsened_k, grid, sim.dim3(tile, tile * BLOCK_ROWS // TILE), {"tile": ((tile, tile + 1), np.float32)}
+    wide = sim.dim3(max(1, math.ceil(cols / (2 * tile))), max(1, math.ceil(rows / (2 * tile))))
+    return wide_k, wide, sim.dim3(tile, tile // 2), {"tile": ((2 * tile, 2 * tile + 1), np.float32)}
 
 
 def _check_tile(tile) -> int:
@@ -475,7 +500,7 @@ def bench_cases(quick: bool = False) -> list:
     predictions, written before the first run, are in bench/results/h200/NOTES-transpose.md."""
     from harness.measuring import bench
 
-    best = variant_name(COARSENED)
+    best = variant_name(WIDE)
     cases = []
     for label, r, c, is_quick in BENCH_SIZES:
         if quick and not is_quick:
