@@ -1,4 +1,4 @@
-// convolution: 1-D and 2-D convolution with zero padding (PMPP chapter 7), six variants behind one
+// convolution: 1-D and 2-D convolution with zero padding (PMPP chapter 7), eight variants behind one
 // dispatcher per dimension. See convolution.h for the exact formula (a cross-correlation, as PMPP's)
 // and the contract of each entry point.
 #include <cstdint>
@@ -9,9 +9,13 @@
 
 namespace {
 
-const char *const kVariants[] = {"01_naive_1d", "02_constant_1d", "03_tiled_1d",
-                                 "04_naive_2d", "05_constant_2d", "06_tiled_2d"};
-const int kDims[] = {1, 1, 1, 2, 2, 2};
+// The ladder's order: the book's three rungs in 1-D, then in 2-D, then the two that move every byte of
+// global memory in 16-byte pieces (added later, hence after the 2-D ones).
+const char *const kVariants[] = {"01_naive_1d", "02_constant_1d", "03_tiled_1d", "04_naive_2d",
+                                 "05_constant_2d", "06_tiled_2d", "07_vec_1d", "08_vec_2d"};
+const int kDims[] = {1, 1, 1, 2, 2, 2, 1, 2};
+static_assert(sizeof(kDims) / sizeof(kDims[0]) == sizeof(kVariants) / sizeof(kVariants[0]),
+              "one dimension per variant");
 const int kNumVariants = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
 
 int variant_id(const char *name) {
@@ -53,6 +57,23 @@ constexpr int kRows2d = 8;
 constexpr int kTileW2d = kTiledX2d;
 constexpr int kTileH2d = kTiledY2d * kRows2d;
 // EXERCISE conv2d_tiled: end copy
+// 07: 03's 2048-output tile and 256 threads, in float4s: a thread loads two float4s of the tile and
+// computes two float4s of outputs, 1024 outputs apart, so that the 32 threads of a warp always touch 32
+// consecutive float4s (512 contiguous bytes) with one instruction.
+constexpr int kVecThreads1d = 256;
+constexpr int kVecGroups1d = 2;  // float4s of outputs a thread
+constexpr int kVecTile1d = kVecThreads1d * 4 * kVecGroups1d;
+// 08: 8 warps, each thread 4 adjacent columns (one float4) x 8 rows: a 128-wide, 64-tall output tile.
+// A shared row is 34 float4s: the float4 left of the tile (its left halo), the tile's 32, the float4
+// right of it (its right halo). The halo is rounded up to whole float4s so that every shared row, like
+// every image row, starts on a 16-byte boundary; one float4 a side covers any radius up to 4.
+constexpr int kVecThreads2d = 256;
+constexpr int kVecWarps2d = kVecThreads2d / 32;
+constexpr int kVecRows2d = 8;
+constexpr int kVecTileW2d = 32 * 4;
+constexpr int kVecTileH2d = kVecWarps2d * kVecRows2d;
+constexpr int kVecRow4 = 1 + kVecTileW2d / 4 + 1;
+static_assert(kMaxR2 <= 4, "08's halo is one float4 on each side");
 
 // 04 and 05 cover the rows with 8-row blocks and gridDim.y is at most 65535; the width stays far from
 // INT_MAX so that a column index plus the halo never overflows an int.
@@ -188,6 +209,110 @@ __global__ void __launch_bounds__(kTiledThreads1d) conv1d_03_tiled(const float *
 }
 // EXERCISE conv1d_tiled: end copy
 
+// 07 and 08 read and write global memory in float4s. Each one needs its address on the 16-byte grid:
+// x + g with g a multiple of 4 is, when x is. The kernels' scalar forms (kVec false) take any address.
+__device__ __forceinline__ float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+
+// The float4 x[g .. g+3] (g a multiple of 4, x 16-byte aligned), its elements outside 0 .. n-1 as 0.
+// g being a multiple of 4, g < 0 puts the whole float4 before the array; only the array's last float4,
+// when n is not a multiple of 4, is read element by element.
+__device__ __forceinline__ float4 load4_or_zero(const float *__restrict__ x, long long g, long long n) {
+    if (g >= 0 && g + 4 <= n) return __ldg(reinterpret_cast<const float4 *>(x + g));
+    float4 v = zero4();
+    if (g >= 0 && g < n) {  // g < n < g + 4
+        v.x = x[g];
+        if (g + 1 < n) v.y = x[g + 1];
+        if (g + 2 < n) v.z = x[g + 2];
+    }
+    return v;
+}
+
+// 07: 03's tile (2048 outputs and their halo in shared memory, one barrier), with every access to
+// global memory 16 bytes wide and aligned. 03 loads its tile 4 bytes a thread, starting R floats
+// before a 128-byte line, so each warp load straddles two lines, and stores two float4s a thread at a
+// 32-byte stride, each warp store spread over 1 KiB. Here a thread loads the float4s t and t + 256 of
+// the tile and stores the outputs of the same two: every warp instruction moves 512 contiguous,
+// aligned bytes, 4 whole 128-byte lines: a quarter of 03's load instructions, and no load or store
+// wavefront spent on a line it half uses. For that the halo is rounded up to K = ceil(R/4) whole
+// float4s a side, loaded by 2K threads, so the tile in shared memory stays on the 16-byte grid; a
+// thread's 4 outputs then read 2K + 1 consecutive float4s of it, consecutive threads consecutive
+// float4s: no bank conflicts (03's window loads, 32 bytes apart, have two-way conflicts). What this
+// measured against 03, and the ncu counters that say why: bench/results/h200/NOTES-convolution.md.
+// kVec false is the form for pointers off the 16-byte grid (a view into a larger array): the same
+// tile and sums, filled and stored 4 bytes at a time.
+template <int R, bool kVec>
+__global__ void __launch_bounds__(kVecThreads1d) conv1d_07_vec(const float *__restrict__ x,
+                                                               float *__restrict__ out, long long n) {
+    constexpr int K = (R + 3) / 4;                  // float4s of halo on each side
+    constexpr int kTile4 = kVecTile1d / 4;          // float4s of outputs a block
+    __shared__ float4 tile[K + kTile4 + K];         // tile[i] = x[start - 4K + 4i .. start - 4K + 4i + 3]
+    const int t = threadIdx.x;
+    const long long start = (long long)blockIdx.x * kVecTile1d;
+    if (kVec) {
+        // Thread t's float4s are tile[K + t + 256q]; threads t < 2K also load one of the halo's 2K,
+        // the left ones tile[0 .. K-1], the right ones tile[K + 512 .. 2K + 511]. All loads go into
+        // registers first, so that they are all in flight before the first shared store waits on one.
+        const int halo = t < K ? t : kTile4 + t;
+        float4 v[kVecGroups1d], hv = zero4();
+        if (start - 4 * K >= 0 && start + kVecTile1d + 4 * K <= n) {  // the whole tile inside: no tests
+#pragma unroll
+            for (int q = 0; q < kVecGroups1d; ++q)
+                v[q] = __ldg(reinterpret_cast<const float4 *>(x + start + 4 * (t + q * kVecThreads1d)));
+            if (t < 2 * K) hv = __ldg(reinterpret_cast<const float4 *>(x + start - 4 * K + 4 * halo));
+        } else {  // the first and last blocks: zeros past either end of the array
+#pragma unroll
+            for (int q = 0; q < kVecGroups1d; ++q) v[q] = load4_or_zero(x, start + 4 * (t + q * kVecThreads1d), n);
+            if (t < 2 * K) hv = load4_or_zero(x, start - 4 * K + 4 * halo, n);
+        }
+#pragma unroll
+        for (int q = 0; q < kVecGroups1d; ++q) tile[K + t + q * kVecThreads1d] = v[q];
+        if (t < 2 * K) tile[halo] = hv;
+    } else {
+        // Float c of the tile is x[start - 4K + c]: each thread takes every 256th float, 0 outside.
+        float *cells = reinterpret_cast<float *>(tile);
+        constexpr int kCells = 4 * (K + kTile4 + K);
+#pragma unroll
+        for (int i = 0; i < (kCells + kVecThreads1d - 1) / kVecThreads1d; ++i) {
+            const int c = t + i * kVecThreads1d;
+            const long long k = start - 4 * K + c;
+            if (c < kCells) cells[c] = (k >= 0 && k < n) ? x[k] : 0.0f;
+        }
+    }
+    __syncthreads();
+
+#pragma unroll
+    for (int q = 0; q < kVecGroups1d; ++q) {
+        // This float4 of outputs is tile[K + m]; its inputs, R either side, lie in tile[m .. m + 2K]:
+        // in[i] = x[first - 4K + i] for the first output `first`, so output first + c is the sum of
+        // tap j times in[4K - R + c + j].
+        const int m = t + q * kVecThreads1d;
+        float in[4 * (2 * K + 1)];
+#pragma unroll
+        for (int k = 0; k <= 2 * K; ++k) {
+            const float4 v = tile[m + k];
+            in[4 * k] = v.x;
+            in[4 * k + 1] = v.y;
+            in[4 * k + 2] = v.z;
+            in[4 * k + 3] = v.w;
+        }
+        float acc[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            acc[c] = 0.0f;
+#pragma unroll
+            for (int j = 0; j <= 2 * R; ++j) acc[c] += c_filter_1d[R][j] * in[4 * K - R + c + j];
+        }
+        const long long first = start + 4LL * m;
+        if (kVec && first + 4 <= n) {
+            *reinterpret_cast<float4 *>(out + first) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        } else {  // past the end of the array, or the scalar form
+#pragma unroll
+            for (int c = 0; c < 4; ++c)
+                if (first + c < n) out[first + c] = acc[c];
+        }
+    }
+}
+
 // ---- 2-D -------------------------------------------------------------------------------------------
 
 // 04: one thread per output pixel, (2r+1)^2 taps from global memory. threadIdx.x runs along a row so
@@ -301,6 +426,120 @@ __global__ void __launch_bounds__(kTiledX2d * kTiledY2d) conv2d_06_tiled(const f
 }
 // EXERCISE conv2d_tiled: end copy
 
+// 08: 06's scheme (a tile and its halo in shared memory, one barrier, every input read from shared
+// memory feeding each of the thread's outputs whose filter covers it) on a tile 4 times as wide, moved
+// in float4s. 06's tile is 32 + 2R floats wide and starts R floats left of a 128-byte line: each warp
+// load of it straddles lines and rows, and finding a cell's row and column costs a division (a
+// multiply and shifts) per load. Here each warp loads whole tile rows, one float4 a lane, 512
+// contiguous aligned bytes an instruction, and the halo is one float4 on either side (loaded by two
+// threads a row), so the tile stays on the 16-byte grid; stores are float4s too. With the wider tile
+// the halo, read again by the neighbouring tiles, is a smaller share: (64 + 2R) x (128 + 8) floats
+// read for 64 x 128 outputs, against 06's (64 + 2R) x (32 + 2R) for 64 x 32. Each thread computes a
+// float4 of outputs in each of 8 rows: per input row it reads 3 float4s (consecutive lanes consecutive
+// float4s: no bank conflicts) and uses each float in up to (2R + 1) x 4 sums. What this measured
+// against 06, and the ncu counters that say why: bench/results/h200/NOTES-convolution.md.
+// The float4s need every image row on the 16-byte grid: w a multiple of 4 and x and out 16-byte
+// aligned. Otherwise kVec is false: the same tile, filled one float at a time (zeros outside the image)
+// and stored one float at a time where the column is inside the image.
+template <int R, bool kVec>
+__global__ void __launch_bounds__(kVecThreads2d) conv2d_08_vec(const float *__restrict__ x,
+                                                               float *__restrict__ out, int h, int w) {
+    constexpr int kSide = 2 * R + 1;
+    constexpr int kInH = kVecTileH2d + 2 * R;  // the tile's rows and R more above and below
+    // tile[r * kVecRow4 + i] = the float4 of input row row0 - R + r, columns col0 - 4 + 4i .. +3
+    __shared__ float4 tile[kInH * kVecRow4];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int col0 = blockIdx.x * kVecTileW2d, row0 = blockIdx.y * kVecTileH2d;
+    if (kVec) {
+        // Warp `warp` loads the tile's rows warp, warp + 8, ..., lane `lane` their float4 1 + lane; the
+        // 2 kInH halo float4s go to threads 0 .. 2 kInH - 1, left (even) and right (odd) of each row.
+        // All into registers first, all in flight together; float4s outside the image are zeros (with
+        // w a multiple of 4, a float4 is wholly inside the image or wholly outside it).
+        constexpr int kRounds = (kInH + kVecWarps2d - 1) / kVecWarps2d;
+        constexpr int kHaloRounds = (2 * kInH + kVecThreads2d - 1) / kVecThreads2d;
+        float4 v[kRounds], hv[kHaloRounds];
+#pragma unroll
+        for (int i = 0; i < kRounds; ++i) {
+            const int r = warp + i * kVecWarps2d, gy = row0 - R + r, gx = col0 + 4 * lane;
+            v[i] = zero4();
+            if (r < kInH && gy >= 0 && gy < h && gx < w)
+                v[i] = __ldg(reinterpret_cast<const float4 *>(x + (long long)gy * w + gx));
+        }
+#pragma unroll
+        for (int i = 0; i < kHaloRounds; ++i) {
+            const int k = tid + i * kVecThreads2d, gy = row0 - R + k / 2;
+            const int gx = k % 2 ? col0 + kVecTileW2d : col0 - 4;
+            hv[i] = zero4();
+            if (R > 0 && k < 2 * kInH && gy >= 0 && gy < h && gx >= 0 && gx < w)  // R = 0 reads no halo
+                hv[i] = __ldg(reinterpret_cast<const float4 *>(x + (long long)gy * w + gx));
+        }
+#pragma unroll
+        for (int i = 0; i < kRounds; ++i) {
+            const int r = warp + i * kVecWarps2d;
+            if (r < kInH) tile[r * kVecRow4 + 1 + lane] = v[i];
+        }
+#pragma unroll
+        for (int i = 0; i < kHaloRounds; ++i) {
+            const int k = tid + i * kVecThreads2d;
+            if (k < 2 * kInH) tile[k / 2 * kVecRow4 + (k % 2 ? kVecRow4 - 1 : 0)] = hv[i];
+        }
+    } else {
+        // Float c of a shared row is column col0 - 4 + c: each thread takes every 256th float of the
+        // tile, 0 outside the image.
+        float *cells = reinterpret_cast<float *>(tile);
+        constexpr int kRowF = 4 * kVecRow4, kCells = kInH * kRowF;
+#pragma unroll
+        for (int i = 0; i < (kCells + kVecThreads2d - 1) / kVecThreads2d; ++i) {
+            const int c = tid + i * kVecThreads2d;
+            const int gy = row0 - R + c / kRowF, gx = col0 - 4 + c % kRowF;
+            if (c < kCells) cells[c] = (gy >= 0 && gy < h && gx >= 0 && gx < w) ? x[(long long)gy * w + gx] : 0.0f;
+        }
+    }
+    __syncthreads();
+
+    // This thread's outputs: rows row0 + 8 warp + oy (oy = 0..7), columns col0 + 4 lane + c (c = 0..3).
+    // Input row iy under them (shared row 8 warp + iy) is read as the float4s lane .. lane + 2 of its
+    // shared row: in[i] = column col0 - 4 + 4 lane + i, so output column c under tap column fx reads
+    // in[4 - R + c + fx]. As in 06, input row iy feeds output row oy through filter row iy - oy.
+    float acc[kVecRows2d][4];
+#pragma unroll
+    for (int oy = 0; oy < kVecRows2d; ++oy)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[oy][c] = 0.0f;
+#pragma unroll
+    for (int iy = 0; iy < kVecRows2d + 2 * R; ++iy) {
+        const float4 *row = tile + (warp * kVecRows2d + iy) * kVecRow4 + lane;
+        const float4 q0 = row[0], q1 = row[1], q2 = row[2];
+        const float in[12] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w, q2.x, q2.y, q2.z, q2.w};
+#pragma unroll
+        for (int oy = 0; oy < kVecRows2d; ++oy) {
+            const int fy = iy - oy;
+            if (fy < 0 || fy >= kSide) continue;
+#pragma unroll
+            for (int fx = 0; fx < kSide; ++fx) {
+                const float tap = c_filter_2d[R][fy * kSide + fx];
+#pragma unroll
+                for (int c = 0; c < 4; ++c) acc[oy][c] += tap * in[4 - R + c + fx];
+            }
+        }
+    }
+    const int col = col0 + 4 * lane;
+#pragma unroll
+    for (int oy = 0; oy < kVecRows2d; ++oy) {
+        const int row = row0 + warp * kVecRows2d + oy;
+        if (row >= h) continue;
+        const long long p = (long long)row * w + col;
+        if (kVec) {  // w a multiple of 4: the float4 is wholly inside the row or wholly outside
+            if (col < w)
+                *reinterpret_cast<float4 *>(out + p) = make_float4(acc[oy][0], acc[oy][1], acc[oy][2], acc[oy][3]);
+        } else {
+#pragma unroll
+            for (int c = 0; c < 4; ++c)
+                if (col + c < w) out[p + c] = acc[oy][c];
+        }
+    }
+}
+
 // ---- the launchers --------------------------------------------------------------------------------
 
 namespace {
@@ -350,6 +589,61 @@ int dispatch_06(int r, const float *d_x, float *d_out, int h, int w, cudaStream_
 }
 static_assert(kMaxR2 == 4, "dispatch_06 instantiates radii 0..4");
 
+// 07 and 08 run their float4 form only where every float4 they touch is 16-byte aligned; a pointer
+// off that grid (a view that starts inside an allocation) or, in 2-D, rows whose length is not a
+// multiple of 4 floats take the scalar form of the same kernel.
+bool on_16_byte_grid(const float *a, const float *b) { return (((uintptr_t)a | (uintptr_t)b) & 15) == 0; }
+
+template <int R>
+int launch_07(const float *d_x, float *d_out, long long n, cudaStream_t s) {
+    const unsigned blocks = (unsigned)cdiv(n, kVecTile1d);
+    if (on_16_byte_grid(d_x, d_out))
+        conv1d_07_vec<R, true><<<blocks, kVecThreads1d, 0, s>>>(d_x, d_out, n);
+    else
+        conv1d_07_vec<R, false><<<blocks, kVecThreads1d, 0, s>>>(d_x, d_out, n);
+    CUDA_TRY_LAUNCH();
+    return 0;
+}
+
+int dispatch_07(int r, const float *d_x, float *d_out, long long n, cudaStream_t s) {
+    switch (r) {
+        case 0: return launch_07<0>(d_x, d_out, n, s);
+        case 1: return launch_07<1>(d_x, d_out, n, s);
+        case 2: return launch_07<2>(d_x, d_out, n, s);
+        case 3: return launch_07<3>(d_x, d_out, n, s);
+        case 4: return launch_07<4>(d_x, d_out, n, s);
+        case 5: return launch_07<5>(d_x, d_out, n, s);
+        case 6: return launch_07<6>(d_x, d_out, n, s);
+        case 7: return launch_07<7>(d_x, d_out, n, s);
+        case 8: return launch_07<8>(d_x, d_out, n, s);
+        default: return (int)cudaErrorInvalidValue;
+    }
+}
+static_assert(kMaxR1 == 8, "dispatch_07 instantiates radii 0..8");
+
+template <int R>
+int launch_08(const float *d_x, float *d_out, int h, int w, cudaStream_t s) {
+    const dim3 grid((unsigned)cdiv(w, kVecTileW2d), (unsigned)cdiv(h, kVecTileH2d));
+    if (w % 4 == 0 && on_16_byte_grid(d_x, d_out))
+        conv2d_08_vec<R, true><<<grid, kVecThreads2d, 0, s>>>(d_x, d_out, h, w);
+    else
+        conv2d_08_vec<R, false><<<grid, kVecThreads2d, 0, s>>>(d_x, d_out, h, w);
+    CUDA_TRY_LAUNCH();
+    return 0;
+}
+
+int dispatch_08(int r, const float *d_x, float *d_out, int h, int w, cudaStream_t s) {
+    switch (r) {
+        case 0: return launch_08<0>(d_x, d_out, h, w, s);
+        case 1: return launch_08<1>(d_x, d_out, h, w, s);
+        case 2: return launch_08<2>(d_x, d_out, h, w, s);
+        case 3: return launch_08<3>(d_x, d_out, h, w, s);
+        case 4: return launch_08<4>(d_x, d_out, h, w, s);
+        default: return (int)cudaErrorInvalidValue;
+    }
+}
+static_assert(kMaxR2 == 4, "dispatch_08 instantiates radii 0..4");
+
 int taps(int dims, int r) { return dims == 1 ? 2 * r + 1 : (2 * r + 1) * (2 * r + 1); }
 
 }  // namespace
@@ -367,6 +661,8 @@ extern "C" long long convolution_max_n(void) { return kMaxN; }
 extern "C" int convolution_max_height(void) { return kMaxHeight; }
 extern "C" int convolution_max_width(void) { return kMaxWidth; }
 
+// 03_tiled_1d's and 06_tiled_2d's block shapes, which their Python twins and the picture copy. 07 and
+// 08 have no twin and are not drawn: nothing outside this file needs their shapes.
 extern "C" int convolution_tiling(int dims, int what) {
     if (dims == 1) return what == 0 ? kTiledThreads1d : what == 1 ? 1 : what == 2 ? kOuts1d : -1;
     if (dims == 2) return what == 0 ? kTiledX2d : what == 1 ? kTiledY2d : what == 2 ? kRows2d : -1;
@@ -395,9 +691,11 @@ extern "C" cudalab_status convolution_1d_f32_dev(const char *variant, const floa
     switch (v) {
         case 0: conv1d_01_naive<<<blocks, kThreads1d, 0, s>>>(d_x, d_filter, r, d_out, n); break;
         case 1: conv1d_02_constant<<<blocks, kThreads1d, 0, s>>>(d_x, r, d_out, n); break;
-        default:
+        case 2:
             if ((uintptr_t)d_out % 16 != 0) return (int)cudaErrorInvalidValue;  // its float4 stores
             return dispatch_03(r, d_x, d_out, n, s);
+        case 6: return dispatch_07(r, d_x, d_out, n, s);  // any alignment: see launch_07
+        default: return (int)cudaErrorInvalidValue;        // not reached: kDims[v] is 1
     }
     CUDA_TRY_LAUNCH();
     return 0;
@@ -416,7 +714,9 @@ extern "C" cudalab_status convolution_2d_f32_dev(const char *variant, const floa
     switch (v) {
         case 3: conv2d_04_naive<<<grid, block, 0, s>>>(d_x, d_filter, r, d_out, h, w); break;
         case 4: conv2d_05_constant<<<grid, block, 0, s>>>(d_x, r, d_out, h, w); break;
-        default: return dispatch_06(r, d_x, d_out, h, w, s);
+        case 5: return dispatch_06(r, d_x, d_out, h, w, s);
+        case 7: return dispatch_08(r, d_x, d_out, h, w, s);  // any w, any alignment: see launch_08
+        default: return (int)cudaErrorInvalidValue;           // not reached: kDims[v] is 2
     }
     CUDA_TRY_LAUNCH();
     return 0;

@@ -19,13 +19,19 @@
      "04_naive_2d"     one thread per output, 32x8 blocks, filter from global memory
      "05_constant_2d"  the same with the filter in __constant__ memory
      "06_tiled_2d"     a 32x64 output tile plus its halo in shared memory, 8 outputs a thread down a column
+     "07_vec_1d"       03's tile with every global load and store a float4 (512 contiguous bytes a warp
+                       instruction), the halo rounded up to whole float4s
+     "08_vec_2d"       a 128x64 tile moved in float4s, a float4 of outputs in each of 8 rows a thread, a
+                       one-float4 halo on each side
    An unknown name, or a name of the other dimension, returns cudaErrorInvalidValue.
 
    The constant and tiled variants read the filter from __constant__ memory, one slot per radius: the
    host-pointer forms load it themselves; before a `_dev` call of those variants, load it with
    convolution_set_filter (what PMPP's cudaMemcpyToSymbol does once before the launches). The `_dev`
    forms of 01 and 04 read d_filter, a device array of the taps. 03_tiled_1d stores float4s: d_out must
-   be 16-byte aligned (cudaMalloc's always are); otherwise it returns cudaErrorInvalidValue. */
+   be 16-byte aligned (cudaMalloc's always are); otherwise it returns cudaErrorInvalidValue. 07_vec_1d and
+   08_vec_2d take any pointers: where d_x or d_out is off the 16-byte grid, or (08) w is not a multiple
+   of 4, they run the same tile 4 bytes at a time. */
 #ifndef CUDALAB_CONVOLUTION_H
 #define CUDALAB_CONVOLUTION_H
 #include "cudalab.h"
@@ -44,8 +50,9 @@ int convolution_max_radius(int dims);
 long long convolution_max_n(void);
 int convolution_max_height(void);
 int convolution_max_width(void);
-/* The tiled variants' shape, for the Python twin and the picture: for dims 1 or 2, what = 0 threads
-   per block in x, 1 threads per block in y, 2 outputs per thread. -1 for anything else. */
+/* The shape of 03_tiled_1d (dims 1) and 06_tiled_2d (dims 2), for their Python twins and the picture:
+   what = 0 threads per block in x, 1 threads per block in y, 2 outputs per thread. -1 for anything
+   else. (07 and 08 have no twin: their shapes stay in convolution.cu.) */
 int convolution_tiling(int dims, int what);
 
 /* Copy a host filter of (2r+1) (dims 1) or (2r+1)^2 (dims 2) taps into __constant__ memory, the slot of

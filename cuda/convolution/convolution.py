@@ -8,13 +8,16 @@ with the input taken as 0 outside the array. numpy's np.convolve flips its secon
 np.convolve(x, f[::-1], "same") is this for len(x) >= 2r + 1 (`reference` is a direct float64 sum).
 
 Public API (numpy in, numpy out; arguments are checked before anything is launched):
-    convolve_1d(x, f, variant="03_tiled_1d")    float32 x (n,), f (2r+1,), r <= max_radius(1) = 8
-    convolve_2d(x, f, variant="06_tiled_2d")    float32 x (h, w), f (2r+1, 2r+1), r <= max_radius(2) = 4
+    convolve_1d(x, f, variant=None)             float32 x (n,), f (2r+1,), r <= max_radius(1) = 8
+    convolve_2d(x, f, variant=None)             float32 x (h, w), f (2r+1, 2r+1), r <= max_radius(2) = 4
     convolve_dev(variant, d_x, d_f, r, d_out, n= | h=, w=, stream=)   device pointers, no sync
     set_filter(f)                               load f into the constant slot of its radius (for _dev)
     reference(x, f)                             float64 numpy, the same zero padding
-    twin(x, f, variant, ...)                    the variant's Python twin on harness.base.sim
-The variants come from the library's one table (cuda/convolution/convolution.cu), with their dimension.
+    twin(x, f, variant, ...)                    the variant's Python twin on harness.base.sim (TWINS)
+The variants come from the library's one table (cuda/convolution/convolution.cu), with their dimension;
+variant=None is the best rung of that dimension, the table's last (07_vec_1d, 08_vec_2d). The book's
+rungs 01-06 have Python twins; 07 and 08 differ from 03 and 06 in how wide their memory accesses are
+and in their tile shapes, which the simulator would not show, and have none.
 
 Tolerance: ||out - ref|| / ||ref|| <= 1e-5 against the float64 reference. Each output is a float32 sum
 of at most 81 products; rounding adds about sqrt(taps) * 2^-24 relative to the result for random
@@ -66,7 +69,8 @@ def max_radius(dims: int) -> int:
 
 @functools.cache
 def tiling(dims: int) -> tuple[int, int, int]:
-    """The tiled variant's shape: (threads in x, threads in y, outputs per thread)."""
+    """The shape of the tiled rung with a twin, 03_tiled_1d or 06_tiled_2d: (threads in x, threads in y,
+    outputs per thread)."""
     return tuple(int(lib().convolution_tiling(dims, i)) for i in range(3))
 
 
@@ -122,9 +126,10 @@ def check_size(dims: int, n: int = 0, h: int = 0, w: int = 0) -> None:
 
 # --- the library ----------------------------------------------------------------------------------
 
-def convolve_1d(x: np.ndarray, f: np.ndarray, variant: str = "03_tiled_1d") -> np.ndarray:
-    """out[i] = sum_j f[j] x[i - r + j] (zero padding) for a 1-D C-contiguous float32 x, on the GPU."""
-    check_variant(variant, 1)
+def convolve_1d(x: np.ndarray, f: np.ndarray, variant: str | None = None) -> np.ndarray:
+    """out[i] = sum_j f[j] x[i - r + j] (zero padding) for a 1-D C-contiguous float32 x, on the GPU
+    (variant None: the best 1-D rung)."""
+    variant = check_variant(variant or variants_of(1)[-1], 1)
     x = library.check_array(x, "x", np.float32, ndim=1)
     f, r = check_filter(f, 1)
     check_size(1, n=x.size)
@@ -134,9 +139,10 @@ def convolve_1d(x: np.ndarray, f: np.ndarray, variant: str = "03_tiled_1d") -> n
     return out
 
 
-def convolve_2d(x: np.ndarray, f: np.ndarray, variant: str = "06_tiled_2d") -> np.ndarray:
-    """out[y, x] = sum f[fy, fx] in[y - r + fy, x - r + fx] (zero padding), h x w float32, on the GPU."""
-    check_variant(variant, 2)
+def convolve_2d(x: np.ndarray, f: np.ndarray, variant: str | None = None) -> np.ndarray:
+    """out[y, x] = sum f[fy, fx] in[y - r + fy, x - r + fx] (zero padding), h x w float32, on the GPU
+    (variant None: the best 2-D rung)."""
+    variant = check_variant(variant or variants_of(2)[-1], 2)
     x = library.check_array(x, "x", np.float32, ndim=2)
     f, r = check_filter(f, 2)
     h, w = x.shape
@@ -161,8 +167,9 @@ def set_filter(f: np.ndarray) -> int:
 def convolve_dev(variant: str, d_x, d_filter, r: int, d_out, n: int = 0, h: int = 0, w: int = 0,
                  stream=None) -> None:
     """Enqueue one convolution on device pointers (DeviceBuffer or cffi), no sync: n for a 1-D variant,
-    h and w for a 2-D one. The constant and tiled variants read the taps set_filter loaded for radius r;
-    01 and 04 read d_filter. For timing and profiling."""
+    h and w for a 2-D one. The constant, tiled and vec variants read the taps set_filter loaded for
+    radius r; 01 and 04 read d_filter. 03 needs d_out 16-byte aligned; 07 and 08 take any pointers (off
+    the 16-byte grid they run 4 bytes at a time). For timing and profiling."""
     dims = variant_dims(variant)
     check_radius(r, dims)
     check_size(dims, n=n, h=h, w=w)
@@ -176,9 +183,9 @@ def convolve(x: np.ndarray, f: np.ndarray, variant: str | None = None) -> np.nda
     """convolve_1d or convolve_2d by x's dimension (the best rung unless a variant is named)."""
     x = np.asarray(x)
     if x.ndim == 1:
-        return convolve_1d(x, f, variant or "03_tiled_1d")
+        return convolve_1d(x, f, variant)
     if x.ndim == 2:
-        return convolve_2d(x, f, variant or "06_tiled_2d")
+        return convolve_2d(x, f, variant)
     raise ValueError(f"x must be 1-D or 2-D, got shape {x.shape}")
 
 
@@ -370,22 +377,35 @@ def _twin_filter(f, dims: int) -> tuple[np.ndarray, int]:
     return f, (f.shape[0] - 1) // 2
 
 
+# The variants with a Python twin, in the table's order: the book's rungs. 07_vec_1d and 08_vec_2d are
+# 03 and 06 with 16-byte global accesses and other tile shapes; the simulator has no memory widths or
+# alignment to show, so a twin of either would be 03's or 06's again.
+TWINS = ("01_naive_1d", "02_constant_1d", "03_tiled_1d", "04_naive_2d", "05_constant_2d", "06_tiled_2d")
+
+
+def twins_of(dims: int) -> tuple[str, ...]:
+    """The variants of one dimension that have a twin; the last is the tiled one."""
+    return tuple(v for v in TWINS if variant_dims(v) == dims)
+
+
 def twin(x: np.ndarray, f: np.ndarray, variant: str, threads: int = 32, outs: int = 4,
          block: tuple[int, int] = (8, 2), rows: int = 4, loads: np.ndarray | None = None,
          progress=None) -> np.ndarray:
     """Run a variant's Python twin on the simulator. The tile shapes are arguments, small by default so
     that ragged sizes cross several blocks (the GPU's are `tiling(1)` and `tiling(2)`): 1-D `threads`
     per block and `outs` outputs a thread; 2-D a `block` of (x, y) threads and `rows` outputs a thread.
-    `loads` counts global reads per input element (tiled variants only)."""
+    `loads` counts global reads per input element (tiled variants only). The variants in TWINS only."""
+    dims = variant_dims(variant)  # an unknown name: ValueError naming the variants
+    if variant not in TWINS:
+        raise ValueError(f"no Python twin for {variant!r}; twins: {', '.join(TWINS)}")
     x = np.asarray(x, dtype=np.float32)
-    dims = variant_dims(variant)
     if x.ndim != dims:
         raise ValueError(f"{variant} takes {dims}-D data, got shape {x.shape}")
     f, r = _twin_filter(f, dims)
     out = np.full(x.shape, np.nan, dtype=np.float32)
     if x.size == 0:
         return out
-    tiled = variant == variants_of(dims)[-1]  # the last rung of each dimension is the tiled one
+    tiled = variant == twins_of(dims)[-1]  # the last twin of each dimension is the tiled one
     if dims == 1:
         n = x.size
         if not tiled:
@@ -433,23 +453,25 @@ def random_problem(shape, r: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def on_cpu(args: list[str]) -> tuple[pd.DataFrame, str]:
-    """`invoke run convolution` without a GPU: every variant's Python twin on the simulator against the
-    float64 reference, on ragged sizes and radii (small blocks, so each size crosses several of them)."""
+    """`invoke run convolution` without a GPU: every twin (TWINS: 01-06; 07 and 08 have none) on the
+    simulator against the float64 reference, on ragged sizes and radii (small blocks, so each size
+    crosses several of them)."""
     import pandas as pd
 
     if args:
         raise ValueError(f"on the CPU, convolution takes no arguments (it runs fixed ragged sizes), got: "
                          f"{' '.join(str(a) for a in args)}")
     rows = []
-    for v in library.read_table(PROGRAM):
+    for v in TWINS:
         cases = [((n,), r) for n, r in CPU_1D] if variant_dims(v) == 1 else [((h, w), r) for h, w, r in CPU_2D]
         for seed, (shape, r) in enumerate(cases):
             x, f = random_problem(shape, r, seed)
             ok, err = check(twin(x, f, v), reference(x, f))
             rows.append({"variant": v, "shape": "x".join(map(str, shape)), "r": r,
                          "rel_error": float(f"{err:.3g}"), "check": "pass" if ok else "fail"})
-    return pd.DataFrame(rows), (f"each variant's Python twin on harness.base.sim (one call per thread, small "
-                                f"blocks) against the float64 numpy reference, tolerance {TOL:g}")
+    return pd.DataFrame(rows), (f"the Python twins of {', '.join(TWINS)} on harness.base.sim (one call per "
+                                f"thread, small blocks; 07 and 08 have none) against the float64 numpy "
+                                f"reference, tolerance {TOL:g}")
 
 
 # --- the picture: `invoke viz convolution` -------------------------------------------------------------
@@ -471,7 +493,7 @@ def viz_data(simulate: bool = False, progress=None) -> dict:
     fy, fx = np.mgrid[0:2 * r + 1, 0:2 * r + 1]
     f = (0.2 + 0.8 * (fy + fx) / (4 * r)).astype(np.float32)
     f[r, r] = 1.5
-    variant = variants_of(2)[-1]
+    variant = twins_of(2)[-1]  # 06, whose twin draws it without a GPU; tiling(2) is its shape
     bx, by, rows = tiling(2)
     if simulate:
         loads = np.zeros((h, w), dtype=np.int64)
@@ -545,9 +567,10 @@ def bench_cases(quick: bool = False) -> list:
     """Every variant against cudaMemcpy of the same bytes timed in the same run, counting the compulsory
     traffic, 8 bytes an output (the input read once, the output written once), as the memcpy ceiling
     counts its bytes. 1-D at 2^26 with r = 8 (17 taps); 2-D at 8192^2 with r = 2 (5x5, PMPP's example)
-    and r = 4 (9x9). Goals: 03_tiled_1d and 06_tiled_2d (r = 2) >= 0.9 of memcpy. 9x9 in float32 is
-    81 FMAs an output, more than the FP32 units finish while memcpy moves 8 bytes on an H100 or H200:
-    there the tiled rung is also measured against the FP32 peak ("fp32"). --quick: 2^24 and 4096^2."""
+    and r = 4 (9x9). Goals: the best rung of each dimension, the table's last (07_vec_1d, and 08_vec_2d
+    at r = 2), >= 0.9 of memcpy. 9x9 in float32 is 81 FMAs an output, more than the FP32 units finish
+    while memcpy moves 8 bytes on an H100 or H200: there the best 2-D rung is also measured against the
+    FP32 peak ("fp32"). --quick: 2^24 and 4096^2."""
     from harness.measuring import bench
 
     cases = []
@@ -587,19 +610,23 @@ def bench_cases(quick: bool = False) -> list:
 
 
 def profile_args(variant: str | None = None) -> list[str]:
+    # Ragged sizes, but a width of whole float4s, so that 08_vec_2d is profiled on its 16-byte path (the
+    # executable's buffers come from cudaMalloc: 07 always takes its 16-byte path).
     v = variant or "03_tiled_1d"
-    size = ["1000003"] if variant_dims(v) == 1 else ["1023", "2047"]
+    size = ["1000003"] if variant_dims(v) == 1 else ["1023", "2048"]
     return ["--variant", v, "--reps", "1", *size]
 
 
 def sanitize_args() -> dict[str, list[str]]:
     """Every variant on small ragged sizes: its largest radius and a small odd one (other window and
-    halo widths), and a single element (every neighbour is padding)."""
+    halo widths), and a single element (every neighbour is padding). In 2-D the largest radius runs on
+    a width of whole float4s (67 x 44) and the small one on an odd width (67 x 45), so that 08_vec_2d is
+    checked on both its 16-byte path and its 4-byte one (1 x 1 takes the 4-byte one too)."""
     runs = {}
     for v in library.read_table(PROGRAM):
         dims = variant_dims(v)
-        sizes = ["4099"] if dims == 1 else ["67", "45"]
         for r in (max_radius(dims), 1):
+            sizes = ["4099"] if dims == 1 else ["67", "44" if r == max_radius(dims) else "45"]
             runs[f"{v} r{r}"] = ["--variant", v, "--reps", "1", "--radius", str(r), *sizes]
         runs[f"{v} one"] = ["--variant", v, "--reps", "1", *(["1"] if dims == 1 else ["1", "1"])]
     return runs

@@ -1,7 +1,8 @@
 """convolution: the float64 reference (a cross-correlation, pinned with an asymmetric filter), the
-Python twins of every variant against it, the checker failing wrong answers, argument errors before any
-launch, the library's table; on a GPU, every variant of the library and the executable against numpy on
-random inputs of ragged sizes with poisoned outputs."""
+Python twins (01-06) against it, the checker failing wrong answers, argument errors before any launch,
+the library's table; on a GPU, every variant of the library and the executable against numpy on random
+inputs of ragged sizes with poisoned outputs, and 07/08's 16-byte and 4-byte paths (widths of whole
+float4s or not, pointers on the 16-byte grid or off it)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,13 @@ from harness.programs import convolution as prog
 
 TOL = prog.TOL  # float32 sums of <= 81 products against float64: see convolution.py's docstring
 
-SIZES_1D = [1, 2, 255, 256, 1023, 1024, 1025, 4099, (1 << 20) + 3]
-SHAPES_2D = [(1, 1), (1, 77), (64, 32), (65, 33), (67, 45), (128, 256), (1000, 1001)]
+# 07's tile is 2048 outputs: 2048 is one whole tile, 4099 = 2 x 2048 + 3 and 6147 = 3 x 2048 + 3 are
+# whole tiles and a last one of 3 outputs (a partial float4). 08's tile is 128 wide and 64 tall, and
+# its 16-byte path needs w % 4 == 0: (1, 4), (64, 32), (67, 132), (128, 256) and (129, 260) take it,
+# with partial tiles across, down, both or neither.
+SIZES_1D = [1, 2, 255, 256, 1023, 1024, 1025, 2048, 4099, 6147, (1 << 20) + 3]
+SHAPES_2D = [(1, 1), (1, 4), (1, 77), (64, 32), (65, 33), (67, 45), (67, 132), (128, 256), (129, 260), (1000, 1001)]
+VEC_1D, VEC_2D = "07_vec_1d", "08_vec_2d"
 
 
 def _loop_2d(x, f):
@@ -74,7 +80,7 @@ def test_an_impulse_comes_out_as_the_filter_reversed():
 def test_the_1d_twins_match_numpy(n, r, threads, outs):
     x, f = prog.random_problem((n,), r, n + r)
     ref = prog.reference(x, f)
-    for v in prog.variants_of(1):
+    for v in prog.twins_of(1):
         ok, err = prog.check(prog.twin(x, f, v, threads=threads, outs=outs), ref)
         assert ok, (v, n, r, err)
 
@@ -84,7 +90,7 @@ def test_the_1d_twins_match_numpy(n, r, threads, outs):
 def test_the_2d_twins_match_numpy(h, w, r, block, rows):
     x, f = prog.random_problem((h, w), r, h * w + r)
     ref = prog.reference(x, f)
-    for v in prog.variants_of(2):
+    for v in prog.twins_of(2):
         ok, err = prog.check(prog.twin(x, f, v, block=block, rows=rows), ref)
         assert ok, (v, h, w, r, err)
 
@@ -93,7 +99,7 @@ def test_the_tiled_twins_read_each_input_once_and_the_halos_twice():
     n, r, threads, outs = 300, 5, 16, 4
     x, f = prog.random_problem((n,), r, 3)
     loads = np.zeros(n, dtype=np.int64)
-    prog.twin(x, f, prog.variants_of(1)[-1], threads=threads, outs=outs, loads=loads)
+    prog.twin(x, f, prog.twins_of(1)[-1], threads=threads, outs=outs, loads=loads)
     span = threads * outs
     expect = np.ones(n, dtype=np.int64)
     for edge in range(span, n, span):  # each block boundary: r inputs on either side are someone's halo
@@ -103,16 +109,30 @@ def test_the_tiled_twins_read_each_input_once_and_the_halos_twice():
     h, w, r, block, rows = 37, 29, 2, (8, 2), 4
     x, f = prog.random_problem((h, w), r, 4)
     loads2 = np.zeros((h, w), dtype=np.int64)
-    prog.twin(x, f, prog.variants_of(2)[-1], block=block, rows=rows, loads=loads2)
+    prog.twin(x, f, prog.twins_of(2)[-1], block=block, rows=rows, loads=loads2)
     assert np.array_equal(loads2, prog.tile_loads(h, w, r, block[1] * rows, block[0]))
     assert loads2.max() == 4 and loads2.min() == 1  # corners shared by four tiles
 
 
-def test_the_on_cpu_table_passes_for_every_variant():
+def test_the_on_cpu_table_passes_for_every_twin():
     df, how = prog.on_cpu([])
-    assert set(df["variant"]) == set(prog.VARIANTS) and (df["check"] == "pass").all(), df
+    assert set(df["variant"]) == set(prog.TWINS) and (df["check"] == "pass").all(), df
     with pytest.raises(ValueError, match="takes no arguments"):
         prog.on_cpu(["100"])
+
+
+def test_the_twins_are_the_books_rungs_and_the_vec_rungs_have_none():
+    ensure_built(prog.PROGRAM)
+    names = list(prog.VARIANTS)
+    assert [v for v in names if v in prog.TWINS] == list(prog.TWINS)  # every twin a variant, in table order
+    assert set(names) - set(prog.TWINS) == {VEC_1D, VEC_2D}
+    assert [prog.twins_of(1)[-1], prog.twins_of(2)[-1]] == ["03_tiled_1d", "06_tiled_2d"]  # the tiled twins
+    x, f = prog.random_problem((50,), 1, 0)
+    for v in (VEC_1D, VEC_2D):
+        with pytest.raises(ValueError, match=f"no Python twin for '{v}'"):
+            prog.twin(x, f, v)
+    with pytest.raises(ValueError, match="unknown convolution variant 'nope'"):
+        prog.twin(x, f, "nope")
 
 
 # --- the checker ----------------------------------------------------------------------------------
@@ -120,7 +140,7 @@ def test_the_on_cpu_table_passes_for_every_variant():
 def test_the_checker_fails_a_wrong_answer():
     x, f = prog.random_problem((500,), 8, 11)
     ref = prog.reference(x, f)
-    good = prog.twin(x, f, prog.variants_of(1)[-1])
+    good = prog.twin(x, f, prog.twins_of(1)[-1])
     assert prog.check(good, ref)[0]
     off = good.copy()
     off[137] += 0.05  # one output off by a few percent of a typical output
@@ -152,7 +172,9 @@ def test_the_variant_table_comes_from_the_library():
     names = prog.VARIANTS
     assert [v[:2] for v in names] == [f"{i:02d}" for i in range(1, len(names) + 1)]  # numbered in order
     dims = [prog.variant_dims(v) for v in names]
-    assert dims == sorted(dims) and set(dims) == {1, 2}
+    # The book's rungs 1-D then 2-D, the vec rungs after them: each name ends with its dimension.
+    assert all(v.endswith(f"_{d}d") for v, d in zip(names, dims)) and set(dims) == {1, 2}
+    assert (prog.variants_of(1)[-1], prog.variants_of(2)[-1]) == (VEC_1D, VEC_2D)  # the best rungs
     assert (prog.max_radius(1), prog.max_radius(2)) == (8, 4)
     assert prog.tiling(1)[1] == 1 and all(t > 0 for t in prog.tiling(1) + prog.tiling(2))
     assert prog.lib().convolution_variant_name(len(names)) == prog.lib().ffi.NULL
@@ -209,6 +231,8 @@ def test_the_bench_cases_hold_the_best_rungs_to_their_goal():
     goals = {(c.variant, c.size): c.target for c in cases if c.target is not None}
     assert goals == {(prog.variants_of(1)[-1], f"2^26 r{prog.R_1D}"): 0.9,
                      (prog.variants_of(2)[-1], f"8192^2 r{prog.R_2D}"): 0.9}
+    # The 9x9 case's FP32 row follows the best 2-D rung too.
+    assert [c.variant for c in cases if c.ceiling == "fp32"] == [f"{prog.variants_of(2)[-1]}-vs-fp32"]
     keys = [(c.variant, c.size) for c in cases]
     assert len(keys) == len(set(keys))  # one row per variant, size and ceiling
     for c in cases:
@@ -225,6 +249,11 @@ def test_every_variant_is_profiled_and_sanitized():
     for v in prog.VARIANTS:
         assert sum(1 for a in runs.values() if a[1] == v) == 3
         assert prog.profile_args(v)[:2] == ["--variant", v]
+    # 08 is sanitized on a width of whole float4s (its 16-byte path) and on an odd one (its 4-byte path),
+    # and profiled on its 16-byte path.
+    widths = {int(a[-1]) % 4 for a in runs.values() if a[1] == VEC_2D}
+    assert widths == {0, 1}
+    assert int(prog.profile_args(VEC_2D)[-1]) % 4 == 0
 
 
 @pytest.mark.parametrize("args,says", [
@@ -299,10 +328,10 @@ def _on_device(variant, x, f, out_fill=0xFF):
 @pytest.mark.parametrize("fill", [0xFF, 0x7F])  # NaN, and a large finite float (an unwritten output fails either way)
 def test_the_device_path_writes_every_output(fill):
     for v in prog.VARIANTS:
-        shape = (4099,) if prog.variant_dims(v) == 1 else (67, 45)
-        r = prog.max_radius(prog.variant_dims(v))
-        x, f = prog.random_problem(shape, r, 5)
-        assert relative_error(_on_device(v, x, f, fill), prog.reference(x, f)) <= TOL, v
+        for shape in [(4099,)] if prog.variant_dims(v) == 1 else [(67, 45), (67, 44)]:  # 08: both paths
+            r = prog.max_radius(prog.variant_dims(v))
+            x, f = prog.random_problem(shape, r, 5)
+            assert relative_error(_on_device(v, x, f, fill), prog.reference(x, f)) <= TOL, (v, shape)
 
 
 @pytest.mark.gpu
@@ -339,10 +368,63 @@ def test_the_tiled_1d_rung_refuses_a_misaligned_output():
     dx, dout = cudart.DeviceBuffer.from_array(x), cudart.DeviceBuffer(x.nbytes + 4)
     try:
         with pytest.raises(CudaError, match="cudaErrorInvalidValue"):
-            prog.convolve_dev(prog.variants_of(1)[-1], dx, None, 2, cudart.ffi.cast("char *", dout.ptr) + 4, n=999)
+            prog.convolve_dev("03_tiled_1d", dx, None, 2, cudart.ffi.cast("char *", dout.ptr) + 4, n=999)
     finally:
         dx.close()
         dout.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 2047, 2048, 2051, 3 * 2048 + 3, 5 * 2048])
+def test_the_1d_vec_rung_matches_numpy_at_every_radius(n):
+    # cudaMalloc'd buffers: the 16-byte path, with the array ending inside a float4 (n % 4 != 0), inside
+    # a tile, or on a tile's edge, and halos of 0, 1 and 2 float4s (r = 0, 1..4, 5..8).
+    for r in range(prog.max_radius(1) + 1):
+        x, f = prog.random_problem((n,), r, n + r)
+        assert relative_error(_on_device(VEC_1D, x, f), prog.reference(x, f)) <= TOL, (n, r)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 4), (1, 5), (3, 8), (64, 128), (65, 132), (67, 44), (67, 45), (129, 260),
+                                   (130, 257), (200, 4)])
+def test_the_2d_vec_rung_matches_numpy_at_every_radius(shape):
+    # w % 4 == 0: the 16-byte path, with partial tiles across (w not a multiple of 128) and down (h not a
+    # multiple of 64); w % 4 != 0: the 4-byte path on the same tiles.
+    for r in range(prog.max_radius(2) + 1):
+        x, f = prog.random_problem(shape, r, shape[0] * shape[1] + r)
+        assert relative_error(_on_device(VEC_2D, x, f), prog.reference(x, f)) <= TOL, (shape, r)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant,shape", [(VEC_1D, (2 * 2048 + 77,)), (VEC_1D, (6,)), (VEC_2D, (67, 132)),
+                                           (VEC_2D, (5, 8))])
+@pytest.mark.parametrize("shift_x,shift_out", [(0, 0), (4, 0), (0, 8), (12, 4)])
+def test_the_vec_rungs_take_pointers_off_the_16_byte_grid(variant, shape, shift_x, shift_out):
+    # A view that starts 4, 8 or 12 bytes into an allocation (a slice of a larger array): 07 and 08 take
+    # their 4-byte path there (03 refuses such an output). The bytes around the output stay untouched.
+    from harness.calling import cudart
+
+    r = prog.max_radius(len(shape))
+    x, f = prog.random_problem(shape, r, 13)
+    prog.set_filter(f)
+    n = x.size
+    with cudart.DeviceBuffer(4 * n + 16) as dx, cudart.DeviceBuffer(4 * n + 32) as dout:
+        dx.fill_bytes(0x7F)  # large finite floats around x: a read past either end shows in the sums
+        dout.fill_bytes(0xAB)
+        px = cudart.ffi.cast("char *", dx.ptr) + shift_x
+        po = cudart.ffi.cast("char *", dout.ptr) + shift_out
+        cudart.memcpy_htod(px, x)
+        if len(shape) == 1:
+            prog.convolve_dev(variant, px, None, r, po, n=n)
+        else:
+            prog.convolve_dev(variant, px, None, r, po, h=shape[0], w=shape[1])
+        cudart.synchronize()
+        whole = np.empty(n + 8, np.float32)
+        dout.to_host(whole)
+    raw = whole.view(np.uint8)
+    got = raw[shift_out:shift_out + 4 * n].view(np.float32).reshape(shape)
+    assert relative_error(got, prog.reference(x, f)) <= TOL
+    assert (raw[:shift_out] == 0xAB).all() and (raw[shift_out + 4 * n:] == 0xAB).all()
 
 
 @pytest.mark.gpu
