@@ -169,7 +169,7 @@ def convolve_dev(variant: str, d_x, d_filter, r: int, d_out, n: int = 0, h: int 
     """Enqueue one convolution on device pointers (DeviceBuffer or cffi), no sync: n for a 1-D variant,
     h and w for a 2-D one. The constant, tiled and vec variants read the taps set_filter loaded for
     radius r; 01 and 04 read d_filter. 03 needs d_out 16-byte aligned; 07 and 08 take any pointers (off
-    the 16-byte grid they run 4 bytes at a time). For timing and profiling."""
+    the 16-byte grid they move one float at a time). For timing and profiling."""
     dims = variant_dims(variant)
     check_radius(r, dims)
     check_size(dims, n=n, h=h, w=w)

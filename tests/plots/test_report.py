@@ -241,8 +241,8 @@ def test_without_a_run_here_every_programs_committed_results_are_shown(committed
     build, md, _ = committed_report
     gpu, by_csv = report.committed_runs(build)
     taken = sorted(p for ps in by_csv.values() for p in ps)
-    assert gpu == "h100" and taken == sorted(["attention", "collectives", "gemm_tc", "grayscale", "mandelbrot",
-                                              "matmul", "square"])
+    assert gpu == "h100" and taken == sorted(["attention", "collectives", "convolution", "gemm_tc", "grayscale",
+                                              "mandelbrot", "matmul", "scan", "softmax", "square", "transpose"])
     assert {q.name: v for q, v in by_csv.items()}["bench-h100-80gb-hbm3-20261124T195859.csv"] == ["matmul"]
     bench_part = md.read_text().split("## Benchmarks", 1)[1].split("\n## ", 1)[0]
     for prog in taken:
