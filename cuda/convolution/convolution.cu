@@ -2,6 +2,7 @@
 // dispatcher per dimension. See convolution.h for the exact formula (a cross-correlation, as PMPP's)
 // and the contract of each entry point.
 #include <cstdint>
+#include <type_traits>
 #include <cstring>
 
 #include "check.cuh"
@@ -544,7 +545,18 @@ __global__ void __launch_bounds__(kVecThreads2d) conv2d_08_vec(const float *__re
 
 namespace {
 
-// The compile-time radius of 03 and 06 picked from the run-time one: one instantiation per radius.
+// The run-time radius r as the compile-time R a launcher is instantiated with: one instantiation per
+// radius from 0 to kMax, and cudaErrorInvalidValue past it. `launch` is called as launch(Radius<R>{}).
+template <int R>
+using Radius = std::integral_constant<int, R>;
+
+template <int kMax, int R = 0, class Launch>
+int with_radius(int r, Launch &&launch) {
+    if (r == R) return launch(Radius<R>{});
+    if constexpr (R < kMax) return with_radius<kMax, R + 1>(r, launch);
+    else return (int)cudaErrorInvalidValue;
+}
+
 template <int R>
 int launch_03(const float *d_x, float *d_out, long long n, cudaStream_t s) {
     const long long blocks = cdiv(n, kTile1d);
@@ -553,21 +565,6 @@ int launch_03(const float *d_x, float *d_out, long long n, cudaStream_t s) {
     return 0;
 }
 
-int dispatch_03(int r, const float *d_x, float *d_out, long long n, cudaStream_t s) {
-    switch (r) {
-        case 0: return launch_03<0>(d_x, d_out, n, s);
-        case 1: return launch_03<1>(d_x, d_out, n, s);
-        case 2: return launch_03<2>(d_x, d_out, n, s);
-        case 3: return launch_03<3>(d_x, d_out, n, s);
-        case 4: return launch_03<4>(d_x, d_out, n, s);
-        case 5: return launch_03<5>(d_x, d_out, n, s);
-        case 6: return launch_03<6>(d_x, d_out, n, s);
-        case 7: return launch_03<7>(d_x, d_out, n, s);
-        case 8: return launch_03<8>(d_x, d_out, n, s);
-        default: return (int)cudaErrorInvalidValue;
-    }
-}
-static_assert(kMaxR1 == 8, "dispatch_03 instantiates radii 0..8");
 
 template <int R>
 int launch_06(const float *d_x, float *d_out, int h, int w, cudaStream_t s) {
@@ -577,17 +574,6 @@ int launch_06(const float *d_x, float *d_out, int h, int w, cudaStream_t s) {
     return 0;
 }
 
-int dispatch_06(int r, const float *d_x, float *d_out, int h, int w, cudaStream_t s) {
-    switch (r) {
-        case 0: return launch_06<0>(d_x, d_out, h, w, s);
-        case 1: return launch_06<1>(d_x, d_out, h, w, s);
-        case 2: return launch_06<2>(d_x, d_out, h, w, s);
-        case 3: return launch_06<3>(d_x, d_out, h, w, s);
-        case 4: return launch_06<4>(d_x, d_out, h, w, s);
-        default: return (int)cudaErrorInvalidValue;
-    }
-}
-static_assert(kMaxR2 == 4, "dispatch_06 instantiates radii 0..4");
 
 // 07 and 08 run their float4 form only where every float4 they touch is 16-byte aligned; a pointer
 // off that grid (a view that starts inside an allocation) or, in 2-D, rows whose length is not a
@@ -605,21 +591,6 @@ int launch_07(const float *d_x, float *d_out, long long n, cudaStream_t s) {
     return 0;
 }
 
-int dispatch_07(int r, const float *d_x, float *d_out, long long n, cudaStream_t s) {
-    switch (r) {
-        case 0: return launch_07<0>(d_x, d_out, n, s);
-        case 1: return launch_07<1>(d_x, d_out, n, s);
-        case 2: return launch_07<2>(d_x, d_out, n, s);
-        case 3: return launch_07<3>(d_x, d_out, n, s);
-        case 4: return launch_07<4>(d_x, d_out, n, s);
-        case 5: return launch_07<5>(d_x, d_out, n, s);
-        case 6: return launch_07<6>(d_x, d_out, n, s);
-        case 7: return launch_07<7>(d_x, d_out, n, s);
-        case 8: return launch_07<8>(d_x, d_out, n, s);
-        default: return (int)cudaErrorInvalidValue;
-    }
-}
-static_assert(kMaxR1 == 8, "dispatch_07 instantiates radii 0..8");
 
 template <int R>
 int launch_08(const float *d_x, float *d_out, int h, int w, cudaStream_t s) {
@@ -632,17 +603,6 @@ int launch_08(const float *d_x, float *d_out, int h, int w, cudaStream_t s) {
     return 0;
 }
 
-int dispatch_08(int r, const float *d_x, float *d_out, int h, int w, cudaStream_t s) {
-    switch (r) {
-        case 0: return launch_08<0>(d_x, d_out, h, w, s);
-        case 1: return launch_08<1>(d_x, d_out, h, w, s);
-        case 2: return launch_08<2>(d_x, d_out, h, w, s);
-        case 3: return launch_08<3>(d_x, d_out, h, w, s);
-        case 4: return launch_08<4>(d_x, d_out, h, w, s);
-        default: return (int)cudaErrorInvalidValue;
-    }
-}
-static_assert(kMaxR2 == 4, "dispatch_08 instantiates radii 0..4");
 
 int taps(int dims, int r) { return dims == 1 ? 2 * r + 1 : (2 * r + 1) * (2 * r + 1); }
 
@@ -693,8 +653,9 @@ extern "C" cudalab_status convolution_1d_f32_dev(const char *variant, const floa
         case 1: conv1d_02_constant<<<blocks, kThreads1d, 0, s>>>(d_x, r, d_out, n); break;
         case 2:
             if ((uintptr_t)d_out % 16 != 0) return (int)cudaErrorInvalidValue;  // its float4 stores
-            return dispatch_03(r, d_x, d_out, n, s);
-        case 6: return dispatch_07(r, d_x, d_out, n, s);  // any alignment: see launch_07
+            return with_radius<kMaxR1>(r, [&](auto R) { return launch_03<decltype(R)::value>(d_x, d_out, n, s); });
+        case 6:  // any alignment: see launch_07
+            return with_radius<kMaxR1>(r, [&](auto R) { return launch_07<decltype(R)::value>(d_x, d_out, n, s); });
         default: return (int)cudaErrorInvalidValue;        // not reached: kDims[v] is 1
     }
     CUDA_TRY_LAUNCH();
@@ -714,8 +675,9 @@ extern "C" cudalab_status convolution_2d_f32_dev(const char *variant, const floa
     switch (v) {
         case 3: conv2d_04_naive<<<grid, block, 0, s>>>(d_x, d_filter, r, d_out, h, w); break;
         case 4: conv2d_05_constant<<<grid, block, 0, s>>>(d_x, r, d_out, h, w); break;
-        case 5: return dispatch_06(r, d_x, d_out, h, w, s);
-        case 7: return dispatch_08(r, d_x, d_out, h, w, s);  // any w, any alignment: see launch_08
+        case 5: return with_radius<kMaxR2>(r, [&](auto R) { return launch_06<decltype(R)::value>(d_x, d_out, h, w, s); });
+        case 7:  // any w, any alignment: see launch_08
+            return with_radius<kMaxR2>(r, [&](auto R) { return launch_08<decltype(R)::value>(d_x, d_out, h, w, s); });
         default: return (int)cudaErrorInvalidValue;           // not reached: kDims[v] is 2
     }
     CUDA_TRY_LAUNCH();

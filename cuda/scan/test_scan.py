@@ -384,7 +384,6 @@ def test_pointers_off_the_16_byte_grid_scan_right(variant, shift_x, shift_out):
     x = _inputs(3 * 4096 + 77, 12)
     n = x.size
     wb = prog.workspace_bytes(variant, n)
-    out = np.zeros(n, np.uint32)
     with cudart.DeviceBuffer(4 * n + 16) as dx, cudart.DeviceBuffer(4 * n + 32) as dout, \
             cudart.DeviceBuffer(max(wb, 8)) as work:
         dx.fill_bytes(0)

@@ -116,9 +116,13 @@ def memcpy_setup(nbytes: int) -> Prepared:
 
 def measure_memcpy(quick: bool = False) -> TimedCeiling:
     """cudaMemcpy device-to-device bandwidth, counting bytes read plus bytes written."""
-    nbytes = QUICK_MEMCPY_BYTES if quick else MEMCPY_BYTES
-    return TimedCeiling("memcpy", "GB/s", 2.0 * nbytes, "harness.measuring.bench:memcpy_setup", {"nbytes": nbytes},
-                        f"cudaMemcpy DtoD of {nbytes >> 20} MiB")
+    return _copy_ceiling("memcpy", QUICK_MEMCPY_BYTES if quick else MEMCPY_BYTES)
+
+
+def _copy_ceiling(name: str, nbytes: int) -> TimedCeiling:
+    """cudaMemcpy DtoD of `nbytes`, counting bytes read plus bytes written, under the ceiling's `name`."""
+    return TimedCeiling(name, "GB/s", 2.0 * nbytes, "harness.measuring.bench:memcpy_setup", {"nbytes": nbytes},
+                        f"cudaMemcpy DtoD of {nbytes / (1 << 20):g} MiB")
 
 
 def memcpy_of(nbytes: int) -> str:
@@ -136,11 +140,7 @@ def _memcpy_sized(name: str):
     if m is None or int(m.group(1)) <= 0:
         return None
     nbytes = int(m.group(1)) << (20 if m.group(2) == "MiB" else 0)
-
-    def ceiling(quick: bool = False) -> TimedCeiling:
-        return TimedCeiling(name, "GB/s", 2.0 * nbytes, "harness.measuring.bench:memcpy_setup", {"nbytes": nbytes},
-                            f"cudaMemcpy DtoD of {nbytes / (1 << 20):g} MiB")
-    return ceiling
+    return lambda quick=False: _copy_ceiling(name, nbytes)
 
 
 def check_built(libraries) -> None:
