@@ -574,9 +574,14 @@ __device__ void oneshot_ll_body(const CollArgs &a, int r, int b, unsigned long l
     const long long nb = a.n * (long long)sizeof(T), lines = (nb + 7) / 8;
     const long long par = 2 * a.half + (long long)(e & 1) * a.ll_half;
     const unsigned int f = (unsigned int)e;
-    const long long first = (long long)b * blockDim.x + threadIdx.x, step = (long long)B * blockDim.x;
+    // Each block takes a contiguous run of lines, a multiple of 32 so that a warp's stores stay one
+    // run. Striding whole blocks over the message would leave most blocks idle at these sizes (a
+    // 32 KiB message is 4096 lines: 8 of 32 blocks of 512 threads), and the stores that cross the
+    // link leave at a rate per SM, so the busy SMs would bound the call.
+    const long long per = ((lines + B - 1) / B + 31) / 32 * 32;
+    const long long lo = (long long)b * per, hi = min(lines, lo + per);
     // Send: line i of this rank's message into slot r of every rank's scratch (its own included).
-    for (long long i = first; i < lines; i += step) {
+    for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         unsigned int w0, w1;
         message_words(a.ranks[r].in, nb, i, w0, w1);
         for (int q = 0; q < W; ++q)
@@ -585,7 +590,7 @@ __device__ void oneshot_ll_body(const CollArgs &a, int r, int b, unsigned long l
     // Receive: the same lines of every slot, summed in rank order (every rank gets the same bits).
     const LLLine *mine = reinterpret_cast<const LLLine *>(a.ranks[r].scratch + par);
     unsigned char *out = a.ranks[r].out;
-    for (long long i = first; i < lines; i += step) {
+    for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         typename E::Acc acc[K];
 #pragma unroll
         for (int j = 0; j < K; ++j) acc[j] = 0;
