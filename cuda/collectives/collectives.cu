@@ -699,6 +699,7 @@ struct TpBuffers {
 
 struct Comm {
     int world = 0, use_devices = 0, blocks = 1;
+    bool blocks_given = false;  // blocks named by the caller (else the default): tp_split keeps them
     // One process per rank: this process's rank (its buffers are its own; the peers' are mapped
     // through CUDA IPC), -1 when one process holds every rank.
     int self = -1;
@@ -1339,8 +1340,10 @@ bool tp_runs_wgmma(int gemm, int K) {
 // places the GEMM's blocks first, and the all-reduce's blocks fill the SMs the cap left free,
 // instead of spreading over SMs the GEMM needs (an SM with one all-reduce block has no room for a
 // GEMM block, which would wait for a second round).
-// Virtual ranks (one GPU, one cooperative launch of world x blocks) take the same rule with the
-// launch's blocks, and no cap where it would leave the GEMMs less than half of the SMs.
+// Blocks named by the caller (the executable's --blocks) are kept, and the cap leaves them the SMs they
+// fill: the way to time another split. Virtual ranks (one GPU, one cooperative launch of world x
+// blocks) take the same rules with the launch's blocks, and no cap where it would leave the GEMMs less
+// than half of the SMs.
 constexpr int kTpCommSmsMin = 4;
 struct TpSplit {
     int gemm_sms = 0;  // the wgmma GEMMs' cap (0: every SM)
@@ -1360,11 +1363,22 @@ cudaError_t tp_split(const Comm &c, int ar_variant, int gemm, int rows, int H, i
     const long long busy = std::max(balanced(tiles_m * cdiv(Fr, gemm_tc::H_BN)), balanced(tiles_m * cdiv(H, gemm_tc::H_BN)));
     const int free_sms = std::max(kTpCommSmsMin, sms - (int)busy);
     const int launch_ranks = c.launches() == 1 ? c.world : 1;  // blocks of one launch: virtual ranks share it
-    const int blocks = std::max(1, std::min(c.blocks, free_sms * per_sm / launch_ranks));
+    const int blocks = c.blocks_given ? c.blocks : std::max(1, std::min(c.blocks, free_sms * per_sm / launch_ranks));
     const int comm_sms = (int)cdiv((long long)blocks * launch_ranks, per_sm);
     if (2 * comm_sms > sms) return cudaSuccess;  // a cap would cost the GEMMs more than it gives
     *out = TpSplit{sms - comm_sms, blocks};
     return cudaSuccess;
+}
+
+// The split of the overlapped form for token blocks `bl` (the tallest block sets the tile counts);
+// none with one rank, which has no all-reduce to hide.
+cudaError_t tp_forward_split(const Comm &c, int ar_variant, int gemm, const std::vector<int> &bl, int H, int Fr,
+                             TpSplit *out) {
+    *out = TpSplit{0, c.blocks};
+    if (c.world < 2) return cudaSuccess;
+    int rows = 0;
+    for (size_t k = 0; k + 1 < bl.size(); ++k) rows = std::max(rows, bl[k + 1] - bl[k]);
+    return tp_split(c, ar_variant, gemm, rows, H, Fr, out);
 }
 
 // Enqueue one forward; y_r lands in rank r's output buffer (its partial in the input buffer).
@@ -1379,11 +1393,7 @@ cudaError_t tp_forward(Comm &c, TpBuffers &t, int ar_variant, int gemm, int over
     std::vector<cudaStream_t> comm_streams(overlap ? c.stream2 : c.stream);
     comm_streams.resize(L);
     TpSplit split{0, c.blocks};
-    if (overlap && c.world > 1) {
-        int rows = 0;
-        for (size_t k = 0; k + 1 < bl.size(); ++k) rows = std::max(rows, bl[k + 1] - bl[k]);
-        COLL_TRY(tp_split(c, ar_variant, gemm, rows, H, Fr, &split));
-    }
+    if (overlap) COLL_TRY(tp_forward_split(c, ar_variant, gemm, bl, H, Fr, &split));
     if (overlap) {
         // The GEMM stream starts after whatever the communicator's streams hold: the inputs' uploads, and
         // an earlier forward's all-reduce, which still reads the y this forward overwrites.
@@ -1613,6 +1623,7 @@ extern "C" cudalab_status collectives_comm_create(int world, int use_devices, lo
     Comm *c = new Comm();
     c->world = world;
     c->use_devices = use_devices ? 1 : 0;
+    c->blocks_given = blocks_per_rank > 0;
     c->in_bytes = in_bytes;
     c->out_bytes = out_bytes;
     c->timeout_ns = (unsigned long long)timeout_ms * 1000000ull;
@@ -1803,6 +1814,19 @@ extern "C" cudalab_status collectives_tp_mlp(int handle, int ar_variant, int gem
     for (int r = 0; r < c->world && e == cudaSuccess; ++r) e = d2h(*c, r, y + (size_t)r * T * H, c->out[r], (size_t)T * H * 4);
     tp_free(*c, t);
     COLL_TRY(e);
+    return 0;
+}
+
+extern "C" cudalab_status collectives_tp_split(int handle, int ar_variant, int gemm, int overlap, int chunks, int T,
+                                               int H, int F, int *split) {
+    Comm *c = get(handle);
+    if (!c || !split) return cudaErrorInvalidValue;
+    COLL_TRY(tp_check(*c, ar_variant, gemm, chunks, T, H, F));
+    TpSplit sp{0, c->blocks};
+    COLL_TRY(cudaSetDevice(c->dev[0]));
+    if (overlap) COLL_TRY(tp_forward_split(*c, ar_variant, gemm, tp_blocks(T, chunks), H, F / c->world, &sp));
+    split[0] = sp.gemm_sms;
+    split[1] = sp.blocks;
     return 0;
 }
 

@@ -131,6 +131,11 @@ const char *collectives_tp_gemm_refusal(int gemm, int world, int H, int F);
    every rank's result. The communicator needs in_bytes = out_bytes >= T*H*4. */
 cudalab_status collectives_tp_mlp(int handle, int ar_variant, int gemm, int overlap, int chunks, int T, int H, int F,
                                   const cudalab_bf16 *x, const cudalab_bf16 *w1, const cudalab_bf16 *w2, float *y);
+/* How the block splits each GPU between the GEMMs and the all-reduce (overlap = 1: beside them):
+   split[0] = the SMs the wgmma GEMMs' persistent grids may use (0: every SM; 02 takes no cap),
+   split[1] = the all-reduce's blocks per rank. Nothing is launched. */
+cudalab_status collectives_tp_split(int handle, int ar_variant, int gemm, int overlap, int chunks, int T, int H, int F,
+                                    int *split);
 /* The same block on device-resident random weights, timed: ms[0] = median milliseconds of `iters`
    forwards (each one synchronised across the ranks), for the executable and the 2-GPU run. */
 cudalab_status collectives_tp_mlp_time(int handle, int ar_variant, int gemm, int overlap, int chunks, int T, int H,

@@ -257,15 +257,18 @@ int main(int argc, char **argv) {
         int h = -1;
         check_status(collectives_comm_create((int)world, devices, y_bytes, y_bytes, (int)blocks, timeout_ms, &h),
                      "collectives_comm_create");
+        int split[2] = {0, 0};  // the GEMMs' SMs and the all-reduce's blocks, for the result line
+        check_status(collectives_tp_split(h, 2, gemm, v == 8, (int)chunks, (int)tokens, (int)hidden, (int)ffn, split),
+                     "collectives_tp_split");
         float ms = 0.f;
         check_status(collectives_tp_mlp_time(h, 2, gemm, v == 8, (int)chunks, (int)tokens, (int)hidden, (int)ffn,
                                              (int)iters, &ms),
                      variant);
         const double flops = 2.0 * 2.0 * (double)tokens * hidden * ffn;  // two GEMMs of the whole block
         printf("result program=collectives variant=%s dtype=bf16 tokens=%lld hidden=%lld ffn=%lld chunks=%lld world=%lld "
-               "ranks=%s ms=%.6f tflops=%.3f check=skip gemm=%s\n",
+               "ranks=%s ms=%.6f tflops=%.3f check=skip gemm=%s gemm_sms=%d comm_blocks=%d\n",
                variant, tokens, hidden, ffn, v == 8 ? chunks : 1, world, devices ? "devices" : "virtual", ms,
-               flops / (ms * 1e9), ran);
+               flops / (ms * 1e9), ran, split[0], split[1]);
         check_status(collectives_comm_destroy(h), "collectives_comm_destroy");
         return 0;
     }
