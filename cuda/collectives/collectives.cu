@@ -1332,8 +1332,8 @@ bool tp_runs_wgmma(int gemm, int K) {
 // per rank (at most the communicator's), packed `per_sm` to an SM.
 // How many: the all-reduce is a few SMs' worth of loads and stores on NVLink, the GEMMs are compute.
 // The 08 rung's grid is balanced (cdiv(tiles, rounds) blocks, gemm_tc's persistent_grid), so it often
-// leaves SMs idle at no cost: 512 or 1024 tiles of 128 x 256 (the block's chunks at H = 8192) run 4 or
-// 8 rounds on 128 of an H100's or H200's 132 SMs. The all-reduce takes those and no more, so that no
+// leaves SMs idle at no cost: 256, 512 or 1024 tiles of 128 x 256 (the block's chunks at H = 8192)
+// take 2, 4 or 8 rounds on 128 of an H100's or H200's 132 SMs. The all-reduce takes those and no more, so that no
 // GEMM needs an extra round, and at least kTpCommSmsMin, so that it always has SMs of its own.
 // Which goes first: the GEMM streams have the device's highest priority. When chunk i's last GEMM ends,
 // chunk i's all-reduce and chunk i+1's first GEMM become ready together; the block scheduler then
