@@ -24,3 +24,11 @@ NCCL_LIBDIR := $(word 2,$(subst :, ,$(NCCL_PAIR)))
 collectives_NVCCFLAGS += -DCUDALAB_HAVE_NCCL $(if $(filter /usr/include,$(NCCL_INCDIR)),,-I$(NCCL_INCDIR))
 collectives_LDLIBS += -L$(NCCL_LIBDIR) -l:libnccl.so.2 -Xlinker -rpath,$(NCCL_LIBDIR)
 endif
+# The tensor-parallel block's GEMMs are gemm_tc's wgmma rung on a Hopper (cuda/shared/gemm_tc/wgmma_launch.cuh),
+# which needs the architecture-specific target: where ARCH lists 90, compile and link 90 as
+# compute_90a/sm_90a (the Makefile's GENCODE_SM90A) and tell the host code (CUDALAB_HAVE_SM90A), as
+# cuda/gemm_tc/build.mk does. Any other ARCH keeps the global GENCODE, and the block runs 02_mma_sync.
+ifneq ($(GENCODE_SM90A),)
+collectives_GENCODE := $(GENCODE_SM90A)
+collectives_NVCCFLAGS += -DCUDALAB_HAVE_SM90A
+endif

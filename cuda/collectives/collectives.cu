@@ -19,8 +19,9 @@
 // tp_mlp / tp_mlp_overlap: y = gelu(x W1^T) W2^T with W1 split by rows (column-parallel) and W2 by
 //   columns (row-parallel), so each rank's partial y needs one all-reduce; the overlapped form splits the
 //   tokens into blocks and all-reduces block i on a second stream while block i+1's GEMMs run. The GEMMs
-//   are gemm_tc's 02_mma_sync (cuda/shared/gemm_tc/k02_mma_sync.cuh: the rung and its launch function,
-//   gemm_tc::launch_mma_sync).
+//   are the lab's fastest (cuda/shared/gemm_tc/wgmma_launch.cuh, gemm_tc::launch_fastest): gemm_tc's
+//   wgmma rung where this build has sm_90a and the GPU is a Hopper, its 02_mma_sync elsewhere; either
+//   can be named (kTpGemms) to time one against the other.
 //
 // One kernel body, two launches. Each collective kernel takes the table of every rank's pointers. With
 // a.rank >= 0 it is launched on rank a.rank's GPU, one block per chunk lane; with a.rank < 0 it is ONE
@@ -45,7 +46,7 @@
 #include <unistd.h>
 
 #include "check.cuh"
-#include "gemm_tc/k02_mma_sync.cuh"
+#include "gemm_tc/wgmma_launch.cuh"
 
 #ifdef CUDALAB_HAVE_NCCL
 #include <nccl.h>
@@ -686,13 +687,24 @@ __global__ void fill_bf16_kernel(cudalab_bf16 *p, long long n, unsigned long lon
 // ================================================================================================
 int elt_size(int dtype) { return dtype == 1 ? 2 : 4; }
 
+// The GEMM the tensor-parallel block runs: the fastest that takes each product (wgmma, else 02), or
+// one of them by name. THE table: collectives_tp_gemm_name reads it, the executable's --gemm and
+// the Python side's `gemm` take these names.
+enum TpGemm { TP_AUTO = 0, TP_MMA_SYNC = 1, TP_WGMMA = 2, TP_GEMM_COUNT = 3 };
+const char *const kTpGemms[TP_GEMM_COUNT] = {"auto", "mma_sync", "wgmma"};
+
 struct TpBuffers {
     std::vector<cudalab_bf16 *> x, w1, w2, g;
     std::vector<float *> h;
+    // The overlapped form's GEMM streams (one per launch), at the device's highest priority, and the
+    // event that orders them after the communicator's streams (tp_forward says why).
+    std::vector<cudaStream_t> gemm;
+    std::vector<cudaEvent_t> ev;
 };
 
 struct Comm {
     int world = 0, use_devices = 0, blocks = 1;
+    bool blocks_given = false;  // blocks named by the caller (else the default): tp_split keeps them
     // One process per rank: this process's rank (its buffers are its own; the peers' are mapped
     // through CUDA IPC), -1 when one process holds every rank.
     int self = -1;
@@ -1244,8 +1256,9 @@ cudaError_t run_sync(Comm &c, int variant, int dtype, long long n) {
 
 // ---- the tensor-parallel block -----------------------------------------------------------------------
 cudaError_t tp_alloc(Comm &c, TpBuffers &t, int T, int H, int Fr) {
-    const int R = c.world;
+    const int R = c.world, L = c.launches();
     size_null(R, t.x, t.w1, t.w2, t.g, t.h);
+    size_null(L, t.gemm, t.ev);
     for (int r = 0; r < R; ++r) {
         COLL_TRY(cudaSetDevice(c.dev[r]));
         // Virtual ranks share the one x; each rank still has its own weights and activations.
@@ -1255,6 +1268,13 @@ cudaError_t tp_alloc(Comm &c, TpBuffers &t, int T, int H, int Fr) {
         COLL_TRY(cudaMalloc(&t.w2[r], (size_t)H * Fr * 2));
         COLL_TRY(cudaMalloc(&t.g[r], (size_t)T * Fr * 2));
         COLL_TRY(cudaMalloc(&t.h[r], (size_t)T * Fr * 4));
+    }
+    for (int l = 0; l < L; ++l) {
+        COLL_TRY(cudaSetDevice(c.dev[l]));
+        int least = 0, greatest = 0;
+        COLL_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        COLL_TRY(cudaStreamCreateWithPriority(&t.gemm[l], cudaStreamNonBlocking, greatest));
+        COLL_TRY(cudaEventCreateWithFlags(&t.ev[l], cudaEventDisableTiming));
     }
     COLL_TRY(cudaSetDevice(c.dev[0]));
     return cudaSuccess;
@@ -1269,56 +1289,172 @@ void tp_free(Comm &c, TpBuffers &t) {
         (void)cudaFree(t.g[r]);
         (void)cudaFree(t.h[r]);
     }
+    for (int l = 0; l < (int)t.gemm.size(); ++l) {
+        (void)cudaSetDevice(c.dev[l]);
+        if (t.gemm[l]) (void)cudaStreamDestroy(t.gemm[l]);
+        if (t.ev[l]) (void)cudaEventDestroy(t.ev[l]);
+    }
     (void)cudaSetDevice(c.dev[0]);
 }
 
-// Token blocks of the overlapped form: boundaries on multiples of 4 rows, so that every block's
-// offset (rows x H floats) stays on a 16-byte boundary for the all-reduce's packs.
+// Token blocks of the overlapped form. Every boundary is a multiple of 8 rows, so each block's
+// offsets stay on 16-byte boundaries whatever H and F/world are: x + t0 H and g + t0 F/world (bf16) are
+// the wgmma GEMM's A operands, which TMA reads only from 16-byte aligned bases, and y + t0 H (float32)
+// is the all-reduce's packs and the TMA store's base. Where every block can have a whole 128-row tile
+// (the GEMMs' block height) the boundaries are multiples of 128: only the last block has a ragged tile.
 std::vector<int> tp_blocks(int T, int chunks) {
+    const int step = (long long)T >= 128LL * chunks ? 128 : 8;
     std::vector<int> b{0};
     for (int i = 1; i < chunks; ++i) {
-        int t = (int)((long long)T * i / chunks) / 4 * 4;
+        int t = (int)((long long)T * i / chunks) / step * step;
         if (t > b.back() && t < T) b.push_back(t);
     }
     b.push_back(T);
     return b;
 }
 
+// One GEMM of the block, C = A . B^T, with the chosen TpGemm (tp_check has refused a shape the named
+// one cannot take); max_sms caps the wgmma rung's persistent grid.
+cudaError_t tp_gemm(int gemm, int M, int N, int K, const cudalab_bf16 *A, const cudalab_bf16 *B, float *C,
+                    cudaStream_t s, int max_sms) {
+    if (gemm == TP_MMA_SYNC) return gemm_tc::launch_mma_sync(M, N, K, A, B, C, s);
+    if (gemm == TP_WGMMA) return gemm_tc::launch_fastest_wgmma(M, N, K, A, B, C, s, max_sms);
+    return gemm_tc::launch_fastest(M, N, K, A, B, C, s, max_sms);
+}
+
+// Whether a GEMM of the block runs on the wgmma rung (a persistent grid) with this choice.
+bool tp_runs_wgmma(int gemm, int K) {
+    return gemm == TP_WGMMA || (gemm == TP_AUTO && gemm_tc::fastest_wgmma_refusal(K, nullptr, nullptr) == nullptr);
+}
+
+// The overlapped form's split of each GPU's SMs between the GEMMs and the all-reduce beside them.
+//
+// Why a split: the wgmma GEMM is persistent (one 384-thread block per SM that holds the whole register
+// file and most of shared memory, and walks its tiles until the product is done), so a kernel that
+// arrives while it runs finds no SM that frees up before the GEMM ends; 02's one-block-per-tile grid
+// handed SMs back as its tiles finished. An all-reduce that waits for the whole GEMM overlaps
+// nothing. So the GEMMs' grids are capped and the all-reduce gets the SMs left over: `blocks` blocks
+// per rank (at most the communicator's), packed `per_sm` to an SM.
+// How many: the all-reduce is a few SMs' worth of loads and stores on NVLink, the GEMMs are compute.
+// The 08 rung's grid is balanced (cdiv(tiles, rounds) blocks, gemm_tc's persistent_grid), so it often
+// leaves SMs idle at no cost: 256, 512 or 1024 tiles of 128 x 256 (the block's chunks at H = 8192)
+// take 2, 4 or 8 rounds on 128 of an H100's or H200's 132 SMs. The all-reduce takes those and no more, so that no
+// GEMM needs an extra round, and at least kTpCommSmsMin, so that it always has SMs of its own.
+// Which goes first: the GEMM streams have the device's highest priority. When chunk i's last GEMM ends,
+// chunk i's all-reduce and chunk i+1's first GEMM become ready together; the block scheduler then
+// places the GEMM's blocks first, and the all-reduce's blocks fill the SMs the cap left free,
+// instead of spreading over SMs the GEMM needs (an SM with one all-reduce block has no room for a
+// GEMM block, which would wait for a second round).
+// Blocks named by the caller (the executable's --blocks) are kept, and the cap leaves them the SMs they
+// fill: the way to time another split. Virtual ranks (one GPU, one cooperative launch of world x
+// blocks) take the same rules with the launch's blocks, and no cap where it would leave the GEMMs less
+// than half of the SMs.
+constexpr int kTpCommSmsMin = 4;
+struct TpSplit {
+    int gemm_sms = 0;  // the wgmma GEMMs' cap (0: every SM)
+    int blocks = 0;    // the all-reduce's blocks per rank
+};
+cudaError_t tp_split(const Comm &c, int ar_variant, int gemm, int rows, int H, int Fr, TpSplit *out) {
+    *out = TpSplit{0, c.blocks};
+    if (!tp_runs_wgmma(gemm, H) && !tp_runs_wgmma(gemm, Fr)) return cudaSuccess;  // 02 only: no persistent grid
+    int dev = 0, sms = 0, per_sm = 0;
+    COLL_TRY(cudaGetDevice(&dev));
+    COLL_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const void *kernel = ar_variant == V03_ONESHOT ? (const void *)oneshot_allreduce_kernel : (const void *)ring_allreduce_kernel;
+    COLL_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
+    per_sm = std::max(1, per_sm);
+    auto balanced = [&](long long tiles) { return tiles <= sms ? tiles : cdiv(tiles, cdiv(tiles, sms)); };
+    const long long tiles_m = cdiv(rows, gemm_tc::H_BM);
+    const long long busy = std::max(balanced(tiles_m * cdiv(Fr, gemm_tc::H_BN)), balanced(tiles_m * cdiv(H, gemm_tc::H_BN)));
+    const int free_sms = std::max(kTpCommSmsMin, sms - (int)busy);
+    const int launch_ranks = c.launches() == 1 ? c.world : 1;  // blocks of one launch: virtual ranks share it
+    const int blocks = c.blocks_given ? c.blocks : std::max(1, std::min(c.blocks, free_sms * per_sm / launch_ranks));
+    const int comm_sms = (int)cdiv((long long)blocks * launch_ranks, per_sm);
+    if (2 * comm_sms > sms) return cudaSuccess;  // a cap would cost the GEMMs more than it gives
+    *out = TpSplit{sms - comm_sms, blocks};
+    return cudaSuccess;
+}
+
+// The split of the overlapped form for token blocks `bl` (the tallest block sets the tile counts);
+// none with one rank, which has no all-reduce to hide.
+cudaError_t tp_forward_split(const Comm &c, int ar_variant, int gemm, const std::vector<int> &bl, int H, int Fr,
+                             TpSplit *out) {
+    *out = TpSplit{0, c.blocks};
+    if (c.world < 2) return cudaSuccess;
+    int rows = 0;
+    for (size_t k = 0; k + 1 < bl.size(); ++k) rows = std::max(rows, bl[k + 1] - bl[k]);
+    return tp_split(c, ar_variant, gemm, rows, H, Fr, out);
+}
+
 // Enqueue one forward; y_r lands in rank r's output buffer (its partial in the input buffer).
-cudaError_t tp_forward(Comm &c, TpBuffers &t, int ar_variant, int overlap, int chunks, int T, int H, int Fr) {
+// Plain: every kernel on the communicator's stream, in order. Overlapped: the GEMMs (and GELU) on the
+// block's high-priority GEMM stream, each block's all-reduce on the second stream after an event that
+// says the block's y is written; the all-reduce of block i then runs beside the GEMMs of block i+1 on
+// the SMs tp_split leaves it. The last all-reduce waits for every GEMM, so the communicator's
+// sync_all (its two streams) waits for the whole forward.
+cudaError_t tp_forward(Comm &c, TpBuffers &t, int ar_variant, int gemm, int overlap, int chunks, int T, int H, int Fr) {
     const std::vector<int> bl = tp_blocks(T, overlap ? std::max(1, chunks) : 1);
     const int L = c.launches();
     std::vector<cudaStream_t> comm_streams(overlap ? c.stream2 : c.stream);
     comm_streams.resize(L);
+    TpSplit split{0, c.blocks};
+    if (overlap) COLL_TRY(tp_forward_split(c, ar_variant, gemm, bl, H, Fr, &split));
+    if (overlap) {
+        // The GEMM stream starts after whatever the communicator's streams hold: the inputs' uploads, and
+        // an earlier forward's all-reduce, which still reads the y this forward overwrites.
+        for (int l = 0; l < L; ++l) {
+            COLL_TRY(cudaSetDevice(c.dev[l]));
+            COLL_TRY(cudaEventRecord(t.ev[l], c.stream[l]));
+            COLL_TRY(cudaStreamWaitEvent(t.gemm[l], t.ev[l], 0));
+            COLL_TRY(cudaEventRecord(t.ev[l], c.stream2[l]));
+            COLL_TRY(cudaStreamWaitEvent(t.gemm[l], t.ev[l], 0));
+        }
+    }
     for (size_t k = 0; k + 1 < bl.size(); ++k) {
         const int t0 = bl[k], rows = bl[k + 1] - bl[k];
         for (int r = 0; r < c.world; ++r) {
             const int l = c.use_devices ? r : 0;
             COLL_TRY(cudaSetDevice(c.dev[r]));
-            cudaStream_t s = c.stream[l];
+            cudaStream_t s = overlap ? t.gemm[l] : c.stream[l];
             float *h = t.h[r] + (size_t)t0 * Fr;
             cudalab_bf16 *g = t.g[r] + (size_t)t0 * Fr;
             float *y = reinterpret_cast<float *>(c.in[r]) + (size_t)t0 * H;
-            COLL_TRY(gemm_tc::launch_mma_sync(rows, Fr, H, t.x[r] + (size_t)t0 * H, t.w1[r], h, s));
+            COLL_TRY(tp_gemm(gemm, rows, Fr, H, t.x[r] + (size_t)t0 * H, t.w1[r], h, s, split.gemm_sms));
             const long long n = (long long)rows * Fr;
             gelu_to_bf16_kernel<<<(unsigned)std::min<long long>(cdiv(n, 256), 4096), 256, 0, s>>>(h, g, n);
             COLL_TRY(cudaGetLastError());
-            COLL_TRY(gemm_tc::launch_mma_sync(rows, H, Fr, g, t.w2[r], y, s));
+            COLL_TRY(tp_gemm(gemm, rows, H, Fr, g, t.w2[r], y, s, split.gemm_sms));
         }
         if (overlap) {
             for (int l = 0; l < L; ++l) {
                 COLL_TRY(cudaSetDevice(c.dev[l]));
-                COLL_TRY(cudaEventRecord(c.ev_done[l], c.stream[l]));
+                COLL_TRY(cudaEventRecord(c.ev_done[l], t.gemm[l]));
                 COLL_TRY(cudaStreamWaitEvent(c.stream2[l], c.ev_done[l], 0));
             }
         }
-        COLL_TRY(enqueue_lab(c, ar_variant, 0, (long long)rows * H, (long long)t0 * H, -1, 0, comm_streams));
+        // The all-reduce with the split's blocks per rank (the ring's chunking follows c.blocks).
+        const int blocks = c.blocks;
+        c.blocks = split.blocks;
+        const cudaError_t e = enqueue_lab(c, ar_variant, 0, (long long)rows * H, (long long)t0 * H, -1, 0, comm_streams);
+        c.blocks = blocks;
+        COLL_TRY(e);
     }
     COLL_TRY(cudaSetDevice(c.dev[0]));
     return cudaSuccess;
 }
 
-cudaError_t tp_check(const Comm &c, int ar_variant, int chunks, int T, int H, int F) {
+// Why the block cannot run with this GEMM, these shapes and this world here (one sentence), or nullptr.
+const char *tp_gemm_refusal(int gemm, int world, int H, int F) {
+    if (gemm < 0 || gemm >= TP_GEMM_COUNT) return "unknown GEMM";
+    // auto falls back to 02 wherever the wgmma rung cannot run, so 02's sm_80 is its only need.
+    if (gemm != TP_WGMMA) return gemm_tc::sm80_unsupported_reason();
+    if (const char *why = gemm_tc::wgmma_unsupported_reason()) return why;
+    if (H % 8 != 0 || (world >= 1 && F % world == 0 && (F / world) % 8 != 0))
+        return "the wgmma GEMM needs hidden and ffn/world multiples of 8 (TMA reads rows of a multiple of 16 bytes)";
+    return nullptr;
+}
+
+cudaError_t tp_check(const Comm &c, int ar_variant, int gemm, int chunks, int T, int H, int F) {
     if (ar_variant != V02_RING && ar_variant != V03_ONESHOT) return cudaErrorInvalidValue;
     if (c.self >= 0) {
         g_message = "the tensor-parallel block runs in one process (every rank's GEMMs from one host thread)";
@@ -1326,14 +1462,21 @@ cudaError_t tp_check(const Comm &c, int ar_variant, int chunks, int T, int H, in
     }
     if (T < 1 || H < 1 || F < 1 || chunks < 1 || F % c.world != 0) return cudaErrorInvalidValue;
     if ((long long)T * H * 4 > std::min(c.in_bytes, c.out_bytes)) return cudaErrorInvalidValue;
+    if (gemm < 0 || gemm >= TP_GEMM_COUNT) return cudaErrorInvalidValue;
+    if (const char *why = tp_gemm_refusal(gemm, c.world, H, F)) {
+        g_message = std::string("the tensor-parallel block's GEMM ") + kTpGemms[gemm] + ": " + why;
+        // Not this GPU or build: NotSupported, as every refused variant; a shape the GEMM cannot take: InvalidValue.
+        const bool arch = gemm == TP_WGMMA ? gemm_tc::wgmma_unsupported_reason() != nullptr
+                                           : gemm_tc::sm80_unsupported_reason() != nullptr;
+        return arch ? cudaErrorNotSupported : cudaErrorInvalidValue;
+    }
     return cudaSuccess;
 }
 
 // The start of both TP entry points: the arguments checked, then each rank's buffers (all freed
 // again when one allocation fails, so the caller frees only after a success).
-cudaError_t tp_open(Comm &c, TpBuffers &t, int ar_variant, int chunks, int T, int H, int F) {
-    COLL_TRY(tp_check(c, ar_variant, chunks, T, H, F));
-    if (gemm_tc::sm80_unsupported_reason() != nullptr) return cudaErrorNotSupported;
+cudaError_t tp_open(Comm &c, TpBuffers &t, int ar_variant, int gemm, int chunks, int T, int H, int F) {
+    COLL_TRY(tp_check(c, ar_variant, gemm, chunks, T, H, F));
     const cudaError_t e = tp_alloc(c, t, T, H, F / c.world);
     if (e != cudaSuccess) tp_free(c, t);
     return e;
@@ -1417,13 +1560,20 @@ extern "C" const char *collectives_variant_tags(int v) {
     return tags[v];
 }
 
-// The tensor-parallel variants run gemm_tc's 02_mma_sync (sm_80), so they are refused with arch.cuh's
-// reason on an older GPU or build; the rest run on any GPU CUDA 13 supports.
+// The tensor-parallel variants need at least gemm_tc's 02_mma_sync (sm_80: their GEMM where the wgmma
+// rung cannot run), so they are refused with arch.cuh's reason on an older GPU or build; the rest run
+// on any GPU CUDA 13 supports. Naming the wgmma GEMM needs more: collectives_tp_gemm_refusal.
 extern "C" const char *collectives_unsupported_reason(int v) {
     if (v < 0 || v >= VCOUNT) return "unknown variant";
     if (std::strcmp(kNames[v], "tp_mlp") == 0 || std::strcmp(kNames[v], "tp_mlp_overlap") == 0)
         return gemm_tc::sm80_unsupported_reason();
     return nullptr;
+}
+
+extern "C" int collectives_tp_gemm_count(void) { return TP_GEMM_COUNT; }
+extern "C" const char *collectives_tp_gemm_name(int i) { return i >= 0 && i < TP_GEMM_COUNT ? kTpGemms[i] : nullptr; }
+extern "C" const char *collectives_tp_gemm_refusal(int gemm, int world, int H, int F) {
+    return tp_gemm_refusal(gemm, world, H, F);
 }
 
 extern "C" int collectives_have_nccl(void) {
@@ -1478,6 +1628,7 @@ extern "C" cudalab_status collectives_comm_create(int world, int use_devices, lo
     Comm *c = new Comm();
     c->world = world;
     c->use_devices = use_devices ? 1 : 0;
+    c->blocks_given = blocks_per_rank > 0;
     c->in_bytes = in_bytes;
     c->out_bytes = out_bytes;
     c->timeout_ns = (unsigned long long)timeout_ms * 1000000ull;
@@ -1644,13 +1795,13 @@ extern "C" cudalab_status collectives_last_failure(int handle, int *info) {
     return 0;
 }
 
-extern "C" cudalab_status collectives_tp_mlp(int handle, int ar_variant, int overlap, int chunks, int T, int H, int F,
-                                             const cudalab_bf16 *x, const cudalab_bf16 *w1, const cudalab_bf16 *w2,
-                                             float *y) {
+extern "C" cudalab_status collectives_tp_mlp(int handle, int ar_variant, int gemm, int overlap, int chunks, int T, int H,
+                                             int F, const cudalab_bf16 *x, const cudalab_bf16 *w1,
+                                             const cudalab_bf16 *w2, float *y) {
     Comm *c = get(handle);
     if (!c || !x || !w1 || !w2 || !y) return cudaErrorInvalidValue;
     TpBuffers t;
-    COLL_TRY(tp_open(*c, t, ar_variant, chunks, T, H, F));
+    COLL_TRY(tp_open(*c, t, ar_variant, gemm, chunks, T, H, F));
     const int Fr = F / c->world;
     cudaError_t e = cudaSuccess;
     for (int r = 0; r < c->world && e == cudaSuccess; ++r) {
@@ -1662,7 +1813,7 @@ extern "C" cudalab_status collectives_tp_mlp(int handle, int ar_variant, int ove
                                   cudaMemcpyHostToDevice, rank_stream(*c, r));
         if (e == cudaSuccess) e = cudaStreamSynchronize(rank_stream(*c, r));
     }
-    if (e == cudaSuccess) e = tp_forward(*c, t, ar_variant, overlap, chunks, T, H, Fr);
+    if (e == cudaSuccess) e = tp_forward(*c, t, ar_variant, gemm, overlap, chunks, T, H, Fr);
     if (e == cudaSuccess) e = sync_all(*c);
     if (e == cudaSuccess) e = check_records(*c);
     for (int r = 0; r < c->world && e == cudaSuccess; ++r) e = d2h(*c, r, y + (size_t)r * T * H, c->out[r], (size_t)T * H * 4);
@@ -1671,12 +1822,25 @@ extern "C" cudalab_status collectives_tp_mlp(int handle, int ar_variant, int ove
     return 0;
 }
 
-extern "C" cudalab_status collectives_tp_mlp_time(int handle, int ar_variant, int overlap, int chunks, int T, int H,
-                                                  int F, int iters, float *ms) {
+extern "C" cudalab_status collectives_tp_split(int handle, int ar_variant, int gemm, int overlap, int chunks, int T,
+                                               int H, int F, int *split) {
+    Comm *c = get(handle);
+    if (!c || !split) return cudaErrorInvalidValue;
+    COLL_TRY(tp_check(*c, ar_variant, gemm, chunks, T, H, F));
+    TpSplit sp{0, c->blocks};
+    COLL_TRY(cudaSetDevice(c->dev[0]));
+    if (overlap) COLL_TRY(tp_forward_split(*c, ar_variant, gemm, tp_blocks(T, chunks), H, F / c->world, &sp));
+    split[0] = sp.gemm_sms;
+    split[1] = sp.blocks;
+    return 0;
+}
+
+extern "C" cudalab_status collectives_tp_mlp_time(int handle, int ar_variant, int gemm, int overlap, int chunks, int T,
+                                                  int H, int F, int iters, float *ms) {
     Comm *c = get(handle);
     if (!c || !ms || iters < 1) return cudaErrorInvalidValue;
     TpBuffers t;
-    COLL_TRY(tp_open(*c, t, ar_variant, chunks, T, H, F));
+    COLL_TRY(tp_open(*c, t, ar_variant, gemm, chunks, T, H, F));
     const int Fr = F / c->world;
     cudaError_t e = cudaSuccess;
     for (int r = 0; r < c->world && e == cudaSuccess; ++r) {
@@ -1697,7 +1861,7 @@ extern "C" cudalab_status collectives_tp_mlp_time(int handle, int ar_variant, in
     std::vector<float> times;
     for (int i = 0; i < iters + 1 && e == cudaSuccess; ++i) {  // one warm-up
         const auto t0 = std::chrono::steady_clock::now();
-        e = tp_forward(*c, t, ar_variant, overlap, chunks, T, H, Fr);
+        e = tp_forward(*c, t, ar_variant, gemm, overlap, chunks, T, H, Fr);
         if (e == cudaSuccess) e = sync_all(*c);
         const auto t1 = std::chrono::steady_clock::now();
         if (i > 0) times.push_back((float)std::chrono::duration<double, std::milli>(t1 - t0).count());

@@ -45,8 +45,8 @@ long long collectives_max_bytes(int variant, long long in_bytes);
 /* The most ranks the "small" variants (04, 05, 06) run. */
 int collectives_small_max_world(void);
 /* NULL when the variant runs here, else why not ("needs sm_80: this GPU is sm_75": tp_mlp and
-   tp_mlp_overlap run gemm_tc's sm_80 GEMM); their entry points then return cudaErrorNotSupported
-   before any launch. */
+   tp_mlp_overlap need at least gemm_tc's sm_80 GEMM); their entry points then return
+   cudaErrorNotSupported before any launch. */
 const char *collectives_unsupported_reason(int variant);
 
 /* 1 when this library was built against NCCL, else 0; NCCL's version code (e.g. 22809), else 0. */
@@ -116,18 +116,30 @@ const char *collectives_phase_name(int phase);
 /* The last failure in words (which rank, which step, or NCCL's own message); "" when none. */
 const char *collectives_last_message(void);
 
+/* The tensor-parallel block's GEMMs, by index: "auto" (the fastest that takes each product: gemm_tc's
+   wgmma rung on a Hopper with an sm_90a build, its 02_mma_sync elsewhere), "mma_sync", "wgmma".
+   The refusal: NULL when GEMM `gemm` runs the block of hidden H and ffn F over `world` ranks here,
+   else why not, in one sentence (the entry points below then return an error before any launch). */
+int collectives_tp_gemm_count(void);
+const char *collectives_tp_gemm_name(int i);
+const char *collectives_tp_gemm_refusal(int gemm, int world, int H, int F);
 /* The tensor-parallel MLP block, y = gelu(x . W1^T) . W2^T, over the communicator's ranks:
    x is T x H, W1 is F x H (rank r holds rows r*F/world ..), W2 is H x F (rank r holds the same
-   columns); each rank computes its partial y (T x H, float32) with gemm_tc's 02_mma_sync and the
+   columns); each rank computes its partial y (T x H, float32) with GEMM `gemm` (above) and the
    all-reduce `ar_variant` (02 or 03) sums them. overlap = 1 splits T into `chunks` row blocks and
    runs the all-reduce of block i beside the GEMMs of block i+1 (a second stream). y is world x T x H:
    every rank's result. The communicator needs in_bytes = out_bytes >= T*H*4. */
-cudalab_status collectives_tp_mlp(int handle, int ar_variant, int overlap, int chunks, int T, int H, int F,
+cudalab_status collectives_tp_mlp(int handle, int ar_variant, int gemm, int overlap, int chunks, int T, int H, int F,
                                   const cudalab_bf16 *x, const cudalab_bf16 *w1, const cudalab_bf16 *w2, float *y);
+/* How the block splits each GPU between the GEMMs and the all-reduce (overlap = 1: beside them):
+   split[0] = the SMs the wgmma GEMMs' persistent grids may use (0: every SM; 02 takes no cap),
+   split[1] = the all-reduce's blocks per rank. Nothing is launched. */
+cudalab_status collectives_tp_split(int handle, int ar_variant, int gemm, int overlap, int chunks, int T, int H, int F,
+                                    int *split);
 /* The same block on device-resident random weights, timed: ms[0] = median milliseconds of `iters`
    forwards (each one synchronised across the ranks), for the executable and the 2-GPU run. */
-cudalab_status collectives_tp_mlp_time(int handle, int ar_variant, int overlap, int chunks, int T, int H, int F,
-                                       int iters, float *ms);
+cudalab_status collectives_tp_mlp_time(int handle, int ar_variant, int gemm, int overlap, int chunks, int T, int H,
+                                       int F, int iters, float *ms);
 
 #ifdef __cplusplus
 }

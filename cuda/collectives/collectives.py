@@ -5,7 +5,7 @@ Public API (numpy in, numpy out; every argument is checked before anything is la
     allreduce(arrays, variant="02_ring_allreduce")    one array per rank -> CollectiveResult
     allgather(arrays), reduce_scatter(arrays)           NCCL (one GPU per rank)
     p2p_copy(arrays, direction="both", method="kernel") two ranks: each gets the other's array
-    tp_mlp(x, w1, w2, world, overlap=False)            y = gelu(x W1^T) W2^T over `world` ranks
+    tp_mlp(x, w1, w2, world, overlap=False, gemm="auto")   y = gelu(x W1^T) W2^T over `world` ranks
     Communicator(world, nbytes, ...)                    the handle the above open and close; keep one
                                                         open for back-to-back calls (its flags persist)
     reference_allreduce(arrays), tp_reference(x, w1, w2)   numpy, float64 where rounding matters
@@ -76,8 +76,8 @@ def variant_index(variant: str) -> int:
 
 
 def unsupported_reason(variant: str) -> str | None:
-    """None when `variant` runs on this build and GPU, else why not: tp_mlp and tp_mlp_overlap run
-    gemm_tc's sm_80 GEMM ("needs sm_80: this GPU is sm_75"). Asks the library; nothing is launched."""
+    """None when `variant` runs on this build and GPU, else why not: tp_mlp and tp_mlp_overlap need at
+    least gemm_tc's sm_80 GEMM ("needs sm_80: this GPU is sm_75"). Asks the library; nothing is launched."""
     lb = lib()
     why = lb.collectives_unsupported_reason(variant_index(variant))
     return None if why == lb.ffi.NULL else lb.ffi.string(why).decode()
@@ -546,10 +546,27 @@ def tp_reference(x, w1, w2, round_hidden: bool = True) -> np.ndarray:
     return h @ np.asarray(w2, np.float64).T
 
 
+def tp_gemm_names() -> tuple[str, ...]:
+    """The GEMMs the tensor-parallel block can run, as the library names them: "auto" (the fastest that
+    takes each product: gemm_tc's wgmma rung on a Hopper with an sm_90a build, its 02_mma_sync
+    elsewhere), then each by name."""
+    return library.read_table(PROGRAM, "tp_gemm")
+
+
+def tp_gemm_refusal(gemm: str, world: int, hidden: int, ffn: int) -> str | None:
+    """None when GEMM `gemm` runs the block of `hidden` and `ffn` over `world` ranks on this build and
+    GPU, else why not, in the library's words. Nothing is launched."""
+    lb = lib()
+    why = lb.collectives_tp_gemm_refusal(library.table_index(PROGRAM, "tp_gemm", gemm), int(world), int(hidden),
+                                         int(ffn))
+    return None if why == lb.ffi.NULL else lb.ffi.string(why).decode()
+
+
 def tp_mlp(x, w1, w2, world: int, overlap: bool = False, chunks: int = 4, ar_variant: str = "02_ring_allreduce",
-           virtual: bool | None = None, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> CollectiveResult:
+           virtual: bool | None = None, timeout_ms: int = DEFAULT_TIMEOUT_MS, gemm: str = "auto") -> CollectiveResult:
     """y = gelu(x W1^T) W2^T with W1 (F x H) split by rows and W2 (H x F) by columns over `world`
-    ranks, each partial y all-reduced (`ar_variant`); bf16 inputs, float32 y on every rank."""
+    ranks, each partial y all-reduced (`ar_variant`); bf16 inputs, float32 y on every rank. `gemm`
+    names the GEMM (tp_gemm_names()); a GEMM that cannot run the block here is refused before any launch."""
     import ml_dtypes
 
     bf = np.dtype(ml_dtypes.bfloat16)
@@ -570,15 +587,19 @@ def tp_mlp(x, w1, w2, world: int, overlap: bool = False, chunks: int = 4, ar_var
         raise ValueError(f"ar_variant must be 02_ring_allreduce or 03_oneshot_allreduce, got {ar_variant!r}")
     if not isinstance(chunks, (int, np.integer)) or chunks < 1:
         raise ValueError(f"chunks must be a positive integer, got {chunks!r}")
+    gemm_index = library.table_index(PROGRAM, "tp_gemm", gemm)
     variant = "tp_mlp_overlap" if overlap else "tp_mlp"
     why = unsupported_reason(variant)
     if why:
         raise ValueError(f"variant {variant!r} cannot run here: {why}")
+    why = tp_gemm_refusal(gemm, int(world), H, F)
+    if why:
+        raise ValueError(f"gemm {gemm!r} cannot run this block here: {why}")
     v = plan(int(world), variant, virtual)
     y = np.full((world, T, H), np.nan, dtype=np.float32)
     with Communicator(int(world), T * H * 4, v, timeout_ms=timeout_ms) as c:
-        c._call("collectives_tp_mlp", c.handle, variant_index(ar_variant), int(bool(overlap)), int(chunks), T, H, F,
-                x, w1, w2, y)
+        c._call("collectives_tp_mlp", c.handle, variant_index(ar_variant), gemm_index, int(bool(overlap)), int(chunks),
+                T, H, F, x, w1, w2, y)
         return CollectiveResult(list(y), variant, int(world), c.ranks, _note(v, int(world)))
 
 

@@ -182,6 +182,8 @@ def test_tp_mlp_refuses_bad_shapes_before_launch():
         co.tp_mlp(np.ones((4, 8), np.float32), w1, w2, world=2)
     with pytest.raises(ValueError, match="ar_variant"):
         co.tp_mlp(x, w1, w2, world=2, ar_variant="nccl_allreduce")
+    with pytest.raises(ValueError, match="unknown collectives tp_gemm 'cublas'; valid: auto, mma_sync, wgmma"):
+        co.tp_mlp(x, w1, w2, world=2, gemm="cublas")
 
 
 def test_p2p_copy_refuses_other_than_two_ranks():
@@ -220,6 +222,36 @@ def test_the_kinds_of_variant_are_the_tables_tags():
     assert "nccl_allreduce" in co.no_nccl()
 
 
+def test_the_tp_gemms_are_the_librarys_table_and_wgmma_refuses_rows_tma_cannot_read():
+    assert co.tp_gemm_names() == ("auto", "mma_sync", "wgmma")
+    # The wgmma GEMM reads its operands through TMA: rows of hidden (first GEMM) and ffn/world (second)
+    # bf16 must be a multiple of 16 bytes. Where this GPU or build has no sm_90a it says that instead.
+    odd_hidden, odd_share = co.tp_gemm_refusal("wgmma", 2, 60, 256), co.tp_gemm_refusal("wgmma", 2, 64, 2 * 12)
+    assert odd_hidden and odd_share
+    if co.tp_gemm_refusal("wgmma", 2, 64, 256) is None:
+        assert "multiple of 8" in odd_hidden and "multiple of 8" in odd_share
+    else:
+        assert odd_hidden.startswith("needs sm_90a") and odd_hidden == co.tp_gemm_refusal("wgmma", 2, 64, 256)
+    # auto and mma_sync take any shape (02 reads any K in place): only the variants' sm_80 need refuses them
+    for gemm in ("auto", "mma_sync"):
+        assert co.tp_gemm_refusal(gemm, 2, 60, 2 * 12) == co.unsupported_reason("tp_mlp")
+    with pytest.raises(ValueError, match="unknown collectives tp_gemm 'cublas'"):
+        co.tp_gemm_refusal("cublas", 2, 64, 256)
+
+
+def test_a_refused_tp_gemm_raises_with_the_reason_before_any_launch(monkeypatch):
+    def no_launch(*a, **k):
+        raise AssertionError("a refused GEMM reached the communicator")
+
+    monkeypatch.setattr(co, "unsupported_reason", lambda v: None)
+    monkeypatch.setattr(co, "Communicator", no_launch)
+    monkeypatch.setattr(co, "plan", no_launch)
+    x, w1, w2 = _tp_inputs(H=60)
+    why = co.tp_gemm_refusal("wgmma", 2, 60, 256)
+    with pytest.raises(ValueError, match=re.escape(f"gemm 'wgmma' cannot run this block here: {why}")):
+        co.tp_mlp(x, w1, w2, 2, gemm="wgmma")
+
+
 def test_failure_phases_are_named_by_the_library():
     assert [co.phase_name(p) for p in range(7)] == ["reduce-scatter", "all-gather", "start barrier", "end barrier",
                                                     "NCCL", "signal", "gather"]
@@ -246,6 +278,8 @@ def test_executable_refuses_bad_arguments_with_status_2():
     assert r.returncode == 2 and "below the world size" in r.stderr
     r = _exe("--variant", "tp_mlp", env={"RANK": "0", "WORLD_SIZE": "1"})
     assert r.returncode == 2 and "runs in one process" in r.stderr
+    r = _exe("--variant", "tp_mlp_overlap", "--gemm", "cublas")
+    assert r.returncode == 2 and "unknown --gemm 'cublas' (valid: auto, mma_sync, wgmma)" in r.stderr, r.stderr
     r = _exe("--variant", "03_oneshot_allreduce", "--virtual", env={"RANK": "0", "WORLD_SIZE": "1"})
     assert r.returncode == 2 and "--virtual runs every rank in one process" in r.stderr, r.stderr
 
@@ -690,6 +724,55 @@ def test_tp_mlp_on_virtual_ranks_matches_the_unsharded_block(world, overlap, ar)
     assert relative_error(res.outputs[0], no_gelu) > 5e-2
 
 
+def _check_tp_gemm(x, w1, w2, world, gemm, chunks, virtual):
+    """The block with GEMM `gemm`, plain and overlapped, against the unsharded one; every rank the same
+    bits. A GEMM this GPU or build cannot run is refused in one line before any launch, then skipped."""
+    from harness.calling.results import relative_error
+
+    H, F = x.shape[1], w1.shape[0]
+    why = co.unsupported_reason("tp_mlp") or co.tp_gemm_refusal(gemm, world, H, F)
+    if why:
+        with pytest.raises(ValueError, match=re.escape(why)):
+            co.tp_mlp(x, w1, w2, world, gemm=gemm, virtual=virtual)
+        pytest.skip(why)
+    ref = co.tp_reference(x, w1, w2)
+    for overlap in (False, True):
+        res = co.tp_mlp(x, w1, w2, world, overlap=overlap, chunks=chunks, gemm=gemm, virtual=virtual)
+        for r in range(world):
+            err = relative_error(res.outputs[r], ref)
+            assert err < 5e-3, (overlap, r, err)
+            assert res.outputs[r].tobytes() == res.outputs[0].tobytes()
+    no_gelu = (x.astype(np.float64) @ w1.astype(np.float64).T) @ w2.astype(np.float64).T
+    assert relative_error(res.outputs[0], no_gelu) > 5e-2
+    return res
+
+
+# Token counts and blocks: one row; 203 in 3 blocks of 64, 64 and 75 rows (boundaries on multiples of 8);
+# 1000 in 5 blocks of 128, 256, 128, 256 and 232 (multiples of 128 where every block can have one).
+# hidden 192 and ffn 768: N of 192 and 384 (or 192) against the wgmma rung's 256-wide tiles, K of 3 or 6
+# of its 64-deep steps. None of the block heights is a multiple of 128 but some.
+TP_RAGGED = [(1, 1), (203, 3), (1000, 5)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gemm", ["mma_sync", "wgmma"])
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("T, chunks", TP_RAGGED, ids=[f"T{t}c{c}" for t, c in TP_RAGGED])
+def test_tp_mlp_each_gemm_on_virtual_ranks_on_ragged_token_blocks(gemm, world, T, chunks):
+    x, w1, w2 = _tp_inputs(T=T, H=192, F=768, seed=T + world)
+    _check_tp_gemm(x, w1, w2, world, gemm, chunks, virtual=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("H, F", [(60, 240), (62, 256), (64, 2 * 36)], ids=["h60", "h62", "share36"])
+def test_tp_mlp_auto_takes_02_for_a_gemm_whose_rows_tma_cannot_read(H, F):
+    """auto runs each product on the fastest GEMM that takes it: hidden 60 or 62 (the first GEMM's K)
+    sends that GEMM to 02 and keeps the second on wgmma (K = F/2, a multiple of 8; 62 also leaves the
+    TMA store for the direct one, N % 4 != 0); ffn/world 36 does the reverse."""
+    x, w1, w2 = _tp_inputs(T=203, H=H, F=F, seed=H)
+    _check_tp_gemm(x, w1, w2, 2, "auto", 3, virtual=True)
+
+
 # --- GPU: NCCL with one rank, and one process per rank --------------------------------------------------
 
 @pytest.mark.gpu
@@ -785,6 +868,18 @@ def test_tp_mlp_on_two_gpus(overlap):
     assert res.ranks == "devices"
     for r in range(2):
         assert relative_error(res.outputs[r], co.tp_reference(x, w1, w2)) < 5e-3
+
+
+# One rank per GPU: each GPU's GEMMs under the overlapped form's SM cap, the all-reduce beside them on
+# the SMs left over, and every rank's maps in one cache (pointers on several devices).
+@pytest.mark.gpu
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("gemm", ["auto", "mma_sync", "wgmma"])
+def test_tp_mlp_each_gemm_on_one_gpu_per_rank(world, gemm):
+    if gpus.too_few_gpus(world):
+        pytest.skip(gpus.too_few_gpus(world))
+    x, w1, w2 = _tp_inputs(T=1000, H=192, F=768, seed=world)
+    assert _check_tp_gemm(x, w1, w2, world, gemm, 5, virtual=False).ranks == "devices"
 
 
 @pytest.mark.gpu

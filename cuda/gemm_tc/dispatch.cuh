@@ -1,7 +1,9 @@
 // gemm_tc's dispatch: the variant table, which rung and configuration each variant runs, and the
-// launch functions the library (gemm_tc.cu) calls. Each rung is a header of its own: k01_wmma.cuh,
-// cuda/shared/gemm_tc/k02_mma_sync.cuh (shared with transformer_block and collectives), k03_wgmma.cuh
-// (03-06, 08), k07_wgmma_pingpong.cuh; the tuning table is configs.cuh.
+// launch function the library (gemm_tc.cu) calls. Each rung is a header of its own: k01_wmma.cuh here,
+// and under cuda/shared/gemm_tc/ (other programs run them too) k02_mma_sync.cuh (transformer_block,
+// collectives), k03_wgmma.cuh (03-06, 08) and k07_wgmma_pingpong.cuh; the tuning table is
+// cuda/shared/gemm_tc/configs.cuh and the wgmma rungs' host launch (launch_config, and the
+// launch_fastest that collectives' tensor-parallel block calls) cuda/shared/gemm_tc/wgmma_launch.cuh.
 //
 // gemm_tc kernels: C (M x N, float32, row-major) = A (M x K, bf16, row-major) . B^T, with B given as
 // N x K bf16 row-major (the "TN" layout: both operands K-contiguous, like nn.Linear's weight).
@@ -36,11 +38,10 @@
 #include <cstring>
 
 #include "check.cuh"
-#include "configs.cuh"
+#include "gemm_tc/configs.cuh"
 #include "gemm_tc/k02_mma_sync.cuh"
+#include "gemm_tc/wgmma_launch.cuh"
 #include "k01_wmma.cuh"
-#include "k03_wgmma.cuh"
-#include "k07_wgmma_pingpong.cuh"
 
 namespace gemm_tc {
 
@@ -92,68 +93,6 @@ static inline int variant_config(int v) {
     }
 }
 
-// Any wgmma configuration (03's body under 03-05, 07's ping-pong kernel) on K a multiple of 8.
-static inline cudaError_t launch_03(int M, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
-                                    cudaStream_t stream, int drop_last_k_tiles, const WgmmaConfig &cf) {
-    if (((uintptr_t)A | (uintptr_t)B) % 16 != 0) return cudaErrorInvalidValue;  // TMA: 16-byte aligned bases
-    if (cf.how == Schedule::PingPong) {  // 128-row boxes of A and of B: maps of their own
-        static MapCache pa, pb;
-        cudaError_t e = cached_map(pa, A, M, K, P_BM);
-        if (e == cudaSuccess) e = cached_map(pb, B, N, K, P_BN);
-        if (e != cudaSuccess) return e;
-        return cf.stages == 4 ? launch_pingpong<4>(M, N, K, pa.map, pb.map, C, stream, drop_last_k_tiles, cf.raster)
-                              : launch_pingpong<P_STAGES>(M, N, K, pa.map, pb.map, C, stream, drop_last_k_tiles, cf.raster);
-    }
-    const bool cluster = cf.how == Schedule::Cluster2 || cf.how == Schedule::Cluster2Store;
-    // One cached map pair per box shape: 05 fetches B in 128-row halves.
-    static MapCache ca, cb, cb_half, cc;
-    cudaError_t e = cached_map(ca, A, M, K, H_BM);
-    if (e != cudaSuccess) return e;
-    MapCache &mb = cluster ? cb_half : cb;
-    e = cached_map(mb, B, N, K, cluster ? H_BN / 2 : H_BN);
-    if (e != cudaSuccess) return e;
-    // The kernels without a TMA store never read their C map: they get A's.
-    if (cf.how == Schedule::PersistentStore || cf.how == Schedule::Cluster2Store) {
-        // TMA stores need a 16-byte row pitch and base: any other N (or C) keeps 08's grid with 04's
-        // (05's) direct stores.
-        if (N % 4 != 0 || (uintptr_t)C % 16 != 0)
-            return cluster ? launch_wgmma<2, 4, false>(M, N, K, ca.map, mb.map, ca.map, C, stream, drop_last_k_tiles, cf.how, cf.raster)
-                           : launch_wgmma<1, 4, false>(M, N, K, ca.map, mb.map, ca.map, C, stream, drop_last_k_tiles, cf.how, cf.raster);
-        e = cached_map_c(cc, C, M, N);
-        if (e != cudaSuccess) return e;
-        return cluster ? launch_wgmma<2, 4, true>(M, N, K, ca.map, mb.map, cc.map, C, stream, drop_last_k_tiles, cf.how, cf.raster)
-                       : launch_wgmma<1, 4, true>(M, N, K, ca.map, mb.map, cc.map, C, stream, drop_last_k_tiles, cf.how, cf.raster);
-    }
-    if (cluster)
-        return cf.stages == 3 ? launch_wgmma<2, 3, false>(M, N, K, ca.map, mb.map, ca.map, C, stream, drop_last_k_tiles, cf.how, cf.raster)
-                              : launch_wgmma<2, 4, false>(M, N, K, ca.map, mb.map, ca.map, C, stream, drop_last_k_tiles, cf.how, cf.raster);
-    return cf.stages == 3 ? launch_wgmma<1, 3, false>(M, N, K, ca.map, mb.map, ca.map, C, stream, drop_last_k_tiles, cf.how, cf.raster)
-                          : launch_wgmma<1, 4, false>(M, N, K, ca.map, mb.map, ca.map, C, stream, drop_last_k_tiles, cf.how, cf.raster);
-}
-
-// k not a multiple of 8: TMA needs 16-byte row strides, so A and B are copied, stream-ordered, into
-// zero-padded (rows x k8) buffers, k8 = k rounded up to 8; the zero columns add nothing to C. It is
-// the fallback, not a fast path: on the H100, 4096 x 4096 x 4095 took 0.372 ms against 0.193 ms at
-// k = 4096 (the memset and the two odd-pitch 2-D copies cost as much as the product).
-static inline cudaError_t launch_03_padded(int M, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
-                                           cudaStream_t stream, int drop_last_k_tiles, const WgmmaConfig &cf) {
-    const int K8 = (int)cdiv(K, 8) * 8;
-    const size_t bytes_a = (size_t)M * K8 * 2, bytes_b = (size_t)N * K8 * 2;
-    void *pa = nullptr, *pb = nullptr;
-    cudaError_t e = cudaMallocAsync(&pa, bytes_a + bytes_b, stream);
-    if (e != cudaSuccess) return e;
-    pb = (char *)pa + bytes_a;  // 256-byte aligned pool allocation; bytes_a is a multiple of 16
-    e = cudaMemsetAsync(pa, 0, bytes_a + bytes_b, stream);
-    if (e == cudaSuccess)
-        e = cudaMemcpy2DAsync(pa, (size_t)K8 * 2, A, (size_t)K * 2, (size_t)K * 2, M, cudaMemcpyDeviceToDevice, stream);
-    if (e == cudaSuccess)
-        e = cudaMemcpy2DAsync(pb, (size_t)K8 * 2, B, (size_t)K * 2, (size_t)K * 2, N, cudaMemcpyDeviceToDevice, stream);
-    if (e == cudaSuccess)
-        e = launch_03(M, N, K8, (const uint16_t *)pa, (const uint16_t *)pb, C, stream, drop_last_k_tiles, cf);
-    const cudaError_t f = cudaFreeAsync(pa, stream);
-    return e != cudaSuccess ? e : f;
-}
-
 // ================================================================================================
 // The plain launch function
 // ================================================================================================
@@ -167,20 +106,6 @@ static inline const char *requirement(int variant, int M, int N, int K) {
         return "01_wmma takes m at most 2097120 (the grid's y limit: 65535 blocks of 32 rows)";
     if (is_wgmma(variant)) return wgmma_requirement(M, N, K);
     return nullptr;
-}
-
-// Enqueue C = A . B^T with tuning configuration `config` (an index into kWgmmaConfigs). k = 0 writes
-// zeros; k not a multiple of 8 takes the padded copy. cudaErrorInvalidValue for an unknown index,
-// cudaErrorNotSupported where there is no sm_90a.
-static inline cudaError_t launch_config(int config, int M, int N, int K, const uint16_t *A, const uint16_t *B,
-                                        float *C, cudaStream_t stream, int drop_last_k_tiles = 0) {
-    if (config < 0 || config >= kWgmmaConfigCount || M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
-    if (!wgmma_available()) return cudaErrorNotSupported;
-    if (M == 0 || N == 0) return cudaSuccess;
-    if (K == 0) return cudaMemsetAsync(C, 0, (size_t)M * N * sizeof(float), stream);
-    const WgmmaConfig &cf = kWgmmaConfigs[config];
-    return K % 8 == 0 ? launch_03(M, N, K, A, B, C, stream, drop_last_k_tiles, cf)
-                      : launch_03_padded(M, N, K, A, B, C, stream, drop_last_k_tiles, cf);
 }
 
 // Enqueue C = A . B^T (A: M x K, B: N x K, bf16 bits; C: M x N float32) on `stream` with variant

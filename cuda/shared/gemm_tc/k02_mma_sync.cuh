@@ -1,7 +1,8 @@
 // gemm_tc's 02_mma_sync rung: C (M x N, float32) = A (M x K, bf16) . B^T (B: N x K bf16), both
 // K-contiguous, FP32 accumulation on the tensor cores with mma.sync m16n8k16 + ldmatrix and a
 // 4-stage cp.async pipeline (sm_80). Shared: gemm_tc runs it among its rungs (cuda/gemm_tc/dispatch.cuh),
-// transformer_block's bf16 projection and collectives' tensor-parallel MLP call launch_mma_sync.
+// transformer_block's bf16 projection calls launch_mma_sync, and collectives' tensor-parallel MLP
+// reaches it through launch_fastest (wgmma_launch.cuh) where there is no sm_90a.
 // Include as "gemm_tc/k02_mma_sync.cuh" (the Makefile passes -Icuda/shared).
 #pragma once
 

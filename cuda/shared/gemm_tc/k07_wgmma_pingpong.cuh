@@ -1,5 +1,5 @@
 // gemm_tc's 07_wgmma_pingpong rung (sm_90a) and its launcher. Shares the raster, the TMA maps and
-// the SM count with k03_wgmma.cuh. Launched through dispatch.cuh with one entry of configs.cuh.
+// the SM count with k03_wgmma.cuh. Launched through wgmma_launch.cuh with one entry of configs.cuh.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,7 +8,7 @@
 
 #include "check.cuh"
 #include "faults.cuh"
-#include "k03_wgmma.cuh"
+#include "gemm_tc/k03_wgmma.cuh"
 #include "tc_ptx.cuh"
 
 namespace gemm_tc {
@@ -188,12 +188,13 @@ __global__ void __launch_bounds__(P_THREADS, 1)
 // One block per SM, at most one per tile (a block with no tile would only wait).
 template <int kStages>
 static inline cudaError_t launch_pingpong(int M, int N, int K, const CUtensorMap &mapA, const CUtensorMap &mapB,
-                                          float *C, cudaStream_t stream, int drop_last_k_tiles, Raster raster) {
+                                          float *C, cudaStream_t stream, int drop_last_k_tiles, Raster raster,
+                                          int max_sms = 0) {
     constexpr int smem = p_smem(kStages);
     cudaError_t e = cudalab_allow_dynamic_smem(k07_wgmma_pingpong<kStages>, smem);
     if (e != cudaSuccess) return e;
     int sms = 0;
-    e = sm_count(&sms);
+    e = sm_count(&sms, max_sms);
     if (e != cudaSuccess) return e;
     const long long tiles = cdiv(M, P_BM) * cdiv(N, P_BN);
     const long long blocks = tiles < sms ? tiles : sms;

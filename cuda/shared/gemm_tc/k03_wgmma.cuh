@@ -1,7 +1,8 @@
 // gemm_tc's wgmma kernel (sm_90a) and its launcher: one body, k03_wgmma, under the schedules of
 // 03_wgmma, 04_wgmma_persistent, 05_wgmma_cluster, 06_wgmma_tuned and 08_wgmma_tma_store; the TMA
-// tensor maps it reads (cached per operand) and the raster both it and 07 walk. Launched through
-// dispatch.cuh with one entry of configs.cuh.
+// tensor maps it reads (cached per operand) and the raster both it and 07 walk. Launched with one
+// entry of configs.cuh through wgmma_launch.cuh (gemm_tc's variants, and launch_fastest for the
+// programs that borrow the lab's fastest GEMM). Include as "gemm_tc/k03_wgmma.cuh".
 #pragma once
 
 #include <cuda_bf16.h>
@@ -297,29 +298,61 @@ static inline cudaError_t make_map(CUtensorMap *map, const uint16_t *ptr, int ro
     return tma_host::encode_bf16_sw128(map, ptr, 2, dims, strides, box_rows);
 }
 
-// One cached map per operand: encoding costs host time, and the bench launches the same buffers.
+// The maps already encoded, one cache per box shape. Encoding is a driver call on the host for every
+// launch that misses, and callers come back to a few buffers: the bench launches the same A, B and C
+// again and again; collectives' tensor-parallel block launches two GEMMs per token chunk per rank, each
+// at its own offsets (world x chunks x 2 pointers per operand). A map holds only the key (pointer,
+// rows, cols; the box is the cache's), nothing of the allocation, so a hit is right even after the
+// memory under the pointer was freed and allocated again: an entry cannot go stale. kMapCacheWays
+// entries, replaced in turn; a larger working set costs host time (re-encodes), never a wrong map.
+constexpr int kMapCacheWays = 128;
 struct MapCache {
-    const void *ptr = nullptr;
-    int rows = -1, cols = -1;  // the matrix the map covers (A, B: cols = K; C: cols = N)
-    CUtensorMap map;
+    struct Entry {
+        const void *ptr = nullptr;
+        int rows = -1, cols = -1;  // the matrix the map covers (A, B: cols = K; C: cols = N)
+        CUtensorMap map;
+    };
+    Entry e[kMapCacheWays];
+    int used = 0, next = 0, last = 0;  // entries filled, the next to replace, the last hit
+    const CUtensorMap *find(const void *ptr, int rows, int cols) {
+        if (used > 0 && e[last].ptr == ptr && e[last].rows == rows && e[last].cols == cols) return &e[last].map;
+        for (int i = 0; i < used; ++i)
+            if (e[i].ptr == ptr && e[i].rows == rows && e[i].cols == cols) return &e[last = i].map;
+        return nullptr;
+    }
+    // The entry to (re)encode; its key is set by keep() only once the encoder succeeded.
+    Entry &victim() { return e[next]; }
+    const CUtensorMap *keep(const void *ptr, int rows, int cols) {
+        Entry &v = e[next];
+        v.ptr = ptr, v.rows = rows, v.cols = cols;
+        last = next;
+        if (used < kMapCacheWays) ++used;
+        next = (next + 1) % kMapCacheWays;
+        return &v.map;
+    }
 };
 
-static inline cudaError_t cached_map(MapCache &c, const uint16_t *ptr, int rows, int K, int box_rows) {
-    if (c.ptr == ptr && c.rows == rows && c.cols == K) return cudaSuccess;
-    cudaError_t e = make_map(&c.map, ptr, rows, K, box_rows);
+static inline cudaError_t cached_map(MapCache &c, const CUtensorMap **out, const uint16_t *ptr, int rows, int K,
+                                     int box_rows) {
+    if ((*out = c.find(ptr, rows, K)) != nullptr) return cudaSuccess;
+    MapCache::Entry &v = c.victim();
+    v.ptr = nullptr;  // a failed encode leaves no entry behind
+    cudaError_t e = make_map(&v.map, ptr, rows, K, box_rows);
     if (e != cudaSuccess) return e;
-    c.ptr = ptr, c.rows = rows, c.cols = K;
+    *out = c.keep(ptr, rows, K);
     return cudaSuccess;
 }
 // 08's C map: M x N floats, boxes of 64 rows x 32 floats in the 128-byte swizzle (the epilogue's
 // staging layout). Needs N % 4 == 0 and a 16-byte aligned C (TMA's row pitch and base rules).
-static inline cudaError_t cached_map_c(MapCache &c, const float *C, int M, int N) {
-    if (c.ptr == C && c.rows == M && c.cols == N) return cudaSuccess;
+static inline cudaError_t cached_map_c(MapCache &c, const CUtensorMap **out, const float *C, int M, int N) {
+    if ((*out = c.find(C, M, N)) != nullptr) return cudaSuccess;
+    MapCache::Entry &v = c.victim();
+    v.ptr = nullptr;
     const cuuint64_t dims[2] = {(cuuint64_t)N, (cuuint64_t)M};
     const cuuint64_t strides[1] = {(cuuint64_t)N * 4};
-    cudaError_t e = tma_host::encode_f32_sw128(&c.map, C, 2, dims, strides, 64);
+    cudaError_t e = tma_host::encode_f32_sw128(&v.map, C, 2, dims, strides, 64);
     if (e != cudaSuccess) return e;
-    c.ptr = C, c.rows = M, c.cols = N;
+    *out = c.keep(C, M, N);
     return cudaSuccess;
 }
 
@@ -330,8 +363,10 @@ static inline cudaError_t cached_map_c(MapCache &c, const float *C, int M, int N
 // tuning twin Cluster2Store is 05's clusters with the same epilogue and grid rule.
 enum class Schedule { PerTile, Persistent, Cluster2, PingPong, PersistentStore, Cluster2Store };
 
-// The SM count, asked once: the attribute query costs host time on every launch.
-static inline cudaError_t sm_count(int *out) {
+// The SM count, asked once: the attribute query costs host time on every launch. max_sms > 0 caps it:
+// a persistent grid then leaves the other SMs to a kernel that runs beside it (collectives'
+// all-reduce beside the tensor-parallel block's GEMMs). gemm_tc's own launches pass 0.
+static inline cudaError_t sm_count(int *out, int max_sms = 0) {
     static int sms = 0;
     if (sms == 0) {
         int dev = 0;
@@ -339,7 +374,7 @@ static inline cudaError_t sm_count(int *out) {
         if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
         if (e != cudaSuccess) return e;
     }
-    *out = sms;
+    *out = max_sms > 0 && max_sms < sms ? max_sms : sms;
     return cudaSuccess;
 }
 
@@ -358,7 +393,7 @@ static inline long long persistent_grid(long long units, long long slots, Schedu
 template <int kCluster, int kStages, bool kTmaStore>
 static inline cudaError_t launch_wgmma(int M, int N, int K, const CUtensorMap &mapA, const CUtensorMap &mapB,
                                        const CUtensorMap &mapC, float *C, cudaStream_t stream, int drop_last_k_tiles,
-                                       Schedule how, Raster raster) {
+                                       Schedule how, Raster raster, int max_sms = 0) {
     constexpr int smem = h_smem(kStages, kTmaStore);
     auto kernel = k03_wgmma<kCluster, kStages, kTmaStore>;
     cudaError_t e = cudalab_allow_dynamic_smem(kernel, smem);
@@ -367,7 +402,7 @@ static inline cudaError_t launch_wgmma(int M, int N, int K, const CUtensorMap &m
     if constexpr (kCluster == 1) {
         if (how != Schedule::PerTile) {
             int sms = 0;
-            e = sm_count(&sms);
+            e = sm_count(&sms, max_sms);
             if (e != cudaSuccess) return e;
             blocks = persistent_grid(blocks, sms, how);
         }
@@ -392,7 +427,8 @@ static inline cudaError_t launch_wgmma(int M, int N, int K, const CUtensorMap &m
             if (fit < 1) return cudaErrorInvalidConfiguration;
         }
         const long long units = cdiv(cdiv(M, H_BM), kCluster) * cdiv(N, H_BN);
-        cfg.gridDim = dim3((unsigned)(kCluster * persistent_grid(units, fit, how)));
+        const int slots = max_sms >= kCluster && max_sms / kCluster < fit ? max_sms / kCluster : fit;
+        cfg.gridDim = dim3((unsigned)(kCluster * persistent_grid(units, slots, how)));
         e = cudaLaunchKernelEx(&cfg, kernel, M, N, K, mapA, mapB, mapC, C, raster, drop_last_k_tiles);
         return e != cudaSuccess ? e : cudaGetLastError();
     }

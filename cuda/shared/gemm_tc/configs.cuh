@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "k03_wgmma.cuh"
+#include "gemm_tc/k03_wgmma.cuh"
 
 namespace gemm_tc {
 
