@@ -1111,11 +1111,18 @@ def test_invoke_run_nodes_refuses_in_one_line():
                       (["--ranks", "2", "--nodes", "two"], "--nodes must be an integer, got 'two'")]:
         r = _inv("run", "collectives", *args)
         assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and msg in r.stderr, (args, r.stderr)
-    r = subprocess.run([sys.executable, "-m", "invoke", "run", "collectives", "--ranks", "4", "--nodes", "2"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": pythonpath(ROOT), "CUDA_VISIBLE_DEVICES": "0,1"})
+    def visible(gpu_list: str, *args):
+        return subprocess.run([sys.executable, "-m", "invoke", "run", "collectives", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PYTHONPATH": pythonpath(ROOT), "CUDA_VISIBLE_DEVICES": gpu_list})
+
+    r = visible("0,1", "--ranks", "4", "--nodes", "2")
     assert r.returncode != 0 and r.stderr.strip() == ("collectives: --ranks 4: one GPU per rank, and 2 GPU(s) are "
                                                       "visible here (0, 1)"), r.stderr
+    # A lab kernel across the rehearsed nodes: the ranks' own refusal (before any CUDA call), in one line.
+    r = visible("0,1", "--ranks", "2", "--nodes", "2", "--variant", "02_ring_allreduce")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1 and "peers on another node cannot be mapped" in lines[0], r.stderr
 
 
 # A rank that prints what it reads: the layout, and where NCCL would go.
@@ -1166,7 +1173,8 @@ def _run_group(argv, timeout: float, env=None):
 
 
 MPIRUN = __import__("shutil").which("mpirun")
-needs_mpirun = pytest.mark.skipif(MPIRUN is None, reason="mpirun not found: pip install -e '.[mpi]' (Open MPI's wheel)")
+needs_mpirun = pytest.mark.skipif(MPIRUN is None, reason="mpirun not found: pip install -e '.[mpi]' (Open MPI's wheel, "
+                                                          "which ships mpirun)")
 
 
 @needs_mpirun
@@ -1263,7 +1271,7 @@ def _three_collectives_pass(df, world: int) -> None:
 @pytest.mark.gpu
 @needs_nccl()
 @pytest.mark.parametrize("world", [pytest.param(2, marks=needs_gpus(2)), pytest.param(4, marks=needs_gpus(4))])
-@pytest.mark.parametrize("style", ["lab", "torchrun"])
+@pytest.mark.parametrize("style", ["lab", "mpirun", "torchrun"])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_the_rehearsal_runs_nccls_collectives_over_sockets_on_loopback(world, style, dtype):
     # 100003: not a multiple of the world, a pack or a chunk; the reduce-scatter takes the largest multiple.
@@ -1272,21 +1280,21 @@ def test_the_rehearsal_runs_nccls_collectives_over_sockets_on_loopback(world, st
     assert_sockets_on_loopback(res.stdout + "".join(r.stderr for r in res.ranks), nodes=2)
 
 
-@pytest.mark.gpu
-@needs_nccl()
-@needs_gpus(2)
 @pytest.mark.parametrize("variant", ["01_p2p_copy", "02_ring_allreduce", "03_oneshot_allreduce", "04_oneshot_signal",
                                      "05_twoshot_allreduce", "06_oneshot_ll", "auto_allreduce", "nccl_allreduce"])
 def test_the_rehearsal_refuses_every_ipc_variant_in_one_line(variant):
+    # The executable refuses before any CUDA call, so the GPUs shared out need not exist: this runs anywhere.
     with pytest.raises(launch.RankFailure) as ei:
-        _rehearsal(["--variant", variant, "--n", "4099"], 2, deadline=60.0)
-    assert ei.value.returncode == 2
-    assert "peers on another node cannot be mapped" in str(ei.value) and "span 2 nodes (CUDALAB_NODES=2)" in str(ei.value)
+        launch.run_program("collectives", 2, ["--variant", variant, "--n", "4099"], deadline_s=60.0, nodes=2,
+                           gpus=["0", "1"])
+    err = ei.value
+    assert err.returncode == 2 and "\n" not in str(err)
+    assert "peers on another node cannot be mapped" in str(err) and "span 2 nodes (CUDALAB_NODES=2)" in str(err)
 
 
 @pytest.mark.gpu
 @needs_nccl()
-@pytest.mark.skipif(MPIRUN is None, reason="mpirun not found: pip install -e '.[mpi]' (Open MPI's wheel, which ships mpirun)")
+@needs_mpirun
 @pytest.mark.parametrize("world", [pytest.param(2, marks=needs_gpus(2)), pytest.param(4, marks=needs_gpus(4))])
 def test_the_rehearsal_under_mpirun_runs_nccls_collectives_over_sockets_on_loopback(world):
     exe = build.bin_path("collectives")
