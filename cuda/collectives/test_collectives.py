@@ -1352,3 +1352,13 @@ def test_a_rank_that_dies_or_hangs_in_the_rehearsal_ends_every_rank_within_the_d
     assert took < deadline + launch.GRACE_S + 10, took
     exe = str(build.bin_path("collectives"))
     assert not [p for p in _running(exe) if not _gone(p)]
+
+
+@pytest.mark.gpu
+@needs_nccl()
+@needs_gpus(2)
+def test_the_socket_sweep_puts_both_paths_in_one_table():
+    df = co.latency_sweep_processes(2, sizes=[4096, 1 << 20], iters=10, nodes=2)
+    assert sorted(set(df["path"])) == ["nvlink", "socket"] and len(df) == 2 * 2 * 2
+    assert (df["eager_us"] > 0).all() and (df["busbw_gbs"] > 0).all()
+    assert set(df[df.path == "socket"]["nodes"]) == {2} and set(df[df.path == "nvlink"]["nodes"]) == {1}
