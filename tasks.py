@@ -155,17 +155,23 @@ def test(c, marker="", keyword="", args="", jobs="auto", gpus=""):
             "image": "grayscale: input image, any format Pillow reads (default: a generated test picture)",
             "out": "grayscale: where the grey PNG goes",
             "ranks": "collectives: start this many processes, one rank each (RANK/WORLD_SIZE/LOCAL_RANK, NCCL); "
-                     "all are stopped when one fails"})
+                     "all are stopped when one fails",
+            "nodes": "collectives, with --ranks: rehearse this many nodes on this host (the ranks split evenly, "
+                     "each node its own GPUs, NCCL over sockets on loopback only)"})
 @cli.help_if_asked
-def run(c, prog, variant=None, image=None, out=None, ranks=""):
+def run(c, prog, variant=None, image=None, out=None, ranks="", nodes=""):
     """Run one program's executable: `invoke run hello -- all`.
 
     Arguments after `--` go to the program (`-- --help` lists them);
     `invoke run grayscale --image in.png --out g.png` converts a picture of yours."""
     cli.program_names(prog)
     args = shlex.split(c.remainder or "")  # what followed a standalone `--`
+    if nodes and not ranks:
+        raise Exit(f"--nodes {nodes} rehearses nodes of the ranks --ranks starts: give --ranks too "
+                   f"(e.g. invoke run collectives --ranks 4 --nodes 2)")
     if ranks:
-        cli.run_ranks(prog, cli.int_option(ranks, "--ranks", lo=1), variant, args)
+        cli.run_ranks(prog, cli.int_option(ranks, "--ranks", lo=1), variant, args,
+                      nodes=cli.int_option(nodes, "--nodes", lo=1) or 1)
         return
     own_cli = _registry.hook(prog, "cli")
     # --image and --out exist only where the program's `cli` hook names them (grayscale's).

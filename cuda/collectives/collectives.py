@@ -22,6 +22,11 @@ One process per rank: `invoke run collectives --ranks N` (harness/calling/launch
 Python, each process opens `Communicator.from_environment(nbytes)` (rank_environment() reads the
 same variables) and calls `run_rank` / `time`; every kernel runs as in one process, the peers'
 buffers mapped through CUDA IPC.
+
+Nodes. CUDA IPC stops at the node, so when the ranks span nodes (node_layout: the one rule, which the
+executable keeps too) only NCCL's collectives run, and the lab's kernels are refused in one line.
+`invoke run collectives --ranks 4 --nodes 2` rehearses two nodes on one host, NCCL held to its socket
+transport over loopback; latency_sweep_processes(world, nodes=2) times that path beside the one-node one.
 """
 
 from __future__ import annotations
@@ -179,9 +184,79 @@ RANK_VARIABLES = (("RANK", "WORLD_SIZE", "LOCAL_RANK"),  # torchrun, `invoke run
 class RankEnvironment:
     rank: int
     world: int
-    local_rank: int
+    local_rank: int  # the rank's place on its node, which is the GPU it drives among the node's visible ones
     source: str  # the rank variable read: RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID
     id_file: str  # CUDALAB_ID_FILE, "" when the unique id comes from NCCL_COMM_ID or MASTER_ADDR/PORT
+    nodes: int = 1  # how many nodes the ranks span (node_layout)
+    node: int = 0  # this rank's node
+    layout: str = "one node"  # what said so, for messages: "CUDALAB_NODES=2", "SLURM_NNODES=2", ...
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    nodes: int
+    node: int
+    local_rank: int
+    said_by: str
+
+
+def node_layout(rank: int, world: int, source: str, env) -> NodeLayout:
+    """Which node this rank is on, and how many nodes the ranks span: the one rule for "the ranks span
+    nodes", which decides whether the lab's CUDA IPC kernels may run (cuda/collectives/main.cu's
+    node_layout keeps the same rule). In this order:
+      CUDALAB_NODES=K (the rehearsal of K nodes on one host: the lab's launcher with --nodes, or mpirun -x):
+          the ranks fill the K nodes in order, world/K each; CUDALAB_NODE, when set, must agree;
+      else the rank's own launcher: torchrun / the lab's (LOCAL_WORLD_SIZE of WORLD_SIZE; GROUP_RANK is the
+          node), mpirun (OMPI_COMM_WORLD_LOCAL_SIZE of OMPI_COMM_WORLD_SIZE), srun (SLURM_NNODES, SLURM_NODEID);
+      else one node. The local rank comes from the launcher, or from the layout under CUDALAB_NODES."""
+    def whole(name: str, lo: int = 0) -> int | None:
+        text = env.get(name, "")
+        if not text:
+            return None
+        if not text.strip().isdigit() or int(text) < lo:
+            raise ValueError(f"{name} must be a whole number >= {lo}, got {text!r}")
+        return int(text)
+
+    family = {"RANK": ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"),
+              "OMPI_COMM_WORLD_RANK": ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", None),
+              "SLURM_PROCID": ("SLURM_LOCALID", None, "SLURM_NODEID")}[source]
+    local = whole(family[0])
+    k = whole("CUDALAB_NODES", 1)
+    if k is not None:
+        if world % k:
+            raise ValueError(f"CUDALAB_NODES={k} must divide the world size {world}: every node runs as many ranks")
+        per = world // k
+        node = rank // per
+        given = whole("CUDALAB_NODE")
+        if given is not None and given != node:
+            raise ValueError(f"CUDALAB_NODE={given}, but rank {rank} of {world} on {k} nodes is on node {node} "
+                             f"(the ranks fill the nodes in order, {per} each)")
+        return NodeLayout(k, node, rank % per, f"CUDALAB_NODES={k}")
+    local = rank if local is None else local  # one node: the local rank is the rank
+    if source == "SLURM_PROCID":
+        n = whole("SLURM_NNODES", 1) or 1
+        if n > world:
+            raise ValueError(f"SLURM_NNODES={n} exceeds the world size {world}: a node without a rank")
+        return NodeLayout(n, whole("SLURM_NODEID") or 0, local, f"SLURM_NNODES={n}" if n > 1 else "one node")
+    size_name = family[1]
+    per = whole(size_name, 1)
+    if per is None or per == world:
+        return NodeLayout(1, 0, local, "one node")
+    if per > world:
+        raise ValueError(f"{size_name}={per} exceeds the world size {world}: a node cannot hold more ranks than "
+                         f"the world")
+    nodes = -(-world // per)
+    node = whole(family[2]) if family[2] else None
+    return NodeLayout(nodes, rank // per if node is None else node, local, f"{size_name}={per} of {world} ranks")
+
+
+def ipc_refusal(what: str, env: RankEnvironment) -> str:
+    """Why `what` ("--variant 02_ring_allreduce runs on", "Communicator.from_environment opens") cannot run
+    when the ranks span nodes, in one line; the executable says the same."""
+    return (f"{what} the lab's per-rank communicator, which maps every peer's buffers through CUDA IPC, and peers "
+            f"on another node cannot be mapped: these "
+            f"{env.world} ranks span {env.nodes} nodes ({env.layout}). Across nodes only NCCL runs: "
+            f"build/bin/collectives without --variant (NCCL's all-reduce, all-gather and reduce-scatter)")
 
 
 def rank_environment(env=None) -> RankEnvironment | None:
@@ -213,13 +288,12 @@ def rank_environment(env=None) -> RankEnvironment | None:
     world = whole(*w)
     if world < 1 or rank >= world:
         raise ValueError(f"{source}={rank} must be below the world size {world}")
-    loc = first(2)
-    local = whole(*loc) if loc else rank  # one node: the local rank is the rank
+    lay = node_layout(rank, world, source, env)
     id_file = env.get("CUDALAB_ID_FILE", "")
     if world > 1 and not id_file and not env.get("NCCL_COMM_ID") and not (env.get("MASTER_ADDR") and env.get("MASTER_PORT")):
         raise ValueError("with several ranks the NCCL unique id needs CUDALAB_ID_FILE (a file every rank sees), "
                          "NCCL_COMM_ID, or torchrun's MASTER_ADDR and MASTER_PORT")
-    return RankEnvironment(rank, world, local, source, id_file)
+    return RankEnvironment(rank, world, lay.local_rank, source, id_file, lay.nodes, lay.node, lay.said_by)
 
 
 def check_world_fits(world: int, largest: int) -> None:
@@ -315,6 +389,8 @@ class Communicator:
         if re_ is None:
             raise ValueError("no rank in the environment: set RANK and WORLD_SIZE (torchrun), run under mpirun or "
                              "srun, or use Communicator(world, nbytes) for every rank in one process")
+        if re_.nodes > 1:
+            raise ValueError(ipc_refusal("Communicator.from_environment opens", re_))
         return cls(re_.world, nbytes, rank=re_.rank, local_rank=re_.local_rank, id_file=re_.id_file, **kw)
 
     @property
@@ -754,6 +830,11 @@ LATENCY_VARIANTS = ("nccl_allreduce", "04_oneshot_signal", "06_oneshot_ll", "05_
                     "auto_allreduce")
 
 
+def _iters_at(iters: int, nbytes: int) -> int:
+    """`iters` calls up to 1 MiB, fewer above (as many bytes in all), at least 5."""
+    return max(5, min(iters, int(iters * (1 << 20) / max(nbytes, 1 << 20))))
+
+
 def latency_sweep(sizes=None, variants=LATENCY_VARIANTS, iters: int = 200, check_max_bytes: int = 64 << 20):
     """Microseconds per all-reduce (float32) of each variant at each size, eager and (GRAPH_VARIANTS,
     auto where it picks one) as one captured CUDA graph of `iters` calls, NCCL's on the same
@@ -781,7 +862,7 @@ def latency_sweep(sizes=None, variants=LATENCY_VARIANTS, iters: int = 200, check
                     continue
                 if nbytes <= check_max_bytes and any(o.tobytes() != want for o in c.run(variant, mine)):
                     raise AssertionError(f"{variant} at {nbytes} bytes: a rank's sum differs from numpy's")
-                k = max(5, min(iters, int(iters * (1 << 20) / max(nbytes, 1 << 20))))
+                k = _iters_at(iters, nbytes)
                 chosen = c.auto_choice(np.float32, n) if variant == "auto_allreduce" else variant
                 eager = c.time(variant, np.float32, n, k) * 1e3
                 graph = c.time(variant, np.float32, n, k, graph=True) * 1e3 if chosen in graphable else float("nan")
@@ -805,8 +886,21 @@ print(df.to_csv(index=False))
 """
 
 
-def latency_sweep_processes(world: int, sizes=None, iters: int = 200, deadline_s: float = 600.0):
-    """latency_sweep with one process per GPU (the lab's launcher, `world` ranks): every rank's rows."""
+# The transports a sweep names in its `path` column: NCCL's own choice with every rank on one node (NVLink
+# where the GPUs have it, else peer-to-peer over PCIe), and the rehearsal's sockets over loopback.
+PATH_ONE_NODE, PATH_SOCKET = "nvlink", "socket"
+SOCKET_TIMEOUT_MS = 120_000  # a 1 GiB all-gather through host memory takes seconds per call, not milliseconds
+
+
+def latency_sweep_processes(world: int, sizes=None, iters: int = 200, deadline_s: float = 600.0, nodes: int = 1):
+    """latency_sweep with one process per GPU (the lab's launcher, `world` ranks): every rank's rows, with
+    `path` (nvlink) and `nodes` (1) columns.
+
+    nodes > 1 measures the socket path beside the one-node path: NCCL's all-reduce only (the lab's kernels
+    cannot cross nodes), timed alike on both, by build/bin/collectives' own NCCL run (no --variant, float32,
+    its check against the closed form first), size by size, once with the ranks on one node (path "nvlink")
+    and once rehearsed on `nodes` nodes (path "socket": harness/calling/launch.py's rehearsal, NCCL's socket
+    transport over loopback). Same columns; graph_us is NaN there (that path times eager calls)."""
     import io
     import sys
 
@@ -815,9 +909,34 @@ def latency_sweep_processes(world: int, sizes=None, iters: int = 200, deadline_s
     from harness.base import paths
     from harness.calling import launch
 
-    code = SWEEP_RANK.format(root=str(paths.ROOT), sizes=LATENCY_SIZES if sizes is None else list(sizes), iters=iters)
-    res = launch.launch([sys.executable, "-c", code], world, deadline_s)
-    return pd.concat([pd.read_csv(io.StringIO(r.stdout)) for r in res.ranks], ignore_index=True)
+    sizes = LATENCY_SIZES if sizes is None else list(sizes)
+    if nodes == 1:
+        code = SWEEP_RANK.format(root=str(paths.ROOT), sizes=sizes, iters=iters)
+        res = launch.launch([sys.executable, "-c", code], world, deadline_s)
+        df = pd.concat([pd.read_csv(io.StringIO(r.stdout)) for r in res.ranks], ignore_index=True)
+        return df.assign(path=PATH_ONE_NODE, nodes=1)
+    from harness.measuring import gpus
+
+    launch.check_layout(world, nodes)  # before anything runs: a layout that cannot be is one line
+    visible = gpus.physical_gpus()
+    rows = []
+    for nbytes in sizes:
+        k = _iters_at(iters, nbytes)
+        argv = ["--n", str(nbytes // 4), "--iters", str(k), "--dtype", "f32", "--timeout-ms", str(SOCKET_TIMEOUT_MS)]
+        for path, nn in ((PATH_ONE_NODE, 1), (PATH_SOCKET, nodes)):
+            res = launch.run_program(PROGRAM, world, argv, deadline_s=deadline_s, nodes=nn, gpus=visible)
+            out = parse_output(res.stdout)
+            ar = out[out["variant"] == "nccl_allreduce"]
+            if len(ar) != world or (ar["check"] != "pass").any():
+                raise AssertionError(f"nccl_allreduce at {nbytes} bytes on the {path} path: {len(ar)} rank line(s) "
+                                     f"for {world} ranks, checks {sorted(set(ar['check']))}")
+            for _, r in ar.iterrows():
+                us = float(r["ms"]) * 1e3
+                rows.append({"variant": "nccl_allreduce", "chosen": "nccl_allreduce", "bytes": nbytes, "world": world,
+                             "ranks": "processes", "rank": int(r["rank"]), "iters": k, "eager_us": us,
+                             "graph_us": float("nan"), "busbw_gbs": busbw_gbs("allreduce", nbytes, world, us * 1e-6),
+                             "speedup_eager": 1.0, "speedup_graph": float("nan"), "path": path, "nodes": nn})
+    return pd.DataFrame(rows)
 
 
 # --- `invoke doctor` ---------------------------------------------------------------------------------

@@ -22,6 +22,10 @@
 //   mpirun -np 16 -x NCCL_NVLS_ENABLE=0 build/bin/collectives --id-file /shared/run42.id --n 268435456
 //   torchrun --nproc-per-node 4 --no-python build/bin/collectives --variant auto_allreduce --n 8192
 // run with no MPI in the lab. Each rank prints its own result lines, tagged rank=R.
+// Across nodes (node_layout below: CUDALAB_NODES, LOCAL_WORLD_SIZE < WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE <
+// OMPI_COMM_WORLD_SIZE, SLURM_NNODES > 1) only NCCL's path runs: --variant is refused, since every variant
+// runs on a communicator that maps its peers' buffers through CUDA IPC, which stops at the node.
+// `invoke run collectives --ranks 4 --nodes 2` rehearses two nodes on one host (harness/calling/launch.py).
 // Timing: --iters back-to-back calls after 3 warm-ups (ms=), and for the variants a CUDA graph can
 // replay (04, 05, NCCL, auto when it picks one of them) the same calls captured as one graph (graph_ms=).
 // Exit status: 0 pass, 1 a CUDA/NCCL failure, a timeout or a wrong result, 2 bad arguments.
@@ -44,7 +48,7 @@ static const char *kUsageHead =
     "                   [--blocks B] [--timeout-ms T] [--direction 0to1|1to0|both]\n"
     "                   [--tokens T --hidden H --ffn F --chunks C --gemm auto|mma_sync|wgmma] [--id-file PATH]\n"
     "one process per rank when RANK/WORLD_SIZE, OMPI_COMM_WORLD_* or SLURM_PROCID/SLURM_NTASKS are set\n"
-    "(NCCL's three collectives; with --variant, that variant over CUDA IPC)";
+    "(NCCL's three collectives; with --variant, that variant over CUDA IPC, on one node only)";
 
 static const char *kDtypes[] = {"f32", "bf16", "i32"};
 
@@ -58,6 +62,49 @@ static long long env_int(const char *const *names, int count, const char **which
         }
     }
     return -1;
+}
+
+// Which node this rank is on and how many nodes the ranks span: the rule of node_layout in
+// cuda/collectives/collectives.py (the tests hold both to the same answers). CUDALAB_NODES=K first (the
+// rehearsal of K nodes on one host: the ranks fill the nodes in order, world/K each; CUDALAB_NODE must
+// agree), else the rank's own launcher's: LOCAL_WORLD_SIZE of WORLD_SIZE (GROUP_RANK the node),
+// OMPI_COMM_WORLD_LOCAL_SIZE of OMPI_COMM_WORLD_SIZE, SLURM_NNODES (SLURM_NODEID); else one node.
+// family: 0 torchrun / the lab's launcher, 1 mpirun, 2 srun. local: the launcher's local rank, -1 if none.
+struct NodeLayout {
+    long long nodes, node, local;
+    std::string said_by;
+};
+static long long env_one(const char *name, long long lo) {
+    const char *v = getenv(name);
+    return v && *v ? cudalab_parse_range(v, name, lo, INT_MAX) : -1;
+}
+static NodeLayout node_layout(int family, long long rank, long long world, long long local) {
+    const long long k = env_one("CUDALAB_NODES", 1);
+    if (k > 0) {
+        if (world % k) CUDALAB_USAGE_ERROR("CUDALAB_NODES=%lld must divide the world size %lld: every node runs as many ranks", k, world);
+        const long long per = world / k, node = rank / per, given = env_one("CUDALAB_NODE", 0);
+        if (given >= 0 && given != node)
+            CUDALAB_USAGE_ERROR("CUDALAB_NODE=%lld, but rank %lld of %lld on %lld nodes is on node %lld (the ranks fill the "
+                                "nodes in order, %lld each)", given, rank, world, k, node, per);
+        return {k, node, rank % per, "CUDALAB_NODES=" + std::to_string(k)};
+    }
+    if (local < 0) local = rank;  // one node: the local rank is the rank
+    if (family == 2) {
+        long long n = env_one("SLURM_NNODES", 1);
+        if (n < 1) n = 1;
+        if (n > world) CUDALAB_USAGE_ERROR("SLURM_NNODES=%lld exceeds the world size %lld: a node without a rank", n, world);
+        const long long id = env_one("SLURM_NODEID", 0);
+        return {n, id < 0 ? 0 : id, local, n > 1 ? "SLURM_NNODES=" + std::to_string(n) : "one node"};
+    }
+    const char *size_name = family == 0 ? "LOCAL_WORLD_SIZE" : "OMPI_COMM_WORLD_LOCAL_SIZE";
+    const long long per = env_one(size_name, 1);
+    if (per < 0 || per == world) return {1, 0, local, "one node"};
+    if (per > world)
+        CUDALAB_USAGE_ERROR("%s=%lld exceeds the world size %lld: a node cannot hold more ranks than the world", size_name,
+                            per, world);
+    const long long group = family == 0 ? env_one("GROUP_RANK", 0) : -1;
+    return {(world + per - 1) / per, group < 0 ? rank / per : group, local,
+            std::string(size_name) + "=" + std::to_string(per) + " of " + std::to_string(world) + " ranks"};
 }
 
 // Whether the table tags variant v with `word` (collectives_variant_tags: "graph", "allreduce", ...).
@@ -200,15 +247,26 @@ int main(int argc, char **argv) {
     const char *const local_vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"};
     const long long env_rank = env_int(rank_vars, 3, &which);
     if (env_rank >= 0) {
-        const char *wsrc = nullptr, *lsrc = nullptr;
+        const char *wsrc = nullptr;
         const long long env_world = env_int(size_vars, 3, &wsrc);
-        long long local = env_int(local_vars, 3, &lsrc);
         if (env_world < 1) CUDALAB_USAGE_ERROR("%s is set but no world size is (WORLD_SIZE, OMPI_COMM_WORLD_SIZE or SLURM_NTASKS)", which);
         if (env_rank >= env_world) CUDALAB_USAGE_ERROR("%s=%lld must be below the world size %lld", which, env_rank, env_world);
-        if (local < 0) local = env_rank;  // one node: the local rank is the rank
+        // The local rank (the GPU this rank drives) is its own launcher's, counted within the node.
+        int family = 0;
+        while (strcmp(rank_vars[family], which) != 0) ++family;
+        const NodeLayout lay = node_layout(family, env_rank, env_world, env_one(local_vars[family], 0));
+        const long long local = lay.local;
         if (v == 7 || v == 8)
             CUDALAB_USAGE_ERROR("%s runs in one process (every rank's GEMMs from one host thread); unset %s", variant, which);
         if (force_virtual) CUDALAB_USAGE_ERROR("--virtual runs every rank in one process; unset %s", which);
+        // Every --variant runs on the per-rank communicator, which opens each peer's buffers by CUDA IPC: a
+        // handle only a process on the same node can open. Across nodes only NCCL's own path runs.
+        if (variant_given && lay.nodes > 1)
+            CUDALAB_USAGE_ERROR("--variant %s runs on the lab's per-rank communicator, which maps every peer's buffers "
+                                "through CUDA IPC, and peers on another node cannot be mapped: these %lld ranks span %lld "
+                                "nodes (%s). Across nodes only NCCL runs: build/bin/collectives without --variant "
+                                "(NCCL's all-reduce, all-gather and reduce-scatter)",
+                                variant, env_world, lay.nodes, lay.said_by.c_str());
         if (!collectives_have_nccl())
             CUDALAB_USAGE_ERROR("one process per rank needs NCCL, and this build has none: pip install -e '.[nccl]', then rebuild");
         if (!variant_given)

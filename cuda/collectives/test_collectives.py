@@ -1062,3 +1062,398 @@ def test_a_refused_tp_variant_raises_with_the_reason_before_any_launch(monkeypat
     x, w1, w2 = _tp_inputs()
     with pytest.raises(ValueError, match=re.escape(f"'tp_mlp_overlap' cannot run here: {why}")):
         co.tp_mlp(x, w1, w2, 2, overlap=True)
+
+
+# --- two nodes rehearsed on one host: the node rule, the rehearsal's environment, the refusals -------------
+
+GPUS4 = ["0", "1", "2", "3"]
+ID = {"CUDALAB_ID_FILE": "/tmp/x.id"}
+
+
+# (environment, (nodes, node, local rank)): each launcher's shape of "these ranks span nodes".
+LAYOUTS = [
+    ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1"}, (2, 1, 1)),
+    ({"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "4"}, (1, 0, 2)),
+    ({"RANK": "5", "WORLD_SIZE": "6", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, (3, 2, 1)),  # no GROUP_RANK
+    ({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+      "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, (2, 1, 1)),
+    ({"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NNODES": "2", "SLURM_NODEID": "1"},
+     (2, 1, 1)),
+    ({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_NNODES": "1"}, (1, 0, 1)),
+    # mpirun on one host rehearsing two nodes: its local variables count the whole host, CUDALAB_NODES wins
+    ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "3",
+      "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "CUDALAB_NODES": "2"}, (2, 1, 1)),
+    ({"RANK": "1", "WORLD_SIZE": "2", "CUDALAB_NODES": "2", "CUDALAB_NODE": "1"}, (2, 1, 0)),
+    ({"RANK": "1", "WORLD_SIZE": "2"}, (1, 0, 1)),  # no local variables: one node
+]
+
+
+@pytest.mark.parametrize("env, want", LAYOUTS)
+def test_node_layout_reads_each_launchers_shape_and_the_executable_agrees(env, want):
+    got = co.rank_environment({**env, **ID})
+    assert (got.nodes, got.node, got.local_rank) == want
+    # The executable's node rule: across nodes every --variant is refused with the very line Python builds,
+    # before any CUDA or NCCL call; on one node it goes on (to its NCCL check, or further where NCCL is built).
+    blank = {k: "" for k in launch.RANK_VARIABLES}
+    r = _exe("--variant", "02_ring_allreduce", "--n", "5", "--timeout-ms", "2000", env={**blank, **env, **ID})
+    if want[0] > 1:
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.strip() == "error: " + co.ipc_refusal("--variant 02_ring_allreduce runs on", got)
+    else:
+        assert "cannot be mapped" not in r.stderr
+
+
+@pytest.mark.parametrize("env, msg", [
+    ({"RANK": "1", "WORLD_SIZE": "4", "CUDALAB_NODES": "3"}, "CUDALAB_NODES=3 must divide the world size 4"),
+    ({"RANK": "1", "WORLD_SIZE": "4", "CUDALAB_NODES": "2", "CUDALAB_NODE": "1"},
+     "CUDALAB_NODE=1, but rank 1 of 4 on 2 nodes is on node 0"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "4"}, "LOCAL_WORLD_SIZE=4 exceeds the world size 2"),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_NNODES": "3"}, "SLURM_NNODES=3 exceeds the world size 2"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "CUDALAB_NODES": "0"}, "CUDALAB_NODES must be"),
+])
+def test_a_node_layout_that_cannot_be_is_named_in_one_line_by_python_and_the_executable(env, msg):
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        co.rank_environment({**env, **ID})
+    blank = {k: "" for k in launch.RANK_VARIABLES}
+    r = _exe(env={**blank, **env, **ID})
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and msg in r.stderr, r.stderr
+
+
+def test_across_nodes_the_per_rank_communicator_is_refused_before_any_library_call(monkeypatch):
+    monkeypatch.setattr(co, "lib", None)  # reaching the library would raise TypeError, not this
+    env = {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", **ID}
+    with pytest.raises(ValueError) as ei:
+        co.Communicator.from_environment(1024, env=env)
+    text = str(ei.value)
+    assert "\n" not in text and "peers on another node cannot be mapped" in text
+    assert "span 2 nodes (LOCAL_WORLD_SIZE=2 of 4 ranks)" in text and "without --variant" in text
+
+
+IPV4 = re.compile(r"\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b")
+
+
+@pytest.mark.parametrize("style", ["lab", "mpirun", "torchrun"])
+def test_the_rehearsal_environment_holds_nccl_to_sockets_on_loopback(style, tmp_path):
+    # Everything a careless caller could bring: another run's bootstrap address, a real interface, IB and
+    # P2P back on, a rank of its own. The rehearsal keeps none of it, and keeps what it does not govern.
+    base = {"PATH": "/bin", "RANK": "7", "NCCL_COMM_ID": "10.1.2.3:5000", "NCCL_SOCKET_IFNAME": "eth0",
+            "NCCL_IB_DISABLE": "0", "NCCL_P2P_DISABLE": "0", "NCCL_NET": "IB", "MASTER_ADDR": "10.1.2.3",
+            "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    extra = {"NCCL_SOCKET_IFNAME": "ib0", "NCCL_DEBUG": "INFO"}
+    hosts = set()
+    for r in range(4):
+        env = launch.rank_env(r, 4, tmp_path / "nccl.id", base=base, extra=extra, style=style, master_port=4242,
+                              nodes=2, gpus=GPUS4)
+        for k, v in launch.REHEARSAL_NCCL.items():
+            assert env[k] == v, k
+        assert (env["NCCL_P2P_DISABLE"], env["NCCL_SHM_DISABLE"], env["NCCL_IB_DISABLE"]) == ("1", "1", "1")
+        assert (env["NCCL_NET"], env["NCCL_SOCKET_IFNAME"], env["NCCL_NVLS_ENABLE"]) == ("Socket", "lo", "0")
+        nccl = {k for k in env if k.startswith("NCCL_")}
+        assert nccl == set(launch.REHEARSAL_NCCL) | {"NCCL_HOSTID", "NCCL_DEBUG"}, nccl  # no inherited NCCL_COMM_ID
+        assert all(ip == "127.0.0.1" for v in env.values() for ip in IPV4.findall(v)), env
+        if style == "torchrun":
+            assert env["MASTER_ADDR"] == "127.0.0.1" and env["GROUP_RANK"] == str(r // 2)
+        else:
+            assert "MASTER_ADDR" not in env and env["CUDALAB_ID_FILE"].endswith("nccl.id")
+        assert env["CUDA_VISIBLE_DEVICES"] == ("0,1" if r < 2 else "2,3")
+        assert (env["CUDALAB_NODES"], env["CUDALAB_NODE"]) == ("2", str(r // 2))
+        hosts.add(env["NCCL_HOSTID"])
+        got = co.rank_environment(env)  # what the rank reads back
+        assert (got.rank, got.world, got.local_rank, got.nodes, got.node) == (r, 4, r % 2, 2, r // 2)
+    assert len(hosts) == 2  # one NCCL host per node
+    # One node: nothing of the rehearsal, whatever was inherited
+    one = launch.rank_env(1, 2, tmp_path / "nccl.id", base={"PATH": "/bin"}, style=style)
+    assert not {"CUDALAB_NODES", "NCCL_SOCKET_IFNAME", "NCCL_P2P_DISABLE", "NCCL_HOSTID"} & set(one)
+    assert co.rank_environment(one).nodes == 1
+
+
+def test_the_mpirun_rehearsal_line_sets_each_node_and_loopback_only():
+    argv = launch.mpirun_argv(["build/bin/collectives", "--n", "100"], 4, 2, GPUS4, port=29777,
+                              options=("--allow-run-as-root",), extra_env={"NCCL_DEBUG": "INFO"})
+    assert argv[:2] == ["mpirun", "--allow-run-as-root"] and argv.count(":") == 1
+    for node, ctx in enumerate(" ".join(argv[2:]).split(" : ")):
+        words = ctx.split()
+        assert words[:2] == ["-np", "2"] and words[-3:] == ["build/bin/collectives", "--n", "100"]
+        env = dict(words[i + 1].split("=", 1) for i, w in enumerate(words) if w == "-x")
+        assert {k: env[k] for k in launch.REHEARSAL_NCCL} == launch.REHEARSAL_NCCL
+        assert env["NCCL_COMM_ID"] == "127.0.0.1:29777" and env["CUDALAB_NODES"] == "2"
+        assert env["CUDALAB_NODE"] == str(node) and env["CUDA_VISIBLE_DEVICES"] == ("0,1", "2,3")[node]
+        assert env["NCCL_DEBUG"] == "INFO"
+        assert all(ip == "127.0.0.1" for v in env.values() for ip in IPV4.findall(v))
+    # the line the program's page gives is this one
+    page = (ROOT / "cuda" / "collectives" / "README.md").read_text()
+    line = " ".join(launch.mpirun_argv(["build/bin/collectives", "--n", "268435456"], 4, 2, GPUS4))
+    assert line in " ".join(page.replace("\\\n", " ").split()), line
+
+
+def test_a_rehearsal_that_cannot_be_laid_out_is_refused_before_anything_starts(tmp_path):
+    with pytest.raises(launch.RanksRefused, match=r"--ranks 4 --nodes 3: the nodes must divide the ranks.*1, 2 or 4"):
+        launch.launch(["true"], 4, nodes=3, gpus=GPUS4, folder=tmp_path)
+    with pytest.raises(launch.RanksRefused, match=r"--ranks 4: one GPU per rank, and 2 GPU\(s\) are visible here"):
+        launch.launch(["true"], 4, nodes=2, gpus=["0", "1"], folder=tmp_path)
+    with pytest.raises(ValueError, match="needs the GPUs to share out"):
+        launch.launch(["true"], 4, nodes=2, folder=tmp_path)
+    with pytest.raises(ValueError, match="--nodes must be a positive integer"):
+        launch.rank_env(0, 2, tmp_path / "x", nodes=0)
+    with pytest.raises(launch.RanksRefused, match="the nodes must divide"):
+        co.latency_sweep_processes(4, sizes=[4096], nodes=3)
+    assert list(tmp_path.iterdir()) == []  # not even the launcher's folder
+
+
+def test_invoke_run_nodes_refuses_in_one_line():
+    for args, msg in [(["--ranks", "4", "--nodes", "3"], "the nodes must divide the ranks"),
+                      (["--nodes", "2"], "give --ranks too"),
+                      (["--ranks", "2", "--nodes", "two"], "--nodes must be an integer, got 'two'")]:
+        r = _inv("run", "collectives", *args)
+        assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and msg in r.stderr, (args, r.stderr)
+    def visible(gpu_list: str, *args):
+        return subprocess.run([sys.executable, "-m", "invoke", "run", "collectives", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PYTHONPATH": pythonpath(ROOT), "CUDA_VISIBLE_DEVICES": gpu_list})
+
+    r = visible("0,1", "--ranks", "4", "--nodes", "2")
+    assert r.returncode != 0 and r.stderr.strip() == ("collectives: --ranks 4: one GPU per rank, and 2 GPU(s) are "
+                                                      "visible here (0, 1)"), r.stderr
+    # A lab kernel across the rehearsed nodes: the ranks' own refusal (before any CUDA call), in one line.
+    r = visible("0,1", "--ranks", "2", "--nodes", "2", "--variant", "02_ring_allreduce")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1 and "peers on another node cannot be mapped" in lines[0], r.stderr
+
+
+# A rank that prints what it reads: the layout, and where NCCL would go.
+SHOW_RANK = """
+import json, os, sys
+sys.path.insert(0, {root!r})
+from harness.programs import collectives as co
+e = co.rank_environment()
+print(json.dumps({{"rank": e.rank, "world": e.world, "local": e.local_rank, "nodes": e.nodes, "node": e.node,
+                  "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"), "host": os.environ.get("NCCL_HOSTID"),
+                  "ifname": os.environ.get("NCCL_SOCKET_IFNAME"), "comm_id": os.environ.get("NCCL_COMM_ID")}}))
+"""
+
+
+def _shown(text: str) -> dict[int, dict]:
+    import json
+
+    rows = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    return {r["rank"]: r for r in rows}
+
+
+def test_the_launcher_starts_a_rehearsal_with_each_rank_on_its_node(tmp_path):
+    res = launch.launch([sys.executable, "-c", SHOW_RANK.format(root=str(ROOT))], 4, 60.0, nodes=2, gpus=GPUS4,
+                        folder=tmp_path)
+    shown = _shown(res.stdout)
+    assert sorted(shown) == [0, 1, 2, 3]
+    for r, s in shown.items():
+        assert (s["world"], s["local"], s["nodes"], s["node"]) == (4, r % 2, 2, r // 2)
+        assert s["gpus"] == ("0,1", "2,3")[r // 2] and s["host"] == f"cudalab-node{r // 2}" and s["ifname"] == "lo"
+
+
+def _mpirun_options() -> tuple[str, ...]:
+    # As root Open MPI asks to be told; this host may have fewer cores than ranks.
+    return (*(["--allow-run-as-root"] if os.geteuid() == 0 else []), "--oversubscribe")
+
+
+def _run_group(argv, timeout: float, env=None):
+    """argv in a session of its own, stopped whole (mpirun and every rank it started) if it overruns."""
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         cwd=ROOT, env={**os.environ, **(env or {})})
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        raise AssertionError(f"{argv[0]} did not finish within {timeout} s:\n{err[-2000:]}") from None
+    return p.returncode, out, err
+
+
+MPIRUN = __import__("shutil").which("mpirun")
+needs_mpirun = pytest.mark.skipif(MPIRUN is None, reason="mpirun not found: pip install -e '.[mpi]' (Open MPI's wheel, "
+                                                          "which ships mpirun)")
+
+
+@needs_mpirun
+def test_mpirun_passes_each_rehearsed_node_its_environment():
+    argv = launch.mpirun_argv([sys.executable, "-c", SHOW_RANK.format(root=str(ROOT))], 4, 2, GPUS4, port=29778,
+                              mpirun=MPIRUN, options=_mpirun_options())
+    code, out, err = _run_group(argv, 120)
+    assert code == 0, err
+    shown = _shown(out)
+    assert sorted(shown) == [0, 1, 2, 3]
+    for r, s in shown.items():
+        assert (s["world"], s["local"], s["nodes"], s["node"]) == (4, r % 2, 2, r // 2)
+        assert s["gpus"] == ("0,1", "2,3")[r // 2] and s["comm_id"] == "127.0.0.1:29778" and s["ifname"] == "lo"
+
+
+def _result_lines(world: int, nbytes: int, ms: float, check: str = "pass") -> str:
+    lines = []
+    for r in range(world):
+        for op in ("nccl_allreduce", "nccl_allgather", "nccl_reducescatter"):
+            lines.append(f"result program=collectives variant={op} dtype=f32 n={nbytes // 4} bytes={nbytes} "
+                         f"world={world} ranks=processes rank={r} ms={ms:.6f} algbw_gbs=1.0 busbw_gbs=1.5 "
+                         f"mismatches=0 check={check}")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_socket_sweep_times_both_paths_alike_in_the_latency_format(monkeypatch):
+    calls = []
+
+    def fake_run_program(prog, ranks, args, deadline_s=600.0, nodes=1, gpus=None, **kw):
+        n = int(args[args.index("--n") + 1])
+        calls.append((ranks, nodes, n, tuple(gpus or ())))
+        ms = 0.5 if nodes > 1 else 0.05  # the socket path, ten times slower here
+        return launch.LaunchResult(["collectives"], [launch.RankRun(0, 0, _result_lines(ranks, n * 4, ms), "")])
+
+    monkeypatch.setattr(launch, "run_program", fake_run_program)
+    monkeypatch.setattr(gpus, "physical_gpus", lambda: GPUS4)
+    df = co.latency_sweep_processes(4, sizes=[4096, 1 << 20], iters=50, nodes=2)
+    assert calls == [(4, 1, 1024, tuple(GPUS4)), (4, 2, 1024, tuple(GPUS4)),
+                     (4, 1, 1 << 18, tuple(GPUS4)), (4, 2, 1 << 18, tuple(GPUS4))]
+    assert {"variant", "bytes", "world", "rank", "eager_us", "graph_us", "busbw_gbs", "path", "nodes"} <= set(df)
+    assert set(df["variant"]) == {"nccl_allreduce"} and len(df) == 2 * 2 * 4
+    sock = df[df.path == "socket"]
+    assert (sock["nodes"] == 2).all() and (df[df.path == "nvlink"]["nodes"] == 1).all()
+    assert np.allclose(sock["eager_us"], 500.0) and df["graph_us"].isna().all()
+    one = sock[sock.bytes == 1 << 20].iloc[0]
+    assert one["busbw_gbs"] == pytest.approx((1 << 20) / 500e-6 * 1.5 / 1e9)
+
+    def failing(prog, ranks, args, **kw):
+        return launch.LaunchResult(["collectives"], [launch.RankRun(0, 0, _result_lines(ranks, 4096, 0.1, "fail"), "")])
+
+    monkeypatch.setattr(launch, "run_program", failing)
+    with pytest.raises(AssertionError, match="nccl_allreduce at 4096 bytes on the nvlink path"):
+        co.latency_sweep_processes(4, sizes=[4096], nodes=2)
+
+
+# --- GPU: the rehearsal runs NCCL over sockets on loopback, by both launchers; its faults end every rank ----
+
+NCCL_INFO = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET,BOOTSTRAP"}
+CHANNEL = re.compile(r"Channel \d+/\d+ : .* via (\S+)")
+
+
+def assert_sockets_on_loopback(text: str, nodes: int) -> None:
+    """NCCL's own account (NCCL_DEBUG=INFO) of a rehearsal: its socket transport on lo and nothing else,
+    every channel through it, never peer-to-peer or shared memory; the node count NCCL saw, where said."""
+    using = re.findall(r"(?:NET/Socket|Bootstrap)\s*: Using (.*)", text)
+    assert any("lo:127.0.0.1" in u for u in using), text[-3000:]
+    ifaces = [i for u in using for i in re.findall(r"\[\d+\]([^:\s]+):", u)]
+    assert ifaces and set(ifaces) == {"lo"}, ifaces
+    vias = CHANNEL.findall(text)
+    assert vias and all(v.startswith("NET/Socket") for v in vias), sorted(set(vias))
+    assert not re.search(r"via (P2P|SHM)", text)
+    assert all(ip == "127.0.0.1" for ip in re.findall(r"\b(\d+\.\d+\.\d+\.\d+)<", text)), text[-3000:]
+    for seen in re.findall(r"nNodes (\d+)", text):
+        assert int(seen) == nodes, seen
+
+
+def _rehearsal(args, world, style="lab", extra_env=None, deadline=180.0, argv_prefix=()):
+    if argv_prefix:
+        exe = build.bin_path("collectives")
+        return launch.launch([*argv_prefix, str(exe), *args], world, deadline, extra_env=extra_env, style=style,
+                             nodes=2, gpus=gpus.physical_gpus())
+    return launch.run_program("collectives", world, args, deadline_s=deadline, style=style, extra_env=extra_env,
+                              nodes=2, gpus=gpus.physical_gpus())
+
+
+def _three_collectives_pass(df, world: int) -> None:
+    assert sorted(df["rank"].unique()) == list(range(world)) and (df["ranks"] == "processes").all()
+    for r in range(world):
+        mine = df[df["rank"] == r]
+        assert sorted(mine["variant"]) == ["nccl_allgather", "nccl_allreduce", "nccl_reducescatter"]
+    assert (df["check"] == "pass").all() and (df["mismatches"] == 0).all() and (df["world"] == world).all()
+
+
+@pytest.mark.gpu
+@needs_nccl()
+@pytest.mark.parametrize("world", [pytest.param(2, marks=needs_gpus(2)), pytest.param(4, marks=needs_gpus(4))])
+@pytest.mark.parametrize("style", ["lab", "mpirun", "torchrun"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_the_rehearsal_runs_nccls_collectives_over_sockets_on_loopback(world, style, dtype):
+    # 100003: not a multiple of the world, a pack or a chunk; the reduce-scatter takes the largest multiple.
+    res = _rehearsal(["--n", "100003", "--iters", "5", "--dtype", dtype], world, style, NCCL_INFO)
+    _three_collectives_pass(co.parse_output(res.stdout), world)
+    assert_sockets_on_loopback(res.stdout + "".join(r.stderr for r in res.ranks), nodes=2)
+
+
+@pytest.mark.parametrize("variant", ["01_p2p_copy", "02_ring_allreduce", "03_oneshot_allreduce", "04_oneshot_signal",
+                                     "05_twoshot_allreduce", "06_oneshot_ll", "auto_allreduce", "nccl_allreduce"])
+def test_the_rehearsal_refuses_every_ipc_variant_in_one_line(variant):
+    # The executable refuses before any CUDA call, so the GPUs shared out need not exist: this runs anywhere.
+    with pytest.raises(launch.RankFailure) as ei:
+        launch.run_program("collectives", 2, ["--variant", variant, "--n", "4099"], deadline_s=60.0, nodes=2,
+                           gpus=["0", "1"])
+    err = ei.value
+    assert err.returncode == 2 and "\n" not in str(err)
+    assert "peers on another node cannot be mapped" in str(err) and "span 2 nodes (CUDALAB_NODES=2)" in str(err)
+
+
+@pytest.mark.gpu
+@needs_nccl()
+@needs_mpirun
+@pytest.mark.parametrize("world", [pytest.param(2, marks=needs_gpus(2)), pytest.param(4, marks=needs_gpus(4))])
+def test_the_rehearsal_under_mpirun_runs_nccls_collectives_over_sockets_on_loopback(world):
+    exe = build.bin_path("collectives")
+    argv = launch.mpirun_argv([str(exe), "--n", "100003", "--iters", "5"], world, 2, gpus.physical_gpus(),
+                              port=launch.free_port_pair(), mpirun=MPIRUN, options=_mpirun_options(),
+                              extra_env=NCCL_INFO)
+    code, out, err = _run_group(argv, 240)
+    assert code == 0, err[-3000:]
+    _three_collectives_pass(co.parse_output(out), world)
+    assert_sockets_on_loopback(out + err, nodes=2)
+
+
+# A rank that fails in the middle of a rehearsal: every rank runs the executable as its child; rank K, after
+# DELAY s (NCCL set up, the collectives under way), dies (SIGKILL to itself: the launcher sees the rank
+# killed) or hangs (SIGSTOP to its executable: its peers wait on it in NCCL).
+REHEARSAL_FAULT = """
+import os, signal, subprocess, sys, time
+kind, who, delay = os.environ["CUDALAB_REHEARSAL_FAULT"].split(":")
+child = subprocess.Popen(sys.argv[1:])
+if int(os.environ["RANK"]) != int(who):
+    sys.exit(child.wait())
+time.sleep(float(delay))
+if kind == "die":
+    os.kill(os.getpid(), signal.SIGKILL)
+child.send_signal(signal.SIGSTOP)
+time.sleep(3600)
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.serial
+@needs_nccl()
+@needs_gpus(2)
+@pytest.mark.parametrize("kind", ["die", "hang"])
+def test_a_rank_that_dies_or_hangs_in_the_rehearsal_ends_every_rank_within_the_deadline(kind):
+    world = 4 if N_GPUS >= 4 else 2
+    deadline = 40.0
+    t0 = time.monotonic()
+    with pytest.raises(launch.RankFailure) as ei:
+        # Calls that never run out (1 MiB, a million iterations) so that the fault lands mid-run.
+        _rehearsal(["--n", str(1 << 18), "--iters", "1000000", "--timeout-ms", "8000"], world,
+                   extra_env={"CUDALAB_REHEARSAL_FAULT": f"{kind}:1:4"}, deadline=deadline,
+                   argv_prefix=(sys.executable, "-c", REHEARSAL_FAULT))
+    took = time.monotonic() - t0
+    err = ei.value
+    if kind == "die":
+        assert err.rank == 1 and "rank 1 was killed by SIGKILL" in str(err), str(err)
+        assert sorted(err.stopped) == [r for r in range(world) if r != 1]
+    else:
+        # NCCL cannot say which peer stopped answering. Either a waiting rank gives up at its own deadline
+        # (8 s) and exits 1, or one stays blocked inside NCCL and the launcher's deadline ends them all; in
+        # both the launcher names the rank that failed first and, among those it stopped, the hung one.
+        assert err.rank != 1 and 1 in err.stopped, str(err)
+        assert err.timed_out or "did not finish within" in (str(err) + err.stderr_tail), str(err)
+    assert took < deadline + launch.GRACE_S + 10, took
+    exe = str(build.bin_path("collectives"))
+    assert not [p for p in _running(exe) if not _gone(p)]
+
+
+@pytest.mark.gpu
+@needs_nccl()
+@needs_gpus(2)
+def test_the_socket_sweep_puts_both_paths_in_one_table():
+    df = co.latency_sweep_processes(2, sizes=[4096, 1 << 20], iters=10, nodes=2)
+    assert sorted(set(df["path"])) == ["nvlink", "socket"] and len(df) == 2 * 2 * 2
+    assert (df["eager_us"] > 0).all() and (df["busbw_gbs"] > 0).all()
+    assert set(df[df.path == "socket"]["nodes"]) == {2} and set(df[df.path == "nvlink"]["nodes"]) == {1}

@@ -19,6 +19,13 @@ ranks than one host sensibly runs) is refused before anything starts, naming the
 Each rank is started through harness/base/procs.py's `start`, so a rank's group also dies with the
 launcher when the launcher is killed outright, and a hang-up stops the ranks as Ctrl-C does. On every
 path out, the rank files are closed and the temporary folder is removed.
+
+Two nodes rehearsed on one host (`nodes` > 1, `invoke run collectives --ranks 4 --nodes 2`): the ranks
+fill the nodes in order (ranks 0-1 on node 0, 2-3 on node 1), each rank's local variables count within
+its node as a launcher on a real node sets them, each node sees only its own GPUs (CUDA_VISIBLE_DEVICES)
+and has its own NCCL host id, CUDALAB_NODES / CUDALAB_NODE say the layout, and NCCL is held on its
+network path: the socket transport over loopback (REHEARSAL_NCCL). `mpirun_argv` writes the same
+rehearsal as an Open MPI command line (one app context per node, each with its own -x variables).
 """
 
 from __future__ import annotations
@@ -88,9 +95,20 @@ class LaunchResult:
 STYLES = ("lab", "mpirun", "torchrun")
 # Every launcher's rank variables: a rank's environment holds only its own launcher's (an inherited
 # RANK would otherwise win over OMPI_COMM_WORLD_RANK in the program's reading order).
-RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                  "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                  "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "CUDALAB_ID_FILE")
+RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                  "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                  "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NNODES",
+                  "SLURM_NODEID", "CUDALAB_ID_FILE", "CUDALAB_NODES", "CUDALAB_NODE")
+
+# The rehearsal's NCCL: no peer-to-peer and no shared-memory transport, so every byte between ranks goes
+# the way it goes between two machines, through NCCL's network transport; the socket one (no InfiniBand,
+# whatever the host has), on the loopback interface and its IPv4 address only, so nothing leaves the host;
+# no NVLink multicast. Applied last, over anything inherited or passed in.
+REHEARSAL_NCCL = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1", "NCCL_NET": "Socket",
+                  "NCCL_SOCKET_IFNAME": "lo", "NCCL_SOCKET_FAMILY": "AF_INET", "NCCL_NVLS_ENABLE": "0"}
+LOOPBACK = "127.0.0.1"
+# Inherited variables a rehearsal drops: a bootstrap address set for some other run could point off the host.
+REHEARSAL_DROPS = ("NCCL_COMM_ID",)
 
 
 def free_port_pair() -> int:
@@ -113,27 +131,91 @@ def free_port_pair() -> int:
     raise OSError("no two neighbouring free loopback ports")
 
 
+def check_layout(ranks: int, nodes: int = 1, gpus: list[str] | None = None) -> None:
+    """Refuse, in one line, a rehearsal that cannot be laid out: a node count that is not a positive
+    integer or does not divide the ranks (every node runs as many), or more ranks than GPUs (`gpus`: the
+    GPUs this host lets the ranks use; None: not counted)."""
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+        raise ValueError(f"--nodes must be a positive integer, got {nodes!r}")
+    if ranks % nodes:
+        fits = [str(d) for d in range(1, ranks + 1) if ranks % d == 0]
+        raise RanksRefused(f"--ranks {ranks} --nodes {nodes}: the nodes must divide the ranks (every node runs as "
+                           f"many); {ranks} rank(s) fill {', '.join(fits[:-1]) + ' or ' if len(fits) > 1 else ''}"
+                           f"{fits[-1]} node(s)")
+    if gpus is not None and ranks > len(gpus):
+        raise RanksRefused(f"--ranks {ranks}: one GPU per rank, and {len(gpus)} GPU(s) are visible here"
+                           + (f" ({', '.join(gpus)})" if gpus else ""))
+
+
+def node_of(rank: int, world: int, nodes: int) -> tuple[int, int, int]:
+    """(node, local rank, ranks per node) of `rank` when `world` ranks fill `nodes` nodes in order, as a
+    block-by-node launcher places them (Slurm's block distribution, Open MPI's --map-by node order)."""
+    per = world // nodes
+    return rank // per, rank % per, per
+
+
+def rehearsal_env(node: int, nodes: int, per_node: int, gpus: list[str] | None) -> dict[str, str]:
+    """What every rank on rehearsed node `node` gets, whatever its launcher: the layout (CUDALAB_NODES,
+    CUDALAB_NODE), the node's own GPUs (rank `node * per_node + i` drives the node's GPU i), a host id of
+    its own for NCCL (NCCL_HOSTID: NCCL counts the nodes by it), and REHEARSAL_NCCL."""
+    env = {"CUDALAB_NODES": str(nodes), "CUDALAB_NODE": str(node), "NCCL_HOSTID": f"cudalab-node{node}"}
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[node * per_node:(node + 1) * per_node])
+    return {**env, **REHEARSAL_NCCL}
+
+
 def rank_env(rank: int, world: int, id_file: Path, base: dict | None = None, extra: dict | None = None,
-             style: str = "lab", master_port: int | None = None) -> dict:
+             style: str = "lab", master_port: int | None = None, nodes: int = 1,
+             gpus: list[str] | None = None) -> dict:
+    """Rank `rank`'s environment: `base` (this process's) without any launcher's rank variables, then the
+    variables `style`'s launcher sets, `extra`, and the rules no caller overrides. nodes > 1: the
+    rehearsal (rehearsal_env), local variables counted within the rank's node."""
     if style not in STYLES:
         raise ValueError(f"style must be one of {', '.join(STYLES)}, got {style!r}")
-    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in RANK_VARIABLES}
+    check_layout(world, nodes)
+    node, local, per = node_of(rank, world, nodes)
+    drop = RANK_VARIABLES + (REHEARSAL_DROPS if nodes > 1 else ())
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in drop}
     if style == "mpirun":
         env.update({"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(world),
-                    "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "OMPI_COMM_WORLD_LOCAL_SIZE": str(world),
+                    "OMPI_COMM_WORLD_LOCAL_RANK": str(local), "OMPI_COMM_WORLD_LOCAL_SIZE": str(per),
                     "CUDALAB_ID_FILE": str(id_file)})
     else:
-        env.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-                    "LOCAL_WORLD_SIZE": str(world)})
+        env.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
+                    "LOCAL_WORLD_SIZE": str(per)})
         if style == "torchrun":
-            env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port or 29500)})
+            env.update({"MASTER_ADDR": LOOPBACK, "MASTER_PORT": str(master_port or 29500)})
+            if nodes > 1:
+                env["GROUP_RANK"] = str(node)  # torchrun's name for the node's index
         else:
             env["CUDALAB_ID_FILE"] = str(id_file)
     env.update(extra or {})
+    if nodes > 1:
+        env.update(rehearsal_env(node, nodes, per, gpus))
     # Never NVLink multicast, whatever the caller's environment says (on shared multi-GPU hosts a
     # program that uses it can take the GPUs out of service).
     env["NCCL_NVLS_ENABLE"] = "0"
     return env
+
+
+def mpirun_argv(argv: list[str], ranks: int, nodes: int, gpus: list[str] | None = None, port: int = 29600,
+                mpirun: str = "mpirun", options: tuple[str, ...] = (), extra_env: dict | None = None) -> list[str]:
+    """The rehearsal as one Open MPI command: one app context per node (`-np K ... : -np K ...`, ranks
+    in node order), each passing `extra_env` and its node's rehearsal_env by -x, NCCL's bootstrap on
+    LOOPBACK:port (NCCL_COMM_ID; rank 0 listens there). `options` go before the first context
+    (--allow-run-as-root)."""
+    check_layout(ranks, nodes, gpus)
+    per = ranks // nodes
+    out = [mpirun, *options]
+    for node in range(nodes):
+        if node:
+            out.append(":")
+        out += ["-np", str(per)]
+        env = {**(extra_env or {}), **rehearsal_env(node, nodes, per, gpus), "NCCL_COMM_ID": f"{LOOPBACK}:{port}"}
+        for k, v in env.items():
+            out += ["-x", f"{k}={v}"]
+        out += [str(a) for a in argv]
+    return out
 
 
 _describe = _procs.describe_status
@@ -210,9 +292,14 @@ def _stop(procs: dict[int, subprocess.Popen]) -> list[int]:
 
 
 def launch(argv: list[str], ranks: int, deadline_s: float = 600.0, extra_env: dict | None = None,
-           folder: Path | None = None, style: str = "lab") -> LaunchResult:
-    """Run `argv` as `ranks` processes; return when all exit 0, else raise RankFailure (see above)."""
+           folder: Path | None = None, style: str = "lab", nodes: int = 1,
+           gpus: list[str] | None = None) -> LaunchResult:
+    """Run `argv` as `ranks` processes; return when all exit 0, else raise RankFailure (see above).
+    nodes > 1 rehearses that many nodes on this host over `gpus` (the visible GPUs, in order)."""
     check_capacity(ranks)
+    check_layout(ranks, nodes, gpus)
+    if nodes > 1 and gpus is None:
+        raise ValueError("a rehearsal of several nodes needs the GPUs to share out among them (gpus=[...])")
     if not deadline_s > 0:
         raise ValueError(f"the deadline must be positive, got {deadline_s!r}")
     if style not in STYLES:
@@ -236,7 +323,7 @@ def launch(argv: list[str], ranks: int, deadline_s: float = 600.0, extra_env: di
                         files[r] = (open(d / f"rank{r}.out", "w+b"), open(d / f"rank{r}.err", "w+b"))
                         procs[r] = _procs.start(argv, stdout=files[r][0], stderr=files[r][1], stdin=subprocess.DEVNULL,
                                                 env=rank_env(r, ranks, id_file, extra=extra_env, style=style,
-                                                             master_port=port))
+                                                             master_port=port, nodes=nodes, gpus=gpus))
                     except OSError as e:
                         if r == 0 and isinstance(e, (FileNotFoundError, PermissionError)):
                             raise  # the program itself cannot run: the caller says so
@@ -280,15 +367,17 @@ def launch(argv: list[str], ranks: int, deadline_s: float = 600.0, extra_env: di
 
 
 def run_program(prog: str, ranks: int, args: list[str], deadline_s: float = 600.0, style: str = "lab",
-                faults: bool = False, extra_env: dict | None = None) -> LaunchResult:
+                faults: bool = False, extra_env: dict | None = None, nodes: int = 1,
+                gpus: list[str] | None = None) -> LaunchResult:
     """build/bin/<prog> (the fault build's twin with faults=True) as `ranks` processes, in the
-    environment `style` gives them (the executable must be built)."""
+    environment `style` gives them (the executable must be built); nodes > 1: the rehearsal over `gpus`."""
     from harness.compile import build
 
     check_capacity(ranks)  # before the executable is even looked for: the count is the first thing wrong
+    check_layout(ranks, nodes, gpus)
     exe = build.bin_path(prog, faults) if faults else None
     if exe is None:
         from harness.calling import runner
 
         exe = runner.executable(prog)
-    return launch([str(exe), *args], ranks, deadline_s, extra_env=extra_env, style=style)
+    return launch([str(exe), *args], ranks, deadline_s, extra_env=extra_env, style=style, nodes=nodes, gpus=gpus)

@@ -34,6 +34,7 @@ from harness.calling import launch
 from harness.compile import build as _hb
 from harness.measuring import bench as hbench
 from harness.measuring import compare as hc
+from harness.measuring import gpus as _gpus
 from harness.measuring import results_csv
 
 try:  # the parser's state machine, whose error() explain_parse_errors wraps
@@ -319,15 +320,19 @@ def run_pytest(cmd: list[str], env: dict | None) -> int:
             tmp.unlink()
 
 
-def run_ranks(prog: str, n: int, variant, args: list[str]) -> None:
-    """`invoke run <prog> --ranks N`: N processes of build/bin/<prog> (harness/calling/launch.py)."""
+def run_ranks(prog: str, n: int, variant, args: list[str], nodes: int = 1) -> None:
+    """`invoke run <prog> --ranks N [--nodes K]`: N processes of build/bin/<prog>, K > 1 rehearsing K nodes
+    on this host (harness/calling/launch.py)."""
     if prog != "collectives":
         raise Exit(f"--ranks starts one process per rank of a program that reads its rank from the environment: "
                    f"collectives; not {prog}")
     if variant is not None:
         args = ["--variant", variant] + args
     try:
-        res = launch.run_program(prog, n, args)
+        # Counted without CUDA (CUDA_VISIBLE_DEVICES, else nvidia-smi). A rehearsal shares these out among its
+        # nodes; one node is refused only a count it surely cannot hold (where none is listed, it is not counted).
+        visible = _gpus.physical_gpus()
+        res = launch.run_program(prog, n, args, nodes=nodes, gpus=visible if visible or nodes > 1 else None)
     except launch.RankFailure as e:
         sys.stdout.write(e.stdout)
         raise Exit(f"{prog}: {e}") from None
