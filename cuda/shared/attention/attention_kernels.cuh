@@ -551,7 +551,7 @@ static inline cudaError_t attention_launch(const char *variant, int B, int H, in
 // Enqueue the bf16 attention on `stream`. Device pointers, 16-byte aligned. The scale must be
 // positive: the kernel keeps its running max in raw score units and multiplies by the scale after
 // (a negative scale would flip the max), and masked scores are -inf (times 0 is NaN).
-// `lse` as attention_launch's: 03_flash_bf16, its tuning choices and 07_flash_bwd_bf16 save it.
+// `lse` as attention_launch's: 03_flash_bf16, its tuning choices, 07_flash_bwd_bf16 and 08_flash_bwd_wgmma save it.
 static inline cudaError_t attention_launch_bf16(const char *variant, int B, int H, int S, int D, int causal,
                                                 float scale, const cudalab_bf16 *q, const cudalab_bf16 *k,
                                                 const cudalab_bf16 *v, cudalab_bf16 *o, cudaStream_t stream,

@@ -27,7 +27,7 @@
 //     form first. Several blocks share an SM, so one block's elementwise step, waits and atomics hide
 //     behind another's products: two at D=128 (104 KB of shared memory, 252 registers), three at
 //     D=64 (56 KB; the launch bound caps the registers at 168, which ptxas meets without spilling,
-//     and the third block ran D=64 ~10% faster on an H100).
+//     and the third block ran D=64 5-10% faster on an H100).
 // Causal: a key block starts at the query tile of its first key (BR = BC, so tile k0/64); only the
 // tiles crossing the diagonal or S are masked element by element.
 // Registers per thread: dK and dV D/2 each, Sᵀ and dPᵀ 32 each, the bf16 fragments 16 each, dQ 32.
