@@ -19,12 +19,14 @@ Q, K, V and the output are B x H x S x D, C-contiguous. Variants (the C library'
                        key tile overlapping the P·V of the one before. Elsewhere
                        `unsupported_reason` says why, and nothing is launched.
     "06_flash_bwd"     the backward rungs: each names a training pair. As a forward variant it runs
-    "07_flash_bwd_bf16" the forward it differentiates (02_flash; 03_flash_bf16), which also saves
-                       the log-sum-exp (attention(..., lse=)); backward() runs its backward:
-                       06 the recurrence in FP32 on the CUDA cores (dK and dV in one pass over the
-                       query tiles, dQ in a second pass over the key tiles), 07 FlashAttention-2's
-                       backward in bf16 on mma.sync (dK, dV in registers, dQ by FP32 atomics).
-                       BACKWARD_VARIANTS lists them (tagged "backward" by attention_variant_tags).
+    "07_flash_bwd_bf16" the forward it differentiates (02_flash; 03_flash_bf16 for 07 and 08), which
+    "08_flash_bwd_wgmma" also saves the log-sum-exp (attention(..., lse=)); backward() runs its
+                       backward: 06 the recurrence in FP32 on the CUDA cores (dK and dV in one pass
+                       over the query tiles, dQ in a second pass over the key tiles), 07
+                       FlashAttention-2's backward in bf16 on mma.sync (dK, dV in registers, dQ by
+                       FP32 atomics), 08 the same pass on Hopper's wgmma and TMA (sm_90a only, as 05;
+                       elsewhere `unsupported_reason` says why). BACKWARD_VARIANTS lists them (tagged
+                       "backward" by attention_variant_tags).
 "naive" and "flash" are accepted for the first two, and any other name the loaded library knows
 (attention_variant_is_bf16 >= 0): the tests' fault build (cuda/common/faults.cuh) knows deliberately
 wrong variants, which the product library does not.
@@ -444,8 +446,8 @@ def backward(q, k, v, o, do, lse, causal: bool = False, variant: str | None = No
              out: tuple | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dq, dk, dv) of attention on the GPU: q, k, v the forward's inputs, o and lse its output and
     saved log-sum-exp (attention(..., lse=) with the same variant), do the gradient of the loss with
-    respect to o. float32 arrays for 06_flash_bwd, ml_dtypes.bfloat16 for 07_flash_bwd_bf16 (the
-    default follows q's dtype); lse float32 B x H x S. Written into `out` = (dq, dk, dv) when given.
+    respect to o. float32 arrays for 06_flash_bwd, ml_dtypes.bfloat16 for 07_flash_bwd_bf16 and
+    08_flash_bwd_wgmma (the default follows q's dtype: 06 or 07); lse float32 B x H x S. Written into `out` = (dq, dk, dv) when given.
     Every argument is checked before any launch (ValueError/TypeError)."""
     variant = _backward_variant(variant, q)
     q, k, v, variant, scale, (B, H, S, D) = validate(q, k, v, variant, scale)
@@ -829,8 +831,8 @@ def _sdpa_backward_ceiling(dtype: str, D: int, S: int, causal: bool, quick: bool
                               "harness.programs.attention:sdpa_backward_setup", kw, detail, extras=extras)
 
 
-# (D, S, causal, quick) of the backward rungs' bench shapes: 06 in float32 at S=4096 not causal, 07 as
-# the forward's bf16 shapes at S=4096 and 16384 (the latter only without --quick).
+# (D, S, causal, quick) of the backward rungs' bench shapes: 06 in float32 at S=4096 not causal, 07 and
+# 08 as the forward's bf16 shapes at S=4096 and 16384 (the latter only without --quick).
 _BWD_FP32_SHAPES = [(D, BENCH_S, False, D == 128) for D in (64, 128)]
 _BWD_BF16_SHAPES = [(D, S, causal, S != 16384) for D in (64, 128) for S in (4096, 16384) for causal in (False, True)]
 
@@ -957,6 +959,12 @@ def backward_setup(variant: str, D: int, S: int, causal: bool):
     return bench.Prepared(launch=launch, close=close)
 
 
+def _backward_rungs_here() -> list[str]:
+    """The backward rungs the bench times: all but one this build or GPU cannot run (08 off sm_90a;
+    with no GPU at all the library says 06 and 07 can)."""
+    return [v for v in backward_variants() if unsupported_reason(v) is None]
+
+
 def bench_cases(quick: bool = False):
     """FP32 variants at S=4096 (D=64, 128); 03_flash_bf16 at S=4096 (causal too) and 1024, and,
     without `quick`, 16384. With quick=True only the quick cases are returned."""
@@ -971,9 +979,8 @@ def bench_cases(quick: bool = False):
     for D, S, causal, q in _BF16_SHAPES:
         for variant in ("03_flash_bf16",) + (("05_flash_wgmma",) if wgmma else ()):
             cases.append(_bench_case(variant, D, S, causal, quick=q))
-    fp32_bwd, bf16_bwd = (next(v for v in backward_variants() if is_bf16(v) == bf) for bf in (False, True))
-    cases += [_backward_case(fp32_bwd, D, S, causal, q) for D, S, causal, q in _BWD_FP32_SHAPES]
-    cases += [_backward_case(bf16_bwd, D, S, causal, q) for D, S, causal, q in _BWD_BF16_SHAPES]
+    cases += [_backward_case(v, D, S, causal, q) for v in _backward_rungs_here() for D, S, causal, q in
+              (_BWD_BF16_SHAPES if is_bf16(v) else _BWD_FP32_SHAPES)]
     return [c for c in cases if c.quick or not quick]
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from conftest import built_names, ensure_built
 from fault_build import use_fault_library
+from harness.calling import runner
 from harness.programs import attention as att
 
 bf16 = att.bfloat16
@@ -110,13 +111,14 @@ def test_checker_rejects_a_backward_without_di(causal, rng):
 
 def test_backward_variants_come_from_the_table():
     ensure_built("attention")
-    assert set(att.BACKWARD_VARIANTS) <= set(att.VARIANTS) and len(att.BACKWARD_VARIANTS) == 2
-    assert [att.is_bf16(v) for v in att.BACKWARD_VARIANTS] == [False, True]
+    n = len(att.BACKWARD_VARIANTS)
+    assert set(att.BACKWARD_VARIANTS) <= set(att.VARIANTS) and n == 3
+    assert [att.is_bf16(v) for v in att.BACKWARD_VARIANTS] == [False, True, True]
     lib = att.library.load("attention")
     assert all(att.is_bf16(v) == (lib.attention_variant_is_bf16(v) == 1) for v in att.VARIANTS)
     # Numbered after the forward rungs.
-    assert list(att.VARIANTS[-2:]) == list(att.BACKWARD_VARIANTS)
-    assert not any(att.is_backward(v) for v in att.VARIANTS[:-2])
+    assert list(att.VARIANTS[-n:]) == list(att.BACKWARD_VARIANTS)
+    assert not any(att.is_backward(v) for v in att.VARIANTS[:-n])
 
 
 def _good(shape=(1, 2, 8, 64), dtype=np.float32):
@@ -171,7 +173,11 @@ def test_forward_refuses_lse_where_it_is_not_saved():
 
 def test_backward_bench_cases_and_ceilings():
     full = [c for c in att.bench_cases(quick=False) if att.is_backward(c.variant)]
-    assert {c.variant for c in full} == set(att.BACKWARD_VARIANTS)
+    assert {c.variant for c in full} == {v for v in att.BACKWARD_VARIANTS if att.unsupported_reason(v) is None}
+    # Each bf16 rung at the same shapes (07 and 08 side by side when both run).
+    shapes = {v: {(c.size, c.ceiling) for c in full if c.variant == v} for v in {c.variant for c in full}}
+    bf = [v for v in shapes if att.is_bf16(v)]
+    assert bf and all(shapes[v] == shapes[bf[0]] for v in bf)
     assert {c.ceiling for c in full} <= set(att.ceilings())
     assert all(c.amount == att.backward_flops(4, 16, int(c.size.split("xS")[1].split("x")[0]),
                                               int(c.size.split("xD")[1].split("-")[0]), "causal" in c.size)
@@ -184,6 +190,37 @@ def test_sanitize_covers_the_backward_rungs():
     for v in att.BACKWARD_VARIANTS:
         runs = [a for a in cases.values() if a[:2] == ["--variant", v]]
         assert any("--causal" in a for a in runs) and any(a[-1] == "128" for a in runs), v
+
+
+def test_wgmma_backward_refused_with_the_reason_off_sm90a():
+    """Where 08_flash_bwd_wgmma cannot run (no GPU, not Hopper, a build without sm_90a) the library
+    says why, backward() raises it before any launch, and the executable exits 2 with it."""
+    ensure_built("attention")
+    wg = [v for v in att.BACKWARD_VARIANTS if att.is_bf16(v) and v != "07_flash_bwd_bf16"]
+    assert wg == ["08_flash_bwd_wgmma"]
+    why = att.unsupported_reason(wg[0])
+    if why is None:
+        pytest.skip("this GPU runs 08_flash_bwd_wgmma")
+    assert why.startswith("needs sm_90a") and why == att.unsupported_reason("05_flash_wgmma")
+    assert att.head_sizes(wg[0]) == att.TC_D
+    with pytest.raises(ValueError, match="cannot run here: needs sm_90a"):
+        att.backward(**_good(dtype=bf16), variant=wg[0])
+    ensure_built("attention", "exe")
+    res = runner.run("attention", "--variant", wg[0], "1", "1", "8", "64", check=False)
+    assert res.returncode == 2 and "needs sm_90a" in res.stderr, res.stderr
+
+
+def test_wgmma_backward_refuses_a_head_size_before_any_launch(monkeypatch):
+    """08 takes D = 64 or 128 only (its tiles are 64-column TMA boxes): D = 32 is refused in Python."""
+    ensure_built("attention")
+    lib = att.library.load("attention")
+
+    def launched(*a):
+        raise AssertionError("launched")
+
+    monkeypatch.setattr(att.library, "load", lambda *a, **k: _Guard(lib, launched))
+    with pytest.raises(ValueError, match="D"):
+        att.backward(**_good((1, 2, 8, 32), bf16), variant="08_flash_bwd_wgmma")
 
 
 # --- GPU ----------------------------------------------------------------------------------------

@@ -467,7 +467,29 @@ __global__ void __launch_bounds__(256) attn_bwd_dq_to_bf16(const float *__restri
 #endif
 }
 
-// Enqueue 07_flash_bwd_bf16. ws: Di (BH·S floats), then the FP32 dQ accumulator (BH·S·D floats).
+// What both bf16 backward rungs (07, 08) enqueue around their main kernel. ws: Di (BH·S floats),
+// then the FP32 dQ accumulator (BH·S·D floats): the accumulator zeroed, Di = rowsum(dO ∘ O), the
+// main kernel (main(di, acc) launches it and returns cudaGetLastError()), dQ rounded to bf16.
+template <typename Main>
+static inline cudaError_t attn_bwd_bf16_around(int BH, int S, int D, const cudalab_bf16 *o, const cudalab_bf16 *dout,
+                                               cudalab_bf16 *dq, float *ws, cudaStream_t stream, Main main) {
+    const long long rows = (long long)BH * S;
+    // Di first, rounded up to 4 floats (attn_backward_workspace_bytes): the accumulator after it
+    // stays 16-byte aligned for the float2 reads of the last kernel whatever B·H·S is.
+    float *di = ws, *acc = ws + (rows + 3) / 4 * 4;
+    cudaError_t e = cudaMemsetAsync(acc, 0, (size_t)rows * D * sizeof(float), stream);
+    if (e != cudaSuccess) return e;
+    attn_bwd_rowdot<cudalab_bf16><<<(unsigned)cdiv(rows, 8), 256, 0, stream>>>(dout, o, di, rows, D);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    e = main((const float *)di, acc);
+    if (e != cudaSuccess) return e;
+    const long long n2 = rows * D / 2;
+    attn_bwd_dq_to_bf16<<<(unsigned)cdiv(n2, 256), 256, 0, stream>>>(acc, dq, n2);
+    return cudaGetLastError();
+}
+
+// Enqueue 07_flash_bwd_bf16.
 template <int D>
 static inline cudaError_t attn_flash_bwd_bf16_launch(int BH, int S, const cudalab_bf16 *q, const cudalab_bf16 *k,
                                                      const cudalab_bf16 *v, const cudalab_bf16 *o,
@@ -477,22 +499,11 @@ static inline cudaError_t attn_flash_bwd_bf16_launch(int BH, int S, const cudala
     using C = FlashBwdBf16Cfg<D>;
     const auto kernel = attn_flash_bwd_bf16<D>;
     if (cudalab_arch::needs_sm(80, (const void *)kernel) != nullptr) return cudaErrorNotSupported;
-    cudaError_t e = cudalab_allow_dynamic_smem(kernel, C::SMEM);
+    const cudaError_t e = cudalab_allow_dynamic_smem(kernel, C::SMEM);
     if (e != cudaSuccess) return e;
-    const long long rows = (long long)BH * S;
-    // Di first, rounded up to 4 floats (attn_backward_workspace_bytes): the accumulator after it
-    // stays 16-byte aligned for the float2 reads of the last kernel whatever B·H·S is.
-    float *di = ws, *acc = ws + (rows + 3) / 4 * 4;
-    e = cudaMemsetAsync(acc, 0, (size_t)rows * D * sizeof(float), stream);
-    if (e != cudaSuccess) return e;
-    attn_bwd_rowdot<cudalab_bf16><<<(unsigned)cdiv(rows, 8), 256, 0, stream>>>(dout, o, di, rows, D);
-    e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-    const dim3 grid((unsigned)cdiv(S, C::BC), (unsigned)BH);
-    kernel<<<grid, FBW16_NT, C::SMEM, stream>>>(q, k, v, dout, lse, di, acc, dk, dv, S, scale, causal, flags);
-    e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-    const long long n2 = rows * D / 2;
-    attn_bwd_dq_to_bf16<<<(unsigned)cdiv(n2, 256), 256, 0, stream>>>(acc, dq, n2);
-    return cudaGetLastError();
+    return attn_bwd_bf16_around(BH, S, D, o, dout, dq, ws, stream, [&](const float *di, float *acc) {
+        const dim3 grid((unsigned)cdiv(S, C::BC), (unsigned)BH);
+        kernel<<<grid, FBW16_NT, C::SMEM, stream>>>(q, k, v, dout, lse, di, acc, dk, dv, S, scale, causal, flags);
+        return cudaGetLastError();
+    });
 }
