@@ -104,20 +104,20 @@ def test_train_validation():
     p = tb.make_params(64, 0)
     x = np.zeros((2, 3, 64), np.float32)
     with pytest.raises(ValueError, match="dout must have shape"):
-        tb.backward(x, p, np.zeros((2, 3, 32), np.float32))
+        tb.backward(x, p, np.zeros((2, 3, 32), np.float32), heads=2)
     with pytest.raises(TypeError):
-        tb.backward(x, p, np.zeros((2, 3, 64), np.float64))
+        tb.backward(x, p, np.zeros((2, 3, 64), np.float64), heads=2)
     with pytest.raises(ValueError, match="lr must be"):
-        tb.train_step(x, p, x, lr=-1.0)
+        tb.train_step(x, p, x, heads=2, lr=-1.0)
     with pytest.raises(ValueError, match="lr must be"):
-        tb.train_step(x, p, x, lr=float("nan"))
+        tb.train_step(x, p, x, heads=2, lr=float("nan"))
     # 01_naive runs any head size forward, but trains with 06_flash_bwd: D = 8 is refused.
     with pytest.raises(ValueError, match="06_flash_bwd, which needs a head size"):
         tb.backward(x, p, x, heads=8, variant="01_naive")
     frozen = tb.make_params(64, 0)
     frozen.gamma.flags.writeable = False
     with pytest.raises(ValueError, match="gamma in place"):
-        tb.train_step(x, frozen, x, lr=0.1)
+        tb.train_step(x, frozen, x, heads=2, lr=0.1)
 
 
 def test_train_attention_pairs():
