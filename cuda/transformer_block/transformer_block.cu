@@ -13,6 +13,8 @@
 // (03) or attn_flash_wgmma_fwd (05, Hopper),
 // and residual_layernorm<bf16> adds the bf16 attention output to the float32 x. Input and output
 // stay float32 in both paths.
+// One training step (forward saving its activations, backward, SGD) is at the end of the file; its
+// own comment names its kernels in timeline order.
 #include "transformer_block.h"
 #include "attention/attention_kernels.cuh"
 #include "gemm_tc/k02_mma_sync.cuh"
