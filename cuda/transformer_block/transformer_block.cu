@@ -13,6 +13,8 @@
 // (03) or attn_flash_wgmma_fwd (05, Hopper),
 // and residual_layernorm<bf16> adds the bf16 attention output to the float32 x. Input and output
 // stay float32 in both paths.
+// One training step (forward saving its activations, backward, SGD) is at the end of the file; its
+// own comment names its kernels in timeline order.
 #include "transformer_block.h"
 #include "attention/attention_kernels.cuh"
 #include "gemm_tc/k02_mma_sync.cuh"
@@ -95,12 +97,14 @@ __device__ __forceinline__ float tb_load(const cudalab_bf16 *p, long long i) {
 }
 
 // One warp per token: y = A + x (A read back from head-major layout), then
-// out = (y - mean) / sqrt(var + eps) * gamma + beta. Two passes over y (mean, then the variance
-// about it) avoid the cancellation of E[y²] - E[y]².
+// out = (y - mean) / sqrt(var + eps) * gamma + beta; with mean_out and rstd_out (a training step's
+// forward) the token's mean and 1/sqrt(var + eps) are saved for the backward. Two passes over y
+// (mean, then the variance about it) avoid the cancellation of E[y²] - E[y]².
 template <typename AT>
 __global__ void __launch_bounds__(256)
     residual_layernorm(const AT *__restrict__ attn, const float *__restrict__ x, const float *__restrict__ gamma,
-                       const float *__restrict__ beta, float *__restrict__ out, int B, int S, int E, int H) {
+                       const float *__restrict__ beta, float *__restrict__ out, int B, int S, int E, int H,
+                       float *__restrict__ mean_out, float *__restrict__ rstd_out) {
     const long long tok = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (tok >= (long long)B * S) return;  // whole warps leave together
@@ -125,6 +129,8 @@ __global__ void __launch_bounds__(256)
     for (int off = 16; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off);
     const float rstd = rsqrtf(sq / (float)E + TB_LN_EPS);
     for (int e = lane; e < E; e += 32) orow[e] = (y_at(e) - mean) * rstd * gamma[e] + beta[e];
+    // A training step keeps the two statistics: its backward then needs no second pass over y.
+    if (mean_out != nullptr && lane == 0) mean_out[tok] = mean, rstd_out[tok] = rstd;
 }
 
 static cudaError_t tb_check(const char *variant, int B, int S, int E, int H) {
@@ -149,40 +155,47 @@ extern "C" long long transformer_block_workspace_bytes(const char *attn_variant,
            attn_workspace_bytes(attn_variant_id(attn_variant), B, H, S, E / H);
 }
 
-// The bf16 path, on the workspace layout above.
-static int tb_forward_bf16(const char *attn_variant, int B, int S, int E, int H, int causal, const float *x,
-                                   const float *w_qkv, const float *b_qkv, const float *gamma, const float *beta,
-                                   float *out, void *workspace, cudaStream_t st) {
-    // Refused before the first launch (the projection and attention would each refuse anyway).
-    if (transformer_block_unsupported_reason(attn_variant) != nullptr) return (int)cudaErrorNotSupported;
+// The forward's launches on buffers the caller carved: one sequence for the forward alone and for
+// a training step's forward, which also passes `lse` (then `attn` names a backward rung, whose
+// forward saves it) and `mean`, `rstd` (the LayerNorm's statistics). q, k, v, o are float32 or,
+// on the bf16 path, bf16 (then xb and wb receive the rounded x and W).
+static int tb_forward_launches(const char *attn, int B, int S, int E, int H, int causal, const float *x,
+                               const float *w_qkv, const float *b_qkv, const float *gamma, const float *beta,
+                               float *out, float *qkv, cudalab_bf16 *xb, cudalab_bf16 *wb, void *q, void *k, void *v,
+                               void *o, float *attn_ws, float *lse, float *mean, float *rstd, cudaStream_t st) {
     const long long n = (long long)B * S * E;
-    char *p = static_cast<char *>(workspace);
-    float *qkv = reinterpret_cast<float *>(p);
-    p += tb_round(3 * n * 4);
-    cudalab_bf16 *xb = reinterpret_cast<cudalab_bf16 *>(p);
-    p += tb_round(n * 2);
-    cudalab_bf16 *wb = reinterpret_cast<cudalab_bf16 *>(p);
-    p += tb_round(3LL * E * E * 2);
-    cudalab_bf16 *qkvh[4];  // q, k, v, attn
-    for (auto &h : qkvh) {
-        h = reinterpret_cast<cudalab_bf16 *>(p);
-        p += tb_round(n * 2);
-    }
-    f32_to_bf16<<<(unsigned)std::min<long long>(cdiv(n, 256), 4096), 256, 0, st>>>(x, xb, n);
-    CUDA_TRY(cudaGetLastError());
-    f32_to_bf16<<<(unsigned)std::min<long long>(cdiv(3LL * E * E, 256), 4096), 256, 0, st>>>(w_qkv, wb, 3LL * E * E);
-    CUDA_TRY(cudaGetLastError());
-    // qkv (B·S x 3E) = x (B·S x E) · Wᵀ, W being 3E x E: gemm_tc's "TN" layout as it stands.
-    CUDA_TRY(gemm_tc::launch_mma_sync(B * S, 3 * E, E, xb, wb, qkv, st));
-    qkv_bias_split_heads_bf16<<<(unsigned)cdiv(3 * n, 256), 256, 0, st>>>(qkv, b_qkv, qkvh[0], qkvh[1], qkvh[2], B,
-                                                                          S, E, H);
-    CUDA_TRY(cudaGetLastError());
     const int D = E / H;
-    CUDA_TRY(attention_launch_bf16(attn_variant, B, H, S, D, causal, 1.0f / sqrtf((float)D), qkvh[0], qkvh[1],
-                                   qkvh[2], qkvh[3], st));
-    residual_layernorm<cudalab_bf16>
-        <<<(unsigned)cdiv((long long)B * S, 8), 256, 0, st>>>(qkvh[3], x, gamma, beta, out, B, S, E, H);
-    return (int)cudaGetLastError();
+    const float scale = 1.0f / sqrtf((float)D);
+    if (attn_is_bf16(attn_variant_id(attn))) {
+        using bf = cudalab_bf16;
+        f32_to_bf16<<<(unsigned)std::min<long long>(cdiv(n, 256), 4096), 256, 0, st>>>(x, xb, n);
+        CUDA_TRY_LAUNCH();
+        f32_to_bf16<<<(unsigned)std::min<long long>(cdiv(3LL * E * E, 256), 4096), 256, 0, st>>>(w_qkv, wb,
+                                                                                               3LL * E * E);
+        CUDA_TRY_LAUNCH();
+        // qkv (B·S x 3E) = x (B·S x E) · Wᵀ, W being 3E x E: gemm_tc's "TN" layout as it stands.
+        CUDA_TRY(gemm_tc::launch_mma_sync(B * S, 3 * E, E, xb, wb, qkv, st));
+        qkv_bias_split_heads_bf16<<<(unsigned)cdiv(3 * n, 256), 256, 0, st>>>(
+            qkv, b_qkv, static_cast<bf *>(q), static_cast<bf *>(k), static_cast<bf *>(v), B, S, E, H);
+        CUDA_TRY_LAUNCH();
+        CUDA_TRY(attention_launch_bf16(attn, B, H, S, D, causal, scale, static_cast<bf *>(q), static_cast<bf *>(k),
+                                       static_cast<bf *>(v), static_cast<bf *>(o), st, lse));
+        residual_layernorm<bf><<<(unsigned)cdiv((long long)B * S, 8), 256, 0, st>>>(
+            static_cast<bf *>(o), x, gamma, beta, out, B, S, E, H, mean, rstd);
+        CUDA_TRY_LAUNCH();
+        return 0;
+    }
+    float *qf = static_cast<float *>(q), *kf = static_cast<float *>(k), *vf = static_cast<float *>(v);
+    float *of = static_cast<float *>(o);
+    CUDA_TRY(matmul_launch(TB_LINEAR_MATMUL, TB_LINEAR_TILE, true, B * S, 3 * E, E, x, w_qkv, qkv, 1.0f, 1, 0, 0, 0,
+                           st));
+    qkv_bias_split_heads<<<(unsigned)cdiv(3 * n, 256), 256, 0, st>>>(qkv, b_qkv, qf, kf, vf, B, S, E, H);
+    CUDA_TRY_LAUNCH();
+    CUDA_TRY(attention_launch(attn, B, H, S, D, causal, scale, qf, kf, vf, of, attn_ws, st, lse));
+    residual_layernorm<float>
+        <<<(unsigned)cdiv((long long)B * S, 8), 256, 0, st>>>(of, x, gamma, beta, out, B, S, E, H, mean, rstd);
+    CUDA_TRY_LAUNCH();
+    return 0;
 }
 
 extern "C" cudalab_status transformer_block_forward_device(const char *attn_variant, int B, int S, int E, int H, int causal,
@@ -192,19 +205,28 @@ extern "C" cudalab_status transformer_block_forward_device(const char *attn_vari
     CUDA_TRY(tb_check(attn_variant, B, S, E, H));
     if (!x || !w_qkv || !b_qkv || !gamma || !beta || !out || !workspace) return (int)cudaErrorInvalidValue;
     cudaStream_t st = (cudaStream_t)stream;
-    if (attn_is_bf16(attn_variant_id(attn_variant)))
-        return tb_forward_bf16(attn_variant, B, S, E, H, causal, x, w_qkv, b_qkv, gamma, beta, out, workspace, st);
     const long long n = (long long)B * S * E;
+    if (attn_is_bf16(attn_variant_id(attn_variant))) {
+        // Refused before the first launch (the projection and attention would each refuse anyway).
+        if (transformer_block_unsupported_reason(attn_variant) != nullptr) return (int)cudaErrorNotSupported;
+        char *p = reinterpret_cast<char *>(workspace);
+        float *qkv = reinterpret_cast<float *>(p);
+        p += tb_round(3 * n * 4);
+        cudalab_bf16 *xb = reinterpret_cast<cudalab_bf16 *>(p);
+        p += tb_round(n * 2);
+        cudalab_bf16 *wb = reinterpret_cast<cudalab_bf16 *>(p);
+        p += tb_round(3LL * E * E * 2);
+        void *qkvo[4];  // q, k, v, attn
+        for (auto &h : qkvo) {
+            h = p;
+            p += tb_round(n * 2);
+        }
+        return tb_forward_launches(attn_variant, B, S, E, H, causal, x, w_qkv, b_qkv, gamma, beta, out, qkv, xb, wb,
+                                   qkvo[0], qkvo[1], qkvo[2], qkvo[3], nullptr, nullptr, nullptr, nullptr, st);
+    }
     float *qkv = workspace, *q = qkv + 3 * n, *k = q + n, *v = k + n, *attn = v + n, *attn_ws = attn + n;
-    CUDA_TRY(matmul_launch(TB_LINEAR_MATMUL, TB_LINEAR_TILE, true, B * S, 3 * E, E, x, w_qkv, qkv, 1.0f, 1, 0, 0, 0,
-                           st));
-    qkv_bias_split_heads<<<(unsigned)cdiv(3 * n, 256), 256, 0, st>>>(qkv, b_qkv, q, k, v, B, S, E, H);
-    CUDA_TRY_LAUNCH();
-    const int D = E / H;
-    CUDA_TRY(attention_launch(attn_variant, B, H, S, D, causal, 1.0f / sqrtf((float)D), q, k, v, attn, attn_ws, st));
-    residual_layernorm<float><<<(unsigned)cdiv((long long)B * S, 8), 256, 0, st>>>(attn, x, gamma, beta, out, B, S, E, H);
-    CUDA_TRY_LAUNCH();
-    return 0;
+    return tb_forward_launches(attn_variant, B, S, E, H, causal, x, w_qkv, b_qkv, gamma, beta, out, qkv, nullptr,
+                               nullptr, q, k, v, attn, attn_ws, nullptr, nullptr, nullptr, st);
 }
 
 extern "C" cudalab_status transformer_block_forward(const char *attn_variant, int B, int S, int E, int H, int causal,
@@ -231,4 +253,439 @@ extern "C" cudalab_status transformer_block_forward(const char *attn_variant, in
     if (e != 0) return e;
     CUDA_TRY(cudaMemcpy(out, dout.p, xb, cudaMemcpyDeviceToHost));
     return cudalab::release_all(dx, dw, db, dgamma, dbeta, dout, dws);
+}
+
+// =============================================================================================
+// One training step: the forward above, saving what the backward needs, then the backward, then
+// (optionally) plain SGD on the parameters. With N = B·S tokens and dOut = ∂L/∂out given:
+//   xhat = (y - mean)·rstd, y = A + x           (A: the attention output, merged over heads)
+//   dgamma = Σ_tokens dOut ∘ xhat,  dbeta = Σ_tokens dOut
+//   g = dOut ∘ gamma,  dy = rstd·(g - mean_e(g) - xhat·mean_e(g ∘ xhat))   (LayerNorm's Jacobian)
+//   dA = dy (split into heads), dx starts as dy (the residual)
+//   dQ, dK, dV = the attention's backward of dA (06_flash_bwd or 07_flash_bwd_bf16, from the
+//                forward's O and log-sum-exp)
+//   dQKV = [dQ | dK | dV] merged back to N x 3E,  db_qkv = Σ_tokens dQKV
+//   dW_qkv = dQKVᵀ·x,  dx += dQKV·W_qkv
+// Kernel names, in the order an nsys timeline shows them (the forward's as in the header comment):
+//   residual_layernorm_bwd, column_sum (dgamma, dbeta), attn_bwd_rowdot + attn_flash_bwd_kv +
+//   attn_flash_bwd_q (06) or attn_bwd_rowdot + attn_flash_bwd_bf16 + attn_bwd_dq_to_bf16 (07),
+//   merge_heads_grad, column_sum (db_qkv), transpose_tile (dQKVᵀ; on the bf16 path also xᵀ and
+//   Wᵀ, gemm_tc's K-contiguous operands) + f32_to_bf16 (dQKV), matmul_02_tiled<16, false> (dW) and
+//   matmul_02_tiled<32, false> (dx) or k02_mma_sync twice, residual_grad_add, sgd_update.
+// The two float32 products use different tile widths so that each has its own row in a kernel
+// table (and dW, 768 x 256 outputs at E = 256 summed over all N tokens, gets 4x the blocks of 32-wide tiles).
+// =============================================================================================
+#define TB_DW_TILE 16
+#define TB_DX_TILE 32
+#define TB_COLSUM_CHUNKS 128  // at most this many partial sums per column (the first of two passes)
+
+__device__ __forceinline__ void tb_store(float *p, long long i, float v) { p[i] = v; }
+__device__ __forceinline__ void tb_store(cudalab_bf16 *p, long long i, float v) {
+    p[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+// One warp per token, like the forward: recompute y from A and x, xhat from the saved mean and
+// rstd, and write dy (token-major, float32: dx's residual part), xhat (for dgamma) and dA
+// (head-major, the attention's dtype: its backward's dO).
+template <typename AT>
+__global__ void __launch_bounds__(256)
+    residual_layernorm_bwd(const AT *__restrict__ attn, const float *__restrict__ x, const float *__restrict__ gamma,
+                           const float *__restrict__ mean, const float *__restrict__ rstd,
+                           const float *__restrict__ dout, float *__restrict__ dy, float *__restrict__ xhat,
+                           AT *__restrict__ dattn, int B, int S, int E, int H) {
+    const long long tok = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (tok >= (long long)B * S) return;  // whole warps leave together
+    const int b = (int)(tok / S), s = (int)(tok % S), D = E / H;
+    const float m = mean[tok], r = rstd[tok];
+    const float *xr = x + tok * E, *dr = dout + tok * E;
+    auto head_index = [&](int e) { return (((long long)b * H + e / D) * S + s) * D + e % D; };
+    auto xhat_at = [&](int e) { return (tb_load(attn, head_index(e)) + xr[e] - m) * r; };
+    float sg = 0.0f, sgx = 0.0f;  // Σ g and Σ g·xhat over the token's E features
+    for (int e = lane; e < E; e += 32) {
+        const float g = dr[e] * gamma[e];
+        sg += g;
+        sgx = fmaf(g, xhat_at(e), sgx);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        sg += __shfl_xor_sync(0xffffffffu, sg, off);
+        sgx += __shfl_xor_sync(0xffffffffu, sgx, off);
+    }
+    const float mg = sg / (float)E, mgx = sgx / (float)E;
+    for (int e = lane; e < E; e += 32) {
+        const float xh = xhat_at(e);
+        const float d = r * (dr[e] * gamma[e] - mg - xh * mgx);
+        dy[tok * E + e] = d;
+        xhat[tok * E + e] = xh;
+        tb_store(dattn, head_index(e), d);
+    }
+}
+
+// Column sums over the rows of a rows x cols matrix: out[c] = Σ_r a[r][c]·(b ? b[r][c] : 1).
+// A block owns 32 columns (threadIdx.x: one column each, so a warp reads 32 consecutive floats)
+// and one chunk of rows (blockIdx.y), its 8 thread rows striding through it; the 8 partial sums
+// meet in shared memory. Written to out[blockIdx.y][c]: with one chunk that is the answer, with
+// several a second launch sums the chunks. Two passes in a fixed order instead of atomics: the
+// gradients are the same bits on every run.
+__global__ void __launch_bounds__(256) column_sum(const float *__restrict__ a, const float *__restrict__ b,
+                                                  float *__restrict__ out, long long rows, int cols,
+                                                  long long rows_per_chunk) {
+    __shared__ float part[8][33];
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    const long long r0 = blockIdx.y * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
+    float acc = 0.0f;
+    if (c < cols)
+        for (long long r = r0 + threadIdx.y; r < r1; r += 8)
+            acc = fmaf(a[r * cols + c], b != nullptr ? b[r * cols + c] : 1.0f, acc);
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) sum += part[i][threadIdx.x];
+        out[(long long)blockIdx.y * cols + c] = sum;
+    }
+}
+
+// The inverse of qkv_bias_split_heads: dQ, dK, dV (head-major, the attention's dtype) into
+// dQKV, N x 3E float32, one thread per element (consecutive threads read consecutive d).
+template <typename T>
+__global__ void merge_heads_grad(const T *__restrict__ dq, const T *__restrict__ dk, const T *__restrict__ dv,
+                                 float *__restrict__ dqkv, int B, int S, int E, int H) {
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)B * S * 3 * E) return;
+    const int col = (int)(idx % (3 * E));
+    const long long tok = idx / (3 * E);
+    const int which = col / E, e = col % E;
+    const int D = E / H, h = e / D, d = e % D;
+    const int b = (int)(tok / S), s = (int)(tok % S);
+    const T *src = which == 0 ? dq : which == 1 ? dk : dv;
+    dqkv[idx] = tb_load(src, (((long long)b * H + h) * S + s) * D + d);
+}
+
+// out (cols x rows) = inᵀ (in: rows x cols, float32), converted to TO. A 32 x 32 tile through
+// shared memory, so that both the reads (along a row of in) and the writes (along a row of out)
+// are consecutive for a warp; the +1 column puts a tile's column in 32 banks. blockIdx.x walks
+// the rows (the token axis, which can be longer than grid y allows).
+__device__ __forceinline__ void tb_put(float *p, long long i, float v) { p[i] = v; }
+__device__ __forceinline__ void tb_put(cudalab_bf16 *p, long long i, float v) { tb_store(p, i, v); }
+template <typename TO>
+__global__ void __launch_bounds__(256) transpose_tile(const float *__restrict__ in, TO *__restrict__ out,
+                                                      long long rows, int cols) {
+    __shared__ float t[32][33];
+    const long long r0 = (long long)blockIdx.x * 32;
+    const int c0 = blockIdx.y * 32;
+    for (int i = threadIdx.y; i < 32; i += 8) {
+        const long long r = r0 + i;
+        const int c = c0 + threadIdx.x;
+        if (r < rows && c < cols) t[i][threadIdx.x] = in[r * cols + c];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += 8) {
+        const int c = c0 + i;
+        const long long r = r0 + threadIdx.x;
+        if (r < rows && c < cols) tb_put(out, (long long)c * rows + r, t[threadIdx.x][i]);
+    }
+}
+
+// dx += dy: the residual's gradient, added to the projection's dQKV·W.
+__global__ void residual_grad_add(float *__restrict__ dx, const float *__restrict__ dy, long long n) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        dx[i] += dy[i];
+}
+
+// Plain SGD, in place: p -= lr·g.
+__global__ void sgd_update(float *__restrict__ p, const float *__restrict__ g, long long n, float lr) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        p[i] = fmaf(-lr, g[i], p[i]);
+}
+
+// The attention rung a block variant trains with: the float32 block with 06_flash_bwd (its forward
+// is 02_flash, which saves the log-sum-exp; 01_naive's three kernels save none), the bf16 block with
+// 07_flash_bwd_bf16 (forward 03_flash_bf16: 05_flash_wgmma saves no log-sum-exp either).
+static const char *tb_train_attn(const char *variant) {
+    return attn_is_bf16(attn_variant_id(variant)) ? "07_flash_bwd_bf16" : "06_flash_bwd";
+}
+
+extern "C" const char *transformer_block_train_attention(const char *attn_variant) {
+    if (tb_check(attn_variant, 1, 1, 64, 1) != cudaSuccess) return nullptr;
+    return tb_train_attn(attn_variant);
+}
+
+// The training step's arguments: the block's rules, then the training rung's (06 takes D in
+// {32, 64, 128}: 01_naive's D = 8 cannot train), the float32 products' grid (N/16 blocks in grid y).
+static cudaError_t tb_train_check(const char *variant, int B, int S, int E, int H) {
+    if (cudaError_t e = tb_check(variant, B, S, E, H)) return e;
+    if (cudaError_t e = attn_check_args(attn_variant_id(tb_train_attn(variant)), B, H, S, E / H)) return e;
+    if (cdiv((long long)B * S, TB_LINEAR_TILE) > CUDALAB_MAX_GRID_YZ) return cudaErrorInvalidValue;
+    return cudaSuccess;
+}
+
+// The training workspace, carved in one order for its size (base NULL) and for its pointers; each
+// part rounded up to 256 bytes (16-byte alignment for the attention kernels). "el" is the
+// attention's element: 4 bytes, or 2 on the bf16 path.
+struct TbTrainWs {
+    float *qkv;                   // N x 3E: the projection; in the backward, dQKV
+    cudalab_bf16 *xb, *wb;        // bf16: x and W rounded (the forward's operands)
+    void *q, *k, *v, *o;          // B x H x S x D each, el: kept for the backward
+    float *lse, *mean, *rstd;     // B·H·S; N; N
+    float *dy, *xhat;             // N x E each
+    void *dattn, *dq, *dk, *dv;   // B x H x S x D each, el
+    float *attn_ws;               // the attention backward's (Di; the bf16 rung's dQ accumulator)
+    void *dqkv_t;                 // 3E x N, el: dQKVᵀ
+    cudalab_bf16 *dqkv_b, *xt, *wt;  // bf16: dQKV, xᵀ, Wᵀ
+    float *partial;               // column sums' first pass, TB_COLSUM_CHUNKS x 3E
+    long long bytes;
+};
+
+static TbTrainWs tb_train_layout(bool bf16, int B, int S, int E, int H, void *base) {
+    TbTrainWs w{};
+    long long used = 0;
+    auto take = [&](long long bytes) -> void * {
+        void *r = base != nullptr ? static_cast<char *>(base) + used : nullptr;
+        used += tb_round(bytes);
+        return r;
+    };
+    const long long N = (long long)B * S, n = N * E, el = bf16 ? 2 : 4;
+    w.qkv = static_cast<float *>(take(3 * n * 4));
+    if (bf16) {
+        w.xb = static_cast<cudalab_bf16 *>(take(n * 2));
+        w.wb = static_cast<cudalab_bf16 *>(take(3LL * E * E * 2));
+    }
+    w.q = take(n * el), w.k = take(n * el), w.v = take(n * el), w.o = take(n * el);
+    w.lse = static_cast<float *>(take((long long)B * H * S * 4));
+    w.mean = static_cast<float *>(take(N * 4));
+    w.rstd = static_cast<float *>(take(N * 4));
+    w.dy = static_cast<float *>(take(n * 4));
+    w.xhat = static_cast<float *>(take(n * 4));
+    w.dattn = take(n * el), w.dq = take(n * el), w.dk = take(n * el), w.dv = take(n * el);
+    w.attn_ws = static_cast<float *>(
+        take(attn_backward_workspace_bytes(attn_variant_id(bf16 ? "07_flash_bwd_bf16" : "06_flash_bwd"), B, H, S, E / H)));
+    w.dqkv_t = take(3 * n * el);
+    if (bf16) {
+        w.dqkv_b = static_cast<cudalab_bf16 *>(take(3 * n * 2));
+        w.xt = static_cast<cudalab_bf16 *>(take(n * 2));
+        w.wt = static_cast<cudalab_bf16 *>(take(3LL * E * E * 2));
+    }
+    w.partial = static_cast<float *>(take((long long)TB_COLSUM_CHUNKS * 3 * E * 4));
+    w.bytes = used;
+    return w;
+}
+
+extern "C" long long transformer_block_train_workspace_bytes(const char *attn_variant, int B, int S, int E, int H) {
+    if (tb_train_check(attn_variant, B, S, E, H) != cudaSuccess) return -1;
+    return tb_train_layout(attn_is_bf16(attn_variant_id(attn_variant)), B, S, E, H, nullptr).bytes;
+}
+
+// out[c] = Σ_r a[r][c]·(b ? b[r][c] : 1): one launch of column_sum for up to 64 rows, else a
+// first pass into `partial` (one row per chunk of rows) and a second over the chunks.
+static cudaError_t tb_column_sum(const float *a, const float *b, float *out, long long rows, int cols, float *partial,
+                                 cudaStream_t st) {
+    const long long chunks = std::min<long long>(cdiv(rows, 64), TB_COLSUM_CHUNKS);
+    const dim3 block(32, 8);
+    if (chunks == 1) {
+        column_sum<<<dim3((unsigned)cdiv(cols, 32), 1), block, 0, st>>>(a, b, out, rows, cols, rows);
+        return cudaGetLastError();
+    }
+    column_sum<<<dim3((unsigned)cdiv(cols, 32), (unsigned)chunks), block, 0, st>>>(a, b, partial, rows, cols,
+                                                                                   cdiv(rows, chunks));
+    if (cudaError_t e = cudaGetLastError()) return e;
+    column_sum<<<dim3((unsigned)cdiv(cols, 32), 1), block, 0, st>>>(partial, nullptr, out, chunks, cols, chunks);
+    return cudaGetLastError();
+}
+
+template <typename TO>
+static cudaError_t tb_transpose(const float *in, TO *out, long long rows, int cols, cudaStream_t st) {
+    transpose_tile<TO><<<dim3((unsigned)cdiv(rows, 32), (unsigned)cdiv(cols, 32)), dim3(32, 8), 0, st>>>(in, out, rows,
+                                                                                                         cols);
+    return cudaGetLastError();
+}
+
+static bool tb_all(std::initializer_list<const void *> ptrs) {
+    for (const void *p : ptrs)
+        if (p == nullptr) return false;
+    return true;
+}
+
+extern "C" cudalab_status transformer_block_train_forward_device(const char *attn_variant, int B, int S, int E, int H,
+                                                                 int causal, const float *x, const float *w_qkv,
+                                                                 const float *b_qkv, const float *gamma,
+                                                                 const float *beta, float *out, void *workspace,
+                                                                 void *stream) {
+    CUDA_TRY(tb_train_check(attn_variant, B, S, E, H));
+    if (!tb_all({x, w_qkv, b_qkv, gamma, beta, out, workspace})) return (int)cudaErrorInvalidValue;
+    const bool bf16 = attn_is_bf16(attn_variant_id(attn_variant));
+    if (bf16 && transformer_block_unsupported_reason(attn_variant) != nullptr) return (int)cudaErrorNotSupported;
+    const TbTrainWs w = tb_train_layout(bf16, B, S, E, H, workspace);
+    return tb_forward_launches(tb_train_attn(attn_variant), B, S, E, H, causal, x, w_qkv, b_qkv, gamma, beta, out,
+                               w.qkv, w.xb, w.wb, w.q, w.k, w.v, w.o, nullptr, w.lse, w.mean, w.rstd,
+                               (cudaStream_t)stream);
+}
+
+extern "C" cudalab_status transformer_block_backward_device(const char *attn_variant, int B, int S, int E, int H,
+                                                            int causal, const float *x, const float *w_qkv,
+                                                            const float *gamma, const float *dout, float *dx,
+                                                            float *dw_qkv, float *db_qkv, float *dgamma, float *dbeta,
+                                                            void *workspace, void *stream) {
+    CUDA_TRY(tb_train_check(attn_variant, B, S, E, H));
+    if (!tb_all({x, w_qkv, gamma, dout, dx, dw_qkv, db_qkv, dgamma, dbeta, workspace})) return (int)cudaErrorInvalidValue;
+    const bool bf16 = attn_is_bf16(attn_variant_id(attn_variant));
+    if (bf16 && transformer_block_unsupported_reason(attn_variant) != nullptr) return (int)cudaErrorNotSupported;
+    cudaStream_t st = (cudaStream_t)stream;
+    const TbTrainWs w = tb_train_layout(bf16, B, S, E, H, workspace);
+    const char *attn = tb_train_attn(attn_variant);
+    const long long N = (long long)B * S, n = N * E;
+    const int D = E / H;
+    const float scale = 1.0f / sqrtf((float)D);
+    using bf = cudalab_bf16;
+    const unsigned tok_blocks = (unsigned)cdiv(N, 8);
+    // 1. LayerNorm and the residual: dy, xhat and dA.
+    if (bf16)
+        residual_layernorm_bwd<bf><<<tok_blocks, 256, 0, st>>>(static_cast<bf *>(w.o), x, gamma, w.mean, w.rstd, dout,
+                                                               w.dy, w.xhat, static_cast<bf *>(w.dattn), B, S, E, H);
+    else
+        residual_layernorm_bwd<float><<<tok_blocks, 256, 0, st>>>(static_cast<float *>(w.o), x, gamma, w.mean, w.rstd,
+                                                                  dout, w.dy, w.xhat, static_cast<float *>(w.dattn), B,
+                                                                  S, E, H);
+    CUDA_TRY_LAUNCH();
+    // 2. dgamma, dbeta: column sums over the tokens.
+    CUDA_TRY(tb_column_sum(dout, w.xhat, dgamma, N, E, w.partial, st));
+    CUDA_TRY(tb_column_sum(dout, nullptr, dbeta, N, E, w.partial, st));
+    // 3. The attention's backward, then dQ, dK, dV back into dQKV (the projection's buffer, free now).
+    float *dqkv = w.qkv;
+    if (bf16) {
+        CUDA_TRY(attention_backward_launch_bf16(attn, B, H, S, D, causal, scale, static_cast<bf *>(w.q),
+                                                static_cast<bf *>(w.k), static_cast<bf *>(w.v), static_cast<bf *>(w.o),
+                                                static_cast<bf *>(w.dattn), w.lse, static_cast<bf *>(w.dq),
+                                                static_cast<bf *>(w.dk), static_cast<bf *>(w.dv), w.attn_ws, st));
+        merge_heads_grad<bf><<<(unsigned)cdiv(3 * n, 256), 256, 0, st>>>(
+            static_cast<bf *>(w.dq), static_cast<bf *>(w.dk), static_cast<bf *>(w.dv), dqkv, B, S, E, H);
+    } else {
+        CUDA_TRY(attention_backward_launch(attn, B, H, S, D, causal, scale, static_cast<float *>(w.q),
+                                           static_cast<float *>(w.k), static_cast<float *>(w.v),
+                                           static_cast<float *>(w.o), static_cast<float *>(w.dattn), w.lse,
+                                           static_cast<float *>(w.dq), static_cast<float *>(w.dk),
+                                           static_cast<float *>(w.dv), w.attn_ws, st));
+        merge_heads_grad<float><<<(unsigned)cdiv(3 * n, 256), 256, 0, st>>>(
+            static_cast<float *>(w.dq), static_cast<float *>(w.dk), static_cast<float *>(w.dv), dqkv, B, S, E, H);
+    }
+    CUDA_TRY_LAUNCH();
+    // 4. db_qkv: the bias's gradient is dQKV summed over the tokens.
+    CUDA_TRY(tb_column_sum(dqkv, nullptr, db_qkv, N, 3 * E, w.partial, st));
+    // 5. dW_qkv = dQKVᵀ·x and dx = dQKV·W_qkv (+ dy below). matmul computes A·B or A·Bᵀ with A
+    //    row-major, so dW needs dQKVᵀ stored; gemm_tc computes A·Bᵀ with both K-contiguous, so it
+    //    also needs xᵀ (the dW product's K is the token axis) and Wᵀ (the dx product's K is 3E).
+    if (bf16) {
+        bf *dqkv_t = static_cast<bf *>(w.dqkv_t);
+        CUDA_TRY(tb_transpose<bf>(dqkv, dqkv_t, N, 3 * E, st));
+        f32_to_bf16<<<(unsigned)std::min<long long>(cdiv(3 * n, 256), 4096), 256, 0, st>>>(dqkv, w.dqkv_b, 3 * n);
+        CUDA_TRY_LAUNCH();
+        CUDA_TRY(tb_transpose<bf>(x, w.xt, N, E, st));
+        CUDA_TRY(tb_transpose<bf>(w_qkv, w.wt, 3 * E, E, st));
+        CUDA_TRY(gemm_tc::launch_mma_sync(3 * E, E, (int)N, dqkv_t, w.xt, dw_qkv, st));
+        CUDA_TRY(gemm_tc::launch_mma_sync((int)N, E, 3 * E, w.dqkv_b, w.wt, dx, st));
+    } else {
+        float *dqkv_t = static_cast<float *>(w.dqkv_t);
+        CUDA_TRY(tb_transpose<float>(dqkv, dqkv_t, N, 3 * E, st));
+        CUDA_TRY(matmul_launch(TB_LINEAR_MATMUL, TB_DW_TILE, false, 3 * E, E, (int)N, dqkv_t, x, dw_qkv, 1.0f, 1, 0, 0,
+                               0, st));
+        CUDA_TRY(matmul_launch(TB_LINEAR_MATMUL, TB_DX_TILE, false, (int)N, E, 3 * E, dqkv, w_qkv, dx, 1.0f, 1, 0, 0,
+                               0, st));
+    }
+    // 6. dx += dy, the residual's path.
+    residual_grad_add<<<(unsigned)std::min<long long>(cdiv(n, 256), 4096), 256, 0, st>>>(dx, w.dy, n);
+    CUDA_TRY_LAUNCH();
+    return 0;
+}
+
+extern "C" cudalab_status transformer_block_sgd_device(int E, float lr, float *w_qkv, float *b_qkv, float *gamma,
+                                                       float *beta, const float *dw_qkv, const float *db_qkv,
+                                                       const float *dgamma, const float *dbeta, void *stream) {
+    if (E <= 0 || !std::isfinite(lr) || lr < 0.0f) return (int)cudaErrorInvalidValue;
+    if (!tb_all({w_qkv, b_qkv, gamma, beta, dw_qkv, db_qkv, dgamma, dbeta})) return (int)cudaErrorInvalidValue;
+    cudaStream_t st = (cudaStream_t)stream;
+    float *p[4] = {w_qkv, b_qkv, gamma, beta};
+    const float *g[4] = {dw_qkv, db_qkv, dgamma, dbeta};
+    const long long len[4] = {3LL * E * E, 3LL * E, E, E};
+    for (int i = 0; i < 4; ++i) {
+        sgd_update<<<(unsigned)std::min<long long>(cdiv(len[i], 256), 1024), 256, 0, st>>>(p[i], g[i], len[i], lr);
+        CUDA_TRY_LAUNCH();
+    }
+    return 0;
+}
+
+extern "C" cudalab_status transformer_block_train_step_device(const char *attn_variant, int B, int S, int E, int H,
+                                                              int causal, float lr, const float *x, float *w_qkv,
+                                                              float *b_qkv, float *gamma, float *beta,
+                                                              const float *dout, float *out, float *dx, float *dw_qkv,
+                                                              float *db_qkv, float *dgamma, float *dbeta,
+                                                              void *workspace, void *stream) {
+    // Every argument before the first launch: a bad lr must not leave a forward half-done.
+    CUDA_TRY(tb_train_check(attn_variant, B, S, E, H));
+    if (!std::isfinite(lr) || lr < 0.0f) return (int)cudaErrorInvalidValue;
+    if (int e = transformer_block_train_forward_device(attn_variant, B, S, E, H, causal, x, w_qkv, b_qkv, gamma, beta,
+                                                       out, workspace, stream))
+        return e;
+    if (int e = transformer_block_backward_device(attn_variant, B, S, E, H, causal, x, w_qkv, gamma, dout, dx, dw_qkv,
+                                                  db_qkv, dgamma, dbeta, workspace, stream))
+        return e;
+    if (lr == 0.0f) return 0;
+    return transformer_block_sgd_device(E, lr, w_qkv, b_qkv, gamma, beta, dw_qkv, db_qkv, dgamma, dbeta, stream);
+}
+
+extern "C" cudalab_status transformer_block_train_step(const char *attn_variant, int B, int S, int E, int H, int causal,
+                                                       float lr, const float *x, float *w_qkv, float *b_qkv,
+                                                       float *gamma, float *beta, const float *dout, float *out,
+                                                       float *dx, float *dw_qkv, float *db_qkv, float *dgamma,
+                                                       float *dbeta) {
+    CUDA_TRY(tb_train_check(attn_variant, B, S, E, H));
+    if (!std::isfinite(lr) || lr < 0.0f) return (int)cudaErrorInvalidValue;
+    if (!tb_all({x, w_qkv, b_qkv, gamma, beta, dout, out, dx, dw_qkv, db_qkv, dgamma, dbeta}))
+        return (int)cudaErrorInvalidValue;
+    const size_t xb = (size_t)B * S * E * sizeof(float);
+    const size_t wb = (size_t)3 * E * E * sizeof(float), bb = (size_t)3 * E * sizeof(float);
+    const size_t eb = (size_t)E * sizeof(float);
+    const size_t ws = (size_t)transformer_block_train_workspace_bytes(attn_variant, B, S, E, H);
+    cudalab::DeviceAlloc d_x, d_w, d_b, d_g, d_beta, d_dout, d_out, d_dx, d_dw, d_db, d_dg, d_dbeta, d_ws;
+    if (int err = d_x.upload(x, xb)) return err;
+    if (int err = d_w.upload(w_qkv, wb)) return err;
+    if (int err = d_b.upload(b_qkv, bb)) return err;
+    if (int err = d_g.upload(gamma, eb)) return err;
+    if (int err = d_beta.upload(beta, eb)) return err;
+    if (int err = d_dout.upload(dout, xb)) return err;
+    if (int err = d_out.alloc(xb)) return err;
+    if (int err = d_dx.alloc(xb)) return err;
+    if (int err = d_dw.alloc(wb)) return err;
+    if (int err = d_db.alloc(bb)) return err;
+    if (int err = d_dg.alloc(eb)) return err;
+    if (int err = d_dbeta.alloc(eb)) return err;
+    if (int err = d_ws.alloc(ws)) return err;
+    if (int e = transformer_block_train_step_device(attn_variant, B, S, E, H, causal, lr, d_x.as<float>(),
+                                                    d_w.as<float>(), d_b.as<float>(), d_g.as<float>(),
+                                                    d_beta.as<float>(), d_dout.as<float>(), d_out.as<float>(),
+                                                    d_dx.as<float>(), d_dw.as<float>(), d_db.as<float>(),
+                                                    d_dg.as<float>(), d_dbeta.as<float>(), d_ws.p, nullptr))
+        return e;
+    struct {
+        void *host;
+        const cudalab::DeviceAlloc &dev;
+        size_t bytes;
+    } back[] = {{out, d_out, xb}, {dx, d_dx, xb}, {dw_qkv, d_dw, wb}, {db_qkv, d_db, bb}, {dgamma, d_dg, eb},
+                {dbeta, d_dbeta, eb}, {w_qkv, d_w, wb}, {b_qkv, d_b, bb}, {gamma, d_g, eb}, {beta, d_beta, eb}};
+    // The parameters come back only when the step changed them (lr > 0).
+    const int n_back = lr > 0.0f ? 10 : 6;
+    for (int i = 0; i < n_back; ++i) CUDA_TRY(cudaMemcpy(back[i].host, back[i].dev.p, back[i].bytes, cudaMemcpyDeviceToHost));
+    return cudalab::release_all(d_x, d_w, d_b, d_g, d_beta, d_dout, d_out, d_dx, d_dw, d_db, d_dg, d_dbeta, d_ws);
+}
+
+extern "C" cudalab_status transformer_block_backward(const char *attn_variant, int B, int S, int E, int H, int causal,
+                                                     const float *x, const float *w_qkv, const float *b_qkv,
+                                                     const float *gamma, const float *beta, const float *dout,
+                                                     float *out, float *dx, float *dw_qkv, float *db_qkv,
+                                                     float *dgamma, float *dbeta) {
+    // lr = 0: the step leaves the parameters alone and never writes them back, so the casts are safe.
+    return transformer_block_train_step(attn_variant, B, S, E, H, causal, 0.0f, x, const_cast<float *>(w_qkv),
+                                        const_cast<float *>(b_qkv), const_cast<float *>(gamma),
+                                        const_cast<float *>(beta), dout, out, dx, dw_qkv, db_qkv, dgamma, dbeta);
 }

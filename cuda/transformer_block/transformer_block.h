@@ -38,6 +38,53 @@ cudalab_status transformer_block_forward_device(const char *attn_variant, int B,
                                      const float *x, const float *w_qkv, const float *b_qkv, const float *gamma,
                                      const float *beta, float *out, float *workspace, void *stream);
 
+/* ---- training: forward + backward (+ SGD) -------------------------------------------------------
+   Given dout = dL/d(out) (B x S x E), the gradients of the block's inputs and parameters: dx
+   (B x S x E), dw_qkv (3E x E), db_qkv (3E), dgamma, dbeta (E). The attention trains as a pair of
+   the attention program (its forward saves the log-sum-exp): the float32 variants ("01_naive",
+   "02_flash") with "06_flash_bwd" (forward 02_flash: D in {32, 64, 128}), the bf16 ones
+   ("03_flash_bf16", "05_flash_wgmma") with "07_flash_bwd_bf16" (forward 03_flash_bf16, D in {64, 128}).
+   lr: SGD's learning rate, finite and >= 0; 0 leaves the parameters alone. */
+
+/* The attention rung the block trains with for attn_variant (above), NULL for an unknown variant. */
+const char *transformer_block_train_attention(const char *attn_variant);
+/* Device workspace for one training step (its forward's saved activations and the backward's
+   buffers), in bytes; -1 for invalid arguments. */
+long long transformer_block_train_workspace_bytes(const char *attn_variant, int B, int S, int E, int H);
+
+/* Host-pointer forms: copy in, run, copy out, synchronise. train_step also updates w_qkv, b_qkv,
+   gamma and beta in place when lr > 0 (after the gradients, which are those of the parameters it
+   was given); backward is train_step with lr = 0. */
+cudalab_status transformer_block_train_step(const char *attn_variant, int B, int S, int E, int H, int causal, float lr,
+                                            const float *x, float *w_qkv, float *b_qkv, float *gamma, float *beta,
+                                            const float *dout, float *out, float *dx, float *dw_qkv, float *db_qkv,
+                                            float *dgamma, float *dbeta);
+cudalab_status transformer_block_backward(const char *attn_variant, int B, int S, int E, int H, int causal,
+                                          const float *x, const float *w_qkv, const float *b_qkv, const float *gamma,
+                                          const float *beta, const float *dout, float *out, float *dx, float *dw_qkv,
+                                          float *db_qkv, float *dgamma, float *dbeta);
+
+/* Device-pointer forms on `stream`, workspace of transformer_block_train_workspace_bytes() bytes.
+   train_step_device = train_forward_device, then backward_device, then (lr > 0) sgd_device; the
+   three phases are separate so that they can be timed apart. backward_device reads what
+   train_forward_device saved in the same workspace (same variant, sizes and x). */
+cudalab_status transformer_block_train_step_device(const char *attn_variant, int B, int S, int E, int H, int causal,
+                                                   float lr, const float *x, float *w_qkv, float *b_qkv, float *gamma,
+                                                   float *beta, const float *dout, float *out, float *dx,
+                                                   float *dw_qkv, float *db_qkv, float *dgamma, float *dbeta,
+                                                   void *workspace, void *stream);
+cudalab_status transformer_block_train_forward_device(const char *attn_variant, int B, int S, int E, int H, int causal,
+                                                      const float *x, const float *w_qkv, const float *b_qkv,
+                                                      const float *gamma, const float *beta, float *out,
+                                                      void *workspace, void *stream);
+cudalab_status transformer_block_backward_device(const char *attn_variant, int B, int S, int E, int H, int causal,
+                                                 const float *x, const float *w_qkv, const float *gamma,
+                                                 const float *dout, float *dx, float *dw_qkv, float *db_qkv,
+                                                 float *dgamma, float *dbeta, void *workspace, void *stream);
+cudalab_status transformer_block_sgd_device(int E, float lr, float *w_qkv, float *b_qkv, float *gamma, float *beta,
+                                            const float *dw_qkv, const float *db_qkv, const float *dgamma,
+                                            const float *dbeta, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

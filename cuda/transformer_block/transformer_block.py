@@ -14,6 +14,13 @@ bf16, the projection on gemm_tc's 02_mma_sync, bf16 flash attention, FP32 LayerN
 The executable build/bin/transformer_block makes its own weights from a seed and checks sampled
 rows against a double-precision CPU implementation; this module checks whole outputs against
 `reference` (numpy, float64).
+
+Training: `backward(x, params, dout, ...)` runs one forward that keeps its activations and the
+backward, and returns the output and the gradients (`Grads`) of L with dL/d(out) = dout;
+`train_step(..., lr=...)` also applies SGD to the parameters in place. The attention trains as a
+pair of the attention program (`train_attention(variant)`): the float32 block with 06_flash_bwd
+(forward 02_flash, which saves the log-sum-exp), the bf16 block with 07_flash_bwd_bf16 (forward
+03_flash_bf16). `reference_backward` is the float64 numpy backward the tests check against.
 """
 
 from __future__ import annotations
@@ -45,6 +52,14 @@ __getattr__ = library.table_attributes(__name__, PROGRAM, PROFILE_VARIANTS=lambd
 TOLERANCES = {"01_naive": 1e-4, "02_flash": 1e-4, "03_flash_bf16": 2e-2, "05_flash_wgmma": 2e-2}
 DEFAULTS = {"batch": 32, "embed": 256, "heads": 4, "seqs": (100, 1000)}
 
+# The gradients' ||g - ref|| / ||ref|| against reference_backward (float64), each gradient alone.
+# float32: the attention backward's own 1e-4 (cuda/attention: P recomputed from the saved lse, sums
+# of S terms) dominates; LayerNorm's backward subtracts two means from g and multiplies by rstd
+# (order 1 here), and dW, db sum B·S float32 terms in tiles (~1e-6 each). bf16: Q, K, V, O and dA
+# are rounded to bf16 (~4e-3 each), 07's dQ, dK, dV carry attention's 3e-2 backward tolerance, and
+# dQKV, xᵀ and Wᵀ are rounded again for the tensor-core products: 5e-2 allowed.
+GRAD_TOLERANCES = {"f32": 1e-4, "bf16": 5e-2}
+
 
 @dataclass
 class Params:
@@ -68,6 +83,20 @@ def make_params(embed: int, seed: int = 0) -> Params:
         gamma=(1 + 0.1 * rng.uniform(-1, 1, embed)).astype(np.float32),
         beta=(0.1 * rng.uniform(-1, 1, embed)).astype(np.float32),
     )
+
+
+@dataclass
+class Grads:
+    dx: np.ndarray      # B x S x E
+    dw_qkv: np.ndarray  # 3E x E
+    db_qkv: np.ndarray  # 3E
+    dgamma: np.ndarray  # E
+    dbeta: np.ndarray   # E
+
+    NAMES = ("dx", "dw_qkv", "db_qkv", "dgamma", "dbeta")
+
+    def items(self):
+        return [(n, getattr(self, n)) for n in self.NAMES]
 
 
 def validate(x, params: Params, heads: int, variant: str):
@@ -115,6 +144,57 @@ def forward(x: np.ndarray, params: Params, heads: int = 4, variant: str = "02_fl
     return out
 
 
+def train_attention(variant: str) -> str:
+    """The attention program's training pair the block trains with for `variant` (06_flash_bwd for
+    the float32 variants, 07_flash_bwd_bf16 for the bf16 ones): the library's answer."""
+    v = _programs.module("attention").canonical_variant(variant, allow_test=False)
+    lib = library.load("transformer_block")
+    r = lib.transformer_block_train_attention(lib.ffi.new("char[]", v.encode()))
+    if r == lib.ffi.NULL:
+        library.table_index(PROGRAM, "variant", v)  # the one-line "unknown variant" error
+    return lib.ffi.string(r).decode()
+
+
+def train_step(x: np.ndarray, params: Params, dout: np.ndarray, heads: int = 4, variant: str = "02_flash",
+               causal: bool = False, lr: float = 0.0, dtype: str | None = None) -> tuple[np.ndarray, Grads]:
+    """One training step on the GPU: the forward (keeping its activations), the backward of
+    L with dL/d(out) = dout, and with lr > 0 SGD on params' arrays in place (p -= lr·grad, after every
+    gradient is computed from the parameters as given). Returns (out, Grads). Every argument is
+    checked before any launch; the outputs start as NaN, so an element the library left unwritten shows."""
+    if dtype == "bf16" and bf16_variant() is None:
+        validate(x, params, heads, BF16_RULES)
+    variant = _variant_for(variant, dtype)
+    x, p, heads, variant = validate(x, params, heads, variant)
+    B, S, E = x.shape
+    ds = _programs.module("attention").head_sizes(train_attention(variant))
+    if ds is not None and E // heads not in ds:
+        raise ValueError(f"{variant} trains with {train_attention(variant)}, which needs a head size E/heads in "
+                         f"{ds}, got {E // heads}")
+    dout = library.check_array(dout, "dout", np.float32, shape=x.shape)
+    if isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating)) or not math.isfinite(lr) or lr < 0:
+        raise ValueError(f"lr must be a finite number >= 0, got {lr!r}")
+    if lr > 0:
+        for name, a in (("w_qkv", p.w_qkv), ("b_qkv", p.b_qkv), ("gamma", p.gamma), ("beta", p.beta)):
+            if not a.flags.writeable:
+                raise ValueError(f"train_step with lr > 0 updates {name} in place: it must be writable")
+    why = unsupported_reason(variant)
+    if why:
+        raise ValueError(f"variant {variant!r} cannot run here: {why}")
+    out = np.full_like(x, np.nan)
+    g = Grads(*(np.full(shape, np.nan, np.float32) for shape in (x.shape, (3 * E, E), (3 * E,), (E,), (E,))))
+    lib = library.load("transformer_block")
+    lib.transformer_block_train_step(lib.ffi.new("char[]", variant.encode()), B, S, E, heads, int(bool(causal)),
+                                     float(lr), x, p.w_qkv, p.b_qkv, p.gamma, p.beta, dout, out, g.dx, g.dw_qkv,
+                                     g.db_qkv, g.dgamma, g.dbeta)
+    return out, g
+
+
+def backward(x: np.ndarray, params: Params, dout: np.ndarray, heads: int = 4, variant: str = "02_flash",
+             causal: bool = False, dtype: str | None = None) -> tuple[np.ndarray, Grads]:
+    """The block's forward and backward on the GPU (train_step without the update): (out, Grads)."""
+    return train_step(x, params, dout, heads, variant, causal, 0.0, dtype)
+
+
 def reference(x, params: Params, heads: int = 4, causal: bool = False) -> np.ndarray:
     """numpy float64, vectorised: the definition above."""
     x64 = np.asarray(x, dtype=np.float64)
@@ -133,6 +213,41 @@ def reference(x, params: Params, heads: int = 4, causal: bool = False) -> np.nda
     mean = y.mean(axis=-1, keepdims=True)
     var = ((y - mean) ** 2).mean(axis=-1, keepdims=True)
     return (y - mean) / np.sqrt(var + LN_EPS) * params.gamma.astype(np.float64) + params.beta.astype(np.float64)
+
+
+def reference_backward(x, params: Params, dout, heads: int = 4, causal: bool = False) -> tuple[np.ndarray, Grads]:
+    """(out, Grads) in float64 numpy, the chain the kernels follow: LayerNorm's backward (dgamma,
+    dbeta, dy), the attention's (attention.reference_backward), the heads merged into dQKV, then the
+    projection's dW = dQKVᵀ·x, db = Σ dQKV and dx = dy + dQKV·W."""
+    x64 = np.asarray(x, dtype=np.float64)
+    do = np.asarray(dout, dtype=np.float64)
+    B, S, E = x64.shape
+    D = E // heads
+    att = _programs.module("attention")
+    w = params.w_qkv.astype(np.float64)
+    gamma = params.gamma.astype(np.float64)
+    qkv = x64 @ w.T + params.b_qkv.astype(np.float64)
+
+    def heads_of(t):  # B x S x E -> B x H x S x D
+        return t.reshape(B, S, heads, D).transpose(0, 2, 1, 3)
+
+    def merged(t):  # B x H x S x D -> B x S x E
+        return t.transpose(0, 2, 1, 3).reshape(B, S, E)
+
+    q, k, v = (heads_of(qkv[..., i * E:(i + 1) * E]) for i in range(3))
+    scale = 1.0 / math.sqrt(D)
+    y = merged(att.reference(q, k, v, causal=causal, scale=scale)) + x64
+    mean = y.mean(axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(((y - mean) ** 2).mean(axis=-1, keepdims=True) + LN_EPS)
+    xhat = (y - mean) * rstd
+    out = xhat * gamma + params.beta.astype(np.float64)
+    g = do * gamma
+    dy = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+    dq, dk, dv = att.reference_backward(q, k, v, heads_of(dy), causal=causal, scale=scale)
+    dqkv = np.concatenate([merged(t) for t in (dq, dk, dv)], axis=-1).reshape(B * S, 3 * E)
+    grads = Grads(dx=dy + (dqkv @ w).reshape(B, S, E), dw_qkv=dqkv.T @ x64.reshape(B * S, E),
+                  db_qkv=dqkv.sum(axis=0), dgamma=(do * xhat).sum(axis=(0, 1)), dbeta=do.sum(axis=(0, 1)))
+    return out, grads
 
 
 def loop_reference(x, params: Params, heads: int = 4, causal: bool = False) -> np.ndarray:
@@ -168,8 +283,12 @@ def loop_reference(x, params: Params, heads: int = 4, causal: bool = False) -> n
 # --- the executable ---------------------------------------------------------------------------
 
 def parse_output(text: str):
-    """build/bin/transformer_block's result lines as a DataFrame (numbers converted)."""
-    return results.parse_output(text, "transformer_block")
+    """build/bin/transformer_block's result lines as a DataFrame (numbers converted). A column `mode`
+    says which kind each line is: "forward" (the block's forward; its lines carry no mode) or
+    "train" (--train: the step's ms and the phases' fwd_/bwd_/sgd_ ms and pct)."""
+    df = results.parse_output(text, "transformer_block")
+    df["mode"] = df["mode"].fillna("forward") if "mode" in df else "forward"
+    return df
 
 
 # The float32 block that dtype="bf16" runs where no bf16 path does (a T4, a build for sm_75).
@@ -214,10 +333,15 @@ def unsupported_reason(variant: str) -> str | None:
 
 def run(variant: str = "02_flash", batch: int | None = None, seqs=(), embed: int | None = None,
         heads: int | None = None, causal: bool = False, seed: int = 0, reps: int = 5, timeout: float = 600,
-        dtype: str | None = None):
-    """Run build/bin/transformer_block and parse its result lines (one per sequence length)."""
+        dtype: str | None = None, train: bool = False, lr: float | None = None):
+    """Run build/bin/transformer_block and parse its result lines (one per sequence length); train=True
+    times training steps (--train, with --lr when given) instead of the forward."""
     variant = _variant_for(variant, dtype)
     args = ["--variant", _programs.module("attention").canonical_variant(variant, allow_test=False), "--reps", str(reps)]
+    if train:
+        args.append("--train")
+        if lr is not None:
+            args += ["--lr", repr(float(lr))]
     if seed:
         args += ["--seed", str(seed)]
     if batch is not None:
@@ -238,14 +362,24 @@ def run(variant: str = "02_flash", batch: int | None = None, seqs=(), embed: int
 
 
 def profile_args(variant: str | None = None) -> list[str]:
-    """The course's B=32, E=256 at S=1000."""
+    """The course's B=32, E=256 at S=1000. A training step is profiled with the executable's own
+    arguments: `invoke profile transformer_block --tool nsys --variant 02_flash -- --train --seq 1000
+    --reps 1` (TRAIN_PROFILE_ARGS; --variant 03_flash_bf16 for the bf16 step)."""
     return ["--variant", variant or "02_flash", "--seq", "1000", "--reps", "1"]
 
 
+# The executable's arguments for profiling one training step (see profile_args): the course's sizes.
+TRAIN_PROFILE_ARGS = ("--train", "--seq", "1000", "--reps", "1")
+
+
 def sanitize_args() -> dict[str, list[str]]:
-    """Small and ragged: the sanitizers slow kernels down a hundredfold."""
-    return {v: ["--variant", v, "--batch", "2", "--seq", "33", "--embed", "128", "--heads", "2", "--reps", "1"]
-            for v in library.read_table(PROGRAM)}
+    """Small and ragged: the sanitizers slow kernels down a hundredfold. Every forward variant, and a
+    training step of each dtype (S = 33: a ragged tile for every kernel of the backward)."""
+    small = ["--batch", "2", "--seq", "33", "--embed", "128", "--heads", "2", "--reps", "1"]
+    cases = {v: ["--variant", v, *small] for v in library.read_table(PROGRAM)}
+    cases["train_f32"] = ["--variant", "02_flash", "--train", "--causal", *small]
+    cases["train_bf16"] = ["--dtype", "bf16", "--train", *small]
+    return cases
 
 
 # --- the contract: what this program offers the lab (harness/programs/record.py) ----------------------
