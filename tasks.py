@@ -471,9 +471,10 @@ def sanitize(c, programs="", tool="all", jobs=""):
     print(f"sanitize: all {len(outcomes)} run(s) clean")
 
 
-@task(help={"what": "bench (ratio bars, roofline, ladders), profile (a program's kernel shares) or tune (every "
-                    "cached `invoke tune` search under bench/results/)",
-            "csv": "bench: the CSV to draw (default: the build/bench/*.csv with the newest date inside)",
+@task(help={"what": "bench (ratio bars, roofline, ladders), profile (a program's kernel shares), tune (every "
+                    "cached `invoke tune` search under bench/results/), timeline or latency (all-reduce sweeps)",
+            "csv": "bench: the CSV to draw (default: the build/bench/*.csv with the newest date inside); timeline: "
+                   "the timeline CSV; latency: the sweep CSVs, comma-separated",
             "prog": f"profile: the program whose build/profiles/<prog>/kernels.csv to draw: {_PROGRAMS}",
             "outdir": "where the PNGs go (default build/plots)"})
 @cli.help_if_asked
@@ -482,7 +483,8 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots"):
 
     `invoke plot bench` (ratio bars + roofline), `invoke plot profile --prog square`, `invoke plot tune`
     (each cached parameter search), `invoke plot timeline --csv F` (one matmul launch's blocks on its
-    SMs, from `matmul --timeline`)."""
+    SMs, from `matmul --timeline`), `invoke plot latency --csv W2.csv,W4.csv` (all-reduce latency against
+    NCCL with auto_allreduce's crossovers, and the collectives page's table)."""
     if what == "bench":
         from analysis import bench as abench  # deferred: matplotlib (1 s) only to draw
         from analysis import ladder as aladder  # deferred: matplotlib (1 s) only to draw
@@ -529,8 +531,19 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots"):
         for role, r in s["roles"].items():
             print(f"  {role:6s} {r['blocks']:5d} blocks, main loop {r['mainloop_us']:8.1f} µs, after it "
                   f"{r['after_us']:6.1f} µs, {r['first_start_us']:8.1f} .. {r['last_end_us']:8.1f} µs")
+    elif what == "latency":
+        from analysis import latency as alat  # deferred: matplotlib (1 s) only to draw
+
+        if not csv:
+            raise Exit("plot latency: name the sweep CSVs with --csv A.csv,B.csv (one per world size, as "
+                       "collectives.latency_sweep_processes writes them)")
+        with cli.one_line("plot latency"):
+            frames = [alat.read_sweep(p) for p in csv.split(",") if p]
+            path = alat.plot(frames, Path(outdir) / alat.figure_name(csv.split(",")[0]))
+        print(path)
+        print(alat.page_table(frames))
     else:
-        raise Exit(f"plot: nothing called {what!r}; choose bench, profile, tune or timeline")
+        raise Exit(f"plot: nothing called {what!r}; choose bench, profile, tune, timeline or latency")
 
 
 @task(help={"prog": "the program to tune: matmul (ladder configurations for 09_tuned), gemm_tc (wgmma "

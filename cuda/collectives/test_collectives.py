@@ -1343,7 +1343,7 @@ def assert_sockets_on_loopback(text: str, nodes: int) -> None:
     assert not re.search(r"via (P2P|SHM)", text)
     assert all(ip == "127.0.0.1" for ip in re.findall(r"\b(\d+\.\d+\.\d+\.\d+)<", text)), text[-3000:]
     for seen in re.findall(r"nNodes (\d+)", text):
-        assert int(seen) == nodes, seen
+        assert int(seen) == nodes, [line for line in text.splitlines() if "nNodes" in line][:6]
 
 
 def _rehearsal(args, world, style="lab", extra_env=None, deadline=180.0, argv_prefix=()):
