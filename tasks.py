@@ -493,7 +493,7 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots"):
             path = abench.resolve_csv(csv)
             for p in abench.plot(path, Path(outdir)):
                 print(p)
-            for p in aladder.plot(path, Path(outdir)):  # the ladder figures (matmul, gemm_tc), when the CSV has rungs
+            for p in aladder.plot(path, Path(outdir)):  # the ladder figures (analysis/ladder.py), when the CSV has rungs
                 print(p)
     elif what == "profile":
         from analysis import profile as aprof  # deferred: matplotlib (1 s) only to draw

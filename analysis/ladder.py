@@ -2,11 +2,14 @@
 and the device's peak from the same bench run drawn as lines -- SGEMM_CUDA's benchmark plot, but
 with same-run ceilings.
 
-One figure per program that has ladder rows in the CSV:
-  matmul   (FP32 SGEMM ladder): ceiling rows named cublas / cublas@<size>, peak ceiling `fp32`
-  gemm_tc  (BF16 tensor cores):  ceiling rows named cublas_bf16 / cublas_bf16@<size>, peak `bf16_peak`
-A ladder row is a TFLOP/s case of that program whose ceiling is its library ceiling; rows measured
-against anything else (a baseline kernel, the peak itself) are not rungs. Input: a bench CSV
+One figure per ladder that has rows in the CSV:
+  matmul              (FP32 SGEMM): ceiling rows named cublas / cublas@<size>, peak ceiling `fp32`
+  gemm_tc             (BF16 tensor cores): ceiling rows cublas_bf16 / cublas_bf16@<size>, peak `bf16_peak`
+  attention           (BF16 forward): ceiling rows sdpa_bf16_d<D>_s<S>[_causal] (torch's SDPA)
+  attention_backward  (BF16 backward): ceiling rows sdpa_bwd_bf16_d<D>_s<S>[_causal] (SDPA's backward)
+A ladder row is a TFLOP/s case of the ladder's program whose ceiling is the ladder's library ceiling;
+rows measured against anything else (a baseline kernel, the peak itself, another ladder's ceiling) are
+not its rungs. The two attention ladders are one program's: the ceiling says which a row climbs. Input: a bench CSV
 (harness.measuring.results_csv.write) or (cases, ceilings) DataFrames. Nothing here launches anything.
 
 A CSV measured in interleaved rounds gives each row its ratio's 25th-75th percentile spread
@@ -18,6 +21,7 @@ An older CSV without those columns draws bars without whiskers.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -29,32 +33,46 @@ import pandas as pd  # noqa: E402
 
 from . import bench as abench  # noqa: E402
 
-# program -> (library ceiling name, its label, peak ceiling name, peak label)
+@dataclass(frozen=True)
+class Ladder:
+    program: str  # whose bench rows
+    ceiling: str  # a regular expression the library ceiling's name matches in full
+    label: str  # the ceiling's name on the figure
+    peak: str  # the peak ceiling's row name ("" where the run has none)
+    peak_label: str
+
+
+def _sized(base: str) -> str:
+    """`base`, `base@<size>` (matmul: cublas@2048^3) or `base_<edge>` (gemm_tc: cublas_bf16_4096)."""
+    return re.escape(base) + r"(@.+|_\d+)?"
+
+
 LADDERS = {
-    "matmul": ("cublas", "cuBLAS SGEMM", "fp32", "FP32 peak"),
-    "gemm_tc": ("cublas_bf16", "cuBLAS BF16", "bf16_peak", "BF16 tensor-core peak"),
+    "matmul": Ladder("matmul", _sized("cublas"), "cuBLAS SGEMM", "fp32", "FP32 peak"),
+    "gemm_tc": Ladder("gemm_tc", _sized("cublas_bf16"), "cuBLAS BF16", "bf16_peak", "BF16 tensor-core peak"),
+    "attention": Ladder("attention", r"sdpa_bf16_d\d+_s\d+(_causal)?", "torch SDPA BF16", "", ""),
+    "attention_backward": Ladder("attention", r"sdpa_bwd_bf16_d\d+_s\d+(_causal)?", "torch SDPA backward BF16",
+                                 "", ""),
 }
 
 
-def _is_library_ceiling(name: str, base: str) -> bool:
-    """The library's ceiling at some size: `base`, `base@<size>` (matmul: cublas@2048^3) or
-    `base_<edge>` (gemm_tc: cublas_bf16_4096)."""
-    return name == base or name.startswith(base + "@") or re.fullmatch(re.escape(base) + r"_\d+", name) is not None
+def _is_library_ceiling(name: str, ladder: str) -> bool:
+    """Whether a row measured against ceiling `name` is a rung of `ladder`."""
+    return re.fullmatch(LADDERS[ladder].ceiling, name) is not None
 
 
 def ladder_table(cases: pd.DataFrame, program: str) -> pd.DataFrame:
-    """size, variant, tflops, ceiling_tflops, ratio: the numbers behind one program's bars, in the
+    """size, variant, tflops, ceiling_tflops, ratio: the numbers behind one ladder's bars, in the
     order the rungs appear in the CSV (the order the bench ran them). ratio is the CSV's own (the
     median of the per-round ratios) where it has one, else tflops / ceiling_tflops. ratio_p25,
     ratio_p75 (NaN where not measured) and tflops_p25, tflops_p75 (the whisker's ends: the ratio's
     spread scaled to the bar) come with them."""
-    base = LADDERS[program][0]
     cols = ["size", "variant", "tflops", "ceiling_tflops", "ratio", "ratio_p25", "ratio_p75", "tflops_p25",
             "tflops_p75"]
     if cases is None or cases.empty or not {"program", "unit", "ceiling", "value", "size"} <= set(cases):
         return pd.DataFrame(columns=cols)
-    df = cases[(cases["program"] == program) & (cases["unit"] == "TFLOP/s")].copy()
-    df = df.loc[df["ceiling"].astype(str).map(lambda c: _is_library_ceiling(c, base)).astype(bool)]
+    df = cases[(cases["program"] == LADDERS[program].program) & (cases["unit"] == "TFLOP/s")].copy()
+    df = df.loc[df["ceiling"].astype(str).map(lambda c: _is_library_ceiling(c, program)).astype(bool)]
     if df.empty:
         return pd.DataFrame(columns=cols)
     cval = df["ceiling_value"] if "ceiling_value" in df else pd.Series(np.nan, index=df.index)
@@ -74,8 +92,8 @@ def ladder_table(cases: pd.DataFrame, program: str) -> pd.DataFrame:
 
 def peak(ceilings: pd.DataFrame, program: str) -> float | None:
     """The program's peak ceiling (TFLOP/s) from the run's ceiling rows, or None when not measured."""
-    name = LADDERS[program][2]
-    if ceilings is None or ceilings.empty:
+    name = LADDERS[program].peak
+    if not name or ceilings is None or ceilings.empty:
         return None
     rows = ceilings[ceilings["variant"].astype(str) == name]
     if rows.empty:
@@ -87,7 +105,7 @@ def peak(ceilings: pd.DataFrame, program: str) -> float | None:
 def ladder_figure(table: pd.DataFrame, program: str, peak_tflops: float | None = None,
                   title: str = "") -> plt.Figure:
     """Bars of TFLOP/s per rung, one panel per size; the library ceiling and the peak as lines."""
-    _, clabel, _, plabel = LADDERS[program]
+    clabel, plabel = LADDERS[program].label, LADDERS[program].peak_label
     sizes = list(dict.fromkeys(table["size"]))
     for c in ("ratio_p25", "ratio_p75", "tflops_p25", "tflops_p75"):  # a table built by hand may lack them
         if c not in table:
@@ -118,7 +136,7 @@ def ladder_figure(table: pd.DataFrame, program: str, peak_tflops: float | None =
         ax.set_xticklabels(t["variant"], rotation=60, ha="right", fontsize=8)
         ax.set_title(size)
         ax.legend(fontsize=7, loc="upper left")
-    axes[0][0].set_ylabel("TFLOP/s (2mnk / median time)")
+    axes[0][0].set_ylabel("TFLOP/s (the case's FLOPs / median time)")
     if not peak_tflops:
         fig.text(0.01, 0.01, "no peak ceiling in this run", fontsize=8)
     fig.suptitle((title or f"{program}: the ladder, TFLOP/s per rung")

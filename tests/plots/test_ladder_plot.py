@@ -86,7 +86,9 @@ def test_both_ladders_from_the_recorded_h100_bench(tmp_path):
     m = ladder.ladder_table(frame, "matmul")
     assert set(m["size"]) == {"2048^3", "4096^3", "8192^3", "5120x256x5120"}
     drawn = ladder.plot(csv, tmp_path)
-    assert sorted(p.name for p in drawn) == ["ladder_gemm_tc.png", "ladder_matmul.png"]
+    # the same run timed attention's forward rungs against SDPA: its ladder comes out too, and no
+    # backward one (that run had no backward rows)
+    assert sorted(p.name for p in drawn) == ["ladder_attention.png", "ladder_gemm_tc.png", "ladder_matmul.png"]
 
 
 def _whiskers(ax):
@@ -156,3 +158,34 @@ def test_recorded_h100_ladders_have_no_whiskers():
         fig = ladder.ladder_figure(t, program)
         assert all(len(_whiskers(ax)) == 0 for ax in fig.axes)
         assert sum(len(ax.patches) for ax in fig.axes) == len(t)
+
+
+def test_attention_has_a_forward_and_a_backward_ladder_and_each_row_climbs_one():
+    """One program, two ladders: a row's ceiling says which (SDPA's forward or its backward), FP32 rows
+    (measured against FP32 SDPA) are on neither, and a backward figure is drawn beside the forward."""
+    def r(variant, size, value, ceiling, cval):
+        return {"program": "attention", "variant": variant, "size": size, "value": value, "unit": "TFLOP/s",
+                "ceiling": ceiling, "ceiling_value": cval, "ratio": value / cval, "device": "NVIDIA H200"}
+
+    cases = pd.DataFrame([
+        r("03_flash_bf16", "B4xH16xS4096xD128", 320.0, "sdpa_bf16_d128_s4096", 560.0),
+        r("05_flash_wgmma", "B4xH16xS4096xD128", 540.0, "sdpa_bf16_d128_s4096", 560.0),
+        r("02_flash", "B4xH16xS4096xD128", 30.0, "sdpa_d128", 40.0),  # FP32: on neither ladder
+        r("07_flash_bwd_bf16", "B4xH16xS4096xD128-bwd", 126.0, "sdpa_bwd_bf16_d128_s4096", 568.0),
+        r("08_flash_bwd_wgmma", "B4xH16xS4096xD128-bwd", 257.0, "sdpa_bwd_bf16_d128_s4096", 568.0),
+        r("08_flash_bwd_wgmma", "B4xH16xS4096xD128-causal-bwd", 246.0, "sdpa_bwd_bf16_d128_s4096_causal", 490.0),
+        r("06_flash_bwd", "B4xH16xS4096xD128-bwd", 7.0, "sdpa_bwd_f32_d128_s4096", 37.0),  # FP32
+    ])
+    fwd = ladder.ladder_table(cases, "attention")
+    bwd = ladder.ladder_table(cases, "attention_backward")
+    assert fwd["variant"].tolist() == ["03_flash_bf16", "05_flash_wgmma"]
+    assert bwd["variant"].tolist() == ["07_flash_bwd_bf16", "08_flash_bwd_wgmma", "08_flash_bwd_wgmma"]
+    np.testing.assert_allclose(bwd["ratio"], [126 / 568, 257 / 568, 246 / 490])
+    # a forward ceiling never makes a backward rung, nor the other way round
+    assert not ladder._is_library_ceiling("sdpa_bf16_d128_s4096", "attention_backward")
+    assert not ladder._is_library_ceiling("sdpa_bwd_bf16_d128_s4096", "attention")
+    assert ladder.peak(pd.DataFrame([{"variant": "bf16_peak", "value": 989.0}]), "attention_backward") is None
+    fig = ladder.ladder_figure(bwd, "attention_backward")
+    assert [ax.get_title() for ax in fig.axes] == ["B4xH16xS4096xD128-bwd", "B4xH16xS4096xD128-causal-bwd"]
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["torch SDPA backward BF16 568.0 TFLOP/s (same run)"]
