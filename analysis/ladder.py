@@ -33,6 +33,7 @@ import pandas as pd  # noqa: E402
 
 from . import bench as abench  # noqa: E402
 
+
 @dataclass(frozen=True)
 class Ladder:
     program: str  # whose bench rows
