@@ -287,6 +287,74 @@ def test_backward_matches_autograd(variant, causal, D, S):
             assert err <= tol, f"seed {seed}: {name} rel err {err:.2e}"
 
 
+def _directional_errors(forward, ins, grads, causal, directions=6, seed=0):
+    """For random directions u of q, k and v (one at a time): |(L(x + hu) - L(x - hu)) - <g, 2hu>| over
+    |<g, 2hu>|, with L = sum(O * dO) and O = forward(q, k, v, causal). The perturbation is taken as the
+    float32 inputs actually hold it, so input rounding does not count against the gradient."""
+    rng = np.random.default_rng(seed)
+    q, k, v, do = ins
+    errs = []
+    for which in range(3):
+        for _ in range(directions):
+            x = [q, k, v][which]
+            u = rng.choice(np.array([-1.0, 1.0]), x.shape) * rng.uniform(0.5, 1.0, x.shape)
+            xp, xm = (x + 1e-2 * u).astype(x.dtype), (x - 1e-2 * u).astype(x.dtype)
+            loss = []
+            for xs in (xp, xm):
+                args = [q, k, v]
+                args[which] = xs
+                o = forward(*args, causal)
+                loss.append(float(np.sum(np.asarray(o, np.float64) * np.asarray(do, np.float64))))
+            want = float(np.sum(np.asarray(grads[which], np.float64) * (np.asarray(xp, np.float64) - xm)))
+            errs.append(abs((loss[0] - loss[1]) - want) / abs(want))
+    return np.array(errs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("S", [5, 33, 70])  # S = 1 has dQ = dK = 0 exactly: no direction to compare along
+def test_fp32_backward_matches_finite_differences_of_its_own_forward(S, causal):
+    """The FP32 rung's gradients against central differences of the lab's FP32 forward on the GPU,
+    along random directions: no reference implementation in between. And the same comparison rejects a
+    gradient that is a little wrong (one row of dK dropped), so it can fail."""
+    variant = "06_flash_bwd"
+    _skip_unless_runs(variant)
+    D = min(d for d in att.head_sizes(variant))
+    ins, got = _run_backward(variant, (1, 2, S, D), causal, seed=S)
+    def forward(q, k, v, causal):
+        return att.attention(q, k, v, causal, variant=variant, out=np.full(q.shape, np.nan, q.dtype))
+
+    errs = _directional_errors(forward, ins, got, causal)
+    assert errs.max() < FD_TOLERANCE, errs
+    assert _directional_errors(forward, ins, _one_key_dropped(got), causal).max() > FD_WRONG
+
+
+FD_TOLERANCE, FD_WRONG = 2e-3, 2e-2
+
+
+def _one_key_dropped(grads):
+    """The gradients with key 0's dK row zeroed: every query attends key 0, causal or not."""
+    dk = np.array(grads[1])
+    dk[:, :, 0, :] = 0.0
+    return grads[0], dk, grads[2]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("S", [5, 33])
+def test_the_finite_difference_check_passes_exact_gradients_and_fails_a_dropped_key(S, causal):
+    """The GPU test's comparison on the CPU: a float32 forward (the float64 reference, rounded) with the
+    exact gradients passes under FD_TOLERANCE, and the same gradients with one key's dK dropped fail
+    above FD_WRONG, so the tolerance sits between float32 noise and a real mistake."""
+    ins = _arrays(np.random.default_rng(S), (1, 2, S, 32), np.float32)
+
+    def forward(q, k, v, causal):
+        return att.reference(q, k, v, causal).astype(np.float32)
+
+    exact = att.reference_backward(*(np.asarray(a, np.float64) for a in ins), causal)
+    assert _directional_errors(forward, ins, exact, causal).max() < FD_TOLERANCE
+    assert _directional_errors(forward, ins, _one_key_dropped(exact), causal).max() > FD_WRONG
+
+
 @pytest.mark.gpu
 def test_saved_lse_is_the_log_sum_exp():
     for variant in att.BACKWARD_VARIANTS:
