@@ -17,6 +17,7 @@
 // given several times). H=4 heads of D=64 (flash needs D in {32, 64, 128}, the course's one head
 // of 256 does not fit it). Weights: nn.Linear's initialisation, uniform(-1/sqrt(E), 1/sqrt(E));
 // LayerNorm gamma = 1 + 0.1u, beta = 0.1u; x uniform(-1, 1); u from a splitmix64 stream.
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -240,15 +241,21 @@ int main(int argc, char **argv) {
         CUDALAB_USAGE_ERROR("02_flash needs a head size E/H in {32, 64, 128}, got %d", E / H);
     if (lr_given && !train) CUDALAB_USAGE_ERROR("--lr needs --train");
     if (lr < 0) CUDALAB_USAGE_ERROR("--lr must be >= 0, got %g", lr);
+    // The step takes lr as a float: one past FLT_MAX would become inf (refused by the library after
+    // the buffers are allocated), a positive one below the smallest float would become 0 (no update).
+    if (lr > FLT_MAX || (lr > 0 && (float)lr == 0.0f))
+        CUDALAB_USAGE_ERROR("--lr must be 0 or a positive float32 (%g to %g), got %g", (double)FLT_TRUE_MIN,
+                            (double)FLT_MAX, lr);
+    // Every size is checked here, before the first CUDA call: a bad second --seq must not come
+    // after the first one's result line (nor, without a GPU, after the `invoke doctor` message).
+    // B·H first: the training check below fails for it too, and would blame the head size.
+    if ((long long)B * H > CUDALAB_MAX_GRID_YZ)
+        CUDALAB_USAGE_ERROR("--batch times --heads must be at most %d, got %lld", CUDALAB_MAX_GRID_YZ,
+                            (long long)B * H);
     if (train && transformer_block_train_workspace_bytes(variant, B, 1, E, H) < 0)
         CUDALAB_USAGE_ERROR("--train: the block trains with %s, which needs a head size E/H in {%s}, got %d",
                             transformer_block_train_attention(variant), bf16 ? "64, 128" : "32, 64, 128", E / H);
     if (seqs.empty()) seqs = {100, 1000};
-    // Every size is checked here, before the first CUDA call: a bad second --seq must not come
-    // after the first one's result line (nor, without a GPU, after the `invoke doctor` message).
-    if ((long long)B * H > CUDALAB_MAX_GRID_YZ)
-        CUDALAB_USAGE_ERROR("--batch times --heads must be at most %d, got %lld", CUDALAB_MAX_GRID_YZ,
-                            (long long)B * H);
     for (int S : seqs)
         if (transformer_block_workspace_bytes(variant, B, S, E, H) < 0 ||
             (train && transformer_block_train_workspace_bytes(variant, B, S, E, H) < 0))

@@ -120,6 +120,64 @@ def test_train_validation():
         tb.train_step(x, frozen, x, heads=2, lr=0.1)
 
 
+def test_train_lr_must_be_a_float32():
+    """The library takes lr as a float32: 1e39 would arrive as inf (refused in C, not as this
+    ValueError), 1e-50 as 0 (a step that silently updates nothing)."""
+    p = tb.make_params(64, 0)
+    x = np.zeros((2, 3, 64), np.float32)
+    for lr in (1e39, 1e-50):
+        with pytest.raises(ValueError, match="lr must be 0 or a positive float32"):
+            tb.train_step(x, p, x, heads=2, lr=lr)
+
+
+def test_backward_takes_read_only_params():
+    """lr = 0 writes no parameter, so backward() goes through the entry point whose parameters are
+    const: read-only arrays reach the library (which then runs, or says there is no GPU here)."""
+    from harness.base.errors import NoGPUError
+
+    ensure_built("transformer_block")
+    x, p, dout = _case(2, 3, 64, 1)
+    for a in (p.w_qkv, p.b_qkv, p.gamma, p.beta):
+        a.flags.writeable = False
+    try:
+        out, _ = tb.backward(x, p, dout, heads=1)
+    except NoGPUError:
+        return
+    assert np.isfinite(out).all()
+
+
+def _fake_device_pointer(lib, address):
+    """A device address that nothing may dereference: the calls below must refuse before any launch."""
+    return lib.ffi.cast("void *", address)
+
+
+def test_device_entry_points_refuse_before_any_launch():
+    """The device-pointer forms check every pointer, and the workspace's 16-byte alignment, before the
+    forward's first launch: a NULL dout (read only by the backward) or a misaligned workspace came back
+    as whatever the first launch said (here: no GPU; on a GPU: a half-done step or a lost context)."""
+    from harness.base.errors import CudaError
+
+    ensure_built("transformer_block")
+    lib = tb.library.load("transformer_block")
+    B, S, E, H = 2, 3, 64, 2
+    ptrs = [_fake_device_pointer(lib, 0x10000 * (i + 1)) for i in range(13)]
+    x, w, b, g, be, dout, out, dx, dw, db, dg, dbe, ws = ptrs
+    step = lib.transformer_block_train_step_device
+    with pytest.raises(CudaError, match="cudaErrorInvalidValue"):
+        step("02_flash", B, S, E, H, 0, 0.1, x, w, b, g, be, None, out, dx, dw, db, dg, dbe, ws, None)
+    with pytest.raises(CudaError, match="cudaErrorInvalidValue"):
+        step("02_flash", B, S, E, H, 0, 0.1, x, w, b, g, be, dout, out, dx, dw, db, dg, None, ws, None)
+    odd = _fake_device_pointer(lib, 0x10008)
+    for variant in ("02_flash", "03_flash_bf16"):
+        with pytest.raises(CudaError, match="cudaErrorInvalidValue"):
+            step(variant, B, S, E, 1, 0, 0.1, x, w, b, g, be, dout, out, dx, dw, db, dg, dbe, odd, None)
+        with pytest.raises(CudaError, match="cudaErrorInvalidValue"):
+            lib.transformer_block_train_forward_device(variant, B, S, E, 1, 0, x, w, b, g, be, out, odd, None)
+        with pytest.raises(CudaError, match="cudaErrorInvalidValue"):
+            lib.transformer_block_backward_device(variant, B, S, E, 1, 0, x, w, g, dout, dx, dw, db, dg, dbe, odd,
+                                                  None)
+
+
 def test_train_attention_pairs():
     ensure_built("transformer_block")
     assert tb.train_attention("01_naive") == tb.train_attention("02_flash") == "06_flash_bwd"
@@ -133,12 +191,20 @@ def _exe():
 
 
 @pytest.mark.parametrize("argv", [["--lr", "0.1"], ["--train", "--lr", "-1"], ["--train", "--lr", "x"],
+                                  ["--train", "--lr", "1e39"], ["--train", "--lr", "1e-50"],
                                   ["--train", "--variant", "naive", "--embed", "64", "--heads", "8"],
                                   ["--train", "--dtype", "bf16", "--heads", "8"]])
 def test_executable_rejects_bad_train_argv(argv):
     p = subprocess.run([str(_exe()), *argv], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_executable_train_names_the_size_it_refuses():
+    """--train with B·H past the grid is refused for B·H, not blamed on the head size (which fits)."""
+    p = subprocess.run([str(_exe()), "--train", "--batch", "70000", "--heads", "1", "--embed", "64"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--batch times --heads" in p.stderr, p.stderr
 
 
 def test_parse_train_line():

@@ -508,6 +508,15 @@ static bool tb_all(std::initializer_list<const void *> ptrs) {
     return true;
 }
 
+// Every part of the training workspace sits a multiple of 256 bytes from its base, and the attention
+// kernels and gemm_tc's cp.async read their parts 16 bytes at a time: a base off that alignment is
+// refused here, before the projection launches, rather than by the attention after it (float32) or
+// by a misaligned copy fault that loses the context (bf16). As an invalid argument: the code
+// cudaErrorMisalignedAddress is also the sticky fault's, which a caller cannot tell from a lost context.
+static cudaError_t tb_train_ws_check(const void *workspace) {
+    return reinterpret_cast<uintptr_t>(workspace) % 16 != 0 ? cudaErrorInvalidValue : cudaSuccess;
+}
+
 extern "C" cudalab_status transformer_block_train_forward_device(const char *attn_variant, int B, int S, int E, int H,
                                                                  int causal, const float *x, const float *w_qkv,
                                                                  const float *b_qkv, const float *gamma,
@@ -515,6 +524,7 @@ extern "C" cudalab_status transformer_block_train_forward_device(const char *att
                                                                  void *stream) {
     CUDA_TRY(tb_train_check(attn_variant, B, S, E, H));
     if (!tb_all({x, w_qkv, b_qkv, gamma, beta, out, workspace})) return (int)cudaErrorInvalidValue;
+    CUDA_TRY(tb_train_ws_check(workspace));
     const bool bf16 = attn_is_bf16(attn_variant_id(attn_variant));
     if (bf16 && transformer_block_unsupported_reason(attn_variant) != nullptr) return (int)cudaErrorNotSupported;
     const TbTrainWs w = tb_train_layout(bf16, B, S, E, H, workspace);
@@ -530,6 +540,7 @@ extern "C" cudalab_status transformer_block_backward_device(const char *attn_var
                                                             void *workspace, void *stream) {
     CUDA_TRY(tb_train_check(attn_variant, B, S, E, H));
     if (!tb_all({x, w_qkv, gamma, dout, dx, dw_qkv, db_qkv, dgamma, dbeta, workspace})) return (int)cudaErrorInvalidValue;
+    CUDA_TRY(tb_train_ws_check(workspace));
     const bool bf16 = attn_is_bf16(attn_variant_id(attn_variant));
     if (bf16 && transformer_block_unsupported_reason(attn_variant) != nullptr) return (int)cudaErrorNotSupported;
     cudaStream_t st = (cudaStream_t)stream;
@@ -621,9 +632,13 @@ extern "C" cudalab_status transformer_block_train_step_device(const char *attn_v
                                                               const float *dout, float *out, float *dx, float *dw_qkv,
                                                               float *db_qkv, float *dgamma, float *dbeta,
                                                               void *workspace, void *stream) {
-    // Every argument before the first launch: a bad lr must not leave a forward half-done.
+    // Every argument before the first launch: a bad lr, or a NULL that only the backward or SGD reads
+    // (dout, a gradient), must not leave a forward half-done.
     CUDA_TRY(tb_train_check(attn_variant, B, S, E, H));
     if (!std::isfinite(lr) || lr < 0.0f) return (int)cudaErrorInvalidValue;
+    if (!tb_all({x, w_qkv, b_qkv, gamma, beta, dout, out, dx, dw_qkv, db_qkv, dgamma, dbeta, workspace}))
+        return (int)cudaErrorInvalidValue;
+    CUDA_TRY(tb_train_ws_check(workspace));
     if (int e = transformer_block_train_forward_device(attn_variant, B, S, E, H, causal, x, w_qkv, b_qkv, gamma, beta,
                                                        out, workspace, stream))
         return e;

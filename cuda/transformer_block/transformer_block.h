@@ -64,7 +64,9 @@ cudalab_status transformer_block_backward(const char *attn_variant, int B, int S
                                           const float *beta, const float *dout, float *out, float *dx, float *dw_qkv,
                                           float *db_qkv, float *dgamma, float *dbeta);
 
-/* Device-pointer forms on `stream`, workspace of transformer_block_train_workspace_bytes() bytes.
+/* Device-pointer forms on `stream`, workspace of transformer_block_train_workspace_bytes() bytes,
+   16-byte aligned (cudaMalloc's is; any other is refused before the first launch). Every pointer is
+   checked before the first launch too.
    train_step_device = train_forward_device, then backward_device, then (lr > 0) sgd_device; the
    three phases are separate so that they can be timed apart. backward_device reads what
    train_forward_device saved in the same workspace (same variant, sizes and x). */

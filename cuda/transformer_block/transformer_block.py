@@ -37,6 +37,7 @@ from harness.programs.record import Program, Tour
 
 LN_EPS = 1e-5
 PROGRAM = "transformer_block"
+_F32 = np.finfo(np.float32)
 
 
 # VARIANTS is the library's one table (cuda/transformer_block/transformer_block.cu), read when first asked for: never typed here.
@@ -173,6 +174,13 @@ def train_step(x: np.ndarray, params: Params, dout: np.ndarray, heads: int = 4, 
     dout = library.check_array(dout, "dout", np.float32, shape=x.shape)
     if isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating)) or not math.isfinite(lr) or lr < 0:
         raise ValueError(f"lr must be a finite number >= 0, got {lr!r}")
+    # The library takes lr as a float32: past its largest it would arrive as inf, below its smallest
+    # positive as 0 (no update while the caller asked for one).
+    with np.errstate(over="ignore", under="ignore"):
+        lr32 = np.float32(lr)
+    if not np.isfinite(lr32) or (lr > 0 and lr32 == 0):
+        raise ValueError(f"lr must be 0 or a positive float32 ({_F32.smallest_subnormal:g} to {_F32.max:g}), "
+                         f"got {lr!r}")
     if lr > 0:
         for name, a in (("w_qkv", p.w_qkv), ("b_qkv", p.b_qkv), ("gamma", p.gamma), ("beta", p.beta)):
             if not a.flags.writeable:
@@ -183,9 +191,14 @@ def train_step(x: np.ndarray, params: Params, dout: np.ndarray, heads: int = 4, 
     out = np.full_like(x, np.nan)
     g = Grads(*(np.full(shape, np.nan, np.float32) for shape in (x.shape, (3 * E, E), (3 * E,), (E,), (E,))))
     lib = library.load("transformer_block")
-    lib.transformer_block_train_step(lib.ffi.new("char[]", variant.encode()), B, S, E, heads, int(bool(causal)),
-                                     float(lr), x, p.w_qkv, p.b_qkv, p.gamma, p.beta, dout, out, g.dx, g.dw_qkv,
-                                     g.db_qkv, g.dgamma, g.dbeta)
+    name = lib.ffi.new("char[]", variant.encode())
+    if lr > 0:
+        lib.transformer_block_train_step(name, B, S, E, heads, int(bool(causal)), float(lr), x, p.w_qkv, p.b_qkv,
+                                         p.gamma, p.beta, dout, out, g.dx, g.dw_qkv, g.db_qkv, g.dgamma, g.dbeta)
+    else:
+        # The entry point whose parameters are const: read-only arrays pass (train_step's are written).
+        lib.transformer_block_backward(name, B, S, E, heads, int(bool(causal)), x, p.w_qkv, p.b_qkv, p.gamma,
+                                       p.beta, dout, out, g.dx, g.dw_qkv, g.db_qkv, g.dgamma, g.dbeta)
     return out, g
 
 
