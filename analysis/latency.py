@@ -23,6 +23,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from harness.base import files  # noqa: E402
+
 COLUMNS = ("variant", "chosen", "bytes", "world", "rank", "eager_us", "graph_us")
 NCCL = "nccl_allreduce"
 AUTO = "auto_allreduce"
@@ -153,9 +155,10 @@ def plot(frames: list[pd.DataFrame], out) -> Path:
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    try:  # whole or not at all: a temporary name, then renamed
+        return files.replace(out, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    finally:
+        plt.close(fig)
 
 
 PAGE_SIZES = (4 << 10, 32 << 10, 64 << 10, 1 << 20, 16 << 20, 1 << 30)
