@@ -472,19 +472,23 @@ def sanitize(c, programs="", tool="all", jobs=""):
 
 
 @task(help={"what": "bench (ratio bars, roofline, ladders), profile (a program's kernel shares), tune (every "
-                    "cached `invoke tune` search under bench/results/), timeline or latency (all-reduce sweeps)",
+                    "cached `invoke tune` search under bench/results/), timeline, latency (all-reduce sweeps) or "
+                    "trace (an nsys trace's kernels on a time axis, by NVTX phase)",
             "csv": "bench: the CSV to draw (default: the build/bench/*.csv with the newest date inside); timeline: "
-                   "the timeline CSV; latency: the sweep CSVs, comma-separated",
+                   "the timeline CSV; latency: the sweep CSVs, comma-separated; trace: the nsys .sqlite export",
+            "outer": "trace: the NVTX range whose last instance to draw (default: the first one a kernel ran in)",
             "prog": f"profile: the program whose build/profiles/<prog>/kernels.csv to draw: {_PROGRAMS}",
             "outdir": "where the PNGs go (default build/plots)"})
 @cli.help_if_asked
-def plot(c, what, csv=None, prog=None, outdir="build/plots"):
-    """Draw from saved results (no GPU needed): bench, profile, tune or timeline.
+def plot(c, what, csv=None, prog=None, outdir="build/plots", outer=None):
+    """Draw from saved results (no GPU needed): bench, profile, tune, timeline, latency or trace.
 
     `invoke plot bench` (ratio bars + roofline), `invoke plot profile --prog square`, `invoke plot tune`
     (each cached parameter search), `invoke plot timeline --csv F` (one matmul launch's blocks on its
     SMs, from `matmul --timeline`), `invoke plot latency --csv W2.csv,W4.csv` (all-reduce latency against
-    NCCL with auto_allreduce's crossovers, and the collectives page's table)."""
+    NCCL with auto_allreduce's crossovers, and the collectives page's table), `invoke plot trace --csv
+    build/profiles/transformer_block/nsys_X.sqlite` (one training step's kernels by phase, from
+    `invoke profile ... --tool nsys`)."""
     if what == "bench":
         from analysis import bench as abench  # deferred: matplotlib (1 s) only to draw
         from analysis import ladder as aladder  # deferred: matplotlib (1 s) only to draw
@@ -542,8 +546,22 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots"):
             path = alat.plot(frames, Path(outdir) / alat.figure_name(csv.split(",")[0]))
         print(path)
         print(alat.page_table(frames))
+    elif what == "trace":
+        from analysis import trace as atr  # deferred: matplotlib (1 s) only to draw
+
+        if not csv:
+            raise Exit("plot trace: name the nsys SQLite export with --csv (`invoke profile <prog> --tool nsys` "
+                       "leaves build/profiles/<prog>/nsys_*.sqlite)")
+        with cli.one_line("plot trace"):
+            w = atr.step_window(atr.read(csv), outer)
+            path = atr.plot(w, Path(outdir) / f"trace_{Path(csv).stem}.png")
+            shares = atr.phase_shares(w)
+        print(path)
+        for r in shares.itertuples():
+            print(f"  {r.phase:12s} {r.kernels:5d} kernels {r.kernel_us / 1e3:9.3f} ms {r.kernel_pct:5.1f}%  "
+                  f"span {r.span_us / 1e3:9.3f} ms")
     else:
-        raise Exit(f"plot: nothing called {what!r}; choose bench, profile, tune, timeline or latency")
+        raise Exit(f"plot: nothing called {what!r}; choose bench, profile, tune, timeline, latency or trace")
 
 
 @task(help={"prog": "the program to tune: matmul (ladder configurations for 09_tuned), gemm_tc (wgmma "

@@ -18,6 +18,7 @@
 #include "transformer_block.h"
 #include "attention/attention_kernels.cuh"
 #include "gemm_tc/k02_mma_sync.cuh"
+#include "nvtx_range.cuh"
 
 // The variant table (attention variants the block runs), read through transformer_block_variant_*.
 static const char *const kTbVariants[] = {"01_naive", "02_flash", "03_flash_bf16", "05_flash_wgmma"};
@@ -639,13 +640,23 @@ extern "C" cudalab_status transformer_block_train_step_device(const char *attn_v
     if (!tb_all({x, w_qkv, b_qkv, gamma, beta, dout, out, dx, dw_qkv, db_qkv, dgamma, dbeta, workspace}))
         return (int)cudaErrorInvalidValue;
     CUDA_TRY(tb_train_ws_check(workspace));
-    if (int e = transformer_block_train_forward_device(attn_variant, B, S, E, H, causal, x, w_qkv, b_qkv, gamma, beta,
-                                                       out, workspace, stream))
-        return e;
-    if (int e = transformer_block_backward_device(attn_variant, B, S, E, H, causal, x, w_qkv, gamma, dout, dx, dw_qkv,
-                                                  db_qkv, dgamma, dbeta, workspace, stream))
-        return e;
+    // The step and its phases as NVTX ranges: an nsys trace then tells forward, backward and SGD
+    // kernels apart (`invoke plot trace`).
+    CudalabNvtxRange whole("train_step");
+    {
+        CudalabNvtxRange phase("forward");
+        if (int e = transformer_block_train_forward_device(attn_variant, B, S, E, H, causal, x, w_qkv, b_qkv, gamma,
+                                                           beta, out, workspace, stream))
+            return e;
+    }
+    {
+        CudalabNvtxRange phase("backward");
+        if (int e = transformer_block_backward_device(attn_variant, B, S, E, H, causal, x, w_qkv, gamma, dout, dx,
+                                                      dw_qkv, db_qkv, dgamma, dbeta, workspace, stream))
+            return e;
+    }
     if (lr == 0.0f) return 0;
+    CudalabNvtxRange phase("sgd");
     return transformer_block_sgd_device(E, lr, w_qkv, b_qkv, gamma, beta, dw_qkv, db_qkv, dgamma, dbeta, stream);
 }
 

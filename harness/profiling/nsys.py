@@ -1,6 +1,6 @@
 """Nsight Systems: where its report importer's library comes from, and reading `nsys stats`.
 
-    nsys profile --trace=cuda ... build/bin/<prog> argv       (harness.profiling.profile runs it)
+    nsys profile --trace=cuda,nvtx ... build/bin/<prog> argv       (harness.profiling.profile runs it)
     nsys stats --report cuda_gpu_kern_sum,cuda_api_sum,cuda_gpu_mem_time_sum --format csv
 read by header name (the chatter lines before each header are skipped), or, when stats gives no
 kernel summary, from the exported SQLite file. nsys converts its trace with QdstrmImporter, which
@@ -277,6 +277,72 @@ def summary_from_sqlite(path: Path) -> dict[str, pd.DataFrame]:
         con.close()
 
 
+TRACE_COLUMNS = ["name", "start_us", "end_us", "device", "stream", "ranges", "outer_id"]
+NVTX_RANGE_TYPES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange in nsys's ENUM_NSYS_EVENT_TYPE
+
+
+def _columns(con: sqlite3.Connection, table: str) -> set[str]:
+    return {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
+
+
+def kernel_trace(path: Path) -> pd.DataFrame:
+    """Every kernel of an nsys SQLite export, in start order: name, start_us and end_us (µs from the
+    first kernel's start), device, stream, and the NVTX ranges its launch was enqueued in ("ranges",
+    outermost first, joined by "/"; "" outside any) with "outer_id", the number of the outermost
+    range instance (-1 outside any). A kernel belongs to a range when the runtime call that launched
+    it (same correlation id) started inside the range on the same thread: kernels run later than
+    they are enqueued, so their own times say nothing about ranges. ValueError (one line) when the
+    file is no nsys export or holds no kernels."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file (nsys stats --force-export writes the .sqlite beside the report)")
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.DatabaseError as e:
+            raise ValueError(f"{path} is no SQLite file ({e})") from None
+        if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables or "StringIds" not in tables:
+            raise ValueError(f"{path} holds no CUDA kernels (no CUPTI_ACTIVITY_KIND_KERNEL table: was it traced "
+                             "with --trace=cuda?)")
+        k = pd.read_sql_query(
+            "SELECT s.value AS name, k.start, k.end, k.deviceId AS device, k.streamId AS stream, k.correlationId "
+            "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName ORDER BY k.start", con)
+        if k.empty:
+            raise ValueError(f"{path} holds no CUDA kernels")
+        launches = pd.DataFrame(columns=["correlationId", "api_start", "tid"])
+        if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
+            launches = pd.read_sql_query("SELECT correlationId, start AS api_start, globalTid AS tid "
+                                         "FROM CUPTI_ACTIVITY_KIND_RUNTIME", con)
+        ranges = pd.DataFrame(columns=["start", "end", "tid", "text"])
+        if "NVTX_EVENTS" in tables:
+            cols = _columns(con, "NVTX_EVENTS")
+            text = ("COALESCE(n.text, s.value)" if "textId" in cols else "n.text") if "text" in cols else "s.value"
+            join = "LEFT JOIN StringIds s ON s.id = n.textId" if "textId" in cols else ""
+            types = ",".join(map(str, NVTX_RANGE_TYPES))
+            ranges = pd.read_sql_query(
+                f"SELECT n.start, n.end, n.globalTid AS tid, {text} AS text FROM NVTX_EVENTS n {join} "
+                f"WHERE n.eventType IN ({types}) AND n.end > n.start ORDER BY n.start", con)
+    finally:
+        con.close()
+    k = k.merge(launches.drop_duplicates("correlationId"), on="correlationId", how="left")
+    names = [""] * len(k)
+    outer = [-1] * len(k)
+    if len(ranges):
+        rs, re_, rt = ranges["start"].to_numpy(), ranges["end"].to_numpy(), ranges["tid"].to_numpy()
+        rtext = ranges["text"].fillna("").astype(str).to_numpy()
+        for i, (t0, tid) in enumerate(zip(k["api_start"].to_numpy(), k["tid"].to_numpy())):
+            if pd.isna(t0):
+                continue
+            inside = np.flatnonzero((rs <= t0) & (t0 <= re_) & (rt == tid))  # already outermost first (start order)
+            if len(inside):
+                names[i] = "/".join(rtext[inside])
+                outer[i] = int(inside[0])
+    t0 = k["start"].min()
+    return pd.DataFrame({"name": k["name"], "start_us": (k["start"] - t0) / 1e3, "end_us": (k["end"] - t0) / 1e3,
+                         "device": k["device"], "stream": k["stream"], "ranges": names, "outer_id": outer})[TRACE_COLUMNS]
+
+
 def _summarize_durations(d: pd.DataFrame) -> pd.DataFrame:
     if d.empty:
         return _empty_nsys()
@@ -290,7 +356,7 @@ def _summarize_durations(d: pd.DataFrame) -> pd.DataFrame:
 
 def profile_command(nsys: str, base: Path, exe: Path, argv: list[str]) -> list[str]:
     """`nsys profile`: CUDA API and kernels only (no CPU sampling), the report at <base>.nsys-rep."""
-    return [nsys, "profile", "--trace=cuda", "--sample=none", "--cpuctxsw=none", "--force-overwrite=true",
+    return [nsys, "profile", "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none", "--force-overwrite=true",
             "--output", str(base), str(exe), *argv]
 
 

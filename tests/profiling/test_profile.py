@@ -269,7 +269,7 @@ def test_run_nsys_commands_and_table(fake_tools, tmp_path):
         return subprocess.CompletedProcess(argv, 0, NSYS_GREY.read_text(), "")
 
     k, reports, files, cmds = hp.run_nsys("grayscale", ["--variant", "all", "67", "93"], tmp_path, run=run)
-    assert calls[0][:2] == ["/fake/nsys", "profile"] and "--trace=cuda" in calls[0]
+    assert calls[0][:2] == ["/fake/nsys", "profile"] and "--trace=cuda,nvtx" in calls[0]
     assert calls[0][-5:] == ["/fake/bin/grayscale", "--variant", "all", "67", "93"]
     assert calls[1][1] == "stats" and "cuda_gpu_kern_sum,cuda_api_sum,cuda_gpu_mem_time_sum" in calls[1]
     assert calls[1][calls[1].index("--format") + 1] == "csv"

@@ -17,11 +17,12 @@
 //       dQ_i += dS·K_j     M = the 64 queries: dSᵀ goes to shared memory ([key][query], 4-byte
 //                          stores), comes back as dS's A fragments by transposed ldmatrix, and K_j
 //                          is read MN-major; one N = 64 slice of D at a time, added to the FP32 dQ
-//                          with float2 atomics (red.global.add.v2.f32 on sm_90)
+//                          with float4 atomics (red.global.add.v4.f32 on sm_90)
 //   - Loads by TMA (cp.async.bulk.tensor, the 3-D maps of 05: rows past S arrive as zeros): K and V
 //     once, the query tiles (BR = 64 rows of Q and dO) double-buffered, each stage guarded by an
 //     mbarrier. One thread issues them; the next-but-one tile goes into a stage once every thread
-//     has passed the barrier that ends the iteration that read it.
+//     has passed the barrier that ends the iteration that read it. The next tile's LSE and Di go
+//     to shared memory by cp.async (a float a thread) while this tile's products run.
 //   - No warp specialisation, no ping-pong, no overlap of the elementwise step with the products
 //     beyond wgmma's own asynchrony (dK/dV run while dSᵀ is stored and dS loaded back): the simple
 //     form first. Several blocks share an SM, so one block's elementwise step, waits and atomics hide
@@ -52,7 +53,9 @@ struct FbwWgCfg {
     static constexpr int PANELS = D / 64;   // 64-column (128-byte) TMA boxes per row
     static constexpr int KV_BYTES = BC * D * 2, QT_BYTES = BR * D * 2, DS_BYTES = BC * BR * 2;
     static constexpr int OFF_V = KV_BYTES, OFF_Q = 2 * KV_BYTES;  // stage s: Q at OFF_Q + 2s·QT, dO after it
-    static constexpr int OFF_DS = OFF_Q + 4 * QT_BYTES, OFF_BAR = OFF_DS + DS_BYTES;
+    static constexpr int OFF_DS = OFF_Q + 4 * QT_BYTES;
+    static constexpr int OFF_ST = OFF_DS + DS_BYTES;      // stage s: the tile's 64 LSE, then its 64 Di (floats)
+    static constexpr int OFF_BAR = OFF_ST + 2 * 2 * BR * 4;
     static constexpr int NBAR = 3;  // K and V; the two query stages
     static constexpr size_t SMEM = (size_t)OFF_BAR + NBAR * 8 + 1024 /* alignment slack */;
     static_assert(OFF_DS % 1024 == 0 && OFF_Q % 1024 == 0, "tiles must stay 1024-byte aligned (128B swizzle)");
@@ -76,6 +79,7 @@ __global__ void __launch_bounds__(FbwWgCfg<D>::THREADS, FbwWgCfg<D>::BLOCKS_PER_
     auto sQ = [&](int s) { return base + (uint32_t)(C::OFF_Q + 2 * s * C::QT_BYTES); };
     auto sdO = [&](int s) { return base + (uint32_t)(C::OFF_Q + (2 * s + 1) * C::QT_BYTES); };
     auto barQ = [&](int s) { return barKV + 8u * (1 + s); };
+    const float *stats = reinterpret_cast<const float *>(fbw_wg_smem + (base + C::OFF_ST - tc::smem_u32(fbw_wg_smem)));
 
     const int bh = blockIdx.y, k0 = blockIdx.x * BC;
     const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
@@ -94,6 +98,19 @@ __global__ void __launch_bounds__(FbwWgCfg<D>::THREADS, FbwWgCfg<D>::BLOCKS_PER_
             tc::tma_load_3d(sdO(s) + p * BR * 128, &tmdO, 64 * p, q0, bh, barQ(s));
         }
     };
+    // A query tile's LSE and Di reach shared memory one iteration ahead of their use, one float a
+    // thread by cp.async (zero past S): read from global memory where they are needed, right after
+    // a wgmma wait, their L2 latency stood in the one warpgroup's way (ncu: long-scoreboard stalls
+    // were 45% of the samples at D=128).
+    auto load_stats = [&](int it) {  // every thread
+        const int q = first + it * BR + tid % BR;
+        const float *src = tid < BR ? lse : Di;
+        tc::cp_async_4_zfill(base + (uint32_t)(C::OFF_ST + 4 * (2 * BR * (it % 2) + tid)), q < S ? src + q : src,
+                             q < S ? 4 : 0);
+        tc::cp_async_commit();
+    };
+    load_stats(0);
+    tc::cp_async_wait<0>();
     if (tid == 0) {
         tc::tma_prefetch_map(&tmQ);
         tc::tma_prefetch_map(&tmK);
@@ -112,7 +129,7 @@ __global__ void __launch_bounds__(FbwWgCfg<D>::THREADS, FbwWgCfg<D>::BLOCKS_PER_
         load_q_tile(0);
         if (n_tiles > 1) load_q_tile(1);
     }
-    __syncthreads();  // the barriers are initialised before anyone waits on them
+    __syncthreads();  // the barriers are initialised before anyone waits on them; tile 0's LSE and Di are in
 
     // Descriptors (flash_wgmma.cuh explains the fields): K-major operands, k16 step kk in panel kk/4
     // at 32·(kk%4) bytes; MN-major ones, k16 step kk 16 rows (2048 bytes) on, 64-column panels apart.
@@ -139,17 +156,20 @@ __global__ void __launch_bounds__(FbwWgCfg<D>::THREADS, FbwWgCfg<D>::BLOCKS_PER_
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) tc::wgmma_ss<BR>(dpt, kmaj(sV, BC, kk), kmaj(sdO(s), BR, kk), kk > 0);
         tc::wgmma_commit();
+        if (it + 1 < n_tiles) load_stats(it + 1);  // its stage was last read before the previous iteration's end
+        const float *lse_s = stats + 2 * BR * s, *di_s = lse_s + BR;
 
         // Element e = 2h + c of n8 block j: key k0 + 16w + g + 8h, query q0 + 8j + 2t + c.
         const bool edge = k0 + BC > S || q0 + BR > S || (causal && q0 < k0 + BC - 1);
         tc::wgmma_wait<1>();
         tc::reg_fence(st);
 #pragma unroll
-        for (int j = 0; j < BR / 8; ++j)
+        for (int j = 0; j < BR / 8; ++j) {
+            const float2 lv = *reinterpret_cast<const float2 *>(lse_s + 8 * j + 2 * t);
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
                 const int qi = q0 + 8 * j + 2 * t + c;
-                const float l2 = qi < S ? __ldg(lse + qi) * CUDALAB_LOG2E : 0.0f;
+                const float l2 = (c ? lv.y : lv.x) * CUDALAB_LOG2E;
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int kj = k0 + 16 * w + g + 8 * h;
@@ -158,20 +178,22 @@ __global__ void __launch_bounds__(FbwWgCfg<D>::THREADS, FbwWgCfg<D>::BLOCKS_PER_
                     st[4 * j + 2 * h + c] = p;
                 }
             }
+        }
         tc::wgmma_wait<0>();
         tc::reg_fence(dpt);
 #pragma unroll
-        for (int j = 0; j < BR / 8; ++j)
+        for (int j = 0; j < BR / 8; ++j) {
+            const float2 dv2 = *reinterpret_cast<const float2 *>(di_s + 8 * j + 2 * t);
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
-                const int qi = q0 + 8 * j + 2 * t + c;
-                const float di = qi < S ? __ldg(Di + qi) : 0.0f;
+                const float di = c ? dv2.y : dv2.x;
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int e = 4 * j + 2 * h + c;
                     dpt[e] = st[e] * (dpt[e] - di);  // Pᵀ is 0 where masked, so dSᵀ is too
                 }
             }
+        }
 
         // Pᵀ and dSᵀ as bf16 A fragments, k16 step kk = queries 16kk..16kk+15 (05's packing of P).
         uint32_t pa[BR / 16][4], da[BR / 16][4];
@@ -225,20 +247,26 @@ __global__ void __launch_bounds__(FbwWgCfg<D>::THREADS, FbwWgCfg<D>::BLOCKS_PER_
                 tc::reg_fence(pa);
                 tc::reg_fence(da);
             }
+            // Four floats an atomic (red.global.add.v4.f32), half as many as pairs: lanes t and t^1
+            // swap a pair, so the even one holds four columns of row g and the odd one four of g+8.
+            const bool odd = t & 1;
+            const int qi = q0 + 16 * w + g + 8 * odd;
+            float *row = dQacc + (size_t)qi * D + 64 * p + 2 * (t & ~1);
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int qi = q0 + 16 * w + g + 8 * h;
-                if (qi >= S) continue;
-                float *row = dQacc + (size_t)qi * D + 64 * p + 2 * t;
-#pragma unroll
-                for (int j = 0; j < 8; ++j)
-                    atomicAdd(reinterpret_cast<float2 *>(row + 8 * j),
-                              make_float2(dq[4 * j + 2 * h] * scale, dq[4 * j + 2 * h + 1] * scale));
+            for (int j = 0; j < 8; ++j) {
+                const float s0 = odd ? dq[4 * j] : dq[4 * j + 2], s1 = odd ? dq[4 * j + 1] : dq[4 * j + 3];
+                const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1), r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+                const float4 v = odd ? make_float4(r0, r1, dq[4 * j + 2], dq[4 * j + 3])
+                                     : make_float4(dq[4 * j], dq[4 * j + 1], r0, r1);
+                if (qi < S)
+                    atomicAdd(reinterpret_cast<float4 *>(row + 8 * j),
+                              make_float4(v.x * scale, v.y * scale, v.z * scale, v.w * scale));
             }
         }
         tc::reg_fence(a);
+        tc::cp_async_wait<0>();  // this thread's share of the next tile's LSE and Di has landed
         // Every thread's wgmmas on stage s and its ldmatrix of dS are done: the stage takes the
-        // tile after next, and dS may be overwritten.
+        // tile after next, and dS may be overwritten; the next tile's LSE and Di are published.
         __syncthreads();
         if (tid == 0 && it + 2 < n_tiles) load_q_tile(it + 2);
     }

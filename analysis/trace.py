@@ -1,0 +1,116 @@
+"""A kernel trace drawn as a timeline: which kernels ran when, grouped by the NVTX range (phase) their
+launch was enqueued in, and each phase's share of the GPU's time.
+
+Input: the SQLite file nsys exports beside a report (`invoke profile <prog> --tool nsys` leaves it in
+build/profiles/<prog>/), read by harness.profiling.nsys.kernel_trace. A program that marks its
+phases with NVTX ranges (transformer_block's training step: train_step / forward, backward, sgd)
+gets one row per phase; one without ranges gets one row per stream. Nothing here launches anything.
+
+Why: a kernel-shares table says how long each kernel took in total; the order and the gaps between
+phases (a launch-bound stretch, a phase that waits on another) only show on a time axis.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from harness.base import files  # noqa: E402
+from harness.profiling import nsys  # noqa: E402
+
+PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
+
+
+def read(path) -> pd.DataFrame:
+    """The kernel trace of an nsys SQLite export (ValueError or FileNotFoundError, one line, if not)."""
+    return nsys.kernel_trace(Path(path))
+
+
+def step_window(trace: pd.DataFrame, outer: str | None = None) -> pd.DataFrame:
+    """The kernels of the last instance of the outermost NVTX range named `outer` (default: the
+    outermost range of the first kernel launched inside any range), with a "phase" column: the
+    innermost range below `outer`, or `outer` itself for kernels directly in it. Without ranges,
+    every kernel, its phase "stream <id>". Times restart at the window's first kernel."""
+    ranged = trace[trace["outer_id"] >= 0]
+    if ranged.empty:
+        if outer:
+            raise ValueError(f"the trace has no NVTX ranges, so none named {outer!r}")
+        w = trace.copy()
+        w["phase"] = "stream " + w["stream"].astype(str)
+    else:
+        tops = ranged["ranges"].str.split("/").str[0]
+        name = outer or tops.iloc[0]
+        mine = ranged[tops == name]
+        if mine.empty:
+            raise ValueError(f"no kernel ran inside an NVTX range named {name!r}; ranges seen: "
+                             f"{', '.join(sorted(set(tops)))}")
+        w = mine[mine["outer_id"] == mine["outer_id"].max()].copy()
+        w["phase"] = w["ranges"].str.split("/").str[-1]
+    t0 = w["start_us"].min()
+    w["start_us"] -= t0
+    w["end_us"] -= t0
+    return w.reset_index(drop=True)
+
+
+def busy_us(w: pd.DataFrame) -> float:
+    """GPU time covered by at least one kernel of `w` (overlapping kernels counted once)."""
+    total, end = 0.0, -np.inf
+    for s, e in sorted(zip(w["start_us"], w["end_us"])):
+        if e > end:
+            total += e - max(s, end)
+            end = e
+    return total
+
+
+def phase_shares(w: pd.DataFrame) -> pd.DataFrame:
+    """Per phase, in order of first appearance: kernels, kernel time (µs), its share of all kernel
+    time in the window (%), and the phase's span from its first kernel's start to its last's end."""
+    order = list(dict.fromkeys(w["phase"]))
+    g = w.assign(dur=w["end_us"] - w["start_us"]).groupby("phase", sort=False)
+    out = pd.DataFrame({"kernels": g.size(), "kernel_us": g["dur"].sum(),
+                        "span_us": g["end_us"].max() - g["start_us"].min()}).reindex(order)
+    out["kernel_pct"] = 100.0 * out["kernel_us"] / out["kernel_us"].sum()
+    return out.reset_index().rename(columns={"index": "phase"})[["phase", "kernels", "kernel_us", "kernel_pct",
+                                                                  "span_us"]]
+
+
+def figure(w: pd.DataFrame, title: str = "") -> plt.Figure:
+    """One row per phase, a bar per kernel on a µs axis; the legend gives each phase's share."""
+    shares = phase_shares(w)
+    phases = list(shares["phase"])
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.55 * len(phases)))
+    for row, ph in enumerate(phases):
+        k = w[w["phase"] == ph]
+        r = shares.iloc[row]
+        ax.broken_barh(list(zip(k["start_us"], k["end_us"] - k["start_us"])), (row - 0.38, 0.76),
+                       facecolors=PALETTE[row % len(PALETTE)], edgecolor="white", linewidth=0.3,
+                       label=f"{ph}: {r['kernel_us'] / 1e3:.3f} ms in {r['kernels']} kernels, "
+                             f"{r['kernel_pct']:.1f}%")
+    span = float(w["end_us"].max())
+    ax.set_yticks(range(len(phases)), phases)
+    ax.invert_yaxis()
+    ax.set_xlim(0, span * 1.01)
+    ax.set_xlabel("µs from the first kernel's start")
+    idle = 100.0 * (1 - busy_us(w) / span) if span > 0 else 0.0
+    ax.set_title(title or f"{len(w)} kernels, {span / 1e3:.3f} ms; the GPU idle {idle:.1f}% of it")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(phases) < 3 else -0.22), ncol=min(3, len(phases)),
+              fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def plot(w: pd.DataFrame, out: Path, title: str = "") -> Path:
+    """Draw `figure(w)` to the PNG `out`, whole or not at all."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig = figure(w, title)
+    try:
+        return files.replace(out, lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
+    finally:
+        plt.close(fig)
