@@ -235,17 +235,19 @@ def ensure_built(prog: str, kind: str = "lib") -> Path:
     return build.require(prog, kind)
 
 
-def refuse_loads_after_the_table(monkeypatch, prog: str) -> None:
+def refuse_loads_after_the_table(monkeypatch, *progs: str) -> None:
     """For a test that bad sizes are refused before any launch. Naming a variant reads lib<prog>.so's
-    variant table (a load, never a launch, cached for the process): read it here first, then make every
-    later library.load fail the test. Without the first read the test would pass or fail by whether
+    variant table (a load, never a launch, cached for the process): read each named program's here
+    first (a block that checks its own table and attention's names both), then make every later
+    library.load fail the test. Without the first read the test would pass or fail by whether
     something earlier in the same process had read the table."""
     from harness.calling import library
 
-    ensure_built(prog)
-    library.read_table(prog)
-    with contextlib.suppress(AttributeError):  # the kinds of variant, where the table tags them
-        library.read_table(prog, "tags")
+    for prog in progs:
+        ensure_built(prog)
+        library.read_table(prog)
+        with contextlib.suppress(AttributeError):  # the kinds of variant, where the table tags them
+            library.read_table(prog, "tags")
 
     def refuse(*a, **kw):
         raise AssertionError("reached the library: the sizes were not refused before any launch")

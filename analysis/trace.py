@@ -27,6 +27,15 @@ from harness.profiling import nsys  # noqa: E402
 PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
 
 
+LABEL_SHARE = 0.07  # kernels longer than this share of the window get their name on the bar
+
+
+def short_name(name: str, width: int = 24) -> str:
+    """A kernel's name without its return type, template arguments and parameter list, cut to `width`."""
+    base = name.split("(")[0].split("<")[0].strip().split(" ")[-1]
+    return base if len(base) <= width else base[: width - 1] + "…"
+
+
 def read(path) -> pd.DataFrame:
     """The kernel trace of an nsys SQLite export (ValueError or FileNotFoundError, one line, if not)."""
     return nsys.kernel_trace(Path(path))
@@ -93,6 +102,10 @@ def figure(w: pd.DataFrame, title: str = "") -> plt.Figure:
                        label=f"{ph}: {r['kernel_us'] / 1e3:.3f} ms in {r['kernels']} kernels, "
                              f"{r['kernel_pct']:.1f}%")
     span = float(w["end_us"].max())
+    for row, ph in enumerate(phases):  # the long kernels named inside their bars
+        for k in w[(w["phase"] == ph) & (w["end_us"] - w["start_us"] > LABEL_SHARE * span)].itertuples():
+            ax.text((k.start_us + k.end_us) / 2, row, short_name(k.name), ha="center", va="center", fontsize=7,
+                    color="white", clip_on=True)
     ax.set_yticks(range(len(phases)), phases)
     ax.invert_yaxis()
     ax.set_xlim(0, span * 1.01)

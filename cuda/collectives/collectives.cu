@@ -1449,8 +1449,9 @@ const char *tp_gemm_refusal(int gemm, int world, int H, int F) {
     // auto falls back to 02 wherever the wgmma rung cannot run, so 02's sm_80 is its only need.
     if (gemm != TP_WGMMA) return gemm_tc::sm80_unsupported_reason();
     if (const char *why = gemm_tc::wgmma_unsupported_reason()) return why;
-    if (H % 8 != 0 || (world >= 1 && F % world == 0 && (F / world) % 8 != 0))
-        return "the wgmma GEMM needs hidden and ffn/world multiples of 8 (TMA reads rows of a multiple of 16 bytes)";
+    if (H % 8 != 0) return "the wgmma GEMM needs hidden a multiple of 8 (TMA reads rows of a multiple of 16 bytes)";
+    if (world >= 1 && F % world == 0 && (F / world) % 8 != 0)
+        return "the wgmma GEMM needs ffn/world a multiple of 8 (TMA reads rows of a multiple of 16 bytes)";
     return nullptr;
 }
 

@@ -229,7 +229,7 @@ def test_the_tp_gemms_are_the_librarys_table_and_wgmma_refuses_rows_tma_cannot_r
     odd_hidden, odd_share = co.tp_gemm_refusal("wgmma", 2, 60, 256), co.tp_gemm_refusal("wgmma", 2, 64, 2 * 12)
     assert odd_hidden and odd_share
     if co.tp_gemm_refusal("wgmma", 2, 64, 256) is None:
-        assert "multiple of 8" in odd_hidden and "multiple of 8" in odd_share
+        assert "hidden a multiple of 8" in odd_hidden and "ffn/world a multiple of 8" in odd_share
     else:
         assert odd_hidden.startswith("needs sm_90a") and odd_hidden == co.tp_gemm_refusal("wgmma", 2, 64, 256)
     # auto and mma_sync take any shape (02 reads any K in place): only the variants' sm_80 need refuses them

@@ -203,7 +203,7 @@ def test_attention_limits_are_refused_before_any_launch(monkeypatch, shape, head
     """The block's attention limits are attention's own rules: a too-large batch or sequence is one
     ValueError naming the rule, and past attention's variant table no library is loaded (it came back as a
     CUDA invalid argument)."""
-    refuse_loads_after_the_table(monkeypatch, "attention")
+    refuse_loads_after_the_table(monkeypatch, "attention", "transformer_block")
     p = tb.make_params(64, 0)
     with pytest.raises(ValueError, match=rule):
         tb.forward(np.zeros(shape, np.float32), p, heads=heads, variant="01_naive")
@@ -211,7 +211,7 @@ def test_attention_limits_are_refused_before_any_launch(monkeypatch, shape, head
 
 def test_the_limits_are_shared_not_copied(monkeypatch):
     """One rule: moving attention's limit moves the block's (a copy of the numbers would not follow)."""
-    refuse_loads_after_the_table(monkeypatch, "attention")
+    refuse_loads_after_the_table(monkeypatch, "attention", "transformer_block")
     monkeypatch.setattr(att, "MAX_S", 8)
     with pytest.raises(ValueError, match="S must be at most 8"):
         tb.forward(np.zeros((1, 9, 64), np.float32), tb.make_params(64, 0), heads=1, variant="01_naive")

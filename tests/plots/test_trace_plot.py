@@ -135,3 +135,13 @@ def test_invoke_plot_trace_draws_and_a_mistyped_file_is_one_line(tmp_path):
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
     assert len((bad.stdout + bad.stderr).strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name,want", [
+    ("void attn_flash_bwd_wgmma<128>(CUtensorMap_st, float const*)", "attn_flash_bwd_wgmma"),
+    ("sgd_update(float*, float const*, int, float)", "sgd_update"),
+    ("void gemm_tc::k02<(int)16, (bool)1>(int)", "gemm_tc::k02"),
+    ("a_kernel_name_longer_than_the_width_allows", "a_kernel_name_longer_th…"),
+])
+def test_kernel_names_on_the_bars_drop_types_templates_and_parameters(name, want):
+    assert trace.short_name(name) == want
