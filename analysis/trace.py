@@ -127,3 +127,11 @@ def plot(w: pd.DataFrame, out: Path, title: str = "") -> Path:
         return files.replace(out, lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
     finally:
         plt.close(fig)
+
+
+def page_table(w: pd.DataFrame) -> str:
+    """The phase shares as the Markdown table a program's page shows (a test holds the page to it)."""
+    rows = ["| phase | kernels | kernel time (ms) | share of kernel time |", "| --- | --- | --- | --- |"]
+    for r in phase_shares(w).itertuples():
+        rows.append(f"| {r.phase} | {r.kernels} | {r.kernel_us / 1e3:.3f} | {r.kernel_pct:.1f}% |")
+    return "\n".join(rows)

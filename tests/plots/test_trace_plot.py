@@ -145,3 +145,11 @@ def test_invoke_plot_trace_draws_and_a_mistyped_file_is_one_line(tmp_path):
 ])
 def test_kernel_names_on_the_bars_drop_types_templates_and_parameters(name, want):
     assert trace.short_name(name) == want
+
+
+def test_the_transformer_block_page_table_is_the_one_the_committed_trace_gives():
+    from harness.base import paths
+    db = paths.ROOT / "bench/results/h200/transformer_block_train_step-20261128.sqlite"
+    page = (paths.ROOT / "cuda/transformer_block/README.md").read_text()
+    want = trace.page_table(trace.step_window(trace.read(db)))
+    assert want in page, "regenerate the table with `invoke plot trace --csv " + str(db) + "`"
