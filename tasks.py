@@ -477,10 +477,11 @@ def sanitize(c, programs="", tool="all", jobs=""):
             "csv": "bench: the CSV to draw (default: the build/bench/*.csv with the newest date inside); timeline: "
                    "the timeline CSV; latency: the sweep CSVs, comma-separated; trace: the nsys .sqlite export",
             "outer": "trace: the NVTX range whose last instance to draw (default: the first one a kernel ran in)",
+            "by": "trace: one row per phase (default) or per GPU and stream (`--by stream`, to see overlap)",
             "prog": f"profile: the program whose build/profiles/<prog>/kernels.csv to draw: {_PROGRAMS}",
             "outdir": "where the PNGs go (default build/plots)"})
 @cli.help_if_asked
-def plot(c, what, csv=None, prog=None, outdir="build/plots", outer=None):
+def plot(c, what, csv=None, prog=None, outdir="build/plots", outer=None, by="phase"):
     """Draw from saved results (no GPU needed): bench, profile, tune, timeline, latency or trace.
 
     `invoke plot bench` (ratio bars + roofline), `invoke plot profile --prog square`, `invoke plot tune`
@@ -553,8 +554,8 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots", outer=None):
             raise Exit("plot trace: name the nsys SQLite export with --csv (`invoke profile <prog> --tool nsys` "
                        "leaves build/profiles/<prog>/nsys_*.sqlite)")
         with cli.one_line("plot trace"):
-            w = atr.step_window(atr.read(csv), outer)
-            path = atr.plot(w, Path(outdir) / f"trace_{Path(csv).stem}.png")
+            w = atr.step_window(atr.read(csv), outer, by)
+            path = atr.plot(w, Path(outdir) / f"trace_{Path(csv).stem}{'' if by == 'phase' else '_' + by}.png")
             shares = atr.phase_shares(w)
         print(path)
         for r in shares.itertuples():

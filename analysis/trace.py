@@ -41,11 +41,18 @@ def read(path) -> pd.DataFrame:
     return nsys.kernel_trace(Path(path))
 
 
-def step_window(trace: pd.DataFrame, outer: str | None = None) -> pd.DataFrame:
+BY = ("phase", "stream")
+
+
+def step_window(trace: pd.DataFrame, outer: str | None = None, by: str = "phase") -> pd.DataFrame:
     """The kernels of the last instance of the outermost NVTX range named `outer` (default: the
     outermost range of the first kernel launched inside any range), with a "phase" column: the
     innermost range below `outer`, or `outer` itself for kernels directly in it. Without ranges,
-    every kernel, its phase "stream <id>". Times restart at the window's first kernel."""
+    every kernel, its phase "stream <id>". A "lane" column says which row draws it: its phase
+    (by="phase"), or its GPU and stream (by="stream": where work on two streams overlaps, as a
+    tensor-parallel block's GEMMs and all-reduce do). Times restart at the window's first kernel."""
+    if by not in BY:
+        raise ValueError(f"by must be one of {', '.join(BY)}, got {by!r}")
     ranged = trace[trace["outer_id"] >= 0]
     if ranged.empty:
         if outer:
@@ -61,6 +68,8 @@ def step_window(trace: pd.DataFrame, outer: str | None = None) -> pd.DataFrame:
                              f"{', '.join(sorted(set(tops)))}")
         w = mine[mine["outer_id"] == mine["outer_id"].max()].copy()
         w["phase"] = w["ranges"].str.split("/").str[-1]
+    w["lane"] = w["phase"] if by == "phase" else ("GPU " + w["device"].astype(str) + " stream "
+                                                  + w["stream"].astype(str))
     t0 = w["start_us"].min()
     w["start_us"] -= t0
     w["end_us"] -= t0
@@ -90,29 +99,32 @@ def phase_shares(w: pd.DataFrame) -> pd.DataFrame:
 
 
 def figure(w: pd.DataFrame, title: str = "") -> plt.Figure:
-    """One row per phase, a bar per kernel on a µs axis; the legend gives each phase's share."""
+    """One row per lane (phase, or GPU and stream), a bar per kernel on a µs axis, coloured by phase;
+    the legend gives each phase's share."""
     shares = phase_shares(w)
     phases = list(shares["phase"])
-    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.55 * len(phases)))
-    for row, ph in enumerate(phases):
-        k = w[w["phase"] == ph]
-        r = shares.iloc[row]
-        ax.broken_barh(list(zip(k["start_us"], k["end_us"] - k["start_us"])), (row - 0.38, 0.76),
-                       facecolors=PALETTE[row % len(PALETTE)], edgecolor="white", linewidth=0.3,
-                       label=f"{ph}: {r['kernel_us'] / 1e3:.3f} ms in {r['kernels']} kernels, "
-                             f"{r['kernel_pct']:.1f}%")
+    colour = {ph: PALETTE[i % len(PALETTE)] for i, ph in enumerate(phases)}
+    lanes = list(dict.fromkeys(w.sort_values(["start_us"])["lane"])) if "lane" in w else phases
+    lane_of = w["lane"] if "lane" in w else w["phase"]
     span = float(w["end_us"].max())
-    for row, ph in enumerate(phases):  # the long kernels named inside their bars
-        for k in w[(w["phase"] == ph) & (w["end_us"] - w["start_us"] > LABEL_SHARE * span)].itertuples():
-            ax.text((k.start_us + k.end_us) / 2, row, short_name(k.name), ha="center", va="center", fontsize=7,
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.55 * len(lanes)))
+    for row, lane in enumerate(lanes):
+        k = w[lane_of == lane]
+        ax.broken_barh(list(zip(k["start_us"], k["end_us"] - k["start_us"])), (row - 0.38, 0.76),
+                       facecolors=[colour[p] for p in k["phase"]], edgecolor="white", linewidth=0.3)
+        for r in k[k["end_us"] - k["start_us"] > LABEL_SHARE * span].itertuples():  # long kernels named
+            ax.text((r.start_us + r.end_us) / 2, row, short_name(r.name), ha="center", va="center", fontsize=7,
                     color="white", clip_on=True)
-    ax.set_yticks(range(len(phases)), phases)
+    for r in shares.itertuples():
+        ax.bar(0, 0, color=colour[r.phase], label=f"{r.phase}: {r.kernel_us / 1e3:.3f} ms in {r.kernels} "
+                                                  f"kernels, {r.kernel_pct:.1f}%")
+    ax.set_yticks(range(len(lanes)), lanes)
     ax.invert_yaxis()
     ax.set_xlim(0, span * 1.01)
     ax.set_xlabel("µs from the first kernel's start")
     idle = 100.0 * (1 - busy_us(w) / span) if span > 0 else 0.0
-    ax.set_title(title or f"{len(w)} kernels, {span / 1e3:.3f} ms; the GPU idle {idle:.1f}% of it")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(phases) < 3 else -0.22), ncol=min(3, len(phases)),
+    ax.set_title(title or f"{len(w)} kernels, {span / 1e3:.3f} ms; no kernel running {idle:.1f}% of it")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(lanes) < 3 else -0.22), ncol=min(3, len(phases)),
               fontsize=8, frameon=False)
     fig.tight_layout()
     return fig

@@ -31,6 +31,7 @@
 // No hang: spin_until bounds every wait by %globaltimer and records the first expiry (rank, step,
 // chunk, phase) in the launch's error record; the other spinning threads see the record and leave too.
 #include "collectives.h"
+#include "nvtx_range.cuh"
 
 #include <cuda_bf16.h>
 
@@ -1393,6 +1394,9 @@ cudaError_t tp_forward_split(const Comm &c, int ar_variant, int gemm, const std:
 // the SMs tp_split leaves it. The last all-reduce waits for every GEMM, so the communicator's
 // sync_all (its two streams) waits for the whole forward.
 cudaError_t tp_forward(Comm &c, TpBuffers &t, int ar_variant, int gemm, int overlap, int chunks, int T, int H, int Fr) {
+    // NVTX ranges around what the host enqueues (the forward, each chunk's GEMMs, its all-reduce): an
+    // nsys trace then names every kernel's part, and `invoke plot trace --by stream` shows the overlap.
+    CudalabNvtxRange whole("tp_forward");
     const std::vector<int> bl = tp_blocks(T, overlap ? std::max(1, chunks) : 1);
     const int L = c.launches();
     std::vector<cudaStream_t> comm_streams(overlap ? c.stream2 : c.stream);
@@ -1412,18 +1416,21 @@ cudaError_t tp_forward(Comm &c, TpBuffers &t, int ar_variant, int gemm, int over
     }
     for (size_t k = 0; k + 1 < bl.size(); ++k) {
         const int t0 = bl[k], rows = bl[k + 1] - bl[k];
-        for (int r = 0; r < c.world; ++r) {
-            const int l = c.use_devices ? r : 0;
-            COLL_TRY(cudaSetDevice(c.dev[r]));
-            cudaStream_t s = overlap ? t.gemm[l] : c.stream[l];
-            float *h = t.h[r] + (size_t)t0 * Fr;
-            cudalab_bf16 *g = t.g[r] + (size_t)t0 * Fr;
-            float *y = reinterpret_cast<float *>(c.in[r]) + (size_t)t0 * H;
-            COLL_TRY(tp_gemm(gemm, rows, Fr, H, t.x[r] + (size_t)t0 * H, t.w1[r], h, s, split.gemm_sms));
-            const long long n = (long long)rows * Fr;
-            gelu_to_bf16_kernel<<<(unsigned)std::min<long long>(cdiv(n, 256), 4096), 256, 0, s>>>(h, g, n);
-            COLL_TRY(cudaGetLastError());
-            COLL_TRY(tp_gemm(gemm, rows, H, Fr, g, t.w2[r], y, s, split.gemm_sms));
+        {
+            CudalabNvtxRange gemms("gemm");
+            for (int r = 0; r < c.world; ++r) {
+                const int l = c.use_devices ? r : 0;
+                COLL_TRY(cudaSetDevice(c.dev[r]));
+                cudaStream_t s = overlap ? t.gemm[l] : c.stream[l];
+                float *h = t.h[r] + (size_t)t0 * Fr;
+                cudalab_bf16 *g = t.g[r] + (size_t)t0 * Fr;
+                float *y = reinterpret_cast<float *>(c.in[r]) + (size_t)t0 * H;
+                COLL_TRY(tp_gemm(gemm, rows, Fr, H, t.x[r] + (size_t)t0 * H, t.w1[r], h, s, split.gemm_sms));
+                const long long n = (long long)rows * Fr;
+                gelu_to_bf16_kernel<<<(unsigned)std::min<long long>(cdiv(n, 256), 4096), 256, 0, s>>>(h, g, n);
+                COLL_TRY(cudaGetLastError());
+                COLL_TRY(tp_gemm(gemm, rows, H, Fr, g, t.w2[r], y, s, split.gemm_sms));
+            }
         }
         if (overlap) {
             for (int l = 0; l < L; ++l) {
@@ -1433,6 +1440,7 @@ cudaError_t tp_forward(Comm &c, TpBuffers &t, int ar_variant, int gemm, int over
             }
         }
         // The all-reduce with the split's blocks per rank (the ring's chunking follows c.blocks).
+        CudalabNvtxRange allreduce("allreduce");
         const int blocks = c.blocks;
         c.blocks = split.blocks;
         const cudaError_t e = enqueue_lab(c, ar_variant, 0, (long long)rows * H, (long long)t0 * H, -1, 0, comm_streams);

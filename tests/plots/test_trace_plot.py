@@ -153,3 +153,31 @@ def test_the_transformer_block_page_table_is_the_one_the_committed_trace_gives()
     page = (paths.ROOT / "cuda/transformer_block/README.md").read_text()
     want = trace.page_table(trace.step_window(trace.read(db)))
     assert want in page, "regenerate the table with `invoke plot trace --csv " + str(db) + "`"
+
+
+def _overlapped(tmp_path):
+    # A tensor-parallel forward in two chunks: chunk 1's all-reduce (stream 9) runs while chunk 2's
+    # GEMM (stream 7) does; both launched from one thread inside the ranges that name them.
+    ranges = [("tp_forward", 0, 100, MAIN), ("gemm", 1, 10, MAIN), ("allreduce", 11, 20, MAIN),
+              ("gemm", 21, 30, MAIN), ("allreduce", 31, 40, MAIN)]
+    kernels = [("gemm_a", 1_000, 3_000, 2, MAIN, 7), ("ar_a", 3_000, 4_500, 12, MAIN, 9),
+               ("gemm_b", 3_000, 5_000, 22, MAIN, 7), ("ar_b", 5_000, 6_500, 32, MAIN, 9)]
+    return _db(tmp_path / "tp.sqlite", kernels, ranges)
+
+
+def test_by_stream_puts_each_stream_on_its_row_and_keeps_the_phases(tmp_path):
+    t = trace.read(_overlapped(tmp_path))
+    w = trace.step_window(t, by="stream")
+    assert dict(zip(w["name"], w["lane"])) == {"gemm_a": "GPU 0 stream 7", "gemm_b": "GPU 0 stream 7",
+                                              "ar_a": "GPU 0 stream 9", "ar_b": "GPU 0 stream 9"}
+    assert dict(zip(w["name"], w["phase"])) == {"gemm_a": "gemm", "gemm_b": "gemm", "ar_a": "allreduce",
+                                               "ar_b": "allreduce"}
+    s = trace.phase_shares(w).set_index("phase")
+    assert s.loc["allreduce", "kernel_pct"] == pytest.approx(100 * 3.0 / 7.0)
+    assert trace.busy_us(w) == pytest.approx(5.5)  # 1.5 µs of all-reduce hidden under the GEMM
+    fig = trace.figure(w)
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["GPU 0 stream 7", "GPU 0 stream 9"]
+    by_phase = trace.step_window(t)
+    assert set(by_phase["lane"]) == {"gemm", "allreduce"}
+    with pytest.raises(ValueError, match="by must be one of phase, stream"):
+        trace.step_window(t, by="device")
