@@ -224,12 +224,18 @@ def test_sanitize_and_profile_cover_the_training_step():
     ensure_built("transformer_block")
     cases = tb.sanitize_args()
     assert "--train" in cases["train_f32"] and "--train" in cases["train_bf16"]
+    split = cases["train_bf16_split_k"]  # N = B·S = 1200 tokens: the dW product splits K
+    assert int(split[split.index("--batch") + 1]) * int(split[split.index("--seq") + 1]) >= 1024
     assert tb.TRAIN_PROFILE_ARGS[0] == "--train"
 
 
 # --- GPU ----------------------------------------------------------------------------------------
 
-SHAPES = [(2, 1, 64, 2), (2, 7, 64, 1), (1, 33, 128, 2), (3, 100, 256, 4), (2, 65, 256, 2), (1, 333, 128, 1)]
+# The last two have enough tokens for the bf16 dW product to split K across blocks (gemm_tc's
+# split_k_count: 2 ways at N = 1200, E = 64; 5 at N = 3000, E = 128, the last split shorter and the
+# last K tile ragged) on any GPU of 12 SMs or more.
+SHAPES = [(2, 1, 64, 2), (2, 7, 64, 1), (1, 33, 128, 2), (3, 100, 256, 4), (2, 65, 256, 2), (1, 333, 128, 1),
+          (4, 300, 64, 1), (2, 1500, 128, 2)]
 
 
 @pytest.mark.gpu

@@ -595,7 +595,14 @@ extern "C" cudalab_status transformer_block_backward_device(const char *attn_var
         CUDA_TRY_LAUNCH();
         CUDA_TRY(tb_transpose<bf>(x, w.xt, N, E, st));
         CUDA_TRY(tb_transpose<bf>(w_qkv, w.wt, 3 * E, E, st));
-        CUDA_TRY(gemm_tc::launch_mma_sync(3 * E, E, (int)N, dqkv_t, w.xt, dw_qkv, st));
+        // dW's output is 3E x E, a handful of 128 x 256 tiles, each summing over all N tokens: alone it
+        // leaves most SMs idle (six tiles for 132 SMs at E = 256), so K is split across blocks. The
+        // partial products go to xhat's N x E floats, dead since dgamma's sum above.
+        int dev = 0, sms = 0;
+        CUDA_TRY(cudaGetDevice(&dev));
+        CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        const int splits = gemm_tc::split_k_count(3 * E, E, (int)N, sms, (int)std::min<long long>(N / (3LL * E), 64));
+        CUDA_TRY(gemm_tc::launch_mma_sync_split_k(3 * E, E, (int)N, dqkv_t, w.xt, dw_qkv, w.xhat, splits, st));
         CUDA_TRY(gemm_tc::launch_mma_sync((int)N, E, 3 * E, w.dqkv_b, w.wt, dx, st));
     } else {
         float *dqkv_t = static_cast<float *>(w.dqkv_t);

@@ -392,6 +392,9 @@ def sanitize_args() -> dict[str, list[str]]:
     cases = {v: ["--variant", v, *small] for v in library.read_table(PROGRAM)}
     cases["train_f32"] = ["--variant", "02_flash", "--train", "--causal", *small]
     cases["train_bf16"] = ["--dtype", "bf16", "--train", *small]
+    # Enough tokens (N = 1200) for the bf16 dW product to split K across blocks (two ways).
+    cases["train_bf16_split_k"] = ["--dtype", "bf16", "--train", "--batch", "4", "--seq", "300", "--embed", "64",
+                                   "--heads", "1", "--reps", "1"]
     return cases
 
 

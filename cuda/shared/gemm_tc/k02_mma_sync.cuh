@@ -8,6 +8,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "arch.cuh"
@@ -64,10 +65,13 @@ __device__ __forceinline__ void load_tile_x64(unsigned char *smem_tile, const ui
 
 // drop_last_k_tiles: the fault build's (faults.cuh; the product compiles it to 0): skip the last K
 // tiles, so the tests can show that the checker rejects a kernel that forgets part of the reduction.
+// Split K (gridDim.y > 1): block row y takes K tiles [y·kt_per_split, (y+1)·kt_per_split) and writes
+// its partial product to C + y·part_stride (launch_mma_sync_split_k sums them). kt_per_split <= 0:
+// the whole K, into C.
 template <bool kAligned>
 __global__ void __launch_bounds__(S_THREADS) k02_mma_sync(int M, int N, int K, const uint16_t *__restrict__ A,
                                                           const uint16_t *__restrict__ B, float *__restrict__ C,
-                                                          int drop_last_k_tiles) {
+                                                          int drop_last_k_tiles, int kt_per_split, size_t part_stride) {
 #if CUDALAB_SM80_CODE  // mma.sync bf16, ldmatrix, cp.async: sm_80 (needs_sm80 below refuses older targets)
     extern __shared__ __align__(1024) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -83,7 +87,10 @@ __global__ void __launch_bounds__(S_THREADS) k02_mma_sync(int M, int N, int K, c
 
     auto tileA = [&](int s) { return smem + s * (S_TILE_A + S_TILE_B); };
     auto tileB = [&](int s) { return smem + s * (S_TILE_A + S_TILE_B) + S_TILE_A; };
-    const int KT = (int)cdiv(K, S_BK) - CUDALAB_FAULT(drop_last_k_tiles);
+    const int KT_all = (int)cdiv(K, S_BK) - CUDALAB_FAULT(drop_last_k_tiles);
+    const int kt0 = kt_per_split > 0 ? min(KT_all, (int)blockIdx.y * kt_per_split) : 0;
+    const int KT = kt_per_split > 0 ? min(KT_all - kt0, kt_per_split) : KT_all;  // this block's K tiles
+    C += (size_t)blockIdx.y * part_stride;
 
     float acc[S_MI][S_NI][4];
 #pragma unroll
@@ -98,8 +105,8 @@ __global__ void __launch_bounds__(S_THREADS) k02_mma_sync(int M, int N, int K, c
 #pragma unroll
     for (int s = 0; s < S_STAGES - 1; ++s) {
         if (s < KT) {
-            load_tile_x64<S_BM, kAligned>(tileA(s), A, M, K, m0, s * S_BK, tid);
-            load_tile_x64<S_BN, kAligned>(tileB(s), B, N, K, n0, s * S_BK, tid);
+            load_tile_x64<S_BM, kAligned>(tileA(s), A, M, K, m0, (kt0 + s) * S_BK, tid);
+            load_tile_x64<S_BN, kAligned>(tileB(s), B, N, K, n0, (kt0 + s) * S_BK, tid);
         }
         tc::cp_async_commit();
     }
@@ -110,8 +117,8 @@ __global__ void __launch_bounds__(S_THREADS) k02_mma_sync(int M, int N, int K, c
         {  // refill the stage freed by iteration kt-1 with tile kt + STAGES-1
             const int nk = kt + S_STAGES - 1, s = nk % S_STAGES;
             if (nk < KT) {
-                load_tile_x64<S_BM, kAligned>(tileA(s), A, M, K, m0, nk * S_BK, tid);
-                load_tile_x64<S_BN, kAligned>(tileB(s), B, N, K, n0, nk * S_BK, tid);
+                load_tile_x64<S_BM, kAligned>(tileA(s), A, M, K, m0, (kt0 + nk) * S_BK, tid);
+                load_tile_x64<S_BN, kAligned>(tileB(s), B, N, K, n0, (kt0 + nk) * S_BK, tid);
             }
             tc::cp_async_commit();
         }
@@ -171,8 +178,17 @@ static cudaError_t launch_02(int M, int N, int K, const uint16_t *A, const uint1
     const cudaError_t e = cudalab_allow_dynamic_smem(k02_mma_sync<kAligned>, S_SMEM);
     if (e != cudaSuccess) return e;
     const long long blocks = cdiv(M, S_BM) * cdiv(N, S_BN);
-    k02_mma_sync<kAligned><<<(unsigned)blocks, S_THREADS, S_SMEM, s>>>(M, N, K, A, B, C, drop_last_k_tiles);
+    k02_mma_sync<kAligned><<<(unsigned)blocks, S_THREADS, S_SMEM, s>>>(M, N, K, A, B, C, drop_last_k_tiles, 0, 0);
     return cudaGetLastError();
+}
+
+// C[i] = Σ_p parts[p·n + i], the partials in order (the same bits every run, unlike atomics).
+static __global__ void k02_sum_parts(const float *__restrict__ parts, int splits, long long n, float *__restrict__ C) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        float acc = 0.0f;
+        for (int p = 0; p < splits; ++p) acc += parts[(size_t)p * n + i];
+        C[i] = acc;
+    }
 }
 
 // Why 01_wmma and 02_mma_sync (bf16 tensor cores, cp.async, ldmatrix: sm_80) cannot run on this GPU
@@ -194,6 +210,39 @@ static inline cudaError_t launch_mma_sync(int M, int N, int K, const uint16_t *A
     if (K == 0) return cudaMemsetAsync(C, 0, (size_t)M * N * sizeof(float), stream);
     return K % 8 == 0 ? launch_02<true>(M, N, K, A, B, C, stream, drop_last_k_tiles)
                       : launch_02<false>(M, N, K, A, B, C, stream, drop_last_k_tiles);
+}
+
+// How many ways to split K so that a product with few output tiles and a long K (a weight gradient:
+// a small matrix summed over every token) fills `sms` SMs: 1 when the tiles already fill half of
+// them, else up to sms / tiles, each split keeping at least 8 K tiles (512), never above max_splits.
+static inline int split_k_count(int M, int N, int K, int sms, int max_splits) {
+    const long long tiles = cdiv(M, S_BM) * cdiv(N, S_BN);
+    if (M <= 0 || N <= 0 || K <= 0 || sms <= 0 || tiles * 2 >= sms) return 1;
+    const long long by_k = cdiv(K, S_BK) / 8;
+    return (int)std::max<long long>(1, std::min<long long>({(long long)max_splits, sms / tiles, by_k}));
+}
+
+// launch_mma_sync with K split `splits` ways: partial products into `parts` (splits·M·N floats,
+// 16-byte aligned), then summed into C in a fixed order. splits <= 1 is launch_mma_sync itself.
+static inline cudaError_t launch_mma_sync_split_k(int M, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
+                                                  float *parts, int splits, cudaStream_t stream) {
+    if (splits <= 1 || K <= 0 || M <= 0 || N <= 0) return launch_mma_sync(M, N, K, A, B, C, stream);
+    if (sm80_unsupported_reason() != nullptr) return cudaErrorNotSupported;
+    if (parts == nullptr || splits > 65535) return cudaErrorInvalidValue;
+    const int KT = (int)cdiv(K, S_BK), per = (int)cdiv(KT, splits), used = (int)cdiv(KT, per);
+    const size_t n = (size_t)M * N;
+    const dim3 grid((unsigned)(cdiv(M, S_BM) * cdiv(N, S_BN)), (unsigned)used);
+    if (K % 8 == 0) {
+        if (cudaError_t e = cudalab_allow_dynamic_smem(k02_mma_sync<true>, S_SMEM)) return e;
+        k02_mma_sync<true><<<grid, S_THREADS, S_SMEM, stream>>>(M, N, K, A, B, parts, 0, per, n);
+    } else {
+        if (cudaError_t e = cudalab_allow_dynamic_smem(k02_mma_sync<false>, S_SMEM)) return e;
+        k02_mma_sync<false><<<grid, S_THREADS, S_SMEM, stream>>>(M, N, K, A, B, parts, 0, per, n);
+    }
+    if (cudaError_t e = cudaGetLastError()) return e;
+    k02_sum_parts<<<(unsigned)std::min<long long>(cdiv((long long)n, 256), 4096), 256, 0, stream>>>(parts, used,
+                                                                                                    (long long)n, C);
+    return cudaGetLastError();
 }
 
 }  // namespace gemm_tc
