@@ -53,21 +53,38 @@ extern "C" const char *transformer_block_bf16_variant(void) {
 #define TB_LINEAR_TILE 16
 #define TB_LN_EPS 1e-5f
 
+// The head split and its inverse visit every column col of every token (b, s) of a (B·S) x 3E
+// matrix: f(i, col, which, off) with i = token·3E + col, which = 0, 1, 2 for Q, K, V, and off the
+// element's place ((b·H + h)·S + s)·D + d in that head-major B x H x S x D array. One block per
+// token (a grid-stride loop over tokens), its threads along the row: the token's index arithmetic
+// is done once, and a column's in 32 bits. With one thread per element, four 64-bit divisions an
+// element made these copies compute-bound, six times slower than memory (an H200 trace).
+#define TB_TOKEN_THREADS 128
+static inline unsigned tb_token_blocks(long long tokens) { return (unsigned)std::min<long long>(tokens, 1LL << 20); }
+
+template <typename F>
+__device__ __forceinline__ void tb_for_each_head_slot(long long tokens, int S, int E, int H, F &&f) {
+    const int D = E / H;
+    for (long long tok = blockIdx.x; tok < tokens; tok += gridDim.x) {
+        const long long b = tok / S;
+        const int s = (int)(tok - b * S);
+        const long long head0 = (b * H * S + s) * D;  // (b, h = 0, s, d = 0)
+        for (int col = threadIdx.x; col < 3 * E; col += blockDim.x) {
+            const int which = col / E, e = col - which * E, h = e / D, d = e - h * D;
+            f(tok * 3 * E + col, col, which, head0 + (long long)h * S * D + d);
+        }
+    }
+}
+
 // qkv is (B·S) x 3E, the projection without bias. Add the bias and scatter into head-major
 // Q, K, V (each B x H x S x D), the layout the attention kernels read.
 __global__ void qkv_bias_split_heads(const float *__restrict__ qkv, const float *__restrict__ b_qkv,
                                      float *__restrict__ q, float *__restrict__ k, float *__restrict__ v, int B,
                                      int S, int E, int H) {
-    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const long long total = (long long)B * S * 3 * E;
-    if (idx >= total) return;
-    const int col = (int)(idx % (3 * E));  // which of Q/K/V, head and d
-    const long long tok = idx / (3 * E);   // b*S + s
-    const int which = col / E, e = col % E;
-    const int D = E / H, h = e / D, d = e % D;
-    const int b = (int)(tok / S), s = (int)(tok % S);
-    float *dst = which == 0 ? q : which == 1 ? k : v;
-    dst[(((long long)b * H + h) * S + s) * D + d] = qkv[idx] + b_qkv[col];
+    tb_for_each_head_slot((long long)B * S, S, E, H, [&](long long i, int col, int which, long long off) {
+        float *dst = which == 0 ? q : which == 1 ? k : v;
+        dst[off] = qkv[i] + b_qkv[col];
+    });
 }
 
 // float32 -> bf16 bits, round to nearest even (the bf16 path's inputs to the tensor cores).
@@ -80,16 +97,10 @@ __global__ void f32_to_bf16(const float *__restrict__ in, cudalab_bf16 *__restri
 __global__ void qkv_bias_split_heads_bf16(const float *__restrict__ qkv, const float *__restrict__ b_qkv,
                                           cudalab_bf16 *__restrict__ q, cudalab_bf16 *__restrict__ k,
                                           cudalab_bf16 *__restrict__ v, int B, int S, int E, int H) {
-    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const long long total = (long long)B * S * 3 * E;
-    if (idx >= total) return;
-    const int col = (int)(idx % (3 * E));
-    const long long tok = idx / (3 * E);
-    const int which = col / E, e = col % E;
-    const int D = E / H, h = e / D, d = e % D;
-    const int b = (int)(tok / S), s = (int)(tok % S);
-    cudalab_bf16 *dst = which == 0 ? q : which == 1 ? k : v;
-    dst[(((long long)b * H + h) * S + s) * D + d] = __bfloat16_as_ushort(__float2bfloat16_rn(qkv[idx] + b_qkv[col]));
+    tb_for_each_head_slot((long long)B * S, S, E, H, [&](long long i, int col, int which, long long off) {
+        cudalab_bf16 *dst = which == 0 ? q : which == 1 ? k : v;
+        dst[off] = __bfloat16_as_ushort(__float2bfloat16_rn(qkv[i] + b_qkv[col]));
+    });
 }
 
 __device__ __forceinline__ float tb_load(const float *p, long long i) { return p[i]; }
@@ -176,7 +187,7 @@ static int tb_forward_launches(const char *attn, int B, int S, int E, int H, int
         CUDA_TRY_LAUNCH();
         // qkv (B·S x 3E) = x (B·S x E) · Wᵀ, W being 3E x E: gemm_tc's "TN" layout as it stands.
         CUDA_TRY(gemm_tc::launch_mma_sync(B * S, 3 * E, E, xb, wb, qkv, st));
-        qkv_bias_split_heads_bf16<<<(unsigned)cdiv(3 * n, 256), 256, 0, st>>>(
+        qkv_bias_split_heads_bf16<<<tb_token_blocks((long long)B * S), TB_TOKEN_THREADS, 0, st>>>(
             qkv, b_qkv, static_cast<bf *>(q), static_cast<bf *>(k), static_cast<bf *>(v), B, S, E, H);
         CUDA_TRY_LAUNCH();
         CUDA_TRY(attention_launch_bf16(attn, B, H, S, D, causal, scale, static_cast<bf *>(q), static_cast<bf *>(k),
@@ -190,7 +201,8 @@ static int tb_forward_launches(const char *attn, int B, int S, int E, int H, int
     float *of = static_cast<float *>(o);
     CUDA_TRY(matmul_launch(TB_LINEAR_MATMUL, TB_LINEAR_TILE, true, B * S, 3 * E, E, x, w_qkv, qkv, 1.0f, 1, 0, 0, 0,
                            st));
-    qkv_bias_split_heads<<<(unsigned)cdiv(3 * n, 256), 256, 0, st>>>(qkv, b_qkv, qf, kf, vf, B, S, E, H);
+    qkv_bias_split_heads<<<tb_token_blocks((long long)B * S), TB_TOKEN_THREADS, 0, st>>>(qkv, b_qkv, qf, kf, vf, B, S,
+                                                                                      E, H);
     CUDA_TRY_LAUNCH();
     CUDA_TRY(attention_launch(attn, B, H, S, D, causal, scale, qf, kf, vf, of, attn_ws, st, lse));
     residual_layernorm<float>
@@ -350,19 +362,14 @@ __global__ void __launch_bounds__(256) column_sum(const float *__restrict__ a, c
 }
 
 // The inverse of qkv_bias_split_heads: dQ, dK, dV (head-major, the attention's dtype) into
-// dQKV, N x 3E float32, one thread per element (consecutive threads read consecutive d).
+// dQKV, N x 3E float32 (consecutive threads read consecutive d and write consecutive columns).
 template <typename T>
 __global__ void merge_heads_grad(const T *__restrict__ dq, const T *__restrict__ dk, const T *__restrict__ dv,
                                  float *__restrict__ dqkv, int B, int S, int E, int H) {
-    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (long long)B * S * 3 * E) return;
-    const int col = (int)(idx % (3 * E));
-    const long long tok = idx / (3 * E);
-    const int which = col / E, e = col % E;
-    const int D = E / H, h = e / D, d = e % D;
-    const int b = (int)(tok / S), s = (int)(tok % S);
-    const T *src = which == 0 ? dq : which == 1 ? dk : dv;
-    dqkv[idx] = tb_load(src, (((long long)b * H + h) * S + s) * D + d);
+    tb_for_each_head_slot((long long)B * S, S, E, H, [&](long long i, int, int which, long long off) {
+        const T *src = which == 0 ? dq : which == 1 ? dk : dv;
+        dqkv[i] = tb_load(src, off);
+    });
 }
 
 // out (cols x rows) = inᵀ (in: rows x cols, float32), converted to TO. A 32 x 32 tile through
@@ -571,7 +578,7 @@ extern "C" cudalab_status transformer_block_backward_device(const char *attn_var
                                                 static_cast<bf *>(w.k), static_cast<bf *>(w.v), static_cast<bf *>(w.o),
                                                 static_cast<bf *>(w.dattn), w.lse, static_cast<bf *>(w.dq),
                                                 static_cast<bf *>(w.dk), static_cast<bf *>(w.dv), w.attn_ws, st));
-        merge_heads_grad<bf><<<(unsigned)cdiv(3 * n, 256), 256, 0, st>>>(
+        merge_heads_grad<bf><<<tb_token_blocks(N), TB_TOKEN_THREADS, 0, st>>>(
             static_cast<bf *>(w.dq), static_cast<bf *>(w.dk), static_cast<bf *>(w.dv), dqkv, B, S, E, H);
     } else {
         CUDA_TRY(attention_backward_launch(attn, B, H, S, D, causal, scale, static_cast<float *>(w.q),
@@ -579,7 +586,7 @@ extern "C" cudalab_status transformer_block_backward_device(const char *attn_var
                                            static_cast<float *>(w.o), static_cast<float *>(w.dattn), w.lse,
                                            static_cast<float *>(w.dq), static_cast<float *>(w.dk),
                                            static_cast<float *>(w.dv), w.attn_ws, st));
-        merge_heads_grad<float><<<(unsigned)cdiv(3 * n, 256), 256, 0, st>>>(
+        merge_heads_grad<float><<<tb_token_blocks(N), TB_TOKEN_THREADS, 0, st>>>(
             static_cast<float *>(w.dq), static_cast<float *>(w.dk), static_cast<float *>(w.dv), dqkv, B, S, E, H);
     }
     CUDA_TRY_LAUNCH();
