@@ -275,7 +275,7 @@ extern "C" cudalab_status transformer_block_forward(const char *attn_variant, in
 //   dgamma = Σ_tokens dOut ∘ xhat,  dbeta = Σ_tokens dOut
 //   g = dOut ∘ gamma,  dy = rstd·(g - mean_e(g) - xhat·mean_e(g ∘ xhat))   (LayerNorm's Jacobian)
 //   dA = dy (split into heads), dx starts as dy (the residual)
-//   dQ, dK, dV = the attention's backward of dA (06_flash_bwd or 07_flash_bwd_bf16, from the
+//   dQ, dK, dV = the attention's backward of dA (06_flash_bwd, 07_flash_bwd_bf16 or 08_flash_bwd_wgmma, from the
 //                forward's O and log-sum-exp)
 //   dQKV = [dQ | dK | dV] merged back to N x 3E,  db_qkv = Σ_tokens dQKV
 //   dW_qkv = dQKVᵀ·x,  dx += dQKV·W_qkv
@@ -410,10 +410,14 @@ __global__ void sgd_update(float *__restrict__ p, const float *__restrict__ g, l
 }
 
 // The attention rung a block variant trains with: the float32 block with 06_flash_bwd (its forward
-// is 02_flash, which saves the log-sum-exp; 01_naive's three kernels save none), the bf16 block with
-// 07_flash_bwd_bf16 (forward 03_flash_bf16: 05_flash_wgmma saves no log-sum-exp either).
+// is 02_flash, which saves the log-sum-exp; 01_naive's three kernels save none), 03_flash_bf16 with
+// 07_flash_bwd_bf16, and the Hopper block 05_flash_wgmma with Hopper's backward, 08_flash_bwd_wgmma
+// (2.4x 07 on an H200; both bf16 rungs differentiate 03_flash_bf16's forward, since 05 saves no
+// log-sum-exp). 05 and 08 need the same sm_90a, so 08 runs wherever the block's 05 does.
 static const char *tb_train_attn(const char *variant) {
-    return attn_is_bf16(attn_variant_id(variant)) ? "07_flash_bwd_bf16" : "06_flash_bwd";
+    const int id = attn_variant_id(variant);
+    if (!attn_is_bf16(id)) return "06_flash_bwd";
+    return id == ATTN_05_FLASH_WGMMA ? "08_flash_bwd_wgmma" : "07_flash_bwd_bf16";
 }
 
 extern "C" const char *transformer_block_train_attention(const char *attn_variant) {
@@ -447,7 +451,8 @@ struct TbTrainWs {
     long long bytes;
 };
 
-static TbTrainWs tb_train_layout(bool bf16, int B, int S, int E, int H, void *base) {
+static TbTrainWs tb_train_layout(const char *variant, int B, int S, int E, int H, void *base) {
+    const bool bf16 = attn_is_bf16(attn_variant_id(variant));
     TbTrainWs w{};
     long long used = 0;
     auto take = [&](long long bytes) -> void * {
@@ -469,7 +474,7 @@ static TbTrainWs tb_train_layout(bool bf16, int B, int S, int E, int H, void *ba
     w.xhat = static_cast<float *>(take(n * 4));
     w.dattn = take(n * el), w.dq = take(n * el), w.dk = take(n * el), w.dv = take(n * el);
     w.attn_ws = static_cast<float *>(
-        take(attn_backward_workspace_bytes(attn_variant_id(bf16 ? "07_flash_bwd_bf16" : "06_flash_bwd"), B, H, S, E / H)));
+        take(attn_backward_workspace_bytes(attn_variant_id(tb_train_attn(variant)), B, H, S, E / H)));
     w.dqkv_t = take(3 * n * el);
     if (bf16) {
         w.dqkv_b = static_cast<cudalab_bf16 *>(take(3 * n * 2));
@@ -483,7 +488,7 @@ static TbTrainWs tb_train_layout(bool bf16, int B, int S, int E, int H, void *ba
 
 extern "C" long long transformer_block_train_workspace_bytes(const char *attn_variant, int B, int S, int E, int H) {
     if (tb_train_check(attn_variant, B, S, E, H) != cudaSuccess) return -1;
-    return tb_train_layout(attn_is_bf16(attn_variant_id(attn_variant)), B, S, E, H, nullptr).bytes;
+    return tb_train_layout(attn_variant, B, S, E, H, nullptr).bytes;
 }
 
 // out[c] = Σ_r a[r][c]·(b ? b[r][c] : 1): one launch of column_sum for up to 64 rows, else a
@@ -535,7 +540,7 @@ extern "C" cudalab_status transformer_block_train_forward_device(const char *att
     CUDA_TRY(tb_train_ws_check(workspace));
     const bool bf16 = attn_is_bf16(attn_variant_id(attn_variant));
     if (bf16 && transformer_block_unsupported_reason(attn_variant) != nullptr) return (int)cudaErrorNotSupported;
-    const TbTrainWs w = tb_train_layout(bf16, B, S, E, H, workspace);
+    const TbTrainWs w = tb_train_layout(attn_variant, B, S, E, H, workspace);
     return tb_forward_launches(tb_train_attn(attn_variant), B, S, E, H, causal, x, w_qkv, b_qkv, gamma, beta, out,
                                w.qkv, w.xb, w.wb, w.q, w.k, w.v, w.o, nullptr, w.lse, w.mean, w.rstd,
                                (cudaStream_t)stream);
@@ -552,7 +557,7 @@ extern "C" cudalab_status transformer_block_backward_device(const char *attn_var
     const bool bf16 = attn_is_bf16(attn_variant_id(attn_variant));
     if (bf16 && transformer_block_unsupported_reason(attn_variant) != nullptr) return (int)cudaErrorNotSupported;
     cudaStream_t st = (cudaStream_t)stream;
-    const TbTrainWs w = tb_train_layout(bf16, B, S, E, H, workspace);
+    const TbTrainWs w = tb_train_layout(attn_variant, B, S, E, H, workspace);
     const char *attn = tb_train_attn(attn_variant);
     const long long N = (long long)B * S, n = N * E;
     const int D = E / H;
