@@ -240,7 +240,10 @@ static inline cudaError_t attn_flash_bwd_launch(int BH, int S, const float *q, c
 // Causal: a key block skips the query tiles before its first key; the tiles that straddle the
 // diagonal or S are masked element by element.
 // Shared memory (bf16, the 128-byte swizzle of flash_bf16.cuh, fb_off): K, V (64×D each), two
-// stages of Q and dO (BR×D each), dS (BR×64).
+// stages of Q and dO (BR×D each), dS (BR×64); then, as floats, two stages of the query tile's LSE
+// and Di (BR each), copied with the tile: read from global memory right where the element-wise
+// step needs them, their L2 latency sat in every tile's critical path (ncu on 08, which had the
+// same pattern: 45% of its stall samples).
 // =============================================================================================
 #define FBW16_BC 64
 #define FBW16_NW 4
@@ -253,7 +256,9 @@ struct FlashBwdBf16Cfg {
     static constexpr int KV_BYTES = BC * D * 2;   // one of K, V
     static constexpr int QT_BYTES = BR * D * 2;   // one of Q, dO in one stage
     static constexpr int DS_BYTES = BR * BC * 2;
-    static constexpr size_t SMEM = (size_t)2 * KV_BYTES + (size_t)4 * QT_BYTES + DS_BYTES;
+    static constexpr int ST_OFF = 2 * KV_BYTES + 4 * QT_BYTES + DS_BYTES;  // stage s: LSE, then Di, BR floats each
+    static constexpr size_t SMEM = (size_t)ST_OFF + 2 * 2 * BR * 4;
+    static_assert(2 * BR <= FBW16_NT, "one thread a float of a tile's LSE and Di");
 };
 
 template <int D>
@@ -286,10 +291,17 @@ __global__ void __launch_bounds__(FBW16_NT, 2)
     const int first = causal ? (k0 / BR) * BR : 0;  // the first query tile with a query >= k0
     const int n_tiles = (int)cdiv(S - first, BR);
 
+    const float *stats = reinterpret_cast<const float *>(fbw16_smem + C::ST_OFF);
     auto load_q_tile = [&](int it) {
         const int st = it % 2, q0 = first + it * BR;
         fb_load_tile<D, BR, FBW16_NT>(sQ0 + (2 * st) * C::QT_BYTES, Q, q0, S);
         fb_load_tile<D, BR, FBW16_NT>(sQ0 + (2 * st + 1) * C::QT_BYTES, dO, q0, S);
+        if ((int)threadIdx.x < 2 * BR) {  // LSE (threads 0..BR-1) and Di (BR..2BR-1), zero past S
+            const int q = q0 + (int)threadIdx.x % BR;
+            const float *src = (int)threadIdx.x < BR ? lse : Di;
+            tc::cp_async_4_zfill(sK + (uint32_t)(C::ST_OFF + 4 * (2 * BR * st + (int)threadIdx.x)), q < S ? src + q : src,
+                                 q < S ? 4 : 0);
+        }
     };
     // K and V with the first query tile: one commit group.
     fb_load_tile<D, BC, FBW16_NT>(sK, K, k0, S);
@@ -312,6 +324,7 @@ __global__ void __launch_bounds__(FBW16_NT, 2)
         __syncthreads();         // ... and for everyone's
         const int q0 = first + it * BR;
         const uint32_t sQ = sQ0 + (2 * (it % 2)) * C::QT_BYTES, sdO = sQ + C::QT_BYTES;
+        const float *lse_s = stats + 2 * BR * (it % 2), *di_s = lse_s + BR;
 
         // Sᵀ = K_w·Qᵀ and dPᵀ = V_w·dOᵀ, 16 keys × BR queries each.
         float st[NQ][4], dpt[NQ][4];
@@ -346,12 +359,14 @@ __global__ void __launch_bounds__(FBW16_NT, 2)
         const bool no_di = CUDALAB_FAULT(flags & FBW_FLAG_NO_DI) != 0;
 #pragma unroll
         for (int n = 0; n < NQ; ++n) {
+            const float2 lv = *reinterpret_cast<const float2 *>(lse_s + 8 * n + 2 * t);
+            const float2 dv2 = *reinterpret_cast<const float2 *>(di_s + 8 * n + 2 * t);
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
                 const int qi = q0 + 8 * n + 2 * t + c;
                 const bool qin = qi < S;
-                const float l2 = qin ? __ldg(lse + qi) * CUDALAB_LOG2E : 0.0f;
-                const float di = qin && !no_di ? __ldg(Di + qi) : 0.0f;
+                const float l2 = (c ? lv.y : lv.x) * CUDALAB_LOG2E;  // 0 past S (zero-filled)
+                const float di = no_di ? 0.0f : (c ? dv2.y : dv2.x);
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int e = 2 * h + c, kj = k0 + kw + g + 8 * h;
