@@ -556,11 +556,7 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots", outer=None, by="pha
         with cli.one_line("plot trace"):
             w = atr.step_window(atr.read(csv), outer, by)
             path = atr.plot(w, Path(outdir) / f"trace_{Path(csv).stem}{'' if by == 'phase' else '_' + by}.png")
-            shares = atr.phase_shares(w)
         print(path)
-        for r in shares.itertuples():
-            print(f"  {r.phase:12s} {r.kernels:5d} kernels {r.kernel_us / 1e3:9.3f} ms {r.kernel_pct:5.1f}%  "
-                  f"span {r.span_us / 1e3:9.3f} ms")
         print(atr.page_table(w))
     else:
         raise Exit(f"plot: nothing called {what!r}; choose bench, profile, tune, timeline, latency or trace")

@@ -100,16 +100,15 @@ def phase_shares(w: pd.DataFrame) -> pd.DataFrame:
 
 def figure(w: pd.DataFrame, title: str = "") -> plt.Figure:
     """One row per lane (phase, or GPU and stream), a bar per kernel on a µs axis, coloured by phase;
-    the legend gives each phase's share."""
+    the legend gives each phase's share. `w` is step_window's frame."""
     shares = phase_shares(w)
     phases = list(shares["phase"])
     colour = {ph: PALETTE[i % len(PALETTE)] for i, ph in enumerate(phases)}
-    lanes = list(dict.fromkeys(w.sort_values(["start_us"])["lane"])) if "lane" in w else phases
-    lane_of = w["lane"] if "lane" in w else w["phase"]
+    lanes = list(dict.fromkeys(w.sort_values(["start_us"])["lane"]))
     span = float(w["end_us"].max())
     fig, ax = plt.subplots(figsize=(11, 1.2 + 0.55 * len(lanes)))
     for row, lane in enumerate(lanes):
-        k = w[lane_of == lane]
+        k = w[w["lane"] == lane]
         ax.broken_barh(list(zip(k["start_us"], k["end_us"] - k["start_us"])), (row - 0.38, 0.76),
                        facecolors=[colour[p] for p in k["phase"]], edgecolor="white", linewidth=0.3)
         for r in k[k["end_us"] - k["start_us"] > LABEL_SHARE * span].itertuples():  # long kernels named

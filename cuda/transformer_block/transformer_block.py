@@ -20,7 +20,8 @@ backward, and returns the output and the gradients (`Grads`) of L with dL/d(out)
 `train_step(..., lr=...)` also applies SGD to the parameters in place. The attention trains as a
 pair of the attention program (`train_attention(variant)`): the float32 block with 06_flash_bwd
 (forward 02_flash, which saves the log-sum-exp), 03_flash_bf16 with 07_flash_bwd_bf16 and
-05_flash_wgmma with 08_flash_bwd_wgmma (both bf16 rungs differentiate 03_flash_bf16's forward). `reference_backward` is the float64 numpy backward the tests check against.
+05_flash_wgmma with 08_flash_bwd_wgmma (both bf16 rungs differentiate 03_flash_bf16's forward).
+`reference_backward` is the float64 numpy backward the tests check against.
 """
 
 from __future__ import annotations
