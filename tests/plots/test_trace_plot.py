@@ -147,9 +147,11 @@ def test_kernel_names_on_the_bars_drop_types_templates_and_parameters(name, want
     assert trace.short_name(name) == want
 
 
-def test_the_transformer_block_page_table_is_the_one_the_committed_trace_gives():
+@pytest.mark.parametrize("sqlite", ["transformer_block_train_step-20261128.sqlite",
+                                    "transformer_block_train_step_hopper-20261128.sqlite"])
+def test_the_transformer_block_page_tables_are_the_ones_the_committed_traces_give(sqlite):
     from harness.base import paths
-    db = paths.ROOT / "bench/results/h200/transformer_block_train_step-20261128.sqlite"
+    db = paths.ROOT / "bench/results/h200" / sqlite
     page = (paths.ROOT / "cuda/transformer_block/README.md").read_text()
     want = trace.page_table(trace.step_window(trace.read(db)))
     assert want in page, "regenerate the table with `invoke plot trace --csv " + str(db) + "`"
