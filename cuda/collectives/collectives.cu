@@ -1342,10 +1342,13 @@ bool tp_runs_wgmma(int gemm, int K) {
 // take 2, 4 or 8 rounds on 128 of an H100's or H200's 132 SMs. The all-reduce takes those and no more, so that no
 // GEMM needs an extra round, and at least kTpCommSmsMin, so that it always has SMs of its own.
 // Which goes first: the GEMM streams have the device's highest priority. When chunk i's last GEMM ends,
-// chunk i's all-reduce and chunk i+1's first GEMM become ready together; the block scheduler then
-// places the GEMM's blocks first, and the all-reduce's blocks fill the SMs the cap left free,
-// instead of spreading over SMs the GEMM needs (an SM with one all-reduce block has no room for a
-// GEMM block, which would wait for a second round).
+// chunk i's all-reduce and chunk i+1's first GEMM become ready together. When both are pending at
+// once, the priority places the GEMM's blocks first and the all-reduce's fill the SMs the cap left
+// free. But the all-reduce often reaches the GPU a microsecond before the GEMM (bench/results/
+// NOTES-collectives.md, the two-H200 trace); then its blocks spread over idle SMs one each, an SM
+// with one all-reduce block has no room for a GEMM block, and the GEMM blocks left without an SM
+// run as a second wave: that GEMM takes twice its time. Packing `per_sm` to an SM below is what the
+// scheduler does only when the GEMM came first.
 // Blocks named by the caller (the executable's --blocks) are kept, and the cap leaves them the SMs they
 // fill: the way to time another split. Virtual ranks (one GPU, one cooperative launch of world x
 // blocks) take the same rules with the launch's blocks, and no cap where it would leave the GEMMs less
