@@ -20,12 +20,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
 
 from harness.base import files  # noqa: E402
 from harness.profiling import nsys  # noqa: E402
-
-PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
-
 
 LABEL_SHARE = 0.07  # kernels longer than this share of the window get their name on the bar
 
@@ -103,7 +101,7 @@ def figure(w: pd.DataFrame, title: str = "") -> plt.Figure:
     the legend gives each phase's share. `w` is step_window's frame."""
     shares = phase_shares(w)
     phases = list(shares["phase"])
-    colour = {ph: PALETTE[i % len(PALETTE)] for i, ph in enumerate(phases)}
+    colour = dict(zip(phases, sns.color_palette(n_colors=len(phases))))
     lanes = list(dict.fromkeys(w.sort_values(["start_us"])["lane"]))
     span = float(w["end_us"].max())
     fig, ax = plt.subplots(figsize=(11, 1.2 + 0.55 * len(lanes)))

@@ -242,12 +242,20 @@ def nsys_kernel_table(reports: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return df[KERNEL_COLUMNS].sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
+def _tables(con: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def _columns(con: sqlite3.Connection, table: str) -> set[str]:
+    return {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
+
+
 def summary_from_sqlite(path: Path) -> dict[str, pd.DataFrame]:
     """The three reports computed straight from an nsys SQLite export: the fallback when the
     `nsys stats` report scripts are missing from a trimmed nsys (Nsight Compute's copy, say)."""
     con = sqlite3.connect(str(path))
     try:
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        tables = _tables(con)
 
         def q(sql: str) -> pd.DataFrame:
             return pd.read_sql_query(sql, con)
@@ -281,10 +289,6 @@ TRACE_COLUMNS = ["name", "start_us", "end_us", "device", "stream", "ranges", "ou
 NVTX_RANGE_TYPES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange in nsys's ENUM_NSYS_EVENT_TYPE
 
 
-def _columns(con: sqlite3.Connection, table: str) -> set[str]:
-    return {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
-
-
 def kernel_trace(path: Path) -> pd.DataFrame:
     """Every kernel of an nsys SQLite export, in start order: name, start_us and end_us (µs from the
     first kernel's start), device, stream, and the NVTX ranges its launch was enqueued in ("ranges",
@@ -299,7 +303,7 @@ def kernel_trace(path: Path) -> pd.DataFrame:
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         try:
-            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            tables = _tables(con)
         except sqlite3.DatabaseError as e:
             raise ValueError(f"{path} is no SQLite file ({e})") from None
         if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables or "StringIds" not in tables:
