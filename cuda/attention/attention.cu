@@ -7,7 +7,7 @@
 // differentiates, 02 or 03, saving the log-sum-exp, and its backward kernels).
 static const char *const kVariants[] = {"01_naive",       "02_flash",     "03_flash_bf16",    "04_flash_3xtf32",
                                         "05_flash_wgmma", "06_flash_bwd", "07_flash_bwd_bf16",
-                                        "08_flash_bwd_wgmma"};
+                                        "08_flash_bwd_wgmma", "09_flash_bwd_ws"};
 static const int kNumVariants = (int)(sizeof(kVariants) / sizeof(kVariants[0]));
 
 // The search space of `invoke tune attention` (attn_variant_id knows each name): 03_flash_bf16's

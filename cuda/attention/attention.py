@@ -19,13 +19,15 @@ Q, K, V and the output are B x H x S x D, C-contiguous. Variants (the C library'
                        key tile overlapping the P·V of the one before. Elsewhere
                        `unsupported_reason` says why, and nothing is launched.
     "06_flash_bwd"     the backward rungs: each names a training pair. As a forward variant it runs
-    "07_flash_bwd_bf16" the forward it differentiates (02_flash; 03_flash_bf16 for 07 and 08), which
-    "08_flash_bwd_wgmma" also saves the log-sum-exp (attention(..., lse=)); backward() runs its
-                       backward: 06 the recurrence in FP32 on the CUDA cores (dK and dV in one pass
+    "07_flash_bwd_bf16" the forward it differentiates (02_flash; 03_flash_bf16 for 07, 08 and 09),
+    "08_flash_bwd_wgmma" which also saves the log-sum-exp (attention(..., lse=)); backward() runs its
+    "09_flash_bwd_ws"  backward: 06 the recurrence in FP32 on the CUDA cores (dK and dV in one pass
                        over the query tiles, dQ in a second pass over the key tiles), 07
                        FlashAttention-2's backward in bf16 on mma.sync (dK, dV in registers, dQ by
                        FP32 atomics), 08 the same pass on Hopper's wgmma and TMA (sm_90a only, as 05;
-                       elsewhere `unsupported_reason` says why). BACKWARD_VARIANTS lists them (tagged
+                       elsewhere `unsupported_reason` says why), 09 08's pass warp-specialised: a
+                       producer warpgroup loads by TMA and adds dQ by TMA reduce, two consumer
+                       warpgroups of 64 keys compute (sm_90a only). BACKWARD_VARIANTS lists them (tagged
                        "backward" by attention_variant_tags).
 "naive" and "flash" are accepted for the first two, and any other name the loaded library knows
 (attention_variant_is_bf16 >= 0): the tests' fault build (cuda/common/faults.cuh) knows deliberately
@@ -446,8 +448,8 @@ def backward(q, k, v, o, do, lse, causal: bool = False, variant: str | None = No
              out: tuple | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dq, dk, dv) of attention on the GPU: q, k, v the forward's inputs, o and lse its output and
     saved log-sum-exp (attention(..., lse=) with the same variant), do the gradient of the loss with
-    respect to o. float32 arrays for 06_flash_bwd, ml_dtypes.bfloat16 for 07_flash_bwd_bf16 and
-    08_flash_bwd_wgmma (the default follows q's dtype: 06 or 07); lse float32 B x H x S. Written into `out` = (dq, dk, dv) when given.
+    respect to o. float32 arrays for 06_flash_bwd, ml_dtypes.bfloat16 for 07_flash_bwd_bf16,
+    08_flash_bwd_wgmma and 09_flash_bwd_ws (the default follows q's dtype: 06 or 07); lse float32 B x H x S. Written into `out` = (dq, dk, dv) when given.
     Every argument is checked before any launch (ValueError/TypeError)."""
     variant = _backward_variant(variant, q)
     q, k, v, variant, scale, (B, H, S, D) = validate(q, k, v, variant, scale)

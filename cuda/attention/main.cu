@@ -1,7 +1,7 @@
 // build/bin/attention: run one attention variant on random inputs, time it, check sampled rows.
 //   attention [--variant 01_naive|02_flash|03_flash_bf16|04_flash_3xtf32|05_flash_wgmma|06_flash_bwd|
-//              07_flash_bwd_bf16|08_flash_bwd_wgmma] [--config NAME] [--causal] [--reps N] [--seed S] B H S D
-// A backward rung (06, 07, 08) runs its forward once (saving the log-sum-exp), then times its backward
+//              07_flash_bwd_bf16|08_flash_bwd_wgmma|09_flash_bwd_ws] [--config NAME] [--causal] [--reps N] [--seed S] B H S D
+// A backward rung (06, 07, 08, 09) runs its forward once (saving the log-sum-exp), then times its backward
 // on a random dO and checks rows {0, 1, S/2, S-1} of dQ, dK and dV of the first (b, h) slab against
 // the float64 recurrence on the CPU: ||got - ref|| / ||ref|| of the three together <= 1e-4 for
 // float32, 3e-2 for bf16 (harness/programs/attention.py, BACKWARD_TOLERANCES, says why). Its ms and
@@ -9,7 +9,7 @@
 // --config runs one of the tuning choices (attention_config_name) of 03_flash_bf16 (warps, rows per
 // warp, key tile, stages) or of 05_flash_wgmma (key tile, stages, schedule), e.g. the one `invoke
 // tune attention` chose; without it the variant runs its compiled default. A variant this build or
-// GPU cannot run (05 or 08 without sm_90a) is a usage error that names the reason.
+// GPU cannot run (05, 08 or 09 without sm_90a) is a usage error that names the reason.
 // Prints `result program=attention ... dtype=... tflops=... check=pass|fail`; exit 0 only when the
 // check passed. The check recomputes a few query rows of a few (b, h) slabs in double precision on
 // the CPU (from the bf16-rounded inputs for 03_flash_bf16) and asks ||out - ref|| / ||ref|| <= 1e-4
@@ -27,7 +27,7 @@
 
 static const char *kUsage =
     "usage: attention [--variant 01_naive|02_flash|03_flash_bf16|04_flash_3xtf32|05_flash_wgmma|06_flash_bwd|"
-    "07_flash_bwd_bf16|08_flash_bwd_wgmma] [--config NAME] [--causal] [--reps N] [--seed S] B H S D";
+    "07_flash_bwd_bf16|08_flash_bwd_wgmma|09_flash_bwd_ws] [--config NAME] [--causal] [--reps N] [--seed S] B H S D";
 
 // The float64 backward of slab 0 (S×D arrays) at sampled rows: dQ rows `rows`, dK and dV rows `rows`
 // (as keys). P needs every row's log-sum-exp and Di = dO_i·O_i, so those are computed for all rows
@@ -212,7 +212,7 @@ int main(int argc, char **argv) {
         CUDALAB_USAGE_ERROR("%s needs D in {32, 64, 128}, got %d", variant, D);
     if ((strcmp(variant, "03_flash_bf16") == 0 || strcmp(variant, "04_flash_3xtf32") == 0 ||
          strcmp(variant, "05_flash_wgmma") == 0 || strcmp(variant, "07_flash_bwd_bf16") == 0 ||
-         strcmp(variant, "08_flash_bwd_wgmma") == 0) && D != 64 && D != 128)
+         strcmp(variant, "08_flash_bwd_wgmma") == 0 || strcmp(variant, "09_flash_bwd_ws") == 0) && D != 64 && D != 128)
         CUDALAB_USAGE_ERROR("%s needs D in {64, 128}, got %d", variant, D);
     const bool bf16 = attention_variant_is_bf16(variant) == 1;
     if (attention_variant_is_backward(variant) == 1) return run_backward(variant, bf16, B, H, S, D, causal, reps, seed);

@@ -112,8 +112,8 @@ def test_checker_rejects_a_backward_without_di(causal, rng):
 def test_backward_variants_come_from_the_table():
     ensure_built("attention")
     n = len(att.BACKWARD_VARIANTS)
-    assert set(att.BACKWARD_VARIANTS) <= set(att.VARIANTS) and n == 3
-    assert [att.is_bf16(v) for v in att.BACKWARD_VARIANTS] == [False, True, True]
+    assert set(att.BACKWARD_VARIANTS) <= set(att.VARIANTS) and n == 4
+    assert [att.is_bf16(v) for v in att.BACKWARD_VARIANTS] == [False, True, True, True]
     lib = att.library.load("attention")
     assert all(att.is_bf16(v) == (lib.attention_variant_is_bf16(v) == 1) for v in att.VARIANTS)
     # Numbered after the forward rungs.
@@ -192,26 +192,28 @@ def test_sanitize_covers_the_backward_rungs():
         assert any("--causal" in a for a in runs) and any(a[-1] == "128" for a in runs), v
 
 
-def test_wgmma_backward_refused_with_the_reason_off_sm90a():
-    """Where 08_flash_bwd_wgmma cannot run (no GPU, not Hopper, a build without sm_90a) the library
-    says why, backward() raises it before any launch, and the executable exits 2 with it."""
+@pytest.mark.parametrize("variant", ["08_flash_bwd_wgmma", "09_flash_bwd_ws"])
+def test_wgmma_backward_refused_with_the_reason_off_sm90a(variant):
+    """Where an sm_90a backward rung cannot run (no GPU, not Hopper, a build without sm_90a) the
+    library says why, backward() raises it before any launch, and the executable exits 2 with it."""
     ensure_built("attention")
     wg = [v for v in att.BACKWARD_VARIANTS if att.is_bf16(v) and v != "07_flash_bwd_bf16"]
-    assert wg == ["08_flash_bwd_wgmma"]
-    why = att.unsupported_reason(wg[0])
+    assert wg == ["08_flash_bwd_wgmma", "09_flash_bwd_ws"]
+    why = att.unsupported_reason(variant)
     if why is None:
-        pytest.skip("this GPU runs 08_flash_bwd_wgmma")
+        pytest.skip(f"this GPU runs {variant}")
     assert why.startswith("needs sm_90a") and why == att.unsupported_reason("05_flash_wgmma")
-    assert att.head_sizes(wg[0]) == att.TC_D
+    assert att.head_sizes(variant) == att.TC_D
     with pytest.raises(ValueError, match="cannot run here: needs sm_90a"):
-        att.backward(**_good(dtype=bf16), variant=wg[0])
+        att.backward(**_good(dtype=bf16), variant=variant)
     ensure_built("attention", "exe")
-    res = runner.run("attention", "--variant", wg[0], "1", "1", "8", "64", check=False)
+    res = runner.run("attention", "--variant", variant, "1", "1", "8", "64", check=False)
     assert res.returncode == 2 and "needs sm_90a" in res.stderr, res.stderr
 
 
-def test_wgmma_backward_refuses_a_head_size_before_any_launch(monkeypatch):
-    """08 takes D = 64 or 128 only (its tiles are 64-column TMA boxes): D = 32 is refused in Python."""
+@pytest.mark.parametrize("variant", ["08_flash_bwd_wgmma", "09_flash_bwd_ws"])
+def test_wgmma_backward_refuses_a_head_size_before_any_launch(monkeypatch, variant):
+    """08 and 09 take D = 64 or 128 only (their tiles are 64-column TMA boxes): D = 32 is refused in Python."""
     ensure_built("attention")
     lib = att.library.load("attention")
 
@@ -220,7 +222,7 @@ def test_wgmma_backward_refuses_a_head_size_before_any_launch(monkeypatch):
 
     monkeypatch.setattr(att.library, "load", lambda *a, **k: _Guard(lib, launched))
     with pytest.raises(ValueError, match="D"):
-        att.backward(**_good((1, 2, 8, 32), bf16), variant="08_flash_bwd_wgmma")
+        att.backward(**_good((1, 2, 8, 32), bf16), variant=variant)
 
 
 # --- GPU ----------------------------------------------------------------------------------------
@@ -244,9 +246,9 @@ def _torch_grads(q, k, v, do, causal):
     return tuple(g.numpy() for g in torch.autograd.grad(out, t[:3], t[3]))
 
 
-# (B, H) per S, tile edges for both rungs: 1 row; one past 32 and 64 (a ragged second tile); one
-# short of two 64-row tiles; long, ragged.
-BH_FOR_S = {1: (3, 2), 33: (2, 3), 65: (2, 2), 127: (1, 3), 1000: (1, 2), 1537: (1, 1)}
+# (B, H) per S, tile edges for every rung: 1 row; one past 32 and 64 (a ragged second tile); one
+# short of two 64-row tiles; one past 128 (09's block of keys); long, ragged.
+BH_FOR_S = {1: (3, 2), 33: (2, 3), 65: (2, 2), 127: (1, 3), 129: (1, 2), 1000: (1, 2), 1537: (1, 1)}
 
 
 def _run_backward(variant, shape, causal, seed):

@@ -292,6 +292,19 @@ __device__ __forceinline__ void tma_store_2d(const void *tensor_map, uint32_t sr
                  : "memory");
 }
 
+// cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [map, {x, y, z}], [src]: add the
+// box at src (laid out in the map's swizzle) element-wise into the map's tensor at (x, y, z), in L2,
+// with the map's element type (float32 for attention's dQ accumulator). Elements past the tensor's
+// edge are left alone. Asynchronous, in the issuing thread's bulk group as tma_store_2d: the source
+// may be reused after bulk_wait_read. Many blocks may add into one box: each element's add is atomic.
+__device__ __forceinline__ void tma_reduce_add_3d(const void *tensor_map, uint32_t src, int x, int y, int z) {
+    asm volatile(
+        "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+            tensor_map),
+        "r"(x), "r"(y), "r"(z), "r"(src)
+        : "memory");
+}
+
 // cp.async.bulk.commit_group: close this thread's open group of bulk copies.
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 

@@ -543,9 +543,10 @@ def test_variant_all_with_arguments_is_one_run_per_variant():
 
     refused: dict = {}
     runs = programs.profile_runs("attention", "all", ["--reps", "1", "1", "32", "4096", "128"], refused=refused)
-    # Without a GPU (or on a build without sm_90a) the Hopper rungs (05, 08) are left out, with their reason.
+    # Without a GPU (or on a build without sm_90a) the Hopper rungs (05, 08, 09) are left out, with their reason.
     assert [v for v, _ in runs] == [v for v in attention.VARIANTS if v not in refused]
-    assert set(refused) <= {"05_flash_wgmma", "08_flash_bwd_wgmma", "03_flash_bf16", "04_flash_3xtf32"}
+    assert set(refused) <= {"05_flash_wgmma", "08_flash_bwd_wgmma", "09_flash_bwd_ws", "03_flash_bf16",
+                            "04_flash_3xtf32"}
     assert [argv[:2] for _, argv in runs] == [["--variant", v] for v, _ in runs]
     assert programs.profile_runs("attention", None, ["1", "2"]) == [(None, ["1", "2"])]
     assert programs.profile_runs("attention", "02_flash", ["1", "2"]) == [("02_flash", ["--variant", "02_flash", "1", "2"])]

@@ -23,6 +23,9 @@
 //   08_flash_bwd_wgmma sm_90a, bf16: forward 03_flash_bf16; backward 07's pass on wgmma and TMA,
 //             the products transposed so each result is the next one's register operand
 //             (flash_bwd_wgmma.cuh).
+//   09_flash_bwd_ws    sm_90a, bf16: forward 03_flash_bf16; backward 08's chain with FlashAttention-3's
+//             warp specialisation: a producer warpgroup loads by TMA and adds dQ by TMA reduce, two
+//             or three consumer warpgroups of 64 keys each compute (flash_bwd_ws.cuh).
 // Both forwards (02, 03 and its tuning choices) take an optional `lse` output (B×H×S float32,
 // ln Σ_j exp(scale·q·k_j)); NULL saves nothing. The other forwards refuse one.
 // The fault build alone (-DCUDALAB_FAULTS, cuda/common/faults.cuh; only the tests build it) knows three
@@ -46,6 +49,7 @@
 #include "flash_wgmma.cuh"
 #include "flash_bwd.cuh"
 #include "flash_bwd_wgmma.cuh"
+#include "flash_bwd_ws.cuh"
 
 // The matmul variant and tile width the naive attention uses for its two products.
 #define ATTN_NAIVE_MATMUL "02_tiled"
@@ -60,6 +64,7 @@ enum attn_variant_id_t {
     ATTN_06_FLASH_BWD = 6,
     ATTN_07_FLASH_BWD_BF16 = 7,
     ATTN_08_FLASH_BWD_WGMMA = 8,
+    ATTN_09_FLASH_BWD_WS = 9,
     ATTN_FLASH_WGMMA_FIRST = 60,  // tuning: 05_flash_wgmma's choices, ATTN_WGMMA_CONFIGS below
     ATTN_FLASH_WGMMA_LAST = 79,
     ATTN_FLASH_BF16_W8S2 = 80,  // tuning: 03_flash_bf16 with (warps, stages) fixed, any D
@@ -105,6 +110,7 @@ static inline int attn_variant_id(const char *variant) {
     if (strcmp(variant, "06_flash_bwd") == 0) return ATTN_06_FLASH_BWD;
     if (strcmp(variant, "07_flash_bwd_bf16") == 0) return ATTN_07_FLASH_BWD_BF16;
     if (strcmp(variant, "08_flash_bwd_wgmma") == 0) return ATTN_08_FLASH_BWD_WGMMA;
+    if (strcmp(variant, "09_flash_bwd_ws") == 0) return ATTN_09_FLASH_BWD_WS;
 #ifdef CUDALAB_FAULTS
     if (strcmp(variant, "flash_skip_last_tile") == 0) return ATTN_FLASH_SKIP_LAST_TILE;
     if (strcmp(variant, "flash_bf16_skip_last_tile") == 0) return ATTN_FLASH_BF16_SKIP_LAST_TILE;
@@ -132,14 +138,14 @@ static inline bool attn_is_wgmma(int id) {
 // The backward rungs (and the fault build's sabotaged ones): attention_backward* take them.
 static inline bool attn_is_backward(int id) {
     return id == ATTN_06_FLASH_BWD || id == ATTN_07_FLASH_BWD_BF16 || id == ATTN_08_FLASH_BWD_WGMMA ||
-           id == ATTN_FLASH_BWD_NO_DI || id == ATTN_FLASH_BWD_BF16_NO_DI;
+           id == ATTN_09_FLASH_BWD_WS || id == ATTN_FLASH_BWD_NO_DI || id == ATTN_FLASH_BWD_BF16_NO_DI;
 }
 
 // Variants whose Q, K, V and O are bf16 (the others are float32).
 static inline bool attn_is_bf16(int id) {
     return id == ATTN_03_FLASH_BF16 || attn_is_wgmma(id) || id == ATTN_FLASH_BF16_SKIP_LAST_TILE || id == ATTN_FLASH_BF16_NO_CAUSAL_MASK ||
            (id >= ATTN_FLASH_BF16_W8S2 && id <= ATTN_FLASH_BF16_W4M2K32S3) || id == ATTN_07_FLASH_BWD_BF16 ||
-           id == ATTN_08_FLASH_BWD_WGMMA || id == ATTN_FLASH_BWD_BF16_NO_DI;
+           id == ATTN_08_FLASH_BWD_WGMMA || id == ATTN_09_FLASH_BWD_WS || id == ATTN_FLASH_BWD_BF16_NO_DI;
 }
 
 // The forward a backward rung pairs with (it saves the log-sum-exp): 02_flash or 03_flash_bf16; any
@@ -156,11 +162,11 @@ static inline bool attn_saves_lse(int id) {
 }
 
 // Why a variant cannot run on this GPU with this build, or nullptr (cuda/common/arch.cuh): the
-// sm_90a kernels (05 and its choices, 08's backward) need sm_90a; the other tensor-core variants (03 and its
+// sm_90a kernels (05 and its choices, 08's and 09's backwards) need sm_90a; the other tensor-core variants (03 and its
 // choices, 04, the sabotaged bf16 ones) need sm_80 (mma.sync, ldmatrix, cp.async); 01 and 02 run
 // everywhere. Every kernel of this file shares one target, so 03's default answers for the sm_80 ones.
 static inline const char *attn_unsupported_reason(int id) {
-    if (attn_is_wgmma(id) || id == ATTN_08_FLASH_BWD_WGMMA) return tma_host::sm90a_unsupported_reason();
+    if (attn_is_wgmma(id) || id == ATTN_08_FLASH_BWD_WGMMA || id == ATTN_09_FLASH_BWD_WS) return tma_host::sm90a_unsupported_reason();
     if (attn_is_bf16(id) || id == ATTN_04_FLASH_3XTF32) {
         using Dflt = FlashBf16Default<64>;
         return cudalab_arch::needs_sm(80, (const void *)attn_flash_bf16_fwd<64, Dflt::NW, Dflt::STAGES, Dflt::MT, FB_BC>);
@@ -551,7 +557,7 @@ static inline cudaError_t attention_launch(const char *variant, int B, int H, in
 // Enqueue the bf16 attention on `stream`. Device pointers, 16-byte aligned. The scale must be
 // positive: the kernel keeps its running max in raw score units and multiplies by the scale after
 // (a negative scale would flip the max), and masked scores are -inf (times 0 is NaN).
-// `lse` as attention_launch's: 03_flash_bf16, its tuning choices, 07_flash_bwd_bf16 and 08_flash_bwd_wgmma save it.
+// `lse` as attention_launch's: 03_flash_bf16, its tuning choices, 07_flash_bwd_bf16, 08_flash_bwd_wgmma and 09_flash_bwd_ws save it.
 static inline cudaError_t attention_launch_bf16(const char *variant, int B, int H, int S, int D, int causal,
                                                 float scale, const cudalab_bf16 *q, const cudalab_bf16 *k,
                                                 const cudalab_bf16 *v, cudalab_bf16 *o, cudaStream_t stream,
@@ -652,6 +658,9 @@ static inline cudaError_t attention_backward_launch_bf16(const char *variant, in
     if (id == ATTN_08_FLASH_BWD_WGMMA)
         return D == 64 ? attn_flash_bwd_wgmma_launch<64>(BH, S, q, k, v, o, dout, lse, dq, dk, dv, workspace, scale, causal, stream)
                        : attn_flash_bwd_wgmma_launch<128>(BH, S, q, k, v, o, dout, lse, dq, dk, dv, workspace, scale, causal, stream);
+    if (id == ATTN_09_FLASH_BWD_WS)
+        return D == 64 ? attn_flash_bwd_ws_launch<64>(BH, S, q, k, v, o, dout, lse, dq, dk, dv, workspace, scale, causal, stream)
+                       : attn_flash_bwd_ws_launch<128>(BH, S, q, k, v, o, dout, lse, dq, dk, dv, workspace, scale, causal, stream);
     if (D == 64)
         return attn_flash_bwd_bf16_launch<64>(BH, S, q, k, v, o, dout, lse, dq, dk, dv, workspace, scale, causal, flags, stream);
     return attn_flash_bwd_bf16_launch<128>(BH, S, q, k, v, o, dout, lse, dq, dk, dv, workspace, scale, causal, flags, stream);
