@@ -295,17 +295,25 @@ __global__ void __launch_bounds__(FbwWsCfg<D>::THREADS, 1)
                 if (it > 0) tc::mbar_wait(dq_empty(c), (it - 1) & 1);  // the last tile's reduce has read it
             }
             // Row (query) 16w+g+8h, columns 64p+8j+2t..+1: FP32 box 2p + j/4, 128-byte rows swizzled
-            // as TMA reads them (16-byte chunk ^ row % 8).
+            // as TMA reads them (16-byte chunk ^ row % 8). A half-warp's float2 stores (rows g..g+3,
+            // the same n8 block) would land two rows on each pair of chunks, g and g^1 XOR-ing to the
+            // same pair: 2-way conflicts, which ncu counted (69M at D=128, S=4096). Lanes of odd g
+            // store block j^2 instead (a select of two registers), so the four rows take four pairs.
+            const bool odd_g = g & 1;
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
+            for (int jq = 0; jq < 2; ++jq)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int row = 16 * w + g + 8 * h, box = 2 * p + j / 4, byte = 32 * (j % 4) + 8 * t;
-                    const uint32_t off = (uint32_t)box * BR * 128 + (uint32_t)row * 128 +
-                                         ((((uint32_t)byte >> 4) ^ ((uint32_t)row & 7u)) << 4) + (byte & 15);
-                    *reinterpret_cast<float2 *>(dq_tile + off) =
-                        make_float2(dq[4 * j + 2 * h] * scale, dq[4 * j + 2 * h + 1] * scale);
-                }
+                for (int i = 0; i < 4; ++i)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int ja = 4 * jq + i, jb = 4 * jq + (i ^ 2), j = odd_g ? jb : ja;
+                        const float x = odd_g ? dq[4 * jb + 2 * h] : dq[4 * ja + 2 * h];
+                        const float y = odd_g ? dq[4 * jb + 2 * h + 1] : dq[4 * ja + 2 * h + 1];
+                        const int row = 16 * w + g + 8 * h, box = 2 * p + jq, byte = 32 * (j % 4) + 8 * t;
+                        const uint32_t off = (uint32_t)box * BR * 128 + (uint32_t)row * 128 +
+                                             ((((uint32_t)byte >> 4) ^ ((uint32_t)row & 7u)) << 4) + (byte & 15);
+                        *reinterpret_cast<float2 *>(dq_tile + off) = make_float2(x * scale, y * scale);
+                    }
         }
         tc::reg_fence(a);
         tc::fence_proxy_async();   // the tile's generic stores before the TMA reduce reads it
