@@ -49,6 +49,13 @@ struct FbwWsCfg {
     static constexpr int NC = D == 64 ? FBW_WS_NC_D64 : 2;  // consumer warpgroups, 64 keys each
     static constexpr int BC = 64, BR = 64;      // keys a consumer (the wgmma M), queries a tile
     static constexpr int KEYS = NC * BC;        // keys a block
+    // The next tile's Sᵀ and dPᵀ issued before this tile's dQ is stored: a second pair of
+    // accumulators in flight, which only D = 64 has the registers for (NOTES-attention-backward
+    // sec. 12); a build with -DFBW_WS_PIPE_D64=0 runs D = 64 without it, to time the two.
+#ifndef FBW_WS_PIPE_D64
+#define FBW_WS_PIPE_D64 1
+#endif
+    static constexpr bool PIPELINED = D == 64 && FBW_WS_PIPE_D64 && NC == 2;
     static constexpr int THREADS = 128 * (NC + 1);
     static constexpr int PROD_REGS = 24;
     // The launch gives each thread 65536 / THREADS (168 or 128); the producer's surplus goes to the consumers.
@@ -79,6 +86,7 @@ __global__ void __launch_bounds__(FbwWsCfg<D>::THREADS, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = FbwWsCfg<D>;
     constexpr int BC = C::BC, BR = C::BR, NC = C::NC;
+    constexpr bool kPipe = C::PIPELINED;
     extern __shared__ unsigned char fbw_ws_smem[];
     const uint32_t raw = tc::smem_u32(fbw_ws_smem);
     const uint32_t base = (raw + 1023u) & ~1023u;
@@ -192,14 +200,11 @@ __global__ void __launch_bounds__(FbwWsCfg<D>::THREADS, 1)
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.0f;
 
-    tc::mbar_wait(barKV, 0);
-    for (int it = 0; it < n_tiles; ++it) {
-        const int s = it % 2, q0 = first + it * BR;
-        const uint32_t dS = sdS(c, it % 2);
-        unsigned char *dS_tile = gbase + (dS - base);
-        tc::mbar_wait(full(s), (it / 2) & 1);
-
-        float st[BR / 2], dpt[BR / 2];
+    // Sᵀ and dPᵀ of tile `it` (its stage waited for): two commit groups, so the element-wise step
+    // can start on Sᵀ while dPᵀ is still on the tensor cores.
+    float st[BR / 2], dpt[BR / 2];
+    auto issue_sdp = [&](int it) {
+        const int s = it % 2;
         tc::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) tc::wgmma_ss<BR>(st, kmaj(sKc, BC, kk), kmaj(sQ(s), BR, kk), kk > 0);
@@ -207,9 +212,14 @@ __global__ void __launch_bounds__(FbwWsCfg<D>::THREADS, 1)
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) tc::wgmma_ss<BR>(dpt, kmaj(sVc, BC, kk), kmaj(sdO(s), BR, kk), kk > 0);
         tc::wgmma_commit();
+    };
+    // Pᵀ and dSᵀ of tile `it` as bf16 A fragments (k16 step kk = queries 16kk..16kk+15), from its Sᵀ
+    // and dPᵀ once they land (the last two commit groups) and the tile's statistics. Element e = 2h + cc
+    // of n8 block j: key kc + 16w + g + 8h, query q0 + 8j + 2t + cc (08's layout).
+    uint32_t pa[BR / 16][4], da[BR / 16][4];
+    auto elementwise = [&](int it) {
+        const int s = it % 2, q0 = first + it * BR;
         const float *lse_s = stats + 2 * BR * s, *di_s = lse_s + BR;
-
-        // Element e = 2h + c of n8 block j: key kc + 16w + g + 8h, query q0 + 8j + 2t + c (08's layout).
         const bool edge = kc + BC > S || q0 + BR > S || (causal && q0 < kc + BC - 1);
         tc::wgmma_wait<1>();
         tc::reg_fence(st);
@@ -244,8 +254,6 @@ __global__ void __launch_bounds__(FbwWsCfg<D>::THREADS, 1)
                 }
             }
         }
-
-        uint32_t pa[BR / 16][4], da[BR / 16][4];
 #pragma unroll
         for (int kk = 0; kk < BR / 16; ++kk) {
 #pragma unroll
@@ -254,6 +262,30 @@ __global__ void __launch_bounds__(FbwWsCfg<D>::THREADS, 1)
                 pa[kk][r] = tc::pack_bf16x2(st[e], st[e + 1]);
                 da[kk][r] = tc::pack_bf16x2(dpt[e], dpt[e + 1]);
             }
+        }
+    };
+
+    // Pipelined (kPipe), tile it+1's Sᵀ and dPᵀ are issued behind tile it's dV, dK and dQ and its
+    // element-wise step runs at the end of iteration it, after this tile's dQ is stored: the tensor
+    // cores compute them while the consumer stores and hands over its dQ tile. Each iteration then
+    // ends with every wgmma waited for (nothing in flight across the loop's back edge, which ptxas
+    // would answer by serialising the wgmmas). After the last tile they are issued all the same, on
+    // the other stage's old tile (nothing writes it any more; the results are not used): a wgmma
+    // under a branch also makes ptxas serialise every wgmma of the kernel.
+    tc::mbar_wait(barKV, 0);
+    if constexpr (kPipe) {
+        tc::mbar_wait(full(0), 0);
+        issue_sdp(0);
+        elementwise(0);
+    }
+    for (int it = 0; it < n_tiles; ++it) {
+        const int s = it % 2;
+        const uint32_t dS = sdS(c, it % 2);
+        unsigned char *dS_tile = gbase + (dS - base);
+        if constexpr (!kPipe) {
+            tc::mbar_wait(full(s), (it / 2) & 1);
+            issue_sdp(it);
+            elementwise(it);
         }
         tc::wgmma_fence();
 #pragma unroll
@@ -286,7 +318,13 @@ __global__ void __launch_bounds__(FbwWsCfg<D>::THREADS, 1)
 #pragma unroll
             for (int kk = 0; kk < BC / 16; ++kk) tc::wgmma_rs_tb<64>(dq, a[kk], mnmaj(sKc + p * BC * 128, BC, kk), kk > 0);
             tc::wgmma_commit();
-            tc::wgmma_wait<0>();  // (the first time also dK and dV: the stage and the fragments are free)
+            if constexpr (kPipe) {
+                if (it + 1 < n_tiles) tc::mbar_wait(full((it + 1) % 2), ((it + 1) / 2) & 1);
+                issue_sdp(it + 1);
+                tc::wgmma_wait<2>();  // dV, dK and dQ: the next tile's Sᵀ and dPᵀ stay in flight
+            } else {
+                tc::wgmma_wait<0>();  // (the first time also dK and dV: the stage and the fragments are free)
+            }
             tc::reg_fence(dq);
             if (p == 0) {
                 tc::reg_fence(pa);
@@ -318,6 +356,7 @@ __global__ void __launch_bounds__(FbwWsCfg<D>::THREADS, 1)
         tc::reg_fence(a);
         tc::fence_proxy_async();   // the tile's generic stores before the TMA reduce reads it
         tc::mbar_arrive(dq_full(c));
+        if constexpr (kPipe) elementwise(it + 1);  // (past the last tile: on the spare products, unused)
     }
 
     // dK = scale·Σ dSᵀ·Q, dV = Σ Pᵀ·dO: rows 16w+g and 16w+g+8 of this consumer's keys, bf16 pairs.
