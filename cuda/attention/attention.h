@@ -19,6 +19,9 @@
      "08_flash_bwd_wgmma" sm_90a (Hopper) only, bf16 as 07: the same pass on wgmma and TMA (one
                       warpgroup a 64-key block, the products transposed so each result is the next
                       one's register operand); elsewhere cudaErrorNotSupported, as 05
+     "09_flash_bwd_ws" sm_90a only, bf16 as 07: 08's pass warp-specialised (a producer warpgroup
+                      loads by TMA and adds dQ by TMA reduce; two consumer warpgroups of 64 keys);
+                      elsewhere cudaErrorNotSupported
    The fault build only (`make FAULTS=1 build/faults/lib/libattention.so`, for the tests), deliberately
    wrong: "flash_skip_last_tile" (02_flash without its last key tile), "flash_bf16_skip_last_tile" and
    "flash_bf16_no_causal_mask" (03_flash_bf16 sabotaged), "flash_bwd_no_di" and "flash_bwd_bf16_no_di"
@@ -53,7 +56,7 @@ const char *attention_unsupported_reason(const char *variant);
 /* 1 when the variant (or tuning choice, or the fault build's variant) takes bf16 arrays, 0 for
    float32, -1 for a name this library does not know. */
 int attention_variant_is_bf16(const char *variant);
-/* 1 for a backward rung (06, 07, 08), 0 for a forward-only variant, -1 for a name this library does not know. */
+/* 1 for a backward rung (06, 07, 08, 09), 0 for a forward-only variant, -1 for a name this library does not know. */
 int attention_variant_is_backward(const char *variant);
 /* The table's i-th variant's kinds, space-separated: "bf16" (takes bf16 arrays), "backward" (a training
    pair's backward rung); NULL for an index out of the table. */
@@ -67,7 +70,8 @@ long long attention_backward_workspace_bytes(const char *variant, int B, int H, 
 /* float32 variants. Host-pointer form: copies in, runs, copies out, synchronises.
    lse: NULL, or B*H*S floats that receive ln sum_j exp(scale q_i.k_j) per query row, what the
    backward needs: 02_flash and 06_flash_bwd save it (03_flash_bf16, its tuning choices and
-   07_flash_bwd_bf16 and 08_flash_bwd_wgmma in the bf16 forms); any other variant given one returns cudaErrorInvalidValue. */
+   07_flash_bwd_bf16, 08_flash_bwd_wgmma and 09_flash_bwd_ws in the bf16 forms); any other variant given one
+   returns cudaErrorInvalidValue. */
 cudalab_status attention_forward(const char *variant, int B, int H, int S, int D, int causal, float scale,
                                  const float *q, const float *k, const float *v, float *o, float *lse);
 /* Device-pointer form, enqueued on `stream` (NULL = legacy default stream), no synchronisation.
