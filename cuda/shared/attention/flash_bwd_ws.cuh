@@ -21,9 +21,11 @@
 //     one arrival on its dq_full barrier. The consumers never wait for each other: each has its own
 //     dS tiles (two, alternating, so one named barrier of its 128 threads an iteration suffices) and
 //     its own dQ tile (reused once the producer's reduce has read it: the dq_empty barrier).
+//   - At D = 64 a consumer also issues the next tile's Sᵀ and dPᵀ before it stores this tile's dQ
+//     (FbwWsCfg::PIPELINED), so the tensor cores have work while it stores and hands the tile over.
 // Registers: setmaxnreg moves the producer's to the consumers (NC = 2: 240 each, where dK and dV
-// alone are 128 at D = 128). Shared memory at D = 128: K, V 64 KB, two
-// query stages 64 KB, dS 32 KB, dQ 64 KB, statistics 1 KB: 225 KB of the 227 KB a block may have.
+// alone are 128 at D = 128). Shared memory at D = 128: K, V 64 KB, two query stages 64 KB, dS 32 KB,
+// dQ 64 KB, statistics 1 KB: 225 KB of the 227 KB a block may have.
 // Causal: as 08, the block starts at the query tile of its first key; every consumer walks the same
 // tiles (the barriers count on it), the masked ones giving zeros.
 #pragma once
@@ -51,7 +53,7 @@ struct FbwWsCfg {
     static constexpr int KEYS = NC * BC;        // keys a block
     // The next tile's Sᵀ and dPᵀ issued before this tile's dQ is stored: a second pair of
     // accumulators in flight, which only D = 64 has the registers for (NOTES-attention-backward
-    // sec. 12); a build with -DFBW_WS_PIPE_D64=0 runs D = 64 without it, to time the two.
+    // sec. 12-14); a build with -DFBW_WS_PIPE_D64=0 runs D = 64 without it, to time the two.
 #ifndef FBW_WS_PIPE_D64
 #define FBW_WS_PIPE_D64 1
 #endif
