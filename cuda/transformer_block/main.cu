@@ -6,7 +6,7 @@
 // LR, default 1e-3) and each phase alone, and prints one line per S with the step's ms and each
 // phase's ms and share (fwd_*, bwd_*, sgd_*; the shares are of the three phases' sum). The block
 // trains with the attention program's training pair: 06_flash_bwd (forward 02_flash) for the float32
-// variants, 07_flash_bwd_bf16 for 03_flash_bf16 and 08_flash_bwd_wgmma for 05_flash_wgmma (both with
+// variants, 07_flash_bwd_bf16 for 03_flash_bf16 and 09_flash_bwd_ws for 05_flash_wgmma (both with
 // the forward 03_flash_bf16). Its check: the step's output
 // rows against the CPU as above, dbeta (the column sum of dOut, dOut uniform(-1, 1)) against a double
 // sum on the host, and every gradient finite; the tests check every gradient against float64.

@@ -182,7 +182,7 @@ def test_train_attention_pairs():
     ensure_built("transformer_block")
     assert tb.train_attention("01_naive") == tb.train_attention("02_flash") == "06_flash_bwd"
     assert tb.train_attention("03_flash_bf16") == "07_flash_bwd_bf16"
-    assert tb.train_attention("05_flash_wgmma") == "08_flash_bwd_wgmma"  # Hopper's forward, Hopper's backward
+    assert tb.train_attention("05_flash_wgmma") == "09_flash_bwd_ws"  # Hopper's forward, Hopper's backward
     with pytest.raises(ValueError, match="unknown"):
         tb.train_attention("04_flash_3xtf32")
 

@@ -275,13 +275,14 @@ extern "C" cudalab_status transformer_block_forward(const char *attn_variant, in
 //   dgamma = Σ_tokens dOut ∘ xhat,  dbeta = Σ_tokens dOut
 //   g = dOut ∘ gamma,  dy = rstd·(g - mean_e(g) - xhat·mean_e(g ∘ xhat))   (LayerNorm's Jacobian)
 //   dA = dy (split into heads), dx starts as dy (the residual)
-//   dQ, dK, dV = the attention's backward of dA (06_flash_bwd, 07_flash_bwd_bf16 or 08_flash_bwd_wgmma, from the
+//   dQ, dK, dV = the attention's backward of dA (06_flash_bwd, 07_flash_bwd_bf16 or 09_flash_bwd_ws, from the
 //                forward's O and log-sum-exp)
 //   dQKV = [dQ | dK | dV] merged back to N x 3E,  db_qkv = Σ_tokens dQKV
 //   dW_qkv = dQKVᵀ·x,  dx += dQKV·W_qkv
 // Kernel names, in the order an nsys timeline shows them (the forward's as in the header comment):
 //   residual_layernorm_bwd, column_sum (dgamma, dbeta), attn_bwd_rowdot + attn_flash_bwd_kv +
-//   attn_flash_bwd_q (06) or attn_bwd_rowdot + attn_flash_bwd_bf16 + attn_bwd_dq_to_bf16 (07),
+//   attn_flash_bwd_q (06) or attn_bwd_rowdot + attn_flash_bwd_bf16 (07) or attn_flash_bwd_ws (09)
+//   + attn_bwd_dq_to_bf16,
 //   merge_heads_grad, column_sum (db_qkv), transpose_tile (dQKVᵀ; on the bf16 path also xᵀ and
 //   Wᵀ, gemm_tc's K-contiguous operands) + f32_to_bf16 (dQKV), matmul_02_tiled<16, false> (dW) and
 //   matmul_02_tiled<32, false> (dx) or k02_mma_sync twice, residual_grad_add, sgd_update.
@@ -411,13 +412,13 @@ __global__ void sgd_update(float *__restrict__ p, const float *__restrict__ g, l
 
 // The attention rung a block variant trains with: the float32 block with 06_flash_bwd (its forward
 // is 02_flash, which saves the log-sum-exp; 01_naive's three kernels save none), 03_flash_bf16 with
-// 07_flash_bwd_bf16, and the Hopper block 05_flash_wgmma with Hopper's backward, 08_flash_bwd_wgmma
-// (2.4x 07 on an H200; both bf16 rungs differentiate 03_flash_bf16's forward, since 05 saves no
-// log-sum-exp). 05 and 08 need the same sm_90a, so 08 runs wherever the block's 05 does.
+// 07_flash_bwd_bf16, and the Hopper block 05_flash_wgmma with Hopper's fastest backward,
+// 09_flash_bwd_ws (both bf16 rungs differentiate 03_flash_bf16's forward, since 05 saves no
+// log-sum-exp). 05 and 09 need the same sm_90a and head sizes, so 09 runs wherever the block's 05 does.
 static const char *tb_train_attn(const char *variant) {
     const int id = attn_variant_id(variant);
     if (!attn_is_bf16(id)) return "06_flash_bwd";
-    return id == ATTN_05_FLASH_WGMMA ? "08_flash_bwd_wgmma" : "07_flash_bwd_bf16";
+    return id == ATTN_05_FLASH_WGMMA ? "09_flash_bwd_ws" : "07_flash_bwd_bf16";
 }
 
 extern "C" const char *transformer_block_train_attention(const char *attn_variant) {

@@ -43,7 +43,7 @@ cudalab_status transformer_block_forward_device(const char *attn_variant, int B,
    (B x S x E), dw_qkv (3E x E), db_qkv (3E), dgamma, dbeta (E). The attention trains as a pair of
    the attention program (its forward saves the log-sum-exp): the float32 variants ("01_naive",
    "02_flash") with "06_flash_bwd" (forward 02_flash: D in {32, 64, 128}), the bf16 ones
-   "03_flash_bf16" with "07_flash_bwd_bf16" and "05_flash_wgmma" with "08_flash_bwd_wgmma" (both with
+   "03_flash_bf16" with "07_flash_bwd_bf16" and "05_flash_wgmma" with "09_flash_bwd_ws" (both with
    the forward 03_flash_bf16, D in {64, 128}).
    lr: SGD's learning rate, finite and >= 0; 0 leaves the parameters alone. */
 

@@ -20,7 +20,7 @@ backward, and returns the output and the gradients (`Grads`) of L with dL/d(out)
 `train_step(..., lr=...)` also applies SGD to the parameters in place. The attention trains as a
 pair of the attention program (`train_attention(variant)`): the float32 block with 06_flash_bwd
 (forward 02_flash, which saves the log-sum-exp), 03_flash_bf16 with 07_flash_bwd_bf16 and
-05_flash_wgmma with 08_flash_bwd_wgmma (both bf16 rungs differentiate 03_flash_bf16's forward).
+05_flash_wgmma with 09_flash_bwd_ws (both bf16 rungs differentiate 03_flash_bf16's forward).
 `reference_backward` is the float64 numpy backward the tests check against.
 """
 
@@ -148,7 +148,7 @@ def forward(x: np.ndarray, params: Params, heads: int = 4, variant: str = "02_fl
 
 def train_attention(variant: str) -> str:
     """The attention program's training pair the block trains with for `variant` (06_flash_bwd for
-    the float32 variants, 07_flash_bwd_bf16 for 03_flash_bf16, 08_flash_bwd_wgmma for 05_flash_wgmma):
+    the float32 variants, 07_flash_bwd_bf16 for 03_flash_bf16, 09_flash_bwd_ws for 05_flash_wgmma):
     the library's answer."""
     v = _programs.module("attention").canonical_variant(variant, allow_test=False)
     lib = library.load("transformer_block")

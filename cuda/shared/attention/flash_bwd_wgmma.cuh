@@ -44,6 +44,157 @@
 #include "tc_ptx.cuh"
 #include "tma_host.cuh"
 
+// The chain a 64-key warpgroup runs on each query tile, shared by 08 (one warpgroup a block) and
+// 09 (flash_bwd_ws.cuh: two consumer warpgroups of a warp-specialised block). Fragment layout: warp w
+// of the warpgroup holds keys 16w+g and 16w+g+8 (g = lane/4, t = lane%4); element e = 2h + c of n8
+// block j of an accumulator is key 16w + g + 8h, query (or column) 8j + 2t + c.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+namespace fbw {
+
+// Descriptors (flash_wgmma.cuh explains the fields): K-major operands, k16 step kk in panel kk/4 at
+// 32·(kk%4) bytes; MN-major ones, k16 step kk 16 rows (2048 bytes) on, 64-column panels apart.
+__device__ __forceinline__ uint64_t kmaj(uint32_t tile, int rows, int kk) {
+    return tc::wgmma_desc_sw128(tile + (kk / 4) * rows * 128) + 2 * (kk % 4);
+}
+__device__ __forceinline__ uint64_t mnmaj(uint32_t tile, int rows, int kk) {
+    return tc::wgmma_desc_sw128_mn(tile + kk * 2048, rows * 128);
+}
+
+// Sᵀ = K_j·Q_iᵀ and dPᵀ = V_j·dO_iᵀ (64 keys × BR queries, SS wgmma, K-major tiles as TMA wrote them),
+// two commit groups so the element-wise step can start on Sᵀ while dPᵀ is still computed.
+template <int D, int BR>
+__device__ __forceinline__ void issue_sdp(float (&st)[BR / 2], float (&dpt)[BR / 2], uint32_t sK, uint32_t sV,
+                                          uint32_t sQ, uint32_t sdO) {
+    tc::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) tc::wgmma_ss<BR>(st, kmaj(sK, 64, kk), kmaj(sQ, BR, kk), kk > 0);
+    tc::wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) tc::wgmma_ss<BR>(dpt, kmaj(sV, 64, kk), kmaj(sdO, BR, kk), kk > 0);
+    tc::wgmma_commit();
+}
+
+// Pᵀ in place of Sᵀ from the tile's log-sum-exp; Masked zeroes what lies past S or above the diagonal.
+template <int BR, bool Masked>
+__device__ __forceinline__ void probs(float (&st)[BR / 2], const float *lse_s, int k_first, int q0, int S, int causal,
+                                      float scale_log2e, int w, int g, int t) {
+#pragma unroll
+    for (int j = 0; j < BR / 8; ++j) {
+        const float2 lv = *reinterpret_cast<const float2 *>(lse_s + 8 * j + 2 * t);
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            const int qi = q0 + 8 * j + 2 * t + c;
+            const float l2 = (c ? lv.y : lv.x) * CUDALAB_LOG2E;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int kj = k_first + 16 * w + g + 8 * h;
+                float p = tc::exp2_approx(fmaf(st[4 * j + 2 * h + c], scale_log2e, -l2));
+                if constexpr (Masked)
+                    if (qi >= S || kj >= S || (causal && kj > qi)) p = 0.0f;
+                st[4 * j + 2 * h + c] = p;
+            }
+        }
+    }
+}
+
+// Pᵀ = exp2(Sᵀ·scale·log2e − LSE_i·log2e) and dSᵀ = Pᵀ ∘ (dPᵀ − Di), masked (keys from k_first, queries
+// from q0; past S, and above the diagonal when causal), once the last two commit groups (issue_sdp's)
+// land; then both as bf16 A fragments, k16 step kk = queries 16kk..16kk+15 (05's packing of P).
+// lse_s and di_s: the tile's BR statistics in shared memory.
+template <int BR>
+__device__ __forceinline__ void p_and_ds(float (&st)[BR / 2], float (&dpt)[BR / 2], uint32_t (&pa)[BR / 16][4],
+                                         uint32_t (&da)[BR / 16][4], const float *lse_s, const float *di_s,
+                                         int k_first, int q0, int S, int causal, float scale_log2e, int w, int g,
+                                         int t) {
+    const bool edge = k_first + 64 > S || q0 + BR > S || (causal && q0 < k_first + 64 - 1);
+    tc::wgmma_wait<1>();
+    tc::reg_fence(st);
+    // Two instantiations, so that interior tiles run none of the mask arithmetic.
+    if (edge)
+        probs<BR, true>(st, lse_s, k_first, q0, S, causal, scale_log2e, w, g, t);
+    else
+        probs<BR, false>(st, lse_s, k_first, q0, S, causal, scale_log2e, w, g, t);
+    tc::wgmma_wait<0>();
+    tc::reg_fence(dpt);
+#pragma unroll
+    for (int j = 0; j < BR / 8; ++j) {
+        const float2 dv2 = *reinterpret_cast<const float2 *>(di_s + 8 * j + 2 * t);
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            const float di = c ? dv2.y : dv2.x;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int e = 4 * j + 2 * h + c;
+                dpt[e] = st[e] * (dpt[e] - di);  // Pᵀ is 0 where masked, so dSᵀ is too
+            }
+        }
+    }
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; ++kk) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int e = 4 * (2 * kk + r / 2) + 2 * (r % 2);  // r: (block 2kk, row g), (2kk, g+8), (2kk+1, g), ...
+            pa[kk][r] = tc::pack_bf16x2(st[e], st[e + 1]);
+            da[kk][r] = tc::pack_bf16x2(dpt[e], dpt[e + 1]);
+        }
+    }
+}
+
+// dV += Pᵀ·dO_i, dK += dSᵀ·Q_i (N = D; RS wgmma, dO and Q read MN-major from their tiles), one commit group.
+template <int D, int BR>
+__device__ __forceinline__ void issue_dkdv(float (&dv)[D / 2], float (&dk)[D / 2], const uint32_t (&pa)[BR / 16][4],
+                                           const uint32_t (&da)[BR / 16][4], uint32_t sQ, uint32_t sdO) {
+    tc::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; ++kk) {
+        tc::wgmma_rs_tb<D>(dv, pa[kk], mnmaj(sdO, BR, kk), 1);
+        tc::wgmma_rs_tb<D>(dk, da[kk], mnmaj(sQ, BR, kk), 1);
+    }
+    tc::wgmma_commit();
+}
+
+// dSᵀ into shared memory as [key][query] (rows of 64 queries = 128 bytes, swizzled): each fragment
+// register is two queries of one key, one 4-byte store, the 32 lanes of a store on 32 distinct banks
+// (8 keys × 4 query pairs, the XOR spreading the keys' chunks).
+template <int BR>
+__device__ __forceinline__ void store_dst(unsigned char *tile, const uint32_t (&da)[BR / 16][4], int w, int g, int t) {
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int key = 16 * w + g + 8 * (r % 2), qr = 16 * kk + 8 * (r / 2) + 2 * t;
+            *reinterpret_cast<uint32_t *>(tile + fb_off(64, key, qr / 8) + (qr % 8) * 2) = da[kk][r];
+        }
+}
+
+// dS as the A fragments of dQ_i = dS·K_j: warp w's 16 queries (16w..) as rows, keys 16kk.. at k16
+// step kk, by transposed ldmatrix of the [key][query] tile (matrix m: keys +8(m/2), queries +8(m%2)).
+__device__ __forceinline__ void load_ds(uint32_t (&a)[4][4], uint32_t tile, int w, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+        tc::ldmatrix_x4_trans(a[kk], tile + fb_off(64, 16 * kk + lane % 8 + 8 * (lane / 16), 2 * w + (lane / 8) % 2));
+}
+
+// dK = scale·Σ dSᵀ·Q and dV = Σ Pᵀ·dO of the warpgroup's keys (from k_first), bf16 pairs; keys past S skipped.
+template <int D>
+__device__ __forceinline__ void store_dkdv(cudalab_bf16 *dK, cudalab_bf16 *dV, const float (&dk)[D / 2],
+                                           const float (&dv)[D / 2], int k_first, int S, float scale, int w, int g,
+                                           int t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int kj = k_first + 16 * w + g + 8 * h;
+        if (kj >= S) continue;
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+            flash_store_pair(dK + (size_t)kj * D + 8 * j + 2 * t, dk[4 * j + 2 * h] * scale, dk[4 * j + 2 * h + 1] * scale);
+            flash_store_pair(dV + (size_t)kj * D + 8 * j + 2 * t, dv[4 * j + 2 * h], dv[4 * j + 2 * h + 1]);
+        }
+    }
+}
+
+}  // namespace fbw
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
 template <int D>
 struct FbwWgCfg {
     static_assert(D == 64 || D == 128, "08_flash_bwd_wgmma: D = 64 or 128");
@@ -131,13 +282,6 @@ __global__ void __launch_bounds__(FbwWgCfg<D>::THREADS, FbwWgCfg<D>::BLOCKS_PER_
     }
     __syncthreads();  // the barriers are initialised before anyone waits on them; tile 0's LSE and Di are in
 
-    // Descriptors (flash_wgmma.cuh explains the fields): K-major operands, k16 step kk in panel kk/4
-    // at 32·(kk%4) bytes; MN-major ones, k16 step kk 16 rows (2048 bytes) on, 64-column panels apart.
-    auto kmaj = [](uint32_t tile, int rows, int kk) {
-        return tc::wgmma_desc_sw128(tile + (kk / 4) * rows * 128) + 2 * (kk % 4);
-    };
-    auto mnmaj = [](uint32_t tile, int rows, int kk) { return tc::wgmma_desc_sw128_mn(tile + kk * 2048, rows * 128); };
-
     float dk[D / 2], dv[D / 2];  // rows (keys) 16w+g, 16w+g+8; n8 block j at [4j .. 4j+3]
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.0f;
@@ -147,99 +291,26 @@ __global__ void __launch_bounds__(FbwWgCfg<D>::THREADS, FbwWgCfg<D>::BLOCKS_PER_
         const int s = it % 2, q0 = first + it * BR;
         tc::mbar_wait(barQ(s), (it / 2) & 1);
 
-        // Sᵀ and dPᵀ: 64 keys × 64 queries each, two commit groups so the softmax can start on Sᵀ.
-        float st[BR / 2], dpt[BR / 2];
-        tc::wgmma_fence();  // st and dpt were read by ordinary code in the last iteration
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) tc::wgmma_ss<BR>(st, kmaj(sK, BC, kk), kmaj(sQ(s), BR, kk), kk > 0);
-        tc::wgmma_commit();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) tc::wgmma_ss<BR>(dpt, kmaj(sV, BC, kk), kmaj(sdO(s), BR, kk), kk > 0);
-        tc::wgmma_commit();
+        float st[BR / 2], dpt[BR / 2];  // (st and dpt were read by ordinary code in the last iteration)
+        fbw::issue_sdp<D, BR>(st, dpt, sK, sV, sQ(s), sdO(s));
         if (it + 1 < n_tiles) load_stats(it + 1);  // its stage was last read before the previous iteration's end
         const float *lse_s = stats + 2 * BR * s, *di_s = lse_s + BR;
-
-        // Element e = 2h + c of n8 block j: key k0 + 16w + g + 8h, query q0 + 8j + 2t + c.
-        const bool edge = k0 + BC > S || q0 + BR > S || (causal && q0 < k0 + BC - 1);
-        tc::wgmma_wait<1>();
-        tc::reg_fence(st);
-#pragma unroll
-        for (int j = 0; j < BR / 8; ++j) {
-            const float2 lv = *reinterpret_cast<const float2 *>(lse_s + 8 * j + 2 * t);
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                const int qi = q0 + 8 * j + 2 * t + c;
-                const float l2 = (c ? lv.y : lv.x) * CUDALAB_LOG2E;
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int kj = k0 + 16 * w + g + 8 * h;
-                    float p = tc::exp2_approx(fmaf(st[4 * j + 2 * h + c], scale_log2e, -l2));
-                    if (edge && (qi >= S || kj >= S || (causal && kj > qi))) p = 0.0f;
-                    st[4 * j + 2 * h + c] = p;
-                }
-            }
-        }
-        tc::wgmma_wait<0>();
-        tc::reg_fence(dpt);
-#pragma unroll
-        for (int j = 0; j < BR / 8; ++j) {
-            const float2 dv2 = *reinterpret_cast<const float2 *>(di_s + 8 * j + 2 * t);
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                const float di = c ? dv2.y : dv2.x;
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int e = 4 * j + 2 * h + c;
-                    dpt[e] = st[e] * (dpt[e] - di);  // Pᵀ is 0 where masked, so dSᵀ is too
-                }
-            }
-        }
-
-        // Pᵀ and dSᵀ as bf16 A fragments, k16 step kk = queries 16kk..16kk+15 (05's packing of P).
         uint32_t pa[BR / 16][4], da[BR / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BR / 16; ++kk) {
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int e = 4 * (2 * kk + r / 2) + 2 * (r % 2);  // r: (block 2kk, row g), (2kk, g+8), (2kk+1, g), ...
-                pa[kk][r] = tc::pack_bf16x2(st[e], st[e + 1]);
-                da[kk][r] = tc::pack_bf16x2(dpt[e], dpt[e + 1]);
-            }
-        }
-        // dV += Pᵀ·dO_i, dK += dSᵀ·Q_i (N = D), one commit group left running.
-        tc::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BR / 16; ++kk) {
-            tc::wgmma_rs_tb<D>(dv, pa[kk], mnmaj(sdO(s), BR, kk), 1);
-            tc::wgmma_rs_tb<D>(dk, da[kk], mnmaj(sQ(s), BR, kk), 1);
-        }
-        tc::wgmma_commit();
-
-        // dSᵀ into shared memory as [key][query] (rows of 64 queries = 128 bytes, swizzled): each
-        // fragment register is two queries of one key, one 4-byte store, the 32 lanes of a store
-        // on 32 distinct banks (8 keys × 4 query pairs, the XOR spreading the keys' chunks).
-#pragma unroll
-        for (int kk = 0; kk < BR / 16; ++kk)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int key = 16 * w + g + 8 * (r % 2), qr = 16 * kk + 8 * (r / 2) + 2 * t;
-                *reinterpret_cast<uint32_t *>(dS_tile + fb_off(BC, key, qr / 8) + (qr % 8) * 2) = da[kk][r];
-            }
+        fbw::p_and_ds<BR>(st, dpt, pa, da, lse_s, di_s, k0, q0, S, causal, scale_log2e, w, g, t);
+        fbw::issue_dkdv<D, BR>(dv, dk, pa, da, sQ(s), sdO(s));  // left running while dS goes through shared memory
+        fbw::store_dst<BR>(dS_tile, da, w, g, t);
         __syncthreads();
 
-        // dQ_i += scale·dS·K_j: warp w's 16 queries (16w..) as the A fragment, keys 16kk.. at step kk,
-        // by transposed ldmatrix of the [key][query] tile (matrix m: keys +8(m/2), queries +8(m%2)).
+        // dQ_i += scale·dS·K_j, one N = 64 slice of D at a time.
         uint32_t a[BC / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BC / 16; ++kk)
-            tc::ldmatrix_x4_trans(a[kk], sdS + fb_off(BC, 16 * kk + lane % 8 + 8 * (lane / 16), 2 * w + (lane / 8) % 2));
+        fbw::load_ds(a, sdS, w, lane);
 #pragma unroll
         for (int p = 0; p < C::PANELS; ++p) {
             float dq[32];
             tc::wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BC / 16; ++kk)
-                tc::wgmma_rs_tb<64>(dq, a[kk], mnmaj(sK + p * BC * 128, BC, kk), kk > 0);
+                tc::wgmma_rs_tb<64>(dq, a[kk], fbw::mnmaj(sK + p * BC * 128, BC, kk), kk > 0);
             tc::wgmma_commit();
             tc::wgmma_wait<0>();  // (the first time also dK and dV: the fragments below may then go)
             tc::reg_fence(dq);
@@ -270,18 +341,7 @@ __global__ void __launch_bounds__(FbwWgCfg<D>::THREADS, FbwWgCfg<D>::BLOCKS_PER_
         __syncthreads();
         if (tid == 0 && it + 2 < n_tiles) load_q_tile(it + 2);
     }
-
-    // dK = scale·Σ dSᵀ·Q, dV = Σ Pᵀ·dO: rows 16w+g and 16w+g+8 of the block, bf16 pairs.
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int kj = k0 + 16 * w + g + 8 * h;
-        if (kj >= S) continue;
-#pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-            flash_store_pair(dK + (size_t)kj * D + 8 * j + 2 * t, dk[4 * j + 2 * h] * scale, dk[4 * j + 2 * h + 1] * scale);
-            flash_store_pair(dV + (size_t)kj * D + 8 * j + 2 * t, dv[4 * j + 2 * h], dv[4 * j + 2 * h + 1]);
-        }
-    }
+    fbw::store_dkdv<D>(dK, dV, dk, dv, k0, S, scale, w, g, t);
 #else
     // Built without sm_90a: the host never launches this (tma_host::sm90a_unsupported_reason says why).
     (void)tmQ, (void)tmK, (void)tmV, (void)tmdO, (void)lse, (void)Di, (void)dQacc, (void)dK, (void)dV, (void)S,

@@ -193,78 +193,18 @@ __global__ void __launch_bounds__(FbwWsCfg<D>::THREADS, 1)
     const uint32_t sKc = sK(c), sVc = sV(c), sdQc = sdQ(c);
     unsigned char *dq_tile = gbase + (sdQc - base);
 
-    auto kmaj = [](uint32_t tile, int rows, int kk) {
-        return tc::wgmma_desc_sw128(tile + (kk / 4) * rows * 128) + 2 * (kk % 4);
-    };
-    auto mnmaj = [](uint32_t tile, int rows, int kk) { return tc::wgmma_desc_sw128_mn(tile + kk * 2048, rows * 128); };
-
     float dk[D / 2], dv[D / 2];  // rows (keys) 16w+g, 16w+g+8; n8 block j at [4j .. 4j+3]
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.0f;
 
-    // Sᵀ and dPᵀ of tile `it` (its stage waited for): two commit groups, so the element-wise step
-    // can start on Sᵀ while dPᵀ is still on the tensor cores.
+    // Tile it's Sᵀ and dPᵀ (its stage waited for), then its Pᵀ and dSᵀ fragments (pa, da) from them
+    // and the tile's statistics (flash_bwd_wgmma.cuh, fbw::, the chain 08 runs too).
     float st[BR / 2], dpt[BR / 2];
-    auto issue_sdp = [&](int it) {
-        const int s = it % 2;
-        tc::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) tc::wgmma_ss<BR>(st, kmaj(sKc, BC, kk), kmaj(sQ(s), BR, kk), kk > 0);
-        tc::wgmma_commit();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) tc::wgmma_ss<BR>(dpt, kmaj(sVc, BC, kk), kmaj(sdO(s), BR, kk), kk > 0);
-        tc::wgmma_commit();
-    };
-    // Pᵀ and dSᵀ of tile `it` as bf16 A fragments (k16 step kk = queries 16kk..16kk+15), from its Sᵀ
-    // and dPᵀ once they land (the last two commit groups) and the tile's statistics. Element e = 2h + cc
-    // of n8 block j: key kc + 16w + g + 8h, query q0 + 8j + 2t + cc (08's layout).
     uint32_t pa[BR / 16][4], da[BR / 16][4];
+    auto issue_sdp = [&](int it) { fbw::issue_sdp<D, BR>(st, dpt, sKc, sVc, sQ(it % 2), sdO(it % 2)); };
     auto elementwise = [&](int it) {
-        const int s = it % 2, q0 = first + it * BR;
-        const float *lse_s = stats + 2 * BR * s, *di_s = lse_s + BR;
-        const bool edge = kc + BC > S || q0 + BR > S || (causal && q0 < kc + BC - 1);
-        tc::wgmma_wait<1>();
-        tc::reg_fence(st);
-#pragma unroll
-        for (int j = 0; j < BR / 8; ++j) {
-            const float2 lv = *reinterpret_cast<const float2 *>(lse_s + 8 * j + 2 * t);
-#pragma unroll
-            for (int cc = 0; cc < 2; ++cc) {
-                const int qi = q0 + 8 * j + 2 * t + cc;
-                const float l2 = (cc ? lv.y : lv.x) * CUDALAB_LOG2E;
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int kj = kc + 16 * w + g + 8 * h;
-                    float p = tc::exp2_approx(fmaf(st[4 * j + 2 * h + cc], scale_log2e, -l2));
-                    if (edge && (qi >= S || kj >= S || (causal && kj > qi))) p = 0.0f;
-                    st[4 * j + 2 * h + cc] = p;
-                }
-            }
-        }
-        tc::wgmma_wait<0>();
-        tc::reg_fence(dpt);
-#pragma unroll
-        for (int j = 0; j < BR / 8; ++j) {
-            const float2 dv2 = *reinterpret_cast<const float2 *>(di_s + 8 * j + 2 * t);
-#pragma unroll
-            for (int cc = 0; cc < 2; ++cc) {
-                const float di = cc ? dv2.y : dv2.x;
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int e = 4 * j + 2 * h + cc;
-                    dpt[e] = st[e] * (dpt[e] - di);  // Pᵀ is 0 where masked, so dSᵀ is too
-                }
-            }
-        }
-#pragma unroll
-        for (int kk = 0; kk < BR / 16; ++kk) {
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int e = 4 * (2 * kk + r / 2) + 2 * (r % 2);
-                pa[kk][r] = tc::pack_bf16x2(st[e], st[e + 1]);
-                da[kk][r] = tc::pack_bf16x2(dpt[e], dpt[e + 1]);
-            }
-        }
+        const float *lse_s = stats + 2 * BR * (it % 2);
+        fbw::p_and_ds<BR>(st, dpt, pa, da, lse_s, lse_s + BR, kc, first + it * BR, S, causal, scale_log2e, w, g, t);
     };
 
     // Pipelined (kPipe), tile it+1's Sᵀ and dPᵀ are issued behind tile it's dV, dK and dQ and its
@@ -289,36 +229,20 @@ __global__ void __launch_bounds__(FbwWsCfg<D>::THREADS, 1)
             issue_sdp(it);
             elementwise(it);
         }
-        tc::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BR / 16; ++kk) {
-            tc::wgmma_rs_tb<D>(dv, pa[kk], mnmaj(sdO(s), BR, kk), 1);
-            tc::wgmma_rs_tb<D>(dk, da[kk], mnmaj(sQ(s), BR, kk), 1);
-        }
-        tc::wgmma_commit();
-
-        // dSᵀ into this iteration's tile, [key][query] in the 128-byte swizzle (08's stores).
-#pragma unroll
-        for (int kk = 0; kk < BR / 16; ++kk)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int key = 16 * w + g + 8 * (r % 2), qr = 16 * kk + 8 * (r / 2) + 2 * t;
-                *reinterpret_cast<uint32_t *>(dS_tile + fb_off(BC, key, qr / 8) + (qr % 8) * 2) = da[kk][r];
-            }
+        fbw::issue_dkdv<D, BR>(dv, dk, pa, da, sQ(s), sdO(s));
+        fbw::store_dst<BR>(dS_tile, da, w, g, t);
         // This consumer's 128 threads only: its dS tile is its own, and the other tile (last
         // iteration's) was read by every one of them before they reached this barrier.
         tc::named_bar_sync(1 + c, 128);
-
         uint32_t a[BC / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BC / 16; ++kk)
-            tc::ldmatrix_x4_trans(a[kk], dS + fb_off(BC, 16 * kk + lane % 8 + 8 * (lane / 16), 2 * w + (lane / 8) % 2));
+        fbw::load_ds(a, dS, w, lane);
 #pragma unroll
         for (int p = 0; p < C::PANELS; ++p) {
             float dq[32];
             tc::wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < BC / 16; ++kk) tc::wgmma_rs_tb<64>(dq, a[kk], mnmaj(sKc + p * BC * 128, BC, kk), kk > 0);
+            for (int kk = 0; kk < BC / 16; ++kk)
+                tc::wgmma_rs_tb<64>(dq, a[kk], fbw::mnmaj(sKc + p * BC * 128, BC, kk), kk > 0);
             tc::wgmma_commit();
             if constexpr (kPipe) {
                 if (it + 1 < n_tiles) tc::mbar_wait(full((it + 1) % 2), ((it + 1) / 2) & 1);
@@ -361,18 +285,7 @@ __global__ void __launch_bounds__(FbwWsCfg<D>::THREADS, 1)
         if constexpr (kPipe) elementwise(it + 1);  // (past the last tile: on the spare products, unused)
     }
 
-    // dK = scale·Σ dSᵀ·Q, dV = Σ Pᵀ·dO: rows 16w+g and 16w+g+8 of this consumer's keys, bf16 pairs.
-    dK += (size_t)bh * S * D, dV += (size_t)bh * S * D;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int kj = kc + 16 * w + g + 8 * h;
-        if (kj >= S) continue;
-#pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-            flash_store_pair(dK + (size_t)kj * D + 8 * j + 2 * t, dk[4 * j + 2 * h] * scale, dk[4 * j + 2 * h + 1] * scale);
-            flash_store_pair(dV + (size_t)kj * D + 8 * j + 2 * t, dv[4 * j + 2 * h], dv[4 * j + 2 * h + 1]);
-        }
-    }
+    fbw::store_dkdv<D>(dK + (size_t)bh * S * D, dV + (size_t)bh * S * D, dk, dv, kc, S, scale, w, g, t);
 #else
     // Built without sm_90a: the host never launches this (tma_host::sm90a_unsupported_reason says why).
     (void)tmQ, (void)tmK, (void)tmV, (void)tmdO, (void)tmdQ, (void)lse, (void)Di, (void)dK, (void)dV, (void)S,
