@@ -148,7 +148,8 @@ def test_kernel_names_on_the_bars_drop_types_templates_and_parameters(name, want
 
 
 @pytest.mark.parametrize("sqlite", ["transformer_block_train_step-20261128.sqlite",
-                                    "transformer_block_train_step_hopper-20261128.sqlite"])
+                                    "transformer_block_train_step_hopper-20261128.sqlite",
+                                    "transformer_block_train_step_hopper_ws-20261128.sqlite"])
 def test_the_transformer_block_page_tables_are_the_ones_the_committed_traces_give(sqlite):
     from harness.base import paths
     db = paths.ROOT / "bench/results/h200" / sqlite
