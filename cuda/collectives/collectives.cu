@@ -1335,59 +1335,56 @@ bool tp_runs_wgmma(int gemm, int K) {
 // arrives while it runs finds no SM that frees up before the GEMM ends; 02's one-block-per-tile grid
 // handed SMs back as its tiles finished. An all-reduce that waits for the whole GEMM overlaps
 // nothing. So the GEMMs' grids are capped and the all-reduce gets the SMs left over: `blocks` blocks
-// per rank (at most the communicator's), packed `per_sm` to an SM.
+// per rank (at most the communicator's), one SM each.
 // How many: the all-reduce is a few SMs' worth of loads and stores on NVLink, the GEMMs are compute.
 // The 08 rung's grid is balanced (cdiv(tiles, rounds) blocks, gemm_tc's persistent_grid), so it often
 // leaves SMs idle at no cost: 256, 512 or 1024 tiles of 128 x 256 (the block's chunks at H = 8192)
 // take 2, 4 or 8 rounds on 128 of an H100's or H200's 132 SMs. The all-reduce takes those and no more, so that no
 // GEMM needs an extra round, and at least kTpCommSmsMin, so that it always has SMs of its own.
-// Which goes first: the GEMM streams have the device's highest priority. When chunk i's last GEMM ends,
-// chunk i's all-reduce and chunk i+1's first GEMM become ready together. When both are pending at
-// once, the priority places the GEMM's blocks first and the all-reduce's fill the SMs the cap left
-// free. But the all-reduce often reaches the GPU a microsecond before the GEMM (bench/results/
-// NOTES-collectives.md, the two-H200 trace); then its blocks spread over idle SMs one each, an SM
-// with one all-reduce block has no room for a GEMM block, and the GEMM blocks left without an SM
-// run as a second wave: that GEMM takes twice its time. Packing `per_sm` to an SM below is what the
-// scheduler does only when the GEMM came first.
+// Why one SM a block: the GEMM streams have the device's highest priority, and when chunk i's last
+// GEMM ends, chunk i's all-reduce and chunk i+1's first GEMM become ready together. If the GEMM
+// reaches the GPU first, its blocks are placed first and the all-reduce's queue on the SMs the cap left
+// free. But the all-reduce may reach it a microsecond earlier; then the block scheduler spreads its
+// blocks over the idle SMs one each, an SM with one all-reduce block has no room for a GEMM block, and
+// the GEMM blocks left without an SM run as a second wave: that GEMM takes twice its time. Blocks
+// counted one to an SM fit in the SMs the cap frees whichever kernel comes first, however many of them
+// an SM could hold; with fewer blocks, range_add keeps more loads in flight a thread.
 // Blocks named by the caller (the executable's --blocks) are kept, and the cap leaves them the SMs they
 // fill: the way to time another split. Virtual ranks (one GPU, one cooperative launch of world x
-// blocks) take the same rules with the launch's blocks, and no cap where it would leave the GEMMs less
-// than half of the SMs.
+// blocks) take the same rules with the launch's blocks (at least one a rank, so more virtual ranks
+// than free SMs take SMs from the GEMMs), and no cap where it would leave the GEMMs less than half of
+// the SMs.
 constexpr int kTpCommSmsMin = 4;
 struct TpSplit {
     int gemm_sms = 0;  // the wgmma GEMMs' cap (0: every SM)
     int blocks = 0;    // the all-reduce's blocks per rank
 };
-cudaError_t tp_split(const Comm &c, int ar_variant, int gemm, int rows, int H, int Fr, TpSplit *out) {
+cudaError_t tp_split(const Comm &c, int gemm, int rows, int H, int Fr, TpSplit *out) {
     *out = TpSplit{0, c.blocks};
     if (!tp_runs_wgmma(gemm, H) && !tp_runs_wgmma(gemm, Fr)) return cudaSuccess;  // 02 only: no persistent grid
-    int dev = 0, sms = 0, per_sm = 0;
+    int dev = 0, sms = 0;
     COLL_TRY(cudaGetDevice(&dev));
     COLL_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    const void *kernel = ar_variant == V03_ONESHOT ? (const void *)oneshot_allreduce_kernel : (const void *)ring_allreduce_kernel;
-    COLL_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
-    per_sm = std::max(1, per_sm);
     auto balanced = [&](long long tiles) { return tiles <= sms ? tiles : cdiv(tiles, cdiv(tiles, sms)); };
     const long long tiles_m = cdiv(rows, gemm_tc::H_BM);
     const long long busy = std::max(balanced(tiles_m * cdiv(Fr, gemm_tc::H_BN)), balanced(tiles_m * cdiv(H, gemm_tc::H_BN)));
     const int free_sms = std::max(kTpCommSmsMin, sms - (int)busy);
     const int launch_ranks = c.launches() == 1 ? c.world : 1;  // blocks of one launch: virtual ranks share it
-    const int blocks = c.blocks_given ? c.blocks : std::max(1, std::min(c.blocks, free_sms * per_sm / launch_ranks));
-    const int comm_sms = (int)cdiv((long long)blocks * launch_ranks, per_sm);
+    const int blocks = c.blocks_given ? c.blocks : std::max(1, std::min(c.blocks, free_sms / launch_ranks));
+    const long long comm_sms = (long long)blocks * launch_ranks;  // one SM a block
     if (2 * comm_sms > sms) return cudaSuccess;  // a cap would cost the GEMMs more than it gives
-    *out = TpSplit{sms - comm_sms, blocks};
+    *out = TpSplit{sms - (int)comm_sms, blocks};
     return cudaSuccess;
 }
 
 // The split of the overlapped form for token blocks `bl` (the tallest block sets the tile counts);
 // none with one rank, which has no all-reduce to hide.
-cudaError_t tp_forward_split(const Comm &c, int ar_variant, int gemm, const std::vector<int> &bl, int H, int Fr,
-                             TpSplit *out) {
+cudaError_t tp_forward_split(const Comm &c, int gemm, const std::vector<int> &bl, int H, int Fr, TpSplit *out) {
     *out = TpSplit{0, c.blocks};
     if (c.world < 2) return cudaSuccess;
     int rows = 0;
     for (size_t k = 0; k + 1 < bl.size(); ++k) rows = std::max(rows, bl[k + 1] - bl[k]);
-    return tp_split(c, ar_variant, gemm, rows, H, Fr, out);
+    return tp_split(c, gemm, rows, H, Fr, out);
 }
 
 // Enqueue one forward; y_r lands in rank r's output buffer (its partial in the input buffer).
@@ -1405,7 +1402,7 @@ cudaError_t tp_forward(Comm &c, TpBuffers &t, int ar_variant, int gemm, int over
     std::vector<cudaStream_t> comm_streams(overlap ? c.stream2 : c.stream);
     comm_streams.resize(L);
     TpSplit split{0, c.blocks};
-    if (overlap) COLL_TRY(tp_forward_split(c, ar_variant, gemm, bl, H, Fr, &split));
+    if (overlap) COLL_TRY(tp_forward_split(c, gemm, bl, H, Fr, &split));
     if (overlap) {
         // The GEMM stream starts after whatever the communicator's streams hold: the inputs' uploads, and
         // an earlier forward's all-reduce, which still reads the y this forward overwrites.
@@ -1841,7 +1838,7 @@ extern "C" cudalab_status collectives_tp_split(int handle, int ar_variant, int g
     COLL_TRY(tp_check(*c, ar_variant, gemm, chunks, T, H, F));
     TpSplit sp{0, c->blocks};
     COLL_TRY(cudaSetDevice(c->dev[0]));
-    if (overlap) COLL_TRY(tp_forward_split(*c, ar_variant, gemm, tp_blocks(T, chunks), H, F / c->world, &sp));
+    if (overlap) COLL_TRY(tp_forward_split(*c, gemm, tp_blocks(T, chunks), H, F / c->world, &sp));
     split[0] = sp.gemm_sms;
     split[1] = sp.blocks;
     return 0;
