@@ -671,6 +671,51 @@ __global__ void gelu_to_bf16_kernel(const float *__restrict__ h, cudalab_bf16 *_
         g[i] = __bfloat16_as_ushort(__float2bfloat16_rn(y));
     }
 }
+// copy_engine's adds: part p of a token block's y, summed in rank order (0 + y_0 + y_1 + ...), every
+// value once, so each rank's copy of the part is the same bits. `own` is this rank's partial, slot q of
+// `slots` (stride `slot` floats) rank q's, copied in by the copy engines. Few blocks run it (the SMs the
+// GEMMs leave), so each thread keeps kReduceUnroll 16-byte loads of every rank in flight: an SM's
+// share of HBM bandwidth needs tens of kilobytes in flight, not one load a thread.
+constexpr int kReduceThreads = 1024, kReduceUnroll = 4;
+__global__ void __launch_bounds__(kReduceThreads) tp_reduce_part_kernel(float *__restrict__ out,
+                                                                        const float *__restrict__ own,
+                                                                        const float *__restrict__ slots, long long slot,
+                                                                        int W, int self, long long n) {
+    const long long n4 = n / 4, stride = (long long)gridDim.x * blockDim.x;
+    const float4 *own4 = reinterpret_cast<const float4 *>(own);
+    float4 *out4 = reinterpret_cast<float4 *>(out);
+    for (long long base = (long long)blockIdx.x * blockDim.x + threadIdx.x; base < n4; base += stride * kReduceUnroll) {
+        float4 acc[kReduceUnroll];
+#pragma unroll
+        for (int u = 0; u < kReduceUnroll; ++u) acc[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int q = 0; q < W; ++q) {
+            const float4 *src = q == self ? own4 : reinterpret_cast<const float4 *>(slots + (long long)q * slot);
+            float4 v[kReduceUnroll];
+#pragma unroll
+            for (int u = 0; u < kReduceUnroll; ++u) {
+                const long long i = base + u * stride;
+                v[u] = i < n4 ? __ldcs(src + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+            for (int u = 0; u < kReduceUnroll; ++u) {
+                acc[u].x += v[u].x;
+                acc[u].y += v[u].y;
+                acc[u].z += v[u].z;
+                acc[u].w += v[u].w;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kReduceUnroll; ++u)
+            if (base + u * stride < n4) out4[base + u * stride] = acc[u];
+    }
+    if (blockIdx.x == 0)  // the last n % 4 values
+        for (long long i = n4 * 4 + threadIdx.x; i < n; i += blockDim.x) {
+            float acc = 0.f;
+            for (int q = 0; q < W; ++q) acc += q == self ? own[i] : slots[(long long)q * slot + i];
+            out[i] = acc;
+        }
+}
+
 // Reproducible values in [-scale, scale), bf16: the timed block's weights and inputs.
 __global__ void fill_bf16_kernel(cudalab_bf16 *p, long long n, unsigned long long seed, float scale) {
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
@@ -693,6 +738,12 @@ int elt_size(int dtype) { return dtype == 1 ? 2 : 4; }
 // the Python side's `gemm` take these names.
 enum TpGemm { TP_AUTO = 0, TP_MMA_SYNC = 1, TP_WGMMA = 2, TP_GEMM_COUNT = 3 };
 const char *const kTpGemms[TP_GEMM_COUNT] = {"auto", "mma_sync", "wgmma"};
+// The all-reduce the block runs: two of the lab's kernels by their variant names, or "copy_engine"
+// (tp_copy_allreduce: the copy engines move the bytes, a few SMs add). THE table of the block's
+// all-reduces: collectives_tp_allreduce_name reads it, the executable's --allreduce and the Python
+// side's ar_variant take these names.
+enum TpAllreduce { TP_AR_RING = 0, TP_AR_ONESHOT = 1, TP_AR_COPY = 2, TP_AR_COUNT = 3 };
+const char *const kTpAllreduces[TP_AR_COUNT] = {"02_ring_allreduce", "03_oneshot_allreduce", "copy_engine"};
 
 struct TpBuffers {
     std::vector<cudalab_bf16 *> x, w1, w2, g;
@@ -701,6 +752,14 @@ struct TpBuffers {
     // event that orders them after the communicator's streams (tp_forward says why).
     std::vector<cudaStream_t> gemm;
     std::vector<cudaEvent_t> ev;
+    // copy_engine only (tp_copy_allreduce): each rank's slots (world x slot floats: slot q holds rank
+    // q's copy of this rank's part), a copy stream per (rank, peer) pair (index r * world + p, on rank r's
+    // device: the copies rank r pushes to p), a stream per rank for its adds, and the events that
+    // order them: y written (per launch), part sent (per pair), part reduced (per rank), part gathered (per pair).
+    std::vector<float *> slots;
+    long long slot = 0;
+    std::vector<cudaStream_t> copy, add;
+    std::vector<cudaEvent_t> ev_y, ev_sent, ev_reduced, ev_gathered;
 };
 
 struct Comm {
@@ -1256,10 +1315,32 @@ cudaError_t run_sync(Comm &c, int variant, int dtype, long long n) {
 }
 
 // ---- the tensor-parallel block -----------------------------------------------------------------------
-cudaError_t tp_alloc(Comm &c, TpBuffers &t, int T, int H, int Fr) {
+cudaError_t tp_alloc(Comm &c, TpBuffers &t, int ar, int T, int H, int Fr) {
     const int R = c.world, L = c.launches();
     size_null(R, t.x, t.w1, t.w2, t.g, t.h);
     size_null(L, t.gemm, t.ev);
+    if (ar == TP_AR_COPY) {
+        // A slot holds one part of the tallest token block: the plain form's one block of T rows at most.
+        t.slot = (cdiv((long long)T * H, R) + 3) / 4 * 4 + 4;
+        size_null(R, t.slots, t.add, t.ev_reduced);
+        size_null(R * R, t.copy, t.ev_sent, t.ev_gathered);
+        size_null(L, t.ev_y);
+        for (int r = 0; r < R; ++r) {
+            COLL_TRY(cudaSetDevice(c.dev[r]));
+            COLL_TRY(cudaMalloc(&t.slots[r], (size_t)t.slot * R * 4));
+            COLL_TRY(cudaStreamCreateWithFlags(&t.add[r], cudaStreamNonBlocking));
+            COLL_TRY(cudaEventCreateWithFlags(&t.ev_reduced[r], cudaEventDisableTiming));
+            for (int p = 0; p < R; ++p) {
+                COLL_TRY(cudaStreamCreateWithFlags(&t.copy[r * R + p], cudaStreamNonBlocking));
+                COLL_TRY(cudaEventCreateWithFlags(&t.ev_sent[r * R + p], cudaEventDisableTiming));
+                COLL_TRY(cudaEventCreateWithFlags(&t.ev_gathered[r * R + p], cudaEventDisableTiming));
+            }
+        }
+        for (int l = 0; l < L; ++l) {
+            COLL_TRY(cudaSetDevice(c.dev[l]));
+            COLL_TRY(cudaEventCreateWithFlags(&t.ev_y[l], cudaEventDisableTiming));
+        }
+    }
     for (int r = 0; r < R; ++r) {
         COLL_TRY(cudaSetDevice(c.dev[r]));
         // Virtual ranks share the one x; each rank still has its own weights and activations.
@@ -1294,6 +1375,22 @@ void tp_free(Comm &c, TpBuffers &t) {
         (void)cudaSetDevice(c.dev[l]);
         if (t.gemm[l]) (void)cudaStreamDestroy(t.gemm[l]);
         if (t.ev[l]) (void)cudaEventDestroy(t.ev[l]);
+    }
+    const int R = (int)t.slots.size();
+    for (int r = 0; r < R; ++r) {
+        (void)cudaSetDevice(c.dev[r]);
+        (void)cudaFree(t.slots[r]);
+        if (t.add[r]) (void)cudaStreamDestroy(t.add[r]);
+        if (t.ev_reduced[r]) (void)cudaEventDestroy(t.ev_reduced[r]);
+        for (int p = 0; p < R; ++p) {
+            if (t.copy[r * R + p]) (void)cudaStreamDestroy(t.copy[r * R + p]);
+            if (t.ev_sent[r * R + p]) (void)cudaEventDestroy(t.ev_sent[r * R + p]);
+            if (t.ev_gathered[r * R + p]) (void)cudaEventDestroy(t.ev_gathered[r * R + p]);
+        }
+    }
+    for (int l = 0; l < (int)t.ev_y.size(); ++l) {
+        (void)cudaSetDevice(c.dev[l]);
+        if (t.ev_y[l]) (void)cudaEventDestroy(t.ev_y[l]);
     }
     (void)cudaSetDevice(c.dev[0]);
 }
@@ -1387,13 +1484,78 @@ cudaError_t tp_forward_split(const Comm &c, int gemm, const std::vector<int> &bl
     return tp_split(c, gemm, rows, H, Fr, out);
 }
 
+// copy_engine: the all-reduce of token block [t0, t0 + rows) with the copy engines carrying every byte
+// between GPUs and `blocks` blocks a rank adding. Why: beside a persistent GEMM the all-reduce gets a
+// few SMs, and an SM's own loads and stores move a few tens of GB/s over NVLink (the ring on 4 SMs,
+// NOTES-collectives), while a copy engine needs no SM. The block's rows x H floats split into `world`
+// parts of whole 16-byte packs; rank p owns part p.
+//   1. reduce-scatter by copy: rank r pushes its part p into slot r of rank p (stream copy[r][p], after
+//      its GEMMs wrote y and after rank p's adds of the previous block read that slot);
+//   2. rank p adds its own part and the world - 1 slots, in rank order, into its output (stream add[p],
+//      once every copy into it has landed);
+//   3. all-gather by copy: rank p pushes its reduced part into every peer's output (stream copy[p][q]).
+// Each rank's output is whole when its own adds and the world - 1 gathers into it are done: the
+// communicator's stream `into[l]` waits for those events, so whatever waits for it (the next block's
+// GEMMs in the plain form, sync_all at the end) sees the whole block. An event waited on is the last one
+// recorded when the wait is enqueued, so the per-rank and per-pair events serve every block in turn.
+cudaError_t tp_copy_allreduce(Comm &c, TpBuffers &t, long long t0, long long rows, int H, int blocks,
+                              const std::vector<cudaStream_t> &into) {
+    const int W = c.world;
+    const long long n = rows * H, off = t0 * H;
+    auto lo = [&](int p) { return p == W ? n : n * p / W / 4 * 4; };
+    auto y = [&](int r) { return reinterpret_cast<float *>(c.in[r]) + off; };
+    auto out = [&](int r) { return reinterpret_cast<float *>(c.out[r]) + off; };
+    auto launch = [&](int r) { return c.use_devices ? r : 0; };
+    for (int r = 0; r < W; ++r)
+        for (int p = 0; p < W; ++p) {
+            if (p == r || lo(p + 1) == lo(p)) continue;
+            cudaStream_t s = t.copy[r * W + p];
+            COLL_TRY(cudaSetDevice(c.dev[r]));
+            COLL_TRY(cudaStreamWaitEvent(s, t.ev_y[launch(r)], 0));
+            COLL_TRY(cudaStreamWaitEvent(s, t.ev_reduced[p], 0));
+            COLL_TRY(cudaMemcpyPeerAsync(t.slots[p] + (long long)r * t.slot, c.dev[p], y(r) + lo(p), c.dev[r],
+                                         (size_t)(lo(p + 1) - lo(p)) * 4, s));
+            COLL_TRY(cudaEventRecord(t.ev_sent[r * W + p], s));
+        }
+    for (int p = 0; p < W; ++p) {
+        const long long np = lo(p + 1) - lo(p);
+        if (np == 0) continue;
+        cudaStream_t s = t.add[p];
+        COLL_TRY(cudaSetDevice(c.dev[p]));
+        COLL_TRY(cudaStreamWaitEvent(s, t.ev_y[launch(p)], 0));
+        for (int q = 0; q < W; ++q)
+            if (q != p) COLL_TRY(cudaStreamWaitEvent(s, t.ev_sent[q * W + p], 0));
+        const unsigned grid = (unsigned)std::max<long long>(1, std::min<long long>(blocks, cdiv(np, 4LL * kReduceThreads)));
+        tp_reduce_part_kernel<<<grid, kReduceThreads, 0, s>>>(out(p) + lo(p), y(p) + lo(p), t.slots[p], t.slot, W, p, np);
+        COLL_TRY(cudaGetLastError());
+        COLL_TRY(cudaEventRecord(t.ev_reduced[p], s));
+        for (int q = 0; q < W; ++q) {
+            if (q == p) continue;
+            cudaStream_t g = t.copy[p * W + q];
+            COLL_TRY(cudaStreamWaitEvent(g, t.ev_reduced[p], 0));
+            COLL_TRY(cudaMemcpyPeerAsync(out(q) + lo(p), c.dev[q], out(p) + lo(p), c.dev[p], (size_t)np * 4, g));
+            COLL_TRY(cudaEventRecord(t.ev_gathered[p * W + q], g));
+        }
+    }
+    for (int r = 0; r < W; ++r) {
+        const int l = launch(r);
+        COLL_TRY(cudaSetDevice(c.dev[l]));
+        for (int p = 0; p < W; ++p) {
+            if (lo(p + 1) == lo(p)) continue;
+            COLL_TRY(cudaStreamWaitEvent(into[l], p == r ? t.ev_reduced[r] : t.ev_gathered[p * W + r], 0));
+        }
+    }
+    COLL_TRY(cudaSetDevice(c.dev[0]));
+    return cudaSuccess;
+}
+
 // Enqueue one forward; y_r lands in rank r's output buffer (its partial in the input buffer).
 // Plain: every kernel on the communicator's stream, in order. Overlapped: the GEMMs (and GELU) on the
 // block's high-priority GEMM stream, each block's all-reduce on the second stream after an event that
 // says the block's y is written; the all-reduce of block i then runs beside the GEMMs of block i+1 on
 // the SMs tp_split leaves it. The last all-reduce waits for every GEMM, so the communicator's
 // sync_all (its two streams) waits for the whole forward.
-cudaError_t tp_forward(Comm &c, TpBuffers &t, int ar_variant, int gemm, int overlap, int chunks, int T, int H, int Fr) {
+cudaError_t tp_forward(Comm &c, TpBuffers &t, int ar, int gemm, int overlap, int chunks, int T, int H, int Fr) {
     // NVTX ranges around what the host enqueues (the forward, each chunk's GEMMs, its all-reduce): an
     // nsys trace then names every kernel's part, and `invoke plot trace --by stream` shows the overlap.
     CudalabNvtxRange whole("tp_forward");
@@ -1432,6 +1594,15 @@ cudaError_t tp_forward(Comm &c, TpBuffers &t, int ar_variant, int gemm, int over
                 COLL_TRY(tp_gemm(gemm, rows, H, Fr, g, t.w2[r], y, s, split.gemm_sms));
             }
         }
+        CudalabNvtxRange allreduce("allreduce");
+        if (ar == TP_AR_COPY) {
+            for (int l = 0; l < L; ++l) {
+                COLL_TRY(cudaSetDevice(c.dev[l]));
+                COLL_TRY(cudaEventRecord(t.ev_y[l], overlap ? t.gemm[l] : c.stream[l]));
+            }
+            COLL_TRY(tp_copy_allreduce(c, t, t0, rows, H, split.blocks, comm_streams));
+            continue;
+        }
         if (overlap) {
             for (int l = 0; l < L; ++l) {
                 COLL_TRY(cudaSetDevice(c.dev[l]));
@@ -1440,10 +1611,10 @@ cudaError_t tp_forward(Comm &c, TpBuffers &t, int ar_variant, int gemm, int over
             }
         }
         // The all-reduce with the split's blocks per rank (the ring's chunking follows c.blocks).
-        CudalabNvtxRange allreduce("allreduce");
         const int blocks = c.blocks;
         c.blocks = split.blocks;
-        const cudaError_t e = enqueue_lab(c, ar_variant, 0, (long long)rows * H, (long long)t0 * H, -1, 0, comm_streams);
+        const cudaError_t e = enqueue_lab(c, ar == TP_AR_RING ? V02_RING : V03_ONESHOT, 0, (long long)rows * H,
+                                          (long long)t0 * H, -1, 0, comm_streams);
         c.blocks = blocks;
         COLL_TRY(e);
     }
@@ -1463,8 +1634,8 @@ const char *tp_gemm_refusal(int gemm, int world, int H, int F) {
     return nullptr;
 }
 
-cudaError_t tp_check(const Comm &c, int ar_variant, int gemm, int chunks, int T, int H, int F) {
-    if (ar_variant != V02_RING && ar_variant != V03_ONESHOT) return cudaErrorInvalidValue;
+cudaError_t tp_check(const Comm &c, int ar, int gemm, int chunks, int T, int H, int F) {
+    if (ar < 0 || ar >= TP_AR_COUNT) return cudaErrorInvalidValue;
     if (c.self >= 0) {
         g_message = "the tensor-parallel block runs in one process (every rank's GEMMs from one host thread)";
         return cudaErrorNotSupported;
@@ -1484,9 +1655,9 @@ cudaError_t tp_check(const Comm &c, int ar_variant, int gemm, int chunks, int T,
 
 // The start of both TP entry points: the arguments checked, then each rank's buffers (all freed
 // again when one allocation fails, so the caller frees only after a success).
-cudaError_t tp_open(Comm &c, TpBuffers &t, int ar_variant, int gemm, int chunks, int T, int H, int F) {
-    COLL_TRY(tp_check(c, ar_variant, gemm, chunks, T, H, F));
-    const cudaError_t e = tp_alloc(c, t, T, H, F / c.world);
+cudaError_t tp_open(Comm &c, TpBuffers &t, int ar, int gemm, int chunks, int T, int H, int F) {
+    COLL_TRY(tp_check(c, ar, gemm, chunks, T, H, F));
+    const cudaError_t e = tp_alloc(c, t, ar, T, H, F / c.world);
     if (e != cudaSuccess) tp_free(c, t);
     return e;
 }
@@ -1581,6 +1752,10 @@ extern "C" const char *collectives_unsupported_reason(int v) {
 
 extern "C" int collectives_tp_gemm_count(void) { return TP_GEMM_COUNT; }
 extern "C" const char *collectives_tp_gemm_name(int i) { return i >= 0 && i < TP_GEMM_COUNT ? kTpGemms[i] : nullptr; }
+extern "C" int collectives_tp_allreduce_count(void) { return TP_AR_COUNT; }
+extern "C" const char *collectives_tp_allreduce_name(int i) {
+    return i >= 0 && i < TP_AR_COUNT ? kTpAllreduces[i] : nullptr;
+}
 extern "C" const char *collectives_tp_gemm_refusal(int gemm, int world, int H, int F) {
     return tp_gemm_refusal(gemm, world, H, F);
 }
@@ -1804,13 +1979,13 @@ extern "C" cudalab_status collectives_last_failure(int handle, int *info) {
     return 0;
 }
 
-extern "C" cudalab_status collectives_tp_mlp(int handle, int ar_variant, int gemm, int overlap, int chunks, int T, int H,
+extern "C" cudalab_status collectives_tp_mlp(int handle, int ar, int gemm, int overlap, int chunks, int T, int H,
                                              int F, const cudalab_bf16 *x, const cudalab_bf16 *w1,
                                              const cudalab_bf16 *w2, float *y) {
     Comm *c = get(handle);
     if (!c || !x || !w1 || !w2 || !y) return cudaErrorInvalidValue;
     TpBuffers t;
-    COLL_TRY(tp_open(*c, t, ar_variant, gemm, chunks, T, H, F));
+    COLL_TRY(tp_open(*c, t, ar, gemm, chunks, T, H, F));
     const int Fr = F / c->world;
     cudaError_t e = cudaSuccess;
     for (int r = 0; r < c->world && e == cudaSuccess; ++r) {
@@ -1822,7 +1997,7 @@ extern "C" cudalab_status collectives_tp_mlp(int handle, int ar_variant, int gem
                                   cudaMemcpyHostToDevice, rank_stream(*c, r));
         if (e == cudaSuccess) e = cudaStreamSynchronize(rank_stream(*c, r));
     }
-    if (e == cudaSuccess) e = tp_forward(*c, t, ar_variant, gemm, overlap, chunks, T, H, Fr);
+    if (e == cudaSuccess) e = tp_forward(*c, t, ar, gemm, overlap, chunks, T, H, Fr);
     if (e == cudaSuccess) e = sync_all(*c);
     if (e == cudaSuccess) e = check_records(*c);
     for (int r = 0; r < c->world && e == cudaSuccess; ++r) e = d2h(*c, r, y + (size_t)r * T * H, c->out[r], (size_t)T * H * 4);
@@ -1831,11 +2006,11 @@ extern "C" cudalab_status collectives_tp_mlp(int handle, int ar_variant, int gem
     return 0;
 }
 
-extern "C" cudalab_status collectives_tp_split(int handle, int ar_variant, int gemm, int overlap, int chunks, int T,
+extern "C" cudalab_status collectives_tp_split(int handle, int ar, int gemm, int overlap, int chunks, int T,
                                                int H, int F, int *split) {
     Comm *c = get(handle);
     if (!c || !split) return cudaErrorInvalidValue;
-    COLL_TRY(tp_check(*c, ar_variant, gemm, chunks, T, H, F));
+    COLL_TRY(tp_check(*c, ar, gemm, chunks, T, H, F));
     TpSplit sp{0, c->blocks};
     COLL_TRY(cudaSetDevice(c->dev[0]));
     if (overlap) COLL_TRY(tp_forward_split(*c, gemm, tp_blocks(T, chunks), H, F / c->world, &sp));
@@ -1844,12 +2019,12 @@ extern "C" cudalab_status collectives_tp_split(int handle, int ar_variant, int g
     return 0;
 }
 
-extern "C" cudalab_status collectives_tp_mlp_time(int handle, int ar_variant, int gemm, int overlap, int chunks, int T,
+extern "C" cudalab_status collectives_tp_mlp_time(int handle, int ar, int gemm, int overlap, int chunks, int T,
                                                   int H, int F, int iters, float *ms) {
     Comm *c = get(handle);
     if (!c || !ms || iters < 1) return cudaErrorInvalidValue;
     TpBuffers t;
-    COLL_TRY(tp_open(*c, t, ar_variant, gemm, chunks, T, H, F));
+    COLL_TRY(tp_open(*c, t, ar, gemm, chunks, T, H, F));
     const int Fr = F / c->world;
     cudaError_t e = cudaSuccess;
     for (int r = 0; r < c->world && e == cudaSuccess; ++r) {
@@ -1870,7 +2045,7 @@ extern "C" cudalab_status collectives_tp_mlp_time(int handle, int ar_variant, in
     std::vector<float> times;
     for (int i = 0; i < iters + 1 && e == cudaSuccess; ++i) {  // one warm-up
         const auto t0 = std::chrono::steady_clock::now();
-        e = tp_forward(*c, t, ar_variant, gemm, overlap, chunks, T, H, Fr);
+        e = tp_forward(*c, t, ar, gemm, overlap, chunks, T, H, Fr);
         if (e == cudaSuccess) e = sync_all(*c);
         const auto t1 = std::chrono::steady_clock::now();
         if (i > 0) times.push_back((float)std::chrono::duration<double, std::milli>(t1 - t0).count());

@@ -123,22 +123,26 @@ const char *collectives_last_message(void);
 int collectives_tp_gemm_count(void);
 const char *collectives_tp_gemm_name(int i);
 const char *collectives_tp_gemm_refusal(int gemm, int world, int H, int F);
+/* The block's all-reduces, by index: "02_ring_allreduce", "03_oneshot_allreduce" (the lab's kernels of
+   those names) and "copy_engine" (the copy engines carry the bytes between GPUs, a few blocks a rank add). */
+int collectives_tp_allreduce_count(void);
+const char *collectives_tp_allreduce_name(int i);
 /* The tensor-parallel MLP block, y = gelu(x . W1^T) . W2^T, over the communicator's ranks:
    x is T x H, W1 is F x H (rank r holds rows r*F/world ..), W2 is H x F (rank r holds the same
    columns); each rank computes its partial y (T x H, float32) with GEMM `gemm` (above) and the
-   all-reduce `ar_variant` (02 or 03) sums them. overlap = 1 splits T into `chunks` row blocks and
+   all-reduce `ar` (an index of the table above) sums them. overlap = 1 splits T into `chunks` row blocks and
    runs the all-reduce of block i beside the GEMMs of block i+1 (a second stream). y is world x T x H:
    every rank's result. The communicator needs in_bytes = out_bytes >= T*H*4. */
-cudalab_status collectives_tp_mlp(int handle, int ar_variant, int gemm, int overlap, int chunks, int T, int H, int F,
+cudalab_status collectives_tp_mlp(int handle, int ar, int gemm, int overlap, int chunks, int T, int H, int F,
                                   const cudalab_bf16 *x, const cudalab_bf16 *w1, const cudalab_bf16 *w2, float *y);
 /* How the block splits each GPU between the GEMMs and the all-reduce (overlap = 1: beside them):
    split[0] = the SMs the wgmma GEMMs' persistent grids may use (0: every SM; 02 takes no cap),
    split[1] = the all-reduce's blocks per rank. Nothing is launched. */
-cudalab_status collectives_tp_split(int handle, int ar_variant, int gemm, int overlap, int chunks, int T, int H, int F,
+cudalab_status collectives_tp_split(int handle, int ar, int gemm, int overlap, int chunks, int T, int H, int F,
                                     int *split);
 /* The same block on device-resident random weights, timed: ms[0] = median milliseconds of `iters`
    forwards (each one synchronised across the ranks), for the executable and the 2-GPU run. */
-cudalab_status collectives_tp_mlp_time(int handle, int ar_variant, int gemm, int overlap, int chunks, int T, int H,
+cudalab_status collectives_tp_mlp_time(int handle, int ar, int gemm, int overlap, int chunks, int T, int H,
                                        int F, int iters, float *ms);
 
 #ifdef __cplusplus

@@ -629,6 +629,13 @@ def tp_gemm_names() -> tuple[str, ...]:
     return library.read_table(PROGRAM, "tp_gemm")
 
 
+def tp_allreduce_names() -> tuple[str, ...]:
+    """The all-reduces the tensor-parallel block can run, as the library names them: the lab's
+    02_ring_allreduce and 03_oneshot_allreduce, and "copy_engine" (the copy engines carry the bytes
+    between GPUs, a few blocks a rank add: no SM moves a byte over the link)."""
+    return library.read_table(PROGRAM, "tp_allreduce")
+
+
 def tp_gemm_refusal(gemm: str, world: int, hidden: int, ffn: int) -> str | None:
     """None when GEMM `gemm` runs the block of `hidden` and `ffn` over `world` ranks on this build and
     GPU, else why not, in the library's words. Nothing is launched."""
@@ -641,8 +648,8 @@ def tp_gemm_refusal(gemm: str, world: int, hidden: int, ffn: int) -> str | None:
 def tp_mlp(x, w1, w2, world: int, overlap: bool = False, chunks: int = 4, ar_variant: str = "02_ring_allreduce",
            virtual: bool | None = None, timeout_ms: int = DEFAULT_TIMEOUT_MS, gemm: str = "auto") -> CollectiveResult:
     """y = gelu(x W1^T) W2^T with W1 (F x H) split by rows and W2 (H x F) by columns over `world`
-    ranks, each partial y all-reduced (`ar_variant`); bf16 inputs, float32 y on every rank. `gemm`
-    names the GEMM (tp_gemm_names()); a GEMM that cannot run the block here is refused before any launch."""
+    ranks, each partial y all-reduced (`ar_variant`, one of tp_allreduce_names()); bf16 inputs, float32 y
+    on every rank. `gemm` names the GEMM (tp_gemm_names()); a GEMM that cannot run the block here is refused before any launch."""
     import ml_dtypes
 
     bf = np.dtype(ml_dtypes.bfloat16)
@@ -659,8 +666,8 @@ def tp_mlp(x, w1, w2, world: int, overlap: bool = False, chunks: int = 4, ar_var
         raise ValueError(f"world must be a positive integer, got {world!r}")
     if F % world:
         raise ValueError(f"F ({F}) must be a multiple of the world ({world}): each rank takes F/world rows of w1")
-    if ar_variant not in ("02_ring_allreduce", "03_oneshot_allreduce"):
-        raise ValueError(f"ar_variant must be 02_ring_allreduce or 03_oneshot_allreduce, got {ar_variant!r}")
+    if ar_variant not in tp_allreduce_names():
+        raise ValueError(f"ar_variant must be one of {', '.join(tp_allreduce_names())}, got {ar_variant!r}")
     if not isinstance(chunks, (int, np.integer)) or chunks < 1:
         raise ValueError(f"chunks must be a positive integer, got {chunks!r}")
     gemm_index = library.table_index(PROGRAM, "tp_gemm", gemm)
@@ -674,7 +681,7 @@ def tp_mlp(x, w1, w2, world: int, overlap: bool = False, chunks: int = 4, ar_var
     v = plan(int(world), variant, virtual)
     y = np.full((world, T, H), np.nan, dtype=np.float32)
     with Communicator(int(world), T * H * 4, v, timeout_ms=timeout_ms) as c:
-        c._call("collectives_tp_mlp", c.handle, variant_index(ar_variant), gemm_index, int(bool(overlap)), int(chunks),
+        c._call("collectives_tp_mlp", c.handle, tp_allreduce_names().index(ar_variant), gemm_index, int(bool(overlap)), int(chunks),
                 T, H, F, x, w1, w2, y)
         return CollectiveResult(list(y), variant, int(world), c.ranks, _note(v, int(world)))
 
@@ -813,6 +820,9 @@ def sanitize_args() -> dict[str, list[str]]:
         "oneshot_ll_i32_w2": ["--variant", "06_oneshot_ll", "--world", "2", "--n", "4099", "--dtype", "i32", *common],
         "tp_overlap_w2": ["--variant", "tp_mlp_overlap", "--world", "2", "--tokens", "40", "--hidden", "64",
                           "--ffn", "128", "--chunks", "3", *common],
+        # copy_engine's parts end off a 16-byte pack: blocks of 8, 16 and 17 rows of 62 values
+        "tp_copy_engine_w3": ["--variant", "tp_mlp_overlap", "--world", "3", "--tokens", "41", "--hidden", "62",
+                              "--ffn", "126", "--chunks", "3", "--allreduce", "copy_engine", *common],
     }
     # A variant this GPU or build cannot run would only exit with its refusal, which checks nothing.
     # Without a built library (sanitize_args is also asked there) every case is kept.

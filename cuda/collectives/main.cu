@@ -2,7 +2,7 @@
 //
 //   collectives [--variant V] [--n N] [--dtype f32|bf16|i32] [--world W] [--virtual] [--iters K]
 //               [--blocks B] [--timeout-ms T] [--direction 0to1|1to0|both]
-//               [--tokens T --hidden H --ffn F --chunks C --gemm G]  (tp_mlp, tp_mlp_overlap)
+//               [--tokens T --hidden H --ffn F --chunks C --gemm G --allreduce A]  (tp_mlp, tp_mlp_overlap)
 //               [--id-file PATH]          (one process per rank; default $CUDALAB_ID_FILE)
 //
 // One process, W ranks: one rank per GPU when W GPUs are visible with peer access (and no
@@ -46,7 +46,8 @@ extern "C" int collectives_rank_run(int rank, int world, int local_rank, const c
 static const char *kUsageHead =
     "usage: collectives [--variant V] [--n N] [--dtype f32|bf16|i32] [--world W] [--virtual] [--iters K]\n"
     "                   [--blocks B] [--timeout-ms T] [--direction 0to1|1to0|both]\n"
-    "                   [--tokens T --hidden H --ffn F --chunks C --gemm auto|mma_sync|wgmma] [--id-file PATH]\n"
+    "                   [--tokens T --hidden H --ffn F --chunks C --gemm auto|mma_sync|wgmma]\n"
+    "                   [--allreduce 02_ring_allreduce|03_oneshot_allreduce|copy_engine] [--id-file PATH]\n"
     "one process per rank when RANK/WORLD_SIZE, OMPI_COMM_WORLD_* or SLURM_PROCID/SLURM_NTASKS are set\n"
     "(NCCL's three collectives; with --variant, that variant over CUDA IPC, on one node only)";
 
@@ -193,6 +194,7 @@ int main(int argc, char **argv) {
     // only the last block's all-reduce is left in the open (collectives.cu, tp_split says more).
     long long tokens = 256, hidden = 512, ffn = 2048, chunks = 8;
     const char *gemm_name = "auto";  // tp_*: the GEMM (collectives_tp_gemm_name's table)
+    const char *ar_name = "02_ring_allreduce";  // tp_*: the all-reduce (collectives_tp_allreduce_name's table)
     int dtype = 0, direction = 3;
     bool force_virtual = false, variant_given = false;
     int self = -1, local_rank = 0;  // one process per rank: this one's rank and GPU
@@ -211,6 +213,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--ffn") == 0) ffn = cudalab_parse_range(val(), "--ffn", 1, INT_MAX);
         else if (strcmp(a, "--chunks") == 0) chunks = cudalab_parse_range(val(), "--chunks", 1, 1024);
         else if (strcmp(a, "--gemm") == 0) gemm_name = val();
+        else if (strcmp(a, "--allreduce") == 0) ar_name = val();
         else if (strcmp(a, "--id-file") == 0) id_file = val();
         else if (strcmp(a, "--virtual") == 0) force_virtual = true;
         else if (strcmp(a, "--dtype") == 0) {
@@ -239,6 +242,12 @@ int main(int argc, char **argv) {
     if (gemm < 0)
         CUDALAB_USAGE_ERROR("unknown --gemm '%s' (valid: %s)", gemm_name,
                             cudalab_name_list(collectives_tp_gemm_count, collectives_tp_gemm_name).c_str());
+    int ar = -1;
+    for (int k = 0; k < collectives_tp_allreduce_count(); ++k)
+        if (strcmp(ar_name, collectives_tp_allreduce_name(k)) == 0) ar = k;
+    if (ar < 0)
+        CUDALAB_USAGE_ERROR("unknown --allreduce '%s' (valid: %s)", ar_name,
+                            cudalab_name_list(collectives_tp_allreduce_count, collectives_tp_allreduce_name).c_str());
 
     // ---- one process per rank ----
     const char *which = nullptr;
@@ -316,17 +325,17 @@ int main(int argc, char **argv) {
         check_status(collectives_comm_create((int)world, devices, y_bytes, y_bytes, (int)blocks, timeout_ms, &h),
                      "collectives_comm_create");
         int split[2] = {0, 0};  // the GEMMs' SMs and the all-reduce's blocks, for the result line
-        check_status(collectives_tp_split(h, 2, gemm, v == 8, (int)chunks, (int)tokens, (int)hidden, (int)ffn, split),
+        check_status(collectives_tp_split(h, ar, gemm, v == 8, (int)chunks, (int)tokens, (int)hidden, (int)ffn, split),
                      "collectives_tp_split");
         float ms = 0.f;
-        check_status(collectives_tp_mlp_time(h, 2, gemm, v == 8, (int)chunks, (int)tokens, (int)hidden, (int)ffn,
+        check_status(collectives_tp_mlp_time(h, ar, gemm, v == 8, (int)chunks, (int)tokens, (int)hidden, (int)ffn,
                                              (int)iters, &ms),
                      variant);
         const double flops = 2.0 * 2.0 * (double)tokens * hidden * ffn;  // two GEMMs of the whole block
         printf("result program=collectives variant=%s dtype=bf16 tokens=%lld hidden=%lld ffn=%lld chunks=%lld world=%lld "
-               "ranks=%s ms=%.6f tflops=%.3f check=skip gemm=%s gemm_sms=%d comm_blocks=%d\n",
+               "ranks=%s ms=%.6f tflops=%.3f check=skip gemm=%s allreduce=%s gemm_sms=%d comm_blocks=%d\n",
                variant, tokens, hidden, ffn, v == 8 ? chunks : 1, world, devices ? "devices" : "virtual", ms,
-               flops / (ms * 1e9), ran, split[0], split[1]);
+               flops / (ms * 1e9), ran, ar_name, split[0], split[1]);
         check_status(collectives_comm_destroy(h), "collectives_comm_destroy");
         return 0;
     }

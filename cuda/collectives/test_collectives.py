@@ -33,6 +33,7 @@ FAKE_RANK = ROOT / "tests" / "fixtures" / "fake_rank.py"
 BF16 = np.dtype(ml_dtypes.bfloat16)
 DTYPES = [np.dtype(np.float32), BF16, np.dtype(np.int32)]
 LAB_ALLREDUCE = ["02_ring_allreduce", "03_oneshot_allreduce"]
+TP_ALLREDUCE = [*LAB_ALLREDUCE, "copy_engine"]  # the tensor-parallel block's all-reduces
 SIGNAL_ALLREDUCE = ["04_oneshot_signal", "05_twoshot_allreduce", "06_oneshot_ll", "auto_allreduce"]  # device epochs
 N_GPUS = len(gpus.physical_gpus())  # nvidia-smi's count: no CUDA context in the collecting process
 
@@ -280,6 +281,9 @@ def test_executable_refuses_bad_arguments_with_status_2():
     assert r.returncode == 2 and "runs in one process" in r.stderr
     r = _exe("--variant", "tp_mlp_overlap", "--gemm", "cublas")
     assert r.returncode == 2 and "unknown --gemm 'cublas' (valid: auto, mma_sync, wgmma)" in r.stderr, r.stderr
+    r = _exe("--variant", "tp_mlp_overlap", "--allreduce", "nccl_allreduce")
+    assert r.returncode == 2 and ("unknown --allreduce 'nccl_allreduce' (valid: 02_ring_allreduce, "
+                                  "03_oneshot_allreduce, copy_engine)") in r.stderr, r.stderr
     r = _exe("--variant", "03_oneshot_allreduce", "--virtual", env={"RANK": "0", "WORLD_SIZE": "1"})
     assert r.returncode == 2 and "--virtual runs every rank in one process" in r.stderr, r.stderr
 
@@ -307,6 +311,7 @@ def test_sanitize_and_profile_hooks_cover_every_lab_kernel_on_virtual_ranks():
         # A kernel this build or GPU cannot run (tp_mlp's sm_80 GEMM on sm_75) is left out, and only then.
         runs_here = kernel != "tp_mlp_overlap" or _runs_here(kernel)
         assert any(f"--variant {kernel}" in f for f in flat) == runs_here, kernel
+    assert any("--allreduce copy_engine" in f for f in flat) == _runs_here("tp_mlp_overlap")  # its adds too
     for dt in ("f32", "bf16", "i32"):
         assert any(f"--dtype {dt}" in f for f in flat), dt
     assert all("--virtual" in v for v in runs.values())
@@ -703,7 +708,7 @@ def _tp_inputs(T=72, H=64, F=256, seed=0):
 @pytest.mark.gpu
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("overlap", [False, True], ids=["plain", "overlap"])
-@pytest.mark.parametrize("ar", LAB_ALLREDUCE)
+@pytest.mark.parametrize("ar", TP_ALLREDUCE)
 def test_tp_mlp_on_virtual_ranks_matches_the_unsharded_block(world, overlap, ar):
     from harness.calling.results import relative_error
 
@@ -724,9 +729,10 @@ def test_tp_mlp_on_virtual_ranks_matches_the_unsharded_block(world, overlap, ar)
     assert relative_error(res.outputs[0], no_gelu) > 5e-2
 
 
-def _check_tp_gemm(x, w1, w2, world, gemm, chunks, virtual):
-    """The block with GEMM `gemm`, plain and overlapped, against the unsharded one; every rank the same
-    bits. A GEMM this GPU or build cannot run is refused in one line before any launch, then skipped."""
+def _check_tp_gemm(x, w1, w2, world, gemm, chunks, virtual, ar="02_ring_allreduce"):
+    """The block with GEMM `gemm` and all-reduce `ar`, plain and overlapped, against the unsharded one;
+    every rank the same bits. A GEMM this GPU or build cannot run is refused in one line before any
+    launch, then skipped."""
     from harness.calling.results import relative_error
 
     H, F = x.shape[1], w1.shape[0]
@@ -737,7 +743,7 @@ def _check_tp_gemm(x, w1, w2, world, gemm, chunks, virtual):
         pytest.skip(why)
     ref = co.tp_reference(x, w1, w2)
     for overlap in (False, True):
-        res = co.tp_mlp(x, w1, w2, world, overlap=overlap, chunks=chunks, gemm=gemm, virtual=virtual)
+        res = co.tp_mlp(x, w1, w2, world, overlap=overlap, chunks=chunks, gemm=gemm, virtual=virtual, ar_variant=ar)
         for r in range(world):
             err = relative_error(res.outputs[r], ref)
             assert err < 5e-3, (overlap, r, err)
@@ -758,9 +764,21 @@ TP_RAGGED = [(1, 1), (203, 3), (1000, 5)]
 @pytest.mark.parametrize("gemm", ["mma_sync", "wgmma"])
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("T, chunks", TP_RAGGED, ids=[f"T{t}c{c}" for t, c in TP_RAGGED])
-def test_tp_mlp_each_gemm_on_virtual_ranks_on_ragged_token_blocks(gemm, world, T, chunks):
+@pytest.mark.parametrize("ar", ["02_ring_allreduce", "copy_engine"])
+def test_tp_mlp_each_gemm_on_virtual_ranks_on_ragged_token_blocks(gemm, world, T, chunks, ar):
+    # copy_engine's parts at T = 1: 192 values in `world` parts of whole packs (48 or 96 each)
     x, w1, w2 = _tp_inputs(T=T, H=192, F=768, seed=T + world)
-    _check_tp_gemm(x, w1, w2, world, gemm, chunks, virtual=True)
+    _check_tp_gemm(x, w1, w2, world, gemm, chunks, virtual=True, ar=ar)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_tp_mlp_copy_engine_on_parts_of_ragged_length(world):
+    # copy_engine splits each token block's rows x H values into `world` parts of whole 16-byte packs;
+    # hidden 62 over 41 tokens in blocks of 8, 16 and 17 rows (1054 values) leaves a last part that ends
+    # 2 values past its last pack, and the plain form's one block (2542 values) the same.
+    x, w1, w2 = _tp_inputs(T=41, H=62, F=120, seed=41 + world)
+    _check_tp_gemm(x, w1, w2, world, "auto", 3, virtual=True, ar="copy_engine")
 
 
 @pytest.mark.gpu
@@ -860,14 +878,16 @@ def test_nccl_collectives_on_two_gpus():
 @pytest.mark.gpu
 @needs_gpus(2)
 @pytest.mark.parametrize("overlap", [False, True], ids=["plain", "overlap"])
-def test_tp_mlp_on_two_gpus(overlap):
+@pytest.mark.parametrize("ar", TP_ALLREDUCE)
+def test_tp_mlp_on_two_gpus(overlap, ar):
     from harness.calling.results import relative_error
 
     x, w1, w2 = _tp_inputs()
-    res = co.tp_mlp(x, w1, w2, 2, overlap=overlap, virtual=False)
+    res = co.tp_mlp(x, w1, w2, 2, overlap=overlap, virtual=False, ar_variant=ar)
     assert res.ranks == "devices"
     for r in range(2):
         assert relative_error(res.outputs[r], co.tp_reference(x, w1, w2)) < 5e-3
+        assert res.outputs[r].tobytes() == res.outputs[0].tobytes()
 
 
 # One rank per GPU: each GPU's GEMMs under the overlapped form's SM cap, the all-reduce beside them on
@@ -875,11 +895,54 @@ def test_tp_mlp_on_two_gpus(overlap):
 @pytest.mark.gpu
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("gemm", ["auto", "mma_sync", "wgmma"])
-def test_tp_mlp_each_gemm_on_one_gpu_per_rank(world, gemm):
+@pytest.mark.parametrize("ar", ["02_ring_allreduce", "copy_engine"])
+def test_tp_mlp_each_gemm_on_one_gpu_per_rank(world, gemm, ar):
     if gpus.too_few_gpus(world):
         pytest.skip(gpus.too_few_gpus(world))
     x, w1, w2 = _tp_inputs(T=1000, H=192, F=768, seed=world)
-    assert _check_tp_gemm(x, w1, w2, world, gemm, 5, virtual=False).ranks == "devices"
+    assert _check_tp_gemm(x, w1, w2, world, gemm, 5, virtual=False, ar=ar).ranks == "devices"
+
+
+def _expected_split(sms: int, tiles: int, launch_ranks: int, default_blocks: int, given: int = 0) -> tuple[int, int]:
+    """tp_split's rule, restated: the wgmma GEMM's balanced persistent grid runs `tiles` tiles on
+    ceil(tiles / rounds) SMs; the all-reduce gets one block a free SM (at least 4 SMs), the named
+    --blocks if given, and no cap where it would take more than half the SMs."""
+    rounds = -(-tiles // sms)
+    busy = -(-tiles // rounds)
+    free = max(4, sms - busy)
+    blocks = given or max(1, min(default_blocks, free // launch_ranks))
+    comm = blocks * launch_ranks
+    return (0, default_blocks if not given else given) if 2 * comm > sms else (sms - comm, blocks)
+
+
+@pytest.mark.gpu
+def test_tp_split_caps_the_gemms_at_the_sms_the_allreduce_leaves():
+    """One token block of 1024 rows at hidden 8192 and ffn/world 8192: both GEMMs are 8 x 32 tiles of
+    128 x 256. The result line's gemm_sms and comm_blocks are the split the forward ran with."""
+    from harness.calling import cudart
+
+    H, world = 8192, 2
+    F = 8192 * world
+    why = co.unsupported_reason("tp_mlp_overlap") or co.tp_gemm_refusal("wgmma", world, H, F)
+    if why:
+        pytest.skip(why)
+    sms = cudart.summary().sm_count
+    shapes = [("--virtual",), ()] if not gpus.too_few_gpus(world) else [("--virtual",)]
+    for shape in shapes:
+        virtual = bool(shape)
+        for given, ar in ((0, "02_ring_allreduce"), (6, "copy_engine")):
+            args = ["--variant", "tp_mlp_overlap", "--world", str(world), *shape, "--tokens", "1024", "--hidden", str(H),
+                    "--ffn", str(F), "--chunks", "1", "--gemm", "wgmma", "--allreduce", ar, "--iters", "1"]
+            if given:
+                args += ["--blocks", str(given)]
+            r = _exe(*args, timeout=120)
+            assert r.returncode == 0, r.stderr
+            line = next(x for x in r.stdout.splitlines() if x.startswith("result "))
+            got = tuple(int(re.search(rf"{k}=(\d+)", line).group(1)) for k in ("gemm_sms", "comm_blocks"))
+            default = max(1, min(16, co.max_virtual_world(1) // world)) if virtual else 32
+            want = _expected_split(sms, 8 * 32, world if virtual else 1, default, given)
+            assert got == want, (shape, given, line)
+            assert f"allreduce={ar}" in line and f"ranks={'virtual' if virtual else 'devices'}" in line
 
 
 @pytest.mark.gpu

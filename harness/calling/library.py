@@ -304,8 +304,8 @@ _TABLES: dict[tuple[str, str], tuple[str, ...]] = {}
 
 
 def read_table(prog: str, kind: str = "variant") -> tuple[str, ...]:
-    """The names in lib<prog>.so's one table of `kind` ("variant", "config", or collectives' "tp_gemm": the
-    GEMMs its tensor-parallel block runs), in its order, through `<prog>_<kind>_count()` /
+    """The names in lib<prog>.so's one table of `kind` ("variant", "config", or collectives' "tp_gemm" and
+    "tp_allreduce": the GEMMs and all-reduces its tensor-parallel block runs), in its order, through `<prog>_<kind>_count()` /
     `<prog>_<kind>_name(i)`; "tags": each variant's tags, in the variant
     table's order, through `<prog>_variant_tags(i)`. The only reader of these tables on the Python side:
     the names are never typed again. AttributeError when the library has no such table. Read once per
@@ -313,9 +313,11 @@ def read_table(prog: str, kind: str = "variant") -> tuple[str, ...]:
     key = (prog, kind)
     if key not in _TABLES:
         accessors = {"variant": ("_variant_count", "_variant_name"), "config": ("_config_count", "_config_name"),
-                     "tp_gemm": ("_tp_gemm_count", "_tp_gemm_name"), "tags": ("_variant_count", "_variant_tags")}
+                     "tp_gemm": ("_tp_gemm_count", "_tp_gemm_name"),
+                     "tp_allreduce": ("_tp_allreduce_count", "_tp_allreduce_name"),
+                     "tags": ("_variant_count", "_variant_tags")}
         if kind not in accessors:
-            raise ValueError(f"kind must be 'variant', 'config', 'tp_gemm' or 'tags', got {kind!r}")
+            raise ValueError(f"kind must be 'variant', 'config', 'tp_gemm', 'tp_allreduce' or 'tags', got {kind!r}")
         lib = load(prog)
         count, name = (getattr(lib, prog + suffix) for suffix in accessors[kind])
         _TABLES[key] = tuple(lib.ffi.string(name(i)).decode() for i in range(count()))
