@@ -4,7 +4,9 @@ launch was enqueued in, and each phase's share of the GPU's time.
 Input: the SQLite file nsys exports beside a report (`invoke profile <prog> --tool nsys` leaves it in
 build/profiles/<prog>/), read by harness.profiling.nsys.kernel_trace. A program that marks its
 phases with NVTX ranges (transformer_block's training step: train_step / forward, backward, sgd)
-gets one row per phase; one without ranges gets one row per stream. Nothing here launches anything.
+gets one row per phase; one without ranges gets one row per stream. Copies between GPUs (the copy
+engines' part of a collective) are drawn as bars too, and counted with the kernels' time.
+Nothing here launches anything.
 
 Why: a kernel-shares table says how long each kernel took in total; the order and the gaps between
 phases (a launch-bound stretch, a phase that waits on another) only show on a time axis.
@@ -112,9 +114,12 @@ def figure(w: pd.DataFrame, title: str = "") -> plt.Figure:
         for r in k[k["end_us"] - k["start_us"] > LABEL_SHARE * span].itertuples():  # long kernels named
             ax.text((r.start_us + r.end_us) / 2, row, short_name(r.name), ha="center", va="center", fontsize=7,
                     color="white", clip_on=True)
+    copies = w[w["name"] == nsys.PEER_COPY].groupby("phase").size()
     for r in shares.itertuples():
-        ax.bar(0, 0, color=colour[r.phase], label=f"{r.phase}: {r.kernel_us / 1e3:.3f} ms in {r.kernels} "
-                                                  f"kernels, {r.kernel_pct:.1f}%")
+        c = int(copies.get(r.phase, 0))
+        what = f"{r.kernels - c} kernels" + (f" and {c} copies" if c else "")
+        ax.bar(0, 0, color=colour[r.phase], label=f"{r.phase}: {r.kernel_us / 1e3:.3f} ms in {what}, "
+                                                  f"{r.kernel_pct:.1f}%")
     ax.set_yticks(range(len(lanes)), lanes)
     ax.invert_yaxis()
     ax.set_xlim(0, span * 1.01)

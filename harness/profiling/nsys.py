@@ -286,12 +286,14 @@ def summary_from_sqlite(path: Path) -> dict[str, pd.DataFrame]:
 
 
 TRACE_COLUMNS = ["name", "start_us", "end_us", "device", "stream", "ranges", "outer_id"]
+PEER_COPY = "[CUDA memcpy Peer-to-Peer]"  # a copy engine's copy between two GPUs, as nsys's summaries name it
 NVTX_RANGE_TYPES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange in nsys's ENUM_NSYS_EVENT_TYPE
 
 
 def kernel_trace(path: Path) -> pd.DataFrame:
-    """Every kernel of an nsys SQLite export, in start order: name, start_us and end_us (µs from the
-    first kernel's start), device, stream, and the NVTX ranges its launch was enqueued in ("ranges",
+    """Every kernel of an nsys SQLite export, and every copy between two GPUs (named PEER_COPY: the copy
+    engines' share of a collective, which no kernel shows), in start order: name, start_us and end_us (µs
+    from the first one's start), device, stream, and the NVTX ranges its launch was enqueued in ("ranges",
     outermost first, joined by "/"; "" outside any) with "outer_id", the number of the outermost
     range instance (-1 outside any). A kernel belongs to a range when the runtime call that launched
     it (same correlation id) started inside the range on the same thread: kernels run later than
@@ -314,6 +316,13 @@ def kernel_trace(path: Path) -> pd.DataFrame:
             "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName ORDER BY k.start", con)
         if k.empty:
             raise ValueError(f"{path} holds no CUDA kernels")
+        if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables and {"srcDeviceId", "dstDeviceId"} <= _columns(
+                con, "CUPTI_ACTIVITY_KIND_MEMCPY"):
+            peer = pd.read_sql_query(
+                "SELECT ? AS name, start, end, deviceId AS device, streamId AS stream, correlationId "
+                "FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE srcDeviceId != dstDeviceId", con, params=(PEER_COPY,))
+            if len(peer):
+                k = pd.concat([k, peer], ignore_index=True).sort_values("start", kind="stable").reset_index(drop=True)
         launches = pd.DataFrame(columns=["correlationId", "api_start", "tid"])
         if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
             launches = pd.read_sql_query("SELECT correlationId, start AS api_start, globalTid AS tid "

@@ -110,6 +110,29 @@ def test_a_named_range_that_holds_no_kernel_is_refused_naming_the_ones_seen(tmp_
         trace.step_window(trace.read(_two_steps(tmp_path)), "sgd_x")
 
 
+def test_copies_between_gpus_join_the_trace_in_their_launch_range_and_local_copies_do_not(tmp_path):
+    p = _two_steps(tmp_path)
+    con = sqlite3.connect(p)
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INT, end INT, deviceId INT, streamId INT, "
+                "correlationId INT, srcDeviceId INT, dstDeviceId INT, copyKind INT)")
+    # enqueued inside the second step's backward (1110-1250 ns), run on GPU 1's copy stream 12
+    for corr, (start, src, dst) in enumerate([(20_200, 1, 0), (20_300, 0, 0)], start=100):
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?, ?, ?, 12, ?, ?, ?, 10)",
+                    (start, start + 50, src, corr, src, dst))
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, 1)", (1_200, 1_205, MAIN, corr))
+    con.commit()
+    con.close()
+    t = nsys.kernel_trace(p)
+    peer = t[t["name"] == nsys.PEER_COPY]
+    assert len(peer) == 1 and peer["device"].iloc[0] == 1 and peer["stream"].iloc[0] == 12  # the 0 -> 0 copy is left out
+    assert peer["ranges"].iloc[0] == "train_step/backward" and list(t["start_us"]) == sorted(t["start_us"])
+    w = trace.step_window(t)
+    s = trace.phase_shares(w).set_index("phase")
+    assert s.loc["backward", "kernels"] == 2 and s.loc["backward", "kernel_us"] == pytest.approx(0.35)
+    labels = [t.get_text() for t in trace.figure(w).axes[0].get_legend().get_texts()]
+    assert any(lb.startswith("backward: 0.000 ms in 1 kernels and 1 copies") for lb in labels), labels
+
+
 def test_files_that_are_no_trace_are_refused_in_one_line(tmp_path):
     junk = tmp_path / "junk.sqlite"
     junk.write_text("not a database at all, just text " * 20)
