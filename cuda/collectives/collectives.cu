@@ -21,7 +21,8 @@
 //   tokens into blocks and all-reduces block i on a second stream while block i+1's GEMMs run. The GEMMs
 //   are the lab's fastest (cuda/shared/gemm_tc/wgmma_launch.cuh, gemm_tc::launch_fastest): gemm_tc's
 //   wgmma rung where this build has sm_90a and the GPU is a Hopper, its 02_mma_sync elsewhere; either
-//   can be named (kTpGemms) to time one against the other.
+//   can be named (kTpGemms) to time one against the other. The all-reduce is 02, 03 or copy_engine
+//   (kTpAllreduces: the copy engines carry the bytes, a few SMs add; tp_copy_allreduce).
 //
 // One kernel body, two launches. Each collective kernel takes the table of every rank's pointers. With
 // a.rank >= 0 it is launched on rank a.rank's GPU, one block per chunk lane; with a.rank < 0 it is ONE

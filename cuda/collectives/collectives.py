@@ -5,7 +5,9 @@ Public API (numpy in, numpy out; every argument is checked before anything is la
     allreduce(arrays, variant="02_ring_allreduce")    one array per rank -> CollectiveResult
     allgather(arrays), reduce_scatter(arrays)           NCCL (one GPU per rank)
     p2p_copy(arrays, direction="both", method="kernel") two ranks: each gets the other's array
-    tp_mlp(x, w1, w2, world, overlap=False, gemm="auto")   y = gelu(x W1^T) W2^T over `world` ranks
+    tp_mlp(x, w1, w2, world, overlap=False, gemm="auto", ar_variant="02_ring_allreduce")
+                                                        y = gelu(x W1^T) W2^T over `world` ranks; the
+                                                        all-reduce one of tp_allreduce_names()
     Communicator(world, nbytes, ...)                    the handle the above open and close; keep one
                                                         open for back-to-back calls (its flags persist)
     reference_allreduce(arrays), tp_reference(x, w1, w2)   numpy, float64 where rounding matters
