@@ -472,22 +472,25 @@ def sanitize(c, programs="", tool="all", jobs=""):
 
 
 @task(help={"what": "bench (ratio bars, roofline, ladders), profile (a program's kernel shares), tune (every "
-                    "cached `invoke tune` search under bench/results/), timeline, latency (all-reduce sweeps) or "
+                    "cached `invoke tune` search under bench/results/), timeline, latency (all-reduce sweeps), "
+                    "scaling (the tensor-parallel block on one GPU against several) or "
                     "trace (an nsys trace's kernels on a time axis, by NVTX phase)",
             "csv": "bench: the CSV to draw (default: the build/bench/*.csv with the newest date inside); timeline: "
-                   "the timeline CSV; latency: the sweep CSVs, comma-separated; trace: the nsys .sqlite export",
+                   "the timeline CSV; latency: the sweep CSVs, comma-separated; scaling: collectives.tp_scaling's "
+                   "CSV; trace: the nsys .sqlite export",
             "outer": "trace: the NVTX range whose last instance to draw (default: the first one a kernel ran in)",
             "by": "trace: one row per phase (default) or per GPU and stream (`--by stream`, to see overlap)",
             "prog": f"profile: the program whose build/profiles/<prog>/kernels.csv to draw: {_PROGRAMS}",
             "outdir": "where the PNGs go (default build/plots)"})
 @cli.help_if_asked
 def plot(c, what, csv=None, prog=None, outdir="build/plots", outer=None, by="phase"):
-    """Draw from saved results (no GPU needed): bench, profile, tune, timeline, latency or trace.
+    """Draw from saved results (no GPU needed): bench, profile, tune, timeline, latency, scaling or trace.
 
     `invoke plot bench` (ratio bars + roofline), `invoke plot profile --prog square`, `invoke plot tune`
     (each cached parameter search), `invoke plot timeline --csv F` (one matmul launch's blocks on its
     SMs, from `matmul --timeline`), `invoke plot latency --csv W2.csv,W4.csv` (all-reduce latency against
-    NCCL with auto_allreduce's crossovers, and the collectives page's table), `invoke plot trace --csv
+    NCCL with auto_allreduce's crossovers, and the collectives page's table), `invoke plot scaling --csv
+    S.csv` (the tensor-parallel block's speedup over one GPU, and the page's table), `invoke plot trace --csv
     build/profiles/transformer_block/nsys_X.sqlite` (one training step's kernels by phase, from
     `invoke profile ... --tool nsys`)."""
     if what == "bench":
@@ -547,6 +550,16 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots", outer=None, by="pha
             path = alat.plot(frames, Path(outdir) / alat.figure_name(csv.split(",")[0]))
         print(path)
         print(alat.page_table(frames))
+    elif what == "scaling":
+        from analysis import tp_scaling as ats  # deferred: matplotlib (1 s) only to draw
+
+        if not csv:
+            raise Exit("plot scaling: name the CSV with --csv (collectives.tp_scaling's rows, saved with .to_csv)")
+        with cli.one_line("plot scaling"):
+            df = ats.read(csv)
+            path = ats.plot(df, Path(outdir) / f"{Path(csv).stem}.png")
+        print(path)
+        print(ats.page_table(df))
     elif what == "trace":
         from analysis import trace as atr  # deferred: matplotlib (1 s) only to draw
 
@@ -559,7 +572,7 @@ def plot(c, what, csv=None, prog=None, outdir="build/plots", outer=None, by="pha
         print(path)
         print(atr.page_table(w))
     else:
-        raise Exit(f"plot: nothing called {what!r}; choose bench, profile, tune, timeline, latency or trace")
+        raise Exit(f"plot: nothing called {what!r}; choose bench, profile, tune, timeline, latency, scaling or trace")
 
 
 @task(help={"prog": "the program to tune: matmul (ladder configurations for 09_tuned), gemm_tc (wgmma "

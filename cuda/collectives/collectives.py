@@ -951,6 +951,74 @@ def latency_sweep_processes(world: int, sizes=None, iters: int = 200, deadline_s
     return pd.DataFrame(rows)
 
 
+# --- the tensor-parallel block's scaling: one GPU against several, interleaved ----------------------------
+
+# The forms a scaling run times at each world size: (variant, all-reduce). The plain block all-reduces
+# after its GEMMs; the overlapped one beside the next token block's GEMMs, with the SM ring or the
+# copy engines.
+TP_FORMS = (("tp_mlp", "02_ring_allreduce"), ("tp_mlp_overlap", "02_ring_allreduce"),
+            ("tp_mlp_overlap", "copy_engine"))
+TP_SCALING_COLUMNS = ["repeat", "order", "world", "variant", "allreduce", "chunks", "ms", "tflops", "gemm",
+                      "gemm_sms", "comm_blocks", "tokens", "hidden", "ffn"]
+
+
+def tp_scaling(worlds=None, repeats: int = 3, tokens: int = 8192, hidden: int = 8192, ffn: int = 32768,
+               gemm: str = "wgmma", iters: int = 8, chunks: int = 8, timeout: float = 300, progress=None):
+    """The tensor-parallel block timed by the executable (median of `iters` forwards a run) on one GPU and
+    on each world size in `worlds` (default: 2, 4 and 8 where that many GPUs are visible), each form of
+    TP_FORMS, `repeats` times over. The one-GPU run and the multi-GPU ones alternate within each repeat,
+    so that a machine whose clocks drift (power capping) moves both sides of every speedup alike.
+    One row per run (TP_SCALING_COLUMNS, `order` the run's place in the sequence). Everything is checked
+    before the first run: a world size with too few GPUs, an unknown GEMM, a shape the block refuses.
+    `progress(done, total, label)` is called before each run (None: a line on stderr)."""
+    import sys
+
+    import pandas as pd
+
+    from harness.measuring import gpus
+
+    visible = len(gpus.physical_gpus())
+    worlds = [w for w in (2, 4, 8) if w <= visible] if worlds is None else list(worlds)
+    if not worlds:
+        raise ValueError(f"the block's scaling needs 2 or more GPUs, one per rank; {visible} visible")
+    for w in worlds:
+        if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 2:
+            raise ValueError(f"worlds must be integers of at least 2 (one GPU is always timed), got {w!r}")
+        if w > visible:
+            raise ValueError(f"world {w} needs {w} GPUs, one per rank; {visible} visible")
+    library.check_int(repeats, "repeats", 1)
+    library.check_int(iters, "iters", 1)
+    library.check_int(chunks, "chunks", 1)
+    if gemm not in tp_gemm_names():
+        raise ValueError(f"gemm must be one of {', '.join(tp_gemm_names())}, got {gemm!r}")
+    for w in worlds:
+        if ffn % w:
+            raise ValueError(f"ffn ({ffn}) must be a multiple of every world size, not of {w}")
+    for w in [1, *worlds]:
+        why = unsupported_reason("tp_mlp") or tp_gemm_refusal(gemm, w, hidden, ffn)
+        if why:
+            raise ValueError(f"the block cannot run with gemm {gemm!r} here: {why}")
+    plan_ = [(1, "tp_mlp", "02_ring_allreduce")] + [(w, v, ar) for w in worlds for v, ar in TP_FORMS]
+    runs = [(k, *p) for k in range(repeats) for p in plan_]
+    rows = []
+    for i, (k, w, variant, ar) in enumerate(runs):
+        label = f"world {w} {variant} {ar}"
+        if progress is None:
+            print(f"tp_scaling [{i + 1}/{len(runs)}] {label}", file=sys.stderr, flush=True)
+        else:
+            progress(i, len(runs), label)
+        out = run("--variant", variant, "--world", w, "--tokens", tokens, "--hidden", hidden, "--ffn", ffn,
+                  "--gemm", gemm, "--allreduce", ar, "--chunks", chunks, "--iters", iters, timeout=timeout)
+        if len(out) != 1 or (w > 1 and out["ranks"].iloc[0] != "devices"):
+            raise AssertionError(f"{label}: expected one result line on {w} GPUs, got {out.to_dict('records')}")
+        r = out.iloc[0]
+        rows.append({"repeat": k, "order": i, "world": w, "variant": variant, "allreduce": ar,
+                     "chunks": int(r["chunks"]), "ms": float(r["ms"]), "tflops": float(r["tflops"]),
+                     "gemm": r["gemm"], "gemm_sms": int(r["gemm_sms"]), "comm_blocks": int(r["comm_blocks"]),
+                     "tokens": tokens, "hidden": hidden, "ffn": ffn})
+    return pd.DataFrame(rows, columns=TP_SCALING_COLUMNS)
+
+
 # --- `invoke doctor` ---------------------------------------------------------------------------------
 
 def doctor_status() -> tuple[bool, str, str]:

@@ -945,6 +945,38 @@ def test_tp_split_caps_the_gemms_at_the_sms_the_allreduce_leaves():
             assert f"allreduce={ar}" in line and f"ranks={'virtual' if virtual else 'devices'}" in line
 
 
+def test_tp_scaling_refuses_what_cannot_run_before_the_first_run(monkeypatch):
+    ran = []
+    monkeypatch.setattr(co, "run", lambda *a, **k: ran.append(a))
+    monkeypatch.setattr(gpus, "physical_gpus", lambda: ["0"])
+    with pytest.raises(ValueError, match="needs 2 or more GPUs, one per rank; 1 visible"):
+        co.tp_scaling()
+    monkeypatch.setattr(gpus, "physical_gpus", lambda: ["0", "1"])
+    for kw, msg in (({"worlds": [4]}, "world 4 needs 4 GPUs, one per rank; 2 visible"),
+                    ({"worlds": [1]}, "at least 2"), ({"worlds": [2.0]}, "integers"),
+                    ({"worlds": [2], "repeats": 0}, "repeats must be at least 1"),
+                    ({"worlds": [2], "gemm": "cublas"}, "gemm must be one of auto, mma_sync, wgmma"),
+                    ({"worlds": [2], "ffn": 33}, r"ffn \(33\) must be a multiple of every world size, not of 2")):
+        with pytest.raises((ValueError, TypeError), match=msg):
+            co.tp_scaling(**kw)
+    assert ran == []
+
+
+@pytest.mark.gpu
+@needs_gpus(2)
+def test_tp_scaling_alternates_one_gpu_and_each_form():
+    why = co.unsupported_reason("tp_mlp")
+    if why:
+        pytest.skip(why)
+    seen = []
+    df = co.tp_scaling(worlds=[2], repeats=2, tokens=256, hidden=512, ffn=2048, gemm="auto", iters=1,
+                       progress=lambda i, n, label: seen.append((i, n, label)))
+    assert list(df.columns) == co.TP_SCALING_COLUMNS and len(df) == 8 and len(seen) == 8 and seen[0][:2] == (0, 8)
+    assert list(df["world"]) == [1, 2, 2, 2] * 2 and list(df["order"]) == list(range(8))
+    assert list(zip(df["variant"], df["allreduce"]))[1:4] == list(co.TP_FORMS)
+    assert (df["ms"] > 0).all() and (df.loc[df["variant"] == "tp_mlp_overlap", "chunks"] == 8).all()
+
+
 @pytest.mark.gpu
 @needs_gpus(2)
 @needs_nccl()
