@@ -185,7 +185,7 @@ def test_a_kind_of_variant_is_what_the_tables_tags_say(fake_loaded):
 
 
 def test_read_table_refuses_an_unknown_kind_and_a_missing_table(fake_loaded):
-    with pytest.raises(ValueError, match="kind must be 'variant', 'config', 'tp_gemm' or 'tags'"):
+    with pytest.raises(ValueError, match="kind must be 'variant', 'config', 'tp_gemm', 'tp_allreduce' or 'tags'"):
         library.read_table("fake", "configs")
     with pytest.raises(AttributeError, match="fake_config_count"):  # the stand-in has no config table
         library.read_table("fake", "config")

@@ -11,6 +11,9 @@ import pytest
 from analysis import tp_scaling
 from harness.base import paths
 
+COMMITTED = paths.ROOT / "bench" / "results" / "h200" / "collectives_tp_scaling_w2-20261128.csv"
+PAGE = paths.ROOT / "cuda" / "collectives" / "README.md"
+
 
 def _runs(times: dict[tuple[int, str, str], list[float]]) -> pd.DataFrame:
     rows = []
@@ -70,3 +73,12 @@ def test_invoke_plot_scaling_draws_and_a_mistyped_file_is_one_line(tmp_path):
                              capture_output=True, text=True, timeout=120)
         assert bad.returncode != 0 and "Traceback" not in bad.stderr
         assert re.search(msg, bad.stderr + bad.stdout), bad.stderr
+
+
+def test_the_collectives_page_table_is_the_one_the_committed_scaling_run_gives():
+    df = tp_scaling.read(COMMITTED)
+    assert tp_scaling.page_table(df) in PAGE.read_text(), "regenerate it with `invoke plot scaling --csv ...`"
+    # the table says what the CSV says: change one run and it no longer matches
+    df.loc[(df["world"] == 2) & (df["allreduce"] == "copy_engine"), "ms"] *= 1.1
+    assert tp_scaling.page_table(df) not in PAGE.read_text()
+    assert COMMITTED.with_suffix(".png").name in PAGE.read_text()
