@@ -1019,6 +1019,46 @@ def tp_scaling(worlds=None, repeats: int = 3, tokens: int = 8192, hidden: int = 
     return pd.DataFrame(rows, columns=TP_SCALING_COLUMNS)
 
 
+def multi_gpu_sweeps(outdir, repeats: int = 3, socket: bool = True):
+    """Every multi-GPU measurement of this program on the GPUs in view, each CSV written as soon as it is
+    taken (a run stopped at its deadline keeps what it had), into a new folder `outdir`/<time stamp>:
+    the latency sweep one process per GPU at each world size of 2, 4 and 8 that fits
+    (collectives_latency_wW-STAMP.csv, for `invoke plot latency`), the tensor-parallel block's scaling
+    over those world sizes (collectives_tp_scaling-STAMP.csv, for `invoke plot scaling`), and with
+    `socket` NCCL's socket path rehearsed as two nodes beside NVLink at the largest world size up to 4
+    (collectives_socket_wW-STAMP.csv). Returns the folder. ValueError before anything runs on fewer than
+    two GPUs."""
+    import sys
+    import time
+    from pathlib import Path
+
+    from harness.measuring import gpus
+
+    visible = len(gpus.physical_gpus())
+    worlds = [w for w in (2, 4, 8) if w <= visible]
+    if not worlds:
+        raise ValueError(f"the multi-GPU sweeps need 2 or more GPUs, one per rank; {visible} visible")
+    library.check_int(repeats, "repeats", 1)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    folder = Path(outdir) / stamp
+    folder.mkdir(parents=True, exist_ok=False)
+
+    def save(df, name):
+        path = folder / name
+        df.to_csv(path, index=False)
+        print(f"multi_gpu_sweeps: wrote {path}", file=sys.stderr, flush=True)
+
+    for w in worlds:
+        print(f"multi_gpu_sweeps: latency, {w} ranks", file=sys.stderr, flush=True)
+        save(latency_sweep_processes(w), f"collectives_latency_w{w}-{stamp}.csv")
+    save(tp_scaling(worlds=worlds, repeats=repeats), f"collectives_tp_scaling-{stamp}.csv")
+    if socket:
+        w = [x for x in worlds if x <= 4][-1]
+        print(f"multi_gpu_sweeps: NCCL over sockets, {w} ranks on 2 rehearsed nodes", file=sys.stderr, flush=True)
+        save(latency_sweep_processes(w, nodes=2), f"collectives_socket_w{w}-{stamp}.csv")
+    return folder
+
+
 # --- `invoke doctor` ---------------------------------------------------------------------------------
 
 def doctor_status() -> tuple[bool, str, str]:

@@ -962,6 +962,40 @@ def test_tp_scaling_refuses_what_cannot_run_before_the_first_run(monkeypatch):
     assert ran == []
 
 
+def test_multi_gpu_sweeps_saves_each_csv_as_it_is_taken(monkeypatch, tmp_path):
+    import pandas as pd
+
+    calls = []
+
+    def sweep(world, nodes=1):
+        calls.append(("latency", world, nodes))
+        if world == 8:
+            raise RuntimeError("stopped")  # what was taken before it stays on disk
+        return pd.DataFrame({"world": [world], "nodes": [nodes]})
+
+    monkeypatch.setattr(co, "latency_sweep_processes", sweep)
+    monkeypatch.setattr(co, "tp_scaling", lambda worlds, repeats: (calls.append(("tp", tuple(worlds), repeats))
+                                                                   or pd.DataFrame({"w": worlds})))
+    monkeypatch.setattr(gpus, "physical_gpus", lambda: ["0"])
+    with pytest.raises(ValueError, match="need 2 or more GPUs, one per rank; 1 visible"):
+        co.multi_gpu_sweeps(tmp_path / "a")
+    assert not (tmp_path / "a").exists()
+    monkeypatch.setattr(gpus, "physical_gpus", lambda: [str(i) for i in range(4)])
+    folder = co.multi_gpu_sweeps(tmp_path / "b", repeats=2)
+    assert calls == [("latency", 2, 1), ("latency", 4, 1), ("tp", (2, 4), 2), ("latency", 4, 2)]
+    stamp = folder.name
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [f"collectives_latency_w2-{stamp}.csv", f"collectives_latency_w4-{stamp}.csv",
+         f"collectives_tp_scaling-{stamp}.csv", f"collectives_socket_w4-{stamp}.csv"])
+    assert pd.read_csv(folder / f"collectives_socket_w4-{stamp}.csv")["nodes"].tolist() == [2]
+    calls.clear()
+    monkeypatch.setattr(gpus, "physical_gpus", lambda: [str(i) for i in range(8)])
+    with pytest.raises(RuntimeError, match="stopped"):
+        co.multi_gpu_sweeps(tmp_path / "c", socket=False)
+    kept = list((tmp_path / "c").iterdir())[0]
+    assert sorted(p.name.split("-")[0] for p in kept.iterdir()) == ["collectives_latency_w2", "collectives_latency_w4"]
+
+
 @pytest.mark.gpu
 @needs_gpus(2)
 def test_tp_scaling_alternates_one_gpu_and_each_form():
