@@ -1610,12 +1610,16 @@ cudaError_t tp_forward(Comm &c, TpBuffers &t, int ar, int gemm, int overlap, int
             }
         }
         CudalabNvtxRange allreduce("allreduce");
+        // The last block's all-reduce has no GEMM beside it (it waits for the last GEMMs, and nothing is
+        // enqueued after it), so it takes the communicator's blocks, not the few the split leaves: on the
+        // free SMs alone it would be the whole exposed tail of the forward.
+        const int ar_blocks = k + 2 == bl.size() ? c.blocks : split.blocks;
         if (ar == TP_AR_COPY) {
             for (int l = 0; l < L; ++l) {
                 COLL_TRY(cudaSetDevice(c.dev[l]));
                 COLL_TRY(cudaEventRecord(t.ev_y[l], overlap ? t.gemm[l] : c.stream[l]));
             }
-            COLL_TRY(tp_copy_allreduce(c, t, t0, rows, H, split.blocks, comm_streams));
+            COLL_TRY(tp_copy_allreduce(c, t, t0, rows, H, ar_blocks, comm_streams));
             continue;
         }
         if (overlap) {
@@ -1627,7 +1631,7 @@ cudaError_t tp_forward(Comm &c, TpBuffers &t, int ar, int gemm, int overlap, int
         }
         // The all-reduce with the split's blocks per rank (the ring's chunking follows c.blocks).
         const int blocks = c.blocks;
-        c.blocks = split.blocks;
+        c.blocks = ar_blocks;
         const cudaError_t e = enqueue_lab(c, ar == TP_AR_RING ? V02_RING : V03_ONESHOT, 0, (long long)rows * H,
                                           (long long)t0 * H, -1, 0, comm_streams);
         c.blocks = blocks;
