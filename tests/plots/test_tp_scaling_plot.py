@@ -11,7 +11,7 @@ import pytest
 from analysis import tp_scaling
 from harness.base import paths
 
-COMMITTED = paths.ROOT / "bench" / "results" / "h200" / "collectives_tp_scaling_w2-20261128.csv"
+COMMITTED = paths.ROOT / "bench" / "results" / "h200" / "collectives_tp_scaling_w2-20261128T1530.csv"
 PAGE = paths.ROOT / "cuda" / "collectives" / "README.md"
 
 
