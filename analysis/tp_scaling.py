@@ -79,9 +79,8 @@ def figure(df: pd.DataFrame) -> plt.Figure:
     s = summary(df)
     s = s[s["world"] > 1]
     base = float(df.loc[df["world"] == 1, "ms"].median())
-    runs = df[df["world"] > 1].assign(form=[_form(v, a) for v, a in zip(df.loc[df["world"] > 1, "variant"],
-                                                                        df.loc[df["world"] > 1, "allreduce"])])
-    runs = runs.assign(speedup=base / runs["ms"])
+    runs = df[df["world"] > 1]
+    runs = runs.assign(form=[_form(v, a) for v, a in zip(runs["variant"], runs["allreduce"])], speedup=base / runs["ms"])
     fig, ax = plt.subplots(figsize=(7, 4))
     order = list(dict.fromkeys(s["form"]))
     sns.barplot(data=s, x="world", y="speedup", hue="form", hue_order=order, ax=ax, alpha=0.8)

@@ -637,15 +637,14 @@ __global__ void __launch_bounds__(kThreads) small_allreduce_kernel(CollArgs a, i
         return;
     }
 #endif
-    // 06 reads its epoch itself, beside its first loads of the message (oneshot_ll_body says why).
-    const unsigned long long e = mode == 2 ? 0 : block_epoch(a, r, b);
-    if (mode == 2) {
-        const unsigned long long e6 = a.dtype == 0   ? oneshot_ll_body<float>(a, r, b)
-                                      : a.dtype == 1 ? oneshot_ll_body<__nv_bfloat16>(a, r, b)
-                                                     : oneshot_ll_body<int>(a, r, b);
-        end_epoch(a, r, b, e6);
+    if (mode == 2) {  // 06 reads its epoch itself, beside its first loads of the message (oneshot_ll_body says why)
+        end_epoch(a, r, b,
+                  a.dtype == 0   ? oneshot_ll_body<float>(a, r, b)
+                  : a.dtype == 1 ? oneshot_ll_body<__nv_bfloat16>(a, r, b)
+                                 : oneshot_ll_body<int>(a, r, b));
         return;
     }
+    const unsigned long long e = block_epoch(a, r, b);
     if (mode == 1) {
         if (a.dtype == 0) twoshot_body<float>(a, r, b, e);
         else if (a.dtype == 1) twoshot_body<__nv_bfloat16>(a, r, b, e);
@@ -1460,7 +1459,7 @@ bool tp_runs_wgmma(int gemm, int K) {
 // blocks over the idle SMs one each, an SM with one all-reduce block has no room for a GEMM block, and
 // the GEMM blocks left without an SM run as a second wave: that GEMM takes twice its time. Blocks
 // counted one to an SM fit in the SMs the cap frees whichever kernel comes first, however many of them
-// an SM could hold; with fewer blocks, range_add keeps more loads in flight a thread.
+// an SM could hold.
 // Blocks named by the caller (the executable's --blocks) are kept, and the cap leaves them the SMs they
 // fill: the way to time another split. Virtual ranks (one GPU, one cooperative launch of world x
 // blocks) take the same rules with the launch's blocks (at least one a rank, so more virtual ranks
@@ -1629,7 +1628,7 @@ cudaError_t tp_forward(Comm &c, TpBuffers &t, int ar, int gemm, int overlap, int
                 COLL_TRY(cudaStreamWaitEvent(c.stream2[l], c.ev_done[l], 0));
             }
         }
-        // The all-reduce with the split's blocks per rank (the ring's chunking follows c.blocks).
+        // The lab's kernel with ar_blocks blocks per rank (the ring's chunking follows c.blocks).
         const int blocks = c.blocks;
         c.blocks = ar_blocks;
         const cudaError_t e = enqueue_lab(c, ar == TP_AR_RING ? V02_RING : V03_ONESHOT, 0, (long long)rows * H,

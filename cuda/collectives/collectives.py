@@ -668,11 +668,10 @@ def tp_mlp(x, w1, w2, world: int, overlap: bool = False, chunks: int = 4, ar_var
         raise ValueError(f"world must be a positive integer, got {world!r}")
     if F % world:
         raise ValueError(f"F ({F}) must be a multiple of the world ({world}): each rank takes F/world rows of w1")
-    if ar_variant not in tp_allreduce_names():
-        raise ValueError(f"ar_variant must be one of {', '.join(tp_allreduce_names())}, got {ar_variant!r}")
     if not isinstance(chunks, (int, np.integer)) or chunks < 1:
         raise ValueError(f"chunks must be a positive integer, got {chunks!r}")
     gemm_index = library.table_index(PROGRAM, "tp_gemm", gemm)
+    ar_index = library.table_index(PROGRAM, "tp_allreduce", ar_variant)
     variant = "tp_mlp_overlap" if overlap else "tp_mlp"
     why = unsupported_reason(variant)
     if why:
@@ -683,7 +682,7 @@ def tp_mlp(x, w1, w2, world: int, overlap: bool = False, chunks: int = 4, ar_var
     v = plan(int(world), variant, virtual)
     y = np.full((world, T, H), np.nan, dtype=np.float32)
     with Communicator(int(world), T * H * 4, v, timeout_ms=timeout_ms) as c:
-        c._call("collectives_tp_mlp", c.handle, tp_allreduce_names().index(ar_variant), gemm_index, int(bool(overlap)), int(chunks),
+        c._call("collectives_tp_mlp", c.handle, ar_index, gemm_index, int(bool(overlap)), int(chunks),
                 T, H, F, x, w1, w2, y)
         return CollectiveResult(list(y), variant, int(world), c.ranks, _note(v, int(world)))
 
@@ -982,15 +981,13 @@ def tp_scaling(worlds=None, repeats: int = 3, tokens: int = 8192, hidden: int = 
     if not worlds:
         raise ValueError(f"the block's scaling needs 2 or more GPUs, one per rank; {visible} visible")
     for w in worlds:
-        if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 2:
-            raise ValueError(f"worlds must be integers of at least 2 (one GPU is always timed), got {w!r}")
+        library.check_int(w, "each world size (one GPU is always timed)", 2)
         if w > visible:
             raise ValueError(f"world {w} needs {w} GPUs, one per rank; {visible} visible")
     library.check_int(repeats, "repeats", 1)
     library.check_int(iters, "iters", 1)
     library.check_int(chunks, "chunks", 1)
-    if gemm not in tp_gemm_names():
-        raise ValueError(f"gemm must be one of {', '.join(tp_gemm_names())}, got {gemm!r}")
+    library.table_index(PROGRAM, "tp_gemm", gemm)
     for w in worlds:
         if ffn % w:
             raise ValueError(f"ffn ({ffn}) must be a multiple of every world size, not of {w}")

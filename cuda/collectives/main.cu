@@ -197,6 +197,7 @@ int main(int argc, char **argv) {
     const char *ar_name = "02_ring_allreduce";  // tp_*: the all-reduce (collectives_tp_allreduce_name's table)
     int dtype = 0, direction = 3;
     bool force_virtual = false, variant_given = false;
+    const char *tp_option = nullptr;  // the first tensor-parallel option given: refused for any other variant
     int self = -1, local_rank = 0;  // one process per rank: this one's rank and GPU
     cudalab_handle_help(argc, argv, kUsage);
     for (int i = 1; i < argc; ++i) {
@@ -208,12 +209,12 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--iters") == 0) iters = cudalab_parse_range(val(), "--iters", 1, 1000000);
         else if (strcmp(a, "--blocks") == 0) blocks = cudalab_parse_range(val(), "--blocks", 1, 64);
         else if (strcmp(a, "--timeout-ms") == 0) timeout_ms = cudalab_parse_range(val(), "--timeout-ms", 1, 86400000);
-        else if (strcmp(a, "--tokens") == 0) tokens = cudalab_parse_range(val(), "--tokens", 1, INT_MAX);
-        else if (strcmp(a, "--hidden") == 0) hidden = cudalab_parse_range(val(), "--hidden", 1, INT_MAX);
-        else if (strcmp(a, "--ffn") == 0) ffn = cudalab_parse_range(val(), "--ffn", 1, INT_MAX);
-        else if (strcmp(a, "--chunks") == 0) chunks = cudalab_parse_range(val(), "--chunks", 1, 1024);
-        else if (strcmp(a, "--gemm") == 0) gemm_name = val();
-        else if (strcmp(a, "--allreduce") == 0) ar_name = val();
+        else if (strcmp(a, "--tokens") == 0) tokens = cudalab_parse_range(val(), "--tokens", 1, INT_MAX), tp_option = a;
+        else if (strcmp(a, "--hidden") == 0) hidden = cudalab_parse_range(val(), "--hidden", 1, INT_MAX), tp_option = a;
+        else if (strcmp(a, "--ffn") == 0) ffn = cudalab_parse_range(val(), "--ffn", 1, INT_MAX), tp_option = a;
+        else if (strcmp(a, "--chunks") == 0) chunks = cudalab_parse_range(val(), "--chunks", 1, 1024), tp_option = a;
+        else if (strcmp(a, "--gemm") == 0) gemm_name = val(), tp_option = a;
+        else if (strcmp(a, "--allreduce") == 0) ar_name = val(), tp_option = a;
         else if (strcmp(a, "--id-file") == 0) id_file = val();
         else if (strcmp(a, "--virtual") == 0) force_virtual = true;
         else if (strcmp(a, "--dtype") == 0) {
@@ -233,21 +234,26 @@ int main(int argc, char **argv) {
     if (v < 0)
         CUDALAB_USAGE_ERROR("unknown variant '%s' (valid: %s)\n%s", variant,
                             cudalab_name_list(collectives_variant_count, collectives_variant_name).c_str(), kUsage);
-    auto gemm_index = [](const char *name) {
-        for (int k = 0; k < collectives_tp_gemm_count(); ++k)
-            if (strcmp(name, collectives_tp_gemm_name(k)) == 0) return k;
+    // A name's place in one of the library's tables (-1: not there).
+    auto table_index = [](const char *name, int (*count)(void), const char *(*name_at)(int)) {
+        for (int k = 0; k < count(); ++k)
+            if (strcmp(name, name_at(k)) == 0) return k;
         return -1;
+    };
+    auto gemm_index = [&](const char *name) {
+        return table_index(name, collectives_tp_gemm_count, collectives_tp_gemm_name);
     };
     const int gemm = gemm_index(gemm_name);
     if (gemm < 0)
         CUDALAB_USAGE_ERROR("unknown --gemm '%s' (valid: %s)", gemm_name,
                             cudalab_name_list(collectives_tp_gemm_count, collectives_tp_gemm_name).c_str());
-    int ar = -1;
-    for (int k = 0; k < collectives_tp_allreduce_count(); ++k)
-        if (strcmp(ar_name, collectives_tp_allreduce_name(k)) == 0) ar = k;
+    const int ar = table_index(ar_name, collectives_tp_allreduce_count, collectives_tp_allreduce_name);
     if (ar < 0)
         CUDALAB_USAGE_ERROR("unknown --allreduce '%s' (valid: %s)", ar_name,
                             cudalab_name_list(collectives_tp_allreduce_count, collectives_tp_allreduce_name).c_str());
+    if (tp_option && v != 7 && v != 8)
+        CUDALAB_USAGE_ERROR("%s is an option of tp_mlp and tp_mlp_overlap; variant %s does not take it", tp_option,
+                            variant);
 
     // ---- one process per rank ----
     const char *which = nullptr;

@@ -181,7 +181,7 @@ def test_tp_mlp_refuses_bad_shapes_before_launch():
         co.tp_mlp(x, w1, np.ones((12, 8), BF16), world=2)
     with pytest.raises(TypeError, match="x must be bfloat16"):
         co.tp_mlp(np.ones((4, 8), np.float32), w1, w2, world=2)
-    with pytest.raises(ValueError, match="ar_variant"):
+    with pytest.raises(ValueError, match="unknown collectives tp_allreduce 'nccl_allreduce'; valid: 02_ring"):
         co.tp_mlp(x, w1, w2, world=2, ar_variant="nccl_allreduce")
     with pytest.raises(ValueError, match="unknown collectives tp_gemm 'cublas'; valid: auto, mma_sync, wgmma"):
         co.tp_mlp(x, w1, w2, world=2, gemm="cublas")
@@ -281,6 +281,11 @@ def test_executable_refuses_bad_arguments_with_status_2():
     assert r.returncode == 2 and "runs in one process" in r.stderr
     r = _exe("--variant", "tp_mlp_overlap", "--gemm", "cublas")
     assert r.returncode == 2 and "unknown --gemm 'cublas' (valid: auto, mma_sync, wgmma)" in r.stderr, r.stderr
+    r = _exe("--variant", "06_oneshot_ll", "--allreduce", "copy_engine")  # a block option, never ignored
+    assert r.returncode == 2 and ("--allreduce is an option of tp_mlp and tp_mlp_overlap; variant 06_oneshot_ll "
+                                  "does not take it") in r.stderr, r.stderr
+    r = _exe("--tokens", "64")  # the default variant, 02_ring_allreduce
+    assert r.returncode == 2 and "--tokens is an option of tp_mlp" in r.stderr, r.stderr
     r = _exe("--variant", "tp_mlp_overlap", "--allreduce", "nccl_allreduce")
     assert r.returncode == 2 and ("unknown --allreduce 'nccl_allreduce' (valid: 02_ring_allreduce, "
                                   "03_oneshot_allreduce, copy_engine)") in r.stderr, r.stderr
@@ -953,9 +958,9 @@ def test_tp_scaling_refuses_what_cannot_run_before_the_first_run(monkeypatch):
         co.tp_scaling()
     monkeypatch.setattr(gpus, "physical_gpus", lambda: ["0", "1"])
     for kw, msg in (({"worlds": [4]}, "world 4 needs 4 GPUs, one per rank; 2 visible"),
-                    ({"worlds": [1]}, "at least 2"), ({"worlds": [2.0]}, "integers"),
+                    ({"worlds": [1]}, "at least 2"), ({"worlds": [2.0]}, "must be an integer"),
                     ({"worlds": [2], "repeats": 0}, "repeats must be at least 1"),
-                    ({"worlds": [2], "gemm": "cublas"}, "gemm must be one of auto, mma_sync, wgmma"),
+                    ({"worlds": [2], "gemm": "cublas"}, "unknown collectives tp_gemm 'cublas'; valid: auto"),
                     ({"worlds": [2], "ffn": 33}, r"ffn \(33\) must be a multiple of every world size, not of 2")):
         with pytest.raises((ValueError, TypeError), match=msg):
             co.tp_scaling(**kw)
